@@ -1,0 +1,31 @@
+# The README's two commands: `make demo` and `make test`. Both bootstrap .venv from pyproject.toml.
+PYTHON ?= python3
+VENV   := .venv
+STAMP  := $(VENV)/.reprise-installed
+PY     := $(VENV)/bin/python
+
+.PHONY: venv test demo lint bench clean
+
+# The stamp is older than pyproject.toml when dependencies changed: reinstall then.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,spark,postgres,bench]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+demo: $(STAMP)
+	$(PY) -m examples.demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+bench: $(STAMP)
+	$(VENV)/bin/reprise bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info
