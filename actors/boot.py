@@ -1,0 +1,75 @@
+"""Starts a multi-process admin in a clean child process, so that it never inherits the caller's threads.
+
+Run as `python -m actors.boot --port N --tag TAG --config HEX` by `actors.start`. Thespian's admin
+double-forks and outlives this process; every admin and actor process keeps this command line, so
+the tag in it identifies every process of one actor system (used by the leak checks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import pickle
+import sys
+
+from . import netsec
+
+
+def log_defs(run_dir: str, level: str) -> dict:
+    """Thespian logging configuration: actors' records go to `run_dir/actors.log`."""
+    return {
+        "version": 1,
+        "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+        "handlers": {"file": {"class": "logging.FileHandler", "filename": os.path.join(run_dir, "actors.log"),
+                              "formatter": "plain", "level": level}},
+        "root": {"handlers": ["file"], "level": level},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Start the admin, the guardian (leader) and the node agent, then exit leaving them running."""
+    parser = argparse.ArgumentParser(prog="python -m actors.boot")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--tag", required=True)
+    parser.add_argument("--config", required=True, help="hex of the pickled configuration")
+    args = parser.parse_args(argv)
+    config = pickle.loads(bytes.fromhex(args.config))
+    netsec.apply()
+
+    from thespian.actors import ActorSystem
+
+    from .guardian import GuardianInit, SetGuardian
+    from .messages import GuardianIs, Spawned
+
+    capabilities = {"Admin Port": args.port, "Reprise Node": config.get("node") or "leader"}
+    leader = config.get("leader")
+    if leader:
+        capabilities["Convention Address.IPv4"] = leader
+    else:
+        capabilities["Reprise Leader"] = True
+    asys = ActorSystem("multiprocTCPBase", capabilities,
+                       logDefs=log_defs(config["run_dir"], config.get("log_level", "WARNING")),
+                       transientUnique=True)
+    timeout = 30
+    guardian = asys.createActor("actors.guardian.Guardian", globalName="reprise-guardian")
+    if not leader:
+        reply = asys.ask(guardian, GuardianInit(config), timeout)
+        if not isinstance(reply, Spawned):
+            print(f"guardian did not start: {reply!r}", file=sys.stderr)
+            return 2
+    agent = asys.createActor("actors.guardian.NodeAgent", globalName="reprise-node")
+    reply = asys.ask(agent, SetGuardian(guardian), timeout)
+    if not isinstance(reply, GuardianIs):
+        print(f"node agent did not start: {reply!r}", file=sys.stderr)
+        return 2
+    if leader:
+        # A member's own dead letters go to its agent, which forwards them to the guardian.
+        asys.ask(agent, "handle-dead-letters", timeout)
+    print("ready", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING)
+    sys.exit(main())

@@ -1,0 +1,392 @@
+"""The guardian: directory of paths, supervisor of hosts, dead-letter office. One per actor system."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from thespian.actors import (
+    Actor as ThespianActor,
+)
+from thespian.actors import (
+    ActorExitRequest,
+    ChildActorExited,
+    DeadEnvelope,
+    PoisonMessage,
+)
+
+from .messages import (
+    GUARDIAN_PATH,
+    Batch,
+    DeadLetter,
+    DeadLetters,
+    DirectoryUpdate,
+    GetDeadLetters,
+    GetDirectory,
+    GetStatus,
+    GuardianIs,
+    HostDone,
+    HostInfo,
+    HostReady,
+    HostSpec,
+    InitHost,
+    RegisterRoute,
+    Spawned,
+    SpawnHost,
+    StopEntity,
+    StopPath,
+    SubscribeDeadLetters,
+    SystemStatus,
+    UnregisterRoute,
+    WhereIsGuardian,
+)
+from .paths import ancestors
+from .transport import Outbox, Router, address_key, unpack
+
+log = logging.getLogger("reprise.guardian")
+
+RECENT_DEAD_LETTERS = 100
+HELD_PER_PATH = 100_000
+HOST_RESTARTS = 10
+HOST_RESTART_WINDOW = 60.0
+
+
+@dataclass(frozen=True)
+class GuardianInit:
+    """Boot -> guardian: the system configuration."""
+
+    config: dict
+
+
+@dataclass(frozen=True)
+class SetGuardian:
+    """Boot -> node agent: where this system's guardian lives."""
+
+    address: Any
+
+
+@dataclass
+class HostRecord:
+    """What the guardian knows about one host it supervises."""
+
+    spec: HostSpec
+    address: Any = None
+    state: str = "starting"  # starting | running | restarting | stopping | stopped | failed
+    pid: int = 0
+    restarts: deque = field(default_factory=deque)
+    waiters: list = field(default_factory=list)
+    held: deque = field(default_factory=deque)
+
+
+class Guardian(ThespianActor):
+    """Supervises hosts (restarting crashed ones), publishes routes, and records dead letters."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.config: dict = {}
+        self.hosts: dict[str, HostRecord] = {}
+        self.temp_routes: dict[str, Any] = {}
+        self.epoch = 0
+        self.router = Router()
+        self.outbox: Outbox | None = None
+        self.dead_count = 0
+        self.recent: deque = deque(maxlen=RECENT_DEAD_LETTERS)
+        self.dead_subscribers: list[str] = []
+
+    @staticmethod
+    def actorSystemCapabilityCheck(capabilities: dict, requirements: dict | None) -> bool:
+        """Only the leader's admin hosts the guardian (members find it through the leader)."""
+        return bool(capabilities.get("Reprise Leader"))
+
+    # ---- dispatch -------------------------------------------------------------------------------
+    def receiveMessage(self, message: Any, sender: Any) -> None:
+        handler = self._handlers.get(type(message))
+        if handler is not None:
+            handler(self, message, sender)
+        elif isinstance(message, (ActorExitRequest, ChildActorExited, DeadEnvelope, PoisonMessage)):
+            self._system_message(message, sender)
+        else:
+            log.warning("guardian ignored unexpected %r", message)
+        if self.outbox is not None:
+            self.outbox.flush()
+
+    def _init(self, message: GuardianInit, sender: Any) -> None:
+        self.config = dict(message.config)
+        self.outbox = Outbox(GUARDIAN_PATH, self.send, self._unpicklable)
+        self.handleDeadLetters(True)
+        self._publish()
+        self.send(sender, Spawned(GUARDIAN_PATH))
+
+    def _where(self, message: WhereIsGuardian, sender: Any) -> None:
+        self.send(sender, GuardianIs(self.myAddress))
+
+    # ---- the directory ---------------------------------------------------------------------------
+    def _routes(self) -> dict[str, Any]:
+        routes = {GUARDIAN_PATH: self.myAddress}
+        routes.update(self.temp_routes)
+        for path, record in self.hosts.items():
+            if record.state == "running":
+                routes[path] = record.address
+        return routes
+
+    def _publish(self) -> None:
+        """Install the routes locally and push them to every running host."""
+        self.epoch += 1
+        routes = self._routes()
+        self.router.replace(routes, self.epoch)
+        update = DirectoryUpdate(routes, self.epoch)
+        for record in self.hosts.values():
+            if record.state == "running":
+                self.send(record.address, update)
+
+    def _get_directory(self, message: GetDirectory, sender: Any) -> None:
+        self.send(sender, DirectoryUpdate(self._routes(), self.epoch))
+
+    def _register_route(self, message: RegisterRoute, sender: Any) -> None:
+        self.temp_routes[message.prefix] = sender
+        self._publish()
+        self.send(sender, Spawned(message.prefix))
+
+    def _unregister_route(self, message: UnregisterRoute, sender: Any) -> None:
+        if self.temp_routes.pop(message.prefix, None) is not None:
+            self._publish()
+
+    # ---- spawning and supervising hosts ----------------------------------------------------------
+    def _spawn(self, message: SpawnHost, sender: Any) -> None:
+        spec = message.spec
+        clash = self._clash(spec.path)
+        if clash:
+            self.send(sender, Spawned(spec.path, clash))
+            return
+        record = HostRecord(spec)
+        record.waiters.append(sender)
+        self.hosts[spec.path] = record
+        self._start_host(record)
+
+    def _clash(self, path: str) -> str | None:
+        for other in list(self.hosts) + list(self.temp_routes) + [GUARDIAN_PATH]:
+            record = self.hosts.get(other)
+            if record is not None and record.state in ("stopped", "failed"):
+                continue
+            if other == path or path.startswith(other + "/") or other.startswith(path + "/"):
+                return f"path {path} is already served by {other}; stop that actor first or choose another path"
+        return None
+
+    def _start_host(self, record: HostRecord) -> None:
+        requirements = {"Reprise Node": record.spec.node} if record.spec.node else None
+        record.address = self.createActor("actors.host.HostActor", targetActorRequirements=requirements)
+        record.state = "starting"
+        self.send(record.address, InitHost(record.spec, self._routes(), self.epoch, self.config, self.myAddress))
+
+    def _host_ready(self, message: HostReady, sender: Any) -> None:
+        record = self.hosts.get(message.path)
+        if record is None:
+            return
+        if message.error:
+            log.error("host %s failed to start:\n%s", message.path, message.error)
+            record.state = "failed"
+            self.send(sender, ActorExitRequest())
+            self._release_held(record, f"actor at {message.path} failed to start")
+            for waiter in record.waiters:
+                self.send(waiter, Spawned(message.path, f"{message.path} failed to start:\n{message.error}"))
+            record.waiters.clear()
+            return
+        # The reply's sender is the host's real address (createActor returned a local placeholder).
+        record.address = sender
+        record.pid = message.pid
+        record.state = "running"
+        self._publish()
+        for waiter in record.waiters:
+            self.send(waiter, Spawned(message.path))
+        record.waiters.clear()
+        held, record.held = record.held, deque()
+        for entry in held:
+            self.outbox.add(address_key(sender), sender, entry)
+
+    def _host_done(self, message: HostDone, sender: Any) -> None:
+        record = self.hosts.get(message.path)
+        if record is not None and record.state == "running":
+            record.state = "stopping"
+            self._publish()
+
+    def _child_exited(self, address: Any) -> None:
+        key = address_key(address)
+        found = [(p, r) for p, r in self.hosts.items() if r.address is not None and address_key(r.address) == key]
+        if not found:
+            return  # Thespian reports each exit twice on multiproc; the second finds nothing.
+        path, record = found[0]
+        record.address = None
+        if record.state in ("stopping", "stopped", "failed"):
+            record.state = "stopped"
+            self._publish()
+            self._release_held(record, f"actor at {path} stopped")
+            for waiter in record.waiters:
+                self.send(waiter, Spawned(path))
+            record.waiters.clear()
+            return
+        now = time.monotonic()
+        record.restarts.append(now)
+        while record.restarts and record.restarts[0] < now - HOST_RESTART_WINDOW:
+            record.restarts.popleft()
+        if len(record.restarts) > HOST_RESTARTS:
+            log.error("host %s died %d times within %.0f s: giving up", path, HOST_RESTARTS, HOST_RESTART_WINDOW)
+            record.state = "failed"
+            self._publish()
+            self._release_held(record, f"actor at {path} failed")
+            return
+        log.warning("host %s exited unexpectedly; restarting it", path)
+        record.state = "restarting"
+        self._publish()
+        self._start_host(record)
+
+    def _stop(self, message: StopPath, sender: Any) -> None:
+        path = message.path
+        record = self.hosts.get(path)
+        if record is not None and record.state in ("running", "starting", "restarting"):
+            record.state = "stopping"
+            record.waiters.append(sender)
+            self._publish()
+            if record.address is not None:
+                self.send(record.address, ActorExitRequest())
+            return
+        for prefix in ancestors(path):
+            record = self.hosts.get(prefix)
+            if record is not None and record.state == "running" and record.spec.entities:
+                self.send(record.address, StopEntity(path))
+                self.send(sender, Spawned(path))
+                return
+        self.send(sender, Spawned(path, f"nothing runs at {path}"))
+
+    # ---- routing on behalf of others --------------------------------------------------------------
+    def _batch(self, batch: Batch, sender: Any) -> None:
+        if batch.origin not in self.hosts and batch.origin != GUARDIAN_PATH:
+            self.router.learn(batch.origin, sender)
+        for entry in unpack(batch):
+            self._reroute(entry, None)
+
+    def _reroute(self, entry: tuple, dead_key: str | None) -> None:
+        """Deliver an entry someone could not: forward it, hold it for a restarting host, or dead-letter it."""
+        sender, target, message = entry
+        if target == GUARDIAN_PATH:
+            self._control(sender, message)
+            return
+        for prefix in ancestors(target):
+            record = self.hosts.get(prefix)
+            if record is not None:
+                if record.state == "running" and address_key(record.address) != dead_key:
+                    self.outbox.add(address_key(record.address), record.address, entry)
+                elif record.state in ("starting", "restarting", "running"):
+                    if len(record.held) < HELD_PER_PATH:
+                        record.held.append(entry)
+                    else:
+                        self._dead(sender, target, message, f"{prefix} is restarting and its backlog is full")
+                else:
+                    self._dead(sender, target, message, f"actor at {prefix} is {record.state}")
+                return
+        hit = self.router.resolve(target)
+        if hit is not None and hit[0] != dead_key and hit[0] != address_key(self.myAddress):
+            self.outbox.add(hit[0], hit[1], entry)
+            return
+        self._dead(sender, target, message, f"no actor serves {target}")
+
+    def _control(self, sender: str | None, message: Any) -> None:
+        if isinstance(message, DeadLetter):
+            self._record_dead(message)
+        elif isinstance(message, SubscribeDeadLetters):
+            self.dead_subscribers.append(message.path)
+        else:
+            log.warning("guardian ignored %r from %s", message, sender)
+
+    # ---- dead letters ----------------------------------------------------------------------------
+    def _dead(self, sender: str | None, target: str, message: Any, reason: str) -> None:
+        self._record_dead(DeadLetter(sender, target, message, reason))
+
+    def _record_dead(self, letter: DeadLetter) -> None:
+        self.dead_count += 1
+        self.recent.append(letter)
+        log.debug("dead letter to %s from %s: %s", letter.target, letter.sender, letter.reason)
+        for path in self.dead_subscribers:
+            hit = self.router.resolve(path)
+            if hit is not None:
+                self.outbox.add(hit[0], hit[1], (GUARDIAN_PATH, path, letter))
+
+    def _release_held(self, record: HostRecord, reason: str) -> None:
+        held, record.held = record.held, deque()
+        for sender, target, message in held:
+            self._dead(sender, target, message, reason)
+
+    def _unpicklable(self, entry: tuple, why: str) -> None:
+        sender, target, message = entry
+        self._dead(sender, target, repr(message), f"message {why}")
+
+    def _get_dead_letters(self, message: GetDeadLetters, sender: Any) -> None:
+        self.send(sender, DeadLetters(self.dead_count, tuple(self.recent)))
+
+    def _status(self, message: GetStatus, sender: Any) -> None:
+        hosts = {path: HostInfo(r.state, len(r.restarts), r.pid, r.spec.entities) for path, r in self.hosts.items()}
+        self.send(sender, SystemStatus(hosts, self.dead_count, self.config))
+
+    def _system_message(self, message: Any, sender: Any) -> None:
+        if isinstance(message, ChildActorExited):
+            self._child_exited(message.childAddress)
+        elif isinstance(message, DeadEnvelope):
+            self._dead_envelope(message)
+        elif isinstance(message, PoisonMessage):
+            log.error("guardian: a message could not be handled: %s", message.details)
+
+    def _dead_envelope(self, envelope: DeadEnvelope) -> None:
+        dead = envelope.deadMessage
+        dead_key = address_key(envelope.deadAddress)
+        # Whoever lived there is gone: clients' routes die with them, hosts get restarted.
+        for prefix, address in list(self.temp_routes.items()):
+            if address_key(address) == dead_key:
+                del self.temp_routes[prefix]
+                self._publish()
+        if isinstance(dead, Batch):
+            for entry in unpack(dead):
+                self._reroute(entry, dead_key)
+        elif not isinstance(dead, (DirectoryUpdate, InitHost, StopEntity, ActorExitRequest)):
+            self._dead(None, str(envelope.deadAddress), dead, "target actor process is gone")
+
+    _handlers = {
+        GuardianInit: _init,
+        WhereIsGuardian: _where,
+        GetDirectory: _get_directory,
+        RegisterRoute: _register_route,
+        UnregisterRoute: _unregister_route,
+        SpawnHost: _spawn,
+        HostReady: _host_ready,
+        HostDone: _host_done,
+        StopPath: _stop,
+        Batch: _batch,
+        GetDeadLetters: _get_dead_letters,
+        GetStatus: _status,
+    }
+
+
+class NodeAgent(ThespianActor):
+    """One per admin (leader and members): tells local clients where the guardian is.
+
+    Thespian 4.0.1 hangs on the second globalName lookup forwarded through a member admin, so
+    clients look up this local agent instead, which learned the guardian's address once at boot.
+    It also forwards its admin's dead letters to the guardian.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.guardian = None
+
+    def receiveMessage(self, message: Any, sender: Any) -> None:
+        if isinstance(message, SetGuardian):
+            self.guardian = message.address
+            self.send(sender, GuardianIs(self.guardian))
+        elif isinstance(message, WhereIsGuardian):
+            self.send(sender, GuardianIs(self.guardian))
+        elif isinstance(message, DeadEnvelope) and self.guardian is not None:
+            self.send(self.guardian, message)
+        elif message == "handle-dead-letters":
+            self.handleDeadLetters(True)
+            self.send(sender, GuardianIs(self.guardian))

@@ -1,0 +1,189 @@
+"""Messages of Reprise's own protocol between clients, the guardian and hosts (all frozen dataclasses)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+GUARDIAN_PATH = "/system/guardian"
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Many (sender path, target path, message) entries carried as one Thespian message.
+
+    `payload` is the pickled list of entries (pickled by Reprise so that an unpicklable entry can be
+    found and dead-lettered instead of poisoning the whole batch); `entries` is used instead on the
+    in-process base, where nothing is copied. `origin` is the sending endpoint's route prefix, so the
+    receiver learns how to reach senders that are not in the directory (clients' temporary paths).
+    """
+
+    origin: str
+    payload: bytes | None = None
+    entries: list | None = None
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """What a host actor serves: one actor at `path`, or entities at every path below it."""
+
+    path: str
+    factory: Any  # a class (importable by module path) or "module:Class"
+    entities: bool = False
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    passivate_after: float | None = 120.0
+    max_restarts: int = 10
+    restart_window: float = 60.0
+    linger: float = 0.0
+    batch_cap: int = 2000
+    node: str | None = None
+
+
+@dataclass(frozen=True)
+class InitHost:
+    """Guardian -> new host: what to serve, the directory, and the system configuration."""
+
+    spec: HostSpec
+    routes: dict
+    epoch: int
+    config: dict
+    guardian: Any
+
+
+@dataclass(frozen=True)
+class HostReady:
+    """Host -> guardian: initialised (its sender address is the route to publish)."""
+
+    path: str
+    error: str | None = None
+    pid: int = 0
+
+
+@dataclass(frozen=True)
+class HostDone:
+    """Host -> guardian: the hosted top-level actor stopped itself; do not restart the host."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class DirectoryUpdate:
+    """Guardian -> hosts: the current routes (prefix -> Thespian address)."""
+
+    routes: dict
+    epoch: int
+
+
+@dataclass(frozen=True)
+class SpawnHost:
+    """Client -> guardian: start a host for `spec` (reply: Spawned)."""
+
+    spec: HostSpec
+
+
+@dataclass(frozen=True)
+class Spawned:
+    """Guardian -> client: the outcome of a SpawnHost or StopPath."""
+
+    path: str
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class StopPath:
+    """Client -> guardian: stop the actor or host at `path`, or one entity below a host."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class StopEntity:
+    """Guardian -> host: stop (passivate) one entity now."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class RegisterRoute:
+    """Client -> guardian: route `prefix` to the sender's endpoint (clients' temporary paths)."""
+
+    prefix: str
+
+
+@dataclass(frozen=True)
+class UnregisterRoute:
+    """Client -> guardian: the endpoint behind `prefix` is going away."""
+
+    prefix: str
+
+
+@dataclass(frozen=True)
+class GetDirectory:
+    """Client -> guardian: reply with a DirectoryUpdate."""
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A message that could not be delivered, and why."""
+
+    sender: str | None
+    target: str
+    message: Any
+    reason: str
+
+
+@dataclass(frozen=True)
+class DeadLetters:
+    """The dead-letter count and the most recent ones."""
+
+    count: int
+    recent: tuple
+
+
+@dataclass(frozen=True)
+class GetDeadLetters:
+    """Client -> guardian: reply with DeadLetters."""
+
+
+@dataclass(frozen=True)
+class SubscribeDeadLetters:
+    """Subscribe `path` to every DeadLetter from now on."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class GetStatus:
+    """Client -> guardian: reply with SystemStatus."""
+
+
+@dataclass(frozen=True)
+class SystemStatus:
+    """Hosts (path -> HostInfo) and the dead-letter count."""
+
+    hosts: dict
+    dead_letters: int
+    config: dict
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """One host as the guardian sees it."""
+
+    state: str
+    restarts: int
+    pid: int
+    entities: bool
+
+
+@dataclass(frozen=True)
+class WhereIsGuardian:
+    """Client -> node agent: reply with GuardianIs."""
+
+
+@dataclass(frozen=True)
+class GuardianIs:
+    """Node agent -> client: the guardian's Thespian address (None while unknown)."""
+
+    address: Any

@@ -1,0 +1,59 @@
+"""Network defaults Thespian lacks: listen on loopback only, and accept only configured peers.
+
+Thespian binds every actor socket to 0.0.0.0 and unpickles whatever arrives on it, so anyone who can
+connect can run code in the actor system. Reprise binds to `REPRISE_BIND` (default 127.0.0.1) and, in
+multi-host mode, closes connections from addresses not in `REPRISE_PEERS` (comma-separated IPs).
+The settings travel in the environment so that every forked admin and actor process applies them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+log = logging.getLogger("reprise.netsec")
+
+_applied = False
+
+
+def bind_address() -> str:
+    """The address actor sockets listen on."""
+    return os.environ.get("REPRISE_BIND", "127.0.0.1")
+
+
+def allowed_peers() -> frozenset[str]:
+    """Remote addresses allowed to connect (loopback and the bind address always are)."""
+    raw = os.environ.get("REPRISE_PEERS", "")
+    peers = {p.strip() for p in raw.split(",") if p.strip()}
+    return frozenset(peers | {"127.0.0.1", bind_address()})
+
+
+def apply() -> None:
+    """Patch Thespian's TCP transport once per process (idempotent)."""
+    global _applied
+    if _applied:
+        return
+    from thespian.system.transport import IPBase, TCPTransport
+
+    def bind_args(self):
+        host, port = self.bindname[0], self.bindname[1]
+        if host in ("", "0.0.0.0"):
+            host = bind_address()
+        return ((host, port),)
+
+    IPBase.IPActorAddress.bindArgs = property(bind_args)
+
+    original_new_socket = TCPTransport.TCPTransport.new_socket
+
+    def new_socket(self, op, *args, **kwargs):
+        result = original_new_socket(self, op, *args, **kwargs)
+        if getattr(op, "__name__", "") == "accept":
+            sock, peer = result
+            if peer[0] not in allowed_peers():
+                log.warning("refused a connection from %s: not an allowed peer (REPRISE_PEERS)", peer[0])
+                sock.close()
+                raise OSError(f"connection from {peer[0]} refused: not an allowed peer")
+        return result
+
+    TCPTransport.TCPTransport.new_socket = new_socket
+    _applied = True

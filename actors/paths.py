@@ -1,0 +1,47 @@
+"""Akka-style actor paths: `/user/orders`, `/user/accounts/42`, `/system/spark-bridge`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .errors import InvalidPath
+
+ROOTS = ("user", "system", "temp")
+WILDCARDS = set("*?[]")
+
+
+def validate_path(path: str, *, what: str = "path") -> str:
+    """Return `path` if it is a valid single-destination path, else raise InvalidPath."""
+    if not isinstance(path, str):
+        raise InvalidPath(f"{what} must be a string like '/user/orders', got {type(path).__name__}")
+    if WILDCARDS.intersection(path):
+        raise InvalidPath(
+            f"{what} {path!r} contains a wildcard; wildcard destinations are not supported here "
+            "(deliver to one path, or to a router actor that fans out)"
+        )
+    parts = path.split("/")
+    if len(parts) < 3 or parts[0] != "" or any(p == "" for p in parts[1:]):
+        raise InvalidPath(f"{what} {path!r} must look like '/user/<name>[/<name>...]' (no empty segments)")
+    if parts[1] not in ROOTS:
+        raise InvalidPath(f"{what} {path!r} must start with one of /user, /system, /temp")
+    for p in parts[1:]:
+        if p in (".", "..") or any(c.isspace() for c in p):
+            raise InvalidPath(f"{what} {path!r} has an invalid segment {p!r} (no '.', '..' or spaces)")
+    return path
+
+
+def parent(path: str) -> str:
+    """The path one level up (`/user/a/b` -> `/user/a`)."""
+    return path.rsplit("/", 1)[0]
+
+
+def ancestors(path: str) -> Iterator[str]:
+    """The path itself, then each shorter prefix down to `/<root>/<name>`."""
+    while path.count("/") >= 2:
+        yield path
+        path = parent(path)
+
+
+def name(path: str) -> str:
+    """The last segment (`/user/accounts/42` -> `42`)."""
+    return path.rsplit("/", 1)[1]

@@ -1,0 +1,155 @@
+"""Batched transport: routes paths to Thespian addresses and coalesces entries per destination."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+from .errors import UnpicklableMessage
+from .messages import Batch
+from .paths import ancestors
+
+log = logging.getLogger("reprise.transport")
+
+PROTOCOL = pickle.HIGHEST_PROTOCOL
+Entry = tuple  # (sender path | None, target path, message)
+
+_PLAIN_TYPES = {str, int, float, bool, bytes, type(None), tuple, list, dict, frozenset, set}
+_checked_types: set[type] = set()
+
+
+def check_message(message: Any) -> None:
+    """Raise UnpicklableMessage unless `message` can cross a process boundary (checked once per type)."""
+    cls = type(message)
+    if cls in _checked_types or cls in _PLAIN_TYPES:
+        return
+    if cls.__module__ == "__main__":
+        raise UnpicklableMessage(
+            f"message type {cls.__qualname__} is defined in __main__, which other processes cannot import; "
+            "move it into an importable module"
+        )
+    if dataclasses.is_dataclass(cls) and not cls.__dataclass_params__.frozen:
+        raise UnpicklableMessage(
+            f"message type {cls.__qualname__} is a mutable dataclass; declare it @dataclass(frozen=True) "
+            "so that senders and receivers cannot share mutable state"
+        )
+    try:
+        pickle.dumps(message, PROTOCOL)
+    except Exception as exc:
+        raise UnpicklableMessage(
+            f"message of type {cls.__qualname__} cannot be pickled ({exc}); messages must be frozen "
+            "dataclasses or plain data importable by module path"
+        ) from exc
+    _checked_types.add(cls)
+
+
+def address_key(address: Any) -> str:
+    """A hashable key for a Thespian address (ActorAddress is not hashable)."""
+    return str(address)
+
+
+class Router:
+    """Maps paths to Thespian addresses by longest prefix, with a per-path cache."""
+
+    def __init__(self) -> None:
+        self.routes: dict[str, tuple[str, Any]] = {}
+        self.epoch = -1
+        self._cache: dict[str, tuple[str, Any] | None] = {}
+
+    def replace(self, routes: dict[str, Any], epoch: int) -> None:
+        """Install the directory's routes (prefix -> address) if newer than what we have."""
+        if epoch < self.epoch:
+            return
+        self.epoch = epoch
+        self.routes = {prefix: (address_key(a), a) for prefix, a in routes.items()}
+        self._cache.clear()
+
+    def learn(self, prefix: str, address: Any) -> None:
+        """Remember how to reach `prefix` (a sender's origin) without waiting for the directory."""
+        key = address_key(address)
+        current = self.routes.get(prefix)
+        if current is None or current[0] != key:
+            self.routes[prefix] = (key, address)
+            self._cache.clear()
+
+    def forget(self, prefix: str) -> None:
+        """Drop the route for `prefix`."""
+        if self.routes.pop(prefix, None) is not None:
+            self._cache.clear()
+
+    def resolve(self, path: str) -> tuple[str, Any] | None:
+        """The (key, address) serving `path`, or None when no prefix of it is routed."""
+        try:
+            return self._cache[path]
+        except KeyError:
+            pass
+        hit = None
+        for prefix in ancestors(path):
+            hit = self.routes.get(prefix)
+            if hit is not None:
+                break
+        if len(self._cache) > 500_000:
+            self._cache.clear()
+        self._cache[path] = hit
+        return hit
+
+
+def pack(origin: str, entries: list[Entry], on_bad: Callable[[Entry, str], None]) -> Batch | None:
+    """Pickle `entries` into a Batch; entries that cannot be pickled go to `on_bad` instead."""
+    try:
+        return Batch(origin, pickle.dumps(entries, PROTOCOL))
+    except Exception:
+        good = []
+        for entry in entries:
+            try:
+                pickle.dumps(entry, PROTOCOL)
+            except Exception as exc:
+                on_bad(entry, f"cannot be pickled: {exc}")
+            else:
+                good.append(entry)
+        return Batch(origin, pickle.dumps(good, PROTOCOL)) if good else None
+
+
+def unpack(batch: Batch) -> list[Entry]:
+    """The entries of a Batch."""
+    return pickle.loads(batch.payload)
+
+
+class Outbox:
+    """Entries waiting to go out, one list per destination address, flushed as one Batch each."""
+
+    def __init__(self, origin: str, send: Callable[[Any, Batch], None], on_bad: Callable[[Entry, str], None],
+                 cap: int = 2000) -> None:
+        self.origin = origin
+        self.cap = cap
+        self._send = send
+        self._on_bad = on_bad
+        self._pending: dict[str, tuple[Any, list[Entry]]] = {}
+
+    def add(self, key: str, address: Any, entry: Entry) -> None:
+        """Queue `entry` for `address`; a full list goes out at once (the size cap)."""
+        slot = self._pending.get(key)
+        if slot is None:
+            slot = self._pending[key] = (address, [])
+        slot[1].append(entry)
+        if len(slot[1]) >= self.cap:
+            del self._pending[key]
+            self._emit(slot[0], slot[1])
+
+    def flush(self) -> None:
+        """Send everything queued, one Batch per destination, in the order entries were added."""
+        while self._pending:
+            pending, self._pending = self._pending, {}
+            for address, entries in pending.values():
+                self._emit(address, entries)
+
+    def __bool__(self) -> bool:
+        return bool(self._pending)
+
+    def _emit(self, address: Any, entries: list[Entry]) -> None:
+        batch = pack(self.origin, entries, self._on_bad)
+        if batch is not None:
+            self._send(address, batch)
