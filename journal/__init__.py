@@ -1,1 +1,59 @@
-"""journal package."""
+"""Event journal and snapshot store: SQLite (default), in-memory, PostgreSQL; msgpack; a shipped TCK.
+
+    from journal import open_journal, AtomicWrite, PersistentRepr
+    j = open_journal("sqlite:///var/lib/app/journal.db")
+    j.write_messages([AtomicWrite([PersistentRepr("evt", sequence_nr=1, persistence_id="p")])])
+"""
+
+from journal.api import Journal, SnapshotStore
+from journal.errors import JournalCorruption, JournalError, SerializationError
+from journal.model import (
+    MAX_SEQUENCE_NR,
+    AtomicWrite,
+    EventEnvelope,
+    PersistenceIdSummary,
+    PersistentRepr,
+    Problem,
+    SelectedSnapshot,
+    SnapshotMetadata,
+    SnapshotSelectionCriteria,
+    VerifyReport,
+)
+from journal.serialization import register_type, register_upcaster, unregister_type
+from journal.urls import SCHEMES, open_journal, open_snapshot_store
+
+
+def verify(url: str) -> VerifyReport:
+    """Re-read every record of the journal (and snapshots) at `url`; report corruption by pid and seq nr."""
+    try:
+        j = open_journal(url)
+    except JournalCorruption as e:
+        return VerifyReport(0, 0, (Problem(e.persistence_id, e.sequence_nr, str(e)),))
+    with j:
+        return j.verify()
+
+
+__all__ = [
+    "MAX_SEQUENCE_NR",
+    "SCHEMES",
+    "AtomicWrite",
+    "EventEnvelope",
+    "Journal",
+    "JournalCorruption",
+    "JournalError",
+    "PersistenceIdSummary",
+    "PersistentRepr",
+    "Problem",
+    "SelectedSnapshot",
+    "SerializationError",
+    "SnapshotMetadata",
+    "SnapshotSelectionCriteria",
+    "SnapshotStore",
+    "VerifyReport",
+    "open_journal",
+    "open_snapshot_store",
+    "register_type",
+    "register_upcaster",
+    "unregister_type",
+    "verify",
+]

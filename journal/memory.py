@@ -1,0 +1,229 @@
+"""In-memory journal and snapshot store for tests: `memory://name` instances are shared within one process.
+
+Payloads are serialized exactly as in the durable backends (like Akka's test-serialization), so
+rejections, unknown manifests and round trips behave the same.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from journal.api import Journal, SnapshotStore, TaggedRow
+from journal.errors import JournalError
+from journal.model import PersistenceIdSummary, SnapshotMetadata, SnapshotSelectionCriteria
+from journal.records import EncodedBatch, StoredRow
+
+__all__ = ["MemoryJournal", "MemorySnapshotStore", "drop_memory_store"]
+
+
+@dataclass
+class _Events:
+    seqs: list[int] = field(default_factory=list)  # sorted, parallel to rows
+    rows: list[tuple[int, bytes, int, int]] = field(default_factory=list)  # (seq, blob, checksum, offset)
+    highest: int = 0
+
+
+@dataclass
+class _Store:
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    events: dict[str, _Events] = field(default_factory=dict)
+    offsets: dict[int, tuple[str, int, bytes, int]] = field(default_factory=dict)  # offset -> row, insertion order
+    tags: dict[str, list[int]] = field(default_factory=dict)  # tag -> ascending offsets
+    next_offset: itertools.count = field(default_factory=lambda: itertools.count(1))
+    snapshots: dict[str, dict[int, tuple[int, bytes, int]]] = field(default_factory=dict)  # seq -> (ts, blob, ck)
+
+
+_stores: dict[str, _Store] = {}
+_stores_lock = threading.Lock()
+_anonymous = itertools.count(1)
+
+
+def _named_store(name: str) -> _Store:
+    if not name:
+        name = f"\0anonymous-{next(_anonymous)}"  # `memory://` alone: a private store
+    with _stores_lock:
+        return _stores.setdefault(name, _Store())
+
+
+def drop_memory_store(name: str) -> None:
+    """Forget all events and snapshots of `memory://name`."""
+    with _stores_lock:
+        _stores.pop(name, None)
+
+
+class MemoryJournal(Journal):
+    """A journal held in process memory."""
+
+    def __init__(self, name: str = ""):
+        self._s = _named_store(name)
+        self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise JournalError("journal is closed")
+
+    def _store(self, batch: EncodedBatch) -> None:
+        self._check_open()
+        s = self._s
+        with s.lock:
+            seen: set[tuple[str, int]] = set()
+            for pid, seq, _, _ in batch.rows:
+                ev = s.events.get(pid)
+                i = bisect.bisect_left(ev.seqs, seq) if ev else 0
+                if (pid, seq) in seen or (ev and i < len(ev.seqs) and ev.seqs[i] == seq):
+                    raise self._duplicate_error(batch)
+                seen.add((pid, seq))
+            offsets: dict[tuple[str, int], int] = {}
+            for pid, seq, blob, ck in batch.rows:
+                ev = s.events.get(pid)
+                if ev is None:
+                    ev = s.events[pid] = _Events()
+                offset = next(s.next_offset)
+                offsets[(pid, seq)] = offset
+                i = bisect.bisect_left(ev.seqs, seq)
+                ev.seqs.insert(i, seq)
+                ev.rows.insert(i, (seq, blob, ck, offset))
+                if seq > ev.highest:
+                    ev.highest = seq
+                s.offsets[offset] = (pid, seq, blob, ck)
+            for tag, pid, seq in batch.tag_rows:
+                s.tags.setdefault(tag, []).append(offsets[(pid, seq)])
+
+    def _read(self, persistence_id: str, start: int, end: int, limit: int) -> Sequence[StoredRow]:
+        self._check_open()
+        with self._s.lock:
+            ev = self._s.events.get(persistence_id)
+            if ev is None:
+                return []
+            i = bisect.bisect_left(ev.seqs, start)
+            j = bisect.bisect_right(ev.seqs, end)
+            j = min(j, i + limit)
+            return [(seq, blob, ck) for seq, blob, ck, _ in ev.rows[i:j]]
+
+    def _highest(self, persistence_id: str) -> int:
+        self._check_open()
+        ev = self._s.events.get(persistence_id)
+        return ev.highest if ev else 0
+
+    def delete_messages_to(self, persistence_id: str, to_sequence_nr: int) -> None:
+        """Delete all events with seq nr <= to (2**63 - 1 deletes all) without lowering the highest."""
+        self._check_open()
+        s = self._s
+        with s.lock:
+            ev = s.events.get(persistence_id)
+            if ev is None:
+                return
+            j = bisect.bisect_right(ev.seqs, to_sequence_nr)
+            gone = {row[3] for row in ev.rows[:j]}
+            del ev.seqs[:j], ev.rows[:j]
+            for offset in gone:
+                del s.offsets[offset]
+            for tag, offsets in s.tags.items():
+                s.tags[tag] = [o for o in offsets if o not in gone]
+
+    def current_persistence_ids(self) -> Iterator[str]:
+        """Every persistence id that has ever been written (sorted)."""
+        self._check_open()
+        with self._s.lock:
+            return iter(sorted(self._s.events))
+
+    def _read_tag(self, tag: str, offset: int, limit: int) -> Sequence[TaggedRow]:
+        self._check_open()
+        s = self._s
+        with s.lock:
+            offsets = s.tags.get(tag, [])
+            i = bisect.bisect_right(offsets, offset)
+            return [(o, *s.offsets[o]) for o in offsets[i:i + limit]]
+
+    def _read_tail(self, n: int) -> Sequence[TaggedRow]:
+        self._check_open()
+        s = self._s
+        with s.lock:
+            return [(o, *s.offsets[o]) for o in list(s.offsets)[-n:]]
+
+    def _read_all(self) -> Iterator[tuple[str, int, bytes, int]]:
+        with self._s.lock:
+            rows = [(pid, seq, blob, ck) for pid, ev in sorted(self._s.events.items())
+                    for seq, blob, ck, _ in ev.rows]
+        return iter(rows)
+
+    def _read_all_snapshots(self) -> Iterator[tuple[str, int, bytes, int]]:
+        with self._s.lock:
+            rows = [(pid, seq, blob, ck) for pid, snaps in sorted(self._s.snapshots.items())
+                    for seq, (_, blob, ck) in sorted(snaps.items())]
+        return iter(rows)
+
+    def summaries(self) -> list[PersistenceIdSummary]:
+        """`ls`: every persistence id with its highest sequence number and number of stored events."""
+        with self._s.lock:
+            return [PersistenceIdSummary(pid, ev.highest, len(ev.rows))
+                    for pid, ev in sorted(self._s.events.items())]
+
+    def close(self) -> None:
+        """Detach from the named store (its contents stay for other instances of the same name)."""
+        self._closed = True
+
+    def corrupt(self, persistence_id: str, sequence_nr: int, position: int = -1) -> None:
+        """Flip one byte of a stored event (for corruption-detection tests)."""
+        with self._s.lock:
+            ev = self._s.events[persistence_id]
+            i = ev.seqs.index(sequence_nr)
+            seq, blob, ck, offset = ev.rows[i]
+            b = bytearray(blob)
+            b[position] ^= 0xFF
+            ev.rows[i] = (seq, bytes(b), ck, offset)
+            self._s.offsets[offset] = (persistence_id, seq, bytes(b), ck)
+
+
+class MemorySnapshotStore(SnapshotStore):
+    """A snapshot store held in process memory (shares the named store with `MemoryJournal`)."""
+
+    def __init__(self, name: str = ""):
+        self._s = _named_store(name)
+
+    def _save(self, metadata: SnapshotMetadata, blob: bytes, ck: int) -> None:
+        with self._s.lock:
+            self._s.snapshots.setdefault(metadata.persistence_id, {})[metadata.sequence_nr] = (
+                metadata.timestamp, blob, ck)
+
+    def _load(self, persistence_id: str,
+              criteria: SnapshotSelectionCriteria) -> tuple[int, int, bytes, int] | None:
+        with self._s.lock:
+            snaps = self._s.snapshots.get(persistence_id, {})
+            for seq in sorted(snaps, reverse=True):
+                ts, blob, ck = snaps[seq]
+                if criteria.matches(SnapshotMetadata(persistence_id, seq, ts)):
+                    return seq, ts, blob, ck
+        return None
+
+    def delete(self, metadata: SnapshotMetadata) -> None:
+        """Delete the snapshot at (pid, seq nr); a timestamp of 0 matches any timestamp."""
+        with self._s.lock:
+            snaps = self._s.snapshots.get(metadata.persistence_id, {})
+            found = snaps.get(metadata.sequence_nr)
+            if found is not None and metadata.timestamp in (0, found[0]):
+                del snaps[metadata.sequence_nr]
+
+    def delete_matching(self, persistence_id: str, criteria: SnapshotSelectionCriteria) -> None:
+        """Delete every snapshot of the id matching `criteria`."""
+        with self._s.lock:
+            snaps = self._s.snapshots.get(persistence_id, {})
+            for seq, (ts, _, _) in list(snaps.items()):
+                if criteria.matches(SnapshotMetadata(persistence_id, seq, ts)):
+                    del snaps[seq]
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def corrupt(self, persistence_id: str, sequence_nr: int, position: int = -1) -> None:
+        """Flip one byte of a stored snapshot (for corruption-detection tests)."""
+        with self._s.lock:
+            snaps = self._s.snapshots[persistence_id]
+            ts, blob, ck = snaps[sequence_nr]
+            b = bytearray(blob)
+            b[position] ^= 0xFF
+            snaps[sequence_nr] = (ts, bytes(b), ck)
