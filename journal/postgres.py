@@ -1,0 +1,276 @@
+"""PostgreSQL journal and snapshot store (psycopg 3 + psycopg_pool): several machines sharing one journal.
+
+URL: `postgresql://user@host:port/db?schema=reprise&pool_max=4` (`schema` and `pool_min`/`pool_max` are
+ours; every other query parameter goes to libpq). Tables are created in the schema on first use.
+A reused (persistence id, sequence nr) hits the primary key and raises JournalError naming both.
+Tagged writes take a transaction-scoped advisory lock so tag offsets become visible in commit order:
+without it a reader could pass offset 11 before offset 10 commits and never see 10.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+import psycopg_pool
+from psycopg import sql
+
+from journal.api import Journal, SnapshotStore, TaggedRow
+from journal.errors import JournalError
+from journal.model import PersistenceIdSummary, SnapshotMetadata, SnapshotSelectionCriteria
+from journal.records import EncodedBatch, StoredRow
+
+__all__ = ["PostgresJournal", "PostgresSnapshotStore", "drop_schema"]
+
+_TAG_LOCK = 0x7265707269736501  # advisory lock key serializing tagged writes ("reprise\x01")
+_DDL_LOCK = 0x7265707269736502
+
+_SCHEMA = (
+    "CREATE SCHEMA IF NOT EXISTS {s}",
+    """CREATE TABLE IF NOT EXISTS {s}.journal (
+        ordering BIGINT GENERATED ALWAYS AS IDENTITY,
+        persistence_id TEXT NOT NULL,
+        sequence_nr BIGINT NOT NULL,
+        record BYTEA NOT NULL,
+        checksum BIGINT NOT NULL,
+        PRIMARY KEY (persistence_id, sequence_nr))""",
+    "CREATE UNIQUE INDEX IF NOT EXISTS journal_ordering ON {s}.journal (ordering)",
+    """CREATE TABLE IF NOT EXISTS {s}.tags (
+        tag TEXT NOT NULL,
+        ordering BIGINT NOT NULL,
+        PRIMARY KEY (tag, ordering))""",
+    """CREATE TABLE IF NOT EXISTS {s}.highest_sequence_nr (
+        persistence_id TEXT PRIMARY KEY,
+        sequence_nr BIGINT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS {s}.snapshot (
+        persistence_id TEXT NOT NULL,
+        sequence_nr BIGINT NOT NULL,
+        timestamp BIGINT NOT NULL,
+        snapshot BYTEA NOT NULL,
+        checksum BIGINT NOT NULL,
+        PRIMARY KEY (persistence_id, sequence_nr))""",
+)
+
+_QUERIES = {
+    "insert": "INSERT INTO {s}.journal (persistence_id, sequence_nr, record, checksum) VALUES (%s, %s, %s, %s)",
+    "insert_tag": "INSERT INTO {s}.tags (tag, ordering) "
+                  "SELECT %s, ordering FROM {s}.journal WHERE persistence_id = %s AND sequence_nr = %s",
+    "replay": "SELECT sequence_nr, record, checksum FROM {s}.journal WHERE persistence_id = %s "
+              "AND sequence_nr >= %s AND sequence_nr <= %s ORDER BY sequence_nr LIMIT %s",
+    "highest": "SELECT greatest((SELECT max(sequence_nr) FROM {s}.journal WHERE persistence_id = %(p)s), "
+               "(SELECT sequence_nr FROM {s}.highest_sequence_nr WHERE persistence_id = %(p)s), 0)",
+    "keep_highest": "INSERT INTO {s}.highest_sequence_nr VALUES (%s, %s) ON CONFLICT (persistence_id) "
+                    "DO UPDATE SET sequence_nr = greatest({s}.highest_sequence_nr.sequence_nr, "
+                    "excluded.sequence_nr)",
+    "delete_tags": "DELETE FROM {s}.tags WHERE ordering IN (SELECT ordering FROM {s}.journal "
+                   "WHERE persistence_id = %s AND sequence_nr <= %s)",
+    "delete": "DELETE FROM {s}.journal WHERE persistence_id = %s AND sequence_nr <= %s",
+    "ids": "SELECT DISTINCT persistence_id FROM {s}.journal UNION "
+           "SELECT persistence_id FROM {s}.highest_sequence_nr ORDER BY 1",
+    "tagged": "SELECT j.ordering, j.persistence_id, j.sequence_nr, j.record, j.checksum "
+              "FROM {s}.tags t JOIN {s}.journal j ON j.ordering = t.ordering "
+              "WHERE t.tag = %s AND t.ordering > %s ORDER BY t.ordering LIMIT %s",
+    "tail": "SELECT ordering, persistence_id, sequence_nr, record, checksum "
+            "FROM {s}.journal ORDER BY ordering DESC LIMIT %s",
+    "ls": "SELECT p, max(h), sum(n)::bigint FROM ("
+          " SELECT persistence_id p, max(sequence_nr) h, count(*) n FROM {s}.journal GROUP BY persistence_id"
+          " UNION ALL SELECT persistence_id, sequence_nr, 0 FROM {s}.highest_sequence_nr) x"
+          " GROUP BY p ORDER BY p",
+    "all": "SELECT ordering, persistence_id, sequence_nr, record, checksum FROM {s}.journal "
+           "WHERE ordering > %s ORDER BY ordering LIMIT 1000",
+    "all_snapshots": "SELECT persistence_id, sequence_nr, snapshot, checksum FROM {s}.snapshot "
+                     "ORDER BY persistence_id, sequence_nr",
+    "save_snapshot": "INSERT INTO {s}.snapshot VALUES (%s, %s, %s, %s, %s) "
+                     "ON CONFLICT (persistence_id, sequence_nr) DO UPDATE SET timestamp = excluded.timestamp, "
+                     "snapshot = excluded.snapshot, checksum = excluded.checksum",
+    "load_snapshot": "SELECT sequence_nr, timestamp, snapshot, checksum FROM {s}.snapshot "
+                     "WHERE persistence_id = %s AND sequence_nr BETWEEN %s AND %s "
+                     "AND timestamp BETWEEN %s AND %s ORDER BY sequence_nr DESC, timestamp DESC LIMIT 1",
+    "delete_snapshot": "DELETE FROM {s}.snapshot WHERE persistence_id = %s AND sequence_nr = %s "
+                       "AND (%s = 0 OR timestamp = %s)",
+    "delete_snapshots": "DELETE FROM {s}.snapshot WHERE persistence_id = %s AND sequence_nr BETWEEN %s AND %s "
+                        "AND timestamp BETWEEN %s AND %s",
+}
+
+
+def _split_url(url: str) -> tuple[str, str, int, int]:
+    parts = urlsplit(url)
+    ours: dict[str, str] = {}
+    libpq: list[tuple[str, str]] = []
+    for k, v in parse_qsl(parts.query, keep_blank_values=True):
+        (ours.__setitem__(k, v) if k in ("schema", "pool_min", "pool_max") else libpq.append((k, v)))
+    conninfo = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(libpq)))
+    return conninfo, ours.get("schema", "reprise"), int(ours.get("pool_min", 1)), int(ours.get("pool_max", 4))
+
+
+class _Database:
+    """A connection pool on one schema, with the schema created on first use."""
+
+    def __init__(self, url: str):
+        conninfo, schema, pool_min, pool_max = _split_url(url)
+        self.schema = schema
+        self.where = f"{urlsplit(conninfo).hostname or 'localhost'}/{urlsplit(conninfo).path.lstrip('/')}"
+        try:
+            self.pool = psycopg_pool.ConnectionPool(
+                conninfo, min_size=pool_min, max_size=pool_max, kwargs={"autocommit": True},
+                open=True, name=f"reprise-journal-{schema}")
+            self.pool.wait(timeout=10)
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
+            raise JournalError(f"cannot connect to PostgreSQL at {self.where}: {e}") from e
+        ident = sql.Identifier(schema)
+        self.q = {name: sql.SQL(text).format(s=ident).as_string(None) for name, text in _QUERIES.items()}
+        with self.transaction("create schema") as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
+            for ddl in _SCHEMA:
+                cur.execute(sql.SQL(ddl).format(s=ident))
+
+    @contextmanager
+    def transaction(self, what: str) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor inside one transaction; failures become JournalError (unknown outcome)."""
+        try:
+            with self.pool.connection() as conn, conn.transaction(), conn.cursor(binary=True) as cur:
+                yield cur
+        except psycopg.errors.UniqueViolation:
+            raise
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
+            raise JournalError(f"{what} failed on PostgreSQL {self.where}: {e}") from e
+
+    def query(self, what: str, name: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
+        """Run a read and fetch all rows."""
+        try:
+            with self.pool.connection() as conn, conn.cursor(binary=True) as cur:
+                cur.execute(self.q[name], params)
+                return cur.fetchall()
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
+            raise JournalError(f"{what} failed on PostgreSQL {self.where}: {e}") from e
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self.pool.close()
+
+
+def drop_schema(url: str) -> None:
+    """Drop the journal's schema with everything in it (for tests)."""
+    conninfo, schema, _, _ = _split_url(url)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+class PostgresJournal(Journal):
+    """A journal in PostgreSQL."""
+
+    def __init__(self, url: str):
+        self._db = _Database(url)
+        self._q = self._db.q
+
+    def _store(self, batch: EncodedBatch) -> None:
+        try:
+            with self._db.transaction("write") as cur:
+                if batch.tag_rows:
+                    cur.execute("SELECT pg_advisory_xact_lock(%s)", (_TAG_LOCK,))
+                if len(batch.rows) == 1:
+                    cur.execute(self._q["insert"], batch.rows[0])
+                else:
+                    cur.executemany(self._q["insert"], batch.rows)
+                if batch.tag_rows:
+                    cur.executemany(self._q["insert_tag"], batch.tag_rows)
+        except psycopg.errors.UniqueViolation as e:
+            raise self._duplicate_error(batch, e) from e
+
+    def _read(self, persistence_id: str, start: int, end: int, limit: int) -> Sequence[StoredRow]:
+        return self._db.query("replay", "replay", (persistence_id, start, end, limit))
+
+    def _highest(self, persistence_id: str) -> int:
+        return self._db.query("highest sequence nr", "highest", {"p": persistence_id})[0][0]
+
+    def delete_messages_to(self, persistence_id: str, to_sequence_nr: int) -> None:
+        """Delete all events with seq nr <= to (2**63 - 1 deletes all) without lowering the highest."""
+        with self._db.transaction("delete") as cur:
+            cur.execute(self._q["highest"], {"p": persistence_id})
+            highest = cur.fetchone()[0]  # type: ignore[index]
+            if highest:
+                cur.execute(self._q["keep_highest"], (persistence_id, highest))
+            cur.execute(self._q["delete_tags"], (persistence_id, to_sequence_nr))
+            cur.execute(self._q["delete"], (persistence_id, to_sequence_nr))
+
+    def current_persistence_ids(self) -> Iterator[str]:
+        """Every persistence id that has ever been written (sorted)."""
+        return (r[0] for r in self._db.query("persistence ids", "ids"))
+
+    def _read_tag(self, tag: str, offset: int, limit: int) -> Sequence[TaggedRow]:
+        return self._db.query("events by tag", "tagged", (tag, offset, limit))
+
+    def _read_tail(self, n: int) -> Sequence[TaggedRow]:
+        return self._db.query("tail", "tail", (n,))
+
+    def summaries(self) -> list[PersistenceIdSummary]:
+        """`ls`: every persistence id with its highest sequence number and number of stored events."""
+        return [PersistenceIdSummary(p, h, n) for p, h, n in self._db.query("ls", "ls")]
+
+    def _read_all(self) -> Iterator[tuple[str, int, bytes, int]]:
+        last = 0
+        while True:
+            rows = self._db.query("verify", "all", (last,))
+            for _, pid, seq, blob, ck in rows:
+                yield pid, seq, blob, ck
+            if len(rows) < 1000:
+                return
+            last = rows[-1][0]
+
+    def _read_all_snapshots(self) -> Iterator[tuple[str, int, bytes, int]]:
+        yield from self._db.query("verify", "all_snapshots")
+
+    def execute(self, statement: str, params: Sequence[Any] = ()) -> None:
+        """Run a statement on the journal's schema (`{s}` stands for it); for tests and tooling."""
+        with self._db.transaction("execute") as cur:
+            cur.execute(sql.SQL(statement).format(s=sql.Identifier(self._db.schema)), params)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._db.close()
+
+
+class PostgresSnapshotStore(SnapshotStore):
+    """A snapshot store in PostgreSQL (same schema as the journal)."""
+
+    def __init__(self, url: str):
+        self._db = _Database(url)
+        self._q = self._db.q
+
+    def _write(self, what: str, name: str, params: Sequence[Any]) -> None:
+        with self._db.transaction(what) as cur:
+            cur.execute(self._q[name], params)
+
+    def _save(self, metadata: SnapshotMetadata, blob: bytes, ck: int) -> None:
+        self._write("save snapshot", "save_snapshot",
+                    (metadata.persistence_id, metadata.sequence_nr, metadata.timestamp, blob, ck))
+
+    def _load(self, persistence_id: str,
+              criteria: SnapshotSelectionCriteria) -> tuple[int, int, bytes, int] | None:
+        rows = self._db.query("load snapshot", "load_snapshot",
+                              (persistence_id, criteria.min_sequence_nr, criteria.max_sequence_nr,
+                               criteria.min_timestamp, criteria.max_timestamp))
+        return rows[0] if rows else None
+
+    def delete(self, metadata: SnapshotMetadata) -> None:
+        """Delete the snapshot at (pid, seq nr); a timestamp of 0 matches any timestamp."""
+        self._write("delete snapshot", "delete_snapshot",
+                    (metadata.persistence_id, metadata.sequence_nr, metadata.timestamp, metadata.timestamp))
+
+    def delete_matching(self, persistence_id: str, criteria: SnapshotSelectionCriteria) -> None:
+        """Delete every snapshot of the id matching `criteria`."""
+        self._write("delete snapshots", "delete_snapshots",
+                    (persistence_id, criteria.min_sequence_nr, criteria.max_sequence_nr,
+                     criteria.min_timestamp, criteria.max_timestamp))
+
+    def execute(self, statement: str, params: Sequence[Any] = ()) -> None:
+        """Run a statement on the store's schema (`{s}` stands for it); for tests and tooling."""
+        with self._db.transaction("execute") as cur:
+            cur.execute(sql.SQL(statement).format(s=sql.Identifier(self._db.schema)), params)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._db.close()

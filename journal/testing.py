@@ -1,0 +1,685 @@
+"""The shipped TCK: Akka's JournalSpec (19 cases) and SnapshotStoreSpec (13 cases) for this API, plus
+Reprise's own cases (tags, concurrency, corruption, permissions, serialization, upcasting).
+
+A backend runs it by subclassing with a `journal_url` / `snapshot_url` fixture that gives a fresh,
+empty store, and by setting the capability flags::
+
+    class TestMyJournal(JournalSpec):
+        supports_rejecting_non_serializable_objects = True
+
+        @pytest.fixture
+        def journal_url(self, tmp_path):
+            return f"mybackend://{tmp_path}/j"
+
+Optional hooks (`corrupt_event`, `corrupt_snapshot`, `journal_files`) enable the corruption and
+permission cases; without them those cases skip. The numbers in test docstrings are the reference's
+(akka-persistence.md §4.1 / §4.3).
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from journal.api import Journal, SnapshotStore
+from journal.errors import JournalCorruption, JournalError, SerializationError
+from journal.model import (
+    MAX_SEQUENCE_NR,
+    AtomicWrite,
+    PersistentRepr,
+    SelectedSnapshot,
+    SnapshotMetadata,
+    SnapshotSelectionCriteria,
+)
+from journal.serialization import register_type, register_upcaster, unregister_type
+from journal.urls import open_journal, open_snapshot_store
+
+__all__ = ["JournalSpec", "SnapshotStoreSpec", "TckPayload", "TckRef"]
+
+MAX = MAX_SEQUENCE_NR
+_counter = itertools.count(1)
+
+
+@register_type(manifest="reprise.tck.TckRef")
+@dataclass(frozen=True)
+class TckRef:
+    """Stands in for the ActorRef inside Akka's TestPayload: a nested registered type."""
+
+    path: str
+
+
+@register_type(manifest="reprise.tck.TckPayload")
+@dataclass(frozen=True)
+class TckPayload:
+    """A payload that only round-trips through real serialization (registered, nested, tuples, bytes)."""
+
+    ref: TckRef
+    values: tuple[int, ...] = (1, 2, 3)
+    data: dict[str, object] = field(default_factory=lambda: {"k": [1.5, b"\x00\xff", None, True]})
+
+
+class NotSerializable:
+    """An object the journal must reject (unregistered class)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NotSerializable)
+
+    __hash__ = object.__hash__
+
+
+def _fresh_pid() -> str:
+    return f"p-{next(_counter)}-{uuid.uuid4().hex[:8]}"
+
+
+def _repr(pid: str, n: int, writer: str, payload: object = None) -> PersistentRepr:
+    return PersistentRepr(f"a-{n}" if payload is None else payload, n, pid, writer_uuid=writer)
+
+
+def write_in_child(url: str, pids: list[str], events: int, per_call: int, start: object) -> None:
+    """Body of a child process of the concurrency case: write `events` per pid, `per_call` AtomicWrites a call."""
+    start.wait(30)  # type: ignore[attr-defined]
+    with open_journal(url) as j:
+        todo = [AtomicWrite([PersistentRepr(f"{pid}-{n}", n, pid, writer_uuid="child")])
+                for n in range(1, events + 1) for pid in pids]
+        for i in range(0, len(todo), per_call):
+            results = j.write_messages(todo[i:i + per_call])
+            if any(r is not None for r in results):
+                raise SystemExit(f"unexpected rejection: {results}")
+
+
+class JournalSpec:
+    """Akka's JournalSpec (cases 1-19) plus Reprise's journal cases."""
+
+    supports_rejecting_non_serializable_objects: bool | None = None  # no default, as in Akka: must be set
+    supports_serialization: bool = True
+    supports_metadata: bool = False
+    supports_replay_only_last: bool = False
+    supports_atomic_persist_all_of_several_events: bool = True
+    supports_multiple_processes: bool = False
+    """The store at `journal_url` can be opened by other OS processes (enables the concurrency case)."""
+
+    # --- what a backend provides ------------------------------------------------------------------
+
+    @pytest.fixture
+    def journal_url(self) -> str:
+        """URL of a fresh, empty journal; override in the backend's subclass."""
+        raise NotImplementedError("subclasses of JournalSpec provide a `journal_url` fixture")
+
+    @pytest.fixture
+    def journal(self, journal_url: str) -> Iterator[Journal]:
+        j = open_journal(journal_url)
+        yield j
+        j.close()
+
+    def corrupt_event(self, journal: Journal, journal_url: str, pid: str, sequence_nr: int) -> Journal:
+        """Damage the stored bytes of one event; return the journal to read it with (it may reopen)."""
+        pytest.skip(f"{type(self).__name__} gives no way to damage a stored event")
+
+    def journal_files(self, journal: Journal) -> list[str]:
+        """Paths of the files that hold the journal (for the permission case); [] = not file based."""
+        return []
+
+    # --- fixture: [1] [2] [3] [4,5] (or five single writes) ---------------------------------------
+
+    @pytest.fixture
+    def pid(self) -> str:
+        return _fresh_pid()
+
+    @pytest.fixture
+    def writer(self) -> str:
+        return str(uuid.uuid4())
+
+    @pytest.fixture(autouse=True)
+    def _write_fixture_messages(self, journal: Journal, pid: str, writer: str) -> None:
+        reprs = [_repr(pid, n, writer) for n in range(1, 6)]
+        if self.supports_atomic_persist_all_of_several_events:
+            writes = [AtomicWrite([r]) for r in reprs[:3]] + [AtomicWrite(reprs[3:])]
+        else:
+            writes = [AtomicWrite([r]) for r in reprs]
+        assert journal.write_messages(writes) == [None] * len(writes)
+
+    def expect(self, j: Journal, pid: str, writer: str, frm: int, to: int, mx: int,
+               seqs: list[int], highest: int) -> None:
+        """Replay(frm, to, mx) yields exactly the events `seqs` and the highest is `highest` (RM.., RS)."""
+        assert list(j.replay_messages(pid, frm, to, mx)) == [_repr(pid, n, writer) for n in seqs]
+        assert j.highest_sequence_nr(pid, max(0, frm - 1)) == highest
+
+    # --- JournalSpec: mandatory cases 1-15 --------------------------------------------------------
+
+    def test_replay_all_messages(self, journal: Journal, pid: str, writer: str) -> None:
+        """1: Replay(1, MaxLong, MaxLong) -> RM(1..5), RS(5)."""
+        self.expect(journal, pid, writer, 1, MAX, MAX, [1, 2, 3, 4, 5], 5)
+
+    def test_replay_messages_using_a_lower_sequence_number_bound(self, journal, pid, writer) -> None:
+        """2: Replay(3, MaxLong, MaxLong) -> RM(3..5), RS(5)."""
+        self.expect(journal, pid, writer, 3, MAX, MAX, [3, 4, 5], 5)
+
+    def test_replay_messages_using_an_upper_sequence_number_bound(self, journal, pid, writer) -> None:
+        """3: Replay(1, 3, MaxLong) -> RM(1..3), RS(5)."""
+        self.expect(journal, pid, writer, 1, 3, MAX, [1, 2, 3], 5)
+
+    def test_replay_messages_using_a_count_limit(self, journal, pid, writer) -> None:
+        """4: Replay(1, MaxLong, 3) -> RM(1..3), RS(5)."""
+        self.expect(journal, pid, writer, 1, MAX, 3, [1, 2, 3], 5)
+
+    def test_replay_messages_using_a_lower_and_upper_sequence_number_bound(self, journal, pid, writer) -> None:
+        """5: Replay(2, 3, MaxLong) -> RM(2), RM(3), RS(5)."""
+        self.expect(journal, pid, writer, 2, 3, MAX, [2, 3], 5)
+
+    def test_replay_messages_using_a_lower_and_upper_sequence_number_bound_and_a_count_limit(
+            self, journal, pid, writer) -> None:
+        """6: Replay(2, 5, 2) -> RM(2), RM(3), RS(5)."""
+        self.expect(journal, pid, writer, 2, 5, 2, [2, 3], 5)
+
+    def test_replay_a_single_if_lower_sequence_number_bound_equals_upper_sequence_number_bound(
+            self, journal, pid, writer) -> None:
+        """7: Replay(2, 2, MaxLong) -> RM(2), RS(5)."""
+        self.expect(journal, pid, writer, 2, 2, MAX, [2], 5)
+
+    def test_replay_a_single_message_if_count_limit_equals_1(self, journal, pid, writer) -> None:
+        """8: Replay(2, 4, 1) -> RM(2), RS(5)."""
+        self.expect(journal, pid, writer, 2, 4, 1, [2], 5)
+
+    def test_not_replay_messages_if_count_limit_equals_0(self, journal, pid, writer) -> None:
+        """9: Replay(2, 4, 0) -> RS(5) only."""
+        self.expect(journal, pid, writer, 2, 4, 0, [], 5)
+
+    def test_not_replay_messages_if_lower_sequence_number_bound_is_greater_than_upper(
+            self, journal, pid, writer) -> None:
+        """10: Replay(3, 2, MaxLong) -> RS(5) only."""
+        self.expect(journal, pid, writer, 3, 2, MAX, [], 5)
+
+    def test_not_replay_messages_if_the_persistent_actor_has_not_yet_written_messages(
+            self, journal, writer) -> None:
+        """11: Replay(0, MaxLong, MaxLong) of "non-existing-pid" -> RS(0) only."""
+        self.expect(journal, "non-existing-pid", writer, 0, MAX, MAX, [], 0)
+
+    def test_retrieve_highest_sequence_nr_without_replaying_events(self, journal, pid, writer) -> None:
+        """12: Replay(0, 0, 1) -> RS(5), no RM."""
+        self.expect(journal, pid, writer, 0, 0, 1, [], 5)
+
+    def test_not_replay_permanently_deleted_messages_range_deletion(self, journal, pid, writer) -> None:
+        """13: DeleteMessagesTo(3) then Replay(1, MaxLong, MaxLong) -> RM(4), RM(5)."""
+        journal.delete_messages_to(pid, 3)
+        self.expect(journal, pid, writer, 1, MAX, MAX, [4, 5], 5)
+
+    def test_not_reset_highest_sequence_nr_after_message_deletion(self, journal, pid, writer) -> None:
+        """14: Replay(0..) -> RM(1..5), RS(5); DeleteMessagesTo(3); Replay(0..) -> RM(4), RM(5), RS(5)."""
+        self.expect(journal, pid, writer, 0, MAX, MAX, [1, 2, 3, 4, 5], 5)
+        journal.delete_messages_to(pid, 3)
+        self.expect(journal, pid, writer, 0, MAX, MAX, [4, 5], 5)
+
+    def test_not_reset_highest_sequence_nr_after_journal_cleanup(self, journal, pid, writer) -> None:
+        """15: Replay(0..) -> RM(1..5), RS(5); DeleteMessagesTo(MaxLong); Replay(0..) -> RS(5) only."""
+        self.expect(journal, pid, writer, 0, MAX, MAX, [1, 2, 3, 4, 5], 5)
+        journal.delete_messages_to(pid, MAX)
+        self.expect(journal, pid, writer, 0, MAX, MAX, [], 5)
+
+    # --- JournalSpec: optional cases 16-19 --------------------------------------------------------
+
+    def test_reject_non_serializable_events(self, journal, pid, writer) -> None:
+        """16: one call with single writes 6, 7 (not serializable), 8 -> 6 and 8 stored, 7 rejected."""
+        if self.supports_rejecting_non_serializable_objects is None:
+            pytest.fail(f"{type(self).__name__} must set supports_rejecting_non_serializable_objects")
+        if not self.supports_rejecting_non_serializable_objects:
+            pytest.skip("supports_rejecting_non_serializable_objects is off")
+        bad = NotSerializable()
+        writes = [AtomicWrite([_repr(pid, 6, writer, "b-6")]), AtomicWrite([_repr(pid, 7, writer, bad)]),
+                  AtomicWrite([_repr(pid, 8, writer, "b-8")])]
+        results = journal.write_messages(writes)
+        assert len(results) == 3
+        assert results[0] is None and results[2] is None
+        assert isinstance(results[1], SerializationError)
+        assert list(journal.replay_messages(pid, 6)) == [_repr(pid, 6, writer, "b-6"), _repr(pid, 8, writer, "b-8")]
+        assert journal.highest_sequence_nr(pid) == 8
+
+    def test_serialize_events(self, journal, pid, writer) -> None:
+        """17: TestPayload at 6 round-trips through serialization; RS(h >= 6)."""
+        if not self.supports_serialization:
+            pytest.skip("supports_serialization is off")
+        payload = TckPayload(TckRef("reprise://sys/user/probe#42"))
+        assert journal.write_messages([AtomicWrite([_repr(pid, 6, writer, payload)])]) == [None]
+        replayed = list(journal.replay_messages(pid, 6, MAX, MAX))
+        assert replayed == [_repr(pid, 6, writer, payload)]
+        assert replayed[0].payload == payload and type(replayed[0].payload.values) is tuple
+        assert replayed[0].payload is not payload
+        assert journal.highest_sequence_nr(pid) >= 6
+
+    def test_return_metadata(self, journal, pid, writer) -> None:
+        """18: an event written with metadata "meta-data" replays with it; RS(6)."""
+        if not self.supports_metadata:
+            pytest.skip("supports_metadata is off")
+        r = PersistentRepr("b-6", 6, pid, writer_uuid=writer, metadata="meta-data")
+        assert journal.write_messages([AtomicWrite([r])]) == [None]
+        replayed = list(journal.replay_messages(pid, 6, 6, 1))
+        assert replayed == [r] and replayed[0].metadata == "meta-data"
+        assert journal.highest_sequence_nr(pid) == 6
+
+    def test_replay_only_last_when_from_sequence_nr_is_minus_1(self, journal, pid, writer) -> None:
+        """19: Replay(-1, MaxLong, MaxLong) -> RM(5), RS(5)."""
+        if not self.supports_replay_only_last:
+            pytest.skip("supports_replay_only_last is off")
+        self.expect(journal, pid, writer, -1, MAX, MAX, [5], 5)
+
+    # --- Reprise: the write contract ---------------------------------------------------------------
+
+    def test_atomic_write_invariants(self, pid) -> None:
+        with pytest.raises(ValueError, match="must not be empty"):
+            AtomicWrite([])
+        with pytest.raises(ValueError, match="same persistenceId"):
+            AtomicWrite([PersistentRepr("a", 1, pid), PersistentRepr("b", 2, pid + "x")])
+        aw = AtomicWrite([PersistentRepr("a", n, pid) for n in (2, 3, 4)])
+        assert (aw.lowest_sequence_nr, aw.highest_sequence_nr, aw.size, aw.persistence_id) == (2, 4, 3, pid)
+
+    def test_write_stamps_timestamps_and_equality_ignores_them(self, journal, pid, writer) -> None:
+        import time
+
+        before = time.time_ns() // 1_000_000
+        assert journal.write_messages([AtomicWrite([_repr(pid, 6, writer)])]) == [None]
+        after = time.time_ns() // 1_000_000
+        (r,) = journal.replay_messages(pid, 6)
+        assert before <= r.timestamp <= after
+        assert r == _repr(pid, 6, writer) and r.with_timestamp(1) == r
+        assert r != _repr(pid, 6, writer, "other")
+
+    def test_atomic_write_with_one_unserializable_event_is_rejected_whole(self, journal, pid, writer) -> None:
+        if not self.supports_atomic_persist_all_of_several_events:
+            pytest.skip("supports_atomic_persist_all_of_several_events is off")
+        other = _fresh_pid()
+        bad = AtomicWrite([_repr(pid, 6, writer), _repr(pid, 7, writer, NotSerializable()), _repr(pid, 8, writer)])
+        good = AtomicWrite([_repr(other, 1, writer), _repr(other, 2, writer)])
+        results = journal.write_messages([bad, good])
+        assert isinstance(results[0], SerializationError) and results[1] is None
+        assert journal.highest_sequence_nr(pid) == 5
+        assert list(journal.replay_messages(pid, 6)) == []
+        assert list(journal.replay_messages(other)) == [_repr(other, 1, writer), _repr(other, 2, writer)]
+
+    def test_rejection_names_the_type_and_how_to_register_it(self, journal, pid, writer) -> None:
+        @dataclass(frozen=True)
+        class Unregistered:
+            x: int
+
+        (result,) = journal.write_messages([AtomicWrite([_repr(pid, 6, writer, {"nested": [Unregistered(1)]})])])
+        assert isinstance(result, SerializationError)
+        assert "Unregistered" in str(result) and "register_type" in str(result)
+        assert pid in str(result) and "6" in str(result)
+        assert journal.highest_sequence_nr(pid) == 5
+
+    def test_unknown_manifest_on_replay_raises_a_clear_error(self, journal, pid, writer) -> None:
+        manifest = f"reprise.tck.Ephemeral-{uuid.uuid4().hex}"
+
+        @dataclass(frozen=True)
+        class Ephemeral:
+            x: int
+
+        register_type(Ephemeral, manifest=manifest)
+        try:
+            assert journal.write_messages([AtomicWrite([_repr(pid, 6, writer, Ephemeral(1))])]) == [None]
+        finally:
+            unregister_type(manifest)
+        with pytest.raises(SerializationError, match="unknown manifest") as err:
+            list(journal.replay_messages(pid, 1))
+        assert manifest in str(err.value) and pid in str(err.value) and "sequence nr 6" in str(err.value)
+
+    def test_upcaster_turns_an_old_version_into_the_current_class(self, journal, pid, writer) -> None:
+        manifest = f"reprise.tck.Renamed-{uuid.uuid4().hex}"
+
+        @dataclass(frozen=True)
+        class NameV1:
+            full_name: str
+
+        @dataclass(frozen=True)
+        class NameV3:
+            first: str
+            last: str
+            title: str
+
+        register_type(NameV1, manifest=manifest, version=1)
+        try:
+            assert journal.write_messages([AtomicWrite([_repr(pid, 6, writer, NameV1("Ada Lovelace"))])]) == [None]
+        finally:
+            unregister_type(manifest)
+        register_type(NameV3, manifest=manifest, version=3)
+        try:
+            register_upcaster(manifest, 1, lambda f: f[0].split(" ", 1))
+            register_upcaster(manifest, 2, lambda f: [*f, "Countess"])
+            (r,) = journal.replay_messages(pid, 6)
+            assert r.payload == NameV3("Ada", "Lovelace", "Countess")
+        finally:
+            unregister_type(manifest)
+
+    def test_duplicate_sequence_nr_raises_a_journal_error_naming_it(self, journal, pid, writer) -> None:
+        other = _fresh_pid()
+        with pytest.raises(JournalError, match=rf"sequence nr 4 of persistence id '{pid}'"):
+            journal.write_messages([AtomicWrite([_repr(other, 1, writer)]),
+                                    AtomicWrite([_repr(pid, 4, writer, "overwrite?")])])
+        self.expect(journal, pid, writer, 1, MAX, MAX, [1, 2, 3, 4, 5], 5)
+        assert journal.highest_sequence_nr(other) == 0  # the batch was one transaction: nothing stored
+
+    def test_concurrent_writer_reusing_a_sequence_nr_gets_a_clear_error(self, journal, journal_url, pid,
+                                                                        writer) -> None:
+        with open_journal(journal_url) as second:
+            assert second.write_messages([AtomicWrite([_repr(pid, 6, "second")])]) == [None]
+            with pytest.raises(JournalError, match=rf"sequence nr 6 of persistence id '{pid}'"):
+                journal.write_messages([AtomicWrite([_repr(pid, 6, writer)])])
+        assert [r.writer_uuid for r in journal.replay_messages(pid, 6)] == ["second"]
+
+    def test_write_after_deleting_everything_continues_the_sequence(self, journal, pid, writer) -> None:
+        journal.delete_messages_to(pid, MAX)
+        journal.delete_messages_to("never-written-" + pid, MAX)
+        assert journal.write_messages([AtomicWrite([_repr(pid, 6, writer)])]) == [None]
+        self.expect(journal, pid, writer, 1, MAX, MAX, [6], 6)
+        assert journal.highest_sequence_nr("never-written-" + pid) == 0
+
+    # --- Reprise: replay streaming and bounds ------------------------------------------------------
+
+    def test_replay_streams_across_chunks(self, journal, writer) -> None:
+        pid = _fresh_pid()
+        n = 2 * journal.replay_chunk + 77
+        writes = [AtomicWrite([_repr(pid, i, writer)]) for i in range(1, n + 1)]
+        for i in range(0, n, 500):
+            assert journal.write_messages(writes[i:i + 500]) == [None] * len(writes[i:i + 500])
+        stream = journal.replay_messages(pid)
+        assert next(stream) == _repr(pid, 1, writer)
+        assert [r.sequence_nr for r in stream] == list(range(2, n + 1))
+        chunk = journal.replay_chunk
+        got = [r.sequence_nr for r in journal.replay_messages(pid, chunk - 3, n - 5, chunk + 10)]
+        assert got == list(range(chunk - 3, 2 * chunk + 7))
+        assert [r.sequence_nr for r in journal.replay_messages(pid, 1, MAX, chunk)] == list(range(1, chunk + 1))
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors])
+    @given(frm=st.integers(-1, 8), to=st.integers(0, 8) | st.just(MAX), mx=st.integers(0, 7) | st.just(MAX))
+    def test_replay_bounds_match_a_model(self, journal, pid, writer, frm, to, mx) -> None:
+        if frm == -1 and not self.supports_replay_only_last:
+            frm = 0
+        model = [n for n in range(1, 6) if frm <= n <= to][:mx] if frm != -1 else ([5] if to >= 5 and mx else [])
+        assert [r.sequence_nr for r in journal.replay_messages(pid, frm, to, mx)] == model
+
+    # --- Reprise: read side and tooling -------------------------------------------------------------
+
+    def test_events_by_tag_is_ordered_and_resumable(self, journal, writer) -> None:
+        a, b = _fresh_pid(), _fresh_pid()
+        t, u = f"t-{uuid.uuid4().hex[:6]}", f"u-{uuid.uuid4().hex[:6]}"
+
+        def ev(pid: str, n: int, *tags: str) -> AtomicWrite:
+            return AtomicWrite([PersistentRepr(f"{pid}-{n}", n, pid, writer_uuid=writer, tags=frozenset(tags))])
+
+        for w in (ev(a, 1, t), ev(b, 1, t, u), ev(a, 2, u), ev(b, 2, t)):
+            assert journal.write_messages([w]) == [None]
+        envs = list(journal.events_by_tag(t))
+        assert [(e.persistence_id, e.sequence_nr) for e in envs] == [(a, 1), (b, 1), (b, 2)]
+        assert envs[0].offset < envs[1].offset < envs[2].offset
+        assert envs[1].event == f"{b}-1" and envs[1].tags == frozenset({t, u}) and envs[1].timestamp > 0
+        assert [(e.persistence_id, e.sequence_nr) for e in journal.events_by_tag(t, envs[1].offset)] == [(b, 2)]
+        assert [(e.persistence_id, e.sequence_nr) for e in journal.events_by_tag(u)] == [(b, 1), (a, 2)]
+        journal.delete_messages_to(a, 1)
+        assert [(e.persistence_id, e.sequence_nr) for e in journal.events_by_tag(t)] == [(b, 1), (b, 2)]
+        assert journal.write_messages([ev(a, 3, t)]) == [None]
+        later = list(journal.events_by_tag(t, envs[2].offset))
+        assert [(e.persistence_id, e.sequence_nr) for e in later] == [(a, 3)] and later[0].offset > envs[2].offset
+        assert list(journal.events_by_tag("no-such-tag")) == []
+
+    def test_current_persistence_ids(self, journal, pid, writer) -> None:
+        other = _fresh_pid()
+        assert journal.write_messages([AtomicWrite([_repr(other, 1, writer)])]) == [None]
+        journal.delete_messages_to(other, MAX)
+        ids = list(journal.current_persistence_ids())
+        assert pid in ids and other in ids and ids == sorted(ids)
+
+    def test_ls_show_and_tail(self, journal, pid, writer) -> None:
+        journal.delete_messages_to(pid, 2)
+        summary = {s.persistence_id: s for s in journal.summaries()}[pid]
+        assert (summary.highest_sequence_nr, summary.event_count) == (5, 3)
+        assert [r.sequence_nr for r in journal.show(pid, 4)] == [4, 5]
+        other = _fresh_pid()
+        assert journal.write_messages([AtomicWrite([_repr(other, 1, writer)])]) == [None]
+        tail = journal.tail(3)
+        assert [(e.persistence_id, e.sequence_nr) for e in tail] == [(pid, 4), (pid, 5), (other, 1)]
+        assert tail[-1].event == "a-1" and journal.tail(0) == []
+
+    def test_verify_finds_nothing_wrong_in_a_healthy_journal(self, journal, pid) -> None:
+        report = journal.verify()
+        assert report.ok, report.problems
+        assert report.records_checked >= 5
+
+    # --- Reprise: integrity, permissions, concurrency -----------------------------------------------
+
+    def test_corrupted_event_raises_journal_corruption_naming_pid_and_seq(self, journal, journal_url, pid,
+                                                                          writer) -> None:
+        journal = self.corrupt_event(journal, journal_url, pid, 3)
+        try:
+            assert list(journal.replay_messages(pid, 1, 2)) == [_repr(pid, 1, writer), _repr(pid, 2, writer)]
+            with pytest.raises(JournalCorruption) as err:
+                list(journal.replay_messages(pid))
+            assert (err.value.persistence_id, err.value.sequence_nr) == (pid, 3)
+            assert pid in str(err.value) and "sequence nr 3" in str(err.value)
+            problems = journal.verify().problems
+            assert [(p.persistence_id, p.sequence_nr) for p in problems] == [(pid, 3)]
+        finally:
+            journal.close()
+
+    def test_journal_files_are_private(self, journal, pid) -> None:
+        import os
+        import stat
+
+        files = [f for f in self.journal_files(journal) if os.path.exists(f)]
+        if not files:
+            pytest.skip(f"{type(self).__name__} is not file based")
+        for f in files:
+            mode = stat.S_IMODE(os.stat(f).st_mode)
+            assert mode & 0o077 == 0, f"{f} has mode {oct(mode)}"
+
+    @pytest.mark.timeout(120)
+    def test_two_processes_writing_different_ids_lose_and_duplicate_nothing(self, journal, journal_url,
+                                                                            ) -> None:
+        if not self.supports_multiple_processes:
+            pytest.skip(f"{type(self).__name__} cannot be shared between processes")
+        ctx = multiprocessing.get_context("spawn")
+        start = ctx.Event()
+        groups = [[_fresh_pid() for _ in range(3)] for _ in range(2)]
+        events = 60
+        children = [ctx.Process(target=write_in_child, args=(journal_url, g, events, 4, start)) for g in groups]
+        for c in children:
+            c.start()
+        start.set()
+        for c in children:
+            c.join(100)
+        assert [c.exitcode for c in children] == [0, 0]
+        for pid in itertools.chain.from_iterable(groups):
+            replayed = list(journal.replay_messages(pid))
+            assert [r.sequence_nr for r in replayed] == list(range(1, events + 1))
+            assert [r.payload for r in replayed] == [f"{pid}-{n}" for n in range(1, events + 1)]
+            assert journal.highest_sequence_nr(pid) == events
+
+
+class SnapshotStoreSpec:
+    """Akka's SnapshotStoreSpec (cases 1-13) plus Reprise's snapshot cases."""
+
+    supports_serialization: bool = True
+    supports_metadata: bool = False
+
+    @pytest.fixture
+    def snapshot_url(self) -> str:
+        """URL of a fresh, empty snapshot store; override in the backend's subclass."""
+        raise NotImplementedError("subclasses of SnapshotStoreSpec provide a `snapshot_url` fixture")
+
+    @pytest.fixture
+    def store(self, snapshot_url: str) -> Iterator[SnapshotStore]:
+        s = open_snapshot_store(snapshot_url)
+        yield s
+        s.close()
+
+    def corrupt_snapshot(self, store: SnapshotStore, snapshot_url: str, pid: str, sequence_nr: int
+                         ) -> SnapshotStore:
+        """Damage the stored bytes of one snapshot; return the store to read it with (it may reopen)."""
+        pytest.skip(f"{type(self).__name__} gives no way to damage a stored snapshot")
+
+    @pytest.fixture
+    def pid(self) -> str:
+        return _fresh_pid()
+
+    @pytest.fixture
+    def md(self, store: SnapshotStore, pid: str) -> list[SnapshotMetadata]:
+        """Fixture: snapshots "s-1".."s-5" saved at seq nrs 11..15; md(i) = the returned metadata."""
+        return [store.save(SnapshotMetadata(pid, 10 + i), f"s-{i}") for i in range(1, 6)]
+
+    @staticmethod
+    def load(store: SnapshotStore, pid: str, criteria: SnapshotSelectionCriteria,
+             to_sequence_nr: int = MAX) -> SelectedSnapshot | None:
+        """What the snapshot actor does for LoadSnapshot(pid, criteria, toSequenceNr)."""
+        if criteria == SnapshotSelectionCriteria.NONE:
+            return None
+        return store.load(pid, criteria.limit(to_sequence_nr))
+
+    # --- SnapshotStoreSpec: mandatory cases 1-11 --------------------------------------------------
+
+    def test_not_load_a_snapshot_given_an_invalid_persistence_id(self, store, md) -> None:
+        """1: Load("invalid", Latest) -> None."""
+        assert self.load(store, "invalid", SnapshotSelectionCriteria.LATEST) is None
+
+    def test_not_load_a_snapshot_given_non_matching_timestamp_criteria(self, store, pid, md) -> None:
+        """2: Load(pid, Latest with maxTimestamp = 100) -> None."""
+        assert self.load(store, pid, SnapshotSelectionCriteria(max_timestamp=100)) is None
+
+    def test_not_load_a_snapshot_given_non_matching_sequence_number_criteria(self, store, pid, md) -> None:
+        """3: Load(pid, criteria(maxSeq 7)) -> None; Load(pid, Latest, toSeq 7) -> None."""
+        assert self.load(store, pid, SnapshotSelectionCriteria(max_sequence_nr=7)) is None
+        assert self.load(store, pid, SnapshotSelectionCriteria.LATEST, 7) is None
+
+    def test_load_the_most_recent_snapshot(self, store, pid, md) -> None:
+        """4: Load(pid, Latest) -> (md(4), "s-5")."""
+        assert self.load(store, pid, SnapshotSelectionCriteria.LATEST) == SelectedSnapshot(md[4], "s-5")
+
+    def test_load_the_most_recent_snapshot_matching_an_upper_sequence_number_bound(self, store, pid, md) -> None:
+        """5: Load(pid, criteria(13)) and Load(pid, Latest, 13) -> (md(2), "s-3")."""
+        assert self.load(store, pid, SnapshotSelectionCriteria(max_sequence_nr=13)) == SelectedSnapshot(md[2], "s-3")
+        assert self.load(store, pid, SnapshotSelectionCriteria.LATEST, 13) == SelectedSnapshot(md[2], "s-3")
+
+    def test_load_the_most_recent_snapshot_matching_upper_sequence_number_and_timestamp_bounds(
+            self, store, pid, md) -> None:
+        """6: Load(pid, criteria(13, md(2).ts)); Load(pid, Latest with maxTimestamp md(2).ts, 13) -> md(2)."""
+        expected = SelectedSnapshot(md[2], "s-3")
+        assert self.load(store, pid, SnapshotSelectionCriteria(13, md[2].timestamp)) == expected
+        assert self.load(store, pid, SnapshotSelectionCriteria(max_timestamp=md[2].timestamp), 13) == expected
+
+    def test_delete_a_single_snapshot_identified_by_sequence_nr_in_snapshot_metadata(
+            self, store, pid, md) -> None:
+        """7: DeleteSnapshot(md(2) with timestamp 0); Load(pid, criteria(13)) -> (md(1), "s-2")."""
+        store.delete(SnapshotMetadata(pid, md[2].sequence_nr, 0))
+        assert self.load(store, pid, SnapshotSelectionCriteria(max_sequence_nr=13)) == SelectedSnapshot(md[1], "s-2")
+
+    def test_delete_all_snapshots_matching_upper_sequence_number_and_timestamp_bounds(
+            self, store, pid, md) -> None:
+        """8: DeleteSnapshots(criteria(13, md(2).ts)) -> nothing <= 13 left; criteria(14, md(3).ts) -> md(3)."""
+        store.delete_matching(pid, SnapshotSelectionCriteria(13, md[2].timestamp))
+        assert self.load(store, pid, SnapshotSelectionCriteria(13, md[2].timestamp)) is None
+        assert self.load(store, pid, SnapshotSelectionCriteria(14, md[3].timestamp)) == SelectedSnapshot(md[3], "s-4")
+
+    def test_not_delete_snapshots_with_non_matching_upper_timestamp_bounds(self, store, pid, md) -> None:
+        """9: DeleteSnapshots(criteria(14, md(3).ts - 1)) leaves md(3)."""
+        store.delete_matching(pid, SnapshotSelectionCriteria(14, md[3].timestamp - 1))
+        assert self.load(store, pid, SnapshotSelectionCriteria(14, md[3].timestamp)) == SelectedSnapshot(md[3], "s-4")
+
+    def test_save_and_overwrite_snapshot_with_same_sequence_number(self, store, pid, md) -> None:
+        """10: SaveSnapshot(md(4), "s-5-modified") -> seq 15; Load(criteria(15)) -> "s-5-modified"."""
+        saved = store.save(md[4], "s-5-modified")
+        assert saved.sequence_nr == 15 and saved.persistence_id == pid
+        loaded = self.load(store, pid, SnapshotSelectionCriteria(max_sequence_nr=15))
+        assert loaded is not None
+        assert (loaded.snapshot, loaded.metadata.sequence_nr) == ("s-5-modified", 15)
+
+    def test_save_bigger_size_snapshot(self, store, pid, md) -> None:
+        """11: SaveSnapshot((pid, 100), "0" * 10000) succeeds."""
+        saved = store.save(SnapshotMetadata(pid, 100), "0" * 10000)
+        assert saved.sequence_nr == 100
+        assert store.load(pid).snapshot == "0" * 10000
+
+    # --- SnapshotStoreSpec: optional cases 12-13 --------------------------------------------------
+
+    def test_serialize_snapshots(self, store, pid, md) -> None:
+        """12: TestPayload saved at (pid, 100) loads equal."""
+        if not self.supports_serialization:
+            pytest.skip("supports_serialization is off")
+        payload = TckPayload(TckRef("reprise://sys/user/probe#7"))
+        store.save(SnapshotMetadata(pid, 100), payload)
+        loaded = self.load(store, pid, SnapshotSelectionCriteria.LATEST)
+        assert loaded is not None and loaded.metadata.sequence_nr == 100
+        assert loaded.metadata.persistence_id == pid and loaded.snapshot == payload
+
+    def test_store_metadata(self, store, pid, md) -> None:
+        """13: "snap" saved at (pid, 100) with metadata "fictional metadata" loads with it."""
+        if not self.supports_metadata:
+            pytest.skip("supports_metadata is off")
+        store.save(SnapshotMetadata(pid, 100, metadata="fictional metadata"), "snap")
+        loaded = self.load(store, pid, SnapshotSelectionCriteria.LATEST)
+        assert loaded is not None and loaded.snapshot == "snap" and loaded.metadata.sequence_nr == 100
+        assert loaded.metadata.metadata == "fictional metadata"
+
+    # --- Reprise ---------------------------------------------------------------------------------
+
+    def test_save_stamps_the_timestamp_in_milliseconds(self, store, pid) -> None:
+        import time
+
+        before = time.time_ns() // 1_000_000
+        saved = store.save(SnapshotMetadata(pid, 1), "x")
+        assert before <= saved.timestamp <= time.time_ns() // 1_000_000
+        assert store.load(pid).metadata == saved
+
+    def test_does_not_confuse_europe_with_europeitaly(self, store) -> None:
+        suffix = uuid.uuid4().hex[:6]
+        store.save(SnapshotMetadata(f"europe{suffix}", 1), "eu")
+        store.save(SnapshotMetadata(f"europeitaly{suffix}", 2), "it")
+        assert store.load(f"europe{suffix}").snapshot == "eu"
+        store.delete_matching(f"europe{suffix}", SnapshotSelectionCriteria.LATEST)
+        assert store.load(f"europe{suffix}") is None
+        assert store.load(f"europeitaly{suffix}").snapshot == "it"
+
+    def test_criteria_none_selects_nothing_and_latest_everything(self, store, pid, md) -> None:
+        assert store.load(pid, SnapshotSelectionCriteria.NONE) is None
+        assert store.load(pid, SnapshotSelectionCriteria.LATEST).metadata == md[4]
+        assert store.load(pid, SnapshotSelectionCriteria(min_sequence_nr=12, max_sequence_nr=12)).snapshot == "s-2"
+        assert store.load(pid, SnapshotSelectionCriteria(min_sequence_nr=16)) is None
+
+    def test_delete_with_a_different_timestamp_keeps_the_snapshot(self, store, pid, md) -> None:
+        store.delete(SnapshotMetadata(pid, 15, md[4].timestamp + 1))
+        assert store.load(pid).metadata == md[4]
+        store.delete(md[4])
+        assert store.load(pid).metadata == md[3]
+
+    def test_unserializable_snapshot_is_refused(self, store, pid, md) -> None:
+        with pytest.raises(SerializationError, match="NotSerializable"):
+            store.save(SnapshotMetadata(pid, 100), {"x": NotSerializable()})
+        assert store.load(pid).metadata == md[4]
+
+    def test_snapshot_with_unknown_manifest_raises_instead_of_returning_none(self, store, pid, md) -> None:
+        manifest = f"reprise.tck.EphemeralSnapshot-{uuid.uuid4().hex}"
+
+        @dataclass(frozen=True)
+        class State:
+            x: int
+
+        register_type(State, manifest=manifest)
+        try:
+            store.save(SnapshotMetadata(pid, 100), State(1))
+        finally:
+            unregister_type(manifest)
+        with pytest.raises(SerializationError, match="unknown manifest"):
+            store.load(pid)
+        assert store.load(pid, SnapshotSelectionCriteria(max_sequence_nr=99)).snapshot == "s-5"
+
+    def test_corrupted_snapshot_raises_instead_of_returning_none(self, store, snapshot_url, pid, md) -> None:
+        store = self.corrupt_snapshot(store, snapshot_url, pid, 15)
+        try:
+            with pytest.raises(JournalCorruption) as err:
+                store.load(pid)
+            assert (err.value.persistence_id, err.value.sequence_nr) == (pid, 15)
+            assert store.load(pid, SnapshotSelectionCriteria(max_sequence_nr=14)).snapshot == "s-4"
+        finally:
+            store.close()
