@@ -128,7 +128,7 @@ def _unserializable(obj: Any) -> SerializationError:
     t = type(obj)
     name = f"{t.__module__}.{t.__qualname__}"
     if dataclasses.is_dataclass(obj):
-        how = (f"register it with journal.register_type({t.__qualname__}) "
+        how = (f"register it with journal.register_type({t.__name__}) "
                f"(or decorate the frozen dataclass with @register_type)")
     else:
         how = ("store primitives, bytes, lists, dicts, tuples, sets, or a frozen dataclass registered "
@@ -147,6 +147,8 @@ def _default(obj: Any) -> ExtType:
         return ExtType(_EXT_FROZENSET, _packb(list(obj)))
     if t is set:
         return ExtType(_EXT_SET, _packb(list(obj)))
+    if t is int:
+        raise SerializationError(f"cannot serialize the int {obj}: outside msgpack's 64-bit range")
     raise _unserializable(obj)
 
 

@@ -326,6 +326,12 @@ class SqliteJournal(Journal):
         except JournalError as e:
             yield Problem(None, None, str(e))
 
+    def pragma(self, name: str) -> Any:
+        """The value of a PRAGMA on the journal's connection (e.g. "synchronous", "journal_mode")."""
+        if not name.isidentifier():
+            raise ValueError(f"not a pragma name: {name!r}")
+        return self._c.query("pragma", f"PRAGMA {name}")[0][0]
+
     def close(self) -> None:
         """Close the connection."""
         self._c.close()

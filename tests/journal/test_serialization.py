@@ -1,0 +1,155 @@
+"""msgpack serialization: exact round trips, registered types, rejections, upcasters."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from journal import SerializationError, register_type, register_upcaster, unregister_type
+from journal.serialization import deserialize, manifest_of, serialize
+
+
+@register_type
+@dataclass(frozen=True)
+class Point:
+    x: int
+    y: int
+
+
+@register_type(manifest="test.Shape", version=1)
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    corners: tuple[Point, ...]
+    style: dict[str, object] = field(default_factory=dict)
+    labels: frozenset[str] = frozenset()
+
+
+scalars = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1)
+           | st.floats(allow_nan=False) | st.text(max_size=8) | st.binary(max_size=8))
+values = st.recursive(
+    scalars,
+    lambda inner: (st.lists(inner, max_size=4) | st.tuples(inner, inner)
+                   | st.dictionaries(st.text(max_size=4) | st.integers(-99, 99), inner, max_size=4)
+                   | st.frozensets(st.integers(-99, 99), max_size=4)
+                   | st.builds(Point, st.integers(-5, 5), st.integers(-5, 5))),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(values)
+def test_round_trip_is_exact_including_container_types(value) -> None:
+    back = deserialize(serialize(value))
+    assert back == value
+    assert _shape(back) == _shape(value)
+
+
+def _shape(v: object) -> object:
+    """The value's structure with container types kept (so a tuple coming back as a list fails)."""
+    if isinstance(v, (list, tuple)):
+        return (type(v), [_shape(x) for x in v])
+    if isinstance(v, dict):
+        return (dict, sorted((repr(k), _shape(x)) for k, x in v.items()))
+    return type(v)
+
+
+def test_registered_dataclasses_nest_and_keep_tuples() -> None:
+    s = Shape("tri", (Point(0, 0), Point(1, 0), Point(0, 1)), {"fill": [1, (2, 3)]}, frozenset({"a"}))
+    back = deserialize(serialize(s))
+    assert back == s and type(back.corners) is tuple and type(back.corners[0]) is Point
+    assert type(back.style["fill"][1]) is tuple
+    assert manifest_of(Point) == f"{__name__}.Point" and manifest_of(Shape) == "test.Shape"
+
+
+def test_unregistered_and_unsupported_types_are_named_with_the_fix() -> None:
+    @dataclass(frozen=True)
+    class Loose:
+        x: int
+
+    class Color(enum.IntEnum):
+        RED = 1
+
+    with pytest.raises(SerializationError, match=r"Loose.*register_type\(Loose\)"):
+        serialize({"deep": [Loose(1)]})
+    with pytest.raises(SerializationError, match="Color"):
+        serialize([Color.RED])
+    with pytest.raises(SerializationError, match="64-bit range"):
+        serialize(2**70)
+    assert serialize("still works") == b"\xabstill works"
+
+
+def test_register_type_refuses_what_it_cannot_round_trip() -> None:
+    @dataclass
+    class Mutable:
+        x: int
+
+    with pytest.raises(TypeError, match="frozen"):
+        register_type(Mutable)
+    with pytest.raises(TypeError, match="dataclass"):
+        register_type(int)
+
+    @dataclass(frozen=True)
+    class Impostor:
+        name: str
+
+    with pytest.raises(ValueError, match="already registered"):
+        register_type(Impostor, manifest="test.Shape")
+
+
+def test_unknown_manifest_and_newer_version_are_clear_errors() -> None:
+    manifest = f"test.Gone-{uuid.uuid4().hex}"
+
+    @dataclass(frozen=True)
+    class Gone:
+        x: int
+
+    register_type(Gone, manifest=manifest, version=2)
+    data = serialize(Gone(1))
+    unregister_type(Gone)
+    with pytest.raises(SerializationError, match=f"unknown manifest '{manifest}'"):
+        deserialize(data)
+
+    @dataclass(frozen=True)
+    class Older:
+        x: int
+
+    register_type(Older, manifest=manifest, version=1)
+    try:
+        with pytest.raises(SerializationError, match="newer than the registered class"):
+            deserialize(data)
+    finally:
+        unregister_type(manifest)
+
+
+def test_upcasters_chain_version_by_version_and_a_missing_one_is_named() -> None:
+    manifest = f"test.Money-{uuid.uuid4().hex}"
+
+    @dataclass(frozen=True)
+    class MoneyV1:
+        cents: int
+
+    register_type(MoneyV1, manifest=manifest)
+    old = serialize([MoneyV1(150), MoneyV1(5)])
+    unregister_type(MoneyV1)
+
+    @register_type(manifest=manifest, version=3)
+    @dataclass(frozen=True)
+    class Money:
+        amount: str
+        currency: str
+
+    try:
+        with pytest.raises(SerializationError, match=rf"register_upcaster\('{manifest}', 1, fn\)"):
+            deserialize(old)
+        register_upcaster(manifest, 1, lambda f: [f"{f[0] // 100}.{f[0] % 100:02d}"])
+        register_upcaster(manifest, 2, lambda f: [f[0], "EUR"])
+        assert deserialize(old) == [Money("1.50", "EUR"), Money("0.05", "EUR")]
+        assert deserialize(serialize(Money("2.00", "USD"))) == Money("2.00", "USD")
+    finally:
+        unregister_type(manifest)

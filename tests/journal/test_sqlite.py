@@ -1,0 +1,157 @@
+"""SQLite-specific behaviour: URLs and options, torn WAL, truncated file, busy writers, file modes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import stat
+import threading
+
+import pytest
+
+import journal
+from journal import AtomicWrite, JournalCorruption, JournalError, PersistentRepr, open_journal
+
+PAGE = 4096
+
+
+def _write(j: journal.Journal, pid: str, seqs: range) -> None:
+    assert j.write_messages([AtomicWrite([PersistentRepr(f"e-{n}", n, pid)]) for n in seqs]) == [None] * len(seqs)
+
+
+def _seqs(j: journal.Journal, pid: str) -> list[int]:
+    return [r.sequence_nr for r in j.replay_messages(pid)]
+
+
+def test_absolute_and_relative_urls_create_private_files(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with open_journal("sqlite://rel/relative.db") as j:
+        _write(j, "p", range(1, 3))
+    assert stat.S_IMODE(os.stat(tmp_path / "rel" / "relative.db").st_mode) == 0o600
+    with open_journal(f"sqlite://{tmp_path}/abs.db") as j:
+        assert j.path == f"{tmp_path}/abs.db"
+    with open_journal("sqlite://rel/relative.db") as j:
+        assert _seqs(j, "p") == [1, 2]
+
+
+def test_files_are_0600_even_with_a_permissive_umask(tmp_path) -> None:
+    old = os.umask(0)
+    try:
+        with open_journal(f"sqlite://{tmp_path}/j.db") as j:
+            _write(j, "p", range(1, 4))
+            files = [j.path + s for s in ("", "-wal", "-shm")]
+            modes = {f: stat.S_IMODE(os.stat(f).st_mode) for f in files}
+    finally:
+        os.umask(old)
+    assert modes == {f: 0o600 for f in files}
+
+
+def test_unknown_scheme_and_options_are_refused(tmp_path) -> None:
+    with pytest.raises(ValueError, match=r"sqlite://.*memory://.*postgresql://"):
+        open_journal("mysql://localhost/db")
+    with pytest.raises(ValueError, match="sqlite://, memory://, postgresql://"):
+        journal.open_snapshot_store("no-scheme-at-all")
+    with pytest.raises(ValueError, match="unknown sqlite journal option"):
+        open_journal(f"sqlite://{tmp_path}/j.db?synchronus=NORMAL")
+    with pytest.raises(ValueError, match="synchronous must be one of"):
+        open_journal(f"sqlite://{tmp_path}/j.db?synchronous=OFF")
+
+
+def test_synchronous_is_full_by_default_and_normal_on_request(tmp_path) -> None:
+    with open_journal(f"sqlite://{tmp_path}/j.db") as j:
+        assert j.pragma("synchronous") == 2 and j.pragma("journal_mode") == "wal"
+    with open_journal(f"sqlite://{tmp_path}/j.db?synchronous=NORMAL") as j:
+        assert j.pragma("synchronous") == 1
+
+
+def test_memory_journals_are_shared_by_name() -> None:
+    a, b, c = open_journal("memory://shared-x"), open_journal("memory://shared-x"), open_journal("memory://other-x")
+    try:
+        _write(a, "p", range(1, 3))
+        assert _seqs(b, "p") == [1, 2] and _seqs(c, "p") == []
+    finally:
+        for j in (a, b, c):
+            j.close()
+        journal.memory.drop_memory_store("shared-x")
+
+
+def _torn_copy(tmp_path, cut: int) -> tuple[str, str]:
+    """A copy of a journal whose WAL holds three transactions (e 1-3, 4-6, 7-9), cut `cut` bytes short."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    with open_journal(f"sqlite://{src}/j.db") as j:
+        for start in (1, 4, 7):
+            _write(j, "p", range(start, start + 3))
+        dst.mkdir()
+        for suffix in ("", "-wal"):  # copied while open: the transactions are still only in the WAL
+            shutil.copyfile(f"{j.path}{suffix}", f"{dst}/j.db{suffix}")
+    wal = f"{dst}/j.db-wal"
+    size = os.path.getsize(wal)
+    assert (size - 32) % (24 + PAGE) == 0 and size > 32 + 6 * (24 + PAGE)
+    os.truncate(wal, size - cut)
+    return f"sqlite://{dst}/j.db", wal
+
+
+def test_a_wal_cut_mid_record_is_refused_not_silently_rolled_back(tmp_path) -> None:
+    url, wal = _torn_copy(tmp_path, (24 + PAGE) // 2)
+    size = os.path.getsize(wal)
+    with pytest.raises(JournalCorruption, match="ends inside frame") as err:
+        open_journal(url)
+    assert "torn_wal=accept" in str(err.value)
+    assert os.path.getsize(wal) == size  # refused before SQLite could recover (and drop) anything
+    report = journal.verify(url)
+    assert not report.ok and "ends inside frame" in report.problems[0].reason
+    with open_journal(url + "?torn_wal=accept") as j:
+        assert _seqs(j, "p") == [1, 2, 3, 4, 5, 6]  # the torn transaction is gone whole: no hole, no half write
+        assert j.highest_sequence_nr("p") == 6
+        _write(j, "p", range(7, 8))
+        assert _seqs(j, "p") == list(range(1, 8))
+
+
+def test_a_wal_cut_at_a_frame_boundary_is_an_unacknowledged_transaction(tmp_path) -> None:
+    url, _ = _torn_copy(tmp_path, 24 + PAGE)  # whole frames only: indistinguishable from a crash before fsync
+    with open_journal(url) as j:
+        assert _seqs(j, "p") == [1, 2, 3, 4, 5, 6]  # SQLite drops the transaction that lost its commit frame
+        assert j.highest_sequence_nr("p") == 6
+
+
+def test_a_truncated_database_file_raises_journal_corruption(tmp_path) -> None:
+    path = f"{tmp_path}/j.db"
+    with open_journal(f"sqlite://{path}") as j:
+        _write(j, "p", range(1, 2001))
+    size = os.path.getsize(path)
+    os.truncate(path, size - 3 * PAGE - PAGE // 2)
+    with pytest.raises(JournalCorruption) as err:
+        with open_journal(f"sqlite://{path}") as j:
+            _seqs(j, "p")
+    assert "corrupt" in str(err.value)
+    report = journal.verify(f"sqlite://{path}")
+    assert not report.ok
+
+
+def test_a_writer_waits_for_the_write_lock_and_fails_clearly_when_it_never_comes(tmp_path) -> None:
+    path = f"{tmp_path}/j.db"
+    with open_journal(f"sqlite://{path}?busy_timeout=0.3") as j:
+        blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        blocker.execute("BEGIN IMMEDIATE")
+        with pytest.raises(JournalError, match="write lock"):
+            _write(j, "p", range(1, 2))
+        releaser = threading.Timer(0.1, lambda: blocker.execute("ROLLBACK"))
+        releaser.start()
+        try:
+            with open_journal(f"sqlite://{path}?busy_timeout=10") as patient:
+                _write(patient, "p", range(1, 3))
+        finally:
+            releaser.join()
+            blocker.close()
+        assert _seqs(j, "p") == [1, 2]
+
+
+def test_snapshot_store_shares_the_journal_file(tmp_path) -> None:
+    url = f"sqlite://{tmp_path}/j.db"
+    with open_journal(url) as j, journal.open_snapshot_store(url) as s:
+        _write(j, "p", range(1, 4))
+        md = s.save(journal.SnapshotMetadata("p", 3), {"state": (1, 2)})
+        assert s.load("p").snapshot == {"state": (1, 2)} and s.load("p").metadata == md
+        report = j.verify()
+    assert report.ok and (report.records_checked, report.snapshots_checked) == (3, 1)
