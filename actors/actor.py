@@ -80,6 +80,14 @@ class Actor:
     _timers: set
     _last_active: float = 0.0
 
+    def _around_pre_start(self) -> None:
+        """What the host calls to start an instance; a base class (persistence) wraps pre_start here."""
+        self.pre_start()
+
+    def _around_post_restart(self, error: BaseException) -> None:
+        """What the host calls on a restarted instance; a base class (persistence) wraps post_restart here."""
+        self.post_restart(error)
+
     def _restart_carryover(self) -> list[tuple[Any, str | None]]:
         """Messages the failed instance accepted but had not handled yet (see persistence)."""
         return []

@@ -91,7 +91,7 @@ class Host:
         """Create the single top-level actor now (entities are created on their first message)."""
         if not self.spec.entities:
             actor = self._new_instance(self.path)
-            actor.pre_start()
+            actor._around_pre_start()
             self.settle()
 
     def on_settle(self, hook) -> None:
@@ -154,7 +154,7 @@ class Host:
                 return None
             entity = self._new_instance(target)
             try:
-                entity.pre_start()
+                entity._around_pre_start()
             except Exception as exc:
                 log.exception("entity %s failed in pre_start", target)
                 self._drop(entity, "failed to start")
@@ -213,7 +213,7 @@ class Host:
         self._cancel_timers(entity)
         fresh = self._new_instance(path)
         try:
-            fresh.post_restart(exc)
+            fresh._around_post_restart(exc)
         except Exception as exc2:
             log.exception("actor %s failed while restarting", path)
             self.stop_entity(fresh, f"failed to restart: {exc2!r}")
