@@ -1,1 +1,37 @@
-"""persistence package."""
+"""Persistence: PersistentActor and AtLeastOnceDelivery with Akka's semantics, on Reprise actors.
+
+    from persistence import PersistentActor, AtLeastOnceDelivery, RecoveryCompleted
+"""
+
+from persistence.delivery import AtLeastOnceDelivery
+from persistence.messages import (
+    AtLeastOnceDeliverySnapshot,
+    Confirm,
+    ConfirmUpTo,
+    DeadLetteredDelivery,
+    DeleteMessagesFailure,
+    DeleteMessagesSuccess,
+    DeleteSnapshotFailure,
+    DeleteSnapshotsFailure,
+    DeleteSnapshotsSuccess,
+    DeleteSnapshotSuccess,
+    MaxUnconfirmedMessagesExceeded,
+    Recovery,
+    RecoveryCompleted,
+    RedeliveryTick,
+    SaveSnapshotFailure,
+    SaveSnapshotSuccess,
+    SnapshotOffer,
+    UnconfirmedDelivery,
+    UnconfirmedWarning,
+)
+from persistence.persistent_actor import IllegalStateError, PersistentActor
+from persistence.plugins import register_scheme
+
+__all__ = [
+    "AtLeastOnceDelivery", "AtLeastOnceDeliverySnapshot", "Confirm", "ConfirmUpTo", "DeadLetteredDelivery",
+    "DeleteMessagesFailure", "DeleteMessagesSuccess", "DeleteSnapshotFailure", "DeleteSnapshotSuccess",
+    "DeleteSnapshotsFailure", "DeleteSnapshotsSuccess", "IllegalStateError", "MaxUnconfirmedMessagesExceeded",
+    "PersistentActor", "Recovery", "RecoveryCompleted", "RedeliveryTick", "SaveSnapshotFailure",
+    "SaveSnapshotSuccess", "SnapshotOffer", "UnconfirmedDelivery", "UnconfirmedWarning", "register_scheme",
+]

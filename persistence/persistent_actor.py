@@ -1,0 +1,423 @@
+"""PersistentActor: event sourcing with Akka's persist/defer ordering, stashing, recovery and failures."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from actors import Actor
+from journal import MAX_SEQUENCE_NR, AtomicWrite, PersistentRepr, SnapshotMetadata, SnapshotSelectionCriteria
+from persistence.coordinator import coordinator_for
+from persistence.messages import (
+    DeleteMessagesFailure,
+    DeleteMessagesSuccess,
+    DeleteSnapshotFailure,
+    DeleteSnapshotsFailure,
+    DeleteSnapshotsSuccess,
+    DeleteSnapshotSuccess,
+    Recovery,
+    RecoveryCompleted,
+    SaveSnapshotFailure,
+    SaveSnapshotSuccess,
+    SnapshotOffer,
+)
+from persistence.plugins import journal_for, snapshot_store_for
+
+log = logging.getLogger("reprise.persistence")
+
+Handler = Callable[[Any], Any]
+
+
+class IllegalStateError(RuntimeError):
+    """An operation not allowed in the actor's current state (e.g. persisting during replay)."""
+
+
+class _Invocation:
+    """One pending handler call: persist/defer handlers run strictly in the order they were requested."""
+
+    __slots__ = ("handler", "event", "sender", "stashing")
+
+    def __init__(self, handler: Handler, event: Any, sender: str | None, stashing: bool) -> None:
+        self.handler = handler
+        self.event = event
+        self.sender = sender
+        self.stashing = stashing
+
+
+class _Entry:
+    """One element of an actor's journal batch: an AtomicWrite with its invocations, or a deferral."""
+
+    __slots__ = ("atomic", "invocations")
+
+    def __init__(self, atomic: AtomicWrite | None, invocations: list[_Invocation]) -> None:
+        self.atomic = atomic
+        self.invocations = invocations
+
+
+class PersistentActor(Actor):
+    """An event-sourced actor: implement `receive_recover(event)` and `receive_command(message, sender)`."""
+
+    journal_url: str | None = None
+    """Overrides the system's `journal` URL for this class."""
+    snapshot_store_url: str | None = None
+    """Overrides the system's `snapshot_store` URL for this class."""
+    recovery: Recovery = Recovery()
+
+    # ---- what the user implements ---------------------------------------------------------------
+    def receive_recover(self, event: Any) -> None:
+        """Apply a replayed event, a SnapshotOffer or RecoveryCompleted (side-effect free)."""
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        """Handle a command (and the snapshot/delete replies)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement receive_command(message, sender)")
+
+    def on_persist_failure(self, cause: BaseException, event: Any, sequence_nr: int) -> None:
+        """Called when a write failed (outcome unknown); the actor is stopped afterwards."""
+        log.error("Failed to persist event type [%s] with sequence number [%d] for persistenceId [%s]: %s",
+                  type(event).__name__, sequence_nr, self.persistence_id, cause)
+
+    def on_persist_rejected(self, cause: BaseException, event: Any, sequence_nr: int) -> None:
+        """Called when the journal rejected an event (definitely not stored); the actor goes on."""
+        log.error("Rejected to persist event type [%s] with sequence number [%d] for persistenceId [%s]: %s",
+                  type(event).__name__, sequence_nr, self.persistence_id, cause)
+
+    def on_recovery_failure(self, cause: BaseException, event: Any | None) -> None:
+        """Called when recovery failed; the actor is stopped afterwards."""
+        if event is not None:
+            log.error("Exception in receive_recover when replaying event type [%s] with sequence number [%d] "
+                      "for persistenceId [%s]: %s", type(event).__name__, self.last_sequence_nr,
+                      self.persistence_id, cause)
+        else:
+            log.error("Persistence failure when replaying events for persistenceId [%s]. Last known sequence "
+                      "number [%d]: %s", self.persistence_id, self.last_sequence_nr, cause)
+
+    @property
+    def persistence_id(self) -> str:
+        """The journal key of this actor; defaults to its path."""
+        return self.path
+
+    # ---- state ----------------------------------------------------------------------------------
+    last_sequence_nr: int = 0
+    sender: str | None = None
+    _recovery_running: bool = True
+    _dead: bool = False
+    _replaced: bool = False
+
+    @property
+    def snapshot_sequence_nr(self) -> int:
+        """The sequence number a snapshot saved now is stored under (= last_sequence_nr)."""
+        return self.last_sequence_nr
+
+    @property
+    def recovery_running(self) -> bool:
+        """True until recovery has finished (also in pre_start)."""
+        return self._recovery_running
+
+    @property
+    def recovery_finished(self) -> bool:
+        """True once recovery has finished."""
+        return not self._recovery_running
+
+    # ---- lifecycle (wrapping the user's hooks) -----------------------------------------------
+    def _init_persistence(self) -> None:
+        self.last_sequence_nr = 0
+        self._seq_alloc = 0
+        self._recovery_running = True
+        self._writer_uuid = uuid.uuid4().hex
+        self._batch: list[_Entry] = []
+        self._pending = 0
+        self._stashing = 0
+        self._stash: deque = deque()
+        self.sender = None
+        self._coordinator = coordinator_for(self._host)
+        self._journal = None
+        self._snapshots = None
+
+    def _around_pre_start(self) -> None:
+        self._init_persistence()
+        self.pre_start()
+        self._recover()
+
+    def _around_post_restart(self, error: BaseException) -> None:
+        self._init_persistence()
+        self.post_restart(error)
+        self._recover()
+
+    def _restart_carryover(self) -> list[tuple[Any, str | None]]:
+        # Events persisted before the failure are still written (Akka flushes in the error path); their
+        # handlers are not run on this instance: the new one gets them through replay.
+        self._replaced = True
+        batch = self._take_batch()
+        writes = [e.atomic for e in batch if e.atomic is not None]
+        if writes:
+            try:
+                self._journal.write_messages(writes)
+            except Exception:
+                log.exception("persistenceId %s: writing events queued before a failure failed", self.persistence_id)
+        carry, self._stash = list(self._stash), deque()
+        return carry
+
+    def _keep_alive(self) -> bool:
+        return bool(self._timers) or bool(self._stash) or self._pending > 0
+
+    # ---- recovery -----------------------------------------------------------------------------
+    def _recover(self) -> None:
+        event = None
+        try:
+            pid = self.persistence_id
+            if not isinstance(pid, str) or not pid.strip():
+                raise ValueError(f"persistenceId cannot be empty for PersistentActor {type(self).__name__}"
+                                 if isinstance(pid, str) else
+                                 f"requirement failed: persistenceId is [None] for PersistentActor {self.path}")
+            self._journal = journal_for(self.journal_url or self.config.get("journal"))
+            self._snapshots = snapshot_store_for(self.snapshot_store_url or self.config.get("snapshot_store"))
+            rec = self.recovery
+            criteria = rec.from_snapshot.limit(rec.to_sequence_nr)
+            if rec.from_snapshot != SnapshotSelectionCriteria.NONE:
+                selected = self._snapshots.load(pid, criteria)
+                if selected is not None:
+                    self.last_sequence_nr = selected.metadata.sequence_nr
+                    event = SnapshotOffer(selected.metadata, selected.snapshot)
+                    self._recover_snapshot(event)
+                    event = None
+            for repr_ in self._journal.replay_messages(pid, self.last_sequence_nr + 1, rec.to_sequence_nr,
+                                                       rec.replay_max):
+                event = repr_.payload
+                if repr_.sequence_nr > self.last_sequence_nr:
+                    self.last_sequence_nr = repr_.sequence_nr
+                self._recover_event(event)
+            event = None
+            highest = self._journal.highest_sequence_nr(pid)
+            self.last_sequence_nr = self._seq_alloc = max(highest, self.last_sequence_nr)
+            self._on_replay_success()
+        except Exception as exc:
+            self._recovery_failed(exc, event)
+            return
+        self._recovery_running = False
+        self._recover_event(RecoveryCompleted())
+
+    def _recover_snapshot(self, offer: SnapshotOffer) -> None:
+        """Hand a snapshot offer to the user (mixins unwrap their own part first)."""
+        self.receive_recover(offer)
+
+    def _recover_event(self, event: Any) -> None:
+        """Hand a replayed event to the user (mixins intercept their own events first)."""
+        self.receive_recover(event)
+
+    def _on_replay_success(self) -> None:
+        """Called after replay, before RecoveryCompleted (AtLeastOnceDelivery resends here)."""
+
+    def _recovery_failed(self, cause: BaseException, event: Any) -> None:
+        try:
+            self.on_recovery_failure(cause, event)
+        except Exception:
+            log.exception("on_recovery_failure of %s failed", self.path)
+        self._die("recovery failed")
+
+    def _die(self, reason: str) -> None:
+        self._dead = True
+        self._host.stop_entity(self, reason)
+
+    # ---- message entry point --------------------------------------------------------------------
+    def receive(self, message: Any, sender: str | None) -> None:
+        """The actors entry point: commands wait in the stash while a stashing persist is pending."""
+        if self._dead:
+            self._host.dead_letter(sender, self.path, message, "persistent actor stopped")
+            return
+        if self._stashing or self._stash:
+            self._stash.append((message, sender))
+            if not self._stashing:
+                self._drain_stash()
+            return
+        self._process_command(message, sender)
+
+    def _process_command(self, message: Any, sender: str | None) -> None:
+        self.sender = sender
+        self.receive_command(message, sender)
+
+    def _drain_stash(self) -> None:
+        """Run stashed commands in order until one blocks again (Akka's unstash-to-front)."""
+        host = self._host
+        while self._stash and not self._stashing and not self._replaced and not self._dead:
+            message, sender = self._stash.popleft()
+            try:
+                self._process_command(message, sender)
+            except Exception as exc:
+                host._failed(self, exc, message, sender)
+                return
+            if self._stopping:
+                host.stop_entity(self, "stopped")
+                return
+
+    # ---- persist family -----------------------------------------------------------------------
+    def persist(self, event: Any, handler: Handler) -> None:
+        """Store `event`, then call `handler(event)`; no command is handled in between."""
+        self._queue_write((event,), handler, True)
+
+    def persist_all(self, events: Iterable[Any], handler: Handler) -> None:
+        """Store `events` atomically, then call `handler` for each; commands wait (empty = no-op)."""
+        self._queue_write(tuple(events), handler, True)
+
+    def persist_async(self, event: Any, handler: Handler) -> None:
+        """Store `event`, then call `handler(event)`; commands keep flowing meanwhile."""
+        self._queue_write((event,), handler, False)
+
+    def persist_all_async(self, events: Iterable[Any], handler: Handler) -> None:
+        """Store `events` atomically without stashing commands; handlers still run in call order."""
+        self._queue_write(tuple(events), handler, False)
+
+    def defer(self, event: Any, handler: Handler) -> None:
+        """Call `handler(event)` after every pending handler (now if none); commands wait."""
+        self._queue_defer(event, handler, True)
+
+    def defer_async(self, event: Any, handler: Handler) -> None:
+        """Call `handler(event)` after every pending handler (now if none); commands keep flowing."""
+        self._queue_defer(event, handler, False)
+
+    def _queue_write(self, events: tuple, handler: Handler, stashing: bool) -> None:
+        if self._recovery_running:
+            raise IllegalStateError("Cannot persist during replay. Events can be persisted when receiving "
+                                    "RecoveryCompleted or later.")
+        if not events:
+            return
+        pid, writer, sender = self.persistence_id, self._writer_uuid, self.sender
+        reprs, invs = [], []
+        for e in events:
+            self._seq_alloc += 1
+            reprs.append(PersistentRepr(e, self._seq_alloc, pid, writer_uuid=writer))
+            invs.append(_Invocation(handler, e, sender, stashing))
+        self._batch.append(_Entry(AtomicWrite(reprs), invs))
+        self._pending += len(events)
+        if stashing:
+            self._stashing += len(events)
+        self._coordinator.enqueue(self)
+
+    def _queue_defer(self, event: Any, handler: Handler, stashing: bool) -> None:
+        if self._recovery_running:
+            raise IllegalStateError("Cannot defer during replay. Events can be deferred when receiving "
+                                    "RecoveryCompleted or later.")
+        if self._pending == 0:
+            handler(event)
+            return
+        self._batch.append(_Entry(None, [_Invocation(handler, event, self.sender, stashing)]))
+        self._pending += 1
+        if stashing:
+            self._stashing += 1
+        self._coordinator.enqueue(self)
+
+    # ---- called by the coordinator ------------------------------------------------------------
+    def _take_batch(self) -> list[_Entry]:
+        batch, self._batch = self._batch, []
+        if self._replaced or self._dead or self._host.entities.get(self.path) is not self:
+            return []
+        return batch
+
+    def _on_write_results(self, batch: list[_Entry], results: Any) -> None:
+        """Run handlers in call order for one committed batch, then let waiting commands in."""
+        host = self._host
+        wi = 0
+        for entry in batch:
+            if self._replaced or self._dead:
+                return
+            if entry.atomic is None:
+                if not self._invoke(entry.invocations[0]):
+                    return
+                continue
+            if isinstance(results, BaseException):
+                inv = entry.invocations[0]
+                self.sender = inv.sender
+                try:
+                    self.on_persist_failure(results, inv.event, entry.atomic.payload[0].sequence_nr)
+                except Exception:
+                    log.exception("on_persist_failure of %s failed", self.path)
+                self._die("persist failed")
+                return
+            result = results[wi]
+            wi += 1
+            if result is None:
+                for repr_, inv in zip(entry.atomic.payload, entry.invocations, strict=True):
+                    self.last_sequence_nr = repr_.sequence_nr
+                    if not self._invoke(inv):
+                        return
+            else:
+                for repr_, inv in zip(entry.atomic.payload, entry.invocations, strict=True):
+                    self.last_sequence_nr = repr_.sequence_nr
+                    self._done(inv)
+                    self.sender = inv.sender
+                    try:
+                        self.on_persist_rejected(result, inv.event, repr_.sequence_nr)
+                    except Exception as exc:
+                        host._failed(self, exc, inv.event, inv.sender)
+                        return
+        if self._stopping:
+            host.stop_entity(self, "stopped")
+            return
+        if not self._stashing and self._stash:
+            self._drain_stash()
+
+    def _done(self, inv: _Invocation) -> None:
+        self._pending -= 1
+        if inv.stashing:
+            self._stashing -= 1
+
+    def _invoke(self, inv: _Invocation) -> bool:
+        """Run one handler with its command's sender; False if it failed (the actor is restarting)."""
+        self.sender = inv.sender
+        try:
+            inv.handler(inv.event)
+        except Exception as exc:
+            self._done(inv)
+            self._host._failed(self, exc, inv.event, inv.sender)
+            return False
+        # Popped after the handler ran, as in Akka: a defer from inside a handler queues behind it.
+        self._done(inv)
+        return True
+
+    # ---- snapshots and deletes ------------------------------------------------------------------
+    def _tell_self(self, message: Any) -> None:
+        self._host.route(self.path, self.path, message)
+
+    def save_snapshot(self, snapshot: Any) -> None:
+        """Store `snapshot` at snapshot_sequence_nr; SaveSnapshotSuccess/Failure arrives as a command."""
+        md = SnapshotMetadata(self.persistence_id, self.snapshot_sequence_nr)
+        try:
+            self._tell_self(SaveSnapshotSuccess(self._snapshots.save(md, self._wrap_snapshot(snapshot))))
+        except Exception as exc:
+            self._tell_self(SaveSnapshotFailure(md, exc))
+
+    def _wrap_snapshot(self, snapshot: Any) -> Any:
+        """Mixins add their own state to the user's snapshot here."""
+        return snapshot
+
+    def delete_snapshot(self, sequence_nr: int) -> None:
+        """Delete the snapshot at `sequence_nr`; DeleteSnapshotSuccess/Failure arrives as a command."""
+        md = SnapshotMetadata(self.persistence_id, sequence_nr, 0)
+        try:
+            self._snapshots.delete(md)
+            self._tell_self(DeleteSnapshotSuccess(md))
+        except Exception as exc:
+            self._tell_self(DeleteSnapshotFailure(md, exc))
+
+    def delete_snapshots(self, criteria: SnapshotSelectionCriteria) -> None:
+        """Delete every snapshot matching `criteria`; DeleteSnapshotsSuccess/Failure arrives as a command."""
+        try:
+            self._snapshots.delete_matching(self.persistence_id, criteria)
+            self._tell_self(DeleteSnapshotsSuccess(criteria))
+        except Exception as exc:
+            self._tell_self(DeleteSnapshotsFailure(criteria, exc))
+
+    def delete_messages(self, to_sequence_nr: int) -> None:
+        """Delete events up to `to_sequence_nr` (<= last_sequence_nr, or MAX); the reply arrives as a command."""
+        if to_sequence_nr != MAX_SEQUENCE_NR and to_sequence_nr > self.last_sequence_nr:
+            self._tell_self(DeleteMessagesFailure(RuntimeError(
+                f"toSequenceNr [{to_sequence_nr}] must be less than or equal to lastSequenceNr "
+                f"[{self.last_sequence_nr}]"), to_sequence_nr))
+            return
+        try:
+            self._journal.delete_messages_to(self.persistence_id, to_sequence_nr)
+            self._tell_self(DeleteMessagesSuccess(to_sequence_nr))
+        except Exception as exc:
+            self._tell_self(DeleteMessagesFailure(exc, to_sequence_nr))

@@ -1,0 +1,81 @@
+"""Journals and snapshot stores by URL, opened once per process, plus test-double schemes."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from journal import SnapshotMetadata, SnapshotSelectionCriteria, open_journal, open_snapshot_store
+from journal.api import Journal, SnapshotStore
+
+_journals: dict[str, Journal] = {}
+_stores: dict[str, Any] = {}
+_schemes: dict[str, tuple[Callable[[str], Journal] | None, Callable[[str], SnapshotStore] | None]] = {}
+_lock = threading.Lock()
+
+
+def register_scheme(scheme: str, journal: Callable[[str], Journal] | None = None,
+                    snapshot_store: Callable[[str], SnapshotStore] | None = None) -> None:
+    """Serve `scheme://...` URLs with these factories (plugin test doubles, third-party backends)."""
+    _schemes[scheme] = (journal, snapshot_store)
+
+
+def journal_for(url: str | None) -> Journal:
+    """The process-wide journal for `url` (opened on first use)."""
+    if not url:
+        raise RuntimeError("no journal configured: pass journal=URL to actors.start(...) or set journal_url "
+                           "on the PersistentActor class")
+    with _lock:
+        j = _journals.get(url)
+        if j is None:
+            scheme = url.partition("://")[0]
+            factory = _schemes.get(scheme, (None, None))[0]
+            j = factory(url) if factory else open_journal(url)
+            _journals[url] = j
+        return j
+
+
+def snapshot_store_for(url: str | None) -> Any:
+    """The process-wide snapshot store for `url`, or a NoSnapshotStore when none is configured."""
+    if not url:
+        return NO_SNAPSHOT_STORE
+    with _lock:
+        s = _stores.get(url)
+        if s is None:
+            scheme = url.partition("://")[0]
+            factory = _schemes.get(scheme, (None, None))[1]
+            s = factory(url) if factory else open_snapshot_store(url)
+            _stores[url] = s
+        return s
+
+
+def close_all() -> None:
+    """Close every journal and store opened by this process (tests and benchmarks)."""
+    with _lock:
+        for x in list(_journals.values()) + list(_stores.values()):
+            try:
+                x.close()
+            except Exception:
+                pass
+        _journals.clear()
+        _stores.clear()
+
+
+class NoSnapshotStore:
+    """Akka's NoSnapshotStore: loads find nothing, saves and deletes fail."""
+
+    def load(self, persistence_id: str, criteria: SnapshotSelectionCriteria) -> None:
+        return None
+
+    def save(self, metadata: SnapshotMetadata, snapshot: Any) -> SnapshotMetadata:
+        raise RuntimeError("No snapshot store configured!")
+
+    def delete(self, metadata: SnapshotMetadata) -> None:
+        raise RuntimeError("No snapshot store configured!")
+
+    def delete_matching(self, persistence_id: str, criteria: SnapshotSelectionCriteria) -> None:
+        raise RuntimeError("No snapshot store configured!")
+
+
+NO_SNAPSHOT_STORE = NoSnapshotStore()
