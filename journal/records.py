@@ -1,6 +1,8 @@
 """How events and snapshots become stored rows (bytes + checksum) and back; shared by every backend.
 
 An event is stored as one msgpack array `[writer_uuid, manifest, timestamp, tags, metadata, payload]`
+(or, for a registered dataclass payload, `[..., metadata, payload manifest, version, *field values]`:
+inlining the top-level payload saves an ext type and a nested pack/unpack on the hot paths),
 next to its key (persistence id, sequence nr) and a crc32 checksum of those bytes seeded by the key.
 A snapshot is stored as `[metadata, snapshot]` with a checksum seeded the same way.
 """
@@ -15,8 +17,8 @@ from zlib import crc32 as _crc32
 import msgpack
 
 from journal.errors import JournalCorruption, SerializationError
-from journal.model import AtomicWrite, PersistentRepr
-from journal.serialization import _ext_hook, checksum, corruption, key_seed, serialize
+from journal.model import AtomicWrite, PersistentRepr, replayed_repr
+from journal.serialization import build, checksum, corruption, ext_hook, flatten, key_seed, serialize
 
 _unpackb = msgpack.unpackb
 _NO_TAGS: frozenset[str] = frozenset()
@@ -57,8 +59,13 @@ def encode_writes(
             for r in aw.payload:
                 seq = r.sequence_nr
                 tags = r.tags
-                blob = pack([r.writer_uuid, r.manifest, timestamp, sorted(tags) if tags else [],
-                             r.metadata, r.payload])
+                flat = flatten(r.payload)
+                if flat is None:
+                    blob = pack([r.writer_uuid, r.manifest, timestamp, sorted(tags) if tags else [],
+                                 r.metadata, r.payload])
+                else:
+                    blob = pack([r.writer_uuid, r.manifest, timestamp, sorted(tags) if tags else [],
+                                 r.metadata, flat[0], flat[1], *flat[2]])
                 aw_rows.append((pid, seq, blob, _crc32(blob, (seed + seq * _SEED_STEP) & _MASK)))
                 if tags:
                     aw_tags.extend((t, pid, seq) for t in tags)
@@ -80,12 +87,14 @@ def decode_rows(persistence_id: str, rows: Iterable[StoredRow]) -> list[Persiste
     out: list[PersistentRepr] = []
     append = out.append
     crc = _crc32
-    hook = _ext_hook
+    hook = ext_hook
     for seq, blob, ck in rows:
         if crc(blob, (seed + seq * _SEED_STEP) & _MASK) != ck:
             raise corruption(persistence_id, seq)
         try:
-            writer, manifest, ts, tags, meta, payload = _unpackb(blob, ext_hook=hook, strict_map_key=False)
+            fields = _unpackb(blob, ext_hook=hook, strict_map_key=False)
+            writer, manifest, ts, tags, meta = fields[:5]
+            payload = fields[5] if len(fields) == 6 else build(fields[5], fields[6], fields[7:])
         except SerializationError as e:
             raise SerializationError(
                 f"cannot read persistence id {persistence_id!r}, sequence nr {seq}: {e}") from e
@@ -93,8 +102,8 @@ def decode_rows(persistence_id: str, rows: Iterable[StoredRow]) -> list[Persiste
             raise JournalCorruption(
                 f"unreadable event: persistence id {persistence_id!r}, sequence nr {seq}: {e}",
                 persistence_id, seq) from e
-        append(PersistentRepr(payload, seq, persistence_id, manifest, writer, ts,
-                              frozenset(tags) if tags else _NO_TAGS, meta))
+        append(replayed_repr(payload, seq, persistence_id, manifest, writer, ts,
+                             frozenset(tags) if tags else _NO_TAGS, meta))
     return out
 
 
@@ -114,7 +123,7 @@ def decode_snapshot(persistence_id: str, sequence_nr: int, blob: bytes, ck: int)
     if checksum(key_seed(persistence_id), sequence_nr, blob) != ck:
         raise corruption(persistence_id, sequence_nr, "snapshot")
     try:
-        metadata, snapshot = _unpackb(blob, ext_hook=_ext_hook, strict_map_key=False)
+        metadata, snapshot = _unpackb(blob, ext_hook=ext_hook, strict_map_key=False)
     except SerializationError as e:
         raise SerializationError(
             f"cannot read snapshot of persistence id {persistence_id!r}, sequence nr {sequence_nr}: {e}"

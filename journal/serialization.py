@@ -136,17 +136,20 @@ def _unserializable(obj: Any) -> SerializationError:
     return SerializationError(f"cannot serialize an object of type {name}: {how}")
 
 
+_tuple_new = tuple.__new__  # ExtType.__new__ re-validates in Python; our codes and bytes are known good
+
+
 def _default(obj: Any) -> ExtType:
     reg = _by_class.get(type(obj))
     if reg is not None:
-        return ExtType(_EXT_OBJECT, _packb([reg.manifest, reg.version, *reg.values(obj)]))
+        return _tuple_new(ExtType, (_EXT_OBJECT, _packb([reg.manifest, reg.version, *reg.values(obj)])))
     t = type(obj)
     if t is tuple:
-        return ExtType(_EXT_TUPLE, _packb(list(obj)))
+        return _tuple_new(ExtType, (_EXT_TUPLE, _packb(list(obj))))
     if t is frozenset:
-        return ExtType(_EXT_FROZENSET, _packb(list(obj)))
+        return _tuple_new(ExtType, (_EXT_FROZENSET, _packb(list(obj))))
     if t is set:
-        return ExtType(_EXT_SET, _packb(list(obj)))
+        return _tuple_new(ExtType, (_EXT_SET, _packb(list(obj))))
     if t is int:
         raise SerializationError(f"cannot serialize the int {obj}: outside msgpack's 64-bit range")
     raise _unserializable(obj)
@@ -168,24 +171,34 @@ def _upcast(manifest: str, version: int, target: int, values: list[Any]) -> list
     return values
 
 
-def _ext_hook(code: int, data: bytes) -> Any:
+def flatten(obj: Any) -> tuple[str, int, tuple[Any, ...]] | None:
+    """(manifest, version, field values) of a registered object, None for anything else."""
+    reg = _by_class.get(type(obj))
+    if reg is None:
+        return None
+    return reg.manifest, reg.version, reg.values(obj)
+
+
+def build(manifest: str, version: int, fields: list[Any]) -> Any:
+    """The registered object for stored field values, upcast from `version` when it is older."""
+    reg = _by_manifest.get(manifest)
+    if reg is None:
+        raise SerializationError(
+            f"unknown manifest {manifest!r}: no class is registered for it "
+            f"(register it with journal.register_type(cls, manifest={manifest!r}))")
+    if version != reg.version:
+        if version > reg.version:
+            raise SerializationError(f"stored {manifest!r} is version {version}, newer than the "
+                                     f"registered class {reg.cls.__qualname__} (version {reg.version})")
+        fields = _upcast(manifest, version, reg.version, fields)
+    return reg.cls(*fields)
+
+
+def ext_hook(code: int, data: bytes) -> Any:
     if code == _EXT_OBJECT:
-        values = msgpack.unpackb(data, ext_hook=_ext_hook, strict_map_key=False)
-        manifest = values[0]
-        reg = _by_manifest.get(manifest)
-        if reg is None:
-            raise SerializationError(
-                f"unknown manifest {manifest!r}: no class is registered for it "
-                f"(register it with journal.register_type(cls, manifest={manifest!r}))")
-        version = values[1]
-        fields = values[2:]
-        if version != reg.version:
-            if version > reg.version:
-                raise SerializationError(f"stored {manifest!r} is version {version}, newer than the "
-                                         f"registered class {reg.cls.__qualname__} (version {reg.version})")
-            fields = _upcast(manifest, version, reg.version, fields)
-        return reg.cls(*fields)
-    items = msgpack.unpackb(data, ext_hook=_ext_hook, strict_map_key=False)
+        values = msgpack.unpackb(data, ext_hook=ext_hook, strict_map_key=False)
+        return build(values[0], values[1], values[2:])
+    items = msgpack.unpackb(data, ext_hook=ext_hook, strict_map_key=False)
     if code == _EXT_TUPLE:
         return tuple(items)
     if code == _EXT_FROZENSET:
@@ -218,7 +231,7 @@ def serialize(obj: Any) -> bytes:
 def deserialize(data: bytes) -> Any:
     """Decode bytes written by `serialize`; unknown manifests raise SerializationError."""
     try:
-        return msgpack.unpackb(data, ext_hook=_ext_hook, strict_map_key=False)
+        return msgpack.unpackb(data, ext_hook=ext_hook, strict_map_key=False)
     except SerializationError:
         raise
     except (ValueError, TypeError, msgpack.UnpackException) as e:

@@ -273,6 +273,8 @@ class JournalSpec:
     def test_atomic_write_invariants(self, pid) -> None:
         with pytest.raises(ValueError, match="must not be empty"):
             AtomicWrite([])
+        with pytest.raises(ValueError, match="needs a persistence id"):
+            AtomicWrite([PersistentRepr("a", 1)])
         with pytest.raises(ValueError, match="same persistenceId"):
             AtomicWrite([PersistentRepr("a", 1, pid), PersistentRepr("b", 2, pid + "x")])
         aw = AtomicWrite([PersistentRepr("a", n, pid) for n in (2, 3, 4)])
@@ -425,6 +427,24 @@ class JournalSpec:
         later = list(journal.events_by_tag(t, envs[2].offset))
         assert [(e.persistence_id, e.sequence_nr) for e in later] == [(a, 3)] and later[0].offset > envs[2].offset
         assert list(journal.events_by_tag("no-such-tag")) == []
+
+    def test_offsets_are_never_reused_after_deleting_the_newest_events(self, journal, writer) -> None:
+        a, b, t = _fresh_pid(), _fresh_pid(), f"t-{uuid.uuid4().hex[:6]}"
+        for pid in (a, b):
+            writes = [AtomicWrite([PersistentRepr(n, n, pid, writer_uuid=writer, tags=frozenset({t}))])
+                      for n in (1, 2)]
+            assert journal.write_messages(writes) == [None, None]
+        seen = [e.offset for e in journal.events_by_tag(t)]
+        journal.delete_messages_to(b, MAX)  # b's events are the newest in the journal
+        journal.delete_messages_to(a, 1)
+        assert journal.write_messages([AtomicWrite([PersistentRepr(3, 3, a, tags=frozenset({t}))])]) == [None]
+        (new,) = journal.events_by_tag(t, seen[-1])
+        assert (new.persistence_id, new.sequence_nr) == (a, 3) and new.offset > seen[-1]
+        assert [(e.persistence_id, e.sequence_nr) for e in journal.tail(2)] == [(a, 2), (a, 3)]
+        assert b in set(journal.current_persistence_ids())
+        assert {s.persistence_id: s.event_count for s in journal.summaries()}[b] == 0
+        assert "" not in set(journal.current_persistence_ids())
+        assert journal.verify().ok
 
     def test_current_persistence_ids(self, journal, pid, writer) -> None:
         other = _fresh_pid()
