@@ -270,6 +270,8 @@ class System:
 
     def ask(self, path: str, message: Any, timeout: float = 10.0) -> Any:
         """Send `message` and wait for the first reply to it; raises AskTimeout."""
+        # Replies may come from actors that never heard from this client: publish its route once.
+        self._ensure_route()
         reply_to = f"{self.prefix}/ask-{next(self._asks)}"
         self._listening_paths.add(reply_to)
         try:
@@ -395,6 +397,8 @@ class System:
         deadline = time.monotonic() + timeout
         with self._lock:
             while not box:
+                if self.base == "local" and self._drain_local_responses():
+                    continue
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise AskTimeout(what)
@@ -405,6 +409,22 @@ class System:
                     # The in-process base returns at quiescence; wait for timers by polling briefly.
                     time.sleep(min(0.005, max(0.0, deadline - time.monotonic())))
             return box.popleft()
+
+    def _drain_local_responses(self) -> bool:
+        """Take replies the in-process base already queued for us.
+
+        simpleSystemBase's listen() returns one queued reply per call but first sleeps until the next
+        timer is due, even when replies are waiting, so reading many replies would take one timer
+        period each.
+        """
+        requester = self._asys._systemBase.actorRegistry.get("System:ExternalRequester")
+        responses = getattr(getattr(requester, "instance", None), "responses", None)
+        if not responses:
+            return False
+        taken, responses[:] = list(responses), []
+        for message in taken:
+            self._accept(message)
+        return True
 
 
 class Probe:

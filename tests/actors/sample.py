@@ -1,0 +1,156 @@
+"""Actors and messages used by the actors tests (importable by module path, as multiproc requires)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import actors
+
+
+@dataclass(frozen=True)
+class Ping:
+    n: int
+
+
+@dataclass(frozen=True)
+class Pong:
+    n: int
+    by: str
+
+
+class Echo(actors.Actor):
+    """Replies Pong(n, own path) to Ping(n); forwards ("fwd", path, msg); raises on "boom"."""
+
+    def pre_start(self) -> None:
+        self.seen = 0
+
+    def receive(self, message, sender):
+        self.seen += 1
+        if isinstance(message, Ping):
+            self.tell(sender, Pong(message.n, self.path))
+        elif message == "boom":
+            raise RuntimeError("boom requested")
+        elif message == "count":
+            self.tell(sender, self.seen)
+        elif isinstance(message, tuple) and message[0] == "fwd":
+            self.tell(message[1], message[2], sender=sender)
+        elif message == "stop":
+            self.stop()
+        elif isinstance(message, tuple) and message[0] == "send-unpicklable":
+            # A plain dict passes the per-type check at tell; its content fails when the batch is pickled.
+            self.tell(message[1], {"callback": lambda: None})
+            self.tell(message[1], Ping(99))
+
+
+@dataclass(frozen=True)
+class Seq:
+    """One numbered message of a stream from `source`."""
+
+    source: str
+    i: int
+
+
+@dataclass(frozen=True)
+class Produce:
+    """Ask a Producer to send `count` Seq messages to `target`."""
+
+    target: str
+    count: int
+
+
+class Producer(actors.Actor):
+    """Sends a numbered stream to a target in one handler (exercises the size cap and FIFO)."""
+
+    def receive(self, message, sender):
+        if isinstance(message, Produce):
+            for i in range(message.count):
+                self.tell(message.target, Seq(self.path, i))
+            self.tell(message.target, ("end", sender))
+
+
+class Checker(actors.Actor):
+    """Counts a stream and its reorderings; reports (received, out_of_order) to whoever asked at the end."""
+
+    def pre_start(self):
+        self.expected = {}
+        self.received = 0
+        self.out_of_order = 0
+
+    def receive(self, message, sender):
+        if isinstance(message, Seq):
+            want = self.expected.get(message.source, 0)
+            if message.i != want:
+                self.out_of_order += 1
+            self.expected[message.source] = message.i + 1
+            self.received += 1
+        elif isinstance(message, tuple) and message[0] == "end":
+            self.tell(message[1], (self.received, self.out_of_order))
+
+
+@dataclass(frozen=True)
+class After:
+    """Schedule `message` back to self after `delay`; report ticks to `report`."""
+
+    delay: float
+    report: str
+    repeat: bool = False
+    cancel_after: int = 0
+
+
+class Ticker(actors.Actor):
+    """Timer behaviour: forwards each tick to `report`; cancels after N ticks when asked."""
+
+    def pre_start(self):
+        self.timer = None
+        self.ticks = 0
+        self.report = None
+        self.cancel_after = 0
+
+    def receive(self, message, sender):
+        if isinstance(message, After):
+            self.report = message.report
+            self.cancel_after = message.cancel_after
+            if message.repeat:
+                self.timer = self.schedule_repeatedly(message.delay, "tick")
+            else:
+                self.timer = self.schedule_once(message.delay, "tick")
+        elif message == "tick":
+            self.ticks += 1
+            self.tell(self.report, ("tick", self.ticks))
+            if self.cancel_after and self.ticks >= self.cancel_after:
+                self.timer.cancel()
+        elif message == "cancel":
+            self.timer.cancel()
+            self.tell(sender, "cancelled")
+        elif message == "boom":
+            raise RuntimeError("boom")
+
+
+class Lifecycle(actors.Actor):
+    """Reports its lifecycle to the path given as its constructor argument."""
+
+    def __init__(self, report: str):
+        self.report = report
+
+    def pre_start(self):
+        self.tell(self.report, ("started", self.path))
+
+    def post_stop(self):
+        self.tell(self.report, ("stopped", self.path))
+
+    def receive(self, message, sender):
+        if message == "boom":
+            raise RuntimeError("boom")
+        if message == "stop":
+            self.stop()
+        self.tell(sender, ("got", message))
+
+
+@dataclass
+class Mutable:
+    value: int
+
+
+@dataclass(frozen=True)
+class Holder:
+    thing: object

@@ -1,0 +1,90 @@
+"""Entity hosts: created on first message, passivated when idle, restarted on failure, stopped after too many."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.actors.sample import Echo, Lifecycle
+from tests.waiting import dead_letters_reach, wait_for
+
+
+def test_each_entity_path_gets_its_own_instance(system):
+    system.spawn(Echo, "/user/e", entities=True)
+    for _ in range(3):
+        system.tell("/user/e/1", "x")
+    assert system.ask("/user/e/1", "count") == 4
+    assert system.ask("/user/e/2", "count") == 1
+
+
+def test_entity_ids_are_one_segment(system):
+    system.spawn(Echo, "/user/e", entities=True)
+    system.tell("/user/e/1/deeper", "x")
+    letters = dead_letters_reach(system, 1)
+    assert letters.count == 1 and "one path segment" in letters.recent[0].reason
+
+
+def test_idle_entities_are_passivated_and_recreated_on_demand(system):
+    probe = system.probe()
+    system.spawn(Lifecycle, "/user/l", entities=True, args=(probe.path,), passivate_after=0.2)
+    probe.tell("/user/l/1", "hello")
+    assert probe.receive() == ("started", "/user/l/1")
+    assert probe.receive() == ("got", "hello")
+    # Nothing is sent to it: within about passivate_after (+ half of it for the sweep) it stops.
+    assert probe.receive(timeout=3) == ("stopped", "/user/l/1")
+    probe.tell("/user/l/1", "again")
+    assert probe.receive() == ("started", "/user/l/1")
+    assert probe.receive() == ("got", "again")
+
+
+def test_failing_entity_is_restarted_as_a_new_instance(system):
+    system.spawn(Echo, "/user/e", entities=True)
+    system.tell("/user/e/1", "x")
+    assert system.ask("/user/e/1", "count") == 2
+    system.tell("/user/e/1", "boom")
+    # A fresh instance: its counter starts again (the failing message is not redelivered).
+    assert system.ask("/user/e/1", "count") == 1
+    # Its neighbour was not affected.
+    system.tell("/user/e/2", "x")
+    assert system.ask("/user/e/2", "count") == 2
+
+
+def test_too_many_restarts_stop_the_entity(system):
+    probe = system.probe()
+    system.spawn(Lifecycle, "/user/l", entities=True, args=(probe.path,), max_restarts=2)
+    probe.tell("/user/l/1", "hi")
+    assert probe.receive_many(2) == [("started", "/user/l/1"), ("got", "hi")]
+    for _ in range(3):
+        probe.tell("/user/l/1", "boom")
+    # Each restart: pre_restart -> post_stop ("stopped"), post_restart -> pre_start ("started").
+    events = probe.receive_many(5)
+    assert events == [("stopped", "/user/l/1"), ("started", "/user/l/1")] * 2 + [("stopped", "/user/l/1")]
+    probe.expect_no_message(0.3)
+
+
+def test_top_level_actor_stopping_itself_frees_its_path(system):
+    probe = system.probe()
+    system.spawn(Lifecycle, "/user/solo", args=(probe.path,))
+    assert probe.receive() == ("started", "/user/solo")
+    probe.tell("/user/solo", "stop")
+    assert probe.receive_many(2) == [("got", "stop"), ("stopped", "/user/solo")]
+    assert wait_for(lambda: system.status().hosts["/user/solo"].state == "stopped")
+
+
+def test_stop_of_one_entity_runs_post_stop(system):
+    probe = system.probe()
+    system.spawn(Lifecycle, "/user/l", entities=True, args=(probe.path,))
+    probe.tell("/user/l/9", "hi")
+    assert probe.receive_many(2) == [("started", "/user/l/9"), ("got", "hi")]
+    system.stop("/user/l/9")
+    assert probe.receive() == ("stopped", "/user/l/9")
+
+
+@pytest.mark.timeout(120)
+def test_many_entities_in_one_host(system):
+    n = 5_000
+    system.spawn(Echo, "/user/many", entities=True)
+    probe = system.probe()
+    system.tell_many([(f"/user/many/{i}", ("fwd", probe.path, i)) for i in range(n)])
+    got = sorted(probe.receive_many(n, timeout=60))
+    assert got == list(range(n))
+

@@ -1,0 +1,118 @@
+"""System lifecycle, spawning, paths across processes, attach/refuse, message checks."""
+
+from __future__ import annotations
+
+import pytest
+
+import actors
+from actors import AskTimeout, PathTaken, SpawnFailed, SystemNotRunning, UnpicklableMessage
+from tests.actors.sample import Echo, Holder, Mutable, Ping, Pong
+from tests.waiting import dead_letters_reach
+
+
+def test_ask_reaches_top_level_actor_and_entity(system):
+    system.spawn(Echo, "/user/echo")
+    system.spawn(Echo, "/user/echoes", entities=True)
+    assert system.ask("/user/echo", Ping(1)) == Pong(1, "/user/echo")
+    assert system.ask("/user/echoes/42", Ping(2)) == Pong(2, "/user/echoes/42")
+
+
+def test_actor_to_actor_by_path_across_hosts(system):
+    system.spawn(Echo, "/user/a")
+    system.spawn(Echo, "/user/b", entities=True)
+    probe = system.probe()
+    # /user/a forwards to an entity of the other host, keeping the probe as sender.
+    system.tell("/user/a", ("fwd", "/user/b/7", Ping(5)), sender=probe.path)
+    assert probe.receive() == Pong(5, "/user/b/7")
+
+
+def test_hosts_run_in_their_own_processes_on_multiproc(make_system):
+    import os
+
+    system = make_system("multiproc")
+    system.spawn(Echo, "/user/a")
+    system.spawn(Echo, "/user/b", entities=True)
+    hosts = system.status().hosts
+    pids = {hosts["/user/a"].pid, hosts["/user/b"].pid}
+    assert len(pids) == 2 and os.getpid() not in pids
+
+
+def test_spawning_an_overlapping_path_is_refused(system):
+    system.spawn(Echo, "/user/accounts", entities=True)
+    with pytest.raises(PathTaken, match="already served by /user/accounts"):
+        system.spawn(Echo, "/user/accounts/vip")
+    with pytest.raises(PathTaken):
+        system.spawn(Echo, "/user/accounts")
+
+
+def test_actor_failing_to_start_is_reported(system):
+    with pytest.raises(SpawnFailed, match="failed to start"):
+        system.spawn(Echo, "/user/bad", args=("unexpected",))
+
+
+def test_wildcard_destination_is_rejected(system):
+    with pytest.raises(actors.InvalidPath, match="wildcard"):
+        system.tell("/user/*", "x")
+
+
+def test_stop_removes_the_path(system):
+    system.spawn(Echo, "/user/echo")
+    system.stop("/user/echo")
+    system.tell("/user/echo", "late")
+    letters = dead_letters_reach(system, 1)
+    assert letters.count == 1 and letters.recent[0].target == "/user/echo"
+    system.spawn(Echo, "/user/echo")  # the path is free again
+    assert system.ask("/user/echo", Ping(3)) == Pong(3, "/user/echo")
+
+
+def test_ask_times_out_with_a_clear_error(system):
+    system.spawn(Echo, "/user/echo")
+    with pytest.raises(AskTimeout, match="no reply from /user/echo"):
+        system.ask("/user/echo", "no-reply-for-this", timeout=0.3)
+
+
+@pytest.mark.parametrize("message, fragment", [
+    (lambda: None, "cannot be pickled"),
+    (Mutable(1), "frozen=True"),
+])
+def test_unpicklable_or_mutable_message_fails_at_tell(system, message, fragment):
+    system.spawn(Echo, "/user/echo")
+    with pytest.raises(UnpicklableMessage, match=fragment):
+        system.tell("/user/echo", message)
+
+
+def test_unpicklable_content_inside_a_frozen_message_fails_at_tell(system):
+    system.spawn(Echo, "/user/echo")
+    with pytest.raises(UnpicklableMessage, match="cannot be pickled"):
+        system.tell("/user/echo", Holder(lambda: None))
+
+
+def test_connect_refuses_a_port_nobody_listens_on():
+    port = actors.free_port()
+    with pytest.raises(SystemNotRunning, match=f"no actor system listens on 127.0.0.1:{port}"):
+        actors.connect(port)
+
+
+def test_connected_client_cannot_shut_down_the_shared_system(make_system):
+    owner = make_system("multiproc")
+    owner.spawn(Echo, "/user/echo")
+    client = actors.connect(owner.admin_port)
+    try:
+        assert client.ask("/user/echo", Ping(9)) == Pong(9, "/user/echo")
+        with pytest.raises(actors.RepriseError, match="does not own"):
+            client.shutdown()
+    finally:
+        client.close()
+    # Still running for its owner after the client detached.
+    assert owner.ask("/user/echo", Ping(10)) == Pong(10, "/user/echo")
+
+
+def test_multiproc_refuses_an_admin_port_in_use(make_system):
+    owner = make_system("multiproc")
+    with pytest.raises(SpawnFailed, match="already in use"):
+        actors.start("multiproc", admin_port=owner.admin_port)
+
+
+def test_unknown_base_is_rejected():
+    with pytest.raises(ValueError, match="multiprocQueueBase is not offered"):
+        actors.start("multiprocQueueBase")

@@ -1,0 +1,46 @@
+"""Timers: one-shot, repeating, cancellation, and ticks of an earlier incarnation ignored."""
+
+from __future__ import annotations
+
+from tests.actors.sample import After, Ticker
+
+
+def test_schedule_once_fires_once(system):
+    system.spawn(Ticker, "/user/t", entities=True)
+    probe = system.probe()
+    system.tell("/user/t/1", After(0.05, probe.path))
+    assert probe.receive(timeout=3) == ("tick", 1)
+    probe.expect_no_message(0.2)
+
+
+def test_repeating_timer_fires_until_cancelled(system):
+    system.spawn(Ticker, "/user/t", entities=True)
+    probe = system.probe()
+    system.tell("/user/t/1", After(0.02, probe.path, repeat=True, cancel_after=3))
+    assert probe.receive_many(3, timeout=5) == [("tick", 1), ("tick", 2), ("tick", 3)]
+    probe.expect_no_message(0.2)
+
+
+def test_cancelled_timer_never_fires(system):
+    system.spawn(Ticker, "/user/t", entities=True)
+    probe = system.probe()
+    system.tell("/user/t/1", After(0.3, probe.path))
+    assert system.ask("/user/t/1", "cancel") == "cancelled"
+    probe.expect_no_message(0.6)
+
+
+def test_tick_of_an_earlier_incarnation_is_ignored(system):
+    system.spawn(Ticker, "/user/t", entities=True)
+    probe = system.probe()
+    system.tell("/user/t/1", After(0.3, probe.path))
+    system.tell("/user/t/1", "boom")  # restart: the new instance never scheduled anything
+    probe.expect_no_message(0.6)
+
+
+def test_entity_with_a_live_timer_is_not_passivated(system):
+    system.spawn(Ticker, "/user/t", entities=True, passivate_after=0.1)
+    probe = system.probe()
+    system.tell("/user/t/1", After(0.05, probe.path, repeat=True))
+    # Ticks keep counting up well past the idle timeout: the same instance stays alive.
+    ticks = probe.receive_many(8, timeout=5)
+    assert ticks == [("tick", i) for i in range(1, 9)]
