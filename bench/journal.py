@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.journal [--json out.json] [--scale 1.0]
 
-Measures events/s written one per `write_messages` call and in batches of 10/100/1,000 AtomicWrites,
+Measures events/s written one per `write_messages` call (alternating with raw sqlite3, median round) and in batches of 10/100/1,000 AtomicWrites,
 and replay of a 100k-event persistence id, on SQLite and PostgreSQL; against raw `sqlite3` (one row per
 transaction, and `executemany` of 1,000 rows per transaction, same durability: WAL + synchronous=FULL)
 and the `eventsourcing` library (SQLite module, one event per save and 100 per save). Targets: one event
@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import sqlite3
 import sys
 import tempfile
@@ -65,18 +66,18 @@ def _timed(fn: Callable[[], int]) -> tuple[int, float]:
 # --- Reprise journal -------------------------------------------------------------------------------
 
 
-def _alternating(writers: list[Callable[[int], None]], total: int, rounds: int = 5) -> list[float]:
-    """Seconds each writer needs for `total` single writes, run in alternating rounds so that the
-    machine's fsync jitter hits every writer alike."""
-    seconds = [0.0] * len(writers)
+def _alternating(writers: list[Callable[[int], None]], total: int, rounds: int = 10) -> list[float]:
+    """Seconds each writer needs for `total` single writes: alternating rounds, so the machine's fsync
+    jitter hits every writer alike, and the median round times `rounds`, so one burst does not decide."""
+    times: list[list[float]] = [[] for _ in writers]
     per_round = max(1, total // rounds)
     for r in range(rounds):
         for i, write in enumerate(writers):
             t = time.perf_counter()
             for n in range(r * per_round + 1, (r + 1) * per_round + 1):
                 write(n)
-            seconds[i] += time.perf_counter() - t
-    return seconds
+            times[i].append(time.perf_counter() - t)
+    return [statistics.median(ts) * rounds for ts in times]
 
 
 def bench_sqlite_singles(workdir: str, singles: int) -> list[Result]:
@@ -94,7 +95,7 @@ def bench_sqlite_singles(workdir: str, singles: int) -> list[Result]:
         raw.execute("COMMIT")
 
     ours, theirs = _alternating([reprise, raw_one], singles)
-    events = singles // 5 * 5
+    events = singles // 10 * 10
     j.close()
     raw.close()
     return [Result("reprise sqlite", "write, 1 event per call", events, ours),

@@ -106,6 +106,13 @@ def _split_url(url: str) -> tuple[str, str, int, int]:
     return conninfo, ours.get("schema", "reprise"), int(ours.get("pool_min", 1)), int(ours.get("pool_max", 4))
 
 
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    # Custom plans use the table statistics, which lag behind a journal that was just written: right
+    # after 100k inserts PostgreSQL estimated 3 rows and chose bitmap scan + sort per replay chunk (15 ms
+    # instead of 0.3 ms). The generic plan walks the primary key in order, whatever the statistics say.
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+
+
 class _Database:
     """A connection pool on one schema, with the schema created on first use."""
 
@@ -116,7 +123,7 @@ class _Database:
         try:
             self.pool = psycopg_pool.ConnectionPool(
                 conninfo, min_size=pool_min, max_size=pool_max, kwargs={"autocommit": True},
-                open=True, name=f"reprise-journal-{schema}")
+                configure=_configure, open=True, name=f"reprise-journal-{schema}")
             self.pool.wait(timeout=10)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
             raise JournalError(f"cannot connect to PostgreSQL at {self.where}: {e}") from e
@@ -142,7 +149,7 @@ class _Database:
         """Run a read and fetch all rows."""
         try:
             with self.pool.connection() as conn, conn.cursor(binary=True) as cur:
-                cur.execute(self.q[name], params)
+                cur.execute(self.q[name], params, prepare=True)
                 return cur.fetchall()
         except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
             raise JournalError(f"{what} failed on PostgreSQL {self.where}: {e}") from e

@@ -243,7 +243,9 @@ class SqliteJournal(Journal):
                 whole = len(rows) - len(rows) % _MULTI_ROWS
                 for i in range(0, whole, _MULTI_ROWS):
                     conn.execute(_INSERT_MULTI, list(chain.from_iterable(rows[i:i + _MULTI_ROWS])))
-                if whole < len(rows):
+                if len(rows) == 1:
+                    conn.execute(_INSERT, rows[0])
+                elif whole < len(rows):
                     conn.executemany(_INSERT, rows[whole:])
                 if batch.tag_rows:
                     conn.executemany(_INSERT_TAG, batch.tag_rows)
