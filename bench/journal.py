@@ -16,8 +16,8 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
