@@ -105,19 +105,22 @@ def torn_wal_problem(db_path: str) -> str | None:
 
 
 def _wal_refusal(db_path: str) -> str | None:
-    # Another process may be appending a frame right now (two write() calls per frame): a torn tail
-    # only counts once the file stops changing.
-    problem = torn_wal_problem(db_path)
-    attempts = 0
-    while problem is not None and attempts < 20:
-        size = os.path.getsize(db_path + "-wal")
-        time.sleep(0.01)
-        attempts += 1
-        if os.path.getsize(db_path + "-wal") == size:
-            if attempts >= 3:
-                return problem
-            continue
-        problem = torn_wal_problem(db_path)
+    # Another process may be appending a frame right now (two write() calls per frame): a torn end
+    # only counts once the WAL has kept its size for a few polls (bounded: at most ~0.2 s).
+    wal = db_path + "-wal"
+    stable = 0
+    for _ in range(20):
+        try:
+            problem = torn_wal_problem(db_path)
+            if problem is None:
+                return None
+            size = os.path.getsize(wal)
+            time.sleep(0.01)
+            stable = stable + 1 if os.path.getsize(wal) == size else 0
+        except FileNotFoundError:  # checkpointed and removed by its last user meanwhile
+            return None
+        if stable >= 3:
+            return problem
     return problem
 
 

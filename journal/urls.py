@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qsl
 
 from journal.api import Journal, SnapshotStore
@@ -40,34 +42,28 @@ def parse_url(url: str) -> ParsedUrl:
     return ParsedUrl(scheme, target, options)
 
 
+# scheme -> (module, journal class, snapshot store class); imported on use so that e.g. psycopg is only
+# needed by those who open a postgresql:// URL.
+_BACKENDS = {
+    "sqlite": ("journal.sqlite", "SqliteJournal", "SqliteSnapshotStore"),
+    "memory": ("journal.memory", "MemoryJournal", "MemorySnapshotStore"),
+    "postgresql": ("journal.postgres", "PostgresJournal", "PostgresSnapshotStore"),
+}
+
+
+def _open(url: str, kind: int) -> Any:
+    p = parse_url(url)
+    if p.scheme == "memory" and p.options:
+        raise ValueError(f"{url!r}: memory journals take no options, got {sorted(p.options)}")
+    module, *classes = _BACKENDS[p.scheme]
+    return getattr(importlib.import_module(module), classes[kind])(p.target, **p.options)
+
+
 def open_journal(url: str) -> Journal:
     """Open the journal at `url` (sqlite://, memory://, postgresql://)."""
-    p = parse_url(url)
-    if p.scheme == "sqlite":
-        from journal.sqlite import SqliteJournal
-        return SqliteJournal(p.target, **p.options)
-    if p.scheme == "memory":
-        from journal.memory import MemoryJournal
-        _no_options(url, p.options)
-        return MemoryJournal(p.target)
-    from journal.postgres import PostgresJournal
-    return PostgresJournal(p.target)
+    return _open(url, 0)
 
 
 def open_snapshot_store(url: str) -> SnapshotStore:
     """Open the snapshot store at `url`; it may be the journal's own URL."""
-    p = parse_url(url)
-    if p.scheme == "sqlite":
-        from journal.sqlite import SqliteSnapshotStore
-        return SqliteSnapshotStore(p.target, **p.options)
-    if p.scheme == "memory":
-        from journal.memory import MemorySnapshotStore
-        _no_options(url, p.options)
-        return MemorySnapshotStore(p.target)
-    from journal.postgres import PostgresSnapshotStore
-    return PostgresSnapshotStore(p.target)
-
-
-def _no_options(url: str, options: dict[str, str]) -> None:
-    if options:
-        raise ValueError(f"{url!r}: memory journals take no options, got {sorted(options)}")
+    return _open(url, 1)
