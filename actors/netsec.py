@@ -44,16 +44,26 @@ def apply() -> None:
     IPBase.IPActorAddress.bindArgs = property(bind_args)
 
     original_new_socket = TCPTransport.TCPTransport.new_socket
+    original_accept = TCPTransport.TCPTransport._acceptNewIncoming
 
     def new_socket(self, op, *args, **kwargs):
         result = original_new_socket(self, op, *args, **kwargs)
-        if getattr(op, "__name__", "") == "accept":
-            sock, peer = result
-            if peer[0] not in allowed_peers():
-                log.warning("refused a connection from %s: not an allowed peer (REPRISE_PEERS)", peer[0])
-                sock.close()
-                raise OSError(f"connection from {peer[0]} refused: not an allowed peer")
+        if getattr(op, "__name__", "") == "accept" and result[1][0] not in allowed_peers():
+            self._reprise_refused = result
         return result
 
+    def accept_new_incoming(self):
+        # Let Thespian accept as usual, then drop a refused peer's socket before anything is read
+        # from it. (Raising inside accept sends Thespian's admin down an error path that kills it.)
+        self._reprise_refused = None
+        original_accept(self)
+        refused, self._reprise_refused = self._reprise_refused, None
+        if refused is not None:
+            sock, peer = refused
+            log.warning("refused a connection from %s: not an allowed peer (REPRISE_PEERS)", peer[0])
+            self._incomingSockets.pop(sock.fileno(), None)
+            sock.close()
+
     TCPTransport.TCPTransport.new_socket = new_socket
+    TCPTransport.TCPTransport._acceptNewIncoming = accept_new_incoming
     _applied = True

@@ -126,7 +126,7 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
             f"no actor system listens on {host}:{admin_port}; start one first (`reprise up TOPOLOGY.toml` "
             f"or actors.start('multiproc', admin_port={admin_port}))"
         )
-    _configure_process_env(os.environ.get("REPRISE_BIND", host), None, ())
+    _configure_process_env(os.environ.get("REPRISE_BIND", host), os.environ.get("THESPIAN_BASE_IPADDR"), None)
     asys = ActorSystem("multiprocTCPBase", {"Admin Port": admin_port}, logDefs=None, transientUnique=True)
     agent = asys.createActor("actors.guardian.NodeAgent", globalName="reprise-node")
     reply = asys.ask(agent, WhereIsGuardian(), timeout)
@@ -153,11 +153,11 @@ def _listening(host: str, port: int) -> bool:
         return False
 
 
-def _configure_process_env(bind: str, advertise: str | None, peers: tuple[str, ...]) -> None:
+def _configure_process_env(bind: str, advertise: str | None, peers: tuple[str, ...] | None) -> None:
     # Thespian reads these when it creates an endpoint; children (boot, admin, actors) inherit them.
     os.environ["REPRISE_BIND"] = bind
     os.environ["THESPIAN_BASE_IPADDR"] = advertise or (bind if bind != "0.0.0.0" else "127.0.0.1")
-    if peers:
+    if peers is not None:
         os.environ["REPRISE_PEERS"] = ",".join(peers)
     netsec.apply()
 
