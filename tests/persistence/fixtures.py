@@ -166,18 +166,24 @@ class Failed:
     detail: str
 
 
+WATCHERS: dict = {}  # path -> probe, per process (survives restarts of the watched actor)
+
+
 class FailureReporting(Scripted):
     journal_url = "failing://failure-spec"
 
     def receive(self, message, sender):
         if isinstance(message, tuple) and message and message[0] == "watch":
-            self._watcher = message[1]
+            WATCHERS[self.path] = message[1]
             return
         super().receive(message, sender)
 
-    def pre_start(self) -> None:
-        super().pre_start()
-        self._watcher = None
+    @property
+    def _watcher(self):
+        return WATCHERS.get(self.path)
+
+    def pre_restart(self, error, message) -> None:
+        pass
 
     def on_persist_failure(self, cause, event, sequence_nr):
         self.tell(self.sender, Failed("persist", f"{event}-{sequence_nr}"))
@@ -217,6 +223,7 @@ class ReqDone:
 @dataclass(frozen=True)
 class Snap:
     delivery: AtLeastOnceDeliverySnapshot
+    cfg: Any = None
 
 
 @dataclass(frozen=True)
@@ -224,6 +231,7 @@ class Req:
     payload: str
 
 
+@register_type(manifest="tests.persistence.Action")
 @dataclass(frozen=True)
 class Action:
     delivery_id: int
@@ -256,12 +264,15 @@ class Sender(AtLeastOnceDelivery):
 
     def _configure(self, cfg: SenderConfig) -> None:
         self.cfg = cfg
+        self.cfg_event = {"cfg": [list(map(list, cfg.destinations)), cfg.probe, cfg.interval, cfg.warn_after,
+                                  cfg.burst, cfg.use_async]}
         self.redeliver_interval = cfg.interval
         self.warn_after_number_of_unconfirmed_attempts = cfg.warn_after
         self.redelivery_burst_limit = cfg.burst
 
     def receive_recover(self, event):
         if isinstance(event, SnapshotOffer) and isinstance(event.snapshot, Snap):
+            self.receive_recover(event.snapshot.cfg)
             self.set_delivery_snapshot(event.snapshot.delivery)
         elif isinstance(event, dict) and "cfg" in event:
             self._configure(SenderConfig(tuple(tuple(x) for x in event["cfg"][0]), *event["cfg"][1:]))
@@ -293,7 +304,7 @@ class Sender(AtLeastOnceDelivery):
             raise RuntimeError("boom")
         elif message == "snap":
             self.snap_asker = sender
-            self.save_snapshot(Snap(self.get_delivery_snapshot()))
+            self.save_snapshot(Snap(self.get_delivery_snapshot(), self.cfg_event))
         elif isinstance(message, SaveSnapshotSuccess):
             self.tell(self.snap_asker, "saved")
         elif isinstance(message, UnconfirmedWarning):
