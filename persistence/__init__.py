@@ -4,6 +4,8 @@
 """
 
 from persistence.delivery import AtLeastOnceDelivery
+from persistence.durable import DurableDelivery
+from persistence.idempotent import IdempotentReceiver
 from persistence.messages import (
     AtLeastOnceDeliverySnapshot,
     Confirm,
@@ -31,7 +33,7 @@ from persistence.plugins import register_scheme
 __all__ = [
     "AtLeastOnceDelivery", "AtLeastOnceDeliverySnapshot", "Confirm", "ConfirmUpTo", "DeadLetteredDelivery",
     "DeleteMessagesFailure", "DeleteMessagesSuccess", "DeleteSnapshotFailure", "DeleteSnapshotSuccess",
-    "DeleteSnapshotsFailure", "DeleteSnapshotsSuccess", "IllegalStateError", "MaxUnconfirmedMessagesExceeded",
+    "DeleteSnapshotsFailure", "DeleteSnapshotsSuccess", "DurableDelivery", "IdempotentReceiver", "IllegalStateError", "MaxUnconfirmedMessagesExceeded",
     "PersistentActor", "Recovery", "RecoveryCompleted", "RedeliveryTick", "SaveSnapshotFailure",
     "SaveSnapshotSuccess", "SnapshotOffer", "UnconfirmedDelivery", "UnconfirmedWarning", "register_scheme",
 ]

@@ -346,3 +346,76 @@ class Unreliable(Destination):
         self.count += 1
         if self.count % self.drop_mod:
             self.tell(self.target, message, sender=sender)
+
+
+# ---- durable delivery into an idempotent receiver (the SIGKILL drill) --------------------------------
+
+from persistence import Confirm, DurableDelivery, IdempotentReceiver  # noqa: E402
+
+
+@register_type(manifest="tests.persistence.Item")
+@dataclass(frozen=True)
+class Item:
+    delivery_id: int
+    n: int
+
+
+@register_type(manifest="tests.persistence.Produced")
+@dataclass(frozen=True)
+class Produced:
+    upto: int
+
+
+@dataclass(frozen=True)
+class Produce:
+    """Produce items next..upto (idempotent: the producer remembers how far it got)."""
+
+    upto: int
+    destination: str
+
+
+class Producer(DurableDelivery):
+    redeliver_interval = 0.5
+    chunk = 500
+
+    def pre_start(self) -> None:
+        self.next = 1
+
+    def receive_recover(self, event):
+        if isinstance(event, Produced):
+            self.next = event.upto + 1
+
+    def receive_command(self, message, sender):
+        if isinstance(message, Produce):
+            end = min(message.upto, self.next + self.chunk - 1)
+            for n in range(self.next, end + 1):
+                self.deliver(message.destination, lambda i, n=n: Item(i, n))
+            if end >= self.next:
+                self.next = end + 1
+                self.persist_async(Produced(end), lambda e: None)
+            if end < message.upto:
+                self.tell(self.path, message)
+        elif message == "status":
+            self.tell(sender, (self.next - 1, self.number_of_unconfirmed))
+
+
+class Consumer(IdempotentReceiver):
+    def pre_start(self) -> None:
+        self.applied: set = set()
+        self.duplicates_applied = 0
+
+    def _apply(self, n):
+        if n in self.applied:
+            self.duplicates_applied += 1
+        self.applied.add(n)
+
+    def receive_recover(self, event):
+        if isinstance(event, int):
+            self._apply(event)
+
+    def receive_command(self, message, sender):
+        if isinstance(message, Item):
+            self.persist_applied(sender, message.delivery_id, message.n, self._apply)
+            self.tell(sender, Confirm(message.delivery_id))
+        elif message == "status":
+            self.tell(sender, (len(self.applied), self.duplicates_applied, self.dedup_size()))
