@@ -1,0 +1,450 @@
+"""The `reprise` command: run topologies, inspect and stop systems, inspect journals, run benchmarks.
+
+    reprise up TOPOLOGY.toml [--detach]      reprise down --port N      reprise status --port N
+    reprise node --leader HOST:PORT --port N --name NAME
+    reprise journal ls|show|tail|verify [URL]   (URL defaults to $REPRISE_JOURNAL)
+    reprise bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+PROG = "reprise"
+JOURNAL_ENV = "REPRISE_JOURNAL"
+
+
+class CliError(Exception):
+    """An error reported as one line plus a hint; `code` 2 for bad input, 1 for runtime failures."""
+
+    def __init__(self, message: str, hint: str | None = None, code: int = 1) -> None:
+        super().__init__(message)
+        self.hint = hint
+        self.code = code
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with Reprise's error format: one line plus a hint, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{PROG}: error: {message} (hint: run '{self.prog} --help')\n")
+
+
+# ---- entry point ---------------------------------------------------------------------------------
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the `reprise` command line; returns the exit code (argparse exits 2 itself on bad usage)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    verbose = getattr(args, "verbose", False)
+    if not hasattr(args, "func"):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except CliError as e:
+        return _report(str(e), e.hint, e.code, verbose)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # noqa: BLE001 - the CLI's last line of defence turns anything into one line
+        code, hint = _classify(e)
+        return _report(f"{type(e).__name__}: {e}" if code == 1 else str(e), hint, code, verbose)
+
+
+def _classify(e: BaseException) -> tuple[int, str]:
+    """Exit code and hint for exceptions raised by the libraries below the CLI."""
+    from journal.errors import JournalCorruption
+
+    from .errors import SystemNotRunning
+    from .topology import TopologyError
+
+    if isinstance(e, TopologyError):
+        return 2, "see the topology format in `reprise up --help` and examples/topologies/"
+    if isinstance(e, FileNotFoundError):
+        return 2, "check the file name and the working directory"
+    if isinstance(e, SystemNotRunning):
+        return 1, "check --port/--host, or start a system with `reprise up TOPOLOGY.toml`"
+    if isinstance(e, JournalCorruption):
+        return 1, "run `reprise journal verify URL` to list every corrupt record"
+    return 1, "rerun with --verbose for the traceback"
+
+
+def _report(message: str, hint: str | None, code: int, verbose: bool) -> int:
+    if verbose:
+        traceback.print_exc()
+    first = message.strip().splitlines()[0] if message.strip() else "failed"
+    more = "" if first == message.strip() else " [...]"
+    suffix = f" (hint: {hint})" if hint else ""
+    print(f"{PROG}: error: {first}{more}{suffix}", file=sys.stderr)
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    common = argparse.ArgumentParser(add_help=False)
+    # SUPPRESS keeps a subcommand's default from overwriting `reprise --verbose sub ...`.
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="show tracebacks on errors")
+    parser = _Parser(prog=PROG, description=__doc__.splitlines()[0], parents=[common],
+                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                     epilog="\n".join(__doc__.splitlines()[1:]))
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
+
+    def command(name: str, func: Callable[[argparse.Namespace], int], help: str,  # noqa: A002
+                **kw: Any) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help, parents=[common], **kw)
+        p.set_defaults(func=func)
+        return p
+
+    from .topology import __doc__ as topology_doc
+
+    p = command("up", cmd_up, "start an actor system and spawn what a topology file declares",
+                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=topology_doc)
+    p.add_argument("topology", metavar="TOPOLOGY.toml")
+    p.add_argument("--detach", action="store_true", help="leave the system running and exit")
+    p.add_argument("--port", type=int, help="admin port (overrides [system] admin_port)")
+    _hidden_start_options(p)
+
+    p = command("down", cmd_down, "shut a running actor system down")
+    _attach_options(p)
+    p.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for its processes to end")
+
+    p = command("status", cmd_status, "show a running system's hosts, dead letters and journal size")
+    _attach_options(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = command("node", cmd_node, "join this machine to a system's convention as a member")
+    p.add_argument("--leader", required=True, metavar="HOST:PORT", help="the leader's admin address")
+    p.add_argument("--port", type=int, required=True, help="this member's admin port")
+    p.add_argument("--name", required=True, help="this member's node name (for `node = ...` placement)")
+    p.add_argument("--bind", default="127.0.0.1", help="address to listen on (default: loopback)")
+    p.add_argument("--advertise", help="address other machines reach this one at")
+    p.add_argument("--detach", action="store_true", help="leave the member running and exit")
+    _hidden_start_options(p)
+
+    jp = command("journal", _journal_help, "inspect and verify an event journal")
+    jsub = jp.add_subparsers(title="journal commands", metavar="COMMAND", parser_class=_Parser)
+
+    def jcommand(name: str, func: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:  # noqa: A002
+        q = jsub.add_parser(name, help=help, description=help, parents=[common])
+        q.set_defaults(func=func)
+        return q
+
+    url_help = f"journal URL, e.g. sqlite:///abs/path.db (default: ${JOURNAL_ENV})"
+    q = jcommand("ls", cmd_journal_ls, "list persistence ids with their highest sequence nr and event count")
+    q.add_argument("url", nargs="?", metavar="URL", help=url_help)
+    q = jcommand("show", cmd_journal_show, "print the events of one persistence id")
+    q.add_argument("url", nargs="?", metavar="URL", help=url_help)
+    q.add_argument("pid", metavar="PID", help="the persistence id")
+    q.add_argument("--from", dest="from_nr", type=int, default=1, metavar="N", help="first sequence nr")
+    q.add_argument("--limit", type=int, default=None, metavar="N", help="print at most N events")
+    q = jcommand("tail", cmd_journal_tail, "print the most recently written events of all ids")
+    q.add_argument("url", nargs="?", metavar="URL", help=url_help)
+    q.add_argument("-n", type=int, default=10, metavar="N", help="how many events (default 10)")
+    q = jcommand("verify", cmd_journal_verify,
+                 "re-read every record and checksum; exit 1 naming each corrupt record")
+    q.add_argument("url", nargs="?", metavar="URL", help=url_help)
+
+    p = command("bench", cmd_bench, "run the benchmarks in bench/ and write bench/RESULTS.md and a chart")
+    p.add_argument("--only", action="append", metavar="NAME",
+                   help="run only this benchmark module (repeatable), e.g. transport")
+    p.add_argument("--out", default=None, help="output directory (default: bench/)")
+    p.add_argument("--arg", action="append", default=[], metavar="NAME:ARG",
+                   help="extra argument for one benchmark, e.g. transport:--messages=2000 (repeatable)")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per benchmark")
+    return parser
+
+
+def _attach_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--port", type=int, required=True, help="the system's admin port")
+    p.add_argument("--host", default="127.0.0.1", help="the admin's address (default: loopback)")
+
+
+def _hidden_start_options(p: argparse.ArgumentParser) -> None:
+    # For tests and supervisors: the tag marks every process of the system (leak checks find them by it).
+    p.add_argument("--tag", help=argparse.SUPPRESS)
+    p.add_argument("--run-dir", help=argparse.SUPPRESS)
+
+
+# ---- up / node / down / status -------------------------------------------------------------------
+
+def cmd_up(args: argparse.Namespace) -> int:
+    """`reprise up`: start a system from a topology file, spawn its actors, then wait or detach."""
+    import actors
+
+    from .topology import load, resolve_class
+
+    if not os.path.isfile(args.topology):
+        raise CliError(f"topology file {args.topology!r} not found", "pass the path of a .toml file, e.g. "
+                       "examples/topologies/echo.toml", code=2)
+    topo = load(args.topology)
+    # Actor modules usually live next to the topology or in the project the user runs from.
+    for extra in (os.getcwd(), os.path.dirname(os.path.abspath(args.topology))):
+        if extra not in sys.path:
+            sys.path.insert(0, extra)
+    classes = [resolve_class(e.factory) for e in topo.entries]  # fail before starting anything
+    s = topo.system
+    system = actors.start("multiproc", admin_port=args.port or s.admin_port, journal=s.journal,
+                          snapshot_store=s.snapshot_store, bind=s.bind, advertise=s.advertise, peers=s.peers,
+                          leader=s.leader, node=s.node, log_level=s.log_level, tag=args.tag,
+                          run_dir=args.run_dir)
+    try:
+        for entry, cls in zip(topo.entries, classes, strict=True):
+            system.spawn(cls, entry.path, entities=entry.entities, args=entry.args, kwargs=entry.kwargs,
+                         **entry.options)
+        _print_up(system, topo)
+    except BaseException:
+        system.shutdown()
+        raise
+    return _detach_or_wait(system, args.detach)
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    """`reprise node`: start a convention member that joins `--leader`, then wait or detach."""
+    import actors
+
+    host, sep, port = args.leader.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise CliError(f"--leader {args.leader!r} is not HOST:PORT", "e.g. --leader 10.0.0.5:1900", code=2)
+    system = actors.start("multiproc", admin_port=args.port, leader=args.leader, node=args.name,
+                          bind=args.bind, advertise=args.advertise, tag=args.tag, run_dir=args.run_dir)
+    print(f"node {args.name!r} up on {args.advertise or args.bind}:{system.admin_port}, "
+          f"member of {args.leader}; run dir {system.run_dir}", flush=True)
+    return _detach_or_wait(system, args.detach)
+
+
+def _print_up(system: Any, topo: Any) -> None:
+    port = system.admin_port
+    print(f"reprise system up on {topo.system.advertise or topo.system.bind}:{port} "
+          f"(run dir {system.run_dir})", flush=True)
+    if topo.system.journal:
+        print(f"  journal  {topo.system.journal}")
+    for entry in topo.entries:
+        kind = "entities" if entry.entities else "actor"
+        print(f"  {kind:<8} {entry.path}  {entry.factory}")
+    sys.stdout.flush()
+
+
+def _detach_or_wait(system: Any, detach: bool) -> int:
+    """Detach (close the client, leave the system running) or wait for Ctrl-C/SIGTERM and shut down."""
+    if detach:
+        system.close()
+        print(f"detached; stop it with: {PROG} down --port {system.admin_port}", flush=True)
+        return 0
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    print("running; Ctrl-C or SIGTERM shuts it down", flush=True)
+    from .system import tagged_pids
+
+    try:
+        while not stop.wait(1.0):
+            # A system killed from outside (e.g. `reprise down`) leaves nothing to wait for.
+            if system.tag and not tagged_pids(system.tag):
+                print("the actor system has gone away", file=sys.stderr)
+                system.close()
+                return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print("shutting down", flush=True)
+    system.shutdown()
+    print("stopped", flush=True)
+    return 0
+
+
+def find_tag(port: int) -> str | None:
+    """The tag of the local system whose admin runs on `port` (read from its processes' command lines)."""
+    needle = b"\0--port\0" + str(port).encode() + b"\0"
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if b"actors.boot" in cmdline and needle in cmdline:
+            parts = cmdline.split(b"\0")
+            if b"--tag" in parts:
+                return parts[parts.index(b"--tag") + 1].decode()
+    return None
+
+
+def shutdown_system(port: int, host: str = "127.0.0.1", timeout: float = 20.0) -> None:
+    """Stop the system on `host:port`; waits for (and if need be kills) its local processes."""
+    import actors
+
+    # connect() gives a non-owner handle whose shutdown() refuses; `down` is the owner's explicit act.
+    system = actors.connect(port, host=host, _owner=True)
+    system.tag = find_tag(port)
+    system.shutdown(timeout=timeout)
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    """`reprise down`: shut the system on --port down."""
+    shutdown_system(args.port, args.host, args.timeout)
+    print(f"system on {args.host}:{args.port} shut down")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """`reprise status`: hosts with state/restarts/pid, dead letters, journal size."""
+    import actors
+
+    system = actors.connect(args.port, host=args.host)
+    try:
+        status = system.status()
+    finally:
+        system.close()
+    journal_url = status.config.get("journal")
+    size = journal_size(journal_url)
+    if args.json:
+        print(json.dumps({
+            "port": args.port, "dead_letters": status.dead_letters, "journal": journal_url, "journal_bytes": size,
+            "hosts": {p: {"state": h.state, "restarts": h.restarts, "pid": h.pid, "entities": h.entities}
+                      for p, h in sorted(status.hosts.items())},
+        }, indent=2))
+        return 0
+    print(f"system on {args.host}:{args.port}")
+    print(f"  dead letters  {status.dead_letters}")
+    if journal_url:
+        print(f"  journal       {journal_url}" + (f"  ({_human(size)})" if size is not None else ""))
+    print(f"  hosts         {len(status.hosts)}")
+    if status.hosts:
+        width = max(len(p) for p in status.hosts)
+        print(f"    {'PATH':<{width}}  {'KIND':<8}  {'STATE':<10}  {'RESTARTS':>8}  PID")
+        for path, h in sorted(status.hosts.items()):
+            kind = "entities" if h.entities else "actor"
+            print(f"    {path:<{width}}  {kind:<8}  {h.state:<10}  {h.restarts:>8}  {h.pid}")
+    return 0
+
+
+def journal_size(url: str | None) -> int | None:
+    """Bytes on disk of a sqlite journal (database plus WAL), None for other journals."""
+    if not url or not url.startswith("sqlite://"):
+        return None
+    target = url[len("sqlite://"):].partition("?")[0]
+    files = [target + suffix for suffix in ("", "-wal", "-shm")]
+    sizes = [os.path.getsize(f) for f in files if os.path.isfile(f)]
+    return sum(sizes) if sizes else None
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+# ---- journal ----------------------------------------------------------------------------------
+
+def _journal_help(args: argparse.Namespace) -> int:
+    raise CliError("journal needs a command: ls, show, tail or verify", "run 'reprise journal --help'", code=2)
+
+
+def _journal_url(url: str | None) -> str:
+    url = url or os.environ.get(JOURNAL_ENV)
+    if not url:
+        raise CliError("no journal URL given", f"pass one (e.g. sqlite:///abs/path.db) or set ${JOURNAL_ENV}",
+                       code=2)
+    from journal.urls import parse_url
+
+    try:
+        parsed = parse_url(url)
+    except ValueError as e:
+        raise CliError(str(e).split(": use ")[0], "journal URLs look like sqlite:///abs/path.db, "
+                       "sqlite://relative.db, memory://name or postgresql://user@host:port/db", code=2) from None
+    # Opening a sqlite file that does not exist would silently create an empty journal.
+    if parsed.scheme == "sqlite" and parsed.target != ":memory:" and not os.path.isfile(parsed.target):
+        raise CliError(f"no journal file at {parsed.target!r}", "check the path; sqlite:///abs/path.db has "
+                       "three slashes for an absolute path", code=2)
+    return url
+
+
+def _open(url: str | None) -> Any:
+    from journal import open_journal
+
+    return open_journal(_journal_url(url))
+
+
+def cmd_journal_ls(args: argparse.Namespace) -> int:
+    """`reprise journal ls`: persistence ids, highest sequence nr, event count."""
+    with _open(args.url) as j:
+        rows = j.summaries()
+    if not rows:
+        print("(no events)")
+        return 0
+    width = max(len("PERSISTENCE ID"), *(len(r.persistence_id) for r in rows))
+    print(f"{'PERSISTENCE ID':<{width}}  {'HIGHEST SEQ':>11}  {'EVENTS':>8}")
+    for r in rows:
+        print(f"{r.persistence_id:<{width}}  {r.highest_sequence_nr:>11}  {r.event_count:>8}")
+    return 0
+
+
+def cmd_journal_show(args: argparse.Namespace) -> int:
+    """`reprise journal show [URL] PID`: the events of one persistence id."""
+    url, pid = args.url, args.pid
+    if args.limit is not None and args.limit < 0 or args.from_nr < 0:
+        raise CliError("--from and --limit must not be negative", code=2)
+    from journal import MAX_SEQUENCE_NR
+
+    with _open(url) as j:
+        events = list(j.show(pid, args.from_nr, MAX_SEQUENCE_NR if args.limit is None else args.limit))
+        if not events and j.highest_sequence_nr(pid) == 0:
+            raise CliError(f"no events for persistence id {pid!r}", "list the ids with `reprise journal ls`")
+    for e in events:
+        print(f"{e.sequence_nr:>8}  {_when(e.timestamp)}  {e.manifest or '-'}  {e.payload!r}")
+    return 0
+
+
+def cmd_journal_tail(args: argparse.Namespace) -> int:
+    """`reprise journal tail [URL] [-n N]`: the most recent events of all ids."""
+    with _open(args.url) as j:
+        envelopes = j.tail(args.n)
+    for e in envelopes:
+        print(f"{e.offset:>8}  {_when(e.timestamp)}  {e.persistence_id}#{e.sequence_nr}  {e.event!r}")
+    return 0
+
+
+def cmd_journal_verify(args: argparse.Namespace) -> int:
+    """`reprise journal verify [URL]`: exit 1 and name every corrupt record."""
+    import journal
+
+    report = journal.verify(_journal_url(args.url))
+    for p in report.problems:
+        print(f"CORRUPT persistence_id={p.persistence_id} sequence_nr={p.sequence_nr}: {p.reason}")
+    summary = f"checked {report.records_checked} records and {report.snapshots_checked} snapshots"
+    if report.ok:
+        print(f"{summary}: ok")
+        return 0
+    print(f"{PROG}: error: {summary}: {len(report.problems)} corrupt (hint: restore the journal from a "
+          "backup or delete the named records' persistence ids)", file=sys.stderr)
+    return 1
+
+
+def _when(millis: int) -> str:
+    if not millis:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(millis / 1000)) + f".{millis % 1000:03d}"
+
+
+# ---- bench ------------------------------------------------------------------------------------
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """`reprise bench`: run bench/*.py with --json, write RESULTS.md and a PNG chart."""
+    raise CliError("bench is not implemented yet", "run `python -m bench.transport` directly")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""Topology files for `reprise up`: a TOML `[system]` table plus `[[actor]]` and `[[entities]]` tables.
+
+    [system]
+    admin_port = 1900            # optional: a free port when omitted
+    bind = "127.0.0.1"
+    journal = "sqlite://journal.db"   # relative sqlite paths are relative to this file
+    snapshot_store = "sqlite://journal.db"
+
+    [[actor]]
+    path = "/user/ledger"
+    class = "myapp.ledger:Ledger"     # or "myapp.ledger.Ledger"
+    args = [1]
+    kwargs = { currency = "EUR" }
+
+    [[entities]]
+    path = "/user/accounts"
+    class = "myapp.accounts:Account"
+    passivate_after = 60
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InvalidPath
+from .paths import validate_path
+
+__all__ = ["ActorEntry", "SystemSection", "Topology", "TopologyError", "load", "loads", "resolve_class"]
+
+SYSTEM_KEYS = {"admin_port", "bind", "advertise", "journal", "snapshot_store", "leader", "node", "peers",
+               "log_level"}
+# Options passed straight to System.spawn; everything else in an entry is a mistake worth reporting.
+SPAWN_OPTIONS = {"passivate_after", "max_restarts", "restart_window", "linger", "batch_cap", "node"}
+ENTRY_KEYS = {"path", "class", "args", "kwargs"} | SPAWN_OPTIONS
+
+
+class TopologyError(ValueError):
+    """A topology file that cannot be read or does not describe a valid system."""
+
+
+@dataclass(frozen=True)
+class SystemSection:
+    """The `[system]` table: how to start the actor system."""
+
+    admin_port: int | None = None
+    bind: str = "127.0.0.1"
+    advertise: str | None = None
+    journal: str | None = None
+    snapshot_store: str | None = None
+    leader: str | None = None
+    node: str | None = None
+    peers: tuple[str, ...] = ()
+    log_level: str = "WARNING"
+
+
+@dataclass(frozen=True)
+class ActorEntry:
+    """One `[[actor]]` or `[[entities]]` table: what to spawn where."""
+
+    path: str
+    factory: str
+    entities: bool = False
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A whole topology file."""
+
+    system: SystemSection
+    entries: tuple[ActorEntry, ...]
+    source: str = "<string>"
+
+
+def load(path: str) -> Topology:
+    """Read and validate the topology file at `path`; raises TopologyError or FileNotFoundError."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as e:
+        raise TopologyError(f"{path}: not a UTF-8 text file ({e})") from None
+    return loads(text, source=path, base_dir=os.path.dirname(os.path.abspath(path)))
+
+
+def loads(text: str, *, source: str = "<string>", base_dir: str | None = None) -> Topology:
+    """Parse topology TOML text; relative sqlite journal paths are resolved against `base_dir`."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise TopologyError(f"{source}: invalid TOML: {e}") from None
+    unknown = set(doc) - {"system", "actor", "entities"}
+    if unknown:
+        raise TopologyError(f"{source}: unknown top-level table(s) {sorted(unknown)}; "
+                            "expected [system], [[actor]] and [[entities]]")
+    system = _system(doc.get("system", {}), source, base_dir)
+    entries = []
+    for kind in ("actor", "entities"):
+        tables = doc.get(kind, [])
+        if not isinstance(tables, list):
+            raise TopologyError(f"{source}: [{kind}] must be an array of tables: write [[{kind}]]")
+        for i, table in enumerate(tables):
+            entries.append(_entry(table, kind == "entities", f"{source}: [[{kind}]] #{i + 1}"))
+    paths = [e.path for e in entries]
+    dupes = sorted({p for p in paths if paths.count(p) > 1})
+    if dupes:
+        raise TopologyError(f"{source}: path(s) declared twice: {dupes}")
+    return Topology(system, tuple(entries), source)
+
+
+def resolve_class(spec: str) -> type:
+    """Import "module:Class" or "module.Class" (nested classes allowed after the colon)."""
+    if ":" in spec:
+        module_name, _, qualname = spec.partition(":")
+    else:
+        module_name, _, qualname = spec.rpartition(".")
+    if not module_name or not qualname:
+        raise TopologyError(f"class {spec!r} must be written 'module:Class' or 'module.Class'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise TopologyError(f"class {spec!r}: cannot import module {module_name!r} ({e})") from None
+    for part in qualname.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise TopologyError(f"class {spec!r}: module {module_name!r} has no {qualname!r}") from None
+    if not isinstance(obj, type):
+        raise TopologyError(f"class {spec!r} is not a class")
+    return obj
+
+
+def _system(table: Any, source: str, base_dir: str | None) -> SystemSection:
+    if not isinstance(table, dict):
+        raise TopologyError(f"{source}: [system] must be a table")
+    unknown = set(table) - SYSTEM_KEYS
+    if unknown:
+        raise TopologyError(f"{source}: [system] has unknown key(s) {sorted(unknown)}; "
+                            f"known: {sorted(SYSTEM_KEYS)}")
+    port = table.get("admin_port")
+    if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
+        raise TopologyError(f"{source}: [system] admin_port must be an integer in 1..65535, got {port!r}")
+    for key in ("bind", "advertise", "journal", "snapshot_store", "leader", "node", "log_level"):
+        if key in table and not isinstance(table[key], str):
+            raise TopologyError(f"{source}: [system] {key} must be a string, got {table[key]!r}")
+    peers = table.get("peers", [])
+    if not isinstance(peers, list) or not all(isinstance(p, str) for p in peers):
+        raise TopologyError(f"{source}: [system] peers must be a list of strings")
+    return SystemSection(
+        admin_port=port, bind=table.get("bind", "127.0.0.1"), advertise=table.get("advertise"),
+        journal=_absolute_sqlite(table.get("journal"), base_dir),
+        snapshot_store=_absolute_sqlite(table.get("snapshot_store"), base_dir),
+        leader=table.get("leader"), node=table.get("node"), peers=tuple(peers),
+        log_level=table.get("log_level", "WARNING"))
+
+
+def _absolute_sqlite(url: str | None, base_dir: str | None) -> str | None:
+    # Actor processes do not share the CLI's working directory, so a relative file would land elsewhere.
+    if url is None or base_dir is None or not url.startswith("sqlite://") or url.startswith("sqlite:///"):
+        return url
+    target, sep, query = url[len("sqlite://"):].partition("?")
+    if not target or target == ":memory:":
+        return url
+    return f"sqlite://{os.path.join(base_dir, target)}{sep}{query}"
+
+
+def _entry(table: Any, entities: bool, where: str) -> ActorEntry:
+    if not isinstance(table, dict):
+        raise TopologyError(f"{where} must be a table")
+    unknown = set(table) - ENTRY_KEYS
+    if unknown:
+        raise TopologyError(f"{where} has unknown key(s) {sorted(unknown)}; known: {sorted(ENTRY_KEYS)}")
+    for key in ("path", "class"):
+        if not isinstance(table.get(key), str):
+            raise TopologyError(f"{where} needs a string {key!r}")
+    try:
+        validate_path(table["path"])
+    except InvalidPath as e:
+        raise TopologyError(f"{where}: {e}") from None
+    args, kwargs = table.get("args", []), table.get("kwargs", {})
+    if not isinstance(args, list):
+        raise TopologyError(f"{where}: args must be a list")
+    if not isinstance(kwargs, dict):
+        raise TopologyError(f"{where}: kwargs must be a table")
+    options = {k: table[k] for k in SPAWN_OPTIONS if k in table}
+    if "passivate_after" in options and not entities:
+        raise TopologyError(f"{where}: passivate_after only applies to [[entities]]")
+    for key, value in options.items():
+        if key == "node":
+            if not isinstance(value, str):
+                raise TopologyError(f"{where}: node must be a string")
+        elif isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise TopologyError(f"{where}: {key} must be a non-negative number, got {value!r}")
+    return ActorEntry(table["path"], table["class"], entities, tuple(args), dict(kwargs), options)

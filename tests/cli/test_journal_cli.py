@@ -1,0 +1,104 @@
+"""`reprise journal ...` against real SQLite journals written with the journal API."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from actors.cli import main
+from journal import AtomicWrite, PersistentRepr, open_journal
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def url(tmp_path) -> str:
+    """A journal with three events for "acct-1" and two for "acct-2"."""
+    url = f"sqlite://{tmp_path}/journal.db"
+    with open_journal(url) as j:
+        for pid, n in (("acct-1", 3), ("acct-2", 2)):
+            assert j.write_messages([AtomicWrite([PersistentRepr({"amount": seq * 10}, seq, pid)])
+                                     for seq in range(1, n + 1)]) == [None] * n
+    return url
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_ls_lists_ids_with_highest_sequence_nr_and_count(url, capsys) -> None:
+    code, out, _ = run(capsys, "journal", "ls", url)
+    assert code == 0
+    rows = [line.split() for line in out.splitlines()[1:]]
+    assert rows == [["acct-1", "3", "3"], ["acct-2", "2", "2"]]
+
+
+def test_show_from_and_limit(url, capsys) -> None:
+    code, out, _ = run(capsys, "journal", "show", url, "acct-1", "--from", "2", "--limit", "1")
+    assert code == 0
+    lines = out.splitlines()
+    assert len(lines) == 1 and lines[0].split()[0] == "2" and "'amount': 20" in lines[0]
+    code, out, _ = run(capsys, "journal", "show", url, "acct-1")
+    assert [line.split()[0] for line in out.splitlines()] == ["1", "2", "3"]
+
+
+def test_show_of_an_unknown_id_fails_with_a_hint(url, capsys) -> None:
+    code, _, err = run(capsys, "journal", "show", url, "nobody")
+    assert code == 1 and "nobody" in err and "hint:" in err
+
+
+def test_tail_prints_the_most_recent_events_oldest_first(url, capsys) -> None:
+    code, out, _ = run(capsys, "journal", "tail", url, "-n", "2")
+    assert code == 0
+    assert [line.split()[3] for line in out.splitlines()] == ["acct-2#1", "acct-2#2"]
+
+
+def test_url_defaults_to_the_environment(url, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("REPRISE_JOURNAL", url)
+    code, out, _ = run(capsys, "journal", "ls")
+    assert code == 0 and "acct-2" in out
+    code, out, _ = run(capsys, "journal", "show", "acct-2")
+    assert code == 0 and len(out.splitlines()) == 2
+
+
+def test_verify_ok(url, capsys) -> None:
+    code, out, _ = run(capsys, "journal", "verify", url)
+    assert code == 0 and "checked 5 records" in out and out.rstrip().endswith("ok")
+
+
+def test_verify_names_the_corrupt_record(url, capsys) -> None:
+    db = sqlite3.connect(url[len("sqlite://"):])
+    with db:
+        db.execute("UPDATE journal SET checksum = checksum + 1 WHERE persistence_id = 'acct-2' AND sequence_nr = 2")
+    db.close()
+    code, out, err = run(capsys, "journal", "verify", url)
+    assert code == 1
+    assert "persistence_id=acct-2 sequence_nr=2" in out
+    assert "acct-1" not in out and "1 corrupt" in err
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["journal", "ls", "foo://x"], "unsupported journal URL"),
+    (["journal", "tail", "sqlite:///no/such/journal.db"], "no journal file"),
+    (["journal", "verify"], "no journal URL given"),
+])
+def test_bad_input_is_one_line_with_a_hint_and_exit_2(argv, needle, capsys, monkeypatch) -> None:
+    monkeypatch.delenv("REPRISE_JOURNAL", raising=False)
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("reprise: error: ") and needle in err and "(hint: " in err
+
+
+def test_usage_errors_exit_2_and_help_exists_everywhere(capsys) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["journal", "show"])
+    assert e.value.code == 2 and "hint:" in capsys.readouterr().err
+    for argv in (["--help"], ["up", "--help"], ["down", "--help"], ["status", "--help"], ["node", "--help"],
+                 ["journal", "--help"], ["journal", "verify", "--help"], ["bench", "--help"]):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 0
+        assert "usage: reprise" in capsys.readouterr().out
