@@ -1,0 +1,131 @@
+"""`reprise up/status/down/node` as a user runs them: the installed console script, real processes."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import actors
+from actors.system import kill_tagged, tagged_pids
+from tests.conftest import SESSION_TOKEN
+from tests.waiting import wait_for
+
+pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(120)]
+
+REPRISE = os.path.join(os.path.dirname(sys.executable), "reprise")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_n = itertools.count(1)
+
+TOPOLOGY = """
+[system]
+journal = "sqlite://journal.db"
+
+[[actor]]
+path = "/user/echo"
+class = "tests.actors.sample:Echo"
+
+[[entities]]
+path = "/user/echoes"
+class = "tests.actors.sample.Echo"
+passivate_after = 30
+"""
+
+
+@pytest.fixture
+def tag():
+    """A tag under the session token, so conftest's leak check also covers systems the CLI starts."""
+    tag = f"{SESSION_TOKEN}-cli-{next(_n)}-"
+    yield tag
+    assert kill_tagged(tag) == [], f"the CLI left processes tagged {tag}"
+
+
+@pytest.fixture
+def topology(tmp_path) -> str:
+    path = tmp_path / "topo.toml"
+    path.write_text(TOPOLOGY)
+    return str(path)
+
+
+def reprise(*argv: str, timeout: float = 90) -> subprocess.CompletedProcess:
+    return subprocess.run([REPRISE, *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def test_up_detach_status_down(topology, tag, tmp_path) -> None:
+    port = actors.free_port()
+    up = reprise("up", topology, "--detach", "--port", str(port), "--tag", tag, "--run-dir", str(tmp_path / "run"))
+    assert up.returncode == 0, up.stderr
+    assert f"127.0.0.1:{port}" in up.stdout and "/user/echoes" in up.stdout
+    assert tagged_pids(tag), "--detach must leave the system running"
+
+    status = reprise("status", "--port", str(port), "--json")
+    assert status.returncode == 0, status.stderr
+    doc = json.loads(status.stdout)
+    assert doc["hosts"]["/user/echo"]["state"] == "running" and not doc["hosts"]["/user/echo"]["entities"]
+    assert doc["hosts"]["/user/echoes"]["entities"] and doc["hosts"]["/user/echoes"]["pid"] > 0
+    assert doc["dead_letters"] == 0 and doc["journal"] == f"sqlite://{tmp_path}/journal.db"
+    text = reprise("status", "--port", str(port))
+    assert text.returncode == 0 and "/user/echoes  entities  running" in text.stdout
+
+    down = reprise("down", "--port", str(port))
+    assert down.returncode == 0, down.stderr
+    assert tagged_pids(tag) == []
+    again = reprise("status", "--port", str(port))
+    assert again.returncode == 1 and "hint:" in again.stderr
+
+
+def test_up_in_the_foreground_shuts_down_on_sigterm(topology, tag, tmp_path) -> None:
+    port = actors.free_port()
+    proc = subprocess.Popen([REPRISE, "up", topology, "--port", str(port), "--tag", tag], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("running"):
+                break
+        assert any(f":{port}" in line for line in lines), (lines, proc.stderr)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert "stopped" in out and tagged_pids(tag) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_bad_class_fails_before_starting_anything(tmp_path, tag) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text('[[actor]]\npath = "/user/x"\nclass = "tests.actors.sample:NoSuchActor"\n')
+    result = reprise("up", str(path), "--tag", tag)
+    assert result.returncode == 2
+    assert "NoSuchActor" in result.stderr and "(hint: " in result.stderr
+    assert tagged_pids(tag) == []
+
+
+def test_missing_topology_file_and_verbose_traceback(tmp_path) -> None:
+    result = reprise("up", str(tmp_path / "missing.toml"))
+    assert result.returncode == 2 and result.stderr.startswith("reprise: error: topology file")
+    assert "Traceback" not in result.stderr
+    verbose = reprise("status", "--port", str(actors.free_port()), "--verbose")
+    assert verbose.returncode == 1 and "Traceback" in verbose.stderr and "(hint: " in verbose.stderr
+
+
+def test_node_joins_a_leader_and_goes_down(make_system, tag, tmp_path) -> None:
+    leader = make_system("multiproc")
+    port = actors.free_port()
+    node = reprise("node", "--leader", f"127.0.0.1:{leader.admin_port}", "--port", str(port), "--name", "n1",
+                   "--detach", "--tag", tag)
+    assert node.returncode == 0, node.stderr
+    assert "'n1'" in node.stdout and tagged_pids(tag)
+    leader.spawn("tests.actors.sample:Echo", "/user/on-n1", node="n1")
+    wait_for(lambda: leader.status().hosts["/user/on-n1"].state == "running", 30)
+    down = reprise("down", "--port", str(port))
+    assert down.returncode == 0, down.stderr
+    wait_for(lambda: not tagged_pids(tag), 30)
