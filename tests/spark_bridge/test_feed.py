@@ -1,0 +1,143 @@
+"""feed() through the bridge into destination entities: exact sums, idempotent reruns, retries, bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+import actors
+from journal import open_journal
+from spark_bridge import FeedError, FeedResult, feed
+from spark_bridge.bridge import PERSISTENCE_ID
+from tests.spark_bridge.sample import Balance, GetBalance
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.spark
+
+ACCOUNTS = 1_000
+
+
+def deposits(spark, rows: int, accounts: int = ACCOUNTS, partitions: int = 2):
+    """`rows` deposits spread over `accounts` accounts: destination path, account, amount, unique txid."""
+    return spark.range(0, rows, numPartitions=partitions).selectExpr(
+        f"concat('/user/accounts/a', cast(id % {accounts} as string)) as destination",
+        f"cast(id % {accounts} as int) as account",
+        "cast(id % 97 + 1 as long) as amount",
+        "id as txid",
+    )
+
+
+def expected_sums(df) -> dict[str, int]:
+    """The DataFrame's own groupBy().sum() per destination path."""
+    return {r["destination"]: r["total"] for r in df.groupBy("destination").sum("amount")
+            .withColumnRenamed("sum(amount)", "total").collect()}
+
+
+def balances(system: actors.System, paths) -> dict[str, Balance]:
+    """Ask every account for its balance."""
+    return {p: system.ask(p, GetBalance(), timeout=10) for p in paths}
+
+
+def settled(system: actors.System, expected: dict[str, int], timeout: float = 60.0) -> dict[str, Balance]:
+    """Wait until every account applied as much as expected (fan-out follows the acks); return the balances."""
+    def check():
+        got = balances(system, expected)
+        return got if all(got[p].total >= expected[p] for p in expected) else None
+    return wait_for(check, timeout=timeout, interval=0.2)
+
+
+def bridge_events(tmp_path) -> int:
+    """How many events the bridge has stored (its highest sequence number)."""
+    with open_journal(f"sqlite:///{tmp_path}/journal.db") as j:
+        return j.highest_sequence_nr(PERSISTENCE_ID)
+
+
+@pytest.mark.timeout(150)
+def test_200k_rows_sum_exactly_and_a_rerun_stores_and_delivers_nothing(spark, bridged, tmp_path):
+    df = deposits(spark, 200_000).cache()
+    expected = expected_sums(df)
+    assert len(expected) == ACCOUNTS
+
+    first = feed(df, system=bridged.admin_port, to="destination", feed_id="deposits-1")
+    assert isinstance(first, FeedResult)
+    assert (first.rows, first.duplicates_skipped, first.dead_lettered) == (200_000, 0, 0)
+    print(f"\n200,000 rows fed in {first.seconds:.2f} s = {first.rows_per_second:,.0f} rows/s (ack=persisted)")
+    got = settled(bridged, expected)
+    assert {p: b.total for p, b in got.items()} == expected
+    assert sum(b.applied for b in got.values()) == 200_000
+    stored = bridge_events(tmp_path)
+    assert stored == 100  # 2 partitions x 50 batches of 2,000: one event per batch
+
+    second = feed(df, system=bridged.admin_port, to="destination", feed_id="deposits-1")
+    assert (second.rows, second.duplicates_skipped) == (200_000, 200_000)
+    assert bridge_events(tmp_path) == stored
+    # A later feed to every account: bridge -> account is FIFO, so any redelivery would arrive before it.
+    marker = deposits(spark, ACCOUNTS, partitions=1).selectExpr(
+        "destination", "account", "cast(1 as long) as amount", "txid + 1000000000 as txid")
+    feed(marker, system=bridged.admin_port, feed_id="marker")
+    after = settled(bridged, {p: t + 1 for p, t in expected.items()})
+    assert {p: b.total for p, b in after.items()} == {p: t + 1 for p, t in expected.items()}
+    assert sum(b.repeated for b in after.values()) == 0
+    df.unpersist()
+
+
+@pytest.mark.timeout(120)
+def test_a_task_failing_halfway_is_retried_and_sums_stay_exact(spark, bridged):
+    from tests.spark_bridge.sample import fail_first_attempt_halfway
+
+    df = deposits(spark, 40_000, accounts=100)
+    expected = expected_sums(df)
+    result = feed(df, system=bridged.admin_port, message=fail_first_attempt_halfway(10_000),
+                  feed_id="flaky", batch_size=1_000, window=4)
+    assert result.rows == 40_000
+    assert result.duplicates_skipped > 0
+    got = settled(bridged, expected)
+    assert {p: b.total for p, b in got.items()} == expected
+    assert sum(b.applied for b in got.values()) == 40_000
+    assert sum(b.repeated for b in got.values()) == 0
+
+
+@pytest.mark.timeout(60)
+def test_rows_for_unserved_paths_are_counted_as_dead_letters(spark, bridged):
+    df = spark.range(0, 10, numPartitions=1).selectExpr(
+        "concat('/user/nobody/', cast(id as string)) as destination", "cast(1 as long) as amount", "id as txid")
+    before = bridged.dead_letters().count
+    result = feed(df, system=bridged.admin_port, feed_id="lost")
+    assert (result.rows, result.dead_lettered) == (10, 10)
+    wait_for(lambda: bridged.dead_letters().count >= before + 10)
+
+
+@pytest.mark.timeout(60)
+def test_key_column_deduplicates_rows_across_feed_ids(spark, bridged):
+    df = deposits(spark, 1_000, accounts=10)
+    expected = expected_sums(df)
+    assert feed(df, system=bridged.admin_port, key="txid", feed_id="k1").duplicates_skipped == 0
+    again = feed(df.limit(300), system=bridged.admin_port, key="txid", feed_id="k1", batch_size=64)
+    assert again.duplicates_skipped == 300
+    got = settled(bridged, expected)
+    assert {p: b.total for p, b in got.items()} == expected
+
+
+@pytest.mark.timeout(60)
+def test_empty_dataframe_gives_zero_rows(spark, bridged):
+    result = feed(deposits(spark, 0), system=bridged.admin_port, feed_id="empty")
+    assert (result.rows, result.duplicates_skipped, result.dead_lettered) == (0, 0, 0)
+
+
+@pytest.mark.timeout(60)
+def test_unreachable_system_fails_fast_saying_how_to_start(spark):
+    with pytest.raises(FeedError, match="no actor system listens"):
+        feed(deposits(spark, 10), system=actors.free_port(), feed_id="x")
+
+
+@pytest.mark.timeout(60)
+def test_bridge_not_started_fails_fast_saying_how_to_start(spark, make_system):
+    system = make_system("multiproc")
+    with pytest.raises(FeedError, match="start_bridge"):
+        feed(deposits(spark, 10), system=system.admin_port, feed_id="x")
+
+
+@pytest.mark.timeout(60)
+def test_unserializable_column_is_named(spark, bridged):
+    df = deposits(spark, 10, partitions=1).selectExpr("*", "current_date() as day")
+    with pytest.raises(Exception, match="column 'day'"):
+        feed(df, system=bridged.admin_port, feed_id="dates")
