@@ -162,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arg", action="append", default=[], metavar="NAME:ARG",
                    help="extra argument for one benchmark, e.g. transport:--messages=2000 (repeatable)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per benchmark")
+    p.add_argument("--bench-dir", help=argparse.SUPPRESS)
     return parser
 
 
@@ -443,7 +444,146 @@ def _when(millis: int) -> str:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """`reprise bench`: run bench/*.py with --json, write RESULTS.md and a PNG chart."""
-    raise CliError("bench is not implemented yet", "run `python -m bench.transport` directly")
+    bench_dir = os.path.abspath(args.bench_dir or os.path.join(REPO_ROOT, "bench"))
+    if not os.path.isfile(os.path.join(bench_dir, "__init__.py")):
+        raise CliError(f"{bench_dir} is not a benchmark package", "run from a Reprise checkout", code=2)
+    names = sorted(f[:-3] for f in os.listdir(bench_dir)
+                   if f.endswith(".py") and not f.startswith("_") and f != "actors_fixtures.py")
+    unknown = set(args.only or ()) - set(names)
+    if unknown:
+        raise CliError(f"no benchmark(s) {sorted(unknown)} in {bench_dir}", f"choose from {names}", code=2)
+    extra: dict[str, list[str]] = {}
+    for spec in args.arg:
+        name, sep, value = spec.partition(":")
+        if not sep or name not in names:
+            raise CliError(f"--arg {spec!r} is not NAME:ARG for a benchmark", f"benchmarks: {names}", code=2)
+        extra.setdefault(name, []).append(value)
+    out_dir = os.path.abspath(args.out or bench_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    results: dict[str, list[tuple[str, str, float]]] = {}
+    notes: list[str] = []
+    for name in args.only or names:
+        print(f"running {name} ...", flush=True)
+        started = time.monotonic()
+        try:
+            doc = _run_bench(bench_dir, name, extra.get(name, []), args.timeout)
+        except _Skip as e:
+            notes.append(f"{name}: skipped ({e})")
+            print(f"  skipped: {e}", flush=True)
+            continue
+        results[name] = bench_rows(doc)
+        print(f"  {len(results[name])} figures in {time.monotonic() - started:.0f} s", flush=True)
+    if not results:
+        raise CliError("no benchmark produced results", "; ".join(notes) or None)
+    chart = os.path.join(out_dir, "results.png")
+    write_chart(results, chart)
+    md = os.path.join(out_dir, "RESULTS.md")
+    with open(md, "w") as f:
+        f.write(render_results(results, notes, os.path.basename(chart)))
+    print(f"wrote {md} and {chart}")
+    return 0
+
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class _Skip(Exception):
+    """A benchmark that cannot be run by `reprise bench` (no --json option, or it failed)."""
+
+
+def _run_bench(bench_dir: str, name: str, extra: list[str], timeout: float) -> Any:
+    """Run one benchmark module with --json; returns its parsed JSON."""
+    import re
+    import subprocess
+    import tempfile
+
+    package = os.path.basename(bench_dir)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(bench_dir), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    cmd = [sys.executable, "-m", f"{package}.{name}"]
+    run = dict(cwd=os.path.dirname(bench_dir), env=env, capture_output=True, text=True)
+    helped = subprocess.run([*cmd, "--help"], timeout=60, **run)
+    if helped.returncode != 0 or "--json" not in helped.stdout:
+        raise _Skip("it has no --json option")
+    # Some benchmarks take `--json FILE`, others print JSON on stdout with a bare `--json`.
+    to_file = re.search(r"--json\s+[A-Z]", helped.stdout) is not None
+    with tempfile.TemporaryDirectory(prefix="reprise-bench-") as tmp:
+        target = os.path.join(tmp, f"{name}.json")
+        argv = [*cmd, "--json", target] if to_file else [*cmd, "--json"]
+        try:
+            done = subprocess.run([*argv, *extra], timeout=timeout, **run)
+        except subprocess.TimeoutExpired:
+            raise _Skip(f"timed out after {timeout:.0f} s") from None
+        if done.returncode != 0:
+            tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise _Skip(f"exit code {done.returncode}: {tail}")
+        if to_file:
+            with open(target) as f:
+                return json.load(f)
+    for line in reversed(done.stdout.strip().splitlines()):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    raise _Skip("it printed no JSON")
+
+
+def bench_rows(doc: Any) -> list[tuple[str, str, float]]:
+    """(system, measurement, rate) rows from a benchmark's JSON, whichever of the two shapes it has."""
+    rows: list[tuple[str, str, float]] = []
+    if isinstance(doc, dict) and isinstance(doc.get("results"), list):
+        for r in doc["results"]:
+            if isinstance(r, dict) and {"system", "measurement", "rate"} <= set(r):
+                rows.append((str(r["system"]), str(r["measurement"]), float(r["rate"])))
+    elif isinstance(doc, dict):
+        for system, figures in doc.items():
+            if isinstance(figures, dict):
+                rows += [(system, key.removesuffix("_per_s").replace("_", " ") + "/s", float(value))
+                         for key, value in figures.items()
+                         if key.endswith("_per_s") and isinstance(value, int | float)]
+    return rows
+
+
+def render_results(results: dict[str, list[tuple[str, str, float]]], notes: list[str], chart: str) -> str:
+    """bench/RESULTS.md: one table per benchmark, then notes and the chart."""
+    import platform
+
+    lines = ["# Benchmark results", "",
+             f"Written by `reprise bench` on {time.strftime('%Y-%m-%d %H:%M')}: python {platform.python_version()}, "
+             f"{os.cpu_count()} cpus, {platform.platform()}.", ""]
+    for name, rows in results.items():
+        lines += [f"## {name}", "", "| system | measurement | per second |", "|---|---|---:|"]
+        lines += [f"| {system} | {measurement} | {rate:,.0f} |" for system, measurement, rate in rows]
+        lines.append("")
+    if notes:
+        lines += ["## Notes", "", *[f"- {n}" for n in notes], ""]
+    lines += [f"![Reprise vs its peers]({chart})", ""]
+    return "\n".join(lines)
+
+
+def write_chart(results: dict[str, list[tuple[str, str, float]]], path: str) -> None:
+    """A PNG with one horizontal bar chart (log scale) per benchmark; Reprise's bars stand out."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on servers and in tests
+    import matplotlib.pyplot as plt
+
+    heights = [max(1.5, 0.35 * len(rows) + 1) for rows in results.values()]
+    fig, axes = plt.subplots(len(results), 1, figsize=(10, sum(heights)), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    for ax, (name, rows) in zip(axes[:, 0], results.items(), strict=True):
+        labels = [f"{system}: {measurement}" for system, measurement, _ in rows]
+        rates = [max(rate, 1e-9) for _, _, rate in rows]
+        colors = ["tab:blue" if system.lower().startswith("reprise") else "tab:gray" for system, _, _ in rows]
+        ax.barh(range(len(rows)), rates, color=colors)
+        ax.set_yticks(range(len(rows)), labels, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xscale("log")
+        ax.set_title(name)
+        ax.set_xlabel("per second (log scale; Reprise in blue)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,70 @@
+"""`reprise bench`: runs benchmark modules with --json, writes RESULTS.md and a PNG chart."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.cli import bench_rows, main
+
+pytestmark = pytest.mark.timeout(120)
+
+FLAG_STYLE = '''
+import argparse, json
+p = argparse.ArgumentParser()
+p.add_argument("--json", action="store_true")
+p.add_argument("--n", type=int, default=1)
+a = p.parse_args()
+print("some human text")
+print(json.dumps({"reprise": {"msgs_per_s": 1000.0 * a.n, "rtt_us": 5}, "raw": {"msgs_per_s": 10.0}}))
+'''
+FILE_STYLE = '''
+import argparse, json
+p = argparse.ArgumentParser()
+p.add_argument("--json", help="write results to this file")
+a = p.parse_args()
+json.dump({"results": [{"system": "reprise sqlite", "measurement": "write", "rate": 50.0}]}, open(a.json, "w"))
+'''
+NO_JSON = "import sys; sys.exit(0 if '--help' in sys.argv else 1)\n"
+
+
+@pytest.fixture
+def fake_bench(tmp_path):
+    d = tmp_path / "fakebench"
+    d.mkdir()
+    (d / "__init__.py").write_text("")
+    (d / "flag.py").write_text(FLAG_STYLE)
+    (d / "tofile.py").write_text(FILE_STYLE)
+    (d / "plain.py").write_text(NO_JSON)
+    return d
+
+
+def test_bench_runs_both_json_styles_and_writes_the_report(fake_bench, tmp_path, capsys) -> None:
+    out = tmp_path / "out"
+    code = main(["bench", "--bench-dir", str(fake_bench), "--out", str(out), "--arg", "flag:--n=3"])
+    assert code == 0, capsys.readouterr().err
+    md = (out / "RESULTS.md").read_text()
+    assert "| reprise | msgs/s | 3,000 |" in md and "| raw | msgs/s | 10 |" in md
+    assert "| reprise sqlite | write | 50 |" in md
+    assert "plain: skipped (it has no --json option)" in md
+    assert (out / "results.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_bench_input_errors(fake_bench, capsys) -> None:
+    assert main(["bench", "--bench-dir", str(fake_bench), "--only", "nope"]) == 2
+    assert main(["bench", "--bench-dir", str(fake_bench), "--arg", "flag"]) == 2
+    assert main(["bench", "--bench-dir", str(fake_bench), "--only", "plain"]) == 1
+    assert capsys.readouterr().err.count("reprise: error:") == 3
+
+
+@pytest.mark.multiproc
+def test_the_real_transport_benchmark_at_a_tiny_size(tmp_path, capsys) -> None:
+    args = ["--messages=500", "--rally=20", "--raw-messages=50", "--rounds=1"]
+    code = main(["bench", "--only", "transport", "--out", str(tmp_path),
+                 *[x for a in args for x in ("--arg", f"transport:{a}")]])
+    assert code == 0, capsys.readouterr().err
+    assert "raw_thespian" in (tmp_path / "RESULTS.md").read_text()
+
+
+def test_rows_ignore_non_rates() -> None:
+    assert bench_rows({"a": {"x_per_s": 2, "rtt_us": 3}, "n": 5}) == [("a", "x/s", 2.0)]
+    assert bench_rows([1, 2]) == []
