@@ -424,7 +424,9 @@ def cmd_journal_verify(args: argparse.Namespace) -> int:
 
     report = journal.verify(_journal_url(args.url))
     for p in report.problems:
-        print(f"CORRUPT persistence_id={p.persistence_id} sequence_nr={p.sequence_nr}: {p.reason}")
+        # Problems without an id concern the storage itself (e.g. a file SQLite cannot read).
+        where = "storage" if p.persistence_id is None else f"persistence_id={p.persistence_id} sequence_nr={p.sequence_nr}"
+        print(f"CORRUPT {where}: {p.reason}")
     summary = f"checked {report.records_checked} records and {report.snapshots_checked} snapshots"
     if report.ok:
         print(f"{summary}: ok")

@@ -102,3 +102,12 @@ def test_usage_errors_exit_2_and_help_exists_everywhere(capsys) -> None:
             main(argv)
         assert e.value.code == 0
         assert "usage: reprise" in capsys.readouterr().out
+
+
+def test_a_file_that_is_not_a_database(tmp_path, capsys) -> None:
+    path = tmp_path / "garbage.db"
+    path.write_bytes(b"not a database at all" * 400)
+    code, out, _ = run(capsys, "journal", "verify", f"sqlite://{path}")
+    assert code == 1 and out.startswith("CORRUPT storage: ")
+    code, _, err = run(capsys, "journal", "ls", f"sqlite://{path}")
+    assert code == 1 and "JournalCorruption" in err and "journal verify" in err
