@@ -1,0 +1,1 @@
+"""The accounts example: persistent account entities fed with at-least-once deposits."""
