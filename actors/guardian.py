@@ -95,6 +95,7 @@ class Guardian(ThespianActor):
         self.dead_count = 0
         self.recent: deque = deque(maxlen=RECENT_DEAD_LETTERS)
         self.dead_subscribers: list[str] = []
+        self.shutting_down = False
 
     @staticmethod
     def actorSystemCapabilityCheck(capabilities: dict, requirements: dict | None) -> bool:
@@ -219,7 +220,7 @@ class Guardian(ThespianActor):
             return  # Thespian reports each exit twice on multiproc; the second finds nothing.
         path, record = found[0]
         record.address = None
-        if record.state in ("stopping", "stopped", "failed"):
+        if self.shutting_down or record.state in ("stopping", "stopped", "failed"):
             record.state = "stopped"
             self._publish()
             self._release_held(record, f"actor at {path} stopped")
@@ -330,7 +331,9 @@ class Guardian(ThespianActor):
         self.send(sender, SystemStatus(hosts, self.dead_count, self.config))
 
     def _system_message(self, message: Any, sender: Any) -> None:
-        if isinstance(message, ChildActorExited):
+        if isinstance(message, ActorExitRequest):
+            self.shutting_down = True  # hosts exiting from now on are not crashes: do not restart them
+        elif isinstance(message, ChildActorExited):
             self._child_exited(message.childAddress)
         elif isinstance(message, DeadEnvelope):
             self._dead_envelope(message)
