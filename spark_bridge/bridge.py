@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 import actors
@@ -46,18 +47,29 @@ class SparkBridge(PersistentActor):
         """Fixed, so the bridge finds its journal again whatever host serves it."""
         return PERSISTENCE_ID
 
+    refan_on_recovery: int = 64
+    """How many of the latest stored batches are fanned out again after a restart (see receive_recover)."""
+
     def pre_start(self) -> None:
         """Empty dedup state; recovery fills it from the journal."""
         self._batches: dict[tuple[str, int], _Seen] = {}
         self._keys: dict[str, set] = {}
+        self._latest: deque = deque(maxlen=self.refan_on_recovery)
 
     # ---- recovery -------------------------------------------------------------------------------
     def receive_recover(self, event: Any) -> None:
-        """Rebuild the dedup state; rows were fanned out when the event was first stored."""
+        """Rebuild the dedup state; then fan the latest batches out again (they may not have left)."""
         if isinstance(event, BatchStored):
             self._mark(event)
+            self._latest.append(event)
         elif isinstance(event, RecoveryCompleted):
-            pass
+            # Fan-out is a plain tell after the commit: a crash between the commit and the flush of the
+            # outbox loses those rows. Only the latest writes can be in that window, so they are sent
+            # again; destinations must be idempotent (they are at-least-once anyway).
+            latest, self._latest = self._latest, deque()
+            for stored in latest:
+                for path, message in stored.rows:
+                    self.tell(path, message)
 
     def _mark(self, event: BatchStored | IngestBatch) -> None:
         self._batches.setdefault((event.feed_id, event.partition), _Seen()).add(event.batch_no)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+
 import pytest
 
 import actors
 from journal import open_journal
 from spark_bridge import FeedError, FeedResult, feed
-from spark_bridge.bridge import PERSISTENCE_ID
+from spark_bridge.bridge import BRIDGE_PATH, PERSISTENCE_ID
 from tests.spark_bridge.sample import Balance, GetBalance
 from tests.waiting import wait_for
 
@@ -141,3 +145,33 @@ def test_unserializable_column_is_named(spark, bridged):
     df = deposits(spark, 10, partitions=1).selectExpr("*", "current_date() as day")
     with pytest.raises(Exception, match="column 'day'"):
         feed(df, system=bridged.admin_port, feed_id="dates")
+
+
+@pytest.mark.timeout(150)
+def test_bridge_host_killed_mid_feed_is_restarted_and_the_feed_completes_exactly(spark, bridged, tmp_path):
+    df = deposits(spark, 100_000, accounts=200).cache()
+    expected = expected_sums(df)
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = feed(df, system=bridged.admin_port, feed_id="killed", batch_size=500,
+                                     window=4, timeout=30.0)
+        except BaseException as exc:  # reported by the main thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    wait_for(lambda: bridge_events(tmp_path) >= 20, timeout=60, interval=0.01)
+    pid = bridged.status().hosts[BRIDGE_PATH].pid
+    os.kill(pid, signal.SIGKILL)
+    worker.join(timeout=120)
+    assert not worker.is_alive(), "feed did not finish after the bridge host was killed"
+    assert "error" not in outcome, outcome.get("error")
+    assert bridged.status().hosts[BRIDGE_PATH].pid != pid
+    assert outcome["result"].rows == 100_000
+    assert bridge_events(tmp_path) == 200  # 2 partitions x 100 batches, each stored once
+    got = settled(bridged, expected)
+    assert {p: b.total for p, b in got.items()} == expected
+    assert sum(b.applied for b in got.values()) == 100_000
+    df.unpersist()
