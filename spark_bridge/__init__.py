@@ -6,8 +6,8 @@
 """
 
 from spark_bridge.bridge import BRIDGE_PATH, SparkBridge, start_bridge
-from spark_bridge.feed import FeedError, FeedResult, feed
+from spark_bridge.feed import FeedError, FeedResult, feed, feed_stream
 from spark_bridge.messages import BatchAccepted, BatchStored, IngestBatch
 
 __all__ = ["BRIDGE_PATH", "BatchAccepted", "BatchStored", "FeedError", "FeedResult", "IngestBatch", "SparkBridge",
-           "feed", "start_bridge"]
+           "feed", "feed_stream", "start_bridge"]

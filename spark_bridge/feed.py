@@ -200,3 +200,25 @@ def feed(df: Any, system: Any, to: str | Callable[[Any], str] = "destination",
     rows = sum(p[0] for p in parts)
     return FeedResult(rows, sum(p[1] for p in parts), sum(p[2] for p in parts), seconds,
                       rows / seconds if seconds > 0 else 0.0)
+
+
+def feed_stream(stream_df: Any, system: Any, *, feed_id: str, checkpoint: str, to: str | Callable[[Any], str] = "destination",
+                message: Callable[[Any], Any] | None = None, key: str | None = None, ack: str = "persisted",
+                batch_size: int = 2_000, window: int = 8, timeout: float = 60.0, trigger: dict | None = None) -> Any:
+    """Feed a streaming DataFrame through foreachBatch; returns the started StreamingQuery.
+
+    Each micro-batch is fed as `f"{feed_id}/{batch_id}"`: Spark replays an uncommitted micro-batch with
+    the same id and the same data after a restart from `checkpoint`, so the bridge skips what it
+    already stored. `feed_id` must therefore stay the same across restarts of the query.
+    """
+    host, port = _address(system)
+    _check_system(host, port)
+
+    def each(batch_df: Any, batch_id: int) -> None:
+        feed(batch_df, f"{host}:{port}", to=to, message=message, key=key,
+             feed_id=f"{feed_id}/{batch_id}", ack=ack, batch_size=batch_size, window=window, timeout=timeout)
+
+    writer = stream_df.writeStream.foreachBatch(each).option("checkpointLocation", checkpoint)
+    if trigger:
+        writer = writer.trigger(**trigger)
+    return writer.start()

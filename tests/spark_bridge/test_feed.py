@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -10,7 +11,7 @@ import pytest
 
 import actors
 from journal import open_journal
-from spark_bridge import FeedError, FeedResult, feed
+from spark_bridge import FeedError, FeedResult, feed, feed_stream
 from spark_bridge.bridge import BRIDGE_PATH, PERSISTENCE_ID
 from tests.spark_bridge.sample import Balance, GetBalance
 from tests.waiting import wait_for
@@ -175,3 +176,39 @@ def test_bridge_host_killed_mid_feed_is_restarted_and_the_feed_completes_exactly
     assert {p: b.total for p, b in got.items()} == expected
     assert sum(b.applied for b in got.values()) == 100_000
     df.unpersist()
+
+
+@pytest.mark.timeout(150)
+def test_stream_two_micro_batches_and_a_restart_from_checkpoint_are_exact(spark, bridged, tmp_path):
+    source, checkpoint = tmp_path / "in", str(tmp_path / "checkpoint")
+    source.mkdir()
+    schema = "destination string, amount long, txid long"
+    batches = [deposits(spark, 500, accounts=20, partitions=1).selectExpr("destination", "amount", f"txid + {i * 500} as txid")
+               for i in range(2)]
+    for i, b in enumerate(batches):
+        (source / f"part-{i}.json").write_text("".join(json.dumps(r.asDict()) + "\n" for r in b.collect()))
+    expected = expected_sums(batches[0].unionByName(batches[1]))
+
+    def run():
+        stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(source))
+        query = feed_stream(stream, bridged.admin_port, feed_id="stream-1", checkpoint=checkpoint,
+                            trigger={"availableNow": True})
+        query.awaitTermination(120)
+        assert query.exception() is None, query.exception()
+        return query
+
+    run()
+    commits = tmp_path / "checkpoint" / "commits"
+    assert sorted(c.name for c in commits.iterdir() if not c.name.startswith(".")) == ["0", "1"]
+    stored = bridge_events(tmp_path)
+    assert stored == 2  # two micro-batches of one partition and one batch each
+    # Forget that micro-batch 1 was committed: the restarted query replays it with the same id and data.
+    for name in ("1", ".1.crc"):
+        (commits / name).unlink(missing_ok=True)
+    replayed = run()
+    assert [(p["batchId"], p["numInputRows"]) for p in replayed.recentProgress if p["numInputRows"]] == [(1, 500)]
+    assert bridge_events(tmp_path) == stored
+    got = settled(bridged, expected)
+    assert {p: b.total for p, b in got.items()} == expected
+    assert sum(b.applied for b in got.values()) == 1_000
+    assert sum(b.repeated for b in got.values()) == 0
