@@ -229,10 +229,7 @@ class Host:
         if self.entities.get(entity.path) is not entity:
             return
         self._drop(entity, reason)
-        try:
-            entity.post_stop()
-        except Exception:
-            log.exception("post_stop of %s failed", entity.path)
+        self._post_stop(entity)
         if not self.spec.entities and not self.done:
             self.done = True
             self.adapter.host_done(self.path)
@@ -243,6 +240,14 @@ class Host:
         self._cancel_timers(entity)
 
     @staticmethod
+    def _post_stop(entity: Actor) -> None:
+        # A failing post_stop must not keep the host from stopping its other entities.
+        try:
+            entity.post_stop()
+        except Exception:
+            log.exception("post_stop of %s failed", entity.path)
+
+    @staticmethod
     def _cancel_timers(entity: Actor) -> None:
         for timer in list(entity._timers):
             timer.cancel()
@@ -251,10 +256,7 @@ class Host:
         """The host is exiting: stop every entity and send what is queued."""
         for entity in list(self.entities.values()):
             self._drop(entity, "host shutdown")
-            try:
-                entity.post_stop()
-            except Exception:
-                log.exception("post_stop of %s failed", entity.path)
+            self._post_stop(entity)
         self.done = True
         self.settle(force_flush=True)
 

@@ -12,15 +12,14 @@ GUARDIAN_PATH = "/system/guardian"
 class Batch:
     """Many (sender path, target path, message) entries carried as one Thespian message.
 
-    `payload` is the pickled list of entries (pickled by Reprise so that an unpicklable entry can be
-    found and dead-lettered instead of poisoning the whole batch); `entries` is used instead on the
-    in-process base, where nothing is copied. `origin` is the sending endpoint's route prefix, so the
-    receiver learns how to reach senders that are not in the directory (clients' temporary paths).
+    `payload` is the pickled list of entries, pickled by Reprise on both bases so that an unpicklable
+    entry can be found and dead-lettered instead of poisoning the whole batch. `origin` is the sending
+    endpoint's route prefix, so the receiver learns how to reach senders that are not in the directory
+    (clients' temporary paths).
     """
 
     origin: str
-    payload: bytes | None = None
-    entries: list | None = None
+    payload: bytes
 
 
 @dataclass(frozen=True)

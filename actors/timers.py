@@ -72,6 +72,3 @@ class TimerQueue:
                 timer.active = False
                 timer.owner._timers.discard(timer)
         return fired
-
-    def __len__(self) -> int:
-        return sum(1 for t in self._heap if t.active)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 
@@ -26,8 +27,8 @@ def listening_addresses(pids: list[int]) -> list[tuple[str, int]]:
     inodes = set()
     for pid in pids:
         try:
-            for fd in __import__("os").listdir(f"/proc/{pid}/fd"):
-                target = __import__("os").readlink(f"/proc/{pid}/fd/{fd}")
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
                 if target.startswith("socket:["):
                     inodes.add(target[8:-1])
         except OSError:

@@ -4,23 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 
 from tests.persistence.fixtures import Consumer, Produce, Producer
+from tests.waiting import wait_for
 
 N = 10_000
-
-
-def wait_for(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def status(system, path):
@@ -33,8 +23,7 @@ def status(system, path):
 def kill(system, path):
     pid = system.status().hosts[path].pid
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: (h := system.status().hosts.get(path)) is not None and h.pid not in (None, pid), 30,
-             f"{path} restarted")
+    wait_for(lambda: (h := system.status().hosts.get(path)) is not None and h.pid not in (None, pid), 30)
 
 
 @pytest.mark.timeout(150)
@@ -44,11 +33,11 @@ def test_sigkill_sender_then_destination(make_system, tmp_path):
     system.spawn(Consumer, path="/user/consumer")
     system.spawn(Producer, path="/user/producer")
     system.tell("/user/producer", Produce(N, "/user/consumer"))
-    wait_for(lambda: (s := status(system, "/user/consumer")) and s[0] >= N // 5, 60, "a fifth delivered")
+    wait_for(lambda: (s := status(system, "/user/consumer")) and s[0] >= N // 5, 60)
     kill(system, "/user/producer")
     # Commands lost with the killed process are re-sent; the producer remembers how far it got.
     system.tell("/user/producer", Produce(N, "/user/consumer"))
-    wait_for(lambda: (s := status(system, "/user/consumer")) and s[0] >= N // 2, 60, "half delivered")
+    wait_for(lambda: (s := status(system, "/user/consumer")) and s[0] >= N // 2, 60)
     kill(system, "/user/consumer")
     system.tell("/user/producer", Produce(N, "/user/consumer"))
 
@@ -56,6 +45,6 @@ def test_sigkill_sender_then_destination(make_system, tmp_path):
         p, c = status(system, "/user/producer"), status(system, "/user/consumer")
         return p and c and p == (N, 0) and c[0] == N and (p, c)
 
-    p, c = wait_for(done, 90, "every item applied and confirmed")
+    p, c = wait_for(done, 90)
     assert c[1] == 0, f"{c[1]} items applied twice"
     assert c[2] == 0
