@@ -70,6 +70,10 @@ class Actor:
         """Stop this actor once the current message has been handled."""
         self._stopping = True
 
+    def stats(self) -> dict[str, int]:
+        """Counters this actor reports to `System.status()` / `reprise status` (summed per host)."""
+        return {}
+
     @property
     def log(self) -> logging.Logger:
         """A logger for this actor."""

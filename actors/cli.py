@@ -299,7 +299,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """`reprise status`: hosts with state/restarts/pid, dead letters, journal size."""
+    """`reprise status`: hosts (state, restarts, pid, actors alive, unconfirmed), dead letters, journal size."""
     import actors
 
     system = actors.connect(args.port, host=args.host)
@@ -309,24 +309,30 @@ def cmd_status(args: argparse.Namespace) -> int:
         system.close()
     journal_url = status.config.get("journal")
     size = journal_size(journal_url)
+    unconfirmed = sum(h.counters.get("unconfirmed", 0) for h in status.hosts.values())
     if args.json:
         print(json.dumps({
             "port": args.port, "dead_letters": status.dead_letters, "journal": journal_url, "journal_bytes": size,
-            "hosts": {p: {"state": h.state, "restarts": h.restarts, "pid": h.pid, "entities": h.entities}
+            "unconfirmed": unconfirmed,
+            "hosts": {p: {"state": h.state, "restarts": h.restarts, "pid": h.pid, "entities": h.entities,
+                          "alive": h.alive, "counters": h.counters}
                       for p, h in sorted(status.hosts.items())},
         }, indent=2))
         return 0
     print(f"system on {args.host}:{args.port}")
     print(f"  dead letters  {status.dead_letters}")
+    print(f"  unconfirmed   {unconfirmed} deliveries")
     if journal_url:
         print(f"  journal       {journal_url}" + (f"  ({_human(size)})" if size is not None else ""))
     print(f"  hosts         {len(status.hosts)}")
     if status.hosts:
         width = max(len(p) for p in status.hosts)
-        print(f"    {'PATH':<{width}}  {'KIND':<8}  {'STATE':<10}  {'RESTARTS':>8}  PID")
+        print(f"    {'PATH':<{width}}  {'KIND':<8}  {'STATE':<10}  {'RESTARTS':>8}  {'PID':>7}  {'ALIVE':>7}  UNCONFIRMED")
         for path, h in sorted(status.hosts.items()):
             kind = "entities" if h.entities else "actor"
-            print(f"    {path:<{width}}  {kind:<8}  {h.state:<10}  {h.restarts:>8}  {h.pid}")
+            alive = "?" if h.alive is None else h.alive
+            pending = h.counters.get("unconfirmed", 0) if h.alive is not None else "?"
+            print(f"    {path:<{width}}  {kind:<8}  {h.state:<10}  {h.restarts:>8}  {h.pid:>7}  {alive:>7}  {pending}")
     return 0
 
 

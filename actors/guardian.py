@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import Any
 
 from thespian.actors import (
@@ -16,6 +18,7 @@ from thespian.actors import (
     ChildActorExited,
     DeadEnvelope,
     PoisonMessage,
+    WakeupMessage,
 )
 
 from .messages import (
@@ -26,12 +29,14 @@ from .messages import (
     DirectoryUpdate,
     GetDeadLetters,
     GetDirectory,
+    GetHostStats,
     GetStatus,
     GuardianIs,
     HostDone,
     HostInfo,
     HostReady,
     HostSpec,
+    HostStats,
     InitHost,
     RegisterRoute,
     Spawned,
@@ -52,6 +57,7 @@ RECENT_DEAD_LETTERS = 100
 HELD_PER_PATH = 100_000
 HOST_RESTARTS = 10
 HOST_RESTART_WINDOW = 60.0
+STATUS_WAIT = 2.0  # seconds a status request waits for busy hosts before answering without them
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,15 @@ class HostRecord:
     held: deque = field(default_factory=deque)
 
 
+@dataclass
+class StatusRequest:
+    """A status request waiting for the running hosts' HostStats."""
+
+    requester: Any
+    hosts: dict
+    waiting: set
+
+
 class Guardian(ThespianActor):
     """Supervises hosts (restarting crashed ones), publishes routes, and records dead letters."""
 
@@ -96,6 +111,8 @@ class Guardian(ThespianActor):
         self.recent: deque = deque(maxlen=RECENT_DEAD_LETTERS)
         self.dead_subscribers: list[str] = []
         self.shutting_down = False
+        self.status_requests: dict[int, StatusRequest] = {}
+        self.status_tokens = itertools.count(1)
 
     @staticmethod
     def actorSystemCapabilityCheck(capabilities: dict, requirements: dict | None) -> bool:
@@ -327,8 +344,38 @@ class Guardian(ThespianActor):
         self.send(sender, DeadLetters(self.dead_count, tuple(self.recent)))
 
     def _status(self, message: GetStatus, sender: Any) -> None:
+        """Ask every running host for its stats; answer when all replied or after STATUS_WAIT."""
         hosts = {path: HostInfo(r.state, len(r.restarts), r.pid, r.spec.entities) for path, r in self.hosts.items()}
-        self.send(sender, SystemStatus(hosts, self.dead_count, self.config))
+        running = {path: r.address for path, r in self.hosts.items() if r.state == "running"}
+        token = next(self.status_tokens)
+        self.status_requests[token] = StatusRequest(sender, hosts, set(running))
+        if not running:
+            self._answer_status(token)
+            return
+        for address in running.values():
+            self.send(address, GetHostStats(token))
+        self.wakeupAfter(timedelta(seconds=STATUS_WAIT), ("status", token))
+
+    def _host_stats(self, message: HostStats, sender: Any) -> None:
+        request = self.status_requests.get(message.token)
+        if request is None or message.path not in request.waiting:
+            return  # late: that request was already answered
+        request.waiting.discard(message.path)
+        info = request.hosts.get(message.path)
+        if info is not None:
+            request.hosts[message.path] = replace(info, alive=message.alive, counters=dict(message.counters))
+        if not request.waiting:
+            self._answer_status(message.token)
+
+    def _answer_status(self, token: int) -> None:
+        request = self.status_requests.pop(token, None)
+        if request is not None:
+            self.send(request.requester, SystemStatus(request.hosts, self.dead_count, self.config))
+
+    def _wakeup(self, message: WakeupMessage, sender: Any) -> None:
+        payload = message.payload
+        if isinstance(payload, tuple) and payload[:1] == ("status",):
+            self._answer_status(payload[1])
 
     def _system_message(self, message: Any, sender: Any) -> None:
         if isinstance(message, ActorExitRequest):
@@ -367,6 +414,8 @@ class Guardian(ThespianActor):
         Batch: _batch,
         GetDeadLetters: _get_dead_letters,
         GetStatus: _status,
+        HostStats: _host_stats,
+        WakeupMessage: _wakeup,
     }
 
 

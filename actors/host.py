@@ -28,9 +28,11 @@ from .messages import (
     Batch,
     DeadLetter,
     DirectoryUpdate,
+    GetHostStats,
     HostDone,
     HostReady,
     HostSpec,
+    HostStats,
     InitHost,
     StopEntity,
 )
@@ -85,6 +87,17 @@ class Host:
         self.now = time.monotonic()
         self.done = False
         self.entity_prefix = self.path + "/"
+
+    def stats(self, token: int) -> HostStats:
+        """How many actors are alive here and the sums of their `stats()` counters."""
+        counters: dict[str, int] = {}
+        for entity in self.entities.values():
+            try:
+                for name, value in entity.stats().items():
+                    counters[name] = counters.get(name, 0) + value
+            except Exception:  # a broken stats() must not break the status of the whole system
+                log.exception("stats() of %s failed", entity.path)
+        return HostStats(token, self.path, len(self.entities), counters)
 
     # ---- starting ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -377,6 +390,9 @@ class HostActor(ThespianActor):
             if host is not None and message.path in host.entities:
                 host.stop_entity(host.entities[message.path], "stopped by request")
                 host.settle()
+        elif isinstance(message, GetHostStats):
+            if host is not None:
+                self.send(sender, host.stats(message.token))
         elif isinstance(message, ActorExitRequest):
             if host is not None:
                 host.shutdown()

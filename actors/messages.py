@@ -168,12 +168,33 @@ class SystemStatus:
 
 @dataclass(frozen=True)
 class HostInfo:
-    """One host as the guardian sees it."""
+    """One host as the guardian sees it, with what the host itself reported (when it answered in time)."""
 
     state: str
     restarts: int
     pid: int
     entities: bool
+    alive: int | None = None
+    """Actors alive in the host (entities currently in memory); None when the host did not answer."""
+    counters: dict = field(default_factory=dict)
+    """Sums of the hosted actors' `stats()` counters, e.g. {"unconfirmed": 3}."""
+
+
+@dataclass(frozen=True)
+class GetHostStats:
+    """Guardian -> host: reply with HostStats (for `System.status()`)."""
+
+    token: int
+
+
+@dataclass(frozen=True)
+class HostStats:
+    """Host -> guardian: how many actors are alive in it and the sums of their `stats()` counters."""
+
+    token: int
+    path: str
+    alive: int
+    counters: dict
 
 
 @dataclass(frozen=True)

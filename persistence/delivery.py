@@ -104,6 +104,10 @@ class AtLeastOnceDelivery(PersistentActor):
         """How many deliveries are not confirmed yet."""
         return len(self._unconfirmed)
 
+    def stats(self) -> dict[str, int]:
+        """Reported by `reprise status`: deliveries not confirmed yet."""
+        return {"unconfirmed": len(self._unconfirmed)}
+
     def get_delivery_snapshot(self) -> AtLeastOnceDeliverySnapshot:
         """The delivery state, to embed in a snapshot."""
         return AtLeastOnceDeliverySnapshot(self._delivery_seq, tuple(

@@ -154,3 +154,18 @@ class Mutable:
 @dataclass(frozen=True)
 class Holder:
     thing: object
+
+
+class Counting(actors.Actor):
+    """Reports {"pending": n} through stats(), where n is set by ("pending", n)."""
+
+    def pre_start(self) -> None:
+        self.pending = 0
+
+    def receive(self, message, sender):
+        if isinstance(message, tuple) and message[0] == "pending":
+            self.pending = message[1]
+            self.tell(sender, "ok")
+
+    def stats(self) -> dict[str, int]:
+        return {"pending": self.pending}

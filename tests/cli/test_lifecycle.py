@@ -13,6 +13,7 @@ import pytest
 
 import actors
 from actors.system import kill_tagged, tagged_pids
+from tests.actors.sample import Ping
 from tests.conftest import SESSION_TOKEN
 from tests.waiting import wait_for
 
@@ -63,14 +64,23 @@ def test_up_detach_status_down(topology, tag, tmp_path) -> None:
     assert f"127.0.0.1:{port}" in up.stdout and "/user/echoes" in up.stdout
     assert tagged_pids(tag), "--detach must leave the system running"
 
+    client = actors.connect(port)
+    try:
+        for i in range(3):
+            client.ask(f"/user/echoes/{i}", Ping(i))
+    finally:
+        client.close()
     status = reprise("status", "--port", str(port), "--json")
     assert status.returncode == 0, status.stderr
     doc = json.loads(status.stdout)
+    assert doc["hosts"]["/user/echoes"]["alive"] == 3 and doc["hosts"]["/user/echo"]["alive"] == 1
+    assert doc["unconfirmed"] == 0
     assert doc["hosts"]["/user/echo"]["state"] == "running" and not doc["hosts"]["/user/echo"]["entities"]
     assert doc["hosts"]["/user/echoes"]["entities"] and doc["hosts"]["/user/echoes"]["pid"] > 0
     assert doc["dead_letters"] == 0 and doc["journal"] == f"sqlite://{tmp_path}/journal.db"
     text = reprise("status", "--port", str(port))
     assert text.returncode == 0 and "/user/echoes  entities  running" in text.stdout
+    assert "unconfirmed   0 deliveries" in text.stdout and "ALIVE" in text.stdout
 
     down = reprise("down", "--port", str(port))
     assert down.returncode == 0, down.stderr

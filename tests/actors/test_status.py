@@ -1,0 +1,38 @@
+"""System.status(): hosts as the guardian sees them, plus what each host reports about its actors."""
+
+from __future__ import annotations
+
+import actors
+from tests.actors.sample import Counting, Echo
+
+
+def test_status_reports_alive_actors_and_summed_counters(system):
+    system.spawn(Counting, path="/user/counters", entities=True)
+    system.spawn(Echo, path="/user/echo")
+    for i, n in enumerate((2, 3, 0)):
+        assert system.ask(f"/user/counters/{i}", ("pending", n)) == "ok"
+
+    hosts = system.status().hosts
+
+    assert hosts["/user/counters"].alive == 3
+    assert hosts["/user/counters"].counters == {"pending": 5}
+    assert hosts["/user/echo"].alive == 1
+    assert hosts["/user/echo"].counters == {}
+    assert all(h.state == "running" for h in hosts.values())
+
+
+def test_status_of_a_system_without_hosts_answers_at_once(system):
+    status = system.status(timeout=5)
+    assert status.hosts == {}
+    assert status.dead_letters == 0
+
+
+def test_connected_client_sees_the_same_status(make_system):
+    system = make_system("multiproc")  # only a multi-process system can be attached to
+    system.spawn(Counting, path="/user/counters", entities=True)
+    system.ask("/user/counters/a", ("pending", 7))
+    client = actors.connect(system.admin_port)
+    try:
+        assert client.status().hosts["/user/counters"].counters == {"pending": 7}
+    finally:
+        client.close()
