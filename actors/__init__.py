@@ -20,7 +20,7 @@ from .errors import (
 )
 from .messages import DeadLetter, DeadLetters, HostInfo, SystemStatus
 from .paths import validate_path
-from .system import Probe, System, connect, free_port, start
+from .system import Probe, System, connect, free_port, shutdown, start
 from .timers import Timer
 
 netsec.apply()
@@ -28,5 +28,5 @@ netsec.apply()
 __all__ = [
     "Actor", "AskTimeout", "DeadLetter", "DeadLetters", "HostInfo", "InvalidPath", "PathTaken", "Probe",
     "RepriseError", "SpawnFailed", "System", "SystemNotRunning", "SystemStatus", "Timer",
-    "UnpicklableMessage", "connect", "free_port", "start", "validate_path",
+    "UnpicklableMessage", "connect", "free_port", "shutdown", "start", "validate_path",
 ]

@@ -263,37 +263,11 @@ def _detach_or_wait(system: Any, detach: bool) -> int:
     return 0
 
 
-def find_tag(port: int) -> str | None:
-    """The tag of the local system whose admin runs on `port` (read from its processes' command lines)."""
-    needle = b"\0--port\0" + str(port).encode() + b"\0"
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read()
-        except OSError:
-            continue
-        if b"actors.boot" in cmdline and needle in cmdline:
-            parts = cmdline.split(b"\0")
-            if b"--tag" in parts:
-                return parts[parts.index(b"--tag") + 1].decode()
-    return None
-
-
-def shutdown_system(port: int, host: str = "127.0.0.1", timeout: float = 20.0) -> None:
-    """Stop the system on `host:port`; waits for (and if need be kills) its local processes."""
-    import actors
-
-    # connect() gives a non-owner handle whose shutdown() refuses; `down` is the owner's explicit act.
-    system = actors.connect(port, host=host, _owner=True)
-    system.tag = find_tag(port)
-    system.shutdown(timeout=timeout)
-
-
 def cmd_down(args: argparse.Namespace) -> int:
     """`reprise down`: shut the system on --port down."""
-    shutdown_system(args.port, args.host, args.timeout)
+    import actors
+
+    actors.shutdown(args.port, args.host, timeout=args.timeout)
     print(f"system on {args.host}:{args.port} shut down")
     return 0
 

@@ -191,6 +191,35 @@ def kill_tagged(tag: str) -> list[int]:
     return pids
 
 
+def find_tag(admin_port: int) -> str | None:
+    """The tag of the local system whose admin runs on `admin_port` (read from its processes' command lines)."""
+    needle = b"\0--port\0" + str(admin_port).encode() + b"\0"
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if b"actors.boot" in cmdline and needle in cmdline:
+            parts = cmdline.split(b"\0")
+            if b"--tag" in parts:
+                return parts[parts.index(b"--tag") + 1].decode()
+    return None
+
+
+def shutdown(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 20.0) -> None:
+    """Shut down the multi-process system on `host:admin_port` (what `reprise down` does).
+
+    `connect()` hands out non-owner handles that refuse to shut the shared system down; this is the
+    explicit, deliberate way. Local processes of that system are waited for, and killed if they linger.
+    """
+    system = connect(admin_port, host=host, _owner=True)
+    system.tag = find_tag(admin_port)
+    system.shutdown(timeout=timeout)
+
+
 class System:
     """A handle on an actor system: spawn, tell, ask, stop, probes, dead letters, shutdown."""
 
@@ -323,8 +352,9 @@ class System:
     def shutdown(self, timeout: float = 20.0) -> None:
         """Stop the whole actor system (only its owner may) and wait until its processes are gone."""
         if not self._owner:
-            raise RepriseError("this System was attached with actors.connect and does not own the actor "
-                               "system; call close() to detach (stop it with `reprise down`)")
+            raise RepriseError("this System was attached with actors.connect and does not own the actor system; "
+                               "call close() to detach (stop the system itself with `reprise down --port N` "
+                               "or actors.shutdown(N))")
         if self._closed:
             return
         self._closed = True

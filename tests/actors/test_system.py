@@ -6,6 +6,7 @@ import pytest
 
 import actors
 from actors import AskTimeout, PathTaken, SpawnFailed, SystemNotRunning, UnpicklableMessage
+from actors.system import tagged_pids
 from tests.actors.sample import Echo, Holder, Mutable, Ping, Pong
 from tests.waiting import dead_letters_reach
 
@@ -105,6 +106,18 @@ def test_connected_client_cannot_shut_down_the_shared_system(make_system):
         client.close()
     # Still running for its owner after the client detached.
     assert owner.ask("/user/echo", Ping(10)) == Pong(10, "/user/echo")
+
+
+def test_shutdown_by_port_stops_every_process_of_the_system(make_system):
+    owner = make_system("multiproc")
+    owner.spawn(Echo, "/user/echo")
+    assert tagged_pids(owner.tag)
+
+    actors.shutdown(owner.admin_port)
+
+    assert tagged_pids(owner.tag) == []
+    with pytest.raises(actors.SystemNotRunning):
+        actors.connect(owner.admin_port, timeout=5)
 
 
 def test_multiproc_refuses_an_admin_port_in_use(make_system):
