@@ -311,13 +311,19 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def journal_size(url: str | None) -> int | None:
-    """Bytes on disk of a sqlite journal (database plus WAL), None for other journals."""
-    if not url or not url.startswith("sqlite://"):
+    """Bytes the journal at `url` occupies (SQLite files, PostgreSQL tables); None when unknown."""
+    if not url or url.startswith("memory:"):
         return None
-    target = url[len("sqlite://"):].partition("?")[0]
-    files = [target + suffix for suffix in ("", "-wal", "-shm")]
-    sizes = [os.path.getsize(f) for f in files if os.path.isfile(f)]
-    return sum(sizes) if sizes else None
+    from journal import open_journal
+
+    try:
+        journal = open_journal(url)
+    except Exception:  # status must still show the rest when the journal cannot be opened
+        return None
+    try:
+        return journal.storage_bytes()
+    finally:
+        journal.close()
 
 
 def _human(n: int) -> str:

@@ -119,6 +119,10 @@ class Journal(ABC):
 
     # --- tooling (used by `reprise journal ...`) ---------------------------------------------------
 
+    def storage_bytes(self) -> int | None:
+        """Bytes the journal occupies on disk (for `reprise status`); None when the backend cannot tell."""
+        return None
+
     @abstractmethod
     def summaries(self) -> list[PersistenceIdSummary]:
         """`ls`: every persistence id with its highest sequence number and number of stored events."""

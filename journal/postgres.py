@@ -55,6 +55,8 @@ _SCHEMA = (
 )
 
 _QUERIES = {
+    "size": "SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'",
     "insert": "INSERT INTO {s}.journal (persistence_id, sequence_nr, record, checksum) VALUES (%s, %s, %s, %s)",
     "insert_tag": "INSERT INTO {s}.tags (tag, ordering) "
                   "SELECT %s, ordering FROM {s}.journal WHERE persistence_id = %s AND sequence_nr = %s",
@@ -192,6 +194,10 @@ class PostgresJournal(Journal):
 
     def _highest(self, persistence_id: str) -> int:
         return self._db.query("highest sequence nr", "highest", {"p": persistence_id})[0][0]
+
+    def storage_bytes(self) -> int | None:
+        """Tables, indexes and TOAST of this journal's schema."""
+        return int(self._db.query("journal size", "size", (self._db.schema,))[0][0])
 
     def delete_messages_to(self, persistence_id: str, to_sequence_nr: int) -> None:
         """Delete all events with seq nr <= to (2**63 - 1 deletes all) without lowering the highest."""

@@ -358,6 +358,11 @@ class SqliteJournal(Journal):
             raise ValueError(f"not a pragma name: {name!r}")
         return self._c.query("pragma", f"PRAGMA {name}")[0][0]
 
+    def storage_bytes(self) -> int | None:
+        """The database file plus its WAL and shared-memory files."""
+        files = [self.path + suffix for suffix in ("", "-wal", "-shm")]
+        return sum(os.path.getsize(f) for f in files if os.path.isfile(f))
+
     def close(self) -> None:
         """Close the connection."""
         self._c.close()

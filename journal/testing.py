@@ -270,6 +270,10 @@ class JournalSpec:
 
     # --- Reprise: the write contract ---------------------------------------------------------------
 
+    def test_storage_bytes_is_unknown_or_counts_what_was_written(self, journal, pid, writer) -> None:
+        size = journal.storage_bytes()
+        assert size is None or size > 0, "a journal holding events reports None (unknown) or a positive size"
+
     def test_atomic_write_invariants(self, pid) -> None:
         with pytest.raises(ValueError, match="must not be empty"):
             AtomicWrite([])
