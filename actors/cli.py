@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     _attach_options(p)
     p.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for its processes to end")
 
-    p = command("status", cmd_status, "show a running system's hosts, dead letters and journal size")
+    p = command("status", cmd_status, "show a running system's hosts, actors alive, unconfirmed deliveries, dead letters and journal size")
     _attach_options(p)
     p.add_argument("--json", action="store_true", help="print JSON")
 
