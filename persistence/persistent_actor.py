@@ -322,6 +322,13 @@ class PersistentActor(Actor):
         for entry in batch:
             if self._replaced or self._dead:
                 return
+            if not self._stashing and self._stash:
+                # As in Akka: waiting commands run as soon as no stashing handler is pending, ahead of the
+                # remaining persist_async/defer_async handlers (PersistentActorSpec "handle new messages
+                # before deferAsync handler is called").
+                self._drain_stash()
+                if self._replaced or self._dead or self._stopping:
+                    return
             if entry.atomic is None:
                 if not self._invoke(entry.invocations[0]):
                     return

@@ -4,9 +4,23 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import BASES, start_system, stop_system
+
 
 @pytest.fixture
 def psystem(base, make_system, tmp_path):
     """A system on `base` whose journal and snapshot store are SQLite files in tmp_path."""
     return make_system(base, journal=f"sqlite:///{tmp_path}/journal.db",
                        snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+
+
+@pytest.fixture(scope="module", params=BASES)
+def shared_psystem(request, tmp_path_factory):
+    """One system per base for a whole module, SQLite journal and snapshot store; cases use distinct ids."""
+    tmp = tmp_path_factory.mktemp("shared")
+    system = start_system(request.param, tmp, journal=f"sqlite:///{tmp}/journal.db",
+                          snapshot_store=f"sqlite:///{tmp}/snapshots.db")
+    try:
+        yield system
+    finally:
+        stop_system(system)
