@@ -24,3 +24,12 @@ def shared_psystem(request, tmp_path_factory):
         yield system
     finally:
         stop_system(system)
+
+
+@pytest.fixture(scope="module")
+def ps(shared_psystem):
+    """The module's shared system with the Spec entity host at /user/spec (tests/persistence/spec_actors.py)."""
+    from tests.persistence.spec_actors import Spec
+
+    shared_psystem.spawn(Spec, path="/user/spec", entities=True, kwargs={"client": shared_psystem.prefix})
+    return shared_psystem

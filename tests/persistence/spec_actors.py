@@ -10,6 +10,7 @@ behaviour overrides (`b1`, `ls` = SnapshotSpec's loader), recovery (`toN`, `crit
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ from persistence import (
     PersistentActor,
     Recovery,
     RecoveryCompleted,
+    ReplyToStrategy,
     SaveSnapshotFailure,
     SaveSnapshotSuccess,
     SnapshotOffer,
@@ -164,6 +166,16 @@ class Spec(PersistentActor):
     @property
     def recovery_event_timeout(self) -> float:
         return 0.2 if self.kind == "slow" else 30.0
+
+    @property
+    def stash_capacity(self) -> int | None:
+        return 10 if self.kind == "bounded" else None
+
+    @property
+    def internal_stash_overflow_strategy(self) -> Any:
+        if "drop" in self.flags:
+            return "drop"
+        return ReplyToStrategy("RejectToStash") if "reply" in self.flags else None
 
     @property
     def recovery(self) -> Recovery:
@@ -524,11 +536,25 @@ class Spec(PersistentActor):
     def cmd_rcpersist(self, message: Any, sender: str | None) -> None:
         self.persist(message.data, self.update)
 
+    def cmd_err(self, message: Any, sender: str | None) -> None:
+        """EventSourcedActorFailureSpec: persist, then fail the command for "err"."""
+        self.persist(message.data, self.update)
+        if message.data == "err":
+            raise TestError("err")
+
+    def cmd_errh(self, message: Any, sender: str | None) -> None:
+        """EventSourcedActorFailureSpec: the persist handler fails for "err" before applying it."""
+        def handler(e: Any) -> None:
+            if e == "err":
+                raise TestError("err")
+            self.update(e)
+        self.persist(message.data, handler)
+
     def recover_badrecover(self, event: Any) -> None:
         if not isinstance(event, RecoveryCompleted):
             raise TestError(f"receive_recover cannot handle {event!r}")
 
-    cmd_slow = cmd_rcpersist
+    cmd_slow = cmd_bounded = cmd_rcpersist
 
     # ---- SnapshotSpec --------------------------------------------------------------------------------
     def recover_ss(self, event: Any) -> None:
@@ -639,3 +665,41 @@ class LifecycleMixin(PersistentActor):
 
 class Stacked(LifecycleMixin, StackedBase):
     """StackedBase with LifecycleMixin stacked on it (Akka's "stackable modification")."""
+
+
+# ---- test-side helpers -----------------------------------------------------------------------------
+
+_names = itertools.count(1)
+
+
+def new_name(kind: str) -> str:
+    """A persistence id (and probe name) no other case uses."""
+    return f"{kind}-{next(_names)}"
+
+
+def prepared(ps, kind: str, *flags: str, top: bool = False):
+    """Run Akka's per-case fixture for a new persistence id; return (path of the case's actor, probe)."""
+    name = new_name(kind)
+    probe = ps.probe(name)
+    first = f"/user/spec/{name}~b1"
+    probe.tell(first, Cmd("a"))
+    probe.tell(first, "state")
+    assert probe.receive(10) == ("a-1", "a-2")
+    ps.stop(first)
+    suffix = "".join(f"~{f}" for f in flags)
+    if top:
+        path = f"/user/{name}{suffix}"
+        ps.spawn(Spec, path=path, kwargs={"client": ps.prefix})
+    else:
+        path = f"/user/spec/{name}{suffix}"
+    return path, probe
+
+
+def state(probe, path) -> list:
+    probe.tell(path, "state")
+    return list(probe.receive(10))
+
+
+def together(ps, probe, path, *messages) -> None:
+    """Send `messages` in one batch, so they reach the actor in one dispatch (as if queued in its mailbox)."""
+    ps.tell_many([(path, m) for m in messages], sender=probe.path)

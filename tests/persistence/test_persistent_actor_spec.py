@@ -8,7 +8,6 @@ Not ported: #8 (Akka's internal FilteredPayload marker has no counterpart here).
 
 from __future__ import annotations
 
-import itertools
 import random
 import time
 
@@ -16,45 +15,19 @@ import pytest
 
 from journal import MAX_SEQUENCE_NR
 from persistence import DeleteMessagesFailure, DeleteMessagesSuccess, RecoveryCompleted
-from tests.persistence.spec_actors import Cmd, Delete, Report, Spec, Stacked
+from tests.persistence.spec_actors import (
+    Cmd,
+    Delete,
+    Report,
+    Spec,
+    Stacked,
+    new_name,
+    prepared,
+    state,
+    together,
+)
 
 pytestmark = pytest.mark.timeout(60)
-_ids = itertools.count(1)
-
-
-@pytest.fixture(scope="module")
-def ps(shared_psystem):
-    """The module's system with the Spec entity host at /user/spec."""
-    shared_psystem.spawn(Spec, path="/user/spec", entities=True, kwargs={"client": shared_psystem.prefix})
-    return shared_psystem
-
-
-def prepared(ps, kind: str, *flags: str, top: bool = False):
-    """Run Akka's per-case fixture for a new persistence id; return (path of the case's actor, probe)."""
-    name = f"{kind}-{next(_ids)}"
-    probe = ps.probe(name)
-    first = f"/user/spec/{name}~b1"
-    probe.tell(first, Cmd("a"))
-    probe.tell(first, "state")
-    assert probe.receive(10) == ("a-1", "a-2")
-    ps.stop(first)
-    suffix = "".join(f"~{f}" for f in flags)
-    if top:
-        path = f"/user/{name}{suffix}"
-        ps.spawn(Spec, path=path, kwargs={"client": ps.prefix})
-    else:
-        path = f"/user/spec/{name}{suffix}"
-    return path, probe
-
-
-def state(probe, path) -> list:
-    probe.tell(path, "state")
-    return list(probe.receive(10))
-
-
-def together(ps, probe, path, *messages) -> None:
-    """Send `messages` in one batch, so they reach the actor in one dispatch (as if queued in its mailbox)."""
-    ps.tell_many([(path, m) for m in messages], sender=probe.path)
 
 
 where = pytest.mark.parametrize("top", [False, True], ids=["entity", "top"])
@@ -65,7 +38,7 @@ where = pytest.mark.parametrize("top", [False, True], ids=["entity", "top"])
 @pytest.mark.parametrize("kind,text", [("nullpid", "requirement failed: persistenceId is [None] for PersistentActor"),
                                        ("emptypid", "persistenceId cannot be empty for PersistentActor")])
 def test_fail_fast_if_persistence_id_is_none_or_blank(ps, kind, text):
-    name = f"{kind}-{next(_ids)}"
+    name = new_name(kind)
     probe = ps.probe(name)
     path = f"/user/spec/{name}~watch"
     probe.tell(path, Cmd("x"))
@@ -296,7 +269,7 @@ def test_preserve_order_of_incoming_messages(ps):
 
 @where
 def test_be_used_as_a_stackable_modification(ps, top):
-    name = f"stacked-{next(_ids)}"
+    name = new_name("stacked")
     probe = ps.probe(name)
     if top:
         path = f"/user/{name}"
