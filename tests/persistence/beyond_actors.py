@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,7 @@ from persistence import (
     DeadLetteredDelivery,
     DurableDelivery,
     IdempotentReceiver,
+    MaxUnconfirmedMessagesExceeded,
     SaveSnapshotSuccess,
     SnapshotOffer,
     UnconfirmedDelivery,
@@ -65,8 +67,9 @@ class _Configured:
     """Per-host configuration from spawn kwargs; reports go to the probe named after the entity id."""
 
     def __init__(self, client: str, interval: float = 30.0, backoff: tuple | None = None,
-                 max_attempts: int | None = None, dlq: str | None = None) -> None:
+                 max_attempts: int | None = None, dlq: str | None = None, max_unconfirmed: int = 100_000) -> None:
         self.client = client
+        self.max_unconfirmed_messages = max_unconfirmed
         self.redeliver_interval = interval
         self.redelivery_backoff = tuple(backoff) if backoff else None
         self.max_delivery_attempts = max_attempts
@@ -83,6 +86,15 @@ class _Configured:
             self.tell(sender, self.get_delivery_snapshot().current_delivery_id)
         elif message == "boom":
             raise RuntimeError("boom")
+        elif message == "timer":
+            t = self._redeliver_timer
+            self.tell(sender, t is not None and t.active)
+        elif isinstance(message, tuple) and message[0] == "direct":
+            try:
+                self.tell(sender, ("queued", self.deliver(message[1], lambda i: Payload(i, message[2]))))
+            except MaxUnconfirmedMessagesExceeded as exc:
+                self.tell(sender, ("max", str(exc), self.number_of_unconfirmed,
+                                   self.get_delivery_snapshot().current_delivery_id))
         elif isinstance(message, Nack):
             self.tell(self.probe, ("nack", self.redeliver_now(message.delivery_id)))
         else:
@@ -139,7 +151,8 @@ class Endpoint(actors.Actor):
     """A destination whose entity id names its behaviour; it forwards everything it gets to its probe.
 
     silent-*: never confirms; nack-*: answers the first copy of each id with Nack, confirms the second;
-    dlq-*: confirms each DeadLetteredDelivery; cumul-*: confirms cumulatively at every 5th delivery id.
+    dlq-*: confirms each DeadLetteredDelivery; cumul-*: confirms cumulatively at every 5th delivery id;
+    fresh-*: like silent-*, and reports "started" whenever an instance starts.
     """
 
     def __init__(self, client: str) -> None:
@@ -147,6 +160,8 @@ class Endpoint(actors.Actor):
 
     def pre_start(self) -> None:
         self.seen: set = set()
+        if self.entity_id.startswith("fresh-"):
+            self.tell(f"{self.client}/{self.entity_id}", "started")
 
     def receive(self, message: Any, sender: str | None) -> None:
         self.tell(f"{self.client}/{self.entity_id}", message)
@@ -193,3 +208,24 @@ class DedupReceiver(IdempotentReceiver):
             self.tell(self.asker, "saved")
         elif message == "boom":
             raise RuntimeError("boom")
+
+
+# ---- test-side helpers (the `fs` fixture in conftest.py serves Endpoint at /user/ep) -------------------
+
+_ids = itertools.count(1)
+
+
+def sender(fs, cls=FeatureSender, **kwargs):
+    """A sender entity on its own host (configured by kwargs); returns (path, its report probe)."""
+    n = next(_ids)
+    fs.spawn(cls, path=f"/user/snd{n}", entities=True, kwargs={"client": fs.prefix, **kwargs})
+    return f"/user/snd{n}/s{n}", fs.probe(f"s{n}")
+
+
+def endpoint(fs, kind):
+    name = f"{kind}-{next(_ids)}"
+    return f"/user/ep/{name}", fs.probe(name)
+
+
+def unconfirmed(fs, path):
+    return fs.ask(path, "unconfirmed", 10)

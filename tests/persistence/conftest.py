@@ -33,3 +33,12 @@ def ps(shared_psystem):
 
     shared_psystem.spawn(Spec, path="/user/spec", entities=True, kwargs={"client": shared_psystem.prefix})
     return shared_psystem
+
+
+@pytest.fixture(scope="module")
+def fs(shared_psystem):
+    """The module's shared system with the Endpoint destinations at /user/ep/<kind>-<n> (beyond_actors.py)."""
+    from tests.persistence.beyond_actors import Endpoint
+
+    shared_psystem.spawn(Endpoint, path="/user/ep", entities=True, kwargs={"client": shared_psystem.prefix})
+    return shared_psystem

@@ -109,6 +109,24 @@ class SlowReplayJournal:
             yield r
 
 
+class RecordingJournal(SlowReplayJournal):
+    """A real journal that records, per persistence id, the AtomicWrite sizes of every write_messages call."""
+
+    writes: dict[str, list[list[int]]] = {}
+
+    def replay_messages(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.replay_messages(*args, **kwargs)
+
+    def write_messages(self, messages: Any) -> Any:
+        calls: dict[str, list[int]] = {}
+        for aw in messages:
+            calls.setdefault(aw.persistence_id, []).append(len(aw.payload))
+        for pid, sizes in calls.items():
+            self.writes.setdefault(pid, []).append(sizes)
+        return self.inner.write_messages(messages)
+
+
+register_scheme("recording", journal=lambda url: RecordingJournal(open_journal("sqlite://" + url.partition("://")[2])))
 register_scheme("corruptsnap", snapshot_store=lambda url: CorruptingSnapshotStore(
     _open_store("sqlite://" + url.partition("://")[2])))
 register_scheme("nostore", snapshot_store=lambda url: NO_SNAPSHOT_STORE)
@@ -149,6 +167,8 @@ class Spec(PersistentActor):
     def journal_url(self) -> str | None:
         if self.kind == "slow":
             return "slowreplay://" + self.config["journal"].partition("://")[2] + ".slow"
+        if self.kind == "proto":
+            return "recording://" + self.config["journal"].partition("://")[2] + ".rec"
         return None
 
     @property
@@ -535,6 +555,22 @@ class Spec(PersistentActor):
 
     def cmd_rcpersist(self, message: Any, sender: str | None) -> None:
         self.persist(message.data, self.update)
+
+    def cmd_proto(self, message: Any, sender: str | None) -> None:
+        """PersistentActorJournalProtocolSpec: "writes" answers the sizes of this id's journal writes."""
+        if message == "writes":
+            self.tell(sender, RecordingJournal.writes.get(self.persistence_id, []))
+            return
+        d, n = message.data
+        if d == "persist":
+            for k in range(n):
+                self.persist(f"{k}", self.reply)
+        elif d == "nested":
+            for k in range(n):
+                self.persist(f"outer-{k}", lambda e: (self.reply(e), self.persist(e.replace("outer", "inner"),
+                                                                                  self.reply)))
+        elif d == "async":
+            self.persist_all_async([f"{n}-1", f"{n}-2"], lambda e: self.persist_async(f"{e}-h", self.reply))
 
     def cmd_err(self, message: Any, sender: str | None) -> None:
         """EventSourcedActorFailureSpec: persist, then fail the command for "err"."""

@@ -15,40 +15,19 @@ from persistence import AtLeastOnceDelivery, ConfirmUpTo, DeadLetteredDelivery
 from tests.persistence.beyond_actors import (
     DedupReceiver,
     DurableSender,
-    Endpoint,
     FeatureSender,
     Item,
     Nack,
     Payload,
     Send,
+    endpoint,
+    sender,
+    unconfirmed,
 )
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
-_ids = itertools.count(1)
-
-
-@pytest.fixture(scope="module")
-def fs(shared_psystem):
-    """The module's system with the Endpoint destinations at /user/ep/<kind>-<n>."""
-    shared_psystem.spawn(Endpoint, path="/user/ep", entities=True, kwargs={"client": shared_psystem.prefix})
-    return shared_psystem
-
-
-def sender(fs, cls=FeatureSender, **kwargs):
-    """A sender entity on its own host (configured by kwargs); returns (path, its report probe)."""
-    n = next(_ids)
-    fs.spawn(cls, path=f"/user/snd{n}", entities=True, kwargs={"client": fs.prefix, **kwargs})
-    return f"/user/snd{n}/s{n}", fs.probe(f"s{n}")
-
-
-def endpoint(fs, kind):
-    name = f"{kind}-{next(_ids)}"
-    return f"/user/ep/{name}", fs.probe(name)
-
-
-def unconfirmed(fs, path):
-    return fs.ask(path, "unconfirmed", 10)
+_ids = itertools.count(1000)
 
 
 # ---- redelivery_backoff -------------------------------------------------------------------------------
