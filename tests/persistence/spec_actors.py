@@ -126,6 +126,17 @@ class RecordingJournal(SlowReplayJournal):
         return self.inner.write_messages(messages)
 
 
+class FailingDeleteJournal(SlowReplayJournal):
+    """EventSourcedActorDeleteFailureSpec's journal: deletes always fail."""
+
+    def replay_messages(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.replay_messages(*args, **kwargs)
+
+    def delete_messages_to(self, persistence_id: str, to_sequence_nr: int) -> None:
+        raise JournalError("Boom! Unable to delete events!")
+
+
+register_scheme("faildelete", journal=lambda url: FailingDeleteJournal(open_journal("sqlite://" + url.partition("://")[2])))
 register_scheme("recording", journal=lambda url: RecordingJournal(open_journal("sqlite://" + url.partition("://")[2])))
 register_scheme("corruptsnap", snapshot_store=lambda url: CorruptingSnapshotStore(
     _open_store("sqlite://" + url.partition("://")[2])))
@@ -167,6 +178,8 @@ class Spec(PersistentActor):
     def journal_url(self) -> str | None:
         if self.kind == "slow":
             return "slowreplay://" + self.config["journal"].partition("://")[2] + ".slow"
+        if self.kind == "delfail":
+            return "faildelete://" + self.config["journal"].partition("://")[2] + ".delfail"
         if self.kind == "proto":
             return "recording://" + self.config["journal"].partition("://")[2] + ".rec"
         return None
@@ -555,6 +568,14 @@ class Spec(PersistentActor):
 
     def cmd_rcpersist(self, message: Any, sender: str | None) -> None:
         self.persist(message.data, self.update)
+
+    def cmd_timer(self, message: Any, sender: str | None) -> None:
+        """TimerPersistentActor: a timer started while a persist is pending is not lost to the stash."""
+        if isinstance(message, tuple) and message[0] == "scheduled":
+            self.tell(message[2], message[1])
+        else:
+            self.schedule_once(0.0, ("scheduled", message.data, sender))
+            self.persist(message.data, lambda e: None)
 
     def cmd_proto(self, message: Any, sender: str | None) -> None:
         """PersistentActorJournalProtocolSpec: "writes" answers the sizes of this id's journal writes."""

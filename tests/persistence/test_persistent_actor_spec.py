@@ -416,3 +416,21 @@ def test_stop_actor_when_receive_recover_throws(ps):
     assert failure == Report("recovery failure", ("TestError", "receive_recover cannot handle 'a-1'", "a-1"))
     assert probe.receive(10) == Report("stopped", path)
     probe.expect_no_message(0.1)
+
+
+# ---- TimerPersistentActorSpec, EventSourcedActorDeleteFailureSpec ---------------------------------------------
+
+def test_timer_messages_are_not_discarded_by_stashing(ps):
+    path, probe = prepared(ps, "timer")
+    together(ps, probe, path, Cmd("hello"), Cmd("again"))
+    assert probe.receive_many(2, 10) == ["hello", "again"]
+
+
+def test_delete_messages_failure_is_delivered_to_the_actor(ps):
+    path, probe = prepared(ps, "delfail")
+    probe.tell(path, Delete(1))
+    failure = probe.receive(10)
+    assert isinstance(failure, DeleteMessagesFailure) and failure.to_sequence_nr == 1
+    assert "Boom! Unable to delete events!" in str(failure.cause)
+    probe.tell(path, "boom")
+    assert state(probe, path) == ["a-1", "a-2"]  # nothing was deleted
