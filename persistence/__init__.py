@@ -21,19 +21,25 @@ from persistence.messages import (
     Recovery,
     RecoveryCompleted,
     RedeliveryTick,
+    ReplyToStrategy,
     SaveSnapshotFailure,
     SaveSnapshotSuccess,
     SnapshotOffer,
     UnconfirmedDelivery,
     UnconfirmedWarning,
 )
-from persistence.persistent_actor import IllegalStateError, PersistentActor
+from persistence.persistent_actor import (
+    IllegalStateError,
+    PersistentActor,
+    RecoveryTimedOut,
+    StashOverflowError,
+)
 from persistence.plugins import register_scheme
 
 __all__ = [
     "AtLeastOnceDelivery", "AtLeastOnceDeliverySnapshot", "Confirm", "ConfirmUpTo", "DeadLetteredDelivery",
     "DeleteMessagesFailure", "DeleteMessagesSuccess", "DeleteSnapshotFailure", "DeleteSnapshotSuccess",
     "DeleteSnapshotsFailure", "DeleteSnapshotsSuccess", "DurableDelivery", "IdempotentReceiver", "IllegalStateError", "MaxUnconfirmedMessagesExceeded",
-    "PersistentActor", "Recovery", "RecoveryCompleted", "RedeliveryTick", "SaveSnapshotFailure",
-    "SaveSnapshotSuccess", "SnapshotOffer", "UnconfirmedDelivery", "UnconfirmedWarning", "register_scheme",
+    "PersistentActor", "Recovery", "RecoveryCompleted", "RecoveryTimedOut", "RedeliveryTick", "ReplyToStrategy", "SaveSnapshotFailure",
+    "SaveSnapshotSuccess", "SnapshotOffer", "StashOverflowError", "UnconfirmedDelivery", "UnconfirmedWarning", "register_scheme",
 ]

@@ -121,7 +121,12 @@ class AtLeastOnceDelivery(PersistentActor):
                              for u in sorted(snapshot.unconfirmed_deliveries, key=lambda u: u.delivery_id)}
 
     def on_delivery_exhausted(self, delivery: UnconfirmedDelivery, attempts: int) -> None:
-        """Called when a delivery used up max_delivery_attempts; persist the fact here if you need to."""
+        """Called when a delivery used up max_delivery_attempts (it was removed, and dead-lettered).
+
+        Delivery ids are re-derived by replay, so persist the fact here, and when replaying it call
+        `confirm_delivery(delivery.delivery_id)` and `deliver_to_dead_letters(delivery, attempts)`:
+        otherwise every later delivery gets another id after a restart. (DurableDelivery does this itself.)
+        """
 
     # ---- internals ------------------------------------------------------------------------------
     def _interval(self, attempt: int) -> float:
@@ -187,8 +192,14 @@ class AtLeastOnceDelivery(PersistentActor):
             self._tell_self(UnconfirmedWarning(tuple(warnings)))
 
     def _exhausted(self, delivery_id: int, d: _Delivery) -> None:
-        if self.dead_letter_path:
-            origin = self.persistence_id
-            self.deliver(self.dead_letter_path, lambda i: DeadLetteredDelivery(
-                i, delivery_id, d.destination, d.message, d.attempt, origin))
-        self.on_delivery_exhausted(UnconfirmedDelivery(delivery_id, d.destination, d.message), d.attempt)
+        delivery = UnconfirmedDelivery(delivery_id, d.destination, d.message)
+        self.deliver_to_dead_letters(delivery, d.attempt)
+        self.on_delivery_exhausted(delivery, d.attempt)
+
+    def deliver_to_dead_letters(self, delivery: UnconfirmedDelivery, attempts: int) -> int | None:
+        """Deliver `delivery` as a DeadLetteredDelivery to dead_letter_path (if set); returns its delivery id."""
+        if not self.dead_letter_path:
+            return None
+        origin = self.persistence_id
+        return self.deliver(self.dead_letter_path, lambda i: DeadLetteredDelivery(
+            i, delivery.delivery_id, delivery.destination, delivery.message, attempts, origin))

@@ -72,6 +72,12 @@ class DurableDelivery(AtLeastOnceDelivery):
             self.persist_async(DeliveryConfirmed(delivery_id, True), _ignore)
         return n
 
+    def _exhausted(self, delivery_id: int, d: _Delivery) -> None:
+        # Journal the removal as a confirmation, or a restart would redeliver (and dead-letter) it again.
+        self._unconfirmed[delivery_id] = d
+        self.confirm_delivery(delivery_id)
+        super()._exhausted(delivery_id, d)
+
     def _process_command(self, message: Any, sender: str | None) -> None:
         t = type(message)
         if t is Confirm:

@@ -79,6 +79,13 @@ class DeleteSnapshotsFailure:
     cause: BaseException
 
 
+@dataclass(frozen=True)
+class ReplyToStrategy:
+    """Stash overflow strategy: answer `response` to the sender of a command that does not fit."""
+
+    response: Any
+
+
 # ---- at-least-once delivery ---------------------------------------------------------------------
 
 @register_type(manifest="reprise.persistence.UnconfirmedDelivery")

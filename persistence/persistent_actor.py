@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -20,6 +22,7 @@ from persistence.messages import (
     DeleteSnapshotSuccess,
     Recovery,
     RecoveryCompleted,
+    ReplyToStrategy,
     SaveSnapshotFailure,
     SaveSnapshotSuccess,
     SnapshotOffer,
@@ -33,6 +36,17 @@ Handler = Callable[[Any], Any]
 
 class IllegalStateError(RuntimeError):
     """An operation not allowed in the actor's current state (e.g. persisting during replay)."""
+
+
+class RecoveryTimedOut(RuntimeError):
+    """Recovery got no snapshot or event within recovery_event_timeout (Akka's RecoveryTimedOut)."""
+
+
+class StashOverflowError(RuntimeError):
+    """A command did not fit into the internal stash (stash_capacity) under the "throw" strategy."""
+
+
+_STRATEGIES = ("throw", "drop")
 
 
 class _Invocation:
@@ -65,6 +79,18 @@ class PersistentActor(Actor):
     snapshot_store_url: str | None = None
     """Overrides the system's `snapshot_store` URL for this class."""
     recovery: Recovery = Recovery()
+    recovery_event_timeout: float | None = None
+    """Seconds recovery may wait for the snapshot or the next event (None: config key, else Akka's 30 s).
+    Journals are called synchronously, so a stall is detected when the call returns: recovery then fails."""
+    snapshot_is_optional: bool = False
+    """True: a snapshot that cannot be loaded is skipped and all events are replayed (Akka's option)."""
+    snapshot_max_load_attempts: int = 3
+    """Unreadable snapshots are skipped for older ones this many times before recovery fails."""
+    stash_capacity: int | None = None
+    """At most this many commands wait in the internal stash (None: config key, else unbounded)."""
+    internal_stash_overflow_strategy: str | ReplyToStrategy | None = None
+    """For a command that does not fit: "throw" (StashOverflowError, the actor restarts; the default),
+    "drop" (to dead letters) or ReplyToStrategy(response) (the response goes to the sender)."""
 
     # ---- what the user implements ---------------------------------------------------------------
     def receive_recover(self, event: Any) -> None:
@@ -135,6 +161,19 @@ class PersistentActor(Actor):
         self._coordinator = coordinator_for(self._host)
         self._journal = None
         self._snapshots = None
+        self._stash_limit, self._overflow = self._stash_settings()
+
+    def _stash_settings(self) -> tuple[int | None, str | ReplyToStrategy]:
+        cap = self.stash_capacity if self.stash_capacity is not None else self.config.get("stash_capacity")
+        strategy = self.internal_stash_overflow_strategy or self.config.get("internal_stash_overflow_strategy")
+        strategy = strategy or "throw"
+        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 0):
+            raise ValueError(f"stash_capacity of {type(self).__name__} must be a non-negative int or None "
+                             f"(unbounded), got {cap!r}")
+        if strategy not in _STRATEGIES and not isinstance(strategy, ReplyToStrategy):
+            raise ValueError(f"internal_stash_overflow_strategy of {type(self).__name__} must be \"throw\", "
+                             f"\"drop\" or ReplyToStrategy(response), got {strategy!r}")
+        return cap, strategy
 
     def _around_pre_start(self) -> None:
         self._init_persistence()
@@ -149,8 +188,8 @@ class PersistentActor(Actor):
     def _restart_carryover(self) -> list[tuple[Any, str | None]]:
         # Events persisted before the failure are still written (Akka flushes in the error path); their
         # handlers are not run on this instance: the new one gets them through replay.
+        batch = self._take_batch()  # before _replaced is set: _take_batch yields nothing for a replaced actor
         self._replaced = True
-        batch = self._take_batch()
         writes = [e.atomic for e in batch if e.atomic is not None]
         if writes:
             try:
@@ -175,22 +214,37 @@ class PersistentActor(Actor):
             self._journal = journal_for(self.journal_url or self.config.get("journal"))
             self._snapshots = snapshot_store_for(self.snapshot_store_url or self.config.get("snapshot_store"))
             rec = self.recovery
+            timeout = self.recovery_event_timeout
+            if timeout is None:
+                timeout = float(self.config.get("recovery_event_timeout", 30.0))
             criteria = rec.from_snapshot.limit(rec.to_sequence_nr)
             if rec.from_snapshot != SnapshotSelectionCriteria.NONE:
-                selected = self._snapshots.load(pid, criteria)
+                started = time.monotonic()
+                selected = self._load_snapshot(pid, criteria)
+                if time.monotonic() - started > timeout:
+                    raise RecoveryTimedOut(f"Recovery timed out, didn't get snapshot within {timeout} s")
                 if selected is not None:
                     self.last_sequence_nr = selected.metadata.sequence_nr
                     event = SnapshotOffer(selected.metadata, selected.snapshot)
                     self._recover_snapshot(event)
                     event = None
+            # An idle timeout between events (Akka #20698), not a bound on the whole replay.
+            idle_since = time.monotonic()
             for repr_ in self._journal.replay_messages(pid, self.last_sequence_nr + 1, rec.to_sequence_nr,
                                                        rec.replay_max):
+                if time.monotonic() - idle_since > timeout:
+                    raise RecoveryTimedOut(f"Recovery timed out, didn't get event within {timeout} s, highest "
+                                           f"sequence number seen {self.last_sequence_nr}")
                 event = repr_.payload
                 if repr_.sequence_nr > self.last_sequence_nr:
                     self.last_sequence_nr = repr_.sequence_nr
                 self._recover_event(event)
-            event = None
+                event = None
+                idle_since = time.monotonic()
             highest = self._journal.highest_sequence_nr(pid)
+            if time.monotonic() - idle_since > timeout:
+                raise RecoveryTimedOut(f"Recovery timed out, didn't get event within {timeout} s, highest "
+                                       f"sequence number seen {self.last_sequence_nr}")
             self.last_sequence_nr = self._seq_alloc = max(highest, self.last_sequence_nr)
             self._on_replay_success()
         except Exception as exc:
@@ -198,6 +252,25 @@ class PersistentActor(Actor):
             return
         self._recovery_running = False
         self._recover_event(RecoveryCompleted())
+
+    def _load_snapshot(self, pid: str, criteria: SnapshotSelectionCriteria) -> Any:
+        """The youngest loadable snapshot: an unreadable one is skipped for an older one (Akka's local store)."""
+        attempts = 0
+        while True:
+            try:
+                return self._snapshots.load(pid, criteria)
+            except Exception as exc:
+                attempts += 1
+                seq = getattr(exc, "sequence_nr", None)
+                log.error("Error loading snapshot [%s] of persistenceId [%s] (attempt %d of %d): %s",
+                          seq, pid, attempts, self.snapshot_max_load_attempts, exc)
+                if seq is None or seq <= criteria.min_sequence_nr or attempts >= self.snapshot_max_load_attempts:
+                    if self.snapshot_is_optional:
+                        log.info("No snapshot loaded for persistenceId [%s] (snapshot_is_optional): replaying "
+                                 "all events", pid)
+                        return None
+                    raise
+                criteria = dataclasses.replace(criteria, max_sequence_nr=seq - 1)
 
     def _recover_snapshot(self, offer: SnapshotOffer) -> None:
         """Hand a snapshot offer to the user (mixins unwrap their own part first)."""
@@ -228,11 +301,26 @@ class PersistentActor(Actor):
             self._host.dead_letter(sender, self.path, message, "persistent actor stopped")
             return
         if self._stashing or self._stash:
+            if self._stash_limit is not None and len(self._stash) >= self._stash_limit:
+                self._stash_overflow(message, sender)
+                return
             self._stash.append((message, sender))
             if not self._stashing:
                 self._drain_stash()
             return
         self._process_command(message, sender)
+
+    def _stash_overflow(self, message: Any, sender: str | None) -> None:
+        strategy = self._overflow
+        if strategy == "drop":
+            self._host.dead_letter(sender, self.path, message, "internal stash of a persistent actor is full")
+        elif isinstance(strategy, ReplyToStrategy):
+            self.tell(sender, strategy.response)
+        else:
+            raise StashOverflowError(
+                f"Couldn't enqueue {type(message).__name__} to the internal stash of {self.path}: it holds "
+                f"stash_capacity={self._stash_limit} commands (raise stash_capacity, or set "
+                f"internal_stash_overflow_strategy to \"drop\" or ReplyToStrategy(response))")
 
     def _process_command(self, message: Any, sender: str | None) -> None:
         self.sender = sender
@@ -322,6 +410,13 @@ class PersistentActor(Actor):
         for entry in batch:
             if self._replaced or self._dead:
                 return
+            if not self._stashing and self._stash:
+                # As in Akka: waiting commands run as soon as no stashing handler is pending, ahead of the
+                # remaining persist_async/defer_async handlers (PersistentActorSpec "handle new messages
+                # before deferAsync handler is called").
+                self._drain_stash()
+                if self._replaced or self._dead or self._stopping:
+                    return
             if entry.atomic is None:
                 if not self._invoke(entry.invocations[0]):
                     return

@@ -4,9 +4,41 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import BASES, start_system, stop_system
+
 
 @pytest.fixture
 def psystem(base, make_system, tmp_path):
     """A system on `base` whose journal and snapshot store are SQLite files in tmp_path."""
     return make_system(base, journal=f"sqlite:///{tmp_path}/journal.db",
                        snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+
+
+@pytest.fixture(scope="module", params=BASES)
+def shared_psystem(request, tmp_path_factory):
+    """One system per base for a whole module, SQLite journal and snapshot store; cases use distinct ids."""
+    tmp = tmp_path_factory.mktemp("shared")
+    system = start_system(request.param, tmp, journal=f"sqlite:///{tmp}/journal.db",
+                          snapshot_store=f"sqlite:///{tmp}/snapshots.db")
+    try:
+        yield system
+    finally:
+        stop_system(system)
+
+
+@pytest.fixture(scope="module")
+def ps(shared_psystem):
+    """The module's shared system with the Spec entity host at /user/spec (tests/persistence/spec_actors.py)."""
+    from tests.persistence.spec_actors import Spec
+
+    shared_psystem.spawn(Spec, path="/user/spec", entities=True, kwargs={"client": shared_psystem.prefix})
+    return shared_psystem
+
+
+@pytest.fixture(scope="module")
+def fs(shared_psystem):
+    """The module's shared system with the Endpoint destinations at /user/ep/<kind>-<n> (beyond_actors.py)."""
+    from tests.persistence.beyond_actors import Endpoint
+
+    shared_psystem.spawn(Endpoint, path="/user/ep", entities=True, kwargs={"client": shared_psystem.prefix})
+    return shared_psystem
