@@ -137,7 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     def jcommand(name: str, func: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:  # noqa: A002
         q = jsub.add_parser(name, help=help, description=help, parents=[common])
-        q.set_defaults(func=func)
+        q.set_defaults(func=_with_imports(func))
+        q.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                       help="import MODULE first, so that the event classes it registers (register_type) "
+                            "can be read, e.g. --import myapp.events (repeatable)")
         return q
 
     url_help = f"journal URL, e.g. sqlite:///abs/path.db (default: ${JOURNAL_ENV})"
@@ -359,6 +362,25 @@ def _journal_url(url: str | None) -> str:
     return url
 
 
+def _with_imports(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Run a journal command after importing the modules named by --import."""
+
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        if args.imports and os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())  # as for `up`: the user's modules live where they run from
+        for name in args.imports:
+            try:
+                importlib.import_module(name)
+            except ImportError as e:
+                raise CliError(f"--import {name}: cannot import it ({e})", "pass a module name importable from "
+                               "the working directory, e.g. --import myapp.events", code=2) from None
+        return func(args)
+
+    return run
+
+
 def _open(url: str | None) -> Any:
     from journal import open_journal
 
@@ -412,14 +434,25 @@ def cmd_journal_verify(args: argparse.Namespace) -> int:
     for p in report.problems:
         # Problems without an id concern the storage itself (e.g. a file SQLite cannot read).
         where = "storage" if p.persistence_id is None else f"persistence_id={p.persistence_id} sequence_nr={p.sequence_nr}"
-        print(f"CORRUPT {where}: {p.reason}")
+        label = "UNREADABLE" if _unregistered(p.reason) else "CORRUPT"
+        print(f"{label} {where}: {p.reason}")
     summary = f"checked {report.records_checked} records and {report.snapshots_checked} snapshots"
     if report.ok:
         print(f"{summary}: ok")
         return 0
+    if all(_unregistered(p.reason) for p in report.problems):
+        # Intact records whose event class is not registered in this process: not corruption.
+        print(f"{PROG}: error: {summary}: {len(report.problems)} unreadable (hint: pass --import MODULE for the "
+              "module that registers their event classes)", file=sys.stderr)
+        return 1
     print(f"{PROG}: error: {summary}: {len(report.problems)} corrupt (hint: restore the journal from a "
           "backup or delete the named records' persistence ids)", file=sys.stderr)
     return 1
+
+
+def _unregistered(reason: str) -> bool:
+    """True for a record whose checksum holds but whose event class is not registered in this process."""
+    return "unknown manifest" in reason
 
 
 def _when(millis: int) -> str:

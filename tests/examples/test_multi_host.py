@@ -1,0 +1,164 @@
+"""examples/multi_host/: a leader and a member system, a feeder on the member reaching accounts on the leader.
+
+Run twice: both systems on loopback of this machine, and (where `ip netns` works and we are root) in
+two network namespaces joined by a veth pair, each system bound to its own address (10.77.0.1/.2).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+import actors
+from actors.system import kill_tagged, tagged_pids
+from tests.conftest import SESSION_TOKEN
+
+pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(180)]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLE = os.path.join(ROOT, "examples", "multi_host")
+REPRISE = os.path.join(os.path.dirname(sys.executable), "reprise")
+_n = itertools.count(1)
+
+
+def configure(name: str, dest, **values) -> str:
+    """Copy examples/multi_host/`name` to `dest`, setting [system] keys (TOML values) as the README says."""
+    text = open(os.path.join(EXAMPLE, name)).read()
+    for key, value in values.items():
+        text, n = re.subn(rf"^{key} = .*$", f"{key} = {json.dumps(value)}", text, count=1, flags=re.M)
+        assert n == 1, f"{name} has no '{key} = ' line"
+    path = dest / name
+    path.write_text(text)
+    return str(path)
+
+
+REACH = """
+import socket, sys
+for host in ("127.0.0.1", sys.argv[1]):
+    try:
+        socket.create_connection((host, int(sys.argv[2])), timeout=2).close()
+        print(f"{host}:open")
+    except OSError:
+        print(f"{host}:closed")
+"""
+
+
+def run(prefix: list[str], *argv: str, timeout: float = 100) -> subprocess.CompletedProcess:
+    return subprocess.run([*prefix, *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def tags():
+    tags = (f"{SESSION_TOKEN}-leader-{next(_n)}-", f"{SESSION_TOKEN}-member-{next(_n)}-")
+    yield tags
+    for tag in tags:
+        assert kill_tagged(tag) == [], f"processes tagged {tag} were left behind"
+
+
+def scenario(tmp_path, tags, leader_ip: str, member_ip: str, in_leader: list[str], in_member: list[str]) -> None:
+    """up leader.toml, up member.toml, feed through the member's feeder, check balances, down both."""
+    leader_port, member_port = actors.free_port(), actors.free_port()
+    peers = [] if leader_ip == member_ip else None
+    leader_toml = configure("leader.toml", tmp_path, bind=leader_ip,
+                            peers=peers if peers is not None else [member_ip])
+    member_toml = configure("member.toml", tmp_path, bind=member_ip,
+                            peers=peers if peers is not None else [leader_ip], leader=f"{leader_ip}:{leader_port}")
+    up = run(in_leader, REPRISE, "up", leader_toml, "--detach", "--port", str(leader_port), "--tag", tags[0],
+             "--run-dir", str(tmp_path / "run-leader"))
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        up = run(in_member, REPRISE, "up", member_toml, "--detach", "--port", str(member_port), "--tag", tags[1],
+                 "--run-dir", str(tmp_path / "run-member"))
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert f"{member_ip}:{member_port}" in up.stdout and "/user/feeder" in up.stdout
+        if leader_ip != member_ip:
+            # Proof of separation: from the member's namespace the leader is reachable only at its own address.
+            reach = run(in_member, sys.executable, "-c", REACH, leader_ip, str(leader_port))
+            assert reach.stdout.split() == ["127.0.0.1:closed", f"{leader_ip}:open"], reach.stdout + reach.stderr
+        try:
+            # A client on the member's machine attaches to its local admin; the feeder runs there too.
+            client = [*in_member, sys.executable, "-m", "examples.accounts.client", "--host", member_ip,
+                      "--port", str(member_port)]
+            fed = run(client, "feed", "--count", "600", "--accounts", "12")
+            assert fed.returncode == 0 and "feeder accepted 600" in fed.stdout, fed.stderr
+            # Exact balances on the leader's accounts prove every Deposit went there and every Confirm came back.
+            checked = run(client, "check", "--deposits", "600", "--accounts", "12")
+            assert checked.returncode == 0, checked.stdout + checked.stderr
+            assert "OK: 12 balances exact after 600 deposits" in checked.stdout
+            status = run(in_leader, REPRISE, "status", "--host", leader_ip, "--port", str(leader_port), "--json")
+            assert status.returncode == 0, status.stderr
+            hosts = json.loads(status.stdout)["hosts"]
+            assert hosts["/user/feeder"]["pid"] in tagged_pids(tags[1]), "the feeder must run on the member"
+            assert hosts["/user/accounts"]["pid"] in tagged_pids(tags[0]), "the accounts must run on the leader"
+        finally:
+            down = run(in_member, REPRISE, "down", "--host", member_ip, "--port", str(member_port))
+        assert down.returncode == 0, down.stderr
+    finally:
+        down = run(in_leader, REPRISE, "down", "--host", leader_ip, "--port", str(leader_port))
+    assert down.returncode == 0, down.stderr
+    assert tagged_pids(tags[0]) == [] and tagged_pids(tags[1]) == []
+
+
+def test_leader_and_member_on_this_machine(tmp_path, tags):
+    scenario(tmp_path, tags, "127.0.0.1", "127.0.0.1", [], [])
+
+
+def netns_unavailable() -> str | None:
+    """Why two network namespaces cannot be made here, or None if they can."""
+    if os.geteuid() != 0:
+        return "not root"
+    if shutil.which("ip") is None:
+        return "no `ip` command (iproute2)"
+    probe = f"rp-probe-{uuid.uuid4().hex[:6]}"
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if made.returncode != 0:
+        return f"`ip netns add` failed: {made.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None
+
+
+@pytest.fixture
+def namespaces():
+    """Two network namespaces joined by a veth pair: 10.77.0.1/24 and 10.77.0.2/24; removed afterwards."""
+    why = netns_unavailable()
+    if why is not None:
+        pytest.skip(f"MULTI-HOST IN NETWORK NAMESPACES NOT RUN: {why}")
+    suffix = uuid.uuid4().hex[:6]
+    ns = (f"rp-{suffix}-a", f"rp-{suffix}-b")
+    veth = (f"rpa{suffix}", f"rpb{suffix}")  # interface names: at most 15 characters
+    created: list[str] = []
+
+    def ip(*argv: str) -> None:
+        subprocess.run(["ip", *argv], check=True, capture_output=True, text=True)
+
+    try:
+        for name in ns:
+            ip("netns", "add", name)
+            created.append(name)
+        ip("link", "add", veth[0], "type", "veth", "peer", "name", veth[1])
+        for name, dev, addr in zip(ns, veth, ("10.77.0.1/24", "10.77.0.2/24"), strict=True):
+            ip("link", "set", dev, "netns", name)
+            ip("-n", name, "addr", "add", addr, "dev", dev)
+            ip("-n", name, "link", "set", dev, "up")
+            ip("-n", name, "link", "set", "lo", "up")
+        yield ns
+    finally:
+        # Deleting a namespace also deletes the veth end inside it (and so the pair).
+        for name in created:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        subprocess.run(["ip", "link", "del", veth[0]], capture_output=True)
+
+
+def test_leader_and_member_in_two_network_namespaces(tmp_path, tags, namespaces):
+    in_a = ["ip", "netns", "exec", namespaces[0]]
+    in_b = ["ip", "netns", "exec", namespaces[1]]
+    # The member cannot reach the leader through loopback here: only over the veth pair.
+    scenario(tmp_path, tags, "10.77.0.1", "10.77.0.2", in_a, in_b)
