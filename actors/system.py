@@ -126,7 +126,10 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
             f"no actor system listens on {host}:{admin_port}; start one first (`reprise up TOPOLOGY.toml` "
             f"or actors.start('multiproc', admin_port={admin_port}))"
         )
-    _configure_process_env(os.environ.get("REPRISE_BIND", host), os.environ.get("THESPIAN_BASE_IPADDR"), None)
+    # A client attaches to an admin on this machine (or network namespace) at `host`, so it listens and
+    # advertises there too. An inherited REPRISE_BIND (from a parent that started another system) must
+    # not win: replies would be addressed to an interface the admin cannot reach, and the ask would hang.
+    _configure_process_env(host, host, None)
     asys = ActorSystem("multiprocTCPBase", {"Admin Port": admin_port}, logDefs=None, transientUnique=True)
     agent = asys.createActor("actors.guardian.NodeAgent", globalName="reprise-node")
     reply = asys.ask(agent, WhereIsGuardian(), timeout)
