@@ -39,7 +39,8 @@ from persistence.plugins import register_scheme
 __all__ = [
     "AtLeastOnceDelivery", "AtLeastOnceDeliverySnapshot", "Confirm", "ConfirmUpTo", "DeadLetteredDelivery",
     "DeleteMessagesFailure", "DeleteMessagesSuccess", "DeleteSnapshotFailure", "DeleteSnapshotSuccess",
-    "DeleteSnapshotsFailure", "DeleteSnapshotsSuccess", "DurableDelivery", "IdempotentReceiver", "IllegalStateError", "MaxUnconfirmedMessagesExceeded",
-    "PersistentActor", "Recovery", "RecoveryCompleted", "RecoveryTimedOut", "RedeliveryTick", "ReplyToStrategy", "SaveSnapshotFailure",
-    "SaveSnapshotSuccess", "SnapshotOffer", "StashOverflowError", "UnconfirmedDelivery", "UnconfirmedWarning", "register_scheme",
+    "DeleteSnapshotsFailure", "DeleteSnapshotsSuccess", "DurableDelivery", "IdempotentReceiver",
+    "IllegalStateError", "MaxUnconfirmedMessagesExceeded", "PersistentActor", "Recovery", "RecoveryCompleted",
+    "RecoveryTimedOut", "RedeliveryTick", "ReplyToStrategy", "SaveSnapshotFailure", "SaveSnapshotSuccess",
+    "SnapshotOffer", "StashOverflowError", "UnconfirmedDelivery", "UnconfirmedWarning", "register_scheme",
 ]

@@ -72,12 +72,6 @@ class DurableDelivery(AtLeastOnceDelivery):
             self.persist_async(DeliveryConfirmed(delivery_id, True), _ignore)
         return n
 
-    def _exhausted(self, delivery_id: int, d: _Delivery) -> None:
-        # Journal the removal as a confirmation, or a restart would redeliver (and dead-letter) it again.
-        self._unconfirmed[delivery_id] = d
-        self.confirm_delivery(delivery_id)
-        super()._exhausted(delivery_id, d)
-
     def _process_command(self, message: Any, sender: str | None) -> None:
         t = type(message)
         if t is Confirm:
@@ -110,6 +104,12 @@ class DurableDelivery(AtLeastOnceDelivery):
 
     def _wrap_snapshot(self, snapshot: Any) -> Any:
         return DurableSnapshot(self.get_delivery_snapshot(), super()._wrap_snapshot(snapshot))
+
+    def _exhausted(self, delivery_id: int, d: _Delivery) -> None:
+        # Journal the removal as a confirmation, or a restart would redeliver (and dead-letter) it again.
+        self._unconfirmed[delivery_id] = d
+        self.confirm_delivery(delivery_id)
+        super()._exhausted(delivery_id, d)
 
 
 def _ignore(_: Any) -> None:

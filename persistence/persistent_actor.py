@@ -49,6 +49,13 @@ class StashOverflowError(RuntimeError):
 _STRATEGIES = ("throw", "drop")
 
 
+class _RestartAfterRecovery:
+    """Told to self when the RecoveryCompleted handler failed, so that the restart happens without a command."""
+
+
+_RESTART_AFTER_RECOVERY = _RestartAfterRecovery()
+
+
 class _Invocation:
     """One pending handler call: persist/defer handlers run strictly in the order they were requested."""
 
@@ -162,6 +169,7 @@ class PersistentActor(Actor):
         self._journal = None
         self._snapshots = None
         self._stash_limit, self._overflow = self._stash_settings()
+        self._failed_after_recovery: BaseException | None = None
 
     def _stash_settings(self) -> tuple[int | None, str | ReplyToStrategy]:
         cap = self.stash_capacity if self.stash_capacity is not None else self.config.get("stash_capacity")
@@ -251,7 +259,13 @@ class PersistentActor(Actor):
             self._recovery_failed(exc, event)
             return
         self._recovery_running = False
-        self._recover_event(RecoveryCompleted())
+        try:
+            self._recover_event(RecoveryCompleted())
+        except Exception as exc:
+            # Not a recovery failure (Akka): the actor goes to its supervisor, here a restart, and the
+            # commands that wait survive it. The host restarts actors from receive, hence the self-tell.
+            self._failed_after_recovery = exc
+            self._tell_self(_RESTART_AFTER_RECOVERY)
 
     def _load_snapshot(self, pid: str, criteria: SnapshotSelectionCriteria) -> Any:
         """The youngest loadable snapshot: an unreadable one is skipped for an older one (Akka's local store)."""
@@ -299,6 +313,13 @@ class PersistentActor(Actor):
         """The actors entry point: commands wait in the stash while a stashing persist is pending."""
         if self._dead:
             self._host.dead_letter(sender, self.path, message, "persistent actor stopped")
+            return
+        if self._failed_after_recovery is not None:
+            exc, self._failed_after_recovery = self._failed_after_recovery, None
+            if message is not _RESTART_AFTER_RECOVERY:
+                self._stash.append((message, sender))  # carried over to the new incarnation
+            raise exc
+        if type(message) is _RestartAfterRecovery:
             return
         if self._stashing or self._stash:
             if self._stash_limit is not None and len(self._stash) >= self._stash_limit:

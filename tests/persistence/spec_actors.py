@@ -144,6 +144,8 @@ register_scheme("nostore", snapshot_store=lambda url: NO_SNAPSHOT_STORE)
 register_scheme("slowreplay", journal=lambda url: SlowReplayJournal(open_journal("sqlite://" + url.partition("://")[2])))
 
 
+RC_FAILURES: dict[str, int] = {}  # per process: how often an rcthrow actor's RecoveryCompleted handler ran
+
 # ---- the actor -----------------------------------------------------------------------------------
 
 
@@ -292,6 +294,8 @@ class Spec(PersistentActor):
             self.tell(sender, tuple(self.state))
         elif message == "seq":
             self.tell(sender, self.last_sequence_nr)
+        elif message == "rc-runs":
+            self.tell(sender, RC_FAILURES.get(self.name, 0))
         elif message == "asks":
             self.tell(sender, self.replayed_asks)
         elif message == "boom":
@@ -606,6 +610,15 @@ class Spec(PersistentActor):
                 raise TestError("err")
             self.update(e)
         self.persist(message.data, handler)
+
+    def recover_rcthrow(self, event: Any) -> None:
+        """The RecoveryCompleted handler throws the first two times (per process) for this id."""
+        if isinstance(event, RecoveryCompleted):
+            RC_FAILURES[self.name] = n = RC_FAILURES.get(self.name, 0) + 1
+            if n <= 2:
+                raise TestError(f"RecoveryCompleted handler failed ({n})")
+        else:
+            self.recover_default(event)
 
     def recover_badrecover(self, event: Any) -> None:
         if not isinstance(event, RecoveryCompleted):

@@ -1,4 +1,5 @@
-"""EventSourcedActorFailureSpec and AtLeastOnceDeliveryCrashSpec cases on both bases."""
+"""EventSourcedActorFailureSpec journal-failure cases on both bases (the crash spec is in
+test_at_least_once_delivery_failures.py, the restart cases in test_failure_spec.py)."""
 
 from __future__ import annotations
 

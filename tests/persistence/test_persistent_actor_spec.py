@@ -434,3 +434,14 @@ def test_delete_messages_failure_is_delivered_to_the_actor(ps):
     assert "Boom! Unable to delete events!" in str(failure.cause)
     probe.tell(path, "boom")
     assert state(probe, path) == ["a-1", "a-2"]  # nothing was deleted
+
+
+@where
+def test_exception_in_recovery_completed_handler_restarts_and_keeps_commands(ps, top):
+    # RecoveryPermitterSpec "return permit when actor throws from RecoveryCompleted": not a recovery
+    # failure; the actor restarts (here twice, then its handler succeeds) and the waiting command survives.
+    path, probe = prepared(ps, "rcthrow", top=top)
+    probe.tell(path, Cmd("b"))
+    assert state(probe, path) == ["a-1", "a-2", "b-1", "b-2"]
+    probe.tell(path, "rc-runs")
+    assert probe.receive(10) == 3
