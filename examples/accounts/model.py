@@ -86,6 +86,9 @@ class Feeder(DurableDelivery):
                 account, amount = deposit(i, message.accounts)
                 self.deliver(f"/user/accounts/{account}", lambda delivery_id, a=amount: Deposit(delivery_id, a))
             self.accepted += message.count
-            self.tell(sender, FeedStats(self.accepted, self.number_of_unconfirmed))
+            # Acknowledge once every DeliverySent above is journaled (defer_async runs after their
+            # handlers): a feeder killed before that must not have acknowledged deposits it forgot.
+            self.defer_async(FeedStats(self.accepted, self.number_of_unconfirmed),
+                             lambda stats, sender=sender: self.tell(sender, stats))
         elif message == "stats":
             self.tell(sender, FeedStats(self.accepted, self.number_of_unconfirmed))

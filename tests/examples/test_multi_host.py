@@ -51,8 +51,14 @@ for host in ("127.0.0.1", sys.argv[1]):
 """
 
 
+# Systems started in this pytest process (other tests) leave their bind settings in os.environ, and
+# actors.connect prefers an inherited REPRISE_BIND to its host argument: a user's shell has none.
+INHERITED = ("REPRISE_BIND", "REPRISE_PEERS", "THESPIAN_BASE_IPADDR")
+
+
 def run(prefix: list[str], *argv: str, timeout: float = 100) -> subprocess.CompletedProcess:
-    return subprocess.run([*prefix, *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    env = {k: v for k, v in os.environ.items() if k not in INHERITED}
+    return subprocess.run([*prefix, *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 @pytest.fixture

@@ -1,0 +1,118 @@
+"""Journal-corruption drills on the accounts topology: a WAL cut mid-record, and a record's bytes flipped.
+
+In both, accounts written by a real multi-process system are recovered by a new system from the damaged
+journal: recovery refuses with JournalCorruption (nothing is silently dropped or misread), and
+`reprise journal verify URL` exits 1 naming what is corrupt: the WAL frame for a torn WAL (which
+record a torn frame held cannot be known), the persistence id and sequence number for a bad record.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import struct
+import subprocess
+import sys
+
+import pytest
+
+import actors
+from examples.accounts.client import expected_balances
+from examples.accounts.model import FeedDeposits
+from tests.drills.sample import RecoveryRefused, ReportingAccount
+from tests.drills.test_sigkill import ACCOUNTS, FEEDER, N_ACCOUNTS, spawn_topology
+from tests.waiting import wait_for
+
+pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(120)]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPRISE = os.path.join(os.path.dirname(sys.executable), "reprise")
+DEPOSITS = 60  # account 3 gets deposits 17, 37 and 57: its events are sequence nrs 1..3
+
+
+def write_accounts(make_system, directory) -> actors.System:
+    """Run the accounts topology on a journal in `directory` until DEPOSITS deposits are applied and confirmed."""
+    os.makedirs(directory)
+    url = f"sqlite:///{directory}/journal.db"
+    system = make_system("multiproc", journal=url, snapshot_store=url)
+    spawn_topology(system)
+    system.ask(FEEDER, FeedDeposits(0, DEPOSITS, N_ACCOUNTS), timeout=30)
+    wait_for(lambda: system.ask(FEEDER, "stats", timeout=10).unconfirmed == 0, timeout=30, interval=0.1)
+    return system
+
+
+def recover(make_system, url: str, account: int) -> tuple[actors.System, actors.Probe]:
+    """A new system on the damaged journal; wake account `account` (its recovery runs on first message)."""
+    system = make_system("multiproc", journal=url, snapshot_store=url)
+    observer = system.probe()
+    system.spawn(ReportingAccount, ACCOUNTS, entities=True, kwargs={"report_to": observer.path})
+    observer.tell(f"{ACCOUNTS}/{account}", "balance")
+    return system, observer
+
+
+def verify(url: str, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([REPRISE, "journal", "verify", url, *extra], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_a_wal_cut_mid_record_is_refused_by_recovery_and_named_by_verify(make_system, tmp_path):
+    live = write_accounts(make_system, tmp_path / "live")
+    # A crash image: the files as they are on disk while the system runs (its last commits only in the WAL).
+    crash = tmp_path / "crash"
+    crash.mkdir()
+    for suffix in ("", "-wal"):
+        shutil.copy(tmp_path / "live" / f"journal.db{suffix}", crash / f"journal.db{suffix}")
+    live.shutdown()
+    wal = crash / "journal.db-wal"
+    with open(wal, "rb") as f:
+        page_size = struct.unpack(">I", f.read(12)[8:12])[0]
+    size = os.path.getsize(wal)
+    assert size > 32 + 24 + page_size, "the crash image must have frames in its WAL"
+    os.truncate(wal, size - (24 + page_size) // 2)  # the last frame cut in half: a write torn by a crash
+    torn = os.path.getsize(wal)
+
+    url = f"sqlite:///{crash}/journal.db"
+    _, observer = recover(make_system, url, 3)
+    refused = observer.receive(timeout=30)
+    assert isinstance(refused, RecoveryRefused) and refused.path == f"{ACCOUNTS}/3"
+    assert refused.error == "JournalCorruption" and "ends inside frame" in refused.message
+    observer.expect_no_message(0.5)  # no balance: the account stopped instead of recovering from less
+    assert os.path.getsize(wal) == torn, "SQLite must not have rolled the torn transaction back"
+
+    checked = verify(url)
+    assert checked.returncode == 1, checked.stdout
+    assert checked.stdout.startswith("CORRUPT storage: refusing to open")
+    assert "journal.db-wal ends inside frame" in checked.stdout and "1 corrupt" in checked.stderr
+
+
+def test_a_flipped_byte_in_a_record_is_refused_by_recovery_and_named_by_verify(make_system, tmp_path):
+    live = write_accounts(make_system, tmp_path / "live")
+    live.shutdown()
+    db = tmp_path / "live" / "journal.db"
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # every record into the database file itself
+    (record,) = conn.execute("SELECT record FROM journal WHERE persistence_id = ? AND sequence_nr = 2",
+                             (f"{ACCOUNTS}/3",)).fetchone()
+    conn.close()
+    data = bytearray(db.read_bytes())
+    at = data.find(record)
+    assert at > 0 and data.find(record, at + 1) == -1, "the record's bytes must be found once in the file"
+    data[at + len(record) // 2] ^= 0xFF  # one bit pattern flipped on disk, as a bad sector would
+    db.write_bytes(bytes(data))
+
+    url = f"sqlite:///{db}"
+    system, observer = recover(make_system, url, 3)
+    refused = observer.receive(timeout=30)
+    assert isinstance(refused, RecoveryRefused) and refused.error == "JournalCorruption"
+    assert (refused.persistence_id, refused.sequence_nr) == (f"{ACCOUNTS}/3", 2)
+    assert f"persistence id '{ACCOUNTS}/3', sequence nr 2" in refused.message
+    # The other accounts are intact and recover their exact balances.
+    expected = expected_balances(DEPOSITS, N_ACCOUNTS)
+    assert system.ask(f"{ACCOUNTS}/4", "balance", timeout=30) == ("4", expected["4"])
+
+    checked = verify(url, "--import", "examples.accounts.model")
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    corrupt = [line for line in checked.stdout.splitlines() if line.startswith("CORRUPT")]
+    assert len(corrupt) == 1 and corrupt[0].startswith(f"CORRUPT persistence_id={ACCOUNTS}/3 sequence_nr=2: ")
+    assert "1 corrupt" in checked.stderr
