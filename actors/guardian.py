@@ -215,6 +215,13 @@ class Guardian(ThespianActor):
         # The reply's sender is the host's real address (createActor returned a local placeholder).
         record.address = sender
         record.pid = message.pid
+        if record.state == "stopping":
+            # Its actor stopped while starting (HostDone came first): the spawn itself succeeded, and
+            # the exit that follows is a stop, not a crash. Held messages become dead letters then.
+            for waiter in record.waiters:
+                self.send(waiter, Spawned(message.path))
+            record.waiters.clear()
+            return
         record.state = "running"
         self._publish()
         for waiter in record.waiters:
@@ -226,7 +233,7 @@ class Guardian(ThespianActor):
 
     def _host_done(self, message: HostDone, sender: Any) -> None:
         record = self.hosts.get(message.path)
-        if record is not None and record.state == "running":
+        if record is not None and record.state in ("running", "starting", "restarting"):
             record.state = "stopping"
             self._publish()
 

@@ -26,6 +26,7 @@ from tests.persistence.spec_actors import (
     state,
     together,
 )
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -407,15 +408,17 @@ def test_persist_events_from_recovery_completed_and_fail_when_persisting_during_
     assert probe.receive(10) == Report("stopped", path)
 
 
-def test_stop_actor_when_receive_recover_throws(ps):
-    # Entity only: a top-level actor whose first recovery fails is restarted by the guardian (see the
-    # report: HostDone from a host still "starting" is ignored in actors/guardian.py).
-    path, probe = prepared(ps, "badrecover", "watch")
+@where
+def test_stop_actor_when_receive_recover_throws(ps, top):
+    path, probe = prepared(ps, "badrecover", "watch", top=top)
     probe.tell(path, "state")
     failure = probe.receive(10)
     assert failure == Report("recovery failure", ("TestError", "receive_recover cannot handle 'a-1'", "a-1"))
     assert probe.receive(10) == Report("stopped", path)
     probe.expect_no_message(0.1)
+    if top:  # its host stops for good: a stop during start is not a crash to restart from
+        wait_for(lambda: ps.status().hosts[path].state == "stopped", 10)
+        assert ps.status().hosts[path].restarts == 0
 
 
 # ---- TimerPersistentActorSpec, EventSourcedActorDeleteFailureSpec ---------------------------------------------
