@@ -97,21 +97,14 @@ class BenchProducer(_Profiled, DurableDelivery):
         if self.run is not None:
             self._produce()
 
-    def confirm_delivery(self, delivery_id: int) -> bool:
-        done = super().confirm_delivery(delivery_id)
-        self._check_done()
-        return done
-
-    def confirm_deliveries_up_to(self, delivery_id: int) -> int:
-        done = super().confirm_deliveries_up_to(delivery_id)
-        self._check_done()
-        return done
-
-    def _check_done(self) -> None:
-        run = self.run
-        if run is not None and self.sent == run.count and not self.number_of_unconfirmed:
-            self.run = None
-            self.tell(run.reply_to, ("done", run.count))
+    def receive(self, message: Any, sender: str | None) -> None:
+        super().receive(message, sender)
+        if type(message) is ConfirmDeliveries:
+            run = self.run
+            if run is not None and self.sent == run.count and not self.number_of_unconfirmed:
+                self.run = None
+                # Done once the confirmed events are durable too (the deferral runs after them).
+                self.defer_async(run, lambda r: self.tell(r.reply_to, ("done", r.count)))
 
 
 class BenchConsumer(_Profiled, IdempotentReceiver):

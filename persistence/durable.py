@@ -118,6 +118,21 @@ class DurableDelivery(AtLeastOnceDelivery):
             self._confirmed_up_to = max(self._confirmed_up_to, delivery_id)
         return n
 
+    def _confirm_many(self, delivery_ids: tuple[int, ...]) -> None:
+        if type(self).confirm_delivery is not DurableDelivery.confirm_delivery:
+            for delivery_id in delivery_ids:  # a subclass hooks into confirm_delivery: call it for each
+                self.confirm_delivery(delivery_id)
+            return
+        pop = self._unconfirmed.pop
+        done = [i for i in delivery_ids if pop(i, None) is not None]
+        if done:
+            if not self._unconfirmed:
+                self._stop_timer()
+            if not self._recovery_running:
+                if not self._confirmed_ids:
+                    self._coordinator.enqueue(self)
+                self._confirmed_ids.extend(done)
+
     def redeliver_now(self, delivery_id: int) -> bool:
         """Resend `delivery_id` at once; one whose sent event is not durable yet goes out when it is."""
         d = self._unconfirmed.get(delivery_id)
@@ -192,9 +207,7 @@ class DurableDelivery(AtLeastOnceDelivery):
     def _process_command(self, message: Any, sender: str | None) -> None:
         t = type(message)
         if t is ConfirmDeliveries:
-            confirm = self.confirm_delivery
-            for delivery_id in message.delivery_ids:
-                confirm(delivery_id)
+            self._confirm_many(message.delivery_ids)
         elif t is Confirm:
             self.confirm_delivery(message.delivery_id)
         elif t is ConfirmUpTo:

@@ -64,14 +64,24 @@ class SeenIds:
     def __contains__(self, i: int) -> bool:
         if i <= self.low:
             return True
+        if not self.starts:
+            return False
         k = bisect.bisect_right(self.starts, i) - 1
         return k >= 0 and self.ends[k] >= i
 
-    def add(self, i: int) -> None:
-        """Mark `i` seen, merging ranges; memory stays proportional to the number of gaps."""
-        if i in self:
-            return
+    def add(self, i: int) -> bool:
+        """Mark `i` seen, merging ranges; False if it was seen already. Memory stays proportional to
+        the number of gaps."""
         starts, ends = self.starts, self.ends
+        if i == self.low + 1:  # the usual case, ids in order: only the watermark moves
+            if starts and starts[0] == i + 1:
+                self.low = ends[0]
+                del starts[0], ends[0]
+            else:
+                self.low = i
+            return True
+        if i in self:
+            return False
         k = bisect.bisect_right(starts, i)
         joins_left = k > 0 and ends[k - 1] == i - 1
         joins_right = k < len(starts) and starts[k] == i + 1
@@ -88,6 +98,7 @@ class SeenIds:
         if starts and starts[0] == self.low + 1:
             self.low = ends[0]
             del starts[0], ends[0]
+        return True
 
     def state(self) -> tuple:
         return self.low, tuple(zip(self.starts, self.ends, strict=True))
@@ -114,9 +125,8 @@ class IdempotentReceiver(PersistentActor):
         seen = self._seen.get(origin)
         if seen is None:
             seen = self._seen[origin] = SeenIds()
-        elif delivery_id in seen:
+        if not seen.add(delivery_id):
             return False
-        seen.add(delivery_id)
         if asynchronous and not self._recovery_running:
             if not self._unapplied:
                 self._coordinator.enqueue(self)

@@ -103,3 +103,20 @@ class Receiver(IdempotentReceiver):
         to_confirm, self.to_confirm = self.to_confirm, {}
         for origin, ids in to_confirm.items():
             self.tell(origin, ConfirmDeliveries(tuple(ids)))
+
+
+class CountingShipper(Shipper):
+    """Overrides confirm_delivery: batched confirmations must still go through it, once per delivery."""
+
+    confirmed_here = 0
+
+    def confirm_delivery(self, delivery_id: int) -> bool:
+        first = super().confirm_delivery(delivery_id)
+        self.confirmed_here += first
+        return first
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if message == "counted":
+            self.tell(sender, self.confirmed_here)
+        else:
+            super().receive_command(message, sender)

@@ -9,7 +9,7 @@ from journal.sqlite import SqliteJournal
 from persistence import ConfirmDeliveries
 from persistence.durable import DeliveriesConfirmed, DeliveriesSent, DeliveryConfirmed, DeliverySent
 from persistence.idempotent import AppliedBatch
-from tests.persistence.compact_fixtures import Parcel, Receiver, Ship, Shipper
+from tests.persistence.compact_fixtures import CountingShipper, Parcel, Receiver, Ship, Shipper
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(90)
@@ -121,3 +121,32 @@ def test_the_journal_keeps_the_order_of_the_calls(psystem, tmp_path):
     events = journal_events(tmp_path, SHP)
     assert type(events[0]) is DeliveriesSent and events[0].delivery_ids == (1, 2)
     assert events[1] == "after-a-and-b"
+
+
+def test_seen_ids_agree_with_a_set_in_and_out_of_order():
+    import random
+
+    from persistence.idempotent import SeenIds
+
+    rng = random.Random(7)
+    for spread in (3, 50, 1000):
+        seen, model, low = SeenIds(), set(), 0
+        for _ in range(3000):
+            i = rng.randint(1, spread) if rng.random() < 0.3 else max(model, default=0) + rng.randint(1, 3)
+            assert seen.add(i) is (i not in model)
+            model.add(i)
+            while low + 1 in model:
+                low += 1
+            assert seen.low == low
+        assert all((i in seen) == (i in model) for i in range(1, max(model) + 5))
+        assert len(seen.starts) == len(seen.ends) <= len(model)
+
+
+def test_batched_confirmations_go_through_an_overridden_confirm_delivery(psystem):
+    psystem.spawn(Receiver, path=RCV)
+    psystem.spawn(CountingShipper, path=SHP)
+    probe = psystem.probe()
+    probe.tell(SHP, Ship(RCV, tuple("abcde")))
+    assert probe.receive(10) == ("shipped", (1, 2, 3, 4, 5))
+    settled(psystem, applied=5)
+    assert psystem.ask(SHP, "counted") == 5
