@@ -31,6 +31,8 @@ class Run:
     destination: str
     reply_to: str
     chunk: int = 1000
+    window: int = 20_000
+    """At most this many unconfirmed deliveries (back-pressure; below max_unconfirmed_messages)."""
 
 
 def cpu_seconds() -> float:
@@ -67,6 +69,7 @@ class BenchProducer(_Profiled, DurableDelivery):
         self._start_profile()
         self.run: Run | None = None
         self.sent = 0
+        self.blocked = False
 
     def post_stop(self) -> None:
         self._stop_profile()
@@ -83,7 +86,11 @@ class BenchProducer(_Profiled, DurableDelivery):
 
     def _produce(self) -> None:
         run = self.run
-        end = min(run.count, self.sent + run.chunk)
+        end = min(run.count, self.sent + run.chunk, self.sent + run.window - self.number_of_unconfirmed)
+        if end <= self.sent:
+            self.blocked = True  # the window is full: confirmations resume production
+            return
+        self.blocked = False
         deliver, destination = self.deliver, run.destination
         for n in range(self.sent, end):
             deliver(destination, lambda i, n=n: Work(i, n))
@@ -101,7 +108,9 @@ class BenchProducer(_Profiled, DurableDelivery):
         super().receive(message, sender)
         if type(message) is ConfirmDeliveries:
             run = self.run
-            if run is not None and self.sent == run.count and not self.number_of_unconfirmed:
+            if run is not None and self.blocked:
+                self._produce()
+            elif run is not None and self.sent == run.count and not self.number_of_unconfirmed:
                 self.run = None
                 # Done once the confirmed events are durable too (the deferral runs after them).
                 self.defer_async(run, lambda r: self.tell(r.reply_to, ("done", r.count)))

@@ -35,7 +35,7 @@ from tests.persistence.fixtures import Ops, Scripted
 TARGET = 50_000
 
 
-def deliveries(n: int, rounds: int = 3, chunk: int = 1000) -> tuple[float, float, float]:
+def deliveries(n: int, rounds: int = 3, chunk: int = 1000, window: int = 20_000) -> tuple[float, float, float]:
     """Confirmed deliveries/s and CPU us per delivery in the producer's and the consumer's process
     (medians of `rounds` runs of `n` in one system)."""
     d = tempfile.mkdtemp(prefix="reprise-bench-")
@@ -51,7 +51,7 @@ def deliveries(n: int, rounds: int = 3, chunk: int = 1000) -> tuple[float, float
         for _ in range(rounds):
             cpu = [s.ask(path, "cpu") for path in paths]
             t = time.perf_counter()
-            s.tell("/user/producer", Run(n, "/user/consumer", probe.path, chunk))
+            s.tell("/user/producer", Run(n, "/user/consumer", probe.path, chunk, window))
             got = probe.receive(600)
             elapsed = time.perf_counter() - t
             if got != ("done", n):
