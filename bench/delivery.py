@@ -1,46 +1,69 @@
 """Benchmark (not a test): confirmed at-least-once deliveries/s between two host processes on SQLite FULL.
 
-    .venv/bin/python -m bench.delivery [N]
+    .venv/bin/python -m bench.delivery [N] [--rounds 3] [--json FILE] [--persist 5000] [--asks 2000] [--rabbitmq N]
+
+A DurableDelivery producer and an IdempotentReceiver consumer run in two host processes (multiproc),
+each journaling to SQLite with synchronous=FULL: the producer's sent events are durable before a
+message leaves, the consumer's applied events are durable before it confirms, and the producer's
+confirmed events are durable before the run counts as done. Peers in the same run: raw Thespian ask
+round trips, and RabbitMQ through pika (persistent messages, publisher confirms, manual acks) when a
+server listens on 127.0.0.1:5672, both pipelined (the fair peer: up to 1000 messages awaiting their
+confirm, acks multiple=true every 100) and one confirm at a time (BlockingConnection). Also persist (one
+per command) and persist_async events/s through a PersistentActor.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import platform
 import socket
+import sqlite3
+import statistics
 import sys
 import tempfile
 import time
+from collections import deque
 
 from thespian.actors import Actor as ThespianActor
 
 import actors
-from tests.persistence.fixtures import Consumer, Ops, Produce, Producer, Scripted
+from bench._delivery_actors import BenchConsumer, BenchProducer, Run
+from tests.persistence.fixtures import Ops, Scripted
+
+TARGET = 50_000
 
 
-def wait_for(check, timeout: float):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.02)
-    raise TimeoutError
-
-
-def deliveries(n: int) -> float:
-    """Confirmed deliveries/s: DurableDelivery producer -> IdempotentReceiver consumer, both journaling."""
-    d = tempfile.mkdtemp()
+def deliveries(n: int, rounds: int = 3, chunk: int = 1000, window: int = 20_000) -> tuple[float, float, float]:
+    """Confirmed deliveries/s and CPU us per delivery in the producer's and the consumer's process
+    (medians of `rounds` runs of `n` in one system)."""
+    d = tempfile.mkdtemp(prefix="reprise-bench-")
+    paths = ("/user/producer", "/user/consumer")
     with actors.start("multiproc", journal=f"sqlite:///{d}/j.db", snapshot_store=f"sqlite:///{d}/s.db") as s:
-        s.spawn(Consumer, path="/user/consumer")
-        s.spawn(Producer, path="/user/producer")
-        t = time.perf_counter()
-        s.tell("/user/producer", Produce(n, "/user/consumer"))
-        wait_for(lambda: s.ask("/user/producer", "status", 10) == (n, 0), 600)
-        return n / (time.perf_counter() - t)
+        s.spawn(BenchConsumer, path="/user/consumer")
+        s.spawn(BenchProducer, path="/user/producer")
+        probe = s.probe()
+        # Warm up both hosts (imports, journal files, routes) before the clock starts.
+        s.tell("/user/producer", Run(100, "/user/consumer", probe.path))
+        probe.receive(60)
+        runs = []
+        for _ in range(rounds):
+            cpu = [s.ask(path, "cpu") for path in paths]
+            t = time.perf_counter()
+            s.tell("/user/producer", Run(n, "/user/consumer", probe.path, chunk, window))
+            got = probe.receive(600)
+            elapsed = time.perf_counter() - t
+            if got != ("done", n):
+                raise RuntimeError(f"producer answered {got!r}, expected ('done', {n})")
+            used = [s.ask(path, "cpu") - before for path, before in zip(paths, cpu, strict=True)]
+            runs.append((n / elapsed, used[0] / n * 1e6, used[1] / n * 1e6))
+    return tuple(statistics.median(r[k] for r in runs) for k in range(3))
 
 
 def persist_rates(n: int) -> tuple[float, float]:
     """Events/s through one PersistentActor: persist one per command, and persist_async."""
-    d = tempfile.mkdtemp()
+    d = tempfile.mkdtemp(prefix="reprise-bench-")
     out = []
     with actors.start("multiproc", journal=f"sqlite:///{d}/j.db") as s:
         s.spawn(Scripted, path="/user/p")
@@ -62,11 +85,12 @@ class Echo(ThespianActor):
 
 
 def raw_thespian_asks(n: int) -> float:
-    """Raw Thespian multiprocTCPBase ask round trips/s."""
+    """Raw Thespian multiprocTCPBase ask round trips/s (nothing persisted)."""
     from thespian.actors import ActorSystem
     asys = ActorSystem("multiprocTCPBase", {"Admin Port": actors.free_port()})
     try:
         echo = asys.createActor("bench.delivery.Echo")
+        asys.ask(echo, -1, 10)
         t = time.perf_counter()
         for i in range(n):
             asys.ask(echo, i, 10)
@@ -75,46 +99,206 @@ def raw_thespian_asks(n: int) -> float:
         asys.shutdown()
 
 
-def rabbitmq(n: int) -> str:
+def rabbitmq(n: int) -> tuple[float | None, str]:
+    """RabbitMQ end to end through pika's BlockingConnection: each persistent publish waits for its confirm,
+    then the consumer acks every message."""
     try:
         socket.create_connection(("127.0.0.1", 5672), timeout=1).close()
     except OSError:
-        return "RabbitMQ not running on 127.0.0.1:5672: not measured"
+        return None, "RabbitMQ not running on 127.0.0.1:5672: not measured"
     try:
         import pika
     except ImportError:
-        return "pika not installed: RabbitMQ not measured"
+        return None, "pika not installed: RabbitMQ not measured"
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", 5672))
-    ch = conn.channel()
-    ch.queue_declare("reprise-bench", durable=True)
-    ch.confirm_delivery()
-    t = time.perf_counter()
-    for i in range(n):
-        ch.basic_publish("", "reprise-bench", str(i).encode(), pika.BasicProperties(delivery_mode=2))
-    got = 0
-    for method, _, _ in ch.consume("reprise-bench", inactivity_timeout=10):
-        if method is None:
-            break
-        ch.basic_ack(method.delivery_tag)
-        got += 1
-        if got == n:
-            break
-    rate = n / (time.perf_counter() - t)
-    conn.close()
-    return f"{rate:,.0f} msgs/s end to end (persistent, publisher confirms, manual acks)"
+    try:
+        ch = conn.channel()
+        queue = f"reprise-bench-{os.getpid()}"
+        ch.queue_declare(queue, durable=True)
+        ch.queue_purge(queue)
+        ch.confirm_delivery()
+        props = pika.BasicProperties(delivery_mode=2)
+        t = time.perf_counter()
+        for i in range(n):
+            ch.basic_publish("", queue, str(i).encode(), props)
+        got = 0
+        for method, _, _ in ch.consume(queue, inactivity_timeout=10):
+            if method is None:
+                break
+            ch.basic_ack(method.delivery_tag)
+            got += 1
+            if got == n:
+                break
+        rate = n / (time.perf_counter() - t)
+        ch.cancel()
+        ch.queue_delete(queue)
+    finally:
+        conn.close()
+    if got != n:
+        return None, f"RabbitMQ delivered {got} of {n} messages: not counted"
+    return rate, "persistent messages, publisher confirms, manual acks"
 
 
-def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
-    d = deliveries(n)
-    print(f"reprise confirmed deliveries (SQLite FULL both sides): {d:,.0f}/s  (n={n})")
-    asks = raw_thespian_asks(2000)
-    print(f"raw Thespian ask round trips:                        {asks:,.0f}/s  -> reprise/raw = {d / asks:.1f}x")
-    print(f"RabbitMQ via pika:                                   {rabbitmq(n)}")
-    p, pa = persist_rates(5000)
-    print(f"persist, one event per command:                      {p:,.0f} events/s")
-    print(f"persist_async, one event per command:                {pa:,.0f} events/s")
+def rabbitmq_pipelined(n: int, window: int = 1000, ack_every: int = 100) -> float | None:
+    """RabbitMQ end to end with publishing pipelined: up to `window` persistent messages awaiting their
+    publisher confirm, the consumer acking (multiple=true) every `ack_every` messages (Reprise's batched
+    confirms, in RabbitMQ's terms). None when no server or no pika."""
+    try:
+        import pika
+        socket.create_connection(("127.0.0.1", 5672), timeout=1).close()
+    except (ImportError, OSError):
+        return None
+    queue = f"reprise-bench-pipelined-{os.getpid()}"
+    body = b"0123456789"
+    props = pika.BasicProperties(delivery_mode=2)
+    st = {"published": 0, "confirmed": 0, "consumed": 0, "t": 0.0, "elapsed": None}
+
+    def publish_more(ch, tags):
+        while st["published"] < n and len(tags) < window:
+            ch.basic_publish("", queue, body, props)
+            st["published"] += 1
+            tags.append(st["published"])  # confirm tags count publishes on the channel from 1
+
+    def on_confirm(frame, ch, tags):
+        m = frame.method
+        if isinstance(m, pika.spec.Basic.Nack):
+            raise RuntimeError("RabbitMQ refused a message (nack)")
+        tag = m.delivery_tag
+        if m.multiple:
+            while tags and tags[0] <= tag:
+                tags.popleft()
+                st["confirmed"] += 1
+        else:
+            tags.remove(tag)
+            st["confirmed"] += 1
+        publish_more(ch, tags)
+        finish(ch.connection)
+
+    def on_message(ch, method, _properties, _body):
+        st["consumed"] += 1
+        if st["consumed"] % ack_every == 0 or st["consumed"] == n:
+            ch.basic_ack(method.delivery_tag, multiple=True)
+        finish(ch.connection)
+
+    def finish(conn):
+        if st["elapsed"] is None and st["consumed"] == n and st["confirmed"] == n:
+            st["elapsed"] = time.perf_counter() - st["t"]
+            conn.ioloop.stop()
+
+    def on_open(conn):
+        conn.channel(on_open_callback=on_consumer_channel)
+
+    def on_consumer_channel(ch):
+        ch.queue_declare(queue, durable=True, callback=lambda _: ch.queue_purge(
+            queue, callback=lambda _: ch.basic_qos(prefetch_count=window * 2, callback=lambda _: start(ch))))
+
+    def start(consumer):
+        consumer.basic_consume(queue, on_message)
+        consumer.connection.channel(on_open_callback=on_publisher_channel)
+
+    def on_publisher_channel(ch):
+        tags: deque[int] = deque()
+        ch.confirm_delivery(lambda frame: on_confirm(frame, ch, tags), callback=lambda _: begin(ch, tags))
+
+    def begin(ch, tags):
+        st["t"] = time.perf_counter()
+        publish_more(ch, tags)
+
+    conn = pika.SelectConnection(pika.ConnectionParameters("127.0.0.1", 5672), on_open_callback=on_open)
+    conn.ioloop.call_later(300, conn.ioloop.stop)  # a stuck run ends with no figure
+    conn.ioloop.start()
+    try:
+        if st["elapsed"] is None:
+            return None
+        return n / st["elapsed"]
+    finally:
+        try:
+            blocking = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", 5672))
+            blocking.channel().queue_delete(queue)
+            blocking.close()
+        except Exception:
+            pass
+        if conn.is_open:
+            conn.close()
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run every measurement once, print absolute figures and ratios, optionally write JSON."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("n", nargs="?", type=int, default=20_000, help="confirmed deliveries to measure")
+    ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE (read by `reprise bench`)")
+    ap.add_argument("--rounds", type=int, default=3, help="timed runs of N deliveries (the median is reported)")
+    ap.add_argument("--asks", type=int, default=2_000, help="raw Thespian ask round trips")
+    ap.add_argument("--rabbitmq", type=int, default=None,
+                    help="RabbitMQ messages (default: N pipelined, N/4 one confirm at a time)")
+    ap.add_argument("--persist", type=int, default=5_000, help="events for the persist figures")
+    args = ap.parse_args(argv)
+    n = args.n
+    notes: list[str] = []
+    d, producer_us, consumer_us = deliveries(n, args.rounds)
+    asks = raw_thespian_asks(args.asks)
+    rabbit_n = args.rabbitmq or n
+    rabbit_piped = rabbitmq_pipelined(rabbit_n)
+    rabbit, rabbit_note = rabbitmq(args.rabbitmq or max(1, n // 4))
+    if rabbit is None:
+        notes.append(rabbit_note)
+    elif rabbit_piped is None:
+        notes.append("RabbitMQ pipelined run did not finish: not measured")
+    p, pa = persist_rates(args.persist)
+    results = [
+        {"system": "reprise", "measurement": "confirmed deliveries, SQLite FULL both sides", "rate": d, "count": n},
+        {"system": "raw thespian", "measurement": "ask round trips (nothing persisted)", "rate": asks,
+         "count": args.asks},
+    ]
+    peers = []  # (label, rate) of the RabbitMQ figures, strongest first
+    if rabbit_piped is not None:
+        peers.append(("rabbitmq pipelined", rabbit_piped))
+        results.append({"system": "rabbitmq (pika)", "measurement": "end to end, pipelined: persistent, up to 1000 "
+                        "awaiting publisher confirms, acks multiple=true every 100", "rate": rabbit_piped,
+                        "count": rabbit_n})
+    if rabbit is not None:
+        peers.append(("rabbitmq one at a time", rabbit))
+        results.append({"system": "rabbitmq (pika)", "measurement": "end to end, one confirm at a time: persistent, "
+                        "BlockingConnection publisher confirms, one ack per message", "rate": rabbit,
+                        "count": args.rabbitmq or max(1, n // 4)})
+    results += [
+        {"system": "reprise", "measurement": "persist, one event per command", "rate": p, "count": args.persist},
+        {"system": "reprise", "measurement": "persist_async, one event per command", "rate": pa,
+         "count": args.persist},
+    ]
+    ratios = {"reprise/raw_ask": d / asks}
+    for label, rate in peers:
+        ratios[f"reprise/{label.replace(' ', '_')}"] = d / rate
+    targets = [{"target": "confirmed deliveries/s", "achieved": d, "required": TARGET, "met": d >= TARGET}]
+    if peers:
+        label, rate = peers[0]
+        targets.append({"target": f"ahead of RabbitMQ end to end ({label})", "achieved": d / rate,
+                        "required": 1.0, "met": d > rate})
+
+    print(f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, {os.cpu_count()} cpus, "
+          f"{platform.platform()}")
+    print(f"reprise confirmed deliveries, SQLite FULL both sides: {d:>9,.0f}/s  (n={n:,}, median of "
+          f"{args.rounds}; CPU per delivery: producer {producer_us:.1f} us, consumer {consumer_us:.1f} us)")
+    print(f"raw Thespian ask round trips:                         {asks:>9,.0f}/s  "
+          f"-> reprise {d / asks:.1f}x")
+    for label, rate in peers:
+        print(f"RabbitMQ via pika, {label.removeprefix('rabbitmq ') + ':':<34}{rate:>9,.0f}/s  -> reprise {d / rate:.1f}x")
+    if rabbit is None:
+        print(f"RabbitMQ via pika: {rabbit_note}")
+    print(f"persist, one event per command:                       {p:>9,.0f} events/s")
+    print(f"persist_async, one event per command:                 {pa:>9,.0f} events/s")
+    for t in targets:
+        fmt = (lambda v: f"{v:,.0f}/s") if t["required"] > 10 else (lambda v: f"{v:.2f}x")
+        print(f"  {'MET   ' if t['met'] else 'MISSED'} {t['target']}: {fmt(t['achieved'])} "
+              f"(target >= {fmt(t['required'])})")
+    doc = {"results": results, "ratios": ratios, "targets": targets, "notes": notes,
+           "cpu_us_per_delivery": {"producer": producer_us, "consumer": consumer_us}}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2)
+    return doc
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
+    sys.exit(0)

@@ -9,6 +9,7 @@ from persistence.idempotent import IdempotentReceiver
 from persistence.messages import (
     AtLeastOnceDeliverySnapshot,
     Confirm,
+    ConfirmDeliveries,
     ConfirmUpTo,
     DeadLetteredDelivery,
     DeleteMessagesFailure,
@@ -37,7 +38,7 @@ from persistence.persistent_actor import (
 from persistence.plugins import register_scheme
 
 __all__ = [
-    "AtLeastOnceDelivery", "AtLeastOnceDeliverySnapshot", "Confirm", "ConfirmUpTo", "DeadLetteredDelivery",
+    "AtLeastOnceDelivery", "AtLeastOnceDeliverySnapshot", "Confirm", "ConfirmDeliveries", "ConfirmUpTo", "DeadLetteredDelivery",
     "DeleteMessagesFailure", "DeleteMessagesSuccess", "DeleteSnapshotFailure", "DeleteSnapshotSuccess",
     "DeleteSnapshotsFailure", "DeleteSnapshotsSuccess", "DurableDelivery", "IdempotentReceiver",
     "IllegalStateError", "MaxUnconfirmedMessagesExceeded", "PersistentActor", "Recovery", "RecoveryCompleted",

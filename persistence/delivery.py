@@ -140,6 +140,10 @@ class AtLeastOnceDelivery(PersistentActor):
         self.tell(d.destination, d.message)
         d.timestamp = now
         d.attempt += 1
+        self._ensure_timer()
+
+    def _ensure_timer(self) -> None:
+        """Start the RedeliveryTick if it is not running (something was just sent)."""
         t = self._redeliver_timer
         if t is None or not t.active:
             period = (self.redelivery_backoff[0] if self.redelivery_backoff else self.redeliver_interval) / 2

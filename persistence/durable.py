@@ -1,4 +1,10 @@
-"""DurableDelivery: AtLeastOnceDelivery that journals its own sent/confirmed events and snapshots."""
+"""DurableDelivery: AtLeastOnceDelivery that journals its own sent/confirmed events and snapshots.
+
+The events are compact: everything delivered (or confirmed) between two group commits of the host is
+journaled as one `DeliveriesSent` (one `DeliveriesConfirmed`) event, queued just before the actor's
+batch is written, or earlier when the actor persists or defers something itself (so the journal and the
+handlers keep the order of the calls). A message still leaves only once its sent event is durable.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +14,47 @@ from dataclasses import dataclass
 from typing import Any
 
 from journal import register_type
+from persistence.compact import expand, same_or_each, split_rejected
 from persistence.delivery import AtLeastOnceDelivery, _Delivery
-from persistence.messages import AtLeastOnceDeliverySnapshot, Confirm, ConfirmUpTo, SnapshotOffer
+from persistence.messages import (
+    AtLeastOnceDeliverySnapshot,
+    Confirm,
+    ConfirmDeliveries,
+    ConfirmUpTo,
+    SnapshotOffer,
+)
+
+_UNSENT = float("inf")  # the timestamp of a delivery whose sent event is not durable yet: never overdue
 
 
+@register_type(manifest="reprise.persistence.DeliveriesSent")
+@dataclass(frozen=True)
+class DeliveriesSent:
+    """Deliveries journaled together: `messages[k]` to `destinations[k]` (or the only one) as `delivery_ids[k]`."""
+
+    delivery_ids: tuple[int, ...]
+    destinations: tuple[str, ...]
+    messages: tuple[Any, ...]
+
+    def __len__(self) -> int:
+        return len(self.delivery_ids)
+
+    def entries(self) -> list[tuple[int, str, Any]]:
+        """(delivery id, destination, message) of every delivery in the event."""
+        ids = self.delivery_ids
+        return list(zip(ids, expand(self.destinations, len(ids)), self.messages, strict=True))
+
+
+@register_type(manifest="reprise.persistence.DeliveriesConfirmed")
+@dataclass(frozen=True)
+class DeliveriesConfirmed:
+    """Confirmations journaled together: these ids, and every id <= `up_to` (0: none)."""
+
+    delivery_ids: tuple[int, ...] = ()
+    up_to: int = 0
+
+
+# The one-event-per-delivery forms written by earlier versions; still replayed.
 @register_type(manifest="reprise.persistence.DeliverySent")
 @dataclass(frozen=True)
 class DeliverySent:
@@ -35,26 +78,26 @@ class DurableSnapshot:
 
 
 class DurableDelivery(AtLeastOnceDelivery):
-    """deliver() persists DeliverySent before sending; Confirm/ConfirmUpTo from destinations are journaled too."""
+    """deliver() journals the delivery before sending; Confirm/ConfirmUpTo/ConfirmDeliveries are journaled too."""
+
+    def _init_persistence(self) -> None:
+        super()._init_persistence()
+        self._unjournaled: list[tuple[int, _Delivery]] = []  # delivered, sent event not queued yet
+        self._confirmed_ids: list[int] = []  # confirmed, confirmed event not queued yet
+        self._confirmed_up_to = 0
 
     def deliver(self, destination: str, id_to_message: Callable[[int], Any]) -> int:
         """Journal the delivery (asynchronously: commands keep flowing), then send it until confirmed."""
         if self._recovery_running:
             raise RuntimeError("DurableDelivery replays its own deliveries; do not call deliver during replay")
-        if "*" in destination:
-            return super().deliver(destination, id_to_message)  # raises "not supported"
-        if len(self._unconfirmed) >= self.max_unconfirmed_messages:
-            return super().deliver(destination, id_to_message)  # raises MaxUnconfirmedMessagesExceeded
+        if "*" in destination or len(self._unconfirmed) >= self.max_unconfirmed_messages:
+            return super().deliver(destination, id_to_message)  # raises "not supported" / MaxUnconfirmed...
         self._delivery_seq += 1
         delivery_id = self._delivery_seq
-        message = id_to_message(delivery_id)
-        d = self._unconfirmed[delivery_id] = _Delivery(destination, message, time.monotonic(), 0)
-
-        def sent(_: Any) -> None:
-            # Sent only once the intent is durable; a confirm may already have removed it.
-            if self._unconfirmed.get(delivery_id) is d and d.attempt == 0:
-                self._send(delivery_id, d, time.monotonic())
-        self.persist_async(DeliverySent(delivery_id, destination, message), sent)
+        d = self._unconfirmed[delivery_id] = _Delivery(destination, id_to_message(delivery_id), _UNSENT, 0)
+        if not self._unjournaled:
+            self._coordinator.enqueue(self)
+        self._unjournaled.append((delivery_id, d))
         return delivery_id
 
     def confirm_delivery(self, delivery_id: int) -> bool:
@@ -62,19 +105,110 @@ class DurableDelivery(AtLeastOnceDelivery):
         if not super().confirm_delivery(delivery_id):
             return False
         if not self._recovery_running:
-            self.persist_async(DeliveryConfirmed(delivery_id), _ignore)
+            if not self._confirmed_ids:
+                self._coordinator.enqueue(self)
+            self._confirmed_ids.append(delivery_id)
         return True
 
     def confirm_deliveries_up_to(self, delivery_id: int) -> int:
         """Cumulative confirm, journaled as one event."""
         n = super().confirm_deliveries_up_to(delivery_id)
         if n and not self._recovery_running:
-            self.persist_async(DeliveryConfirmed(delivery_id, True), _ignore)
+            self._coordinator.enqueue(self)
+            self._confirmed_up_to = max(self._confirmed_up_to, delivery_id)
         return n
 
+    def _confirm_many(self, delivery_ids: tuple[int, ...]) -> None:
+        if type(self).confirm_delivery is not DurableDelivery.confirm_delivery:
+            for delivery_id in delivery_ids:  # a subclass hooks into confirm_delivery: call it for each
+                self.confirm_delivery(delivery_id)
+            return
+        pop = self._unconfirmed.pop
+        done = [i for i in delivery_ids if pop(i, None) is not None]
+        if done:
+            if not self._unconfirmed:
+                self._stop_timer()
+            if not self._recovery_running:
+                if not self._confirmed_ids:
+                    self._coordinator.enqueue(self)
+                self._confirmed_ids.extend(done)
+
+    def redeliver_now(self, delivery_id: int) -> bool:
+        """Resend `delivery_id` at once; one whose sent event is not durable yet goes out when it is."""
+        d = self._unconfirmed.get(delivery_id)
+        if d is not None and d.timestamp == _UNSENT and not self._recovery_running:
+            return True
+        return super().redeliver_now(delivery_id)
+
+    # ---- journaling the compact events ----------------------------------------------------------
+    def _journal_deliveries(self) -> None:
+        """Queue what was delivered and confirmed since the last call as (at most) two events."""
+        queue = super()._queue_write
+        pending = self._unjournaled
+        if pending:
+            self._unjournaled = []
+            queue((DeliveriesSent(tuple([i for i, _ in pending]), same_or_each(tuple([d.destination for _, d in pending])),
+                                  tuple([d.message for _, d in pending])),), self._on_sent, False)
+        if self._confirmed_ids or self._confirmed_up_to:
+            event = DeliveriesConfirmed(tuple(self._confirmed_ids), self._confirmed_up_to)
+            self._confirmed_ids, self._confirmed_up_to = [], 0
+            queue((event,), _ignore, False)
+
+    def _on_sent(self, event: DeliveriesSent) -> None:
+        # Durable now: send each delivery once (a confirm may already have removed it).
+        unconfirmed, route, me = self._unconfirmed, self._host.route, self.path
+        now = time.monotonic()
+        sent = False
+        for delivery_id in event.delivery_ids:
+            d = unconfirmed.get(delivery_id)
+            if d is not None and d.attempt == 0:
+                route(me, d.destination, d.message)
+                d.timestamp = now
+                d.attempt = 1
+                sent = True
+        if sent:
+            self._ensure_timer()
+
+    def _queue_write(self, events: tuple, handler: Callable[[Any], Any], stashing: bool) -> None:
+        if self._unjournaled or self._confirmed_ids or self._confirmed_up_to:
+            self._journal_deliveries()  # earlier deliveries and confirms go first, as they were called first
+        super()._queue_write(events, handler, stashing)
+
+    def _queue_defer(self, event: Any, handler: Callable[[Any], Any], stashing: bool) -> None:
+        if self._unjournaled or self._confirmed_ids or self._confirmed_up_to:
+            self._journal_deliveries()
+        super()._queue_defer(event, handler, stashing)
+
+    def _take_batch(self) -> list:
+        if self._unjournaled or self._confirmed_ids or self._confirmed_up_to:
+            self._journal_deliveries()
+        return super()._take_batch()
+
+    def _on_write_results(self, batch: list, results: Any) -> None:
+        if isinstance(results, list) and any(r is not None for r in results):  # rejections are rare
+            batch, results = split_rejected(self, batch, results, DeliveriesSent, self._requeue_one_by_one)
+            for entry, result in zip([e for e in batch if e.atomic is not None], results, strict=True):
+                event = entry.atomic.payload[0].payload
+                if result is not None and type(event) is DeliveriesSent:
+                    self._unconfirmed.pop(event.delivery_ids[0], None)
+        super()._on_write_results(batch, results)
+
+    def _requeue_one_by_one(self, entry: Any) -> None:
+        # Only the deliveries that cannot be stored are rejected (and given up: never sent).
+        queue = super()._queue_write
+        for delivery_id, destination, message in entry.atomic.payload[0].payload.entries():
+            if delivery_id in self._unconfirmed:
+                queue((DeliveriesSent((delivery_id,), (destination,), (message,)),), self._on_sent, False)
+
+    def _keep_alive(self) -> bool:
+        return super()._keep_alive() or bool(self._unjournaled or self._confirmed_ids or self._confirmed_up_to)
+
+    # ---- commands and recovery ------------------------------------------------------------------
     def _process_command(self, message: Any, sender: str | None) -> None:
         t = type(message)
-        if t is Confirm:
+        if t is ConfirmDeliveries:
+            self._confirm_many(message.delivery_ids)
+        elif t is Confirm:
             self.confirm_delivery(message.delivery_id)
         elif t is ConfirmUpTo:
             self.confirm_deliveries_up_to(message.delivery_id)
@@ -83,7 +217,19 @@ class DurableDelivery(AtLeastOnceDelivery):
 
     def _recover_event(self, event: Any) -> None:
         t = type(event)
-        if t is DeliverySent:
+        if t is DeliveriesSent:
+            back = time.monotonic() - self._interval(0)
+            unconfirmed = self._unconfirmed
+            for delivery_id, destination, message in event.entries():
+                unconfirmed[delivery_id] = _Delivery(destination, message, back, 0)
+            self._delivery_seq = max(self._delivery_seq, event.delivery_ids[-1])
+        elif t is DeliveriesConfirmed:
+            if event.up_to:
+                super().confirm_deliveries_up_to(event.up_to)
+            pop = self._unconfirmed.pop
+            for delivery_id in event.delivery_ids:
+                pop(delivery_id, None)
+        elif t is DeliverySent:
             self._delivery_seq = max(self._delivery_seq, event.delivery_id)
             self._unconfirmed[event.delivery_id] = _Delivery(
                 event.destination, event.message, time.monotonic() - self._interval(0), 0)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from journal import register_type
+from persistence.compact import expand, same_or_each, split_rejected
 from persistence.messages import SnapshotOffer
 from persistence.persistent_actor import PersistentActor
 
@@ -20,6 +21,25 @@ class Applied:
     origin: str
     delivery_id: int
     event: Any
+
+
+@register_type(manifest="reprise.persistence.AppliedBatch")
+@dataclass(frozen=True)
+class AppliedBatch:
+    """Applied events journaled together (one per group commit): `events[k]` for `delivery_ids[k]` from
+    `origins[k]` (or from the only origin)."""
+
+    origins: tuple[str, ...]
+    delivery_ids: tuple[int, ...]
+    events: tuple[Any, ...]
+
+    def __len__(self) -> int:
+        return len(self.delivery_ids)
+
+    def entries(self) -> list[tuple[str, int, Any]]:
+        """(origin, delivery id, event) of every application in the event."""
+        ids = self.delivery_ids
+        return list(zip(expand(self.origins, len(ids)), ids, self.events, strict=True))
 
 
 @register_type(manifest="reprise.persistence.IdempotentSnapshot")
@@ -44,14 +64,24 @@ class SeenIds:
     def __contains__(self, i: int) -> bool:
         if i <= self.low:
             return True
+        if not self.starts:
+            return False
         k = bisect.bisect_right(self.starts, i) - 1
         return k >= 0 and self.ends[k] >= i
 
-    def add(self, i: int) -> None:
-        """Mark `i` seen, merging ranges; memory stays proportional to the number of gaps."""
-        if i in self:
-            return
+    def add(self, i: int) -> bool:
+        """Mark `i` seen, merging ranges; False if it was seen already. Memory stays proportional to
+        the number of gaps."""
         starts, ends = self.starts, self.ends
+        if i == self.low + 1:  # the usual case, ids in order: only the watermark moves
+            if starts and starts[0] == i + 1:
+                self.low = ends[0]
+                del starts[0], ends[0]
+            else:
+                self.low = i
+            return True
+        if i in self:
+            return False
         k = bisect.bisect_right(starts, i)
         joins_left = k > 0 and ends[k - 1] == i - 1
         joins_right = k < len(starts) and starts[k] == i + 1
@@ -68,6 +98,7 @@ class SeenIds:
         if starts and starts[0] == self.low + 1:
             self.low = ends[0]
             del starts[0], ends[0]
+        return True
 
     def state(self) -> tuple:
         return self.low, tuple(zip(self.starts, self.ends, strict=True))
@@ -79,6 +110,9 @@ class IdempotentReceiver(PersistentActor):
     def _init_persistence(self) -> None:
         super()._init_persistence()
         self._seen: dict[str, SeenIds] = {}
+        # (origin, delivery id, event, handler, sender) of persist_applied calls not queued for writing yet:
+        # they are journaled as one AppliedBatch per group commit (see _journal_applied).
+        self._unapplied: list[tuple[str, int, Any, Callable[[Any], Any], str | None]] = []
 
     def already_applied(self, origin: str, delivery_id: int) -> bool:
         """True if delivery `delivery_id` from `origin` was applied (or is being persisted)."""
@@ -88,9 +122,16 @@ class IdempotentReceiver(PersistentActor):
     def persist_applied(self, origin: str, delivery_id: int, event: Any, handler: Callable[[Any], Any],
                         asynchronous: bool = True) -> bool:
         """Persist `event` for this delivery unless it was already applied; False for a duplicate."""
-        if self.already_applied(origin, delivery_id):
+        seen = self._seen.get(origin)
+        if seen is None:
+            seen = self._seen[origin] = SeenIds()
+        if not seen.add(delivery_id):
             return False
-        self._seen.setdefault(origin, SeenIds()).add(delivery_id)
+        if asynchronous and not self._recovery_running:
+            if not self._unapplied:
+                self._coordinator.enqueue(self)
+            self._unapplied.append((origin, delivery_id, event, handler, self.sender))
+            return True
         persist = self.persist_async if asynchronous else self.persist
         persist(Applied(origin, delivery_id, event), lambda a: handler(a.event))
         return True
@@ -99,7 +140,55 @@ class IdempotentReceiver(PersistentActor):
         """How many ranges are kept above the low watermarks (the gaps' count)."""
         return sum(len(s.starts) for s in self._seen.values())
 
+    # ---- journaling AppliedBatch ----------------------------------------------------------------
+    def _journal_applied(self) -> None:
+        """Queue the pending applications as one AppliedBatch; its handler runs theirs in call order."""
+        pending, self._unapplied = self._unapplied, []
+        super()._queue_write((AppliedBatch(same_or_each(tuple([p[0] for p in pending])),
+                                           tuple([p[1] for p in pending]), tuple([p[2] for p in pending])),),
+                             _ApplyAll(self, pending), False)
+
+    def _queue_write(self, events: tuple, handler: Callable[[Any], Any], stashing: bool) -> None:
+        if self._unapplied:
+            self._journal_applied()  # earlier applications go first, as they were called first
+        super()._queue_write(events, handler, stashing)
+
+    def _queue_defer(self, event: Any, handler: Callable[[Any], Any], stashing: bool) -> None:
+        if self._unapplied:
+            self._journal_applied()
+        super()._queue_defer(event, handler, stashing)
+
+    def _take_batch(self) -> list:
+        if self._unapplied:
+            self._journal_applied()
+        return super()._take_batch()
+
+    def _on_write_results(self, batch: list, results: Any) -> None:
+        if isinstance(results, list) and any(r is not None for r in results):  # rejections are rare
+            batch, results = split_rejected(self, batch, results, AppliedBatch, self._requeue_one_by_one)
+        super()._on_write_results(batch, results)
+
+    def _requeue_one_by_one(self, entry: Any) -> None:
+        # Only the applications whose event cannot be stored are rejected; the others are applied.
+        queue = super()._queue_write
+        for origin, delivery_id, event, handler, sender in entry.invocations[0].handler.pending:
+            self.sender = sender
+            queue((Applied(origin, delivery_id, event),), lambda a, h=handler: h(a.event), False)
+
+    def _keep_alive(self) -> bool:
+        return super()._keep_alive() or bool(self._unapplied)
+
     def _recover_event(self, event: Any) -> None:
+        if type(event) is AppliedBatch:
+            seen = self._seen
+            recover = super()._recover_event
+            for origin, delivery_id, applied in event.entries():
+                s = seen.get(origin)
+                if s is None:
+                    s = seen[origin] = SeenIds()
+                s.add(delivery_id)
+                recover(applied)
+            return
         if type(event) is Applied:
             self._seen.setdefault(event.origin, SeenIds()).add(event.delivery_id)
             event = event.event
@@ -114,3 +203,19 @@ class IdempotentReceiver(PersistentActor):
 
     def _wrap_snapshot(self, snapshot: Any) -> Any:
         return IdempotentSnapshot({o: s.state() for o, s in self._seen.items()}, super()._wrap_snapshot(snapshot))
+
+
+class _ApplyAll:
+    """The handler of one AppliedBatch: each application's handler, with its command's sender, in call order."""
+
+    __slots__ = ("actor", "pending")
+
+    def __init__(self, actor: IdempotentReceiver, pending: list) -> None:
+        self.actor = actor
+        self.pending = pending
+
+    def __call__(self, _: AppliedBatch) -> None:
+        actor = self.actor
+        for _origin, _delivery_id, event, handler, sender in self.pending:
+            actor.sender = sender
+            handler(event)

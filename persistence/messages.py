@@ -139,6 +139,14 @@ class ConfirmUpTo:
     delivery_id: int
 
 
+@register_type(manifest="reprise.persistence.ConfirmDeliveries")
+@dataclass(frozen=True)
+class ConfirmDeliveries:
+    """Confirmations of many deliveries in one message (a destination confirming what it applied together)."""
+
+    delivery_ids: tuple[int, ...]
+
+
 @register_type(manifest="reprise.persistence.DeadLetteredDelivery")
 @dataclass(frozen=True)
 class DeadLetteredDelivery:

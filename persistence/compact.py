@@ -1,0 +1,43 @@
+"""Helpers for compact events: many deliveries (or applications) journaled as one event per group commit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def same_or_each(values: tuple) -> tuple:
+    """`(v,)` when every value is `v` (the usual single destination or origin), else `values` unchanged."""
+    first = values[0]
+    return (first,) if values.count(first) == len(values) else values
+
+
+def expand(shared: tuple, n: int) -> tuple:
+    """Undo `same_or_each` for `n` values."""
+    return shared * n if len(shared) == 1 and n != 1 else shared
+
+
+def split_rejected(actor: Any, batch: list, results: list, event_type: type,
+                   requeue: Callable[[Any], None]) -> tuple[list, list]:
+    """Drop each rejected compact event of `event_type` holding several items from a written batch and
+    hand its batch entry to `requeue` (which journals the items one per event, so that only the items that
+    cannot be stored are rejected); return the batch and results left for `_on_write_results`."""
+    kept: list = []
+    kept_results: list = []
+    retry: list = []
+    it = iter(results)
+    for entry in batch:
+        if entry.atomic is None:
+            kept.append(entry)
+            continue
+        result = next(it)
+        event = entry.atomic.payload[0].payload
+        if result is not None and type(event) is event_type and len(event) > 1:
+            actor._pending -= 1  # the entry is not handed to _on_write_results: account for it here
+            retry.append(entry)
+            continue
+        kept.append(entry)
+        kept_results.append(result)
+    for entry in retry:
+        requeue(entry)
+    return kept, kept_results

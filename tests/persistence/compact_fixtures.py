@@ -1,0 +1,122 @@
+"""Actors for the compact delivery events tests (importable by module path, as multiproc requires)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from journal import register_type
+from persistence import ConfirmDeliveries, DurableDelivery, IdempotentReceiver, RecoveryCompleted
+
+
+@register_type(manifest="tests.persistence.Parcel")
+@dataclass(frozen=True)
+class Parcel:
+    delivery_id: int
+    payload: str
+
+
+@dataclass(frozen=True)
+class Unstorable:
+    """Picklable (it crosses processes) but not registered with the journal: writing it is rejected."""
+
+    delivery_id: int
+    payload: str
+
+
+@dataclass(frozen=True)
+class Ship:
+    """Deliver one message per payload to `destination` ("bad" makes an Unstorable); then persist `mark`."""
+
+    destination: str
+    payloads: tuple[str, ...]
+    mark: str | None = None
+
+
+def _message(delivery_id: int, payload: str) -> Any:
+    return (Unstorable if payload == "bad" else Parcel)(delivery_id, payload)
+
+
+class Shipper(DurableDelivery):
+    """Replies ("shipped", ids) to Ship, ("marked", mark) once `mark` is durable, a status tuple to "status"."""
+
+    redeliver_interval = 1.0
+
+    def pre_start(self) -> None:
+        self.recovered: list = []
+        self.rejected: list = []
+
+    def receive_recover(self, event: Any) -> None:
+        if not isinstance(event, RecoveryCompleted):
+            self.recovered.append(event)
+
+    def on_persist_rejected(self, cause: BaseException, event: Any, sequence_nr: int) -> None:
+        self.rejected.append(list(event.delivery_ids))
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, Ship):
+            ids = [self.deliver(message.destination, lambda i, p=p: _message(i, p)) for p in message.payloads]
+            self.tell(sender, ("shipped", tuple(ids)))
+            if message.mark is not None:
+                self.persist_async(message.mark, lambda e: self.tell(self.sender, ("marked", e)))
+        elif message == "status":
+            self.tell(sender, (self.number_of_unconfirmed, self.get_delivery_snapshot().current_delivery_id,
+                               tuple(self.recovered), tuple(map(tuple, self.rejected))))
+        elif message == "boom":
+            raise RuntimeError("boom")
+
+
+class Receiver(IdempotentReceiver):
+    """Applies each Parcel once ("bad" becomes an event the journal rejects); confirms in batches once durable."""
+
+    def pre_start(self) -> None:
+        self.applied: list = []
+        self.rejected = 0
+        self.to_confirm: dict[str, list[int]] = {}
+
+    def receive_recover(self, event: Any) -> None:
+        if isinstance(event, str):
+            self.applied.append(event)
+
+    def on_persist_rejected(self, cause: BaseException, event: Any, sequence_nr: int) -> None:
+        self.rejected += 1
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, Parcel | Unstorable):
+            event = Unstorable(0, "event") if message.payload == "bad" else message.payload
+            if not self.persist_applied(sender, message.delivery_id, event,
+                                        lambda e, i=message.delivery_id: self._applied(e, sender, i)):
+                self.defer_async(message.delivery_id, lambda i: self.tell(sender, ConfirmDeliveries((i,))))
+        elif message == "status":
+            self.tell(sender, (tuple(self.applied), self.rejected, self.dedup_size()))
+        elif message == "boom":
+            raise RuntimeError("boom")
+
+    def _applied(self, event: str, origin: str, delivery_id: int) -> None:
+        self.applied.append(event)
+        if origin not in self.to_confirm:
+            self.to_confirm[origin] = []
+            self.defer_async(None, self._confirm)  # after every handler of this write
+        self.to_confirm[origin].append(delivery_id)
+
+    def _confirm(self, _: Any) -> None:
+        to_confirm, self.to_confirm = self.to_confirm, {}
+        for origin, ids in to_confirm.items():
+            self.tell(origin, ConfirmDeliveries(tuple(ids)))
+
+
+class CountingShipper(Shipper):
+    """Overrides confirm_delivery: batched confirmations must still go through it, once per delivery."""
+
+    confirmed_here = 0
+
+    def confirm_delivery(self, delivery_id: int) -> bool:
+        first = super().confirm_delivery(delivery_id)
+        self.confirmed_here += first
+        return first
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if message == "counted":
+            self.tell(sender, self.confirmed_here)
+        else:
+            super().receive_command(message, sender)

@@ -1,0 +1,152 @@
+"""DurableDelivery and IdempotentReceiver journal compact events (one per group commit), on both bases."""
+
+from __future__ import annotations
+
+import pytest
+
+from journal import AtomicWrite, PersistentRepr
+from journal.sqlite import SqliteJournal
+from persistence import ConfirmDeliveries
+from persistence.durable import DeliveriesConfirmed, DeliveriesSent, DeliveryConfirmed, DeliverySent
+from persistence.idempotent import AppliedBatch
+from tests.persistence.compact_fixtures import CountingShipper, Parcel, Receiver, Ship, Shipper
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.timeout(90)
+
+SHP, RCV = "/user/shp", "/user/rcv"
+
+
+def journal_events(tmp_path, pid):
+    j = SqliteJournal(f"{tmp_path}/journal.db")
+    try:
+        return [r.payload for r in j.replay_messages(pid)]
+    finally:
+        j.close()
+
+
+def start(psystem):
+    psystem.spawn(Receiver, path=RCV)
+    psystem.spawn(Shipper, path=SHP)
+    return psystem.probe()
+
+
+def settled(system, unconfirmed=0, applied=None):
+    """Wait until the shipper has `unconfirmed` deliveries left and the receiver applied `applied` events."""
+    def check():
+        shp, rcv = system.ask(SHP, "status"), system.ask(RCV, "status")
+        return shp[0] == unconfirmed and (applied is None or len(rcv[0]) == applied) and (shp, rcv)
+    return wait_for(check, 30)
+
+
+def test_deliveries_and_confirms_are_journaled_compactly_and_recovered(psystem, tmp_path):
+    probe = start(psystem)
+    payloads = tuple("abcdefghij")
+    probe.tell(SHP, Ship(RCV, payloads))
+    assert probe.receive(10) == ("shipped", tuple(range(1, 11)))
+    _, rcv = settled(psystem, applied=10)
+    assert sorted(rcv[0]) == list(payloads)
+
+    events = journal_events(tmp_path, SHP)
+    assert [type(e) for e in events][0] is DeliveriesSent
+    sent = [e for e in events if type(e) is DeliveriesSent]
+    assert len(sent) == 1 and sent[0].delivery_ids == tuple(range(1, 11)) and sent[0].destinations == (RCV,)
+    assert [m.payload for m in sent[0].messages] == list(payloads)
+    confirmed = [i for e in events if type(e) is DeliveriesConfirmed for i in e.delivery_ids]
+    assert sorted(confirmed) == list(range(1, 11))
+    applied = [e for e in journal_events(tmp_path, RCV)]
+    assert all(type(e) is AppliedBatch for e in applied)
+    assert sorted(i for e in applied for i in e.delivery_ids) == list(range(1, 11))
+
+    # Both restart through recovery from the compact events: nothing unconfirmed, numbering goes on,
+    # everything applied is remembered and nothing is applied twice.
+    probe.tell(SHP, "boom")
+    probe.tell(RCV, "boom")
+    shp, rcv = settled(psystem, applied=10)
+    assert shp[1] == 10
+    assert sorted(rcv[0]) == list(payloads)
+    probe.tell(SHP, Ship(RCV, ("k", "l")))
+    assert probe.receive(10) == ("shipped", (11, 12))
+    _, rcv = settled(psystem, applied=12)
+    psystem.tell(RCV, Parcel(3, "c"), sender=SHP)  # a redelivery of something applied before the restart
+    _, rcv = settled(psystem, applied=12)
+    assert sorted(rcv[0]) == list("abcdefghijkl")
+    assert rcv[2] == 0
+
+
+def test_per_delivery_events_of_earlier_versions_still_replay(psystem, tmp_path):
+    j = SqliteJournal(f"{tmp_path}/journal.db")
+    events = [DeliverySent(1, RCV, Parcel(1, "x")), DeliverySent(2, RCV, Parcel(2, "y")), DeliveryConfirmed(1)]
+    j.write_messages([AtomicWrite([PersistentRepr(e, seq, SHP)]) for seq, e in enumerate(events, 1)])
+    j.close()
+    probe = start(psystem)
+    shp, rcv = settled(psystem, applied=1)
+    assert rcv[0] == ("y",)  # only the unconfirmed one is redelivered after recovery
+    assert shp[1] == 2
+    probe.tell(SHP, Ship(RCV, ("z",)))
+    assert probe.receive(10) == ("shipped", (3,))
+    settled(psystem, applied=2)
+
+
+def test_an_unstorable_delivery_is_rejected_alone(psystem, tmp_path):
+    probe = start(psystem)
+    probe.tell(SHP, Ship(RCV, ("a", "bad", "b")))
+    assert probe.receive(10) == ("shipped", (1, 2, 3))
+    shp, rcv = settled(psystem, applied=2)
+    assert sorted(rcv[0]) == ["a", "b"]
+    assert shp[3] == ((2,),)  # on_persist_rejected saw the bad delivery, given up: nothing unconfirmed
+    sent = [i for e in journal_events(tmp_path, SHP) if type(e) is DeliveriesSent for i in e.delivery_ids]
+    assert sorted(sent) == [1, 3]
+
+
+def test_an_unstorable_application_is_rejected_alone(psystem):
+    psystem.spawn(Receiver, path=RCV)
+    probe = psystem.probe()
+    psystem.tell_many([(RCV, Parcel(1, "a")), (RCV, Parcel(2, "bad")), (RCV, Parcel(3, "b"))], sender=probe.path)
+    confirmed: list[int] = []
+    while sorted(confirmed) != [1, 3]:
+        message = probe.receive(10)
+        assert type(message) is ConfirmDeliveries
+        confirmed += message.delivery_ids
+    applied, rejected, _ = wait_for(lambda: (s := psystem.ask(RCV, "status"))[1] and s, 10)
+    assert sorted(applied) == ["a", "b"] and rejected == 1
+
+
+def test_the_journal_keeps_the_order_of_the_calls(psystem, tmp_path):
+    probe = start(psystem)
+    probe.tell(SHP, Ship(RCV, ("a", "b"), mark="after-a-and-b"))
+    assert probe.receive(10) == ("shipped", (1, 2))
+    assert probe.receive(10) == ("marked", "after-a-and-b")
+    settled(psystem, applied=2)
+    events = journal_events(tmp_path, SHP)
+    assert type(events[0]) is DeliveriesSent and events[0].delivery_ids == (1, 2)
+    assert events[1] == "after-a-and-b"
+
+
+def test_seen_ids_agree_with_a_set_in_and_out_of_order():
+    import random
+
+    from persistence.idempotent import SeenIds
+
+    rng = random.Random(7)
+    for spread in (3, 50, 1000):
+        seen, model, low = SeenIds(), set(), 0
+        for _ in range(3000):
+            i = rng.randint(1, spread) if rng.random() < 0.3 else max(model, default=0) + rng.randint(1, 3)
+            assert seen.add(i) is (i not in model)
+            model.add(i)
+            while low + 1 in model:
+                low += 1
+            assert seen.low == low
+        assert all((i in seen) == (i in model) for i in range(1, max(model) + 5))
+        assert len(seen.starts) == len(seen.ends) <= len(model)
+
+
+def test_batched_confirmations_go_through_an_overridden_confirm_delivery(psystem):
+    psystem.spawn(Receiver, path=RCV)
+    psystem.spawn(CountingShipper, path=SHP)
+    probe = psystem.probe()
+    probe.tell(SHP, Ship(RCV, tuple("abcde")))
+    assert probe.receive(10) == ("shipped", (1, 2, 3, 4, 5))
+    settled(psystem, applied=5)
+    assert psystem.ask(SHP, "counted") == 5
