@@ -153,15 +153,15 @@ def run(spark: Any, rows: int = 20_000, accounts: int = 100, rows_per_batch: int
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def spark_session() -> Any:
-    """A local[2] SparkSession on loopback whose Python workers can import this project."""
+def spark_session(master: str = "local[2]") -> Any:
+    """A local SparkSession on loopback whose Python workers can import this project."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Workers unpickle `to_deposit` by module name (examples.streaming): they need the project on their path.
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [ROOT, os.environ.get("PYTHONPATH", "")] if p)
-    session = (SparkSession.builder.master("local[2]").appName("reprise-streaming-example")
+    session = (SparkSession.builder.master(master).appName("reprise-streaming-example")
                .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
                .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
                .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"]).getOrCreate())
