@@ -10,7 +10,7 @@ delivers and persists the confirmation before it stops redelivering:
     receive_recover    -> the same two handlers, so a restarted sender knows what is still unconfirmed
 
 `AtLeastOnceSender` below is that example. `DurableSender` does the same with DurableDelivery, which
-journals its own DeliverySent / DeliveryConfirmed events: the user code shrinks to one `deliver` call.
+journals its own DeliveriesSent / DeliveriesConfirmed events (one per group commit): the user code shrinks to one `deliver` call.
 
 The run shows, for each sender: a message the destination "loses" (drops its first copy) and gets
 again by redelivery, then the sender stopped while a message is unconfirmed and started again at the
@@ -33,7 +33,7 @@ import actors
 from actors import Actor
 from journal import open_journal, register_type
 from persistence import AtLeastOnceDelivery, Confirm, DurableDelivery
-from persistence.durable import DeliveryConfirmed, DeliverySent
+from persistence.durable import DeliveriesConfirmed, DeliveriesSent
 
 # ---- the messages and events of Akka's example ------------------------------------------------------
 
@@ -120,7 +120,7 @@ class DurableSender(DurableDelivery):
             self.deliver(self.destination, lambda delivery_id: Msg(delivery_id, message))
 
     def receive_recover(self, event: Any) -> None:
-        pass  # DeliverySent / DeliveryConfirmed are replayed by DurableDelivery itself
+        pass  # DeliveriesSent / DeliveriesConfirmed are replayed by DurableDelivery itself
 
 
 class Destination(Actor):
@@ -210,10 +210,13 @@ def journaled_ids(events: list[Any]) -> tuple[list[int], set[int]]:
         if isinstance(e, MsgSent):  # AtLeastOnceDelivery numbers its deliveries in MsgSent order
             n += 1
             sent.append(n)
-        elif isinstance(e, DeliverySent):
-            sent.append(e.delivery_id)
-        elif isinstance(e, MsgConfirmed | DeliveryConfirmed):
+        elif isinstance(e, DeliveriesSent):  # DurableDelivery: one event per group commit
+            sent.extend(e.delivery_ids)
+        elif isinstance(e, MsgConfirmed):
             confirmed.add(e.delivery_id)
+        elif isinstance(e, DeliveriesConfirmed):
+            confirmed.update(e.delivery_ids)
+            confirmed.update(i for i in sent if i <= e.up_to)
     return sent, confirmed
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from journal import register_type
 from persistence.compact import expand, same_or_each, split_rejected
-from persistence.messages import SnapshotOffer
+from persistence.messages import Confirm, SnapshotOffer
 from persistence.persistent_actor import PersistentActor
 
 
@@ -100,6 +100,28 @@ class SeenIds:
             del starts[0], ends[0]
         return True
 
+    def discard(self, i: int) -> None:
+        """Forget `i` (its application was rejected by the journal, so a redelivery must apply it)."""
+        if i not in self:
+            return
+        starts, ends = self.starts, self.ends
+        if i <= self.low:
+            # Split the watermark: ids below i stay under it, ids above it become the first range.
+            if i < self.low:
+                starts.insert(0, i + 1)
+                ends.insert(0, self.low)
+            self.low = i - 1
+            return
+        k = bisect.bisect_right(starts, i) - 1
+        start, end = starts[k], ends[k]
+        del starts[k], ends[k]
+        if i < end:
+            starts.insert(k, i + 1)
+            ends.insert(k, end)
+        if start < i:
+            starts.insert(k, start)
+            ends.insert(k, i - 1)
+
     def state(self) -> tuple:
         return self.low, tuple(zip(self.starts, self.ends, strict=True))
 
@@ -122,6 +144,10 @@ class IdempotentReceiver(PersistentActor):
     def persist_applied(self, origin: str, delivery_id: int, event: Any, handler: Callable[[Any], Any],
                         asynchronous: bool = True) -> bool:
         """Persist `event` for this delivery unless it was already applied; False for a duplicate."""
+        if type(delivery_id) is not int or delivery_id < 1:
+            # 0 would sit under every fresh low watermark and be taken for a duplicate: silently never applied.
+            raise ValueError(f"delivery ids start at 1 (deliver() numbers them so), got {delivery_id!r} from "
+                             f"{origin!r}; number your own deliveries from 1")
         seen = self._seen.get(origin)
         if seen is None:
             seen = self._seen[origin] = SeenIds()
@@ -135,6 +161,23 @@ class IdempotentReceiver(PersistentActor):
         persist = self.persist_async if asynchronous else self.persist
         persist(Applied(origin, delivery_id, event), lambda a: handler(a.event))
         return True
+
+    def apply_and_confirm(self, origin: str, delivery_id: int, event: Any,
+                          handler: Callable[[Any], Any] | None = None) -> bool:
+        """persist_applied, then Confirm(delivery_id) to `origin` once the event is durable; False for a duplicate.
+
+        A duplicate is confirmed again (the first confirm may have been lost), but only after any write in
+        flight, so a confirm never overtakes the event it acknowledges.
+        """
+        def applied(e: Any) -> None:
+            if handler is not None:
+                handler(e)
+            self.tell(origin, Confirm(delivery_id))
+
+        if self.persist_applied(origin, delivery_id, event, applied):
+            return True
+        self.defer_async(delivery_id, lambda i: self.tell(origin, Confirm(i)))
+        return False
 
     def dedup_size(self) -> int:
         """How many ranges are kept above the low watermarks (the gaps' count)."""
@@ -174,6 +217,14 @@ class IdempotentReceiver(PersistentActor):
         for origin, delivery_id, event, handler, sender in entry.invocations[0].handler.pending:
             self.sender = sender
             queue((Applied(origin, delivery_id, event),), lambda a, h=handler: h(a.event), False)
+
+    def _event_rejected(self, event: Any) -> None:
+        # The id was marked when persist_applied was called; nothing was stored, so a redelivery must apply.
+        if type(event) is Applied:
+            seen = self._seen.get(event.origin)
+            if seen is not None:
+                seen.discard(event.delivery_id)
+        super()._event_rejected(event)
 
     def _keep_alive(self) -> bool:
         return super()._keep_alive() or bool(self._unapplied)

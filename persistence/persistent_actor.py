@@ -112,6 +112,9 @@ class PersistentActor(Actor):
         log.error("Failed to persist event type [%s] with sequence number [%d] for persistenceId [%s]: %s",
                   type(event).__name__, sequence_nr, self.persistence_id, cause)
 
+    def _event_rejected(self, event: Any) -> None:
+        """Undo bookkeeping done for an event the journal rejected (a mixin hook; see IdempotentReceiver)."""
+
     def on_persist_rejected(self, cause: BaseException, event: Any, sequence_nr: int) -> None:
         """Called when the journal rejected an event (definitely not stored); the actor goes on."""
         log.error("Rejected to persist event type [%s] with sequence number [%d] for persistenceId [%s]: %s",
@@ -463,6 +466,7 @@ class PersistentActor(Actor):
                     self.last_sequence_nr = repr_.sequence_nr
                     self._done(inv)
                     self.sender = inv.sender
+                    self._event_rejected(inv.event)
                     try:
                         self.on_persist_rejected(result, inv.event, repr_.sequence_nr)
                     except Exception as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from journal import register_type
-from persistence import Confirm, DurableDelivery, IdempotentReceiver
+from persistence import DurableDelivery, IdempotentReceiver
 
 
 @register_type(manifest="reprise.examples.Deposit")
@@ -55,16 +55,15 @@ class Account(IdempotentReceiver):
 
     def receive_recover(self, event):
         if isinstance(event, Deposited):
-            self.balance += event.amount
+            self._deposited(event)
+
+    def _deposited(self, event: Deposited) -> None:
+        self.balance += event.amount
 
     def receive_command(self, message, sender):
         if isinstance(message, Deposit):
-            def applied(event, sender=sender, delivery_id=message.delivery_id):
-                self.balance += event.amount
-                self.tell(sender, Confirm(delivery_id))
-
-            if not self.persist_applied(sender, message.delivery_id, Deposited(message.amount), applied):
-                self.tell(sender, Confirm(message.delivery_id))  # a redelivery of something applied
+            # Applied once, confirmed once durable; a redelivery is confirmed again without applying.
+            self.apply_and_confirm(sender, message.delivery_id, Deposited(message.amount), self._deposited)
         elif message == "balance":
             self.tell(sender, (self.entity_id, self.balance))
 
@@ -86,7 +85,7 @@ class Feeder(DurableDelivery):
                 account, amount = deposit(i, message.accounts)
                 self.deliver(f"/user/accounts/{account}", lambda delivery_id, a=amount: Deposit(delivery_id, a))
             self.accepted += message.count
-            # Acknowledge once every DeliverySent above is journaled (defer_async runs after their
+            # Acknowledge once every delivery above is journaled (DeliveriesSent) (defer_async runs after their
             # handlers): a feeder killed before that must not have acknowledged deposits it forgot.
             self.defer_async(FeedStats(self.accepted, self.number_of_unconfirmed),
                              lambda stats, sender=sender: self.tell(sender, stats))

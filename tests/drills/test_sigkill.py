@@ -4,9 +4,9 @@ Each drill starts the topology (feeder -> account entities host) on the multi-pr
 deposits in chunks and, at a random moment of the feed, kills a random host process with SIGKILL
 (the feeder's or the accounts'); the guardian restarts it. Then, from the journals themselves:
 
-- zero acknowledged deposits lost: every chunk the feeder acknowledged is in its journal (DeliverySent)
+- zero acknowledged deposits lost: every chunk the feeder acknowledged is in its journal (DeliveriesSent)
   and applied by its account;
-- zero duplicates applied: every (origin, delivery id) appears once in the accounts' journals (Applied),
+- zero duplicates applied: every (origin, delivery id) appears once in the accounts' journals (AppliedBatch),
   and no deposit is applied under two delivery ids;
 - balances exact: each account's balance is the sum of the deposits journaled for it.
 
@@ -31,8 +31,8 @@ import actors
 from actors.topology import load, resolve_class
 from examples.accounts.model import Deposit, FeedDeposits, deposit
 from journal import MAX_SEQUENCE_NR, open_journal
-from persistence.durable import DeliverySent
-from persistence.idempotent import Applied
+from persistence.durable import DeliveriesSent
+from persistence.idempotent import Applied, AppliedBatch
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(90)]
@@ -92,19 +92,23 @@ def _answers(system: actors.System) -> bool:
 
 
 def journaled(url: str) -> tuple[dict[int, tuple[str, int]], list[tuple[str, Applied]]]:
-    """The feeder's DeliverySent {delivery id: (destination, amount)} and every account's Applied events."""
+    """The feeder's sent deliveries {delivery id: (destination, amount)} and every account's applications."""
     sent: dict[int, tuple[str, int]] = {}
     applied: list[tuple[str, Applied]] = []
     with open_journal(url) as j:
         for pid in j.current_persistence_ids():
             for repr_ in j.replay_messages(pid, 1, MAX_SEQUENCE_NR, MAX_SEQUENCE_NR):
                 event = repr_.payload
-                if pid == FEEDER and isinstance(event, DeliverySent):
-                    assert isinstance(event.message, Deposit)
-                    sent[event.delivery_id] = (event.destination, event.message.amount)
+                if pid == FEEDER and isinstance(event, DeliveriesSent):  # one event per group commit
+                    for delivery_id, destination, message in event.entries():
+                        assert isinstance(message, Deposit)
+                        assert delivery_id not in sent, f"delivery id {delivery_id} journaled twice"
+                        sent[delivery_id] = (destination, message.amount)
                 elif pid.startswith(ACCOUNTS + "/"):
-                    assert isinstance(event, Applied), f"{pid} journaled {event!r}"
-                    applied.append((pid, event))
+                    assert isinstance(event, AppliedBatch | Applied), f"{pid} journaled {event!r}"
+                    entries = event.entries() if isinstance(event, AppliedBatch) else [
+                        (event.origin, event.delivery_id, event.event)]
+                    applied.extend((pid, Applied(*entry)) for entry in entries)
     return sent, applied
 
 

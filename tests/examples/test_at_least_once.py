@@ -33,7 +33,7 @@ def test_both_senders_redeliver_the_lost_message_and_recover_after_restart(base,
     # Akka's example journals the intent and the confirms as the user's own events ...
     assert "MsgSent(s='d')" in out and "MsgConfirmed(delivery_id=4)" in out
     # ... DurableDelivery journals them for the sender.
-    assert "DeliverySent(delivery_id=4" in out and "DeliveryConfirmed(delivery_id=4" in out
+    assert "DeliveriesSent(delivery_ids=(4,)" in out and "DeliveriesConfirmed(delivery_ids=(4,)" in out
     assert "OK: every message was confirmed" in out
     assert tagged_pids(tag) == []
 

@@ -350,7 +350,7 @@ class Unreliable(Destination):
 
 # ---- durable delivery into an idempotent receiver (the SIGKILL drill) --------------------------------
 
-from persistence import Confirm, DurableDelivery, IdempotentReceiver  # noqa: E402
+from persistence import DurableDelivery, IdempotentReceiver  # noqa: E402
 
 
 @register_type(manifest="tests.persistence.Item")
@@ -415,7 +415,6 @@ class Consumer(IdempotentReceiver):
 
     def receive_command(self, message, sender):
         if isinstance(message, Item):
-            self.persist_applied(sender, message.delivery_id, message.n, self._apply)
-            self.tell(sender, Confirm(message.delivery_id))
+            self.apply_and_confirm(sender, message.delivery_id, message.n, self._apply)
         elif message == "status":
             self.tell(sender, (len(self.applied), self.duplicates_applied, self.dedup_size()))
