@@ -11,19 +11,34 @@ probability 2**-64 (Storm's argument). Confirmations are applied only when the b
 
 from __future__ import annotations
 
+try:  # comes with pyspark's pandas; the bridge works without it, only slower
+    import numpy as _np
+except ImportError:  # pragma: no cover
+    _np = None
+
 _MASK = (1 << 64) - 1
+_GOLDEN, _M1, _M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
 
 def edge(delivery_id: int) -> int:
     """The edge id of a delivery: splitmix64's finalizer (a bijection, so distinct ids never collide)."""
-    z = (delivery_id + 0x9E3779B97F4A7C15) & _MASK
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    z = (delivery_id + _GOLDEN) & _MASK
+    z = ((z ^ (z >> 30)) * _M1) & _MASK
+    z = ((z ^ (z >> 27)) * _M2) & _MASK
     return z ^ (z >> 31)
 
 
 def edges(first_id: int, count: int, skip: frozenset | set = frozenset()) -> int:
     """XOR of the edges of deliveries first_id .. first_id + count - 1, leaving out the indices in `skip`."""
+    if _np is not None and count > 32:
+        u = _np.uint64
+        z = _np.arange(count, dtype=u) + u((first_id + _GOLDEN) & _MASK)  # uint64 arithmetic wraps mod 2**64
+        z = (z ^ (z >> u(30))) * u(_M1)
+        z = (z ^ (z >> u(27))) * u(_M2)
+        z ^= z >> u(31)
+        if skip:
+            z[sorted(skip)] = 0
+        return int(_np.bitwise_xor.reduce(z))
     value = 0
     for i in range(count):
         if i not in skip:

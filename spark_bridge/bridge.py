@@ -27,6 +27,7 @@ from persistence import (
     Confirm,
     ConfirmUpTo,
     RecoveryCompleted,
+    RedeliveryTick,
     SaveSnapshotSuccess,
     SnapshotOffer,
 )
@@ -39,6 +40,7 @@ from spark_bridge.messages import (
     BatchProcessed,
     BatchStored,
     BridgeSnapshot,
+    Confirmed,
     FeedProgress,
     Forward,
     ForwardAccepted,
@@ -54,7 +56,9 @@ PERSISTENCE_ID = "spark-bridge"
 
 @dataclass(frozen=True)
 class _Flush:
-    """Self-message: persist the round's Progress and fan out more rows (after the incoming batch)."""
+    """Self-message: persist the round's batches and Progress, and fan out more rows."""
+
+    lazy: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,7 @@ class _FanOut:
 
 
 _FLUSH = _Flush()
+_LAZY_FLUSH = _Flush(lazy=True)
 _FANOUT = _FanOut()
 
 
@@ -121,6 +126,17 @@ class SparkBridge(AtLeastOnceDelivery):
     """At most this many deliveries unconfirmed; stored rows beyond wait in the backlog."""
     fan_out_chunk: int = 4_000
     """Rows registered per turn, so that ingest is not starved by a long backlog."""
+    fan_out_chunk_busy: int = 1_000
+    busy_pause: float = 0.05
+    busy_for: float = 0.5
+    """Until `busy_for` s after the last ack="persisted" batch, fan out at most `fan_out_chunk_busy` rows per
+    `busy_pause` s: acceptance first, delivery catches up when the feed is done (the backlog is durable)."""
+    progress_linger: float = 0.0
+    """Batches and confirmations are gathered this long into one commit (0: those of one incoming message;
+    a Thespian timer turn costs milliseconds, which tasks waiting for confirms feel)."""
+    lazy_flush: float = 0.05
+    confirms_per_event: int = 20_000
+    """Confirmations completing no tree are persisted within `lazy_flush` s or by this many at once."""
     backlog_in_memory: int = 400_000
     """Rows of backlog kept in memory; later batches are read back from the journal when their turn comes."""
     snapshot_every: int = 500
@@ -146,10 +162,13 @@ class SparkBridge(AtLeastOnceDelivery):
         self._abandoned: list[int] = []
         self._completed: list[Tree] = []
         self._flush_queued = False
+        self._lazy_queued = False
         self._fanout_queued = False
+        self._stores: list[tuple[BatchStored, str, Tree | None]] = []
         self._since_snapshot = 0
         self._low = 1
         self._low_at = 0.0
+        self._persisted_ingest_at = 0.0
 
     # ---- recovery -------------------------------------------------------------------------------
     def receive_recover(self, event: Any) -> None:
@@ -214,17 +233,24 @@ class SparkBridge(AtLeastOnceDelivery):
     def receive_command(self, message: Any, sender: str | None) -> None:
         """Ingest batches, confirmations and follow-ups; answer progress questions."""
         t = type(message)
-        if t is Confirm:
+        if t is Confirmed:
+            self._confirm_many(message.delivery_ids)
+        elif t is Confirm:
             self._confirm(message.delivery_id)
         elif t is IngestBatch:
+            if not message.processed:
+                self._persisted_ingest_at = time.monotonic()
             self._maybe_snapshot()
             self._ingest(message)
         elif t is Forward:
             self._forward(message, sender)
         elif t is _Flush:
-            self._flush_queued = False
+            if message.lazy:
+                self._lazy_queued = False
+            else:
+                self._flush_queued = False
             self._flush()
-            self._fan_out()
+            self._queue_fan_out()
         elif t is _FanOut:
             self._fanout_queued = False
             self._fan_out()
@@ -269,7 +295,9 @@ class SparkBridge(AtLeastOnceDelivery):
         # duplicate. If the write fails the actor stops and the state is rebuilt from the journal.
         tree = self._accept(event, m.reply_to if m.processed else None)
         self._allocated[event.first_id] = len(paths)
-        self.persist_async(event, lambda e: self._stored(e, m.reply_to, tree))
+        # Written with the round's other batches and confirmations: one commit for all of them.
+        self._stores.append((event, m.reply_to, tree))
+        self._queue_flush()
 
     def _accept(self, event: BatchStored, reply_to: str | None = None) -> Tree | None:
         """Dedup marks, ids and the batch's tree (live before the write, or while replaying)."""
@@ -309,7 +337,7 @@ class SparkBridge(AtLeastOnceDelivery):
             self.tell(reply_to, BatchProcessed(event.feed_id, event.partition, event.batch_no))
         self._enqueue(self.last_sequence_nr, event)
         self._since_snapshot += 1
-        self._fan_out()
+        self._queue_fan_out()
 
     def _await(self, feed_id: str, partition: int, batch_no: int, reply_to: str) -> None:
         tree_id = self._by_batch.get((feed_id, partition, batch_no))
@@ -322,10 +350,35 @@ class SparkBridge(AtLeastOnceDelivery):
             self.defer_async(done, lambda d: self.tell(reply_to, d))
 
     # ---- confirmations and follow-ups -----------------------------------------------------------
+    def _confirm_many(self, delivery_ids: list[int]) -> None:
+        """The hot path of _settle for a host's batch of confirmations."""
+        unconfirmed, trees, confirmed = self._unconfirmed, self._trees, self._confirmed
+        for delivery_id in delivery_ids:
+            d = unconfirmed.pop(delivery_id, None)
+            if d is None:
+                if self._settle(delivery_id, replaying=False):
+                    confirmed.append(delivery_id)
+                continue
+            confirmed.append(delivery_id)
+            tree = trees.get(d.message.anchor)
+            if tree is not None:
+                tree.value ^= edge(delivery_id)
+                if not tree.value:
+                    self._complete(tree, replaying=False)
+        if not unconfirmed:
+            self._stop_timer()
+        if confirmed:
+            self._queue_confirms()
+
+    def _queue_confirms(self) -> None:
+        # Confirmations that complete nothing need not be durable at once (lost ones come back through
+        # redelivery): they wait for a completed tree, a full event or the lazy timer, saving commits.
+        self._queue_flush(urgent=bool(self._completed) or len(self._confirmed) >= self.confirms_per_event)
+
     def _confirm(self, delivery_id: int) -> None:
         if self._settle(delivery_id, replaying=False):
             self._confirmed.append(delivery_id)
-            self._queue_flush()
+            self._queue_confirms()
 
     def _settle(self, delivery_id: int, replaying: bool) -> bool:
         """Apply the first confirmation (or abandonment) of `delivery_id` to its tree; False for a repeat."""
@@ -344,13 +397,16 @@ class SparkBridge(AtLeastOnceDelivery):
         if tree is not None:
             tree.value ^= edge(delivery_id)
             if tree.value == 0:
-                del self._trees[anchor]
-                self._by_batch.pop((tree.feed_id, tree.partition, tree.batch_no), None)
-                if replaying:
-                    self._feed(tree.feed_id)[1] += tree.rows
-                else:
-                    self._completed.append(tree)
+                self._complete(tree, replaying)
         return True
+
+    def _complete(self, tree: Tree, replaying: bool) -> None:
+        del self._trees[tree.tree_id]
+        self._by_batch.pop((tree.feed_id, tree.partition, tree.batch_no), None)
+        if replaying:
+            self._feed(tree.feed_id)[1] += tree.rows
+        else:  # reported once the Progress event with its last confirmation is durable
+            self._completed.append(tree)
 
     def _pending_of(self, delivery_id: int) -> _Pending | None:
         """The backlog batch holding row `delivery_id` if that row is not registered yet."""
@@ -395,13 +451,25 @@ class SparkBridge(AtLeastOnceDelivery):
             self._forward_replies.append((sender, f.forward_id))
         self._queue_flush()
 
-    def _queue_flush(self) -> None:
-        if not self._flush_queued:
-            self._flush_queued = True
-            self._tell_self(_FLUSH)
+    def _queue_flush(self, urgent: bool = True) -> None:
+        """Flush after the current message (urgent), or within `lazy_flush` s (confirmations alone)."""
+        if urgent:
+            if not self._flush_queued:
+                self._flush_queued = True
+                if self.progress_linger > 0:
+                    self.schedule_once(self.progress_linger, _FLUSH)
+                else:
+                    self._tell_self(_FLUSH)
+        elif not self._lazy_queued:
+            self._lazy_queued = True
+            self.schedule_once(self.lazy_flush, _LAZY_FLUSH)
 
     def _flush(self) -> None:
-        """Persist the round's confirmations and follow-ups as one event; act on them once durable."""
+        """Persist the round's batches, and its confirmations and follow-ups as one event; act once durable."""
+        if self._stores:
+            stores, self._stores = self._stores, []
+            context = iter(stores)
+            self.persist_all_async([s[0] for s in stores], lambda e: self._stored(e, *next(context)[1:]))
         if not (self._confirmed or self._forwards or self._abandoned or self._forward_replies):
             return
         event = Progress(self._confirmed, self._forwards, self._abandoned)
@@ -437,13 +505,18 @@ class SparkBridge(AtLeastOnceDelivery):
         """Register (and send) the next rows of the backlog, up to the window and one chunk per turn."""
         if self.recovery_running:
             return
-        budget = min(self.fan_out_window - len(self._unconfirmed), self.fan_out_chunk)
-        backlog = self._backlog
         now = time.monotonic()
+        # While ack="persisted" batches keep coming, acceptance goes first: small, spaced turns of fan-out
+        # (a processed feed waits for the fan-out, so it gets full turns).
+        chunk = self.fan_out_chunk_busy if self._busy(now) else self.fan_out_chunk
+        budget = min(self.fan_out_window - len(self._unconfirmed), chunk)
+        backlog = self._backlog
         if now - self._low_at > 0.5:
             self._refresh_low(now)
         low = self._low
-        send, unconfirmed, ahead = self._send, self._unconfirmed, self._ahead
+        unconfirmed, ahead = self._unconfirmed, self._ahead
+        route, me = self._host.route, self.path
+        sent = 0
         while budget > 0 and self._backlog_head < len(backlog):
             b = backlog[self._backlog_head]
             event = b.event
@@ -454,20 +527,23 @@ class SparkBridge(AtLeastOnceDelivery):
             dead = set(event.dead)
             first = event.first_id
             paths = event.paths
-            if event.columns is None:
-                bodies = event.values[start:end]
-            else:
-                columns = event.columns
-                bodies = [dict(zip(columns, r, strict=False)) for r in zip(*(c[start:end] for c in event.values), strict=False)]
-            for i in range(start, end):
-                if i in dead:
+            columns = event.columns
+            if columns is None:
+                datas = event.values[start:end]
+            else:  # the receiver builds the dict (Row.body): the bridge is the busier process
+                datas = list(zip(*(c[start:end] for c in event.values), strict=True))
+            for i, data in enumerate(datas, start):
+                if dead and i in dead:
                     continue
                 delivery_id = first + i
                 if ahead and delivery_id in ahead:
                     ahead.discard(delivery_id)
                     continue
-                d = unconfirmed[delivery_id] = _Delivery(paths[i], Row(delivery_id, bodies[i - start], first, low), now, 0)
-                send(delivery_id, d, now)
+                # AtLeastOnceDelivery._send without its per-delivery timer check (armed once below).
+                row = Row(delivery_id, data, first, low, columns)
+                unconfirmed[delivery_id] = _Delivery(paths[i], row, now, 1)
+                route(me, paths[i], row)
+                sent += 1
             budget -= end - start
             b.next_index = end
             if end >= b.size:
@@ -478,11 +554,25 @@ class SparkBridge(AtLeastOnceDelivery):
                 if self._backlog_head > 1024 and self._backlog_head * 2 > len(backlog):
                     del backlog[:self._backlog_head]
                     self._backlog_head = 0
-        if (self._backlog_head < len(backlog) and len(self._unconfirmed) < self.fan_out_window
-                and not self._fanout_queued):
-            # More to do: a timer turn lets the messages already waiting (ingest) go first.
+        if sent:
+            self._arm_redelivery()
+        if len(self._unconfirmed) < self.fan_out_window:
+            self._queue_fan_out()
+
+    def _busy(self, now: float) -> bool:
+        return now - self._persisted_ingest_at < self.busy_for
+
+    def _queue_fan_out(self) -> None:
+        # Through a timer turn, so that the messages already waiting (ingest, confirms) go first.
+        if self._backlog_head < len(self._backlog) and not self._fanout_queued:
             self._fanout_queued = True
-            self.schedule_once(0.0, _FANOUT)
+            self.schedule_once(self.busy_pause if self._busy(time.monotonic()) else 0.0, _FANOUT)
+
+    def _arm_redelivery(self) -> None:
+        t = self._redeliver_timer
+        if t is None or not t.active:
+            period = (self.redelivery_backoff[0] if self.redelivery_backoff else self.redeliver_interval) / 2
+            self._redeliver_timer = self.schedule_repeatedly(period, RedeliveryTick())
 
     def _load(self, seq: int) -> BatchStored:
         for r in self._journal.replay_messages(self.persistence_id, seq, seq, 1):

@@ -22,14 +22,40 @@ destination's messages to the bridge arrive in the order they were sent.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import actors
-from persistence import Confirm, IdempotentReceiver, SnapshotOffer
+from persistence import IdempotentReceiver, SnapshotOffer
 from persistence.idempotent import Applied, SeenIds
 from spark_bridge.bridge import BRIDGE_PATH, PERSISTENCE_ID
-from spark_bridge.messages import Forward, ForwardAccepted, ReceiverSnapshot, Row, RowApplied
+from spark_bridge.messages import Confirmed, Forward, ForwardAccepted, ReceiverSnapshot, Row, RowApplied
+
+# Confirmations of all entities of one host, sent as one message when the host settles: one message per
+# round instead of one per row. The host's outbox keeps its order, so a follow-up told before its row's
+# confirmation still reaches the bridge first.
+_pending_confirms: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _confirm(actor: actors.Actor, delivery_id: int) -> None:
+    host = actor._host
+    ids = _pending_confirms.get(host)
+    if ids is None:
+        ids = _pending_confirms[host] = []
+        ref = weakref.ref(host)
+        host.on_settle(lambda: _send_confirms(ref))
+    ids.append(delivery_id)
+
+
+def _send_confirms(ref: weakref.ref) -> bool:
+    host = ref()
+    ids = _pending_confirms.get(host) if host is not None else None
+    if not ids:
+        return False
+    _pending_confirms[host] = []
+    host.route(host.path, BRIDGE_PATH, Confirmed(ids))
+    return True
 
 
 def _follow_ups(follow_ups: Iterable[tuple[str, Any]]) -> list[list]:
@@ -50,9 +76,9 @@ def ack(actor: actors.Actor, row: Row, follow_ups: Iterable[tuple[str, Any]] = (
     For destinations without a journal: what they did is lost with their process anyway. The bridge
     delivers each follow-up at least once from the moment it has it.
     """
-    for to, message in _follow_ups(follow_ups):
+    for to, message in _follow_ups(follow_ups) if follow_ups else ():
         actor.tell(BRIDGE_PATH, Forward(None, 0, row.anchor, to, message))
-    actor.tell(BRIDGE_PATH, Confirm(row.delivery_id))
+    _confirm(actor, row.delivery_id)
 
 
 def _advance(seen: SeenIds, low: int) -> None:
@@ -97,7 +123,7 @@ class FeedReceiver(IdempotentReceiver):
             # After the pending handlers: the first copy's follow-ups must reach the bridge before this.
             self.defer_async(row, self._reconfirm)
             return False
-        follow = _follow_ups(follow_ups)
+        follow = _follow_ups(follow_ups) if follow_ups else []
         first = self._next_forward
         self._next_forward += len(follow)
         low = min(self._unaccepted) if self._unaccepted else first
@@ -106,8 +132,9 @@ class FeedReceiver(IdempotentReceiver):
         def applied(e: RowApplied) -> None:
             if handler is not None:
                 handler(e.event)
-            self._send_follow_ups(e)
-            self.tell(BRIDGE_PATH, Confirm(row.delivery_id))
+            if e.follow_ups:
+                self._send_follow_ups(e)
+            _confirm(self, row.delivery_id)
 
         return self.persist_applied(PERSISTENCE_ID, row.delivery_id, inner, applied)
 
@@ -126,7 +153,7 @@ class FeedReceiver(IdempotentReceiver):
     def _reconfirm(self, row: Row) -> None:
         for f in list(self._unaccepted.values()):
             self.tell(BRIDGE_PATH, f)
-        self.tell(BRIDGE_PATH, Confirm(row.delivery_id))
+        _confirm(self, row.delivery_id)
 
     def _trim(self, low: int) -> None:
         if low > self._bridge_low:

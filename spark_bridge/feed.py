@@ -186,9 +186,19 @@ class _Publisher:
         return self.partition, self.rows, self.duplicates, self.dead, incomplete
 
 
+_valid_paths: set = set()  # per worker process: most feeds send to the same paths again and again
+
+
 def _check_paths(paths: list) -> None:
-    for p in set(paths):
+    try:
+        fresh = set(paths).difference(_valid_paths)
+    except TypeError:  # an unhashable value: validate_path names it
+        fresh = paths
+    for p in fresh:
         actors.validate_path(p, what="destination path")
+    if len(_valid_paths) > 1_000_000:
+        _valid_paths.clear()
+    _valid_paths.update(fresh)
 
 
 def _unserializable_column(bodies: list, exc: Exception) -> FeedError:

@@ -80,19 +80,37 @@ class FeedProgress:
 # ---- bridge <-> destinations ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Row:
     """Bridge -> destination: one at-least-once delivery, a feed's row or a follow-up anchored to one.
 
     Redelivered until the destination confirms it (spark_bridge.ack, or FeedReceiver.apply_row).
-    `anchor` names the row's tree: follow-ups sent with it are part of the tree.
+    `anchor` names the row's tree: follow-ups sent with it are part of the tree. `body` is the message:
+    `data` itself, or the dict of `columns` and `data` (built by the receiver, not by the busy bridge).
     """
 
     delivery_id: int
-    body: Any
+    data: Any
     anchor: int | None = None
     settled_below: int = 0
     """Every delivery id below it is settled at the bridge: receivers may forget them (bounded dedup)."""
+    columns: tuple | None = None
+
+    @property
+    def body(self) -> Any:
+        """The message of this row (by default the Spark row as a dict)."""
+        return self.data if self.columns is None else dict(zip(self.columns, self.data, strict=True))
+
+    def __reduce__(self) -> tuple:
+        # Positional arguments pickle faster than the default (class, state dict) form: one per row.
+        return (Row, (self.delivery_id, self.data, self.anchor, self.settled_below, self.columns))
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """Destination host -> bridge: these deliveries were confirmed (all confirms of one host round, batched)."""
+
+    delivery_ids: list
 
 
 @dataclass(frozen=True)

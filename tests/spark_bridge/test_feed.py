@@ -11,7 +11,7 @@ import threading
 import pytest
 
 import actors
-from journal import open_journal
+from journal import SnapshotSelectionCriteria, open_journal, open_snapshot_store
 from spark_bridge import BatchStored, FeedError, FeedResult, feed, feed_stream
 from spark_bridge.bridge import BRIDGE_PATH, PERSISTENCE_ID
 from tests.spark_bridge.sample import Balance, Deaf, DurableAccount, GetBalance, SnapshottingBridge
@@ -301,8 +301,8 @@ def test_bridge_host_killed_mid_feed_in_processed_mode_completes_exactly(spark, 
     assert sum(b.applied for b in got.values()) == 60_000
     ledger = system.ask("/user/ledger", GetBalance(), timeout=10)
     assert (ledger.total, ledger.applied) == (sum(expected.values()), 60_000)
-    with open_journal(f"sqlite:///{tmp_path}/journal.db") as j:
-        assert j.highest_sequence_nr(PERSISTENCE_ID) > 0
+    with open_snapshot_store(f"sqlite:///{tmp_path}/snapshots.db") as snapshots:  # it snapshots every 20 batches
+        assert snapshots.load(PERSISTENCE_ID, SnapshotSelectionCriteria.LATEST) is not None
     df.unpersist()
 
 
