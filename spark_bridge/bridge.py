@@ -233,6 +233,8 @@ class SparkBridge(AtLeastOnceDelivery):
     def receive_command(self, message: Any, sender: str | None) -> None:
         """Ingest batches, confirmations and follow-ups; answer progress questions."""
         t = type(message)
+        if self._since_snapshot >= self.snapshot_every:
+            self._maybe_snapshot()
         if t is Confirmed:
             self._confirm_many(message.delivery_ids)
         elif t is Confirm:
@@ -240,7 +242,6 @@ class SparkBridge(AtLeastOnceDelivery):
         elif t is IngestBatch:
             if not message.processed:
                 self._persisted_ingest_at = time.monotonic()
-            self._maybe_snapshot()
             self._ingest(message)
         elif t is Forward:
             self._forward(message, sender)
@@ -271,6 +272,7 @@ class SparkBridge(AtLeastOnceDelivery):
         seen = self._batches.get((m.feed_id, m.partition))
         if seen is not None and m.batch_no in seen:
             # A resend, a retried task or a rerun: answer once the original is durable (it may be in flight).
+            self._flush()
             accepted = BatchAccepted(m.feed_id, m.partition, m.batch_no, len(m.paths))
             self.defer_async(accepted, lambda ack: self.tell(m.reply_to, ack))
             if m.processed:
@@ -428,6 +430,7 @@ class SparkBridge(AtLeastOnceDelivery):
         if f.origin is not None:
             seen = self._forwarded.setdefault(f.origin, SeenIds())
             if f.forward_id in seen:  # sent again after a crash: accepted once the original is durable
+                self._flush()
                 self.defer_async(ForwardAccepted(f.forward_id), lambda a: self.tell(sender, a))
                 return
             seen.add(f.forward_id)
@@ -605,8 +608,9 @@ class SparkBridge(AtLeastOnceDelivery):
 
     def _maybe_snapshot(self) -> None:
         # Only between rounds, when nothing is in flight: the state then is exactly the journal's.
-        if (self._since_snapshot >= self.snapshot_every and self._pending == 0 and not self._allocated
-                and not (self._confirmed or self._forwards or self._abandoned or self._forward_replies)):
+        if self._stores or self._confirmed or self._forwards or self._abandoned or self._forward_replies:
+            self._queue_flush()  # buffered changes first; the next message finds them durable
+        elif self._pending == 0 and not self._allocated:
             self._since_snapshot = 0
             self.save_snapshot(self._snapshot())
 
