@@ -99,7 +99,7 @@ class Row:
     @property
     def body(self) -> Any:
         """The message of this row (by default the Spark row as a dict)."""
-        return self.data if self.columns is None else dict(zip(self.columns, self.data, strict=True))
+        return self.data if self.columns is None else dict(zip(self.columns, self.data, strict=False))
 
     def __reduce__(self) -> tuple:
         # Positional arguments pickle faster than the default (class, state dict) form: one per row.

@@ -164,3 +164,10 @@ def with_a_set_of_dates(row: Any) -> dict:
     import datetime
 
     return {"amount": row["amount"], "when": datetime.date(2026, 11, 21)}
+
+
+class SpillingBridge(SparkBridge):
+    """A bridge that keeps only 1,000 backlog rows in memory (the rest is read back from its journal)."""
+
+    backlog_in_memory = 1_000
+    snapshot_every = 10
