@@ -4,13 +4,17 @@ Everything the bridge knows is rebuilt from its own journal (and its latest snap
 
 - `BatchStored`, one per new batch, holds the rows; its rows are the deliveries `first_id ..` (ids are
   allocated when the batch is accepted and stored in the event, so replay gives the same ids);
-- `Progress`, one per round of incoming messages, holds the delivery ids confirmed first in that round,
-  the follow-ups destinations forwarded (each becomes a new delivery in its anchor's tree), and the
-  deliveries given up because their path stopped being served;
+- `Progress` holds the delivery ids confirmed for the first time since the previous one (written at once
+  when a tree completes, else within `lazy_flush` s: a confirmation lost in a crash comes back through
+  redelivery), the follow-ups destinations forwarded (each a new delivery in its anchor's tree, sent
+  only once recorded, with the (origin, forward id) that deduplicates it), and the deliveries given up
+  because their path stopped being served;
 - a `BridgeSnapshot` every `snapshot_every` stored batches, so recovery replays only what came after.
 
-Rows are fanned out after their batch is durable, at most `fan_out_window` unconfirmed at a time (the
-rest wait in a backlog, read back from the journal when it is long), and redelivered until confirmed.
+The batches and the Progress of one incoming message share one commit. Rows are fanned out after their
+batch is durable, at most `fan_out_window` unconfirmed at a time (the rest wait in a backlog, read back
+from the journal when it is long), redelivered until confirmed. Each stored batch is a tree of Storm's
+XOR acker (acker.py): ack="processed" feeds are told when theirs is complete.
 """
 
 from __future__ import annotations
