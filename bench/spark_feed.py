@@ -1,10 +1,21 @@
-"""Benchmark (not a test): rows/s through feed(ack="persisted") vs a plain TCP msgpack floor, local[2].
+"""Benchmark (not a test): rows/s through feed(ack="persisted") and feed(ack="processed") vs plain TCP floors.
 
-    .venv/bin/python -m bench.spark_feed [ROWS]
+    .venv/bin/python -m bench.spark_feed [--rows 1000000] [--json FILE] [--skip-durable]
+
+One Spark session (local[2]), one cached DataFrame of `rows` deposits to 1,000 account paths, then:
+- floors: the same job pushing msgpack batches of 2,000 rows to a plain TCP server that acknowledges
+  each batch (no actors, no journal): once from Row objects (`df.rdd`), once from Arrow record batches
+  (`mapInArrow`, the path `feed` takes for plain columns);
+- feed(ack="persisted") into in-memory account entities (the rate counts until every row is durable in the
+  bridge's journal; the fan-out is then waited for before the next run);
+- feed(ack="processed") into in-memory accounts (each confirms its row at once);
+- feed(ack="processed") into durable accounts (FeedReceiver: one journal event per row, exactly once).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import socket
 import socketserver
@@ -17,8 +28,10 @@ import time
 import msgpack
 
 import actors
-from spark_bridge import feed, start_bridge
-from tests.spark_bridge.sample import Account
+from spark_bridge import BRIDGE_PATH, FeedProgress, GetFeedProgress, feed, start_bridge
+from tests.spark_bridge.sample import Account, DurableAccount
+
+BATCH = 2_000
 
 
 class _Acker(socketserver.BaseRequestHandler):
@@ -31,57 +44,136 @@ class _Acker(socketserver.BaseRequestHandler):
             self.request.sendall(b"k")
 
 
-def _push(port: int, rows, batch_size: int = 2_000):
-    """One Spark task of the floor: msgpack batches of row dicts, one ack per batch."""
+def _send(s: socket.socket, payload: object) -> None:
+    data = msgpack.packb(payload)
+    s.sendall(struct.pack(">I", len(data)) + data)
+    s.recv(1)
+
+
+def _push_rows(port: int, rows):
+    """One Spark task of the Row floor: msgpack batches of (path, row dict), one ack per batch."""
     with socket.create_connection(("127.0.0.1", port)) as s:
         batch, n = [], 0
         for row in rows:
             batch.append((row["destination"], row.asDict()))
-            if len(batch) >= batch_size:
-                data = msgpack.packb(batch)
-                s.sendall(struct.pack(">I", len(data)) + data)
-                s.recv(1)
+            if len(batch) >= BATCH:
+                _send(s, batch)
                 n, batch = n + len(batch), []
         if batch:
-            data = msgpack.packb(batch)
-            s.sendall(struct.pack(">I", len(data)) + data)
-            s.recv(1)
+            _send(s, batch)
             n += len(batch)
     yield n
 
 
-def main(rows: int = 1_000_000) -> None:
-    """Run both jobs on the same DataFrame and print rows/s and the ratio."""
+def _push_arrow(port: int, batches):
+    """One Spark task of the Arrow floor: columns as lists, cut into batches of 2,000, one ack per batch."""
+    import pyarrow as pa
+
+    n = 0
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        for rb in batches:
+            columns = [c.to_pylist() for c in rb.columns]
+            for i in range(0, rb.num_rows, BATCH):
+                _send(s, [c[i:i + BATCH] for c in columns])
+            n += rb.num_rows
+    yield pa.RecordBatch.from_pydict({"n": [n]}, schema=pa.schema([("n", pa.int64())]))
+
+
+def _floors(df, rows: int) -> tuple[float, float]:
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Acker)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        started = time.monotonic()
+        assert sum(df.rdd.mapPartitions(lambda it: _push_rows(port, it)).collect()) == rows
+        row_floor = rows / (time.monotonic() - started)
+        started = time.monotonic()
+        assert sum(r[0] for r in df.mapInArrow(lambda it: _push_arrow(port, it), "n long").collect()) == rows
+        arrow_floor = rows / (time.monotonic() - started)
+    finally:
+        server.shutdown()
+    return row_floor, arrow_floor
+
+
+def _drained(system: actors.System, feed_id: str, rows: int, timeout: float = 600.0) -> float:
+    """Wait until every row of `feed_id` is confirmed by its destination; the seconds it took."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        p = system.ask(BRIDGE_PATH, GetFeedProgress(feed_id), timeout=30)
+        if isinstance(p, FeedProgress) and p.processed >= rows:
+            return time.monotonic() - started
+        time.sleep(0.2)
+    raise RuntimeError(f"{feed_id}: the fan-out did not finish within {timeout} s")
+
+
+def _system(account: type, tmp: str) -> actors.System:
+    system = actors.start("multiproc", journal=f"sqlite:///{tmp}/journal.db", snapshot_store=f"sqlite:///{tmp}/snapshots.db")
+    system.spawn(account, path="/user/accounts", entities=True)
+    start_bridge(system)
+    return system
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the floors and the feeds on one DataFrame; print rows/s and ratios; write JSON if asked."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--json", metavar="FILE", help="also write the results to FILE")
+    parser.add_argument("--skip-durable", action="store_true", help="leave out the durable-accounts run")
+    args = parser.parse_args(argv)
     from pyspark.sql import SparkSession
 
+    rows = args.rows
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
     spark = (SparkSession.builder.master("local[2]").config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.driver.host", "127.0.0.1").config("spark.ui.enabled", "false").getOrCreate())
+             .config("spark.driver.host", "127.0.0.1").config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     df = spark.range(0, rows, numPartitions=2).selectExpr(
         "concat('/user/accounts/a', cast(id % 1000 as string)) as destination",
         "cast(id % 97 + 1 as long) as amount", "id as txid").cache()
     df.count()
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Acker)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_address[1]
-    started = time.monotonic()
-    assert sum(df.rdd.mapPartitions(lambda it: _push(port, it)).collect()) == rows
-    floor = rows / (time.monotonic() - started)
-    server.shutdown()
-    tmp = tempfile.mkdtemp(prefix="reprise-bench-spark-")
-    with actors.start("multiproc", journal=f"sqlite:///{tmp}/journal.db",
-                      snapshot_store=f"sqlite:///{tmp}/snapshots.db") as system:
-        system.spawn(Account, path="/user/accounts", entities=True)
-        start_bridge(system)
-        result = feed(df, system=system.admin_port, feed_id="bench")
+    row_floor, arrow_floor = _floors(df, rows)
+    figures: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="reprise-bench-spark-") as tmp:
+        with _system(Account, tmp) as system:
+            feed(df.limit(10_000), system=system.admin_port, feed_id="warm-up", progress=False)
+            persisted = feed(df, system=system.admin_port, feed_id="bench-persisted", progress=False)
+            figures["persisted"] = persisted.rows_per_second
+            drain = _drained(system, "bench-persisted", rows)
+            figures["persisted, then delivered"] = rows / (persisted.seconds + drain)
+            processed = feed(df, system=system.admin_port, feed_id="bench-processed", ack="processed",
+                             progress=False)
+            figures["processed"] = processed.rows_per_second
+    if not args.skip_durable:
+        with tempfile.TemporaryDirectory(prefix="reprise-bench-spark-") as tmp, _system(DurableAccount, tmp) as system:
+            feed(df.limit(10_000), system=system.admin_port, feed_id="warm-up", ack="processed", progress=False)
+            durable = feed(df, system=system.admin_port, feed_id="bench-durable", ack="processed", progress=False)
+            figures["processed, durable accounts"] = durable.rows_per_second
     spark.stop()
-    print(f"{rows:,} rows, local[2], batch 2,000, window 8")
-    print(f"plain TCP msgpack floor : {floor:12,.0f} rows/s")
-    print(f"feed ack=persisted      : {result.rows_per_second:12,.0f} rows/s  ({result.rows_per_second / floor:.2f}x floor)")
-    print("feed ack=processed      : not implemented")
+
+    print(f"{rows:,} rows, local[2], batch {BATCH:,}, window 8, 1,000 account entities, {os.cpu_count()} cores")
+    print("| run | rows/s | vs Row floor | vs Arrow floor |\n|---|---:|---:|---:|")
+    print(f"| plain TCP floor, Row objects | {row_floor:,.0f} | 1.00x | {row_floor / arrow_floor:.2f}x |")
+    print(f"| plain TCP floor, Arrow batches | {arrow_floor:,.0f} | {arrow_floor / row_floor:.2f}x | 1.00x |")
+    labels = {"persisted": 'feed ack="persisted" (in-memory accounts)',
+              "persisted, then delivered": "  ... until every row was confirmed by its account",
+              "processed": 'feed ack="processed" (in-memory accounts)',
+              "processed, durable accounts": 'feed ack="processed" (durable FeedReceiver accounts)'}
+    for name, rate in figures.items():
+        print(f"| {labels[name]} | {rate:,.0f} | {rate / row_floor:.2f}x | {rate / arrow_floor:.2f}x |")
+    for name, target in (("persisted", 250_000), ("processed", 100_000)):
+        print(f"target {name} >= {target:,} rows/s: {'met' if figures[name] >= target else 'NOT met'}")
+    results = [{"system": "plain TCP (Row objects)", "measurement": "rows/s", "rate": row_floor},
+               {"system": "plain TCP (Arrow)", "measurement": "rows/s", "rate": arrow_floor}]
+    results += [{"system": "reprise", "measurement": f"feed {name} rows/s", "rate": rate} for name, rate in figures.items()]
+    doc = {"rows": rows, "results": results}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2)
+    return doc
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000)
+    main(sys.argv[1:])

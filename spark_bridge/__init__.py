@@ -1,4 +1,4 @@
-"""Spark bridge: feed Spark DataFrames into actors by path, confirmed and idempotent.
+"""Spark bridge: feed Spark DataFrames into actors by path, confirmed, idempotent and fast.
 
     from spark_bridge import feed, FeedResult, start_bridge
     start_bridge(system)
@@ -6,20 +6,38 @@
 
 Guarantees: a batch is acknowledged once it is one event in the bridge's journal (ack="persisted");
 batches are deduplicated by (feed id, partition, batch number), or row by row with `key=`, so Spark
-task retries, speculative tasks and reruns of a feed id store and deliver nothing twice. Fan-out to
-destinations is a tell after the commit; after a restart the bridge sends its latest batches again,
-so destinations must be idempotent (dedup on a row id). ack="processed" is not implemented yet.
+task retries, speculative tasks and reruns of a feed id store and deliver nothing twice. Every row then
+goes to its destination as one at-least-once delivery (a `Row`), redelivered until the destination
+confirms it, across restarts of the bridge; rows whose path nobody serves are dead-lettered and counted.
+Destinations confirm with `ack(self, row)` or, durably and exactly once, with `FeedReceiver.apply_row`,
+and may send follow-ups anchored to the row. With ack="processed", `feed` returns only when every row
+and everything anchored to it is confirmed (Storm's XOR acker, one 64-bit value per batch).
 
 Cluster recipe: run one member actor system per executor host (Thespian convention: `actors.start(
 "multiproc", leader="leader-ip:port", node=...)`), pass each executor's local admin port as `system`
 (the same port on every host), keep the bridge's journal on PostgreSQL (`journal="postgresql://..."`)
-so that a bridge restarted on another host finds its dedup state, and let executors use the driver's
-Python (PYSPARK_PYTHON).
+so that a bridge restarted on another host finds its state, and let executors use the driver's Python
+(PYSPARK_PYTHON, set by `feed` when missing).
 """
 
 from spark_bridge.bridge import BRIDGE_PATH, SparkBridge, start_bridge
+from spark_bridge.destination import FeedReceiver, ack
 from spark_bridge.feed import FeedError, FeedResult, feed, feed_stream
-from spark_bridge.messages import BatchAccepted, BatchStored, IngestBatch
+from spark_bridge.messages import (
+    AwaitBatch,
+    BatchAccepted,
+    BatchProcessed,
+    BatchStored,
+    FeedProgress,
+    Forward,
+    ForwardAccepted,
+    GetFeedProgress,
+    IngestBatch,
+    Progress,
+    Row,
+)
+from spark_bridge.progress import ProgressBar
 
-__all__ = ["BRIDGE_PATH", "BatchAccepted", "BatchStored", "FeedError", "FeedResult", "IngestBatch", "SparkBridge",
-           "feed", "feed_stream", "start_bridge"]
+__all__ = ["BRIDGE_PATH", "AwaitBatch", "BatchAccepted", "BatchProcessed", "BatchStored", "FeedError", "FeedProgress",
+           "FeedReceiver", "FeedResult", "Forward", "ForwardAccepted", "GetFeedProgress", "IngestBatch", "Progress",
+           "ProgressBar", "Row", "SparkBridge", "ack", "feed", "feed_stream", "start_bridge"]

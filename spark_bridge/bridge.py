@@ -1,17 +1,78 @@
-"""The bridge actor: durable, deduplicating ingest of Spark batches and fan-out to destination paths."""
+"""The bridge actor: durable, deduplicating ingest of Spark batches; at-least-once fan-out; the XOR acker.
+
+Everything the bridge knows is rebuilt from its own journal (and its latest snapshot):
+
+- `BatchStored`, one per new batch, holds the rows; its rows are the deliveries `first_id ..` (ids are
+  allocated when the batch is accepted and stored in the event, so replay gives the same ids);
+- `Progress` holds the delivery ids confirmed for the first time since the previous one (written at once
+  when a tree completes, else within `lazy_flush` s: a confirmation lost in a crash comes back through
+  redelivery), the follow-ups destinations forwarded (each a new delivery in its anchor's tree, sent
+  only once recorded, with the (origin, forward id) that deduplicates it), and the deliveries given up
+  because their path stopped being served;
+- a `BridgeSnapshot` every `snapshot_every` stored batches, so recovery replays only what came after.
+
+The batches and the Progress of one incoming message share one commit. Rows are fanned out after their
+batch is durable, at most `fan_out_window` unconfirmed at a time (the rest wait in a backlog, read back
+from the journal when it is long), redelivered until confirmed. Each stored batch is a tree of Storm's
+XOR acker (acker.py): ack="processed" feeds are told when theirs is complete.
+"""
 
 from __future__ import annotations
 
-from collections import deque
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import actors
 from actors import PathTaken
-from persistence import PersistentActor, RecoveryCompleted
-from spark_bridge.messages import BatchAccepted, BatchStored, IngestBatch
+from persistence import (
+    AtLeastOnceDelivery,
+    Confirm,
+    ConfirmUpTo,
+    RecoveryCompleted,
+    RedeliveryTick,
+    SaveSnapshotSuccess,
+    SnapshotOffer,
+)
+from persistence.delivery import _Delivery
+from persistence.idempotent import SeenIds
+from spark_bridge.acker import Tree, edge, edges
+from spark_bridge.messages import (
+    AwaitBatch,
+    BatchAccepted,
+    BatchProcessed,
+    BatchStored,
+    BridgeSnapshot,
+    Confirmed,
+    FeedProgress,
+    Forward,
+    ForwardAccepted,
+    GetFeedProgress,
+    IngestBatch,
+    Progress,
+    Row,
+)
 
 BRIDGE_PATH = "/system/spark-bridge"
 PERSISTENCE_ID = "spark-bridge"
+
+
+@dataclass(frozen=True)
+class _Flush:
+    """Self-message: persist the round's batches and Progress, and fan out more rows."""
+
+    lazy: bool = False
+
+
+@dataclass(frozen=True)
+class _FanOut:
+    """Self-message (through a timer, so that ingest gets its turn): fan out the next chunk."""
+
+
+_FLUSH = _Flush()
+_LAZY_FLUSH = _Flush(lazy=True)
+_FANOUT = _FanOut()
 
 
 class _Seen:
@@ -23,9 +84,9 @@ class _Seen:
 
     __slots__ = ("watermark", "above")
 
-    def __init__(self) -> None:
-        self.watermark = 0  # every batch_no < watermark has been seen
-        self.above: set[int] = set()
+    def __init__(self, watermark: int = 0, above: set | None = None) -> None:
+        self.watermark = watermark  # every batch_no < watermark has been seen
+        self.above: set[int] = above or set()
 
     def __contains__(self, batch_no: int) -> bool:
         return batch_no < self.watermark or batch_no in self.above
@@ -39,81 +100,527 @@ class _Seen:
             self.watermark += 1
 
 
-class SparkBridge(PersistentActor):
-    """Stores each new batch as one event, confirms it once durable, then tells every row to its path."""
+class _Pending:
+    """A stored batch not fanned out completely: rows before `next_index` are registered deliveries."""
+
+    __slots__ = ("seq", "event", "next_index", "first_id", "size")
+
+    def __init__(self, seq: int, event: BatchStored | None, next_index: int, first_id: int, size: int) -> None:
+        self.seq = seq
+        self.event = event  # None when not kept in memory: read back from the journal
+        self.next_index = next_index
+        self.first_id = first_id
+        self.size = size
+
+
+class SparkBridge(AtLeastOnceDelivery):
+    """Stores each new batch as one event, confirms it once durable, delivers every row at least once."""
 
     @property
     def persistence_id(self) -> str:
         """Fixed, so the bridge finds its journal again whatever host serves it."""
         return PERSISTENCE_ID
 
-    refan_on_recovery: int = 64
-    """How many of the latest stored batches are fanned out again after a restart (see receive_recover)."""
+    # Deliveries wait in destinations' queues behind up to a window of rows: resend late, and back off.
+    redeliver_interval = 10.0
+    redelivery_backoff = (10.0, 60.0, 2.0)
+    redelivery_burst_limit = 100_000
+    max_unconfirmed_messages = 1 << 62  # the fan-out window is the bound
+    fan_out_window: int = 50_000
+    """At most this many deliveries unconfirmed; stored rows beyond wait in the backlog."""
+    fan_out_chunk: int = 4_000
+    """Rows registered per turn, so that ingest is not starved by a long backlog."""
+    fan_out_chunk_busy: int = 1_000
+    busy_pause: float = 0.05
+    busy_for: float = 0.5
+    """Until `busy_for` s after the last ack="persisted" batch, fan out at most `fan_out_chunk_busy` rows per
+    `busy_pause` s: acceptance first, delivery catches up when the feed is done (the backlog is durable)."""
+    progress_linger: float = 0.0
+    """Batches and confirmations are gathered this long into one commit (0: those of one incoming message;
+    a Thespian timer turn costs milliseconds, which tasks waiting for confirms feel)."""
+    lazy_flush: float = 0.05
+    confirms_per_event: int = 20_000
+    """Confirmations completing no tree are persisted within `lazy_flush` s or by this many at once."""
+    backlog_in_memory: int = 400_000
+    """Rows of backlog kept in memory; later batches are read back from the journal when their turn comes."""
+    snapshot_every: int = 500
+    """Stored batches between snapshots."""
 
     def pre_start(self) -> None:
-        """Empty dedup state; recovery fills it from the journal."""
+        """Empty state; recovery fills it from the snapshot and the journal."""
         self._batches: dict[tuple[str, int], _Seen] = {}
         self._keys: dict[str, set] = {}
-        self._latest: deque = deque(maxlen=self.refan_on_recovery)
+        self._trees: dict[int, Tree] = {}
+        self._by_batch: dict[tuple[str, int, int], int] = {}
+        self._backlog: list[_Pending] = []
+        self._backlog_head = 0
+        self._backlog_rows = 0
+        self._ahead: set[int] = set()
+        self._forwarded: dict[str, SeenIds] = {}
+        self._feeds: OrderedDict[str, list[int]] = OrderedDict()
+        self._next_id = 1
+        self._allocated: dict[int, int] = {}  # first id -> count: allocated, not registered (in flight)
+        self._confirmed: list[int] = []
+        self._forwards: list[list] = []
+        self._forward_replies: list[tuple[str | None, int]] = []
+        self._abandoned: list[int] = []
+        self._completed: list[Tree] = []
+        self._flush_queued = False
+        self._lazy_queued = False
+        self._fanout_queued = False
+        self._stores: list[tuple[BatchStored, str, Tree | None]] = []
+        self._since_snapshot = 0
+        self._low = 1
+        self._low_at = 0.0
+        self._persisted_ingest_at = 0.0
 
     # ---- recovery -------------------------------------------------------------------------------
     def receive_recover(self, event: Any) -> None:
-        """Rebuild the dedup state; then fan the latest batches out again (they may not have left)."""
-        if isinstance(event, BatchStored):
-            self._mark(event)
-            self._latest.append(event)
-        elif isinstance(event, RecoveryCompleted):
-            # Fan-out is a plain tell after the commit: a crash between the commit and the flush of the
-            # outbox loses those rows. Only the latest writes can be in that window, so they are sent
-            # again; destinations must be idempotent (they are at-least-once anyway).
-            latest, self._latest = self._latest, deque()
-            for stored in latest:
-                for path, message in stored.rows:
-                    self.tell(path, message)
+        """Rebuild dedup state, trees, deliveries and backlog; fan out once recovered."""
+        t = type(event)
+        if t is BatchStored:
+            self._accept(event)
+            self._enqueue(self.last_sequence_nr, event)
+            self._since_snapshot += 1
+        elif t is Progress:
+            self._replay_progress(event)
+        elif t is SnapshotOffer:
+            self._restore(event.snapshot)
+        elif t is RecoveryCompleted:
+            self._fan_out()
 
-    def _mark(self, event: BatchStored | IngestBatch) -> None:
-        self._batches.setdefault((event.feed_id, event.partition), _Seen()).add(event.batch_no)
-        if event.keys is not None:
-            self._keys.setdefault(event.feed_id, set()).update(event.keys)
+    def _replay_progress(self, p: Progress) -> None:
+        # Follow-ups first: in the live order they were registered before any confirm that could complete
+        # their tree, and a follow-up is never confirmed in the round that registered it.
+        back = time.monotonic() - self._interval(0)
+        for origin, forward_id, anchor, delivery_id, to, message in p.forwards:
+            if origin is not None:
+                self._forwarded.setdefault(origin, SeenIds()).add(forward_id)
+            self._next_id = max(self._next_id, delivery_id + 1)
+            tree = self._trees.get(anchor)
+            if tree is not None:
+                tree.value ^= edge(delivery_id)
+            self._unconfirmed[delivery_id] = _Delivery(to, Row(delivery_id, message, anchor), back, 0)
+        for delivery_id in p.confirmed:
+            self._settle(delivery_id, replaying=True)
+        for delivery_id in p.abandoned:
+            self._settle(delivery_id, replaying=True)
+
+    def _restore(self, s: BridgeSnapshot) -> None:
+        back = time.monotonic() - self._interval(0)
+        self._next_id = s.next_id
+        self._batches = {(f, p): _Seen(w, set(above)) for f, p, w, above in s.batches}
+        self._keys = {f: set(keys) for f, keys in s.keys.items()}
+        for tree_id, value, rows, feed_id, partition, batch_no in s.trees:
+            self._trees[tree_id] = Tree(tree_id, value, rows, feed_id, partition, batch_no)
+            self._by_batch[(feed_id, partition, batch_no)] = tree_id
+        self._unconfirmed = {d: _Delivery(path, Row(d, body, anchor), back, 0) for d, path, body, anchor in s.unconfirmed}
+        self._backlog = [_Pending(seq, None, i, first, size) for seq, i, first, size in s.backlog]
+        self._ahead = set(s.confirmed_ahead)
+        self._forwarded = {o: SeenIds(low, tuple(tuple(r) for r in ranges)) for o, (low, ranges) in s.forwarded.items()}
+        self._feeds = OrderedDict((f, list(c)) for f, c in s.feeds.items())
+
+    def _snapshot(self) -> BridgeSnapshot:
+        return BridgeSnapshot(
+            self._next_id,
+            [[f, p, s.watermark, sorted(s.above)] for (f, p), s in self._batches.items()],
+            {f: list(keys) for f, keys in self._keys.items()},
+            [t.state() for t in self._trees.values()],
+            [[d, e.destination, e.message.body, e.message.anchor] for d, e in self._unconfirmed.items()],
+            [[b.seq, b.next_index, b.first_id, b.size] for b in self._backlog[self._backlog_head:]],
+            sorted(self._ahead),
+            {o: [s.low, [list(r) for r in s.state()[1]]] for o, s in self._forwarded.items()},
+            {f: list(c) for f, c in self._feeds.items()},
+        )
 
     # ---- commands -------------------------------------------------------------------------------
     def receive_command(self, message: Any, sender: str | None) -> None:
-        """IngestBatch: dedup, persist as one event, ack when durable, fan out."""
-        if not isinstance(message, IngestBatch):
+        """Ingest batches, confirmations and follow-ups; answer progress questions."""
+        t = type(message)
+        if self._since_snapshot >= self.snapshot_every:
+            self._maybe_snapshot()
+        if t is Confirmed:
+            self._confirm_many(message.delivery_ids)
+        elif t is Confirm:
+            self._confirm(message.delivery_id)
+        elif t is IngestBatch:
+            if not message.processed:
+                self._persisted_ingest_at = time.monotonic()
+            self._ingest(message)
+        elif t is Forward:
+            self._forward(message, sender)
+        elif t is _Flush:
+            if message.lazy:
+                self._lazy_queued = False
+            else:
+                self._flush_queued = False
+            self._flush()
+            self._queue_fan_out()
+        elif t is _FanOut:
+            self._fanout_queued = False
+            self._fan_out()
+        elif t is AwaitBatch:
+            self._await(message.feed_id, message.partition, message.batch_no, message.reply_to)
+        elif t is GetFeedProgress:
+            accepted, processed = self._feeds.get(message.feed_id, (0, 0))
+            self.tell(sender, FeedProgress(message.feed_id, accepted, processed))
+        elif t is ConfirmUpTo:
+            for delivery_id in [d for d in self._unconfirmed if d <= message.delivery_id]:
+                self._confirm(delivery_id)
+        elif t is SaveSnapshotSuccess:
+            self.log.debug("spark bridge snapshot at %d", message.metadata.sequence_nr)
+        else:
             self.log.debug("spark bridge ignored %r from %s", message, sender)
-            return
-        m = message
+
+    def _ingest(self, m: IngestBatch) -> None:
         seen = self._batches.get((m.feed_id, m.partition))
         if seen is not None and m.batch_no in seen:
-            # A resend, a retried task or a rerun: ack once the original is durable (it may be in flight).
-            self.defer_async(BatchAccepted(m.feed_id, m.partition, m.batch_no, len(m.rows)),
-                             lambda ack: self.tell(m.reply_to, ack))
+            # A resend, a retried task or a rerun: answer once the original is durable (it may be in flight).
+            self._flush()
+            accepted = BatchAccepted(m.feed_id, m.partition, m.batch_no, len(m.paths))
+            self.defer_async(accepted, lambda ack: self.tell(m.reply_to, ack))
+            if m.processed:
+                self._await(m.feed_id, m.partition, m.batch_no, m.reply_to)
             return
-        rows, keys = m.rows, m.keys
+        paths, values, keys = m.paths, m.values, m.keys
         if keys is not None:
             known = self._keys.get(m.feed_id, ())
             fresh = [i for i, k in enumerate(keys) if k not in known]
-            if len(fresh) < len(rows):
-                rows = tuple(rows[i] for i in fresh)
-                keys = tuple(keys[i] for i in fresh)
-        duplicates = len(m.rows) - len(rows)
-        event = BatchStored(m.feed_id, m.partition, m.batch_no, tuple(rows), keys)
-        # Marked now, not in the handler: a copy arriving while this write is in flight is a duplicate.
-        # If the write fails the actor stops and the state is rebuilt from the journal.
-        self._mark(event)
-        if not rows:
-            self.defer_async(BatchAccepted(m.feed_id, m.partition, m.batch_no, duplicates),
-                             lambda ack: self.tell(m.reply_to, ack))
-            return
-        self.persist_async(event, lambda e: self._stored(e, m.reply_to, duplicates))
+            if len(fresh) < len(paths):
+                paths = [paths[i] for i in fresh]
+                keys = [keys[i] for i in fresh]
+                values = ([[col[i] for i in fresh] for col in values] if m.columns is not None
+                          else [values[i] for i in fresh])
+        resolve = self._host.router.resolve
+        # A path no host serves goes to dead letters once (the guardian records it), and is counted.
+        unserved = {p for p in set(paths) if resolve(p) is None}
+        dead = [i for i, p in enumerate(paths) if p in unserved] if unserved else []
+        event = BatchStored(m.feed_id, m.partition, m.batch_no, paths, values, m.columns, keys, self._next_id,
+                            dead, len(m.paths) - len(paths))
+        # State changes now, not in the handler: a copy arriving while this write is in flight is a
+        # duplicate. If the write fails the actor stops and the state is rebuilt from the journal.
+        tree = self._accept(event, m.reply_to if m.processed else None)
+        self._allocated[event.first_id] = len(paths)
+        # Written with the round's other batches and confirmations: one commit for all of them.
+        self._stores.append((event, m.reply_to, tree))
+        self._queue_flush()
 
-    def _stored(self, event: BatchStored, reply_to: str, duplicates: int) -> None:
-        router = self._host.router
-        # A path no host serves goes to dead letters (the guardian records it); count those for the feed.
-        unserved = sum(1 for path, _ in event.rows if router.resolve(path) is None)
-        self.tell(reply_to, BatchAccepted(event.feed_id, event.partition, event.batch_no, duplicates, unserved))
-        for path, message in event.rows:
-            self.tell(path, message)
+    def _accept(self, event: BatchStored, reply_to: str | None = None) -> Tree | None:
+        """Dedup marks, ids and the batch's tree (live before the write, or while replaying)."""
+        key = (event.feed_id, event.partition)
+        self._batches.setdefault(key, _Seen()).add(event.batch_no)
+        if event.keys is not None:
+            self._keys.setdefault(event.feed_id, set()).update(event.keys)
+        n = len(event.paths)
+        self._next_id = max(self._next_id, event.first_id + n)
+        counts = self._feed(event.feed_id)
+        counts[0] += n + event.duplicates
+        if n - len(event.dead) <= 0:
+            counts[1] += n + event.duplicates
+            return None
+        tree = Tree(event.first_id, edges(event.first_id, n, set(event.dead)), n + event.duplicates, event.feed_id,
+                    event.partition, event.batch_no, reply_to)
+        self._trees[tree.tree_id] = tree
+        self._by_batch[(event.feed_id, event.partition, event.batch_no)] = tree.tree_id
+        return tree
+
+    def _feed(self, feed_id: str) -> list[int]:
+        counts = self._feeds.get(feed_id)
+        if counts is None:
+            counts = self._feeds[feed_id] = [0, 0]
+            while len(self._feeds) > 1_000:  # progress of old feeds is forgotten
+                self._feeds.popitem(last=False)
+        return counts
+
+    def _stored(self, event: BatchStored, reply_to: str, tree: Tree | None) -> None:
+        self._allocated.pop(event.first_id, None)
+        self.tell(reply_to, BatchAccepted(event.feed_id, event.partition, event.batch_no, event.duplicates,
+                                          len(event.dead)))
+        for i in event.dead:
+            body = event.values[i] if event.columns is None else _row_dict(event, i)
+            self.tell(event.paths[i], body)
+        if tree is None:  # nothing to deliver: processed at once
+            self.tell(reply_to, BatchProcessed(event.feed_id, event.partition, event.batch_no))
+        self._enqueue(self.last_sequence_nr, event)
+        self._since_snapshot += 1
+        self._queue_fan_out()
+
+    def _await(self, feed_id: str, partition: int, batch_no: int, reply_to: str) -> None:
+        tree_id = self._by_batch.get((feed_id, partition, batch_no))
+        if tree_id is not None:
+            self._trees[tree_id].reply_to = reply_to
+            return
+        seen = self._batches.get((feed_id, partition))
+        if seen is not None and batch_no in seen:  # stored and complete (or all rows dead or duplicates)
+            done = BatchProcessed(feed_id, partition, batch_no)
+            self.defer_async(done, lambda d: self.tell(reply_to, d))
+
+    # ---- confirmations and follow-ups -----------------------------------------------------------
+    def _confirm_many(self, delivery_ids: list[int]) -> None:
+        """The hot path of _settle for a host's batch of confirmations."""
+        unconfirmed, trees, confirmed = self._unconfirmed, self._trees, self._confirmed
+        for delivery_id in delivery_ids:
+            d = unconfirmed.pop(delivery_id, None)
+            if d is None:
+                if self._settle(delivery_id, replaying=False):
+                    confirmed.append(delivery_id)
+                continue
+            confirmed.append(delivery_id)
+            tree = trees.get(d.message.anchor)
+            if tree is not None:
+                tree.value ^= edge(delivery_id)
+                if not tree.value:
+                    self._complete(tree, replaying=False)
+        if not unconfirmed:
+            self._stop_timer()
+        if confirmed:
+            self._queue_confirms()
+
+    def _queue_confirms(self) -> None:
+        # Confirmations that complete nothing need not be durable at once (lost ones come back through
+        # redelivery): they wait for a completed tree, a full event or the lazy timer, saving commits.
+        self._queue_flush(urgent=bool(self._completed) or len(self._confirmed) >= self.confirms_per_event)
+
+    def _confirm(self, delivery_id: int) -> None:
+        if self._settle(delivery_id, replaying=False):
+            self._confirmed.append(delivery_id)
+            self._queue_confirms()
+
+    def _settle(self, delivery_id: int, replaying: bool) -> bool:
+        """Apply the first confirmation (or abandonment) of `delivery_id` to its tree; False for a repeat."""
+        d = self._unconfirmed.get(delivery_id)
+        if d is not None:
+            self.confirm_delivery(delivery_id)
+            anchor = d.message.anchor
+        else:
+            pending = self._pending_of(delivery_id)
+            if pending is None or delivery_id in self._ahead:
+                return False
+            # A row not fanned out again yet after a restart, confirmed by its destination meanwhile.
+            self._ahead.add(delivery_id)
+            anchor = pending.first_id
+        tree = self._trees.get(anchor)
+        if tree is not None:
+            tree.value ^= edge(delivery_id)
+            if tree.value == 0:
+                self._complete(tree, replaying)
+        return True
+
+    def _complete(self, tree: Tree, replaying: bool) -> None:
+        del self._trees[tree.tree_id]
+        self._by_batch.pop((tree.feed_id, tree.partition, tree.batch_no), None)
+        if replaying:
+            self._feed(tree.feed_id)[1] += tree.rows
+        else:  # reported once the Progress event with its last confirmation is durable
+            self._completed.append(tree)
+
+    def _pending_of(self, delivery_id: int) -> _Pending | None:
+        """The backlog batch holding row `delivery_id` if that row is not registered yet."""
+        backlog, head = self._backlog, self._backlog_head
+        lo, hi = head, len(backlog)
+        while lo < hi:  # last entry with first_id <= delivery_id
+            mid = (lo + hi) // 2
+            if backlog[mid].first_id <= delivery_id:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == head:
+            return None
+        b = backlog[lo - 1]
+        i = delivery_id - b.first_id
+        return b if b.next_index <= i < b.size else None
+
+    def _forward(self, f: Forward, sender: str | None) -> None:
+        if f.origin is not None:
+            seen = self._forwarded.setdefault(f.origin, SeenIds())
+            if f.forward_id in seen:  # sent again after a crash: accepted once the original is durable
+                self._flush()
+                self.defer_async(ForwardAccepted(f.forward_id), lambda a: self.tell(sender, a))
+                return
+            seen.add(f.forward_id)
+        try:
+            actors.validate_path(f.to, what="follow-up destination")
+        except actors.InvalidPath as exc:
+            self.log.error("spark bridge dropped a follow-up from %s: %s", sender, exc)
+            self._host.dead_letter(sender, str(f.to), f.message, str(exc))
+            if f.origin is not None:
+                self._forward_replies.append((sender, f.forward_id))
+                self._queue_flush()
+            return
+        delivery_id = self._next_id
+        self._next_id += 1
+        self._allocated[delivery_id] = 1
+        tree = self._trees.get(f.anchor)
+        if tree is not None:  # a follow-up of a finished tree (or of none) is delivered but not waited for
+            tree.value ^= edge(delivery_id)
+        self._forwards.append([f.origin, f.forward_id, f.anchor, delivery_id, f.to, f.message])
+        if f.origin is not None:
+            self._forward_replies.append((sender, f.forward_id))
+        self._queue_flush()
+
+    def _queue_flush(self, urgent: bool = True) -> None:
+        """Flush after the current message (urgent), or within `lazy_flush` s (confirmations alone)."""
+        if urgent:
+            if not self._flush_queued:
+                self._flush_queued = True
+                if self.progress_linger > 0:
+                    self.schedule_once(self.progress_linger, _FLUSH)
+                else:
+                    self._tell_self(_FLUSH)
+        elif not self._lazy_queued:
+            self._lazy_queued = True
+            self.schedule_once(self.lazy_flush, _LAZY_FLUSH)
+
+    def _flush(self) -> None:
+        """Persist the round's batches, and its confirmations and follow-ups as one event; act once durable."""
+        if self._stores:
+            stores, self._stores = self._stores, []
+            context = iter(stores)
+            self.persist_all_async([s[0] for s in stores], lambda e: self._stored(e, *next(context)[1:]))
+        if not (self._confirmed or self._forwards or self._abandoned or self._forward_replies):
+            return
+        event = Progress(self._confirmed, self._forwards, self._abandoned)
+        replies, completed = self._forward_replies, self._completed
+        self._confirmed, self._forwards, self._abandoned, self._forward_replies, self._completed = [], [], [], [], []
+        self.persist_async(event, lambda e: self._progressed(e, replies, completed))
+
+    def _progressed(self, event: Progress, replies: list, completed: list[Tree]) -> None:
+        now = time.monotonic()
+        low = self._low
+        for _, _, anchor, delivery_id, to, message in event.forwards:
+            self._allocated.pop(delivery_id, None)
+            d = self._unconfirmed[delivery_id] = _Delivery(to, Row(delivery_id, message, anchor, low), now, 0)
+            self._send(delivery_id, d, now)
+        for sender, forward_id in replies:
+            self.tell(sender, ForwardAccepted(forward_id))
+        for tree in completed:
+            self._feed(tree.feed_id)[1] += tree.rows
+            if tree.reply_to is not None:
+                self.tell(tree.reply_to, BatchProcessed(tree.feed_id, tree.partition, tree.batch_no))
+
+    # ---- fan-out --------------------------------------------------------------------------------
+    def _enqueue(self, seq: int, event: BatchStored) -> None:
+        n = len(event.paths)
+        if len(event.dead) >= n:
+            return
+        keep = self._backlog_rows + n <= self.backlog_in_memory
+        self._backlog.append(_Pending(seq, event if keep else None, 0, event.first_id, n))
+        if keep:
+            self._backlog_rows += n
+
+    def _fan_out(self) -> None:
+        """Register (and send) the next rows of the backlog, up to the window and one chunk per turn."""
+        if self.recovery_running:
+            return
+        now = time.monotonic()
+        # While ack="persisted" batches keep coming, acceptance goes first: small, spaced turns of fan-out
+        # (a processed feed waits for the fan-out, so it gets full turns).
+        chunk = self.fan_out_chunk_busy if self._busy(now) else self.fan_out_chunk
+        budget = min(self.fan_out_window - len(self._unconfirmed), chunk)
+        backlog = self._backlog
+        if now - self._low_at > 0.5:
+            self._refresh_low(now)
+        low = self._low
+        unconfirmed, ahead = self._unconfirmed, self._ahead
+        route, me = self._host.route, self.path
+        sent = 0
+        while budget > 0 and self._backlog_head < len(backlog):
+            b = backlog[self._backlog_head]
+            event = b.event
+            if event is None:
+                event = self._load(b.seq)
+            start = b.next_index
+            end = min(b.size, start + budget)
+            dead = set(event.dead)
+            first = event.first_id
+            paths = event.paths
+            columns = event.columns
+            if columns is None:
+                datas = event.values[start:end]
+            else:  # the receiver builds the dict (Row.body): the bridge is the busier process
+                datas = list(zip(*(c[start:end] for c in event.values), strict=True))
+            for i, data in enumerate(datas, start):
+                if dead and i in dead:
+                    continue
+                delivery_id = first + i
+                if ahead and delivery_id in ahead:
+                    ahead.discard(delivery_id)
+                    continue
+                # AtLeastOnceDelivery._send without its per-delivery timer check (armed once below).
+                row = Row(delivery_id, data, first, low, columns)
+                unconfirmed[delivery_id] = _Delivery(paths[i], row, now, 1)
+                route(me, paths[i], row)
+                sent += 1
+            budget -= end - start
+            b.next_index = end
+            if end >= b.size:
+                if b.event is not None:
+                    self._backlog_rows -= b.size
+                backlog[self._backlog_head] = None  # type: ignore[call-overload]
+                self._backlog_head += 1
+                if self._backlog_head > 1024 and self._backlog_head * 2 > len(backlog):
+                    del backlog[:self._backlog_head]
+                    self._backlog_head = 0
+        if sent:
+            self._arm_redelivery()
+        if len(self._unconfirmed) < self.fan_out_window:
+            self._queue_fan_out()
+
+    def _busy(self, now: float) -> bool:
+        return now - self._persisted_ingest_at < self.busy_for
+
+    def _queue_fan_out(self) -> None:
+        # Through a timer turn, so that the messages already waiting (ingest, confirms) go first.
+        if self._backlog_head < len(self._backlog) and not self._fanout_queued:
+            self._fanout_queued = True
+            self.schedule_once(self.busy_pause if self._busy(time.monotonic()) else 0.0, _FANOUT)
+
+    def _arm_redelivery(self) -> None:
+        t = self._redeliver_timer
+        if t is None or not t.active:
+            period = (self.redelivery_backoff[0] if self.redelivery_backoff else self.redeliver_interval) / 2
+            self._redeliver_timer = self.schedule_repeatedly(period, RedeliveryTick())
+
+    def _load(self, seq: int) -> BatchStored:
+        for r in self._journal.replay_messages(self.persistence_id, seq, seq, 1):
+            return r.payload
+        raise RuntimeError(f"spark bridge: stored batch at sequence number {seq} is missing from the journal")
+
+    def _refresh_low(self, now: float) -> None:
+        """Every delivery id below `_low` is settled: destinations may forget them (Row.settled_below)."""
+        candidates = [self._next_id]
+        if self._unconfirmed:
+            candidates.append(min(self._unconfirmed))
+        if self._allocated:
+            candidates.append(min(self._allocated))
+        if self._backlog_head < len(self._backlog):
+            b = self._backlog[self._backlog_head]
+            candidates.append(b.first_id + b.next_index)
+        self._low = min(candidates)
+        self._low_at = now
+
+    # ---- redelivery and snapshots -----------------------------------------------------------------
+    def _send(self, delivery_id: int, d: _Delivery, now: float) -> None:
+        if d.attempt and self._host.router.resolve(d.destination) is None:
+            # Its path stopped being served: dead-letter it once instead of retrying forever.
+            self._host.dead_letter(self.path, d.destination, d.message.body, "no actor serves this path")
+            if self._settle(delivery_id, replaying=False):
+                self._abandoned.append(delivery_id)
+                self._queue_flush()
+            return
+        super()._send(delivery_id, d, now)
+
+    def _maybe_snapshot(self) -> None:
+        # Only between rounds, when nothing is in flight: the state then is exactly the journal's.
+        if self._stores or self._confirmed or self._forwards or self._abandoned or self._forward_replies:
+            self._queue_flush()  # buffered changes first; the next message finds them durable
+        elif self._pending == 0 and not self._allocated:
+            self._since_snapshot = 0
+            self.save_snapshot(self._snapshot())
+
+
+def _row_dict(event: BatchStored, i: int) -> dict:
+    return {c: col[i] for c, col in zip(event.columns, event.values, strict=True)}
 
 
 def start_bridge(system: actors.System, timeout: float = 60.0) -> str:

@@ -1,26 +1,44 @@
-"""Messages between feeding Spark tasks and the bridge, and the bridge's journal event."""
+"""Messages between feeding Spark tasks, the bridge and destinations; the journal events of both sides."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from journal import register_type
+
+# ---- Spark task <-> bridge ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class IngestBatch:
-    """Task -> bridge: one batch of (path, message) rows, identified by (feed_id, partition, batch_no).
+    """Task -> bridge: one batch of rows, identified by (feed_id, partition, batch_no).
 
-    `keys` (one per row, or None) are the idempotency keys when `feed(key=...)` is used: then rows
-    are deduplicated one by one instead of by batch id.
+    `paths[i]` is row i's destination. Its message is `values[i]` when `columns` is None, else the dict
+    `{columns[c]: values[c][i]}` (columnar, as cut from an Arrow record batch: no per-row objects on the
+    wire or in the journal). `keys` (one per row, or None) are the idempotency keys of `feed(key=...)`:
+    then rows are deduplicated one by one instead of by batch id. `processed` asks for BatchProcessed.
     """
 
     feed_id: str
     partition: int
     batch_no: int
-    rows: tuple
+    paths: list
+    values: list
     reply_to: str
-    keys: tuple | None = None
+    columns: tuple | None = None
+    keys: list | None = None
+    processed: bool = False
+
+
+@dataclass(frozen=True)
+class AwaitBatch:
+    """Task -> bridge: reply BatchProcessed to `reply_to` once this stored batch's tree is complete."""
+
+    feed_id: str
+    partition: int
+    batch_no: int
+    reply_to: str
 
 
 @dataclass(frozen=True)
@@ -34,13 +52,168 @@ class BatchAccepted:
     dead_lettered: int = 0
 
 
-@register_type(manifest="spark_bridge.BatchStored")
 @dataclass(frozen=True)
-class BatchStored:
-    """Bridge event: one accepted batch (only its new rows), the unit of deduplication and fan-out."""
+class BatchProcessed:
+    """Bridge -> task: every row of the batch and everything anchored to it was confirmed (the XOR is 0)."""
 
     feed_id: str
     partition: int
     batch_no: int
-    rows: tuple
-    keys: tuple | None = None
+
+
+@dataclass(frozen=True)
+class GetFeedProgress:
+    """Driver -> bridge: how far is `feed_id`? Answered with FeedProgress."""
+
+    feed_id: str
+
+
+@dataclass(frozen=True)
+class FeedProgress:
+    """Bridge -> driver: rows of `feed_id` durable in the bridge, and rows whose trees are complete."""
+
+    feed_id: str
+    accepted: int
+    processed: int
+
+
+# ---- bridge <-> destinations ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """Bridge -> destination: one at-least-once delivery, a feed's row or a follow-up anchored to one.
+
+    Redelivered until the destination confirms it (spark_bridge.ack, or FeedReceiver.apply_row).
+    `anchor` names the row's tree: follow-ups sent with it are part of the tree. `body` is the message:
+    `data` itself, or the dict of `columns` and `data` (built by the receiver, not by the busy bridge).
+    """
+
+    delivery_id: int
+    data: Any
+    anchor: int | None = None
+    settled_below: int = 0
+    """Every delivery id below it is settled at the bridge: receivers may forget them (bounded dedup)."""
+    columns: tuple | None = None
+
+    @property
+    def body(self) -> Any:
+        """The message of this row (by default the Spark row as a dict)."""
+        return self.data if self.columns is None else dict(zip(self.columns, self.data, strict=False))
+
+    def __reduce__(self) -> tuple:
+        # Positional arguments pickle faster than the default (class, state dict) form: one per row.
+        return (Row, (self.delivery_id, self.data, self.anchor, self.settled_below, self.columns))
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """Destination host -> bridge: these deliveries were confirmed (all confirms of one host round, batched)."""
+
+    delivery_ids: list
+
+
+@dataclass(frozen=True)
+class Forward:
+    """Destination -> bridge: deliver `message` to `to` at least once, anchored to the tree `anchor`.
+
+    `origin` and `forward_id` identify it for deduplication when a durable destination sends it again
+    after a crash (`origin` None: sent once, not deduplicated).
+    """
+
+    origin: str | None
+    forward_id: int
+    anchor: int | None
+    to: str
+    message: Any
+
+
+@dataclass(frozen=True)
+class ForwardAccepted:
+    """Bridge -> destination: the follow-up `forward_id` is durable in the bridge (stop resending it)."""
+
+    forward_id: int
+
+
+# ---- the bridge's journal -------------------------------------------------------------------------
+
+
+@register_type(manifest="spark_bridge.BatchStored", version=2)
+@dataclass(frozen=True)
+class BatchStored:
+    """Bridge event: one accepted batch (its new rows only), the unit of dedup, fan-out and acking.
+
+    Its rows are the deliveries `first_id .. first_id + len(paths) - 1`; the tree id is `first_id`.
+    `dead` lists the indices of rows whose path nobody served (dead-lettered, never delivered).
+    """
+
+    feed_id: str
+    partition: int
+    batch_no: int
+    paths: list
+    values: list
+    columns: tuple | None
+    keys: list | None
+    first_id: int
+    dead: list
+    duplicates: int
+
+
+@register_type(manifest="spark_bridge.Progress")
+@dataclass(frozen=True)
+class Progress:
+    """Bridge event, one per round of confirmations: what was confirmed, forwarded or given up since the last.
+
+    `forwards` holds `[origin, forward_id, anchor, delivery_id, to, message]` per follow-up registered.
+    `abandoned` are deliveries given up because their path is no longer served (dead-lettered).
+    """
+
+    confirmed: list
+    forwards: list
+    abandoned: list
+
+
+@register_type(manifest="spark_bridge.BridgeSnapshot")
+@dataclass(frozen=True)
+class BridgeSnapshot:
+    """The bridge's whole state, so that recovery replays only what came after it."""
+
+    next_id: int
+    batches: list  # [feed_id, partition, watermark, [above...]]
+    keys: dict  # feed_id -> [key, ...]
+    trees: list  # [tree_id, xor, rows, feed_id, partition, batch_no]
+    unconfirmed: list  # [delivery_id, path, body, anchor]
+    backlog: list  # [sequence_nr, next_index] of stored batches not fanned out completely
+    confirmed_ahead: list  # confirmed ids of rows not fanned out yet (after a recovery)
+    forwarded: dict  # origin -> [low, [[start, end], ...]]
+    feeds: dict  # feed_id -> [accepted, processed]
+
+
+# ---- a durable destination's journal -----------------------------------------------------------------
+
+
+@register_type(manifest="spark_bridge.RowApplied")
+@dataclass(frozen=True)
+class RowApplied:
+    """FeedReceiver event (inside IdempotentReceiver's Applied): the user's event and the follow-ups it sent.
+
+    The follow-ups are `first_forward ..` in order; every forward id below `forwarded_low` was accepted by
+    the bridge when this was written; `bridge_low`: every bridge delivery id below it was confirmed.
+    """
+
+    event: Any
+    anchor: int | None
+    follow_ups: list  # [[to, message], ...]
+    first_forward: int
+    forwarded_low: int
+    bridge_low: int
+
+
+@register_type(manifest="spark_bridge.ReceiverSnapshot")
+@dataclass(frozen=True)
+class ReceiverSnapshot:
+    """FeedReceiver's part of a snapshot: the next forward id and the follow-ups not yet accepted."""
+
+    next_forward: int
+    pending: list  # [forward_id, anchor, to, message]
+    state: Any

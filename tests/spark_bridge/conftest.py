@@ -30,13 +30,28 @@ def spark():
 
 
 @pytest.fixture
-def bridged(make_system, tmp_path):
-    """A multiproc system with SQLite journals, an accounts entity host and the bridge running."""
-    from spark_bridge import start_bridge
-    from tests.spark_bridge.sample import Account
+def make_bridged(make_system, tmp_path):
+    """Factory: a multiproc system with SQLite journals, account entities, optionally a ledger, and a bridge."""
+    from spark_bridge import BRIDGE_PATH, start_bridge
+    from tests.spark_bridge.sample import Account, Ledger
 
-    system = make_system("multiproc", journal=f"sqlite:///{tmp_path}/journal.db",
-                         snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
-    system.spawn(Account, path="/user/accounts", entities=True)
-    start_bridge(system)
-    return system
+    def make(account=Account, ledger: bool = False, bridge=None):
+        system = make_system("multiproc", journal=f"sqlite:///{tmp_path}/journal.db",
+                             snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+        kwargs = {}
+        if ledger:
+            system.spawn(Ledger, path="/user/ledger")
+            kwargs["ledger"] = "/user/ledger"
+        system.spawn(account, path="/user/accounts", entities=True, kwargs=kwargs)
+        if bridge is None:
+            start_bridge(system)
+        else:
+            system.spawn(bridge, path=BRIDGE_PATH)
+        return system
+    return make
+
+
+@pytest.fixture
+def bridged(make_bridged):
+    """A multiproc system with in-memory account entities (confirming each row) and the bridge running."""
+    return make_bridged()

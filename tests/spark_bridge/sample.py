@@ -6,24 +6,51 @@ from dataclasses import dataclass
 from typing import Any
 
 import actors
+from journal import register_type
+from spark_bridge import FeedReceiver, Row, SparkBridge, ack
 
 
 @dataclass(frozen=True)
 class GetBalance:
-    """Ask an account for its Balance."""
+    """Ask an account (or the ledger) for its Balance."""
 
 
 @dataclass(frozen=True)
 class Balance:
-    """An account's sum of amounts, how many deposits it applied, and how many it saw twice."""
+    """A sum of amounts, how many deliveries were applied, and how many arrived again after being applied."""
 
     total: int
     applied: int
     repeated: int
 
 
+@register_type(manifest="tests.spark_bridge.Deposited")
+@dataclass(frozen=True)
+class Deposited:
+    """A durable account's event."""
+
+    amount: int
+
+
+@register_type(manifest="tests.spark_bridge.LedgerEntry")
+@dataclass(frozen=True)
+class LedgerEntry:
+    """Account -> ledger follow-up, anchored to the deposit's row."""
+
+    account: str
+    amount: int
+
+
+@register_type(manifest="tests.spark_bridge.Posted")
+@dataclass(frozen=True)
+class Posted:
+    """The ledger's event."""
+
+    amount: int
+
+
 class Account(actors.Actor):
-    """Sums `amount` of row dicts; idempotent by the row's `txid` so a redelivery is never applied twice."""
+    """Sums `amount` of rows in memory; idempotent by the row's `txid`; confirms each row at once."""
 
     def pre_start(self) -> None:
         """Start empty."""
@@ -32,15 +59,92 @@ class Account(actors.Actor):
         self.repeated = 0
 
     def receive(self, message: Any, sender: str | None) -> None:
-        """A row dict adds its amount once; GetBalance replies."""
+        """A Row adds its amount once and is confirmed; GetBalance replies."""
         if isinstance(message, GetBalance):
             self.tell(sender, Balance(self.total, len(self.txids), self.repeated))
-        elif isinstance(message, dict):
-            if message["txid"] in self.txids:
+        elif isinstance(message, Row):
+            body = message.body
+            if body["txid"] in self.txids:
                 self.repeated += 1
-                return
-            self.txids.add(message["txid"])
-            self.total += message["amount"]
+            else:
+                self.txids.add(body["txid"])
+                self.total += body["amount"]
+            ack(self, message)
+
+
+class DurableAccount(FeedReceiver):
+    """Applies each row once through its journal; with `ledger`, posts an anchored follow-up per deposit."""
+
+    def __init__(self, ledger: str | None = None) -> None:
+        self.ledger = ledger
+
+    def pre_start(self) -> None:
+        """Start empty; recovery replays the deposits."""
+        self.total = 0
+        self.applied = 0
+        self.repeated = 0
+
+    def receive_recover(self, event: Any) -> None:
+        """Replay a deposit."""
+        if isinstance(event, Deposited):
+            self.total += event.amount
+            self.applied += 1
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        """Rows are applied once (follow-ups ride along); GetBalance replies."""
+        if isinstance(message, Row):
+            amount = message.body["amount"]
+            follow_ups = [(self.ledger, LedgerEntry(self.entity_id, amount))] if self.ledger else []
+            if not self.apply_row(message, Deposited(amount), self.receive_recover, follow_ups):
+                self.repeated += 1
+        elif isinstance(message, GetBalance):
+            self.tell(sender, Balance(self.total, self.applied, self.repeated))
+
+
+class Ledger(FeedReceiver):
+    """Posts ledger entries in rounds on a timer (like a batching writer): confirmations come late."""
+
+    round_seconds = 0.3
+
+    def pre_start(self) -> None:
+        """Start empty."""
+        self.total = 0
+        self.applied = 0
+        self.repeated = 0
+        self.waiting: list[Row] = []
+
+    def receive_recover(self, event: Any) -> None:
+        """Replay a posting."""
+        if isinstance(event, Posted):
+            self.total += event.amount
+            self.applied += 1
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        """Entries wait for the next round; GetBalance replies."""
+        if isinstance(message, Row):
+            if not self.waiting:
+                self.schedule_once(self.round_seconds, "post")
+            self.waiting.append(message)
+        elif message == "post":
+            rows, self.waiting = self.waiting, []
+            for row in rows:
+                if not self.apply_row(row, Posted(row.body.amount), self.receive_recover):
+                    self.repeated += 1
+        elif isinstance(message, GetBalance):
+            self.tell(sender, Balance(self.total, self.applied, self.repeated))
+
+
+class Deaf(actors.Actor):
+    """Takes rows and never confirms them (for processed-mode timeouts)."""
+
+    def receive(self, message: Any, sender: str | None) -> None:
+        """Ignore everything."""
+
+
+class SnapshottingBridge(SparkBridge):
+    """The bridge with a snapshot every 20 stored batches, so that tests recover from snapshots."""
+
+    snapshot_every = 20
 
 
 def fail_first_attempt_halfway(txid: int):
@@ -53,3 +157,17 @@ def fail_first_attempt_halfway(txid: int):
             raise RuntimeError("injected failure halfway through partition 0 (first attempt)")
         return row.asDict()
     return message
+
+
+def with_a_set_of_dates(row: Any) -> dict:
+    """A message callable whose dict holds a value msgpack cannot carry."""
+    import datetime
+
+    return {"amount": row["amount"], "when": datetime.date(2026, 11, 21)}
+
+
+class SpillingBridge(SparkBridge):
+    """A bridge that keeps only 1,000 backlog rows in memory (the rest is read back from its journal)."""
+
+    backlog_in_memory = 1_000
+    snapshot_every = 10

@@ -1,0 +1,197 @@
+"""What destinations of the bridge use: confirm a Row, and send follow-ups anchored to it.
+
+    class Account(FeedReceiver):                      # durable: each row applied once, even under SIGKILL
+        def receive_recover(self, event):
+            if isinstance(event, Deposited):
+                self.balance += event.amount
+
+        def receive_command(self, message, sender):
+            if isinstance(message, Row):
+                amount = message.body["amount"]
+                self.apply_row(message, Deposited(amount), self.deposited,
+                               follow_ups=[("/user/ledger", Entry(self.entity_id, amount))])
+
+A destination without a journal calls `ack(self, row, follow_ups)` instead. With ack="processed", a
+feed waits for every row and for every follow-up anchored to it (a follow-up's receiver confirms its
+Row the same way, and may anchor follow-ups of its own).
+
+Follow-ups go through the bridge, which stores them and delivers each at least once as a new Row in the
+row's tree (Storm's anchoring): the tree's XOR counts them before the row's confirmation, because a
+destination's messages to the bridge arrive in the order they were sent.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import actors
+from persistence import IdempotentReceiver, SnapshotOffer
+from persistence.idempotent import Applied, SeenIds
+from spark_bridge.bridge import BRIDGE_PATH, PERSISTENCE_ID
+from spark_bridge.messages import Confirmed, Forward, ForwardAccepted, ReceiverSnapshot, Row, RowApplied
+
+# Confirmations of all entities of one host, sent as one message when the host settles: one message per
+# round instead of one per row. The host's outbox keeps its order, so a follow-up told before its row's
+# confirmation still reaches the bridge first.
+_pending_confirms: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _confirm(actor: actors.Actor, delivery_id: int) -> None:
+    host = actor._host
+    ids = _pending_confirms.get(host)
+    if ids is None:
+        ids = _pending_confirms[host] = []
+        ref = weakref.ref(host)
+        host.on_settle(lambda: _send_confirms(ref))
+    ids.append(delivery_id)
+
+
+def _send_confirms(ref: weakref.ref) -> bool:
+    host = ref()
+    ids = _pending_confirms.get(host) if host is not None else None
+    if not ids:
+        return False
+    _pending_confirms[host] = []
+    host.route(host.path, BRIDGE_PATH, Confirmed(ids))
+    return True
+
+
+def _follow_ups(follow_ups: Iterable[tuple[str, Any]]) -> list[list]:
+    pairs = []
+    for item in follow_ups:
+        try:
+            to, message = item
+        except (TypeError, ValueError):
+            raise ValueError(f"follow_ups must be (path, message) pairs, got {item!r}") from None
+        actors.validate_path(to, what="follow-up destination")
+        pairs.append([to, message])
+    return pairs
+
+
+def ack(actor: actors.Actor, row: Row, follow_ups: Iterable[tuple[str, Any]] = ()) -> None:
+    """Confirm `row` to the bridge after sending `follow_ups` ((path, message) pairs) anchored to it.
+
+    For destinations without a journal: what they did is lost with their process anyway. The bridge
+    delivers each follow-up at least once from the moment it has it.
+    """
+    for to, message in _follow_ups(follow_ups) if follow_ups else ():
+        actor.tell(BRIDGE_PATH, Forward(None, 0, row.anchor, to, message))
+    _confirm(actor, row.delivery_id)
+
+
+def _advance(seen: SeenIds, low: int) -> None:
+    """Mark every id <= `low` seen (the bridge will never deliver them again) and drop their ranges."""
+    if low <= seen.low:
+        return
+    starts, ends = seen.starts, seen.ends
+    k = 0
+    while k < len(starts) and starts[k] <= low + 1:
+        low = max(low, ends[k])
+        k += 1
+    del starts[:k], ends[:k]
+    seen.low = low
+
+
+class FeedReceiver(IdempotentReceiver):
+    """A durable destination: `apply_row` persists each Row's event once, then confirms it to the bridge.
+
+    Follow-ups are stored in the same event as the row's effect, so a crash after the write cannot lose
+    them: they are sent again (the bridge deduplicates them by this actor's persistence id and a forward
+    id) whenever the bridge redelivers a row this actor already applied, until the bridge accepts them.
+    Dedup memory stays bounded: rows carry the bridge's settled watermark, below which ids are forgotten.
+    """
+
+    def _init_persistence(self) -> None:
+        super()._init_persistence()
+        self._next_forward = 1
+        self._unaccepted: dict[int, Forward] = {}
+        self._bridge_low = 0
+
+    def apply_row(self, row: Row, event: Any, handler: Callable[[Any], Any] | None = None,
+                  follow_ups: Iterable[tuple[str, Any]] = ()) -> bool:
+        """Persist `event` for `row` unless already applied, run `handler(event)`, send follow-ups, confirm.
+
+        Returns False for a row applied before (it is confirmed again, after any write in flight, and
+        follow-ups the bridge has not accepted yet are sent again first).
+        """
+        if not isinstance(row, Row):
+            raise TypeError(f"apply_row needs the spark_bridge.Row the bridge delivered, got {type(row).__name__}")
+        self._trim(row.settled_below - 1)
+        if self.already_applied(PERSISTENCE_ID, row.delivery_id):
+            # After the pending handlers: the first copy's follow-ups must reach the bridge before this.
+            self.defer_async(row, self._reconfirm)
+            return False
+        follow = _follow_ups(follow_ups) if follow_ups else []
+        first = self._next_forward
+        self._next_forward += len(follow)
+        low = min(self._unaccepted) if self._unaccepted else first
+        inner = RowApplied(event, row.anchor, follow, first, low, self._bridge_low)
+
+        def applied(e: RowApplied) -> None:
+            if handler is not None:
+                handler(e.event)
+            if e.follow_ups:
+                self._send_follow_ups(e)
+            _confirm(self, row.delivery_id)
+
+        return self.persist_applied(PERSISTENCE_ID, row.delivery_id, inner, applied)
+
+    @property
+    def unaccepted_follow_ups(self) -> int:
+        """Follow-ups sent but not yet accepted by the bridge."""
+        return len(self._unaccepted)
+
+    # ---- internals ------------------------------------------------------------------------------
+    def _send_follow_ups(self, e: RowApplied) -> None:
+        pid = self.persistence_id
+        for k, (to, message) in enumerate(e.follow_ups):
+            f = self._unaccepted[e.first_forward + k] = Forward(pid, e.first_forward + k, e.anchor, to, message)
+            self.tell(BRIDGE_PATH, f)
+
+    def _reconfirm(self, row: Row) -> None:
+        for f in list(self._unaccepted.values()):
+            self.tell(BRIDGE_PATH, f)
+        _confirm(self, row.delivery_id)
+
+    def _trim(self, low: int) -> None:
+        if low > self._bridge_low:
+            self._bridge_low = low
+            seen = self._seen.get(PERSISTENCE_ID)
+            if seen is not None:
+                _advance(seen, low)
+
+    def _process_command(self, message: Any, sender: str | None) -> None:
+        if type(message) is ForwardAccepted:
+            self._unaccepted.pop(message.forward_id, None)
+        else:
+            super()._process_command(message, sender)
+
+    def _recover_event(self, event: Any) -> None:
+        if type(event) is Applied and type(event.event) is RowApplied:
+            inner = event.event
+            pid = self.persistence_id
+            for k, (to, message) in enumerate(inner.follow_ups):
+                fid = inner.first_forward + k
+                self._unaccepted[fid] = Forward(pid, fid, inner.anchor, to, message)
+            self._next_forward = max(self._next_forward, inner.first_forward + len(inner.follow_ups))
+            for fid in [f for f in self._unaccepted if f < inner.forwarded_low]:
+                del self._unaccepted[fid]
+            super()._recover_event(Applied(event.origin, event.delivery_id, inner.event))
+            self._trim(inner.bridge_low)
+            return
+        super()._recover_event(event)
+
+    def _recover_snapshot(self, offer: SnapshotOffer) -> None:
+        snap = offer.snapshot
+        if isinstance(snap, ReceiverSnapshot):
+            self._next_forward = snap.next_forward
+            pid = self.persistence_id
+            self._unaccepted = {fid: Forward(pid, fid, anchor, to, m) for fid, anchor, to, m in snap.pending}
+            offer = SnapshotOffer(offer.metadata, snap.state)
+        super()._recover_snapshot(offer)
+
+    def _wrap_snapshot(self, snapshot: Any) -> Any:
+        pending = [[f.forward_id, f.anchor, f.to, f.message] for f in self._unaccepted.values()]
+        return ReceiverSnapshot(self._next_forward, pending, super()._wrap_snapshot(snapshot))
