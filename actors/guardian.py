@@ -148,6 +148,10 @@ class Guardian(ThespianActor):
         for path, record in self.hosts.items():
             if record.state == "running":
                 routes[path] = record.address
+            elif record.state == "restarting":
+                # Served again soon: senders route to the guardian, which holds the messages meanwhile.
+                # (Without a route, a sender could not tell "restarting" from "nobody serves this path".)
+                routes[path] = self.myAddress
         return routes
 
     def _publish(self) -> None:

@@ -1,12 +1,16 @@
-"""The main job (`make demo`): deposits fed at-least-once into persistent accounts, with a SIGKILL mid-feed.
+"""The main job (`make demo`): a Spark job feeds transactions into persistent accounts, with a SIGKILL mid-feed.
 
-    python -m examples.demo [--deposits 100000] [--accounts 1000] [--no-chaos] [--journal sqlite:///path.db]
+    python -m examples.demo [--transactions 1000000] [--accounts 10000] [--no-chaos] [--journal URL]
 
-A multi-process actor system on the embedded SQLite journal: a feeder (DurableDelivery) journals and
-delivers every deposit to /user/accounts/<id> (IdempotentReceiver entities in one host process).
-With chaos (the default) the account host is killed with SIGKILL part-way through; the guardian
-restarts it, accounts recover from the journal and the feeder resends what was not confirmed.
-At the end every balance is checked against the expected one; any mismatch exits non-zero.
+1. A local multi-process actor system on the embedded SQLite journal: the Spark bridge
+   (/system/spark-bridge), a host of account entities (/user/accounts/<id>, examples.accounts.pipeline
+   .BankAccount) and a ledger (/user/ledger) that receives a follow-up anchored to every deposit.
+2. A PySpark job (local[2]) generates the transactions and feeds them with ack="processed": the feed
+   returns only when every account and the ledger have confirmed every row, each applied once durably.
+3. With chaos (the default) the account host is killed with SIGKILL once 40% of the rows are processed;
+   the guardian restarts it, accounts recover from the journal, the bridge redelivers what was lost.
+4. Every balance is compared with the balance Spark computes itself, and with the ledger; any mismatch
+   exits non-zero. Everything is shut down at the end.
 """
 
 from __future__ import annotations
@@ -17,95 +21,166 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
-from collections import Counter
+from typing import Any
 
 import actors
-from examples.accounts.model import Account, FeedDeposits, Feeder, deposit
+from examples.accounts.pipeline import ACCOUNTS_PATH, LEDGER_PATH, BalanceOf, BankAccount, Ledger
+from spark_bridge import BRIDGE_PATH, FeedError, GetFeedProgress, feed, start_bridge
 
-CHUNK = 5_000
-
-
-def progress(done: int, total: int, started: float) -> None:
-    """A one-line progress bar on stderr."""
-    width = 30
-    filled = int(width * done / total) if total else width
-    rate = done / max(1e-9, time.perf_counter() - started)
-    sys.stderr.write(f"\r  [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} confirmed  {rate:,.0f}/s ")
-    sys.stderr.flush()
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FEED_ID = "demo-transactions"
+CHAOS_AT = 0.4
 
 
-def run(deposits: int, accounts: int, chaos: bool, journal: str | None) -> int:
+def spark_session(partitions: int) -> Any:
+    """A local[2] SparkSession bound to loopback whose Python workers import this checkout."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [ROOT, os.environ.get("PYTHONPATH", "")] if p)
+    session = (SparkSession.builder.master("local[2]").appName("reprise-demo")
+               .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", str(partitions))
+               .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def transactions(spark: Any, n: int, accounts: int, partitions: int) -> Any:
+    """Transaction i: `amount` (1..97) to account (i * 7919) % accounts, at path /user/accounts/<account>."""
+    return spark.range(0, n, numPartitions=partitions).selectExpr(
+        "id as txid",
+        f"cast((id * 7919) % {accounts} as string) as account",
+        "cast((id * 31) % 97 + 1 as long) as amount",
+    ).selectExpr("txid", "account", "amount", f"concat('{ACCOUNTS_PATH}/', account) as destination")
+
+
+class Chaos(threading.Thread):
+    """Kills the account host with SIGKILL once `fraction` of the rows are processed (own connection)."""
+
+    def __init__(self, port: int, total: int, fraction: float) -> None:
+        super().__init__(name="demo-chaos", daemon=True)
+        self.port, self.total, self.fraction = port, total, fraction
+        self.killed_pid: int | None = None
+        self.killed_at = 0
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        system = actors.connect(self.port)
+        try:
+            while not self.stopping.wait(0.05):
+                progress = system.ask(BRIDGE_PATH, GetFeedProgress(FEED_ID), timeout=10)
+                if progress.processed >= self.total * self.fraction:
+                    pid = system.status().hosts[ACCOUNTS_PATH].pid
+                    os.kill(pid, signal.SIGKILL)
+                    self.killed_pid, self.killed_at = pid, progress.processed
+                    sys.stderr.write(f"\n  chaos: killed the account host (pid {pid}) with SIGKILL after "
+                                     f"{progress.processed:,} rows were processed\n")
+                    return
+        finally:
+            system.close()
+
+
+def expected_balances(df: Any) -> dict[str, int]:
+    """What Spark itself says every account must hold."""
+    return {r["account"]: int(r["total"]) for r in df.groupBy("account").agg({"amount": "sum"})
+            .withColumnRenamed("sum(amount)", "total").collect()}
+
+
+def account_balances(system: actors.System, ids: list[str]) -> dict[str, BalanceOf]:
+    """Ask every account for its balance, in one round."""
+    probe = system.probe()
+    system.tell_many([(f"{ACCOUNTS_PATH}/{a}", "balance") for a in ids], sender=probe.path)
+    return {b.account: b for b in probe.receive_many(len(ids), timeout=120)}
+
+
+def run(n: int, accounts: int, chaos: bool, journal: str | None, partitions: int = 8, tag: str | None = None) -> int:
     """Run the pipeline; returns the process exit code."""
     workdir = tempfile.mkdtemp(prefix="reprise-demo-")
     journal = journal or f"sqlite:///{workdir}/journal.db"
-    print(f"Reprise demo: {deposits:,} deposits into {accounts:,} accounts, journal {journal}, "
-          f"chaos {'on' if chaos else 'off'}")
+    print(f"Reprise demo: {n:,} transactions over {accounts:,} accounts from Spark (local[2]), "
+          f"ack=processed, journal {journal}, chaos {'on' if chaos else 'off'}", flush=True)
     started = time.perf_counter()
-    killed_at = None
+    spark = spark_session(partitions)
     try:
-        with actors.start("multiproc", journal=journal, snapshot_store=journal, run_dir=f"{workdir}/run") as system:
-            system.spawn(Account, "/user/accounts", entities=True)
-            system.spawn(Feeder, "/user/feeder")
-            fed = 0
-            while fed < deposits:
-                count = min(CHUNK, deposits - fed)
-                stats = system.ask("/user/feeder", FeedDeposits(fed, count, accounts), timeout=120)
-                fed += count
-                if chaos and killed_at is None and fed >= deposits * 0.4:
-                    pid = system.status().hosts["/user/accounts"].pid
-                    os.kill(pid, signal.SIGKILL)
-                    killed_at = fed
-                    sys.stderr.write(f"\n  chaos: killed the account host (pid {pid}) with SIGKILL after "
-                                     f"{fed:,} deposits\n")
-                while stats.unconfirmed > 50_000:  # keep the feeder below its unconfirmed limit
-                    time.sleep(0.05)
-                    stats = system.ask("/user/feeder", "stats", timeout=60)
-                progress(stats.accepted - stats.unconfirmed, deposits, started)
-            deadline = time.monotonic() + 90
-            while stats.unconfirmed and time.monotonic() < deadline:
-                time.sleep(0.1)
-                stats = system.ask("/user/feeder", "stats", timeout=60)
-                progress(stats.accepted - stats.unconfirmed, deposits, started)
-            sys.stderr.write("\n")
-            seconds = time.perf_counter() - started
-            expected = Counter()
-            for i in range(deposits):
-                account, amount = deposit(i, accounts)
-                expected[str(account)] += amount
-            probe = system.probe()
-            system.tell_many([(f"/user/accounts/{a}", "balance") for a in expected], sender=probe.path)
-            balances = dict(probe.receive_many(len(expected), timeout=60))
-            mismatches = {a: (balances.get(a), want) for a, want in expected.items() if balances.get(a) != want}
+        with actors.start("multiproc", journal=journal, snapshot_store=journal, run_dir=f"{workdir}/run",
+                          tag=tag) as system:
+            system.spawn(Ledger, LEDGER_PATH)
+            system.spawn(BankAccount, ACCOUNTS_PATH, entities=True, kwargs={"ledger": LEDGER_PATH})
+            start_bridge(system)
+            df = transactions(spark, n, accounts, partitions)
+            killer = Chaos(system.admin_port, n, CHAOS_AT) if chaos else None
+            if killer:
+                killer.start()
+            try:
+                result = feed(df, system=system.admin_port, feed_id=FEED_ID, ack="processed",
+                              timeout=120.0, progress=True)
+            except FeedError as e:
+                print(f"FAILED: the feed did not complete: {e}")
+                return 1
+            finally:
+                if killer:
+                    killer.stopping.set()
+                    killer.join(15)
+            expected = expected_balances(df)
+            balances = account_balances(system, sorted(expected))
+            ledger = system.ask(LEDGER_PATH, "totals", timeout=60)
             hosts = system.status().hosts
             letters = system.dead_letters()
+        seconds = time.perf_counter() - started
+        mismatches = {a: (balances[a].balance if a in balances else None, want)
+                      for a, want in expected.items() if a not in balances or balances[a].balance != want}
+        ledger_off = {a: (ledger.per_account.get(a), want) for a, want in expected.items()
+                      if ledger.per_account.get(a) != want}
+        seen_again = sum(b.redelivered for b in balances.values()) + ledger.redelivered
+        resent = hosts[BRIDGE_PATH].counters.get("redelivered", 0)
+        restarts = hosts[ACCOUNTS_PATH].restarts
         print("summary")
-        print(f"  deposits            {deposits:,} ({deposits / seconds:,.0f}/s end to end, {seconds:.1f} s)")
-        print(f"  unconfirmed at end  {stats.unconfirmed:,}")
-        print(f"  account host        restarted {hosts['/user/accounts'].restarts} time(s)"
-              + (f" (SIGKILL after {killed_at:,} deposits)" if killed_at else ""))
-        print(f"  dead letters        {letters.count:,}")
-        print(f"  balances checked    {len(expected):,}, mismatches {len(mismatches):,}")
-        if mismatches or stats.unconfirmed:
+        print(f"  rows                {result.rows:,} fed in {result.seconds:.1f} s "
+              f"({result.rows_per_second:,.0f} rows/s processed, end to end incl. Spark start {seconds:.1f} s)")
+        print(f"  duplicates skipped  {result.duplicates_skipped:,} (rows the bridge already had)")
+        print(f"  redeliveries        {resent:,} rows resent by the bridge; {seen_again:,} arrived again after being "
+              "applied (confirmed, not applied twice)")
+        print(f"  dead letters        {letters.count:,} (rows dead-lettered by the feed: {result.dead_lettered:,})")
+        print(f"  account host        restarted {restarts} time(s)"
+              + (f" (SIGKILL after {killer.killed_at:,} rows)" if killer and killer.killed_pid else ""))
+        print(f"  ledger              {ledger.entries:,} entries, total {ledger.total:,}")
+        print(f"  balances checked    {len(expected):,} against Spark's own sums, mismatches {len(mismatches):,}, "
+              f"ledger mismatches {len(ledger_off):,}")
+        failed = bool(mismatches or ledger_off or ledger.entries != n or (chaos and not restarts))
+        if failed:
             for account, (got, want) in list(mismatches.items())[:10]:
-                print(f"  MISMATCH account {account}: balance {got}, expected {want}")
+                print(f"  MISMATCH account {account}: balance {got}, Spark says {want}")
+            for account, (got, want) in list(ledger_off.items())[:10]:
+                print(f"  MISMATCH ledger for account {account}: {got}, Spark says {want}")
+            if chaos and not restarts:
+                print("  the chaos kill did not happen (the feed finished first?)")
             print("FAILED")
             return 1
-        print("OK: every balance is exact")
+        print("OK: every balance is exact, in the accounts and in the ledger")
         return 0
     finally:
+        spark.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse options and run."""
     parser = argparse.ArgumentParser(prog="python -m examples.demo", description=__doc__.split("\n")[0])
-    parser.add_argument("--deposits", type=int, default=100_000)
-    parser.add_argument("--accounts", type=int, default=1_000)
+    parser.add_argument("--transactions", type=int, default=1_000_000)
+    parser.add_argument("--accounts", type=int, default=10_000)
+    parser.add_argument("--partitions", type=int, default=8, help="Spark partitions of the transactions")
     parser.add_argument("--no-chaos", dest="chaos", action="store_false", help="do not kill the account host")
     parser.add_argument("--journal", help="journal URL (default: a SQLite file in a temp dir)")
+    parser.add_argument("--tag", help="a marker on the command line of every process of the system (for tests)")
     args = parser.parse_args(argv)
-    return run(args.deposits, args.accounts, args.chaos, args.journal)
+    if args.transactions < 1 or args.accounts < 1:
+        parser.error("--transactions and --accounts must be at least 1")
+    return run(args.transactions, args.accounts, args.chaos, args.journal, args.partitions, args.tag)
 
 
 if __name__ == "__main__":

@@ -3,11 +3,11 @@
     python -m examples.streaming [--rows 20000] [--accounts 100] [--rows-per-batch 2000] [--source rate|files]
 
 A multi-process actor system runs the Spark bridge (/system/spark-bridge) and the accounts of
-examples/accounts (/user/accounts/<id>, IdempotentReceiver entities). A streaming DataFrame of deposits
-is fed through `feed_stream`: each micro-batch becomes one `feed()` with the feed id
-"<feed id>/<batch id>", acknowledged once the bridge has journaled it; the bridge then tells each row,
-as a `Deposit(delivery id = row number + 1, amount)`, to its account, which applies it once per
-(bridge, row number) even when the bridge sends it again after a restart.
+examples/accounts/pipeline.py (/user/accounts/<id>, BankAccount: FeedReceiver entities). A streaming
+DataFrame of deposits is fed through `feed_stream`: each micro-batch becomes one `feed()` with the
+feed id "<feed id>/<batch id>", acknowledged once the bridge has journaled it; the bridge then
+delivers each row at least once to its account, which applies it once (FeedReceiver.apply_row) even
+when the bridge sends it again after a restart.
 
 Sources: `rate` (Spark's `rate-micro-batch`: exactly --rows-per-batch new rows per micro-batch; the
 query is stopped once --rows rows went through) or `files` (the deposits written as JSON files first,
@@ -26,18 +26,11 @@ import time
 from typing import Any
 
 import actors
-from examples.accounts.client import balances
-from examples.accounts.model import Account, Deposit
+from examples.accounts.pipeline import ACCOUNTS_PATH, BankAccount
 from spark_bridge import feed_stream, start_bridge
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FEED_ID = "streaming-example"
-
-
-def to_deposit(row: Any) -> Deposit:
-    """Row -> the account's message; row number + 1 is the delivery id the account deduplicates on."""
-    # Delivery ids start at 1 (as AtLeastOnceDelivery's do): IdempotentReceiver counts 0 as already seen.
-    return Deposit(int(row["value"]) + 1, int(row["amount"]))
 
 
 def with_deposit_columns(df: Any, rows: int, accounts: int) -> Any:
@@ -84,6 +77,13 @@ def wait_until_fed(query: Any, rows: int, timeout: float) -> int:
     return sum(seen.values())
 
 
+def balances(system: actors.System, ids: list[str], timeout: float = 60.0) -> dict[str, int]:
+    """Ask every account for its balance, in one round."""
+    probe = system.probe()
+    system.tell_many([(f"{ACCOUNTS_PATH}/{a}", "balance") for a in ids], sender=probe.path)
+    return {b.account: b.balance for b in probe.receive_many(len(ids), timeout=timeout)}
+
+
 def stop_between_batches(query: Any, timeout: float = 10.0) -> None:
     """Stop a query while its trigger is idle: interrupting a running foreachBatch makes Spark log a stack overflow."""
     deadline = time.monotonic() + timeout
@@ -103,7 +103,7 @@ def run(spark: Any, rows: int = 20_000, accounts: int = 100, rows_per_batch: int
     try:
         with actors.start("multiproc", journal=journal, snapshot_store=journal, tag=tag,
                           run_dir=f"{workdir}/run") as system:
-            system.spawn(Account, "/user/accounts", entities=True)
+            system.spawn(BankAccount, ACCOUNTS_PATH, entities=True, kwargs={"ledger": None})
             start_bridge(system)
             if source == "rate":
                 stream = rate_stream(spark, rows, accounts, rows_per_batch)
@@ -113,7 +113,7 @@ def run(spark: Any, rows: int = 20_000, accounts: int = 100, rows_per_batch: int
                 stream = file_stream(spark, rows, accounts, rows_per_batch, f"{workdir}/input")
                 trigger = {"availableNow": True}
             query = feed_stream(stream, system, feed_id=FEED_ID, checkpoint=f"{workdir}/checkpoint",
-                                to="destination", message=to_deposit, trigger=trigger)
+                                to="destination", trigger=trigger)
             try:
                 read = wait_until_fed(query, rows, timeout)
                 if source == "files":
@@ -159,7 +159,7 @@ def spark_session(master: str = "local[2]") -> Any:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    # Workers unpickle `to_deposit` by module name (examples.streaming): they need the project on their path.
+    # Workers unpickle what feed_stream ships by module name: they need the project on their path.
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [ROOT, os.environ.get("PYTHONPATH", "")] if p)
     session = (SparkSession.builder.master(master).appName("reprise-streaming-example")
                .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")

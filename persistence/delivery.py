@@ -52,6 +52,7 @@ class AtLeastOnceDelivery(PersistentActor):
         self._delivery_seq = 0
         self._unconfirmed: dict[int, _Delivery] = {}
         self._redeliver_timer: Timer | None = None
+        self._redelivered = 0  # sends of a delivery sent before, by this incarnation (for status)
 
     # ---- the API --------------------------------------------------------------------------------
     def deliver(self, destination: str, id_to_message: Callable[[int], Any]) -> int:
@@ -105,8 +106,8 @@ class AtLeastOnceDelivery(PersistentActor):
         return len(self._unconfirmed)
 
     def stats(self) -> dict[str, int]:
-        """Reported by `reprise status`: deliveries not confirmed yet."""
-        return {"unconfirmed": len(self._unconfirmed)}
+        """Reported by `reprise status`: deliveries not confirmed yet, and resends since this incarnation began."""
+        return {"unconfirmed": len(self._unconfirmed), "redelivered": self._redelivered}
 
     def get_delivery_snapshot(self) -> AtLeastOnceDeliverySnapshot:
         """The delivery state, to embed in a snapshot."""
@@ -139,6 +140,8 @@ class AtLeastOnceDelivery(PersistentActor):
     def _send(self, delivery_id: int, d: _Delivery, now: float) -> None:
         self.tell(d.destination, d.message)
         d.timestamp = now
+        if d.attempt:
+            self._redelivered += 1
         d.attempt += 1
         self._ensure_timer()
 

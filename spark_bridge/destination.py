@@ -28,7 +28,7 @@ from typing import Any
 
 import actors
 from persistence import IdempotentReceiver, SnapshotOffer
-from persistence.idempotent import Applied, SeenIds
+from persistence.idempotent import Applied, AppliedBatch, SeenIds
 from spark_bridge.bridge import BRIDGE_PATH, PERSISTENCE_ID
 from spark_bridge.messages import Confirmed, Forward, ForwardAccepted, ReceiverSnapshot, Row, RowApplied
 
@@ -169,6 +169,11 @@ class FeedReceiver(IdempotentReceiver):
             super()._process_command(message, sender)
 
     def _recover_event(self, event: Any) -> None:
+        if type(event) is AppliedBatch:
+            # Rows applied in one group commit: each entry recovers like a single Applied (below).
+            for origin, delivery_id, applied in event.entries():
+                self._recover_event(Applied(origin, delivery_id, applied))
+            return
         if type(event) is Applied and type(event.event) is RowApplied:
             inner = event.event
             pid = self.persistence_id

@@ -1,21 +1,41 @@
-"""The main job (`make demo`) at small scale: exact balances after a SIGKILL of the account host."""
+"""The main job (`make demo`) at small scale, run as the user runs it: Spark, bridge, accounts, ledger, SIGKILL."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
-from examples import demo
+from actors.system import tagged_pids
+from tests.conftest import SESSION_TOKEN
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+pytestmark = [pytest.mark.spark, pytest.mark.multiproc]
 
 
-@pytest.mark.timeout(120)
-def test_demo_with_chaos_ends_with_exact_balances(capsys):
-    assert demo.main(["--deposits", "6000", "--accounts", "50"]) == 0
-    out = capsys.readouterr().out
-    assert "restarted 1 time(s) (SIGKILL after" in out
-    assert "mismatches 0" in out and "OK: every balance is exact" in out
+def demo(*argv: str) -> subprocess.CompletedProcess:
+    tag = f"{SESSION_TOKEN}-demo-"  # under the session token: conftest's leak check covers the demo's system
+    done = subprocess.run([sys.executable, "-m", "examples.demo", "--tag", tag, *argv], cwd=ROOT,
+                          capture_output=True, text=True, timeout=280)
+    assert tagged_pids(tag) == [], "the demo left processes behind"
+    return done
 
 
-@pytest.mark.timeout(120)
-def test_demo_without_chaos(capsys):
-    assert demo.main(["--deposits", "2000", "--accounts", "20", "--no-chaos"]) == 0
-    assert "restarted 0 time(s)" in capsys.readouterr().out
+@pytest.mark.timeout(300)
+def test_demo_with_chaos_ends_with_exact_balances():
+    run = demo("--transactions", "20000", "--accounts", "200", "--partitions", "4")
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    assert "restarted 1 time(s) (SIGKILL after" in run.stdout
+    assert "ledger              20,000 entries" in run.stdout
+    assert "mismatches 0, ledger mismatches 0" in run.stdout and "OK: every balance is exact" in run.stdout
+
+
+@pytest.mark.timeout(300)
+def test_demo_without_chaos_and_bad_options():
+    run = demo("--transactions", "3000", "--accounts", "30", "--no-chaos", "--partitions", "2")
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    assert "restarted 0 time(s)" in run.stdout and "OK: every balance is exact" in run.stdout
+    bad = demo("--transactions", "0")
+    assert bad.returncode == 2 and "--transactions and --accounts must be at least 1" in bad.stderr

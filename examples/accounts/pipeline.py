@@ -1,0 +1,103 @@
+"""The actors of the Spark pipeline (`make demo`): accounts fed by the bridge, and a ledger they post to.
+
+    Spark rows ──feed(ack="processed")──▶ /system/spark-bridge ──Row──▶ /user/accounts/<id>  (BankAccount)
+                                                                              │ Entry, anchored to the row
+                                                    /user/ledger (Ledger) ◀───┘ (through the bridge)
+
+Each account applies a row once (its event and the follow-up are one journaled event), posts an
+`Entry` anchored to the row, and confirms. The ledger applies each entry once and confirms it. A feed
+with ack="processed" returns only when both have confirmed every row's tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from examples.accounts.model import Deposited
+from journal import register_type
+from spark_bridge import FeedReceiver, Row
+
+LEDGER_PATH = "/user/ledger"
+ACCOUNTS_PATH = "/user/accounts"
+
+
+@register_type(manifest="reprise.examples.Entry")
+@dataclass(frozen=True)
+class Entry:
+    """Account -> ledger (anchored follow-up) and the ledger's event: `amount` was deposited to `account`."""
+
+    account: str
+    amount: int
+
+
+@dataclass(frozen=True)
+class BalanceOf:
+    """Reply of an account to "balance": its id, its balance and how many rows it saw again."""
+
+    account: str
+    balance: int
+    redelivered: int
+
+
+@dataclass(frozen=True)
+class LedgerTotals:
+    """Reply of the ledger to "totals": entries applied, their sum, per-account sums, rows seen again."""
+
+    entries: int
+    total: int
+    per_account: dict
+    redelivered: int
+
+
+class BankAccount(FeedReceiver):
+    """Applies each deposit row once, posts an anchored Entry to the ledger (if any), confirms once durable."""
+
+    def __init__(self, ledger: str | None = LEDGER_PATH) -> None:
+        self.ledger = ledger  # None: no follow-ups
+
+    def pre_start(self) -> None:
+        """Start empty; recovery replays the deposits."""
+        self.balance = 0
+        self.redelivered = 0
+
+    def receive_recover(self, event: Any) -> None:
+        """Replay a deposit."""
+        if isinstance(event, Deposited):
+            self.balance += event.amount
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        """A Row is a deposit ({"amount": n, ...}); "balance" replies BalanceOf."""
+        if isinstance(message, Row):
+            amount = int(message.body["amount"])
+            posted = [(self.ledger, Entry(self.entity_id, amount))] if self.ledger else []
+            if not self.apply_row(message, Deposited(amount), self.receive_recover, follow_ups=posted):
+                self.redelivered += 1  # applied before: confirmed again, not applied again
+        elif message == "balance":
+            self.tell(sender, BalanceOf(self.entity_id, self.balance, self.redelivered))
+
+
+class Ledger(FeedReceiver):
+    """Applies each Entry row once; keeps the sum per account, to be checked against the accounts."""
+
+    def pre_start(self) -> None:
+        """Start empty; recovery replays the entries."""
+        self.entries = 0
+        self.total = 0
+        self.per_account: dict[str, int] = {}
+        self.redelivered = 0
+
+    def receive_recover(self, event: Any) -> None:
+        """Replay an entry."""
+        if isinstance(event, Entry):
+            self.entries += 1
+            self.total += event.amount
+            self.per_account[event.account] = self.per_account.get(event.account, 0) + event.amount
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        """A Row carries an Entry; "totals" replies LedgerTotals."""
+        if isinstance(message, Row):
+            if not self.apply_row(message, message.body, self.receive_recover):
+                self.redelivered += 1
+        elif message == "totals":
+            self.tell(sender, LedgerTotals(self.entries, self.total, dict(self.per_account), self.redelivered))
