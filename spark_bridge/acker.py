@@ -46,6 +46,18 @@ def edges(first_id: int, count: int, skip: frozenset | set = frozenset()) -> int
     return value
 
 
+def edge_list(delivery_ids: list[int]) -> list[int]:
+    """edge(d) for each id (vectorized when numpy is there)."""
+    if _np is None or len(delivery_ids) < 32:
+        return [edge(d) for d in delivery_ids]
+    u = _np.uint64
+    z = _np.array(delivery_ids, dtype=u) + u(_GOLDEN)
+    z = (z ^ (z >> u(30))) * u(_M1)
+    z = (z ^ (z >> u(27))) * u(_M2)
+    z ^= z >> u(31)
+    return z.tolist()
+
+
 class Tree:
     """One batch's tree: the XOR value, and what to report when it completes."""
 

@@ -37,7 +37,7 @@ from persistence import (
 )
 from persistence.delivery import _Delivery
 from persistence.idempotent import SeenIds
-from spark_bridge.acker import Tree, edge, edges
+from spark_bridge.acker import Tree, edge, edge_list, edges
 from spark_bridge.messages import (
     AwaitBatch,
     BatchAccepted,
@@ -359,7 +359,7 @@ class SparkBridge(AtLeastOnceDelivery):
     def _confirm_many(self, delivery_ids: list[int]) -> None:
         """The hot path of _settle for a host's batch of confirmations."""
         unconfirmed, trees, confirmed = self._unconfirmed, self._trees, self._confirmed
-        for delivery_id in delivery_ids:
+        for delivery_id, e in zip(delivery_ids, edge_list(delivery_ids), strict=True):
             d = unconfirmed.pop(delivery_id, None)
             if d is None:
                 if self._settle(delivery_id, replaying=False):
@@ -368,7 +368,7 @@ class SparkBridge(AtLeastOnceDelivery):
             confirmed.append(delivery_id)
             tree = trees.get(d.message.anchor)
             if tree is not None:
-                tree.value ^= edge(delivery_id)
+                tree.value ^= e
                 if not tree.value:
                     self._complete(tree, replaying=False)
         if not unconfirmed:

@@ -171,3 +171,10 @@ class SpillingBridge(SparkBridge):
 
     backlog_in_memory = 1_000
     snapshot_every = 10
+
+
+class EagerBridge(SparkBridge):
+    """A bridge that redelivers after 1 s (tests that lose deliveries need not wait 10 s)."""
+
+    redeliver_interval = 1.0
+    redelivery_backoff = (1.0, 4.0, 2.0)

@@ -322,6 +322,42 @@ def test_bridge_host_killed_mid_feed_in_processed_mode_completes_exactly(spark, 
     df.unpersist()
 
 
+@pytest.mark.timeout(180)
+def test_accounts_host_killed_mid_feed_in_processed_mode_applies_and_posts_every_row_once(spark, make_bridged):
+    from tests.spark_bridge.sample import EagerBridge
+
+    # Rows applied but not yet confirmed, and follow-ups written but not yet sent, die with the host: the
+    # bridge redelivers the rows, the restarted accounts find them applied and send their follow-ups again.
+    system = make_bridged(account=DurableAccount, ledger=True, bridge=EagerBridge)
+    df = deposits(spark, 40_000, accounts=200).cache()
+    expected = expected_sums(df)
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = feed(df, system=system.admin_port, feed_id="accounts-killed", ack="processed",
+                                     batch_size=500, window=4, timeout=90.0)
+        except BaseException as exc:  # reported by the main thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    probe = "/user/accounts/a0"
+    wait_for(lambda: system.ask(probe, GetBalance(), timeout=10).applied >= 30, timeout=90, interval=0.05)
+    pid = system.status().hosts["/user/accounts"].pid
+    os.kill(pid, signal.SIGKILL)
+    worker.join(timeout=150)
+    assert not worker.is_alive(), "feed did not finish after the accounts host was killed"
+    assert "error" not in outcome, outcome.get("error")
+    assert system.status().hosts["/user/accounts"].pid != pid
+    got = balances(system, expected)
+    assert sums(got) == expected
+    assert sum(b.applied for b in got.values()) == 40_000
+    ledger = system.ask("/user/ledger", GetBalance(), timeout=10)
+    assert (ledger.total, ledger.applied) == (sum(expected.values()), 40_000)
+    df.unpersist()
+
+
 # ---- more bad input ----------------------------------------------------------------------------------
 
 
