@@ -58,6 +58,10 @@ def _send_confirms(ref: weakref.ref) -> bool:
     return True
 
 
+# Destinations checked once: a receiver posts to the same few paths (a ledger) for every row.
+_valid_paths: set[str] = set()
+
+
 def _follow_ups(follow_ups: Iterable[tuple[str, Any]]) -> list[list]:
     pairs = []
     for item in follow_ups:
@@ -65,7 +69,10 @@ def _follow_ups(follow_ups: Iterable[tuple[str, Any]]) -> list[list]:
             to, message = item
         except (TypeError, ValueError):
             raise ValueError(f"follow_ups must be (path, message) pairs, got {item!r}") from None
-        actors.validate_path(to, what="follow-up destination")
+        if to not in _valid_paths:
+            actors.validate_path(to, what="follow-up destination")
+            if len(_valid_paths) < 10_000:
+                _valid_paths.add(to)
         pairs.append([to, message])
     return pairs
 
