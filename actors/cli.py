@@ -584,22 +584,30 @@ def render_results(results: dict[str, list[tuple[str, str, float]]], notes: list
 
 def write_chart(results: dict[str, list[tuple[str, str, float]]], path: str) -> None:
     """A PNG with one horizontal bar chart (log scale) per benchmark; Reprise's bars stand out."""
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers and in tests
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
-    heights = [max(1.5, 0.35 * len(rows) + 1) for rows in results.values()]
-    fig, axes = plt.subplots(len(results), 1, figsize=(10, sum(heights)), squeeze=False,
+    # Long measurement names are wrapped, so the bars keep most of the width.
+    wrap = [[textwrap.fill(f"{system}: {measurement}", 48) for system, measurement, _ in rows]
+            for rows in results.values()]
+    heights = [max(1.5, 0.3 * sum(label.count("\n") + 1 for label in labels) + 1) for labels in wrap]
+    fig, axes = plt.subplots(len(results), 1, figsize=(11, sum(heights)), squeeze=False,
                              gridspec_kw={"height_ratios": heights})
-    for ax, (name, rows) in zip(axes[:, 0], results.items(), strict=True):
-        labels = [f"{system}: {measurement}" for system, measurement, _ in rows]
+    for ax, labels, (name, rows) in zip(axes[:, 0], wrap, results.items(), strict=True):
         rates = [max(rate, 1e-9) for _, _, rate in rows]
         colors = ["tab:blue" if system.lower().startswith("reprise") else "tab:gray" for system, _, _ in rows]
         ax.barh(range(len(rows)), rates, color=colors)
         ax.set_yticks(range(len(rows)), labels, fontsize=8)
         ax.invert_yaxis()
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # labelled minor ticks overlap on short ranges
+        ax.bar_label(ax.containers[0], labels=[f"{r:,.0f}" for r in rates], fontsize=7, padding=2)
+        ax.set_xlim(right=max(rates) * 4)  # room for the value labels
         ax.set_title(name)
         ax.set_xlabel("per second (log scale; Reprise in blue)")
     fig.tight_layout()
