@@ -183,14 +183,18 @@ def tagged_pids(tag: str) -> list[int]:
     return found
 
 
-def kill_tagged(tag: str) -> list[int]:
-    """SIGKILL every process carrying `tag`; returns their pids."""
+def kill_tagged(tag: str, wait: float = 5.0) -> list[int]:
+    """SIGKILL every process carrying `tag` and wait (bounded) until they are gone; returns their pids."""
     pids = tagged_pids(tag)
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+    # The kill is asynchronous: a caller checking right after would still see them running.
+    deadline = time.monotonic() + wait
+    while pids and set(pids) & set(tagged_pids(tag)) and time.monotonic() < deadline:
+        time.sleep(0.01)
     return pids
 
 
