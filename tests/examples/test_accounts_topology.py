@@ -37,14 +37,19 @@ def tag():
     assert kill_tagged(tag) == [], f"processes tagged {tag} were left behind"
 
 
-def test_up_feed_check_down(tmp_path, tag):
-    # A copy, so that its relative journal lands in tmp_path and not in the source tree.
+def up_detached(tmp_path, tag) -> tuple[int, subprocess.CompletedProcess]:
+    """`reprise up` of a copy of the topology (its relative journal lands in tmp_path); (port, result)."""
     topology = tmp_path / "topology.toml"
     shutil.copy(TOPOLOGY, topology)
     port = actors.free_port()
     up = run(REPRISE, "up", str(topology), "--detach", "--port", str(port), "--tag", tag,
              "--run-dir", str(tmp_path / "run"))
     assert up.returncode == 0, up.stderr
+    return port, up
+
+
+def test_up_feed_check_down(tmp_path, tag):
+    port, up = up_detached(tmp_path, tag)
     assert "/user/accounts" in up.stdout and "/user/feeder" in up.stdout
     try:
         fed = client(port, "feed", "--count", "1500", "--accounts", "30")
@@ -80,12 +85,7 @@ def test_up_feed_check_down(tmp_path, tag):
 
 
 def test_check_reports_a_wrong_expectation(tmp_path, tag):
-    topology = tmp_path / "topology.toml"
-    shutil.copy(TOPOLOGY, topology)
-    port = actors.free_port()
-    up = run(REPRISE, "up", str(topology), "--detach", "--port", str(port), "--tag", tag,
-             "--run-dir", str(tmp_path / "run"))
-    assert up.returncode == 0, up.stderr
+    port, _ = up_detached(tmp_path, tag)
     try:
         assert client(port, "feed", "--count", "100", "--accounts", "5").returncode == 0
         wrong = client(port, "check", "--deposits", "120", "--accounts", "5")

@@ -153,29 +153,35 @@ def test_unserializable_column_is_named(spark, bridged):
         feed(df, system=bridged.admin_port, feed_id="dates")
 
 
-@pytest.mark.timeout(150)
-def test_bridge_host_killed_mid_feed_is_restarted_and_the_feed_completes_exactly(spark, bridged, tmp_path):
-    df = deposits(spark, 100_000, accounts=200).cache()
-    expected = expected_sums(df)
+def feed_killing_the_bridge(system, df, tmp_path, after_events: int, join_timeout: float, **kwargs):
+    """Run feed() in a thread, SIGKILL the bridge's host once `after_events` batches are stored; the result."""
     outcome: dict = {}
 
     def run() -> None:
         try:
-            outcome["result"] = feed(df, system=bridged.admin_port, feed_id="killed", batch_size=500,
-                                     window=4, timeout=30.0)
+            outcome["result"] = feed(df, system=system.admin_port, **kwargs)
         except BaseException as exc:  # reported by the main thread
             outcome["error"] = exc
 
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
-    wait_for(lambda: bridge_events(tmp_path) >= 20, timeout=60, interval=0.01)
-    pid = bridged.status().hosts[BRIDGE_PATH].pid
+    wait_for(lambda: bridge_events(tmp_path) >= after_events, timeout=90, interval=0.01)
+    pid = system.status().hosts[BRIDGE_PATH].pid
     os.kill(pid, signal.SIGKILL)
-    worker.join(timeout=120)
+    worker.join(timeout=join_timeout)
     assert not worker.is_alive(), "feed did not finish after the bridge host was killed"
     assert "error" not in outcome, outcome.get("error")
-    assert bridged.status().hosts[BRIDGE_PATH].pid != pid
-    assert outcome["result"].rows == 100_000
+    assert system.status().hosts[BRIDGE_PATH].pid != pid
+    return outcome["result"]
+
+
+@pytest.mark.timeout(150)
+def test_bridge_host_killed_mid_feed_is_restarted_and_the_feed_completes_exactly(spark, bridged, tmp_path):
+    df = deposits(spark, 100_000, accounts=200).cache()
+    expected = expected_sums(df)
+    result = feed_killing_the_bridge(bridged, df, tmp_path, after_events=20, join_timeout=120,
+                                     feed_id="killed", batch_size=500, window=4, timeout=30.0)
+    assert result.rows == 100_000
     assert bridge_events(tmp_path) == 200  # 2 partitions x 100 batches, each stored once
     got = settled(bridged, expected)
     assert {p: b.total for p, b in got.items()} == expected
@@ -292,25 +298,10 @@ def test_bridge_host_killed_mid_feed_in_processed_mode_completes_exactly(spark, 
     system = make_bridged(account=DurableAccount, ledger=True, bridge=SnapshottingBridge)
     df = deposits(spark, 60_000, accounts=200).cache()
     expected = expected_sums(df)
-    outcome: dict = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = feed(df, system=system.admin_port, feed_id="killed-processed", ack="processed",
-                                     batch_size=500, window=4, timeout=60.0)
-        except BaseException as exc:  # reported by the main thread
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    wait_for(lambda: bridge_events(tmp_path) >= 40, timeout=90, interval=0.05)
-    pid = system.status().hosts[BRIDGE_PATH].pid
-    os.kill(pid, signal.SIGKILL)
-    worker.join(timeout=150)
-    assert not worker.is_alive(), "feed did not finish after the bridge host was killed"
-    assert "error" not in outcome, outcome.get("error")
-    assert system.status().hosts[BRIDGE_PATH].pid != pid
-    assert outcome["result"].rows == 60_000
+    result = feed_killing_the_bridge(system, df, tmp_path, after_events=40, join_timeout=150,
+                                     feed_id="killed-processed", ack="processed", batch_size=500, window=4,
+                                     timeout=60.0)
+    assert result.rows == 60_000
     assert bridge_events(tmp_path) == 120  # 2 partitions x 60 batches, each stored once
     got = balances(system, expected)
     assert sums(got) == expected
