@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import uuid
@@ -51,14 +52,24 @@ for host in ("127.0.0.1", sys.argv[1]):
 """
 
 
-# Systems started in this pytest process (other tests) leave their bind settings in os.environ, and
-# actors.connect prefers an inherited REPRISE_BIND to its host argument: a user's shell has none.
+# Systems started in this pytest process (other tests) leave their bind settings in os.environ; a user's
+# shell has none, so the commands run without them.
 INHERITED = ("REPRISE_BIND", "REPRISE_PEERS", "THESPIAN_BASE_IPADDR")
 
 
 def run(prefix: list[str], *argv: str, timeout: float = 100) -> subprocess.CompletedProcess:
+    """Run a command (inside a namespace with `ip netns exec`); on timeout kill its whole process group,
+    since `ip netns exec` forks and a hung Python under it would outlive the test."""
     env = {k: v for k, v in os.environ.items() if k not in INHERITED}
-    return subprocess.run([*prefix, *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+    with subprocess.Popen([*prefix, *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env, start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 @pytest.fixture
