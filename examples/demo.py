@@ -26,7 +26,8 @@ import time
 from typing import Any
 
 import actors
-from examples.accounts.pipeline import ACCOUNTS_PATH, LEDGER_PATH, BalanceOf, BankAccount, Ledger
+from examples.accounts.pipeline import ACCOUNTS_PATH, LEDGER_PATH, BankAccount, Ledger
+from examples.accounts.pipeline import balances as account_balances
 from spark_bridge import BRIDGE_PATH, FeedError, GetFeedProgress, feed, start_bridge
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -89,13 +90,6 @@ def expected_balances(df: Any) -> dict[str, int]:
     """What Spark itself says every account must hold."""
     return {r["account"]: int(r["total"]) for r in df.groupBy("account").agg({"amount": "sum"})
             .withColumnRenamed("sum(amount)", "total").collect()}
-
-
-def account_balances(system: actors.System, ids: list[str]) -> dict[str, BalanceOf]:
-    """Ask every account for its balance, in one round."""
-    probe = system.probe()
-    system.tell_many([(f"{ACCOUNTS_PATH}/{a}", "balance") for a in ids], sender=probe.path)
-    return {b.account: b for b in probe.receive_many(len(ids), timeout=120)}
 
 
 def run(n: int, accounts: int, chaos: bool, journal: str | None, partitions: int = 8, tag: str | None = None) -> int:

@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 import actors
-from examples.accounts.pipeline import ACCOUNTS_PATH, BankAccount
+from examples.accounts.pipeline import ACCOUNTS_PATH, BankAccount, balances
 from spark_bridge import feed_stream, start_bridge
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,13 +77,6 @@ def wait_until_fed(query: Any, rows: int, timeout: float) -> int:
     return sum(seen.values())
 
 
-def balances(system: actors.System, ids: list[str], timeout: float = 60.0) -> dict[str, int]:
-    """Ask every account for its balance, in one round."""
-    probe = system.probe()
-    system.tell_many([(f"{ACCOUNTS_PATH}/{a}", "balance") for a in ids], sender=probe.path)
-    return {b.account: b.balance for b in probe.receive_many(len(ids), timeout=timeout)}
-
-
 def stop_between_batches(query: Any, timeout: float = 10.0) -> None:
     """Stop a query while its trigger is idle: interrupting a running foreachBatch makes Spark log a stack overflow."""
     deadline = time.monotonic() + timeout
@@ -130,7 +123,7 @@ def run(spark: Any, rows: int = 20_000, accounts: int = 100, rows_per_batch: int
             # Fan-out follows the bridge's acks: wait (bounded) until the accounts have applied everything.
             deadline = time.monotonic() + timeout
             while True:
-                got = balances(system, list(expected))
+                got = {a: b.balance for a, b in balances(system, list(expected), 60.0).items()}
                 if got == expected or time.monotonic() > deadline:
                     break
                 time.sleep(0.2)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import actors
 from examples.accounts.model import Deposited
 from journal import register_type
 from spark_bridge import FeedReceiver, Row
@@ -101,3 +102,10 @@ class Ledger(FeedReceiver):
                 self.redelivered += 1
         elif message == "totals":
             self.tell(sender, LedgerTotals(self.entries, self.total, dict(self.per_account), self.redelivered))
+
+
+def balances(system: actors.System, ids: list[str], timeout: float = 120.0) -> dict[str, BalanceOf]:
+    """Ask every account in `ids` for its BalanceOf, in one round (one probe, many replies)."""
+    probe = system.probe()
+    system.tell_many([(f"{ACCOUNTS_PATH}/{a}", "balance") for a in ids], sender=probe.path)
+    return {b.account: b for b in probe.receive_many(len(ids), timeout=timeout)}

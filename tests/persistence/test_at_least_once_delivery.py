@@ -60,7 +60,8 @@ def test_deliver_in_order_when_nothing_is_lost(psystem):
     w.probes["A"].expect_no_message(1 * S)
 
 
-def test_redeliver_lost_messages(psystem):
+def lose_a3(psystem):
+    """Akka's common opening: a-1 and a-2 arrive, a-3 is lost by the unreliable link, a-4 arrives."""
     w = World(psystem, {"A": 3}, interval=2 * S)
     a = w.probes["A"]
     w.req("a-1")
@@ -69,6 +70,11 @@ def test_redeliver_lost_messages(psystem):
     assert a.receive(10) == Action(2, "a-2")
     w.req("a-3", "a-4")
     assert a.receive(10) == Action(4, "a-4")
+    return w, a
+
+
+def test_redeliver_lost_messages(psystem):
+    w, a = lose_a3(psystem)
     assert a.receive(10) == Action(3, "a-3")
     a.expect_no_message(1 * S)
 
@@ -81,14 +87,7 @@ def test_wildcards_are_not_supported(psystem):
 
 
 def test_redeliver_lost_messages_after_restart(psystem):
-    w = World(psystem, {"A": 3}, interval=2 * S)
-    a = w.probes["A"]
-    w.req("a-1")
-    assert a.receive(10) == Action(1, "a-1")
-    w.req("a-2")
-    assert a.receive(10) == Action(2, "a-2")
-    w.req("a-3", "a-4")
-    assert a.receive(10) == Action(4, "a-4")
+    w, a = lose_a3(psystem)
     w.control.tell(w.sender, "boom")
     assert a.receive(10) == Action(3, "a-3")
     w.req("a-5")
