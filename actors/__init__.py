@@ -18,7 +18,7 @@ from .errors import (
     SystemNotRunning,
     UnpicklableMessage,
 )
-from .messages import DeadLetter, DeadLetters, HostInfo, SystemStatus
+from .messages import DeadLetter, DeadLetters, HostInfo, Scatter, SystemStatus
 from .paths import validate_path
 from .system import Probe, System, connect, free_port, shutdown, start
 from .timers import Timer
@@ -27,6 +27,6 @@ netsec.apply()
 
 __all__ = [
     "Actor", "AskTimeout", "DeadLetter", "DeadLetters", "HostInfo", "InvalidPath", "PathTaken", "Probe",
-    "RepriseError", "SpawnFailed", "System", "SystemNotRunning", "SystemStatus", "Timer",
+    "RepriseError", "Scatter", "SpawnFailed", "System", "SystemNotRunning", "SystemStatus", "Timer",
     "UnpicklableMessage", "connect", "free_port", "shutdown", "start", "validate_path",
 ]

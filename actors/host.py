@@ -9,6 +9,7 @@ import os
 import time
 import traceback
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -34,6 +35,7 @@ from .messages import (
     HostSpec,
     HostStats,
     InitHost,
+    Scatter,
     StopEntity,
 )
 from .timers import Timer, TimerQueue
@@ -126,6 +128,27 @@ class Host:
             self.local.append((sender, target, message))
         else:
             self.outbox.add(hit[0], hit[1], (sender, target, message))
+
+    def scatter(self, sender: str | None, targets: list[str], chunk: Callable[[list[int] | None], Scatter]) -> None:
+        """Send messages for many `targets` as one Scatter per host serving them.
+
+        `chunk(indices)` builds the Scatter for the targets at those indices (None: all of them, the
+        common case of a single destination host). Order is kept per destination, as with `route`.
+        """
+        resolve = self.router.resolve
+        groups: dict[str, tuple[Any, list[int]]] = {}
+        for i, target in enumerate(targets):
+            hit = resolve(target) or resolve(GUARDIAN_PATH)  # unknown here: the guardian decides
+            group = groups.get(hit[0])
+            if group is None:
+                group = groups[hit[0]] = (hit[1], [])
+            group[1].append(i)
+        for key, (address, indices) in groups.items():
+            message = chunk(None if len(groups) == 1 else indices)
+            if key == self.my_key:
+                self.local.extend([(sender, t, m) for t, m in message.items()])
+            else:
+                self.outbox.add(key, address, (sender, targets[indices[0]], message))
 
     def dead_letter(self, sender: str | None, target: str, message: Any, reason: str) -> None:
         """Report an undeliverable message to the guardian (counted, logged, observable)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,21 @@ class Batch:
 
     def __repr__(self) -> str:
         return f"Batch(origin={self.origin!r}, payload=<{len(self.payload)} bytes>)"
+
+
+class Scatter:
+    """Messages for many actors of one host carried as one entry, expanded where they arrive.
+
+    Subclasses (frozen dataclasses) keep their messages in columns of plain values, which pickle many
+    times faster than one object per message; `items()` builds the (target path, message) pairs on the
+    receiving side (transport.unpack), so receivers see ordinary messages. Send with `Host.scatter`.
+    """
+
+    __slots__ = ()
+
+    def items(self) -> Iterable[tuple[str, Any]]:
+        """The (target path, message) pairs, in the order they were sent."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)

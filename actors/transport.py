@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import UnpicklableMessage
-from .messages import Batch
+from .messages import Batch, Scatter
 from .paths import ancestors
 
 log = logging.getLogger("reprise.transport")
@@ -114,8 +114,22 @@ def pack(origin: str, entries: list[Entry], on_bad: Callable[[Entry, str], None]
 
 
 def unpack(batch: Batch) -> list[Entry]:
-    """The entries of a Batch."""
-    return pickle.loads(batch.payload)
+    """The entries of a Batch, with every Scatter expanded into the messages it carries."""
+    entries = pickle.loads(batch.payload)
+    for entry in entries:
+        if isinstance(entry[2], Scatter):
+            return _expand(entries)
+    return entries
+
+
+def _expand(entries: list[Entry]) -> list[Entry]:
+    out: list[Entry] = []
+    for sender, target, message in entries:
+        if isinstance(message, Scatter):
+            out.extend([(sender, t, m) for t, m in message.items()])
+        else:
+            out.append((sender, target, message))
+    return out
 
 
 class Outbox:

@@ -48,10 +48,13 @@ from spark_bridge.messages import (
     FeedProgress,
     Forward,
     ForwardAccepted,
+    Forwards,
+    ForwardsAccepted,
     GetFeedProgress,
     IngestBatch,
     Progress,
     Row,
+    RowChunk,
 )
 
 BRIDGE_PATH = "/system/spark-bridge"
@@ -111,6 +114,33 @@ class _Pending:
         self.next_index = next_index
         self.first_id = first_id
         self.size = size
+
+
+class _RowsOut:
+    """Rows of one turn, sent as one RowChunk per destination host: a pickle per host, not per row."""
+
+    __slots__ = ("targets", "ids", "anchors", "values", "columns")
+
+    def __init__(self, columns: tuple | None = None) -> None:
+        self.targets: list[str] = []
+        self.ids: list[int] = []
+        self.anchors: list[int | None] = []
+        self.values: list[Any] = []
+        self.columns = columns
+
+    def send(self, host: Any, sender: str, low: int) -> None:
+        """Hand the rows to the host's transport (grouped by the host serving each target)."""
+        if not self.targets:
+            return
+        t, i, a, v, columns = self.targets, self.ids, self.anchors, self.values, self.columns
+
+        def chunk(idx: list[int] | None) -> RowChunk:
+            if idx is None:
+                return RowChunk(t, i, a, v, columns, low)
+            return RowChunk([t[k] for k in idx], [i[k] for k in idx], [a[k] for k in idx], [v[k] for k in idx],
+                            columns, low)
+
+        host.scatter(sender, t, chunk)
 
 
 class SparkBridge(AtLeastOnceDelivery):
@@ -173,6 +203,7 @@ class SparkBridge(AtLeastOnceDelivery):
         self._low = 1
         self._low_at = 0.0
         self._persisted_ingest_at = 0.0
+        self._valid_paths: set[str] = set()
 
     # ---- recovery -------------------------------------------------------------------------------
     def receive_recover(self, event: Any) -> None:
@@ -247,8 +278,12 @@ class SparkBridge(AtLeastOnceDelivery):
             if not message.processed:
                 self._persisted_ingest_at = time.monotonic()
             self._ingest(message)
+        elif t is Forwards:
+            for args in zip(message.origins, message.forward_ids, message.anchors, message.tos, message.messages,
+                            message.senders, strict=True):
+                self._forward(*args)
         elif t is Forward:
-            self._forward(message, sender)
+            self._forward(message.origin, message.forward_id, message.anchor, message.to, message.message, sender)
         elif t is _Flush:
             if message.lazy:
                 self._lazy_queued = False
@@ -430,32 +465,38 @@ class SparkBridge(AtLeastOnceDelivery):
         i = delivery_id - b.first_id
         return b if b.next_index <= i < b.size else None
 
-    def _forward(self, f: Forward, sender: str | None) -> None:
-        if f.origin is not None:
-            seen = self._forwarded.setdefault(f.origin, SeenIds())
-            if f.forward_id in seen:  # sent again after a crash: accepted once the original is durable
+    def _forward(self, origin: str | None, forward_id: int, anchor: int | None, to: str, message: Any,
+                 sender: str | None) -> None:
+        if origin is not None:
+            seen = self._forwarded.get(origin)
+            if seen is None:
+                seen = self._forwarded[origin] = SeenIds()
+            if forward_id in seen:  # sent again after a crash: accepted once the original is durable
                 self._flush()
-                self.defer_async(ForwardAccepted(f.forward_id), lambda a: self.tell(sender, a))
+                self.defer_async(ForwardAccepted(forward_id), lambda a: self.tell(sender, a))
                 return
-            seen.add(f.forward_id)
-        try:
-            actors.validate_path(f.to, what="follow-up destination")
-        except actors.InvalidPath as exc:
-            self.log.error("spark bridge dropped a follow-up from %s: %s", sender, exc)
-            self._host.dead_letter(sender, str(f.to), f.message, str(exc))
-            if f.origin is not None:
-                self._forward_replies.append((sender, f.forward_id))
-                self._queue_flush()
-            return
+            seen.add(forward_id)
+        if to not in self._valid_paths:
+            try:
+                actors.validate_path(to, what="follow-up destination")
+            except actors.InvalidPath as exc:
+                self.log.error("spark bridge dropped a follow-up from %s: %s", sender, exc)
+                self._host.dead_letter(sender, str(to), message, str(exc))
+                if origin is not None:
+                    self._forward_replies.append((sender, forward_id))
+                    self._queue_flush()
+                return
+            if len(self._valid_paths) < 10_000:  # follow-ups go to a few paths (a ledger), checked once
+                self._valid_paths.add(to)
         delivery_id = self._next_id
         self._next_id += 1
         self._allocated[delivery_id] = 1
-        tree = self._trees.get(f.anchor)
+        tree = self._trees.get(anchor)
         if tree is not None:  # a follow-up of a finished tree (or of none) is delivered but not waited for
             tree.value ^= edge(delivery_id)
-        self._forwards.append([f.origin, f.forward_id, f.anchor, delivery_id, f.to, f.message])
-        if f.origin is not None:
-            self._forward_replies.append((sender, f.forward_id))
+        self._forwards.append([origin, forward_id, anchor, delivery_id, to, message])
+        if origin is not None:
+            self._forward_replies.append((sender, forward_id))
         self._queue_flush()
 
     def _queue_flush(self, urgent: bool = True) -> None:
@@ -487,12 +528,24 @@ class SparkBridge(AtLeastOnceDelivery):
     def _progressed(self, event: Progress, replies: list, completed: list[Tree]) -> None:
         now = time.monotonic()
         low = self._low
-        for _, _, anchor, delivery_id, to, message in event.forwards:
-            self._allocated.pop(delivery_id, None)
-            d = self._unconfirmed[delivery_id] = _Delivery(to, Row(delivery_id, message, anchor, low), now, 0)
-            self._send(delivery_id, d, now)
-        for sender, forward_id in replies:
-            self.tell(sender, ForwardAccepted(forward_id))
+        if event.forwards:
+            # AtLeastOnceDelivery._send for each, sent as one RowChunk per host (the timer armed once).
+            out = _RowsOut()
+            allocated, unconfirmed = self._allocated, self._unconfirmed
+            for _, _, anchor, delivery_id, to, message in event.forwards:
+                allocated.pop(delivery_id, None)
+                unconfirmed[delivery_id] = _Delivery(to, Row(delivery_id, message, anchor, low), now, 1)
+                out.targets.append(to)
+                out.ids.append(delivery_id)
+                out.anchors.append(anchor)
+                out.values.append(message)
+            out.send(self._host, self.path, low)
+            self._arm_redelivery()
+        replies = [r for r in replies if r[0] is not None]
+        if replies:
+            targets, ids = [r[0] for r in replies], [r[1] for r in replies]
+            self._host.scatter(self.path, targets, lambda idx: ForwardsAccepted(targets, ids) if idx is None else
+                               ForwardsAccepted([targets[k] for k in idx], [ids[k] for k in idx]))
         for tree in completed:
             self._feed(tree.feed_id)[1] += tree.rows
             if tree.reply_to is not None:
@@ -522,7 +575,7 @@ class SparkBridge(AtLeastOnceDelivery):
             self._refresh_low(now)
         low = self._low
         unconfirmed, ahead = self._unconfirmed, self._ahead
-        route, me = self._host.route, self.path
+        out = _RowsOut()
         sent = 0
         while budget > 0 and self._backlog_head < len(backlog):
             b = backlog[self._backlog_head]
@@ -539,6 +592,10 @@ class SparkBridge(AtLeastOnceDelivery):
                 datas = event.values[start:end]
             else:  # the receiver builds the dict (Row.body): the bridge is the busier process
                 datas = list(zip(*(c[start:end] for c in event.values), strict=True))
+            if columns != out.columns:
+                out.send(self._host, self.path, low)
+                out = _RowsOut(columns)
+            targets, ids, anchors, values = out.targets, out.ids, out.anchors, out.values
             for i, data in enumerate(datas, start):
                 if dead and i in dead:
                     continue
@@ -547,9 +604,12 @@ class SparkBridge(AtLeastOnceDelivery):
                     ahead.discard(delivery_id)
                     continue
                 # AtLeastOnceDelivery._send without its per-delivery timer check (armed once below).
-                row = Row(delivery_id, data, first, low, columns)
-                unconfirmed[delivery_id] = _Delivery(paths[i], row, now, 1)
-                route(me, paths[i], row)
+                path = paths[i]
+                unconfirmed[delivery_id] = _Delivery(path, Row(delivery_id, data, first, low, columns), now, 1)
+                targets.append(path)
+                ids.append(delivery_id)
+                anchors.append(first)
+                values.append(data)
                 sent += 1
             budget -= end - start
             b.next_index = end
@@ -561,6 +621,7 @@ class SparkBridge(AtLeastOnceDelivery):
                 if self._backlog_head > 1024 and self._backlog_head * 2 > len(backlog):
                     del backlog[:self._backlog_head]
                     self._backlog_head = 0
+        out.send(self._host, self.path, low)
         if sent:
             self._arm_redelivery()
         if len(self._unconfirmed) < self.fan_out_window:

@@ -30,32 +30,81 @@ import actors
 from persistence import IdempotentReceiver, SnapshotOffer
 from persistence.idempotent import Applied, AppliedBatch, SeenIds
 from spark_bridge.bridge import BRIDGE_PATH, PERSISTENCE_ID
-from spark_bridge.messages import Confirmed, Forward, ForwardAccepted, ReceiverSnapshot, Row, RowApplied
+from spark_bridge.messages import (
+    Confirmed,
+    Forward,
+    ForwardAccepted,
+    Forwards,
+    ReceiverSnapshot,
+    Row,
+    RowApplied,
+)
 
-# Confirmations of all entities of one host, sent as one message when the host settles: one message per
-# round instead of one per row. The host's outbox keeps its order, so a follow-up told before its row's
-# confirmation still reaches the bridge first.
-_pending_confirms: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+class _HostOut:
+    """What the destinations of one host send the bridge in a round: their follow-ups, then their confirms.
+
+    Sent as one Forwards and one Confirmed message when the host settles, instead of a message per row.
+    Follow-ups go first, so a follow-up sent before its row's confirmation reaches the bridge first (the
+    tree's XOR must count it before the confirmation could complete the tree).
+    """
+
+    __slots__ = ("senders", "origins", "forward_ids", "anchors", "tos", "messages", "confirmed")
+
+    def __init__(self) -> None:
+        self.senders: list[str] = []
+        self.origins: list[str | None] = []
+        self.forward_ids: list[int] = []
+        self.anchors: list[int | None] = []
+        self.tos: list[str] = []
+        self.messages: list[Any] = []
+        self.confirmed: list[int] = []
+
+    def send(self, host: Any) -> bool:
+        if not (self.confirmed or self.senders):
+            return False
+        if self.senders:
+            host.route(host.path, BRIDGE_PATH, Forwards(self.senders, self.origins, self.forward_ids, self.anchors,
+                                                        self.tos, self.messages))
+        if self.confirmed:
+            host.route(host.path, BRIDGE_PATH, Confirmed(self.confirmed))
+        return True
+
+
+_outgoing: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _out(actor: actors.Actor) -> _HostOut:
+    host = actor._host
+    out = _outgoing.get(host)
+    if out is None:
+        out = _outgoing[host] = _HostOut()
+        ref = weakref.ref(host)
+        host.on_settle(lambda: _send_out(ref))
+    return out
+
+
+def _send_out(ref: weakref.ref) -> bool:
+    host = ref()
+    out = _outgoing.get(host) if host is not None else None
+    if out is None or not out.send(host):
+        return False
+    _outgoing[host] = _HostOut()
+    return True
 
 
 def _confirm(actor: actors.Actor, delivery_id: int) -> None:
-    host = actor._host
-    ids = _pending_confirms.get(host)
-    if ids is None:
-        ids = _pending_confirms[host] = []
-        ref = weakref.ref(host)
-        host.on_settle(lambda: _send_confirms(ref))
-    ids.append(delivery_id)
+    _out(actor).confirmed.append(delivery_id)
 
 
-def _send_confirms(ref: weakref.ref) -> bool:
-    host = ref()
-    ids = _pending_confirms.get(host) if host is not None else None
-    if not ids:
-        return False
-    _pending_confirms[host] = []
-    host.route(host.path, BRIDGE_PATH, Confirmed(ids))
-    return True
+def _forward(actor: actors.Actor, f: Forward) -> None:
+    out = _out(actor)
+    out.senders.append(actor.path)
+    out.origins.append(f.origin)
+    out.forward_ids.append(f.forward_id)
+    out.anchors.append(f.anchor)
+    out.tos.append(f.to)
+    out.messages.append(f.message)
 
 
 # Destinations checked once: a receiver posts to the same few paths (a ledger) for every row.
@@ -84,7 +133,7 @@ def ack(actor: actors.Actor, row: Row, follow_ups: Iterable[tuple[str, Any]] = (
     delivers each follow-up at least once from the moment it has it.
     """
     for to, message in _follow_ups(follow_ups) if follow_ups else ():
-        actor.tell(BRIDGE_PATH, Forward(None, 0, row.anchor, to, message))
+        _forward(actor, Forward(None, 0, row.anchor, to, message))
     _confirm(actor, row.delivery_id)
 
 
@@ -155,11 +204,11 @@ class FeedReceiver(IdempotentReceiver):
         pid = self.persistence_id
         for k, (to, message) in enumerate(e.follow_ups):
             f = self._unaccepted[e.first_forward + k] = Forward(pid, e.first_forward + k, e.anchor, to, message)
-            self.tell(BRIDGE_PATH, f)
+            _forward(self, f)
 
     def _reconfirm(self, row: Row) -> None:
         for f in list(self._unaccepted.values()):
-            self.tell(BRIDGE_PATH, f)
+            _forward(self, f)
         _confirm(self, row.delivery_id)
 
     def _trim(self, low: int) -> None:

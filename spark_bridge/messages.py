@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from actors import Scatter
 from journal import register_type
 
 # ---- Spark task <-> bridge ------------------------------------------------------------------------
@@ -107,6 +108,27 @@ class Row:
 
 
 @dataclass(frozen=True)
+class RowChunk(Scatter):
+    """Bridge -> a destination host: many Rows in columns (one pickle for thousands of rows).
+
+    Row k goes to `targets[k]` as Row(delivery_ids[k], values[k], anchors[k], settled_below, columns).
+    """
+
+    targets: list
+    delivery_ids: list
+    anchors: list
+    values: list
+    columns: tuple | None
+    settled_below: int
+
+    def items(self) -> list[tuple[str, Row]]:
+        """One Row per target, in order."""
+        low, columns = self.settled_below, self.columns
+        return [(t, Row(i, d, a, low, columns))
+                for t, i, a, d in zip(self.targets, self.delivery_ids, self.anchors, self.values, strict=True)]
+
+
+@dataclass(frozen=True)
 class Confirmed:
     """Destination host -> bridge: these deliveries were confirmed (all confirms of one host round, batched)."""
 
@@ -133,6 +155,33 @@ class ForwardAccepted:
     """Bridge -> destination: the follow-up `forward_id` is durable in the bridge (stop resending it)."""
 
     forward_id: int
+
+
+@dataclass(frozen=True)
+class Forwards:
+    """Destination host -> bridge: the follow-ups its actors sent in one round, in columns.
+
+    Entry k is Forward(origins[k], forward_ids[k], anchors[k], tos[k], messages[k]) from `senders[k]`.
+    """
+
+    senders: list
+    origins: list
+    forward_ids: list
+    anchors: list
+    tos: list
+    messages: list
+
+
+@dataclass(frozen=True)
+class ForwardsAccepted(Scatter):
+    """Bridge -> a destination host: ForwardAccepted(forward_ids[k]) for `targets[k]`, in columns."""
+
+    targets: list
+    forward_ids: list
+
+    def items(self) -> list[tuple[str, ForwardAccepted]]:
+        """One ForwardAccepted per target, in order."""
+        return [(t, ForwardAccepted(f)) for t, f in zip(self.targets, self.forward_ids, strict=True)]
 
 
 # ---- the bridge's journal -------------------------------------------------------------------------
