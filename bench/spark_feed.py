@@ -121,15 +121,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", metavar="FILE", help="also write the results to FILE")
     parser.add_argument("--skip-durable", action="store_true", help="leave out the durable-accounts run")
     args = parser.parse_args(argv)
-    from pyspark.sql import SparkSession
+    from spark_bridge import local_session
 
     rows = args.rows
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
-    spark = (SparkSession.builder.master("local[2]").config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.driver.host", "127.0.0.1").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session("reprise-bench-spark-feed", import_paths=tuple(p for p in sys.path if p and os.path.isdir(p)),
+                          **{"spark.ui.showConsoleProgress": "false"})
     df = spark.range(0, rows, numPartitions=2).selectExpr(
         "concat('/user/accounts/a', cast(id % 1000 as string)) as destination",
         "cast(id % 97 + 1 as long) as amount", "id as txid").cache()

@@ -28,7 +28,7 @@ from typing import Any
 import actors
 from examples.accounts.pipeline import ACCOUNTS_PATH, LEDGER_PATH, BankAccount, Ledger
 from examples.accounts.pipeline import balances as account_balances
-from spark_bridge import BRIDGE_PATH, FeedError, GetFeedProgress, feed, start_bridge
+from spark_bridge import BRIDGE_PATH, FeedError, GetFeedProgress, feed, local_session, start_bridge
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FEED_ID = "demo-transactions"
@@ -37,18 +37,7 @@ CHAOS_AT = 0.4
 
 def spark_session(partitions: int) -> Any:
     """A local[2] SparkSession bound to loopback whose Python workers import this checkout."""
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [ROOT, os.environ.get("PYTHONPATH", "")] if p)
-    session = (SparkSession.builder.master("local[2]").appName("reprise-demo")
-               .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", str(partitions))
-               .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    return session
+    return local_session("reprise-demo", shuffle_partitions=partitions, import_paths=(ROOT,))
 
 
 def transactions(spark: Any, n: int, accounts: int, partitions: int) -> Any:

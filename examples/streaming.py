@@ -27,7 +27,7 @@ from typing import Any
 
 import actors
 from examples.accounts.pipeline import ACCOUNTS_PATH, BankAccount, balances
-from spark_bridge import feed_stream, start_bridge
+from spark_bridge import feed_stream, local_session, start_bridge
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FEED_ID = "streaming-example"
@@ -148,18 +148,8 @@ def run(spark: Any, rows: int = 20_000, accounts: int = 100, rows_per_batch: int
 
 def spark_session(master: str = "local[2]") -> Any:
     """A local SparkSession on loopback whose Python workers can import this project."""
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Workers unpickle what feed_stream ships by module name: they need the project on their path.
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [ROOT, os.environ.get("PYTHONPATH", "")] if p)
-    session = (SparkSession.builder.master(master).appName("reprise-streaming-example")
-               .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
-               .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"]).getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    return session
+    return local_session("reprise-streaming-example", master, import_paths=(ROOT,))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,7 +37,8 @@ from spark_bridge.messages import (
     Row,
 )
 from spark_bridge.progress import ProgressBar
+from spark_bridge.session import local_session
 
 __all__ = ["BRIDGE_PATH", "AwaitBatch", "BatchAccepted", "BatchProcessed", "BatchStored", "FeedError", "FeedProgress",
            "FeedReceiver", "FeedResult", "Forward", "ForwardAccepted", "GetFeedProgress", "IngestBatch", "Progress",
-           "ProgressBar", "Row", "SparkBridge", "ack", "feed", "feed_stream", "start_bridge"]
+           "ProgressBar", "Row", "SparkBridge", "ack", "feed", "feed_stream", "local_session", "start_bridge"]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,17 +12,11 @@ ROOT = str(Path(__file__).resolve().parents[2])
 @pytest.fixture(scope="session")
 def spark():
     """A local[2,3] SparkSession (2 threads, 3 attempts per task) bound to loopback, stopped at session end."""
-    pyspark_sql = pytest.importorskip("pyspark.sql")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    pytest.importorskip("pyspark.sql")
+    from spark_bridge import local_session
+
     # Python workers must import test modules (destination actors, message callables) by path.
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [ROOT, os.environ.get("PYTHONPATH", "")] if p)
-    session = (pyspark_sql.SparkSession.builder.master("local[2,3]").appName("reprise-spark-bridge-tests")
-               .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
-               .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
+    session = local_session("reprise-spark-bridge-tests", "local[2,3]", import_paths=(ROOT,))
     yield session
     session.stop()
 
