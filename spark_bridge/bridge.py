@@ -156,8 +156,10 @@ class SparkBridge(AtLeastOnceDelivery):
     redelivery_backoff = (10.0, 60.0, 2.0)
     redelivery_burst_limit = 100_000
     max_unconfirmed_messages = 1 << 62  # the fan-out window is the bound
-    fan_out_window: int = 50_000
-    """At most this many deliveries unconfirmed; stored rows beyond wait in the backlog."""
+    fan_out_window: int = 20_000
+    """At most this many deliveries unconfirmed; stored rows beyond wait in the backlog. A delivery can wait
+    behind the whole window in its destination's mailbox: at 50,000 a busy 2-core machine (3,000 rows/s)
+    took longer than `redeliver_interval` to reach it, and the bridge resent rows that were on their way."""
     fan_out_chunk: int = 4_000
     """Rows registered per turn, so that ingest is not starved by a long backlog."""
     fan_out_chunk_busy: int = 1_000
