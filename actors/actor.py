@@ -70,6 +70,9 @@ class Actor:
         """Stop this actor once the current message has been handled."""
         self._stopping = True
 
+    def _routes_lost(self, prefixes: list[str]) -> None:
+        """The hosts serving these path prefixes died (called only for actors in `Host.watch_routes`)."""
+
     def stats(self) -> dict[str, int]:
         """Counters this actor reports to `System.status()` / `reprise status` (summed per host)."""
         return {}

@@ -8,6 +8,7 @@ import logging
 import os
 import time
 import traceback
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from datetime import timedelta
@@ -89,6 +90,7 @@ class Host:
         self.now = time.monotonic()
         self.done = False
         self.entity_prefix = self.path + "/"
+        self._route_watchers: weakref.WeakSet = weakref.WeakSet()
 
     def stats(self, token: int) -> HostStats:
         """How many actors are alive here and the sums of their `stats()` counters."""
@@ -107,6 +109,32 @@ class Host:
         if not self.spec.entities:
             actor = self._new_instance(self.path)
             actor._around_pre_start()
+            self.settle()
+
+    def watch_routes(self, actor: Actor) -> None:
+        """Call `actor._routes_lost(prefixes)` when hosts it may have sent to die (see `update_routes`)."""
+        self._route_watchers.add(actor)
+
+    def update_routes(self, routes: dict[str, Any], epoch: int, my_address: Any) -> None:
+        """Install a directory update; tell watchers which hosts died since the last one.
+
+        A prefix is lost when its host's address gives way to another (the guardian holding messages for
+        it while it restarts, or its new process): what was sent to the old process and not handled died
+        with it. Resenders (AtLeastOnceDelivery) resend at once instead of after their redeliver interval.
+        """
+        before = self.router.routes
+        guardian = before.get(GUARDIAN_PATH)
+        self.router.replace(routes, epoch)
+        self.router.learn(self.path, my_address)
+        if not self._route_watchers or self.router.routes is before:
+            return
+        ignore = {self.my_key, guardian[0] if guardian else None}
+        lost = [prefix for prefix, address in routes.items()
+                if (old := before.get(prefix)) is not None and old[0] not in ignore and address_key(address) != old[0]]
+        if lost:
+            for actor in list(self._route_watchers):
+                if self.entities.get(actor.path) is actor:
+                    actor._routes_lost(lost)
             self.settle()
 
     def on_settle(self, hook) -> None:
@@ -407,8 +435,7 @@ class HostActor(ThespianActor):
             self._init(message, sender)
         elif isinstance(message, DirectoryUpdate):
             if host is not None:
-                host.router.replace(message.routes, message.epoch)
-                host.router.learn(host.path, self.myAddress)
+                host.update_routes(message.routes, message.epoch, self.myAddress)
         elif isinstance(message, StopEntity):
             if host is not None and message.path in host.entities:
                 host.stop_entity(host.entities[message.path], "stopped by request")

@@ -53,6 +53,8 @@ class AtLeastOnceDelivery(PersistentActor):
         self._unconfirmed: dict[int, _Delivery] = {}
         self._redeliver_timer: Timer | None = None
         self._redelivered = 0  # sends of a delivery sent before, by this incarnation (for status)
+        if self._host is not None:
+            self._host.watch_routes(self)
 
     # ---- the API --------------------------------------------------------------------------------
     def deliver(self, destination: str, id_to_message: Callable[[int], Any]) -> int:
@@ -197,6 +199,25 @@ class AtLeastOnceDelivery(PersistentActor):
             self._stop_timer()
         if warnings:
             self._tell_self(UnconfirmedWarning(tuple(warnings)))
+
+    def _routes_lost(self, prefixes: list[str]) -> None:
+        """Destination hosts died: what they had not confirmed is resent now, not a redeliver interval later.
+
+        (Beyond Akka, whose redelivery is timer-only.) The resends reach the guardian, which holds them
+        until the host is back; a delivery the dead host had handled is only seen again (receivers dedup).
+        """
+        if self._recovery_running or not self._unconfirmed:
+            return
+        exact = set(prefixes)
+        below = tuple(p + "/" for p in prefixes)
+        overdue = float("-inf")
+        hit = False
+        for d in self._unconfirmed.values():
+            if d.attempt and (d.destination in exact or d.destination.startswith(below)):
+                d.timestamp = overdue
+                hit = True
+        if hit:
+            self._redeliver_overdue()
 
     def _exhausted(self, delivery_id: int, d: _Delivery) -> None:
         delivery = UnconfirmedDelivery(delivery_id, d.destination, d.message)

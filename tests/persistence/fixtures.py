@@ -399,6 +399,12 @@ class Producer(DurableDelivery):
             self.tell(sender, (self.next - 1, self.number_of_unconfirmed))
 
 
+class PatientProducer(Producer):
+    """Redelivers only after a minute: a test finishing sooner saw the resend on the destination's death."""
+
+    redeliver_interval = 60.0
+
+
 class Consumer(IdempotentReceiver):
     def pre_start(self) -> None:
         self.applied: set = set()
