@@ -39,6 +39,7 @@ from .messages import (
     HostStats,
     InitHost,
     RegisterRoute,
+    ShardSet,
     Spawned,
     SpawnHost,
     StopEntity,
@@ -48,7 +49,7 @@ from .messages import (
     UnregisterRoute,
     WhereIsGuardian,
 )
-from .paths import ancestors
+from .paths import ancestors, shard_key, shard_of
 from .transport import Outbox, Router, address_key, unpack
 
 log = logging.getLogger("reprise.guardian")
@@ -113,6 +114,7 @@ class Guardian(ThespianActor):
         self.shutting_down = False
         self.status_requests: dict[int, StatusRequest] = {}
         self.status_tokens = itertools.count(1)
+        self.shard_counts: dict[str, int] = {}  # path -> shards, for entity hosts of more than one
 
     @staticmethod
     def actorSystemCapabilityCheck(capabilities: dict, requirements: dict | None) -> bool:
@@ -145,13 +147,23 @@ class Guardian(ThespianActor):
     def _routes(self) -> dict[str, Any]:
         routes = {GUARDIAN_PATH: self.myAddress}
         routes.update(self.temp_routes)
-        for path, record in self.hosts.items():
+        shards: dict[str, list] = {}
+        for record in self.hosts.values():
+            spec = record.spec
             if record.state == "running":
-                routes[path] = record.address
-            elif record.state == "restarting":
+                address = record.address
+            elif record.state == "restarting" or (record.state == "starting" and spec.shards > 1):
                 # Served again soon: senders route to the guardian, which holds the messages meanwhile.
                 # (Without a route, a sender could not tell "restarting" from "nobody serves this path".)
-                routes[path] = self.myAddress
+                address = self.myAddress
+            else:
+                continue
+            if spec.shards == 1:
+                routes[spec.path] = address
+            else:
+                shards.setdefault(spec.path, [self.myAddress] * spec.shards)[spec.shard] = address
+        for path, addresses in shards.items():
+            routes[path] = ShardSet(tuple(addresses))
         return routes
 
     def _publish(self) -> None:
@@ -183,19 +195,38 @@ class Guardian(ThespianActor):
         if clash:
             self.send(sender, Spawned(spec.path, clash))
             return
-        record = HostRecord(spec)
-        record.waiters.append(sender)
-        self.hosts[spec.path] = record
-        self._start_host(record)
+        for key in [k for k, r in self.hosts.items() if r.spec.path == spec.path]:
+            del self.hosts[key]  # stopped or failed before (no clash): forget them
+        if spec.shards > 1:
+            self.shard_counts[spec.path] = spec.shards
+        else:
+            self.shard_counts.pop(spec.path, None)
+        records = [HostRecord(replace(spec, shard=k)) for k in range(spec.shards)]
+        records[0].waiters.append(sender)  # answered when every shard is up
+        for record in records:
+            self.hosts[record.spec.key] = record
+            self._start_host(record)
 
     def _clash(self, path: str) -> str | None:
-        for other in list(self.hosts) + list(self.temp_routes) + [GUARDIAN_PATH]:
-            record = self.hosts.get(other)
-            if record is not None and record.state in ("stopped", "failed"):
-                continue
+        live = [r.spec.path for r in self.hosts.values() if r.state not in ("stopped", "failed")]
+        for other in live + list(self.temp_routes) + [GUARDIAN_PATH]:
             if other == path or path.startswith(other + "/") or other.startswith(path + "/"):
                 return f"path {path} is already served by {other}; stop that actor first or choose another path"
         return None
+
+    def _serving(self, prefix: str, target: str) -> HostRecord | None:
+        """The record of the host serving `target` if `prefix` is a host's path (the right shard's)."""
+        shards = self.shard_counts.get(prefix)
+        if shards is None:
+            return self.hosts.get(prefix)
+        return self.hosts.get(shard_key(prefix, shard_of(target, prefix, shards), shards))
+
+    def _shards(self, record: HostRecord) -> list[HostRecord]:
+        """Every shard of `record`'s host, shard 0 (which holds the spawn's waiters) first."""
+        spec = record.spec
+        if spec.shards == 1:
+            return [record]
+        return [r for k in range(spec.shards) if (r := self.hosts.get(shard_key(spec.path, k, spec.shards)))]
 
     def _start_host(self, record: HostRecord) -> None:
         requirements = {"Reprise Node": record.spec.node} if record.spec.node else None
@@ -207,14 +238,16 @@ class Guardian(ThespianActor):
         record = self.hosts.get(message.path)
         if record is None:
             return
+        lead = self._shards(record)[0]
+        path = record.spec.path
         if message.error:
             log.error("host %s failed to start:\n%s", message.path, message.error)
             record.state = "failed"
             self.send(sender, ActorExitRequest())
             self._release_held(record, f"actor at {message.path} failed to start")
-            for waiter in record.waiters:
-                self.send(waiter, Spawned(message.path, f"{message.path} failed to start:\n{message.error}"))
-            record.waiters.clear()
+            for waiter in lead.waiters:
+                self.send(waiter, Spawned(path, f"{message.path} failed to start:\n{message.error}"))
+            lead.waiters.clear()
             return
         # The reply's sender is the host's real address (createActor returned a local placeholder).
         record.address = sender
@@ -222,15 +255,16 @@ class Guardian(ThespianActor):
         if record.state == "stopping":
             # Its actor stopped while starting (HostDone came first): the spawn itself succeeded, and
             # the exit that follows is a stop, not a crash. Held messages become dead letters then.
-            for waiter in record.waiters:
-                self.send(waiter, Spawned(message.path))
-            record.waiters.clear()
+            for waiter in lead.waiters:
+                self.send(waiter, Spawned(path))
+            lead.waiters.clear()
             return
         record.state = "running"
         self._publish()
-        for waiter in record.waiters:
-            self.send(waiter, Spawned(message.path))
-        record.waiters.clear()
+        if all(r.state == "running" for r in self._shards(record)):
+            for waiter in lead.waiters:
+                self.send(waiter, Spawned(path))
+            lead.waiters.clear()
         held, record.held = record.held, deque()
         for entry in held:
             self.outbox.add(address_key(sender), sender, entry)
@@ -253,7 +287,7 @@ class Guardian(ThespianActor):
             self._publish()
             self._release_held(record, f"actor at {path} stopped")
             for waiter in record.waiters:
-                self.send(waiter, Spawned(path))
+                self.send(waiter, Spawned(record.spec.path))
             record.waiters.clear()
             return
         now = time.monotonic()
@@ -273,16 +307,18 @@ class Guardian(ThespianActor):
 
     def _stop(self, message: StopPath, sender: Any) -> None:
         path = message.path
-        record = self.hosts.get(path)
-        if record is not None and record.state in ("running", "starting", "restarting"):
-            record.state = "stopping"
-            record.waiters.append(sender)
+        live = ("running", "starting", "restarting")
+        group = [r for r in self.hosts.values() if r.spec.path == path and r.state in live]
+        if group:
+            group[-1].waiters.append(sender)  # shards stop in the order asked, each after its entities
+            for record in group:
+                record.state = "stopping"
+                if record.address is not None:
+                    self.send(record.address, ActorExitRequest())
             self._publish()
-            if record.address is not None:
-                self.send(record.address, ActorExitRequest())
             return
         for prefix in ancestors(path):
-            record = self.hosts.get(prefix)
+            record = self._serving(prefix, path)
             if record is not None and record.state == "running" and record.spec.entities:
                 self.send(record.address, StopEntity(path))
                 self.send(sender, Spawned(path))
@@ -303,7 +339,7 @@ class Guardian(ThespianActor):
             self._control(sender, message)
             return
         for prefix in ancestors(target):
-            record = self.hosts.get(prefix)
+            record = self._serving(prefix, target)
             if record is not None:
                 if record.state == "running" and address_key(record.address) != dead_key:
                     self.outbox.add(address_key(record.address), record.address, entry)

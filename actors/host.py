@@ -39,8 +39,9 @@ from .messages import (
     Scatter,
     StopEntity,
 )
+from .paths import shard_of
 from .timers import Timer, TimerQueue
-from .transport import Outbox, Router, address_key, check_message, unpack
+from .transport import Outbox, Router, address_key, check_message, route_keys, unpack
 
 log = logging.getLogger("reprise.host")
 
@@ -71,13 +72,14 @@ class Host:
         self.adapter = adapter
         self.spec = spec
         self.path = spec.path
+        self.key = spec.key  # the path, or the path and shard number: what the guardian and peers call us
         self.config = init.config
         self.factory = resolve_factory(spec.factory)
         self.router = Router()
         self.router.replace(init.routes, init.epoch)
         self.my_key = address_key(my_address)
-        self.router.learn(self.path, my_address)
-        self.outbox = Outbox(self.path, adapter.send_batch, self._unpicklable, spec.batch_cap)
+        self.router.learn(self.key, my_address)
+        self.outbox = Outbox(self.key, adapter.send_batch, self._unpicklable, spec.batch_cap)
         self.entities: OrderedDict[str, Actor] = OrderedDict()
         self.local: deque = deque()
         self.timers = TimerQueue()
@@ -101,7 +103,7 @@ class Host:
                     counters[name] = counters.get(name, 0) + value
             except Exception:  # a broken stats() must not break the status of the whole system
                 log.exception("stats() of %s failed", entity.path)
-        return HostStats(token, self.path, len(self.entities), counters)
+        return HostStats(token, self.key, len(self.entities), counters)
 
     # ---- starting ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -125,12 +127,14 @@ class Host:
         before = self.router.routes
         guardian = before.get(GUARDIAN_PATH)
         self.router.replace(routes, epoch)
-        self.router.learn(self.path, my_address)
+        self.router.learn(self.key, my_address)
         if not self._route_watchers or self.router.routes is before:
             return
         ignore = {self.my_key, guardian[0] if guardian else None}
-        lost = [prefix for prefix, address in routes.items()
-                if (old := before.get(prefix)) is not None and old[0] not in ignore and address_key(address) != old[0]]
+        now = self.router.routes
+        # (A prefix respawned with another shard count compares its common shards: strict=False.)
+        lost = [prefix for prefix, old in before.items() if prefix in now and any(
+            k not in ignore and k != new for k, new in zip(route_keys(old), route_keys(now[prefix]), strict=False))]
         if lost:
             for actor in list(self._route_watchers):
                 if self.entities.get(actor.path) is actor:
@@ -191,7 +195,7 @@ class Host:
     # ---- receiving -----------------------------------------------------------------------------
     def on_batch(self, batch: Batch, thespian_sender: Any) -> None:
         """Dispatch every entry of an incoming batch, in order, then settle."""
-        if batch.origin != self.path:
+        if batch.origin != self.key:
             self.router.learn(batch.origin, thespian_sender)
         self.now = time.monotonic()
         deliver = self.deliver
@@ -215,6 +219,11 @@ class Host:
         if self.spec.entities and target.startswith(self.entity_prefix):
             if "/" in target[len(self.entity_prefix):]:
                 self.dead_letter(sender, target, message, f"no entity at {target}: entity ids are one path segment")
+                return None
+            if self.spec.shards > 1 and shard_of(target, self.path, self.spec.shards) != self.spec.shard:
+                # Another shard's entity (a stale route): one instance per entity, so the guardian reroutes it.
+                hit = self.router.resolve(GUARDIAN_PATH)
+                self.outbox.add(hit[0], hit[1], (sender, target, message))
                 return None
             entity = self._new_instance(target)
             try:
@@ -296,7 +305,7 @@ class Host:
         self._post_stop(entity)
         if not self.spec.entities and not self.done:
             self.done = True
-            self.adapter.host_done(self.path)
+            self.adapter.host_done(self.key)
 
     def _drop(self, entity: Actor, reason: str) -> None:
         log.debug("entity %s removed: %s", entity.path, reason)
@@ -460,9 +469,9 @@ class HostActor(ThespianActor):
             self.host = Host(self, init, self.myAddress)
             self.host.start()
         except Exception:
-            self.send(sender, HostReady(init.spec.path, traceback.format_exc()))
+            self.send(sender, HostReady(init.spec.key, traceback.format_exc()))
             return
-        self.send(sender, HostReady(init.spec.path, pid=os.getpid()))
+        self.send(sender, HostReady(init.spec.key, pid=os.getpid()))
         early, self._early = self._early, []
         for batch, batch_sender in early:
             self.host.on_batch(batch, batch_sender)

@@ -6,6 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .paths import shard_key
+
 GUARDIAN_PATH = "/system/guardian"
 
 
@@ -58,6 +60,21 @@ class HostSpec:
     linger: float = 0.0
     batch_cap: int = 2000
     node: str | None = None
+    shards: int = 1
+    """Entity hosts only: how many processes share the entities (each entity id lives in one, by hash)."""
+    shard: int = 0
+
+    @property
+    def key(self) -> str:
+        """This host's name: its path, or the path and shard number for one of several shards."""
+        return shard_key(self.path, self.shard, self.shards)
+
+
+@dataclass(frozen=True)
+class ShardSet:
+    """A route to the shards of an entity host: `addresses[k]` serves the entities of shard k."""
+
+    addresses: tuple
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from zlib import crc32
 
 from .errors import InvalidPath
 
@@ -45,3 +46,19 @@ def ancestors(path: str) -> Iterator[str]:
 def name(path: str) -> str:
     """The last segment (`/user/accounts/42` -> `42`)."""
     return path.rsplit("/", 1)[1]
+
+
+def shard_of(path: str, prefix: str, shards: int) -> int:
+    """Which of `shards` hosts serving `prefix` owns the entity at `path` (stable across processes)."""
+    if shards == 1 or len(path) <= len(prefix) + 1:
+        return 0
+    entity = path[len(prefix) + 1:].split("/", 1)[0]
+    return crc32(entity.encode()) % shards
+
+
+def shard_key(path: str, shard: int, shards: int) -> str:
+    """The name of one shard's host (`/user/accounts [shard 1]`); a single host is named by its path.
+
+    The space keeps it from ever being a valid actor path, so it cannot clash with one.
+    """
+    return path if shards == 1 else f"{path} [shard {shard}]"

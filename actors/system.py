@@ -263,16 +263,23 @@ class System:
     # ---- actors ------------------------------------------------------------------------------------
     def spawn(self, cls: Any, path: str, *, entities: bool = False, args: tuple = (), kwargs: dict | None = None,
               passivate_after: float | None = 120.0, max_restarts: int = 10, restart_window: float = 60.0,
-              linger: float = 0.0, batch_cap: int = 2000, node: str | None = None,
+              linger: float = 0.0, batch_cap: int = 2000, node: str | None = None, shards: int = 1,
               timeout: float = 60.0) -> str:
-        """Start `cls` at `path` (or, with entities=True, one `cls` per path below it, on demand)."""
+        """Start `cls` at `path` (or, with entities=True, one `cls` per path below it, on demand).
+
+        `shards` > 1 spreads the entities over that many host processes (each entity id always in the
+        same one, by a hash of the id): entity work runs on several cores.
+        """
         validate_path(path)
+        if type(shards) is not int or shards < 1 or (shards > 1 and not entities):
+            raise ValueError(f"shards must be an int >= 1, and > 1 only for entity hosts (entities=True); got "
+                             f"shards={shards!r}, entities={entities!r}")
         if getattr(cls, "__module__", None) == "__main__" and self.base != "local":
             raise UnpicklableMessage(f"{cls.__qualname__} is defined in __main__; actor classes must live in "
                                      "an importable module so that actor processes can import them")
         spec = HostSpec(path, cls, entities, tuple(args), dict(kwargs or {}),
                         passivate_after if entities else None, max_restarts, restart_window, linger,
-                        batch_cap, node)
+                        batch_cap, node, shards)
         reply = self._request(SpawnHost(spec), Spawned, timeout)
         if reply.error:
             raise (PathTaken if "already served" in reply.error else SpawnFailed)(reply.error)

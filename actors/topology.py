@@ -16,6 +16,7 @@
     path = "/user/accounts"
     class = "myapp.accounts:Account"
     passivate_after = 60
+    shards = 2                        # entities spread over 2 processes (cores)
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ __all__ = ["ActorEntry", "SystemSection", "Topology", "TopologyError", "load", "
 SYSTEM_KEYS = {"admin_port", "bind", "advertise", "journal", "snapshot_store", "leader", "node", "peers",
                "log_level"}
 # Options passed straight to System.spawn; everything else in an entry is a mistake worth reporting.
-SPAWN_OPTIONS = {"passivate_after", "max_restarts", "restart_window", "linger", "batch_cap", "node"}
+SPAWN_OPTIONS = {"passivate_after", "max_restarts", "restart_window", "linger", "batch_cap", "node", "shards"}
 ENTRY_KEYS = {"path", "class", "args", "kwargs"} | SPAWN_OPTIONS
 
 

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import UnpicklableMessage
-from .messages import Batch, Scatter
-from .paths import ancestors
+from .messages import Batch, Scatter, ShardSet
+from .paths import ancestors, shard_of
 
 log = logging.getLogger("reprise.transport")
 
@@ -51,6 +51,21 @@ def address_key(address: Any) -> str:
     return str(address)
 
 
+SHARDED = "<sharded>"
+"""The key of a route to several shards: (SHARDED, ((key, address) of shard 0, ...))."""
+
+
+def _route(address: Any) -> tuple[str, Any]:
+    if isinstance(address, ShardSet):
+        return SHARDED, tuple((address_key(a), a) for a in address.addresses)
+    return address_key(address), address
+
+
+def route_keys(route: tuple[str, Any]) -> tuple[str, ...]:
+    """The address keys behind a route (one per shard for a sharded one)."""
+    return tuple(k for k, _ in route[1]) if route[0] is SHARDED else (route[0],)
+
+
 class Router:
     """Maps paths to Thespian addresses by longest prefix, with a per-path cache."""
 
@@ -60,11 +75,11 @@ class Router:
         self._cache: dict[str, tuple[str, Any] | None] = {}
 
     def replace(self, routes: dict[str, Any], epoch: int) -> None:
-        """Install the directory's routes (prefix -> address) if newer than what we have."""
+        """Install the directory's routes (prefix -> address or ShardSet) if newer than what we have."""
         if epoch < self.epoch:
             return
         self.epoch = epoch
-        self.routes = {prefix: (address_key(a), a) for prefix, a in routes.items()}
+        self.routes = {prefix: _route(a) for prefix, a in routes.items()}
         self._cache.clear()
 
     def learn(self, prefix: str, address: Any) -> None:
@@ -90,6 +105,8 @@ class Router:
         for prefix in ancestors(path):
             hit = self.routes.get(prefix)
             if hit is not None:
+                if hit[0] is SHARDED:
+                    hit = hit[1][shard_of(path, prefix, len(hit[1]))]
                 break
         if len(self._cache) > 500_000:
             self._cache.clear()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import actors
@@ -32,6 +33,8 @@ class Echo(actors.Actor):
             raise RuntimeError("boom requested")
         elif message == "count":
             self.tell(sender, self.seen)
+        elif message == "where":
+            self.tell(sender, (self.path, os.getpid(), self._host.key, self.seen))
         elif isinstance(message, tuple) and message[0] == "fwd":
             self.tell(message[1], message[2], sender=sender)
         elif message == "stop":

@@ -1,0 +1,86 @@
+"""Entity hosts of several shards: each entity id lives in one shard (by hash), shards restart alone."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from actors.paths import shard_key, shard_of
+from tests.actors.sample import Echo
+from tests.waiting import wait_for
+
+IDS = [str(i) for i in range(40)]
+
+
+def where(system, ids):
+    """(path, pid, host key, messages seen) of every entity, asked in one round."""
+    probe = system.probe()
+    system.tell_many([(f"/user/e/{i}", "where") for i in ids], sender=probe.path)
+    return {r[0]: r for r in probe.receive_many(len(ids), timeout=30)}
+
+
+def test_entities_are_spread_over_shards_by_id(system):
+    system.spawn(Echo, "/user/e", entities=True, shards=3)
+    for i in IDS:
+        system.tell(f"/user/e/{i}", "x")
+    seen = where(system, IDS)
+    for i in IDS:
+        path, _pid, key, count = seen[f"/user/e/{i}"]
+        assert key == shard_key("/user/e", shard_of(path, "/user/e", 3), 3)
+        assert count == 2, f"{path} had two instances or lost a message: {count}"
+    assert len({key for _, _, key, _ in seen.values()}) == 3
+    if system.base == "multiproc":
+        assert len({pid for _, pid, _, _ in seen.values()}) == 3, "each shard is its own process"
+    # An entity sends to another one (maybe in another shard): same routing from inside a host.
+    probe = system.probe()
+    system.tell("/user/e/1", ("fwd", "/user/e/2", "where"), sender=probe.path)
+    assert probe.receive()[0] == "/user/e/2"
+    hosts = system.status().hosts
+    assert sorted(hosts) == [shard_key("/user/e", k, 3) for k in range(3)]
+    assert all(h.state == "running" and h.entities for h in hosts.values())
+
+
+def test_shards_need_an_entity_host(system):
+    with pytest.raises(ValueError, match="only for entity hosts"):
+        system.spawn(Echo, "/user/single", shards=2)
+    with pytest.raises(ValueError, match="shards must be an int >= 1"):
+        system.spawn(Echo, "/user/e", entities=True, shards=0)
+
+
+def test_stopping_a_sharded_host_stops_every_shard_and_frees_the_path(system):
+    system.spawn(Echo, "/user/e", entities=True, shards=2)
+    assert set(where(system, IDS[:6])) == {f"/user/e/{i}" for i in IDS[:6]}
+    system.stop("/user/e")
+    wait_for(lambda: all(h.state == "stopped" for h in system.status().hosts.values()), 30)
+    system.spawn(Echo, "/user/e", entities=True)  # the path is free again, now with one host
+    assert {r[2] for r in where(system, IDS[:6]).values()} == {"/user/e"}
+
+
+@pytest.mark.parametrize("base", ["multiproc"])
+def test_a_killed_shard_restarts_alone(system):
+    system.spawn(Echo, "/user/e", entities=True, shards=2)
+    before = where(system, IDS)
+    victim = shard_key("/user/e", 0, 2)
+    pid = system.status().hosts[victim].pid
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: (h := system.status().hosts[victim]).state == "running" and h.pid != pid, 30)
+    after = where(system, IDS)
+    for path, (_, old_pid, key, count) in before.items():
+        if key == victim:
+            assert after[path][1] != old_pid and after[path][3] == 1, "a fresh instance in the new process"
+        else:
+            assert after[path][1] == old_pid and after[path][3] == count + 1, "the other shard kept its state"
+    assert system.status().hosts[victim].restarts == 1
+
+
+def test_shards_from_a_topology_file(tmp_path, make_system):
+    from actors import topology
+
+    top = topology.loads('[[entities]]\npath = "/user/e"\nclass = "tests.actors.sample:Echo"\nshards = 2\n')
+    assert top.entries[0].options == {"shards": 2}
+    system = make_system("local")
+    entry = top.entries[0]
+    system.spawn(topology.resolve_class(entry.factory), entry.path, entities=True, **entry.options)
+    assert len({r[2] for r in where(system, IDS).values()}) == 2
