@@ -139,24 +139,47 @@ def _unserializable(obj: Any) -> SerializationError:
 _tuple_new = tuple.__new__  # ExtType.__new__ re-validates in Python; our codes and bytes are known good
 
 
-def _default(obj: Any) -> ExtType:
-    reg = _by_class.get(type(obj))
-    if reg is not None:
-        return _tuple_new(ExtType, (_EXT_OBJECT, _packb([reg.manifest, reg.version, *reg.values(obj)])))
-    t = type(obj)
-    if t is tuple:
-        return _tuple_new(ExtType, (_EXT_TUPLE, _packb(list(obj))))
-    if t is frozenset:
-        return _tuple_new(ExtType, (_EXT_FROZENSET, _packb(list(obj))))
-    if t is set:
-        return _tuple_new(ExtType, (_EXT_SET, _packb(list(obj))))
-    if t is int:
-        raise SerializationError(f"cannot serialize the int {obj}: outside msgpack's 64-bit range")
-    raise _unserializable(obj)
+class _Encoder:
+    """One thread's Packer for one nesting depth; what an ext type holds is packed by the next depth's.
+
+    Packer.pack is neither thread-safe nor reentrant, hence one per thread and depth. Reusing them is the
+    point: msgpack.packb makes a new Packer, whose 256 KiB buffer glibc gets from the OS and gives back (brk)
+    on every call, which cost several times the packing itself for small nested objects.
+    """
+
+    __slots__ = ("pack", "_nested", "_depth")
+
+    def __init__(self, depth: int) -> None:
+        self.pack: Callable[[Any], bytes] = msgpack.Packer(
+            default=self._default, strict_types=True, use_bin_type=True).pack
+        self._nested: _Encoder | None = None
+        self._depth = depth
+
+    def _default(self, obj: Any) -> ExtType:
+        reg = _by_class.get(type(obj))
+        if reg is not None:
+            code, items = _EXT_OBJECT, [reg.manifest, reg.version, *reg.values(obj)]
+        else:
+            t = type(obj)
+            if t is tuple:
+                code, items = _EXT_TUPLE, list(obj)
+            elif t is frozenset:
+                code, items = _EXT_FROZENSET, list(obj)
+            elif t is set:
+                code, items = _EXT_SET, list(obj)
+            elif t is int:
+                raise SerializationError(f"cannot serialize the int {obj}: outside msgpack's 64-bit range")
+            else:
+                raise _unserializable(obj)
+        nested = self._nested
+        if nested is None:
+            nested = _Encoder(self._depth + 1)
+            if self._depth < _CACHED_DEPTHS:  # deeper ones (rare) get a new Packer each time
+                self._nested = nested
+        return _tuple_new(ExtType, (code, nested.pack(items)))
 
 
-def _packb(obj: Any) -> bytes:
-    return msgpack.packb(obj, default=_default, strict_types=True, use_bin_type=True)
+_CACHED_DEPTHS = 16
 
 
 def _upcast(manifest: str, version: int, target: int, values: list[Any]) -> list[Any]:
@@ -208,14 +231,12 @@ def ext_hook(code: int, data: bytes) -> Any:
     raise SerializationError(f"unknown msgpack extension type {code}")
 
 
-class _ThreadPacker(threading.local):
-    # Packer.pack is ~3x faster than packb but neither thread-safe nor reentrant: one per thread,
-    # used only at the top level (nested values go through _packb from _default).
+class _ThreadEncoder(threading.local):
     def __init__(self) -> None:
-        self.pack = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True).pack
+        self.pack = _Encoder(0).pack
 
 
-_packer = _ThreadPacker()
+_packer = _ThreadEncoder()
 
 
 def serialize(obj: Any) -> bytes:
