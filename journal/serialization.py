@@ -78,6 +78,7 @@ def _sets_fields_only(cls: type, names: tuple[str, ...]) -> bool:
     return (getattr(getattr(init, "__code__", None), "co_filename", None) == "<string>"  # dataclasses' exec
             and cls.__dataclass_params__.init  # type: ignore[attr-defined]
             and not hasattr(cls, "__post_init__")
+            and all(f.init for f in dataclasses.fields(cls))  # __init__ also sets init=False fields
             and [(p.name, p.kind) for p in params] == [(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
             and cls.__new__ is object.__new__ and type(cls).__call__ is type.__call__
             and cls.__getattribute__ is object.__getattribute__  # type: ignore[comparison-overlap]

@@ -55,6 +55,13 @@ class WithInitVar:
         object.__setattr__(self, "a", self.a * scale)
 
 
+@register_type(manifest="test.decoding.Derived")
+@dataclass(frozen=True)
+class Derived:
+    a: int
+    notes: list = field(init=False, default_factory=list)  # set by __init__ itself
+
+
 @register_type(manifest="test.decoding.OwnInit")
 @dataclass(frozen=True)
 class OwnInit:
@@ -82,9 +89,10 @@ def test_classes_whose_constructor_does_more_are_built_by_it() -> None:
     assert deserialize(serialize(Slotted(1, "x"))) == Slotted(1, "x")
     assert deserialize(serialize(OwnInit(1))) == OwnInit(1001)  # as before: stored 1001, built as 2001
     assert deserialize(serialize(WithInitVar(2, 3))) == WithInitVar(6)
+    assert vars(deserialize(serialize(Derived(4)))) == {"a": 4, "notes": []}
     with pytest.raises(SerializationError, match="positional argument"):
         deserialize(serialize(KwOnly(a=1)))  # as before: stored fields are passed positionally
-    for cls in (Checked, Slotted, OwnInit, WithInitVar, KwOnly):
+    for cls in (Checked, Slotted, OwnInit, WithInitVar, KwOnly, Derived):
         assert _by_class[cls].make.__name__ == "<lambda>"
     assert _by_class[Plain].make.__name__ == "make"
 
