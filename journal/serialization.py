@@ -13,6 +13,7 @@ reading an older version runs the upcasters registered for that manifest, one ve
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import operator
 import threading
 import zlib
@@ -48,6 +49,7 @@ class _Registration:
     version: int
     field_names: tuple[str, ...]
     values: Callable[[Any], tuple[Any, ...]]
+    make: Callable[[list[Any]], Any]  # the object from its field values: cls(*values), only faster
 
 
 _by_class: dict[type, _Registration] = {}
@@ -66,6 +68,39 @@ def _values_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
     return operator.attrgetter(*names)
 
 
+def _sets_fields_only(cls: type, names: tuple[str, ...]) -> bool:
+    """True when cls(*values) only sets each field in __dict__: the __init__ generated for a frozen dataclass."""
+    init = cls.__init__
+    try:
+        params = list(inspect.signature(init).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return False
+    return (getattr(getattr(init, "__code__", None), "co_filename", None) == "<string>"  # dataclasses' exec
+            and cls.__dataclass_params__.init  # type: ignore[attr-defined]
+            and not hasattr(cls, "__post_init__")
+            and all(f.init for f in dataclasses.fields(cls))  # __init__ also sets init=False fields
+            and [(p.name, p.kind) for p in params] == [(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
+            and cls.__new__ is object.__new__ and type(cls).__call__ is type.__call__
+            and cls.__getattribute__ is object.__getattribute__  # type: ignore[comparison-overlap]
+            and cls.__dictoffset__ != 0)
+
+
+def _maker(cls: type, names: tuple[str, ...]) -> Callable[[list[Any]], Any]:
+    """cls(*values); for a plain frozen dataclass the same object built without its __init__.
+
+    That __init__ sets each field with object.__setattr__ and was the largest part of decoding; filling
+    the instance's __dict__ in field order gives an equal object (with the same key-sharing dict).
+    """
+    if not _sets_fields_only(cls, names):
+        return lambda values: cls(*values)
+    sets = "".join(f"    d[{name!r}] = values[{i}]\n" for i, name in enumerate(names))
+    source = (f"def make(values):\n    if len(values) != {len(names)}:\n        return cls(*values)\n"
+              f"    obj = new(cls)\n    d = obj.__dict__\n{sets}    return obj\n")
+    namespace: dict[str, Any] = {"cls": cls, "new": object.__new__}
+    exec(source, namespace)  # noqa: S102  (field names are identifiers; as dataclasses does for __init__)
+    return namespace["make"]
+
+
 def register_type(cls: type[T] | None = None, manifest: str | None = None, version: int = 1) -> Any:
     """Register a frozen dataclass for storage under `manifest` (default: module.qualname); usable as a decorator."""
 
@@ -79,7 +114,7 @@ def register_type(cls: type[T] | None = None, manifest: str | None = None, versi
             raise ValueError(f"version must be an int >= 1, got {version!r}")
         name = manifest or f"{klass.__module__}.{klass.__qualname__}"
         names = tuple(f.name for f in dataclasses.fields(klass) if f.init)
-        reg = _Registration(klass, name, version, names, _values_getter(names))
+        reg = _Registration(klass, name, version, names, _values_getter(names), _maker(klass, names))
         with _registry_lock:
             other = _by_manifest.get(name)
             if other is not None and other.cls is not klass:
@@ -139,24 +174,47 @@ def _unserializable(obj: Any) -> SerializationError:
 _tuple_new = tuple.__new__  # ExtType.__new__ re-validates in Python; our codes and bytes are known good
 
 
-def _default(obj: Any) -> ExtType:
-    reg = _by_class.get(type(obj))
-    if reg is not None:
-        return _tuple_new(ExtType, (_EXT_OBJECT, _packb([reg.manifest, reg.version, *reg.values(obj)])))
-    t = type(obj)
-    if t is tuple:
-        return _tuple_new(ExtType, (_EXT_TUPLE, _packb(list(obj))))
-    if t is frozenset:
-        return _tuple_new(ExtType, (_EXT_FROZENSET, _packb(list(obj))))
-    if t is set:
-        return _tuple_new(ExtType, (_EXT_SET, _packb(list(obj))))
-    if t is int:
-        raise SerializationError(f"cannot serialize the int {obj}: outside msgpack's 64-bit range")
-    raise _unserializable(obj)
+class _Encoder:
+    """One thread's Packer for one nesting depth; what an ext type holds is packed by the next depth's.
+
+    Packer.pack is neither thread-safe nor reentrant, hence one per thread and depth. Reusing them is the
+    point: msgpack.packb makes a new Packer, whose 256 KiB buffer glibc gets from the OS and gives back (brk)
+    on every call, which cost several times the packing itself for small nested objects.
+    """
+
+    __slots__ = ("pack", "_nested", "_depth")
+
+    def __init__(self, depth: int) -> None:
+        self.pack: Callable[[Any], bytes] = msgpack.Packer(
+            default=self._default, strict_types=True, use_bin_type=True).pack
+        self._nested: _Encoder | None = None
+        self._depth = depth
+
+    def _default(self, obj: Any) -> ExtType:
+        reg = _by_class.get(type(obj))
+        if reg is not None:
+            code, items = _EXT_OBJECT, [reg.manifest, reg.version, *reg.values(obj)]
+        else:
+            t = type(obj)
+            if t is tuple:
+                code, items = _EXT_TUPLE, list(obj)
+            elif t is frozenset:
+                code, items = _EXT_FROZENSET, list(obj)
+            elif t is set:
+                code, items = _EXT_SET, list(obj)
+            elif t is int:
+                raise SerializationError(f"cannot serialize the int {obj}: outside msgpack's 64-bit range")
+            else:
+                raise _unserializable(obj)
+        nested = self._nested
+        if nested is None:
+            nested = _Encoder(self._depth + 1)
+            if self._depth < _CACHED_DEPTHS:  # deeper ones (rare) get a new Packer each time
+                self._nested = nested
+        return _tuple_new(ExtType, (code, nested.pack(items)))
 
 
-def _packb(obj: Any) -> bytes:
-    return msgpack.packb(obj, default=_default, strict_types=True, use_bin_type=True)
+_CACHED_DEPTHS = 16
 
 
 def _upcast(manifest: str, version: int, target: int, values: list[Any]) -> list[Any]:
@@ -191,14 +249,20 @@ def build(manifest: str, version: int, fields: list[Any]) -> Any:
             raise SerializationError(f"stored {manifest!r} is version {version}, newer than the "
                                      f"registered class {reg.cls.__qualname__} (version {reg.version})")
         fields = _upcast(manifest, version, reg.version, fields)
-    return reg.cls(*fields)
+    return reg.make(fields)
+
+
+_unpackb = msgpack.unpackb
 
 
 def ext_hook(code: int, data: bytes) -> Any:
+    """msgpack's ext_hook for what serialize wrote: registered objects, tuples and sets."""
+    items = _unpackb(data, ext_hook=ext_hook, strict_map_key=False)
     if code == _EXT_OBJECT:
-        values = msgpack.unpackb(data, ext_hook=ext_hook, strict_map_key=False)
-        return build(values[0], values[1], values[2:])
-    items = msgpack.unpackb(data, ext_hook=ext_hook, strict_map_key=False)
+        reg = _by_manifest.get(items[0])
+        if reg is not None and items[1] == reg.version:  # the usual case of build(), without the call
+            return reg.make(items[2:])
+        return build(items[0], items[1], items[2:])
     if code == _EXT_TUPLE:
         return tuple(items)
     if code == _EXT_FROZENSET:
@@ -208,14 +272,12 @@ def ext_hook(code: int, data: bytes) -> Any:
     raise SerializationError(f"unknown msgpack extension type {code}")
 
 
-class _ThreadPacker(threading.local):
-    # Packer.pack is ~3x faster than packb but neither thread-safe nor reentrant: one per thread,
-    # used only at the top level (nested values go through _packb from _default).
+class _ThreadEncoder(threading.local):
     def __init__(self) -> None:
-        self.pack = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True).pack
+        self.pack = _Encoder(0).pack
 
 
-_packer = _ThreadPacker()
+_packer = _ThreadEncoder()
 
 
 def serialize(obj: Any) -> bytes:

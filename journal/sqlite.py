@@ -1,12 +1,13 @@
 """SQLite journal and snapshot store: the embedded default.
 
 Durability: WAL with `synchronous=FULL` (an acknowledged write survives power loss; `?synchronous=NORMAL`
-trades that for speed), one transaction per `write_messages` call. Several processes may write one file:
-writers take the write lock up front (BEGIN IMMEDIATE) and wait for it (busy timeout, then retry until
-`?busy_timeout=` seconds have passed); a reused (persistence id, sequence nr) hits the unique key and
-raises JournalError naming both. Each row carries a checksum (see journal.records); SQLite's own
-corruption errors become JournalCorruption. Files are created 0600; SQLite gives the -wal and -shm
-files the database file's mode (and the umask is left alone: it is process-wide).
+trades that for speed), one transaction per `write_messages` call. Each connection caches up to 16 MiB of
+pages and checkpoints once the WAL holds 4,000 pages (so the -wal file grows to ~16 MiB plus one commit).
+Several processes may write one file: writers take the write lock up front (BEGIN IMMEDIATE) and wait for
+it (busy timeout, then retry until `?busy_timeout=` seconds have passed); a reused (persistence id,
+sequence nr) hits the unique key and raises JournalError naming both. Each row carries a checksum (see
+journal.records); SQLite's own corruption errors become JournalCorruption. Files are created 0600; SQLite
+gives the -wal and -shm files the database file's mode (and the umask is left alone: it is process-wide).
 
 A WAL that ends inside a frame (cut mid-record) is refused at open: SQLite would silently drop the
 transaction it belongs to. `?torn_wal=accept` opens anyway, accepting that rollback (right after a power
@@ -76,6 +77,8 @@ _TAGGED = ("SELECT j.ordering, j.persistence_id, j.sequence_nr, j.record, j.chec
            "WHERE t.tag = ? AND t.ordering > ? ORDER BY t.ordering LIMIT ?")
 
 _SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
+_CACHE_KIB = 16384  # page cache per connection (SQLite's default: 2,000 KiB)
+_CHECKPOINT_PAGES = 4000  # WAL pages (16 MiB at 4 KiB) before a commit checkpoints (default: 1,000)
 _WAL_MAGIC = (0x377F0682, 0x377F0683)
 _CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 
@@ -170,6 +173,12 @@ class _Connection:
         try:
             self._with_retry(lambda: self.conn.execute("PRAGMA journal_mode=WAL").fetchone())
             self.conn.execute(f"PRAGMA synchronous={sync}")
+            # Neither touches durability (a commit syncs the WAL as `synchronous` says). A group commit of
+            # ~2,000 events of as many ids dirties a page of the (persistence_id, sequence_nr) index per
+            # event: the default 2 MiB cache spilled them mid-transaction, and the default checkpoint
+            # (every 1,000 WAL pages) copied them into the database file after every such commit.
+            self.conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
+            self.conn.execute(f"PRAGMA wal_autocheckpoint={_CHECKPOINT_PAGES}")
             self.begin()
             try:
                 for ddl in _SCHEMA:

@@ -65,6 +65,12 @@ def test_synchronous_is_full_by_default_and_normal_on_request(tmp_path) -> None:
         assert j.pragma("synchronous") == 1
 
 
+def test_a_group_commit_of_many_ids_neither_spills_nor_checkpoints_every_time(tmp_path) -> None:
+    with open_journal(f"sqlite://{tmp_path}/j.db") as j:
+        assert j.pragma("cache_size") == -16384 and j.pragma("wal_autocheckpoint") == 4000
+        assert j.pragma("synchronous") == 2  # durability as configured
+
+
 def test_memory_journals_are_shared_by_name() -> None:
     a, b, c = open_journal("memory://shared-x"), open_journal("memory://shared-x"), open_journal("memory://other-x")
     try:
