@@ -57,6 +57,10 @@ class PersistenceCoordinator:
             for actor in queue.values():
                 self._taking = actor
                 batch = actor._take_batch()
+                if actor._batch:
+                    # An override of _take_batch queued more after taking: the next round writes it, as
+                    # the enqueue ignored meanwhile would have arranged.
+                    self.queue[id(actor)] = actor
                 if not batch:
                     continue
                 writes = [entry.atomic for entry in batch if entry.atomic is not None]

@@ -407,11 +407,10 @@ class PersistentActor(Actor):
         if not n:
             return
         pid, writer, seq = self.persistence_id, self._writer_uuid, self._seq_alloc
-        # Positional arguments: PersistentRepr's keyword defaults cost a fifth of its construction.
         if n == 1:  # persist / persist_async, and every compact event: no loop, no intermediate list
-            reprs: tuple = (PersistentRepr(events[0], seq + 1, pid, "", writer),)
+            reprs: tuple = (PersistentRepr(events[0], seq + 1, pid, writer_uuid=writer),)
         else:
-            reprs = tuple([PersistentRepr(e, seq + k, pid, "", writer) for k, e in enumerate(events, 1)])
+            reprs = tuple([PersistentRepr(e, seq + k, pid, writer_uuid=writer) for k, e in enumerate(events, 1)])
         self._seq_alloc = seq + n
         # recovery checked the persistence id; AtomicWrite still raises its own error if it went empty since.
         atomic = _atomic(reprs) if pid else AtomicWrite(reprs)
