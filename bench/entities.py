@@ -12,8 +12,8 @@ ids come from one origin and are global, so each entity sees sparse ids (as the 
 
 Every entity is created and recovered in a warm-up pass before the clock starts. Reported: applied
 messages/s (wall clock) and CPU µs per message in the host process (on `local` the driver shares it).
-Profile with `--base local` and `REPRISE_BENCH_PROFILE=FILE` (a cProfile of the measured rounds) or
-py-spy.
+REPRISE_BENCH_PROFILE=FILE writes a cProfile of the measured rounds, taken in the process that hosts the
+entities (this one on `local`, the base for profiling, also with py-spy).
 """
 
 from __future__ import annotations
@@ -137,6 +137,14 @@ def _toggle_profile() -> None:
         _profile = None
 
 
+def _toggle_host_profile(system: actors.System, local: bool) -> None:
+    """Start or stop the cProfile of the process that hosts the entities (this one on `local`)."""
+    if local:
+        _toggle_profile()
+    else:
+        system.ask(f"{HOST}/0", "profile")
+
+
 def feed(system: actors.System, probe: actors.Probe, rows: list[tuple[int, int]], chunk: int,
          window: int) -> None:
     """Tell Deposit(delivery id) to each (entity, delivery id) of `rows` in chunks, at most `window` chunks
@@ -170,27 +178,21 @@ def run(entities: int, messages: int, base: str, chunk: int = 2000, rounds: int 
         warm = [(e, next_id + e) for e in range(entities)]
         next_id += entities
         feed(system, probe, warm, chunk, window)
-        profiled = os.environ.get("REPRISE_BENCH_PROFILE")
+        local = base == "local"
+        profiled = bool(os.environ.get("REPRISE_BENCH_PROFILE"))
+        if profiled:
+            _toggle_host_profile(system, local)
         for _ in range(rounds):
             rows = [(rng.randrange(entities), next_id + i) for i in range(messages)]
             next_id += messages
-            local = base == "local"
-            if profiled:
-                if local:
-                    _toggle_profile()
-                else:
-                    system.ask(f"{HOST}/0", "profile")
             cpu = cpu_seconds() if local else system.ask(f"{HOST}/0", "cpu")
             t = time.perf_counter()
             feed(system, probe, rows, chunk, window)
             elapsed = time.perf_counter() - t
             used = (cpu_seconds() if local else system.ask(f"{HOST}/0", "cpu")) - cpu
-            if profiled:
-                if local:
-                    _toggle_profile()
-                else:
-                    system.ask(f"{HOST}/0", "profile")
             results.append((messages / elapsed, used / messages * 1e6))
+        if profiled:
+            _toggle_host_profile(system, local)
     return {"applied_per_s": statistics.median(r[0] for r in results),
             "cpu_us_per_message": statistics.median(r[1] for r in results)}
 
