@@ -167,11 +167,12 @@ def feed(system: actors.System, probe: actors.Probe, rows: list[tuple[int, int]]
 def run(entities: int, messages: int, base: str, chunk: int = 2000, rounds: int = 1, window: int = 4,
         seed: int = 1) -> dict[str, float]:
     """Applied messages/s and host CPU µs per message (medians of `rounds` runs of `messages`)."""
-    d = tempfile.mkdtemp(prefix="reprise-bench-entities-")
     rng = random.Random(seed)
     next_id = 1
     results = []
-    with actors.start(base, journal=f"sqlite:///{d}/j.db", snapshot_store=f"sqlite:///{d}/s.db") as system:
+    # The journal holds every application of the run (tens of MB): removed afterwards.
+    with tempfile.TemporaryDirectory(prefix="reprise-bench-entities-") as d, \
+            actors.start(base, journal=f"sqlite:///{d}/j.db", snapshot_store=f"sqlite:///{d}/s.db") as system:
         system.spawn(Account, HOST, entities=True, passivate_after=3600.0)
         probe = system.probe()
         # Warm-up: create and recover every entity (and the journal file) before the clock starts.
