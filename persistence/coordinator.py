@@ -31,38 +31,75 @@ class PersistenceCoordinator:
     def __init__(self, host: Any) -> None:
         self.host = host
         self.queue: dict[int, PersistentActor] = {}
+        self._taking: PersistentActor | None = None
         host.on_settle(self.settle)
 
     def enqueue(self, actor: PersistentActor) -> None:
         """Schedule `actor`'s queued events (and deferrals) for the next group commit."""
-        self.queue.setdefault(id(actor), actor)
+        # While its batch is being taken, an actor queues into that very batch (compact-event mixins
+        # journal what they collected from their _take_batch): queuing it again would cost it an empty
+        # round in the next settle.
+        if actor is not self._taking:
+            self.queue[id(actor)] = actor
 
     def settle(self) -> bool:
         """Write everything queued, then run the handlers; True if there was anything to do."""
-        if not self.queue:
+        queue = self.queue
+        if not queue:
             return False
-        actors, self.queue = list(self.queue.values()), {}
-        work = []
-        groups: dict[int, tuple[Any, list, list]] = {}
-        for actor in actors:
-            batch = actor._take_batch()
-            if not batch:
-                continue
-            writes = [entry.atomic for entry in batch if entry.atomic is not None]
-            slot: list = [None]
-            work.append((actor, batch, slot))
-            if writes:
-                journal = actor._journal
-                g = groups.setdefault(id(journal), (journal, [], []))
-                g[2].append((slot, len(g[1]), len(writes)))
-                g[1].extend(writes)
-        for journal, writes, slots in groups.values():
+        self.queue = {}
+        # Parallel lists, not a tuple per actor: everything made here lives until the handlers ran.
+        taken: list[PersistentActor] = []
+        batches: list[list] = []
+        counts: list[int] = []  # writes of each batch, in its journal's write_messages call
+        groups: dict[int, _Group] = {}
+        try:
+            for actor in queue.values():
+                self._taking = actor
+                batch = actor._take_batch()
+                if actor._batch:
+                    # An override of _take_batch queued more after taking: the next round writes it, as
+                    # the enqueue ignored meanwhile would have arranged.
+                    self.queue[id(actor)] = actor
+                if not batch:
+                    continue
+                writes = [entry.atomic for entry in batch if entry.atomic is not None]
+                taken.append(actor)
+                batches.append(batch)
+                counts.append(len(writes))
+                if writes:
+                    journal = actor._journal
+                    group = groups.get(id(journal))
+                    if group is None:
+                        group = groups[id(journal)] = _Group(journal)
+                    group.writes += writes
+        finally:
+            self._taking = None
+        for group in groups.values():
             try:
-                results: Any = journal.write_messages(writes)
+                group.results = group.journal.write_messages(group.writes)
             except Exception as exc:  # outcome unknown: every actor of this transaction fails (Akka: stop)
-                results = exc
-            for slot, start, n in slots:
-                slot[0] = results if isinstance(results, BaseException) else results[start:start + n]
-        for actor, batch, slot in work:
-            actor._on_write_results(batch, slot[0])
+                group.results = exc
+        for actor, batch, n in zip(taken, batches, counts, strict=True):
+            results = None  # deferrals only
+            if n:
+                group = groups[id(actor._journal)]
+                results = group.results
+                if not isinstance(results, BaseException):
+                    start = group.handed
+                    group.handed = start + n
+                    results = results[start:start + n]
+            actor._on_write_results(batch, results)
         return True
+
+
+class _Group:
+    """The writes of one journal in one settle round (one write_messages call), then its results."""
+
+    __slots__ = ("journal", "writes", "results", "handed")
+
+    def __init__(self, journal: Any) -> None:
+        self.journal = journal
+        self.writes: list = []
+        self.results: Any = None
+        self.handed = 0  # results handed to actors so far, in the order their writes were added

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import bisect
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +24,7 @@ class Applied:
 
 
 @register_type(manifest="reprise.persistence.AppliedBatch")
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one object less per group commit and entity (same stored fields)
 class AppliedBatch:
     """Applied events journaled together (one per group commit): `events[k]` for `delivery_ids[k]` from
     `origins[k]` (or from the only origin)."""
@@ -66,23 +66,26 @@ class SeenIds:
             return True
         if not self.starts:
             return False
-        k = bisect.bisect_right(self.starts, i) - 1
+        k = bisect_right(self.starts, i) - 1
         return k >= 0 and self.ends[k] >= i
 
     def add(self, i: int) -> bool:
         """Mark `i` seen, merging ranges; False if it was seen already. Memory stays proportional to
         the number of gaps."""
-        starts, ends = self.starts, self.ends
-        if i == self.low + 1:  # the usual case, ids in order: only the watermark moves
+        starts, ends, low = self.starts, self.ends, self.low
+        if i == low + 1:  # the usual case, ids in order: only the watermark moves
             if starts and starts[0] == i + 1:
                 self.low = ends[0]
                 del starts[0], ends[0]
             else:
                 self.low = i
             return True
-        if i in self:
+        if i <= low:
             return False
-        k = bisect.bisect_right(starts, i)
+        # One search serves both the "seen already" test (as __contains__) and the insertion point.
+        k = bisect_right(starts, i)
+        if k > 0 and ends[k - 1] >= i:
+            return False
         joins_left = k > 0 and ends[k - 1] == i - 1
         joins_right = k < len(starts) and starts[k] == i + 1
         if joins_left and joins_right:
@@ -112,7 +115,7 @@ class SeenIds:
                 ends.insert(0, self.low)
             self.low = i - 1
             return
-        k = bisect.bisect_right(starts, i) - 1
+        k = bisect_right(starts, i) - 1
         start, end = starts[k], ends[k]
         del starts[k], ends[k]
         if i < end:
@@ -132,9 +135,10 @@ class IdempotentReceiver(PersistentActor):
     def _init_persistence(self) -> None:
         super()._init_persistence()
         self._seen: dict[str, SeenIds] = {}
-        # (origin, delivery id, event, handler, sender) of persist_applied calls not queued for writing yet:
-        # they are journaled as one AppliedBatch per group commit (see _journal_applied).
-        self._unapplied: list[tuple[str, int, Any, Callable[[Any], Any], str | None]] = []
+        # The persist_applied calls not queued for writing yet: journaled as one AppliedBatch per group
+        # commit (see _journal_applied). Empty: a shared (); the first call of a round makes the list.
+        self._unapplied: _Applications | tuple = ()
+        self._origin_only: tuple[str] = ("",)  # the origins field of the last single-application batch
 
     def already_applied(self, origin: str, delivery_id: int) -> bool:
         """True if delivery `delivery_id` from `origin` was applied (or is being persisted)."""
@@ -154,9 +158,11 @@ class IdempotentReceiver(PersistentActor):
         if not seen.add(delivery_id):
             return False
         if asynchronous and not self._recovery_running:
-            if not self._unapplied:
+            unapplied = self._unapplied
+            if not unapplied:
+                unapplied = self._unapplied = _Applications(self)
                 self._coordinator.enqueue(self)
-            self._unapplied.append((origin, delivery_id, event, handler, self.sender))
+            unapplied.append((origin, delivery_id, event, handler, self.sender))
             return True
         persist = self.persist_async if asynchronous else self.persist
         persist(Applied(origin, delivery_id, event), lambda a: handler(a.event))
@@ -186,10 +192,17 @@ class IdempotentReceiver(PersistentActor):
     # ---- journaling AppliedBatch ----------------------------------------------------------------
     def _journal_applied(self) -> None:
         """Queue the pending applications as one AppliedBatch; its handler runs theirs in call order."""
-        pending, self._unapplied = self._unapplied, []
-        super()._queue_write((AppliedBatch(same_or_each(tuple([p[0] for p in pending])),
-                                           tuple([p[1] for p in pending]), tuple([p[2] for p in pending])),),
-                             _ApplyAll(self, pending), False)
+        pending, self._unapplied = self._unapplied, ()
+        if len(pending) == 1:  # the usual case in a host of many entities: one application per commit
+            origin, delivery_id, event, _, _ = pending[0]
+            origins = self._origin_only
+            if origins[0] != origin:  # an entity mostly hears from one origin: its 1-tuple is reused
+                origins = self._origin_only = (origin,)
+            applied = AppliedBatch(origins, (delivery_id,), (event,))
+        else:
+            origins, delivery_ids, events, _, _ = zip(*pending, strict=True)
+            applied = AppliedBatch(same_or_each(origins), delivery_ids, events)
+        super()._queue_write((applied,), pending, False)
 
     def _queue_write(self, events: tuple, handler: Callable[[Any], Any], stashing: bool) -> None:
         if self._unapplied:
@@ -207,14 +220,14 @@ class IdempotentReceiver(PersistentActor):
         return super()._take_batch()
 
     def _on_write_results(self, batch: list, results: Any) -> None:
-        if isinstance(results, list) and any(r is not None for r in results):  # rejections are rare
+        if isinstance(results, list) and results.count(None) != len(results):  # rejections are rare
             batch, results = split_rejected(self, batch, results, AppliedBatch, self._requeue_one_by_one)
         super()._on_write_results(batch, results)
 
     def _requeue_one_by_one(self, entry: Any) -> None:
         # Only the applications whose event cannot be stored are rejected; the others are applied.
         queue = super()._queue_write
-        for origin, delivery_id, event, handler, sender in entry.invocations[0].handler.pending:
+        for origin, delivery_id, event, handler, sender in entry.handler:
             self.sender = sender
             queue((Applied(origin, delivery_id, event),), lambda a, h=handler: h(a.event), False)
 
@@ -256,17 +269,22 @@ class IdempotentReceiver(PersistentActor):
         return IdempotentSnapshot({o: s.state() for o, s in self._seen.items()}, super()._wrap_snapshot(snapshot))
 
 
-class _ApplyAll:
-    """The handler of one AppliedBatch: each application's handler, with its command's sender, in call order."""
+class _Applications(list):
+    """(origin, delivery id, event, handler, sender) of persist_applied calls, in call order; once they are
+    journaled as one AppliedBatch, also its handler: each application's handler with its command's sender.
 
-    __slots__ = ("actor", "pending")
+    Being both saves an object per entity and group commit, all alive until the commit's handlers ran
+    (which is what the host's garbage collector pays for).
+    """
 
-    def __init__(self, actor: IdempotentReceiver, pending: list) -> None:
+    __slots__ = ("actor",)
+
+    def __init__(self, actor: IdempotentReceiver) -> None:
+        super().__init__()
         self.actor = actor
-        self.pending = pending
 
     def __call__(self, _: AppliedBatch) -> None:
         actor = self.actor
-        for _origin, _delivery_id, event, handler, sender in self.pending:
+        for _origin, _delivery_id, event, handler, sender in self:
             actor.sender = sender
             handler(event)

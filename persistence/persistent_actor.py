@@ -56,26 +56,36 @@ class _RestartAfterRecovery:
 _RESTART_AFTER_RECOVERY = _RestartAfterRecovery()
 
 
-class _Invocation:
-    """One pending handler call: persist/defer handlers run strictly in the order they were requested."""
+class _Entry:
+    """One element of an actor's journal batch, with the sender and stashing mode of the call that queued it.
 
-    __slots__ = ("handler", "event", "sender", "stashing")
+    A write holds its AtomicWrite and `handler` runs once per event (the events are the reprs' payloads:
+    all events of one persist_all share handler, sender and stashing); a deferral has no AtomicWrite and
+    `handler` runs once with `event`. One object per call keeps the host's garbage collector out of the
+    way: a group commit keeps every queued entry alive until its handlers have run.
+    """
 
-    def __init__(self, handler: Handler, event: Any, sender: str | None, stashing: bool) -> None:
-        self.handler = handler
+    __slots__ = ("atomic", "event", "handler", "sender", "stashing")
+
+    def __init__(self, atomic: AtomicWrite | None, event: Any, handler: Handler, sender: str | None,
+                 stashing: bool) -> None:
+        self.atomic = atomic
         self.event = event
+        self.handler = handler
         self.sender = sender
         self.stashing = stashing
 
 
-class _Entry:
-    """One element of an actor's journal batch: an AtomicWrite with its invocations, or a deferral."""
+def _atomic(reprs: tuple[PersistentRepr, ...]) -> AtomicWrite:
+    """An AtomicWrite of reprs one actor numbered under its one persistence id, known non-empty: without
+    AtomicWrite's re-checks of exactly that (half the cost of building it)."""
+    atomic = _new(AtomicWrite)
+    _set(atomic, "payload", reprs)
+    return atomic
 
-    __slots__ = ("atomic", "invocations")
 
-    def __init__(self, atomic: AtomicWrite | None, invocations: list[_Invocation]) -> None:
-        self.atomic = atomic
-        self.invocations = invocations
+_new = object.__new__
+_set = object.__setattr__
 
 
 class PersistentActor(Actor):
@@ -393,18 +403,21 @@ class PersistentActor(Actor):
         if self._recovery_running:
             raise IllegalStateError("Cannot persist during replay. Events can be persisted when receiving "
                                     "RecoveryCompleted or later.")
-        if not events:
+        n = len(events)
+        if not n:
             return
-        pid, writer, sender = self.persistence_id, self._writer_uuid, self.sender
-        reprs, invs = [], []
-        for e in events:
-            self._seq_alloc += 1
-            reprs.append(PersistentRepr(e, self._seq_alloc, pid, writer_uuid=writer))
-            invs.append(_Invocation(handler, e, sender, stashing))
-        self._batch.append(_Entry(AtomicWrite(reprs), invs))
-        self._pending += len(events)
+        pid, writer, seq = self.persistence_id, self._writer_uuid, self._seq_alloc
+        if n == 1:  # persist / persist_async, and every compact event: no loop, no intermediate list
+            reprs: tuple = (PersistentRepr(events[0], seq + 1, pid, writer_uuid=writer),)
+        else:
+            reprs = tuple([PersistentRepr(e, seq + k, pid, writer_uuid=writer) for k, e in enumerate(events, 1)])
+        self._seq_alloc = seq + n
+        # recovery checked the persistence id; AtomicWrite still raises its own error if it went empty since.
+        atomic = _atomic(reprs) if pid else AtomicWrite(reprs)
+        self._batch.append(_Entry(atomic, None, handler, self.sender, stashing))
+        self._pending += n
         if stashing:
-            self._stashing += len(events)
+            self._stashing += n
         self._coordinator.enqueue(self)
 
     def _queue_defer(self, event: Any, handler: Handler, stashing: bool) -> None:
@@ -414,7 +427,7 @@ class PersistentActor(Actor):
         if self._pending == 0:
             handler(event)
             return
-        self._batch.append(_Entry(None, [_Invocation(handler, event, self.sender, stashing)]))
+        self._batch.append(_Entry(None, event, handler, self.sender, stashing))
         self._pending += 1
         if stashing:
             self._stashing += 1
@@ -430,6 +443,7 @@ class PersistentActor(Actor):
     def _on_write_results(self, batch: list[_Entry], results: Any) -> None:
         """Run handlers in call order for one committed batch, then let waiting commands in."""
         host = self._host
+        failure = results if isinstance(results, BaseException) else None
         wi = 0
         for entry in batch:
             if self._replaced or self._dead:
@@ -441,15 +455,16 @@ class PersistentActor(Actor):
                 self._drain_stash()
                 if self._replaced or self._dead or self._stopping:
                     return
-            if entry.atomic is None:
-                if not self._invoke(entry.invocations[0]):
+            atomic = entry.atomic
+            if atomic is None:
+                if not self._invoke(entry, entry.event):
                     return
                 continue
-            if isinstance(results, BaseException):
-                inv = entry.invocations[0]
-                self.sender = inv.sender
+            if failure is not None:
+                first = atomic.payload[0]
+                self.sender = entry.sender
                 try:
-                    self.on_persist_failure(results, inv.event, entry.atomic.payload[0].sequence_nr)
+                    self.on_persist_failure(failure, first.payload, first.sequence_nr)
                 except Exception:
                     log.exception("on_persist_failure of %s failed", self.path)
                 self._die("persist failed")
@@ -457,20 +472,21 @@ class PersistentActor(Actor):
             result = results[wi]
             wi += 1
             if result is None:
-                for repr_, inv in zip(entry.atomic.payload, entry.invocations, strict=True):
+                for repr_ in atomic.payload:
                     self.last_sequence_nr = repr_.sequence_nr
-                    if not self._invoke(inv):
+                    if not self._invoke(entry, repr_.payload):
                         return
             else:
-                for repr_, inv in zip(entry.atomic.payload, entry.invocations, strict=True):
+                for repr_ in atomic.payload:
                     self.last_sequence_nr = repr_.sequence_nr
-                    self._done(inv)
-                    self.sender = inv.sender
-                    self._event_rejected(inv.event)
+                    self._done(entry)
+                    self.sender = entry.sender
+                    event = repr_.payload
+                    self._event_rejected(event)
                     try:
-                        self.on_persist_rejected(result, inv.event, repr_.sequence_nr)
+                        self.on_persist_rejected(result, event, repr_.sequence_nr)
                     except Exception as exc:
-                        host._failed(self, exc, inv.event, inv.sender)
+                        host._failed(self, exc, event, entry.sender)
                         return
         if self._stopping:
             host.stop_entity(self, "stopped")
@@ -478,22 +494,23 @@ class PersistentActor(Actor):
         if not self._stashing and self._stash:
             self._drain_stash()
 
-    def _done(self, inv: _Invocation) -> None:
+    def _done(self, entry: _Entry) -> None:
         self._pending -= 1
-        if inv.stashing:
+        if entry.stashing:
             self._stashing -= 1
 
-    def _invoke(self, inv: _Invocation) -> bool:
-        """Run one handler with its command's sender; False if it failed (the actor is restarting)."""
-        self.sender = inv.sender
+    def _invoke(self, entry: _Entry, event: Any) -> bool:
+        """Run the entry's handler for one event with its command's sender; False if it failed (the actor
+        is restarting)."""
+        self.sender = entry.sender
         try:
-            inv.handler(inv.event)
+            entry.handler(event)
         except Exception as exc:
-            self._done(inv)
-            self._host._failed(self, exc, inv.event, inv.sender)
+            self._done(entry)
+            self._host._failed(self, exc, event, entry.sender)
             return False
         # Popped after the handler ran, as in Akka: a defer from inside a handler queues behind it.
-        self._done(inv)
+        self._done(entry)
         return True
 
     # ---- snapshots and deletes ------------------------------------------------------------------
