@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -58,6 +59,7 @@ RECENT_DEAD_LETTERS = 100
 HELD_PER_PATH = 100_000
 HOST_RESTARTS = 10
 HOST_RESTART_WINDOW = 60.0
+CHILD_CHECK_DELAY = 1.0  # seconds after a host's exit to look for others that died unreported
 STATUS_WAIT = 2.0  # seconds a status request waits for busy hosts before answering without them
 
 
@@ -423,12 +425,34 @@ class Guardian(ThespianActor):
         payload = message.payload
         if isinstance(payload, tuple) and payload[:1] == ("status",):
             self._answer_status(payload[1])
+        elif payload == ("check-children",):
+            self._check_children()
+
+    def _check_children(self) -> None:
+        """Handle the exit of host processes that died without a ChildActorExited.
+
+        Thespian 4.0.1 can drop the ChildActorExited of a child that dies together with another one
+        (seen killing two shards at once: one was never restarted). A dead child of this process is a
+        zombie until reaped, which /proc shows; hosts on other machines are not our children.
+        """
+        me = os.getpid()
+        for record in list(self.hosts.values()):
+            if record.state in ("running", "starting") and record.pid and record.address is not None:
+                if _is_dead_child(record.pid, me):
+                    log.warning("host %s (pid %d) died unreported; handling its exit", record.spec.key, record.pid)
+                    self._child_exited(record.address)
+                elif record.state == "running":
+                    # Thespian may have reaped it already: a message to a gone process comes back as a
+                    # DeadEnvelope (handled in _dead_envelope).
+                    self.send(record.address, GetHostStats(0))
 
     def _system_message(self, message: Any, sender: Any) -> None:
         if isinstance(message, ActorExitRequest):
             self.shutting_down = True  # hosts exiting from now on are not crashes: do not restart them
         elif isinstance(message, ChildActorExited):
             self._child_exited(message.childAddress)
+            self._check_children()
+            self.wakeupAfter(timedelta(seconds=CHILD_CHECK_DELAY), ("check-children",))
         elif isinstance(message, DeadEnvelope):
             self._dead_envelope(message)
         elif isinstance(message, PoisonMessage):
@@ -437,6 +461,14 @@ class Guardian(ThespianActor):
     def _dead_envelope(self, envelope: DeadEnvelope) -> None:
         dead = envelope.deadMessage
         dead_key = address_key(envelope.deadAddress)
+        for record in list(self.hosts.values()):
+            # Undeliverable to a running host whose process is gone: its exit went unreported (see
+            # _check_children). Restart it before rerouting, so that its messages are held, not bounced.
+            if record.state == "running" and record.address is not None and address_key(record.address) == dead_key \
+                    and not _is_running_here(record.pid):
+                log.warning("host %s (pid %d) is gone without an exit report; handling its exit",
+                            record.spec.key, record.pid)
+                self._child_exited(record.address)
         # Whoever lived there is gone: clients' routes die with them, hosts get restarted.
         for prefix, address in list(self.temp_routes.items()):
             if address_key(address) == dead_key:
@@ -464,6 +496,25 @@ class Guardian(ThespianActor):
         HostStats: _host_stats,
         WakeupMessage: _wakeup,
     }
+
+
+def _is_running_here(pid: int) -> bool:
+    """True if a live (not zombie) process `pid` exists on this machine."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _is_dead_child(pid: int, parent: int) -> bool:
+    """True if `pid` is a child of `parent` that has exited (a zombie not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return False  # no /proc, or already reaped (then Thespian reported it)
+    return fields[0] == "Z" and int(fields[1]) == parent
 
 
 class NodeAgent(ThespianActor):

@@ -51,6 +51,8 @@ _DRAIN = "reprise-drain"
 # Local deliveries handled per Thespian message before yielding, so a chatty entity cannot starve
 # the host's own mailbox (exit requests, directory updates).
 _LOCAL_BUDGET = 200_000
+# A wakeup this late (s) is taken as lost (see Host._rearm_lost_wakeups); Thespian's are ~1 ms late.
+_WAKEUP_GRACE = 1.0
 
 
 def resolve_factory(factory: Any) -> Any:
@@ -83,9 +85,11 @@ class Host:
         self.entities: OrderedDict[str, Actor] = OrderedDict()
         self.local: deque = deque()
         self.timers = TimerQueue()
-        self._armed: set[float] = set()
+        self._armed: set[float] = set()  # due times of the timer wakeups asked of Thespian
         self._sweep_armed = False
+        self._sweep_due = 0.0
         self._linger_armed = False
+        self._linger_due = 0.0
         self._restarts: dict[str, deque] = {}
         self._incarnations = itertools.count(1)
         self._settle_hooks: list = []
@@ -351,6 +355,7 @@ class Host:
     def _arm_sweep(self) -> None:
         if self.spec.passivate_after is not None and not self._sweep_armed:
             self._sweep_armed = True
+            self._sweep_due = time.monotonic() + self.spec.passivate_after / 2
             self.adapter.wakeup_after(self.spec.passivate_after / 2, _SWEEP)
 
     def on_wakeup(self, payload: Any) -> None:
@@ -372,6 +377,24 @@ class Host:
             self._arm()
         self.settle()
 
+    def _rearm_lost_wakeups(self) -> None:
+        """Arm again the wakeups Thespian lost: long overdue, they will never come.
+
+        Thespian 4.0.1 drops a wakeup that expires while it drains an excessive send queue ("tx-only
+        mode": its drain loop discards what the run returns). A lost timer wakeup stopped every timer of
+        the host for good (seen: the Spark bridge stopped fanning out). Checked whenever the host works.
+        """
+        late = time.monotonic() - _WAKEUP_GRACE
+        if self._armed and min(self._armed) < late:
+            self._armed = {due for due in self._armed if due >= late}
+            self._arm()
+        if self._sweep_armed and self._sweep_due < late:
+            self._sweep_armed = False
+            self._arm_sweep()
+        if self._linger_armed and self._linger_due < late:
+            self._linger_armed = False
+            self.outbox.flush()
+
     def _passivate_idle(self) -> None:
         deadline = self.now - self.spec.passivate_after
         idle, busy = [], []
@@ -390,6 +413,8 @@ class Host:
     # ---- settling -------------------------------------------------------------------------------
     def settle(self, force_flush: bool = False) -> None:
         """Run local deliveries and settle hooks until quiet, then send (or linger)."""
+        if self._armed or self._sweep_armed or self._linger_armed:
+            self._rearm_lost_wakeups()
         budget = _LOCAL_BUDGET
         local = self.local
         while True:
@@ -409,6 +434,7 @@ class Host:
             self.outbox.flush()
         elif self.outbox and not self._linger_armed:
             self._linger_armed = True
+            self._linger_due = time.monotonic() + self.spec.linger
             self.adapter.wakeup_after(self.spec.linger, _LINGER)
 
 
