@@ -172,3 +172,16 @@ class Counting(actors.Actor):
 
     def stats(self) -> dict[str, int]:
         return {"pending": self.pending}
+
+
+class ForgetfulTicker(Ticker):
+    """A Ticker whose host believes a wakeup is armed that Thespian lost (as in a tx-only drain)."""
+
+    def receive(self, message, sender):
+        if message == "lose-a-wakeup":
+            import time
+
+            self._host._armed.add(time.monotonic() - 10.0)  # armed, long due, never coming
+            self.tell(sender, "lost")
+        else:
+            super().receive(message, sender)

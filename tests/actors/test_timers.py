@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.actors.sample import After, Ticker
+from tests.actors.sample import After, ForgetfulTicker, Ticker
 
 
 def test_schedule_once_fires_once(system):
@@ -44,3 +44,12 @@ def test_entity_with_a_live_timer_is_not_passivated(system):
     # Ticks keep counting up well past the idle timeout: the same instance stays alive.
     ticks = probe.receive_many(8, timeout=5)
     assert ticks == [("tick", i) for i in range(1, 9)]
+
+
+def test_timers_survive_a_wakeup_thespian_lost(system):
+    """Thespian drops a wakeup expiring during its tx-only drain; the host re-arms instead of waiting forever."""
+    probe = system.probe()
+    system.spawn(ForgetfulTicker, "/user/t")
+    assert system.ask("/user/t", "lose-a-wakeup") == "lost"
+    probe.tell("/user/t", After(0.2, probe.path))
+    assert probe.receive(timeout=10) == ("tick", 1)
