@@ -4,11 +4,13 @@
 
 1. A local multi-process actor system on the embedded SQLite journal: the Spark bridge
    (/system/spark-bridge), a host of account entities (/user/accounts/<id>, examples.accounts.pipeline
-   .BankAccount) and a ledger (/user/ledger) that receives a follow-up anchored to every deposit.
+   .BankAccount) in two shard processes (one per core), and a ledger (/user/ledger) that receives a
+   follow-up anchored to every deposit.
 2. A PySpark job (local[2]) generates the transactions and feeds them with ack="processed": the feed
    returns only when every account and the ledger have confirmed every row, each applied once durably.
-3. With chaos (the default) the account host is killed with SIGKILL once 40% of the rows are processed;
-   the guardian restarts it, accounts recover from the journal, the bridge redelivers what was lost.
+3. With chaos (the default) an account host process (shard 0) is killed with SIGKILL once 40% of the rows
+   are processed; the guardian restarts it, its accounts recover from the journal, and the bridge resends
+   at once what the dead process had not confirmed.
 4. Every balance is compared with the balance Spark computes itself, and with the ledger; any mismatch
    exits non-zero. Everything is shut down at the end.
 """

@@ -84,3 +84,15 @@ def test_shards_from_a_topology_file(tmp_path, make_system):
     entry = top.entries[0]
     system.spawn(topology.resolve_class(entry.factory), entry.path, entities=True, **entry.options)
     assert len({r[2] for r in where(system, IDS).values()}) == 2
+
+
+@pytest.mark.parametrize("base", ["multiproc"])
+def test_shards_killed_together_all_restart(system):
+    """Thespian can drop the exit report of a child dying with another: the guardian finds it anyway."""
+    system.spawn(Echo, "/user/e", entities=True, shards=2)
+    where(system, IDS)
+    pids = {k: h.pid for k, h in system.status().hosts.items()}
+    for pid in pids.values():
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: all(h.state == "running" and h.pid != pids[k] for k, h in system.status().hosts.items()), 30)
+    assert all(r[3] == 1 for r in where(system, IDS).values()), "every entity is a fresh instance"
