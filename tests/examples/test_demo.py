@@ -27,7 +27,7 @@ def demo(*argv: str) -> subprocess.CompletedProcess:
 def test_demo_with_chaos_ends_with_exact_balances():
     run = demo("--transactions", "20000", "--accounts", "200", "--partitions", "4")
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
-    assert "restarted 1 time(s) (SIGKILL after" in run.stdout
+    assert "2 shard process(es), restarted 1 time(s) (SIGKILL after" in run.stdout
     assert "ledger              20,000 entries" in run.stdout
     assert "mismatches 0, ledger mismatches 0" in run.stdout and "OK: every balance is exact" in run.stdout
 
@@ -38,4 +38,4 @@ def test_demo_without_chaos_and_bad_options():
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
     assert "restarted 0 time(s)" in run.stdout and "OK: every balance is exact" in run.stdout
     bad = demo("--transactions", "0")
-    assert bad.returncode == 2 and "--transactions and --accounts must be at least 1" in bad.stderr
+    assert bad.returncode == 2 and "--transactions, --accounts and --shards must be at least 1" in bad.stderr
