@@ -50,6 +50,7 @@ BASES = {"local": "simpleSystemBase", "multiproc": "multiprocTCPBase"}
 DIRECTORY_TTL = 1.0
 # Thespian's default 950-deep transmit queue is scanned on every send (~300 msgs/s); a shorter queue
 # blocks senders earlier (back-pressure) and keeps sends cheap. Nothing is ever dropped below 1e6.
+_BOOT_ATTEMPTS = 3
 THESPIAN_TUNING = {
     "THESPIAN_MAX_QUEUED_TRANSMITS": "128",
     "THESPIAN_QUEUED_TRANSMIT_UNBLOCK_THRESHOLD": "64",
@@ -84,36 +85,43 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
             raise SpawnFailed(f"the guardian did not start: {reply!r}")
         return System(asys, base=base, guardian=guardian, owner=True, config=config)
 
-    port = admin_port or free_port(bind)
-    if _listening(advertise or bind, port):
-        raise SpawnFailed(f"admin port {port} is already in use; attach with actors.connect({port}) "
-                          "or choose another port")
-    tag = tag or f"reprise-system-{port}-{uuid.uuid4().hex[:8]}"
-    run_dir = run_dir or tempfile.mkdtemp(prefix=f"reprise-{port}-")
-    os.makedirs(run_dir, mode=0o700, exist_ok=True)
-    config["run_dir"] = run_dir
     _configure_process_env(bind, advertise, peers)
     env = dict(os.environ)
     env.update(THESPIAN_TUNING)
-    env.update(THESPLOG_FILE=os.path.join(run_dir, "thespian.log"), THESPLOG_THRESHOLD="WARNING",
-               PYTHONPATH=os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)))
-    cmd = [sys.executable, "-m", "actors.boot", "--port", str(port), "--tag", tag,
-           "--config", pickle.dumps(config).hex()]
-    boot_log = os.path.join(run_dir, "boot.log")
-    # A file, not a pipe: the daemonised admin inherits the descriptor and would hold a pipe open.
-    with open(boot_log, "w") as out:
-        try:
-            proc = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  timeout=start_timeout)
-        except subprocess.TimeoutExpired:
-            kill_tagged(tag)
-            raise SpawnFailed(f"the actor system on port {port} did not start within {start_timeout} s; "
-                              f"see {boot_log}") from None
-    if proc.returncode != 0:
-        kill_tagged(tag)
+    env.update(THESPLOG_THRESHOLD="WARNING", PYTHONPATH=os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)))
+    # A port we picked can be taken by someone else before the admin binds it (Thespian then reports
+    # "not a valid or useable ActorSystem Admin"): pick another. A port the caller chose is not retried.
+    for attempt in range(1 if admin_port else _BOOT_ATTEMPTS):
+        port = admin_port or free_port(bind)
+        if _listening(advertise or bind, port):
+            raise SpawnFailed(f"admin port {port} is already in use; attach with actors.connect({port}) "
+                              "or choose another port")
+        port_tag = tag or f"reprise-system-{port}-{uuid.uuid4().hex[:8]}"
+        port_dir = run_dir or tempfile.mkdtemp(prefix=f"reprise-{port}-")
+        os.makedirs(port_dir, mode=0o700, exist_ok=True)
+        config["run_dir"] = port_dir
+        env["THESPLOG_FILE"] = os.path.join(port_dir, "thespian.log")
+        cmd = [sys.executable, "-m", "actors.boot", "--port", str(port), "--tag", port_tag,
+               "--config", pickle.dumps(config).hex()]
+        boot_log = os.path.join(port_dir, "boot.log")
+        # A file, not a pipe: the daemonised admin inherits the descriptor and would hold a pipe open.
+        with open(boot_log, "w") as out:
+            try:
+                proc = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, timeout=start_timeout)
+            except subprocess.TimeoutExpired:
+                kill_tagged(port_tag)
+                raise SpawnFailed(f"the actor system on port {port} did not start within {start_timeout} s; "
+                                  f"see {boot_log}") from None
+        if proc.returncode == 0:
+            break
+        kill_tagged(port_tag)
         with open(boot_log) as f:
             tail = f.read()[-2000:]
-        raise SpawnFailed(f"the actor system on port {port} did not start (see {boot_log}):\n{tail}")
+        if "not a valid or useable ActorSystem Admin" not in tail or attempt + 1 >= _BOOT_ATTEMPTS or admin_port:
+            raise SpawnFailed(f"the actor system on port {port} did not start (see {boot_log}):\n{tail}")
+        log.warning("the actor system on port %d did not start (port taken meanwhile?); trying another port", port)
+    tag, run_dir = port_tag, port_dir
     system = connect(port, host=advertise or bind, _owner=True)
     system.tag, system.run_dir = tag, run_dir
     return system
