@@ -31,7 +31,6 @@ from persistence import (
     Confirm,
     ConfirmUpTo,
     RecoveryCompleted,
-    RedeliveryTick,
     SaveSnapshotSuccess,
     SnapshotOffer,
 )
@@ -134,13 +133,7 @@ class _RowsOut:
             return
         t, i, a, v, columns = self.targets, self.ids, self.anchors, self.values, self.columns
 
-        def chunk(idx: list[int] | None) -> RowChunk:
-            if idx is None:
-                return RowChunk(t, i, a, v, columns, low)
-            return RowChunk([t[k] for k in idx], [i[k] for k in idx], [a[k] for k in idx], [v[k] for k in idx],
-                            columns, low)
-
-        host.scatter(sender, t, chunk)
+        host.scatter(sender, t, lambda idx: RowChunk(*_pick(idx, t, i, a, v), columns, low))
 
 
 class SparkBridge(AtLeastOnceDelivery):
@@ -542,12 +535,11 @@ class SparkBridge(AtLeastOnceDelivery):
                 out.anchors.append(anchor)
                 out.values.append(message)
             out.send(self._host, self.path, low)
-            self._arm_redelivery()
+            self._ensure_timer()
         replies = [r for r in replies if r[0] is not None]
         if replies:
             targets, ids = [r[0] for r in replies], [r[1] for r in replies]
-            self._host.scatter(self.path, targets, lambda idx: ForwardsAccepted(targets, ids) if idx is None else
-                               ForwardsAccepted([targets[k] for k in idx], [ids[k] for k in idx]))
+            self._host.scatter(self.path, targets, lambda idx: ForwardsAccepted(*_pick(idx, targets, ids)))
         for tree in completed:
             self._feed(tree.feed_id)[1] += tree.rows
             if tree.reply_to is not None:
@@ -625,7 +617,7 @@ class SparkBridge(AtLeastOnceDelivery):
                     self._backlog_head = 0
         out.send(self._host, self.path, low)
         if sent:
-            self._arm_redelivery()
+            self._ensure_timer()
         if len(self._unconfirmed) < self.fan_out_window:
             self._queue_fan_out()
 
@@ -637,12 +629,6 @@ class SparkBridge(AtLeastOnceDelivery):
         if self._backlog_head < len(self._backlog) and not self._fanout_queued:
             self._fanout_queued = True
             self.schedule_once(self.busy_pause if self._busy(time.monotonic()) else 0.0, _FANOUT)
-
-    def _arm_redelivery(self) -> None:
-        t = self._redeliver_timer
-        if t is None or not t.active:
-            period = (self.redelivery_backoff[0] if self.redelivery_backoff else self.redeliver_interval) / 2
-            self._redeliver_timer = self.schedule_repeatedly(period, RedeliveryTick())
 
     def _load(self, seq: int) -> BatchStored:
         for r in self._journal.replay_messages(self.persistence_id, seq, seq, 1):
@@ -680,6 +666,13 @@ class SparkBridge(AtLeastOnceDelivery):
         elif self._pending == 0 and not self._allocated:
             self._since_snapshot = 0
             self.save_snapshot(self._snapshot())
+
+
+def _pick(indices: list[int] | None, *columns: list) -> list[list]:
+    """The entries at `indices` of each column (all of them for None): one destination host's share."""
+    if indices is None:
+        return list(columns)
+    return [[column[k] for k in indices] for column in columns]
 
 
 def _row_dict(event: BatchStored, i: int) -> dict:
