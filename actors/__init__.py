@@ -7,7 +7,7 @@
         system.tell("/user/accounts/42", Deposit(10))
 """
 
-from . import netsec
+from . import netsec, thespian_fixes
 from .actor import Actor
 from .errors import (
     AskTimeout,
@@ -24,6 +24,7 @@ from .system import Probe, System, connect, free_port, shutdown, start
 from .timers import Timer
 
 netsec.apply()
+thespian_fixes.apply()
 
 __all__ = [
     "Actor", "AskTimeout", "DeadLetter", "DeadLetters", "HostInfo", "InvalidPath", "PathTaken", "Probe",

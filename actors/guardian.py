@@ -173,6 +173,10 @@ class Guardian(ThespianActor):
         self.epoch += 1
         routes = self._routes()
         self.router.replace(routes, self.epoch)
+        if self.shutting_down:
+            # Every host is exiting too: a message to one already gone would hold this process in
+            # Thespian's exit drain (retrying the dead socket for up to 7 s) after the system shut down.
+            return
         update = DirectoryUpdate(routes, self.epoch)
         for record in self.hosts.values():
             if record.state == "running":
@@ -451,8 +455,9 @@ class Guardian(ThespianActor):
             self.shutting_down = True  # hosts exiting from now on are not crashes: do not restart them
         elif isinstance(message, ChildActorExited):
             self._child_exited(message.childAddress)
-            self._check_children()
-            self.wakeupAfter(timedelta(seconds=CHILD_CHECK_DELAY), ("check-children",))
+            if not self.shutting_down:
+                self._check_children()
+                self.wakeupAfter(timedelta(seconds=CHILD_CHECK_DELAY), ("check-children",))
         elif isinstance(message, DeadEnvelope):
             self._dead_envelope(message)
         elif isinstance(message, PoisonMessage):

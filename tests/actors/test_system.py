@@ -120,6 +120,21 @@ def test_shutdown_by_port_stops_every_process_of_the_system(make_system):
         actors.connect(owner.admin_port, timeout=5)
 
 
+def test_shutdown_ends_every_process_without_killing_one(make_system, caplog):
+    """The guardian sent route updates to hosts already gone, and Thespian kept it alive 7 s retrying them."""
+    owner = make_system("multiproc")
+    owner.spawn(Echo, "/user/echo")
+    owner.spawn(Echo, "/user/echoes", entities=True, shards=3)
+    for i in range(6):
+        assert owner.ask(f"/user/echoes/{i}", Ping(i)) == Pong(i, f"/user/echoes/{i}")
+    tag = owner.tag
+
+    owner.shutdown(timeout=4.0)  # what lingers past this is killed, with a warning
+
+    assert tagged_pids(tag) == []
+    assert not [r for r in caplog.records if "left processes" in r.getMessage()]
+
+
 def test_multiproc_refuses_an_admin_port_in_use(make_system):
     owner = make_system("multiproc")
     with pytest.raises(SpawnFailed, match="already in use"):

@@ -1,0 +1,20 @@
+"""Thespian 4.0.1 bugs fixed by actors.thespian_fixes, reproduced with plain Thespian actors."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_a_wakeup_expiring_during_a_tx_only_drain_is_delivered(make_system):
+    """Thespian dropped it (the timer never fired); now it fires as soon as the sending handler returns."""
+    asys = make_system("multiproc")._asys  # plain Thespian actors, created by the admin (patched at boot)
+    sink = asys.createActor("tests.actors.raw_thespian.StalledSink")
+    flooder = asys.createActor("tests.actors.raw_thespian.Flooder")
+    # 1,000 queued transmits pass THESPIAN_MAX_QUEUED_TRANSMITS (950): the flooder's sends block in the
+    # tx-only drain while the sink sleeps, and the 50 ms wakeup expires in there.
+    assert asys.ask(flooder, ("flood", sink, 1000), 30) == "sent"
+    woke = asys.listen(10)
+    assert woke is not None, "the wakeup that expired during the tx-only drain never arrived"
+    assert woke[0] == "woke" and woke[1] < 2.0, woke
