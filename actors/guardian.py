@@ -250,6 +250,11 @@ class Guardian(ThespianActor):
             log.error("host %s failed to start:\n%s", message.path, message.error)
             record.state = "failed"
             self.send(sender, ActorExitRequest())
+            for other in self._shards(record):  # a spawn succeeds whole or not at all
+                if other is not record and other.state in ("starting", "running"):
+                    other.state = "stopping"
+                    if other.address is not None:
+                        self.send(other.address, ActorExitRequest())
             self._release_held(record, f"actor at {message.path} failed to start")
             for waiter in lead.waiters:
                 self.send(waiter, Spawned(path, f"{message.path} failed to start:\n{message.error}"))

@@ -25,8 +25,10 @@ from thespian.actors import (
 )
 
 from .actor import Actor
+from .errors import SpawnFailed
 from .messages import (
     GUARDIAN_PATH,
+    SHARD_PLACEHOLDER,
     Batch,
     DeadLetter,
     DirectoryUpdate,
@@ -76,6 +78,8 @@ class Host:
         self.path = spec.path
         self.key = spec.key  # the path, or the path and shard number: what the guardian and peers call us
         self.config = init.config
+        if spec.journal or spec.snapshot_store:
+            self.config = self._own_stores(spec)
         self.factory = resolve_factory(spec.factory)
         self.router = Router()
         self.router.replace(init.routes, init.epoch)
@@ -116,6 +120,22 @@ class Host:
             actor = self._new_instance(self.path)
             actor._around_pre_start()
             self.settle()
+
+    def _own_stores(self, spec: HostSpec) -> dict:
+        """The config with this host's own journal / snapshot store URLs (per shard when they say {shard})."""
+        config = dict(self.config)
+        for name in ("journal", "snapshot_store"):
+            template = getattr(spec, name)
+            if template:
+                config[name] = spec.store_url(template)
+        if spec.journal and SHARD_PLACEHOLDER in spec.journal:
+            from persistence.plugins import check_shard_layout  # actors itself does not need persistence
+
+            try:
+                check_shard_layout(config["journal"], spec.path, spec.shard, spec.shards)
+            except ValueError as e:
+                raise SpawnFailed(str(e)) from None
+        return config
 
     def watch_routes(self, actor: Actor) -> None:
         """Call `actor._routes_lost(prefixes)` when hosts it may have sent to die (see `update_routes`)."""
@@ -494,6 +514,9 @@ class HostActor(ThespianActor):
         try:
             self.host = Host(self, init, self.myAddress)
             self.host.start()
+        except SpawnFailed as e:  # a refusal that explains itself
+            self.send(sender, HostReady(init.spec.key, str(e)))
+            return
         except Exception:
             self.send(sender, HostReady(init.spec.key, traceback.format_exc()))
             return

@@ -45,6 +45,21 @@ class Scatter:
         raise NotImplementedError
 
 
+SHARD_PLACEHOLDER = "{shard}"
+
+
+def check_store_url(name: str, url: str | None) -> None:
+    """Refuse a per-host store URL that is not a non-empty string or has a placeholder other than {shard}."""
+    if url is None:
+        return
+    if not isinstance(url, str) or "://" not in url:
+        raise ValueError(f"{name} must be a URL such as 'sqlite:///data/accounts-{{shard}}.db', got {url!r}")
+    rest = url.replace(SHARD_PLACEHOLDER, "")
+    if "{" in rest or "}" in rest:
+        raise ValueError(f"{name} {url!r}: the only placeholder a store URL may hold is {SHARD_PLACEHOLDER} "
+                         "(the shard number)")
+
+
 @dataclass(frozen=True)
 class HostSpec:
     """What a host actor serves: one actor at `path`, or entities at every path below it."""
@@ -63,11 +78,19 @@ class HostSpec:
     shards: int = 1
     """Entity hosts only: how many processes share the entities (each entity id lives in one, by hash)."""
     shard: int = 0
+    journal: str | None = None
+    """This host's journal URL instead of the system's; `{shard}` in it becomes the shard number."""
+    snapshot_store: str | None = None
+    """This host's snapshot store URL instead of the system's; `{shard}` as for `journal`."""
 
     @property
     def key(self) -> str:
         """This host's name: its path, or the path and shard number for one of several shards."""
         return shard_key(self.path, self.shard, self.shards)
+
+    def store_url(self, template: str) -> str:
+        """`template` with `{shard}` replaced by this host's shard number."""
+        return template.replace(SHARD_PLACEHOLDER, str(self.shard))
 
 
 @dataclass(frozen=True)

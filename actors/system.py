@@ -40,6 +40,7 @@ from .messages import (
     SystemStatus,
     UnregisterRoute,
     WhereIsGuardian,
+    check_store_url,
 )
 from .paths import validate_path
 from .transport import Router, check_message, pack, unpack
@@ -272,22 +273,29 @@ class System:
     def spawn(self, cls: Any, path: str, *, entities: bool = False, args: tuple = (), kwargs: dict | None = None,
               passivate_after: float | None = 120.0, max_restarts: int = 10, restart_window: float = 60.0,
               linger: float = 0.0, batch_cap: int = 2000, node: str | None = None, shards: int = 1,
-              timeout: float = 60.0) -> str:
+              journal: str | None = None, snapshot_store: str | None = None, timeout: float = 60.0) -> str:
         """Start `cls` at `path` (or, with entities=True, one `cls` per path below it, on demand).
 
         `shards` > 1 spreads the entities over that many host processes (each entity id always in the
         same one, by a hash of the id): entity work runs on several cores.
+        `journal` / `snapshot_store` give this host its own store URLs instead of the system's; `{shard}`
+        in them becomes the shard number, e.g. "sqlite:///data/accounts-{shard}.db": one SQLite file per
+        shard, so shards do not wait for each other's write lock. Such a host records its shard layout in
+        its journal and refuses to start with another shard count (its entities' events would be in
+        other files).
         """
         validate_path(path)
         if type(shards) is not int or shards < 1 or (shards > 1 and not entities):
             raise ValueError(f"shards must be an int >= 1, and > 1 only for entity hosts (entities=True); got "
                              f"shards={shards!r}, entities={entities!r}")
+        for name, url in (("journal", journal), ("snapshot_store", snapshot_store)):
+            check_store_url(name, url)
         if getattr(cls, "__module__", None) == "__main__" and self.base != "local":
             raise UnpicklableMessage(f"{cls.__qualname__} is defined in __main__; actor classes must live in "
                                      "an importable module so that actor processes can import them")
         spec = HostSpec(path, cls, entities, tuple(args), dict(kwargs or {}),
                         passivate_after if entities else None, max_restarts, restart_window, linger,
-                        batch_cap, node, shards)
+                        batch_cap, node, shards, journal=journal, snapshot_store=snapshot_store)
         reply = self._request(SpawnHost(spec), Spawned, timeout)
         if reply.error:
             raise (PathTaken if "already served" in reply.error else SpawnFailed)(reply.error)

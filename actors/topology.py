@@ -17,6 +17,7 @@
     class = "myapp.accounts:Account"
     passivate_after = 60
     shards = 2                        # entities spread over 2 processes (cores)
+    journal = "sqlite://accounts-{shard}.db"   # optional: this host's own journal, one file per shard
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidPath
+from .messages import check_store_url
 from .paths import validate_path
 
 __all__ = ["ActorEntry", "SystemSection", "Topology", "TopologyError", "load", "loads", "resolve_class"]
@@ -35,7 +37,8 @@ __all__ = ["ActorEntry", "SystemSection", "Topology", "TopologyError", "load", "
 SYSTEM_KEYS = {"admin_port", "bind", "advertise", "journal", "snapshot_store", "leader", "node", "peers",
                "log_level"}
 # Options passed straight to System.spawn; everything else in an entry is a mistake worth reporting.
-SPAWN_OPTIONS = {"passivate_after", "max_restarts", "restart_window", "linger", "batch_cap", "node", "shards"}
+SPAWN_OPTIONS = {"passivate_after", "max_restarts", "restart_window", "linger", "batch_cap", "node", "shards",
+                 "journal", "snapshot_store"}
 ENTRY_KEYS = {"path", "class", "args", "kwargs"} | SPAWN_OPTIONS
 
 
@@ -107,7 +110,7 @@ def loads(text: str, *, source: str = "<string>", base_dir: str | None = None) -
         if not isinstance(tables, list):
             raise TopologyError(f"{source}: [{kind}] must be an array of tables: write [[{kind}]]")
         for i, table in enumerate(tables):
-            entries.append(_entry(table, kind == "entities", f"{source}: [[{kind}]] #{i + 1}"))
+            entries.append(_entry(table, kind == "entities", f"{source}: [[{kind}]] #{i + 1}", base_dir))
     paths = [e.path for e in entries]
     dupes = sorted({p for p in paths if paths.count(p) > 1})
     if dupes:
@@ -171,7 +174,7 @@ def _absolute_sqlite(url: str | None, base_dir: str | None) -> str | None:
     return f"sqlite://{os.path.join(base_dir, target)}{sep}{query}"
 
 
-def _entry(table: Any, entities: bool, where: str) -> ActorEntry:
+def _entry(table: Any, entities: bool, where: str, base_dir: str | None) -> ActorEntry:
     if not isinstance(table, dict):
         raise TopologyError(f"{where} must be a table")
     unknown = set(table) - ENTRY_KEYS
@@ -196,6 +199,12 @@ def _entry(table: Any, entities: bool, where: str) -> ActorEntry:
         if key == "node":
             if not isinstance(value, str):
                 raise TopologyError(f"{where}: node must be a string")
+        elif key in ("journal", "snapshot_store"):
+            try:
+                check_store_url(key, value)
+            except ValueError as e:
+                raise TopologyError(f"{where}: {e}") from None
+            options[key] = _absolute_sqlite(value, base_dir)
         elif isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
             raise TopologyError(f"{where}: {key} must be a non-negative number, got {value!r}")
     return ActorEntry(table["path"], table["class"], entities, tuple(args), dict(kwargs), options)

@@ -8,6 +8,7 @@ from typing import Any
 
 from journal import SnapshotMetadata, SnapshotSelectionCriteria, open_journal, open_snapshot_store
 from journal.api import Journal, SnapshotStore
+from journal.model import AtomicWrite, PersistentRepr
 
 _journals: dict[str, Journal] = {}
 _stores: dict[str, Any] = {}
@@ -48,6 +49,34 @@ def snapshot_store_for(url: str | None) -> Any:
             s = factory(url) if factory else open_snapshot_store(url)
             _stores[url] = s
         return s
+
+
+SHARD_LAYOUT_ID = "reprise-shard-layout:"
+"""Persistence id prefix of the record a host with per-shard stores keeps in its journal (+ its path)."""
+
+
+def check_shard_layout(url: str, path: str, shard: int, shards: int) -> None:
+    """Record which shard of `path` owns the journal at `url`, or refuse if it belongs to another layout.
+
+    With one journal per shard, an entity's events are in its shard's file: started with another shard
+    count, entities would move to files without their events and recover empty.
+    """
+    journal = journal_for(url)
+    pid = SHARD_LAYOUT_ID + path
+    mine = {"path": path, "shard": shard, "shards": shards}
+    highest = journal.highest_sequence_nr(pid)
+    if highest:
+        stored = next(iter(journal.replay_messages(pid, highest, highest, 1))).payload
+        if stored != mine:
+            raise ValueError(
+                f"journal {url} belongs to shard {stored.get('shard')} of {stored.get('shards')} of "
+                f"{stored.get('path')}, but this host is shard {shard} of {shards} of {path}: with per-shard "
+                f"journals an entity's events stay in the file of the shard it had, so the shard count cannot "
+                f"change. Start {path} with shards={stored.get('shards')}, or give it new journal files")
+        return
+    error = journal.write_messages([AtomicWrite((PersistentRepr(mine, 1, pid),))])[0]
+    if error is not None:
+        raise error
 
 
 def close_all() -> None:

@@ -31,3 +31,15 @@ class Flooder(Actor):
             self.send(sender, "sent")
         elif isinstance(message, WakeupMessage):
             self.send(self.asker, ("woke", time.monotonic() - self.ended))
+
+
+class Peer(Actor):
+    """Floods a peer it never talked to, after a pause (so that both flood at once), then says "sent"."""
+
+    def receiveMessage(self, message, sender):
+        if isinstance(message, tuple) and message[0] == "flood":
+            _, peer, count, pause = message
+            time.sleep(pause)
+            for i in range(count):
+                self.send(peer, i)
+            self.send(sender, ("sent", self.myAddress))

@@ -18,3 +18,16 @@ def test_a_wakeup_expiring_during_a_tx_only_drain_is_delivered(make_system):
     woke = asys.listen(10)
     assert woke is not None, "the wakeup that expired during the tx-only drain never arrived"
     assert woke[0] == "woke" and woke[1] < 2.0, woke
+
+
+def test_two_actors_flooding_each_other_over_new_connections_do_not_deadlock(make_system):
+    """Each drained its queue without accepting the other's new connection: both waited for timeouts."""
+    asys = make_system("multiproc")._asys
+    a = asys.createActor("tests.actors.raw_thespian.Peer")
+    b = asys.createActor("tests.actors.raw_thespian.Peer")
+    # Both sleep, then flood each other at once: each must accept the other's first connection while
+    # its own sends are queued past THESPIAN_MAX_QUEUED_TRANSMITS (Reprise sets 128).
+    asys.tell(a, ("flood", b, 2000, 0.5))
+    asys.tell(b, ("flood", a, 2000, 0.5))
+    done = [asys.listen(20), asys.listen(20)]
+    assert all(isinstance(d, tuple) and d[0] == "sent" for d in done), f"a flooder is stuck: {done}"

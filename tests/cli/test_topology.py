@@ -26,6 +26,8 @@ path = "/user/echoes"
 class = "tests.actors.sample.Echo"
 passivate_after = 5
 node = "worker"
+shards = 2
+journal = "sqlite://accounts-{shard}.db"
 """
 
 
@@ -38,7 +40,8 @@ def test_a_full_topology_parses() -> None:
     actor, host = topo.entries
     assert (actor.path, actor.entities, actor.args, actor.kwargs, actor.options) == (
         "/user/echo", False, (1,), {"a": "b"}, {"max_restarts": 3})
-    assert host.entities and host.options == {"passivate_after": 5, "node": "worker"}
+    assert host.entities and host.options == {"passivate_after": 5, "node": "worker", "shards": 2,
+                                              "journal": "sqlite:///srv/app/accounts-{shard}.db"}
 
 
 def test_the_shipped_example_parses() -> None:
@@ -55,6 +58,7 @@ def test_the_shipped_example_parses() -> None:
     ("[[actor]]\npath = '/user/a'\nclass = 'm:C'\n[[actor]]\npath = '/user/a'\nclass = 'm:C'", "declared twice"),
     ("[actor]\npath = '/user/a'", "write [[actor]]"),
     ("[sytem]", "unknown top-level"),
+    ("[[entities]]\npath = '/user/a'\nclass = 'm:C'\njournal = 'sqlite:///x-{id}.db'", "the only placeholder"),
     ("[system\n", "invalid TOML"),
 ])
 def test_mistakes_are_named(text, needle) -> None:
