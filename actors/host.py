@@ -401,8 +401,10 @@ class Host:
         """Arm again the wakeups Thespian lost: long overdue, they will never come.
 
         Thespian 4.0.1 drops a wakeup that expires while it drains an excessive send queue ("tx-only
-        mode": its drain loop discards what the run returns). A lost timer wakeup stopped every timer of
-        the host for good (seen: the Spark bridge stopped fanning out). Checked whenever the host works.
+        mode"); a lost timer wakeup stopped every timer of the host for good (seen: the Spark bridge
+        stopped fanning out). actors.thespian_fixes now keeps those wakeups; this stays as the safety
+        net should a wakeup be lost another way (a timer that stops for good hangs a feed). Checked
+        whenever the host works; it costs one comparison when nothing is overdue.
         """
         late = time.monotonic() - _WAKEUP_GRACE
         if self._armed and min(self._armed) < late:
