@@ -125,7 +125,10 @@ class _Database:
         try:
             self.pool = psycopg_pool.ConnectionPool(
                 conninfo, min_size=pool_min, max_size=pool_max, kwargs={"autocommit": True},
-                configure=_configure, open=True, name=f"reprise-journal-{schema}")
+                configure=_configure, open=True, name=f"reprise-journal-{schema}",
+                # An idle connection the server dropped (restart, pg_terminate_backend, a firewall) would
+                # fail the next write; checking it when handed out costs one round trip.
+                check=psycopg_pool.ConnectionPool.check_connection)
             self.pool.wait(timeout=10)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
             raise JournalError(f"cannot connect to PostgreSQL at {self.where}: {e}") from e

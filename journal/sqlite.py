@@ -6,12 +6,22 @@ pages and checkpoints once the WAL holds 4,000 pages (so the -wal file grows to 
 Several processes may write one file: writers take the write lock up front (BEGIN IMMEDIATE) and wait for
 it (busy timeout, then retry until `?busy_timeout=` seconds have passed); a reused (persistence id,
 sequence nr) hits the unique key and raises JournalError naming both. Each row carries a checksum (see
-journal.records); SQLite's own corruption errors become JournalCorruption. Files are created 0600; SQLite
-gives the -wal and -shm files the database file's mode (and the umask is left alone: it is process-wide).
+journal.records); SQLite's own corruption errors become JournalCorruption. A new file is created 0600 (O_EXCL,
+before any connection has it); SQLite gives the -wal and -shm files the database file's mode (and the
+umask is left alone: it is process-wide). Paths naming one file by hard links are not recognised as one.
 
-A WAL that ends inside a frame (cut mid-record) is refused at open: SQLite would silently drop the
-transaction it belongs to. `?torn_wal=accept` opens anyway, accepting that rollback (right after a power
-loss during a write that was never acknowledged).
+One connection per file per process: every journal and snapshot store of a process on one file share it
+(reference-counted; see `_registry`), and nothing here ever opens and closes a descriptor of a database
+that may be live. (Closing any descriptor of a file drops all of the process's POSIX locks on it; another
+process then believes it is the last user, checkpoints and unlinks the WAL this one is still appending to.)
+
+Before its first connection to a file, a process walks the WAL as SQLite's recovery would
+(journal.sqlite_wal) and refuses with JournalCorruption, naming the frame, a WAL from which SQLite would
+silently drop committed transactions: a flipped byte mid-WAL, a WAL cut inside a frame, a WAL cut at a
+frame boundary when SQLite's WAL index says more was committed, an empty database file beside a WAL.
+What a crash leaves (an unfinished last transaction) opens normally. `?torn_wal=accept` opens anyway,
+accepting SQLite's rollback to the last intact commit (e.g. right after a power loss during a write that
+was never acknowledged).
 
 Tables: `journal`, `tags`, `highest_sequence_nr` (written by deletes, so they never lower the highest)
 and `snapshot`. `journal.ordering` is the rowid and the global offset of events_by_tag and tail. It is
@@ -24,13 +34,13 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import struct
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from itertools import chain
 from typing import Any
 
+from journal import sqlite_wal
 from journal.api import Journal, SnapshotStore, TaggedRow
 from journal.errors import JournalCorruption, JournalError
 from journal.model import PersistenceIdSummary, Problem, SnapshotMetadata, SnapshotSelectionCriteria
@@ -79,52 +89,32 @@ _TAGGED = ("SELECT j.ordering, j.persistence_id, j.sequence_nr, j.record, j.chec
 _SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
 _CACHE_KIB = 16384  # page cache per connection (SQLite's default: 2,000 KiB)
 _CHECKPOINT_PAGES = 4000  # WAL pages (16 MiB at 4 KiB) before a commit checkpoints (default: 1,000)
-_WAL_MAGIC = (0x377F0682, 0x377F0683)
 _CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 
 
 def torn_wal_problem(db_path: str) -> str | None:
-    """Describe how the WAL of `db_path` ends inside a frame or header, or None if it does not."""
-    wal = db_path + "-wal"
-    try:
-        size = os.path.getsize(wal)
-    except FileNotFoundError:
-        return None
-    if size == 0:
-        return None
-    with open(wal, "rb") as f:
-        header = f.read(32)
-    if len(header) < 32:
-        return f"{wal} is {size} bytes, shorter than a WAL header: it was cut before its first frame"
-    magic, _, page_size = struct.unpack(">III", header[:12])
-    if magic not in _WAL_MAGIC:
-        return f"{wal} has no valid WAL header (magic {magic:#x}): every transaction in it would be lost"
-    frame = 24 + page_size
-    whole, partial = divmod(size - 32, frame)
-    if partial:
-        return (f"{wal} ends inside frame {whole + 1} (byte {32 + whole * frame}, {partial} of {frame} bytes "
-                f"present): a record was cut mid-write and SQLite would silently drop its transaction")
-    return None
+    """Why SQLite would silently drop committed transactions of `db_path`'s WAL (see journal.sqlite_wal), or None.
+
+    Reads only the WAL, never the -shm: safe while this process has the database open.
+    """
+    return sqlite_wal.problem(db_path, use_shm=False)
 
 
-def _wal_refusal(db_path: str) -> str | None:
-    # Another process may be appending a frame right now (two write() calls per frame): a torn end
-    # only counts once the WAL has kept its size for a few polls (bounded: at most ~0.2 s).
-    wal = db_path + "-wal"
-    stable = 0
+def _wal_refusal(db_path: str, use_shm: bool = True) -> str | None:
+    # Another process may be writing the WAL right now (a frame takes two write() calls, a commit of pages
+    # written twice rewrites checksums after its commit frame): a problem only counts once it has been
+    # seen unchanged a few times (bounded: at most ~20 polls).
+    seen, stable = None, 0
     for _ in range(20):
-        try:
-            problem = torn_wal_problem(db_path)
-            if problem is None:
-                return None
-            size = os.path.getsize(wal)
-            time.sleep(0.01)
-            stable = stable + 1 if os.path.getsize(wal) == size else 0
-        except FileNotFoundError:  # checkpointed and removed by its last user meanwhile
+        problem = sqlite_wal.problem(db_path, use_shm=use_shm)
+        if problem is None:
             return None
-        if stable >= 3:
+        stable = stable + 1 if problem == seen else 0
+        if stable >= 2:
             return problem
-    return problem
+        seen = problem
+        time.sleep(0.01)
+    return seen
 
 
 def _options(synchronous: str = "FULL", busy_timeout: str = "30", torn_wal: str = "refuse",
@@ -138,7 +128,11 @@ def _options(synchronous: str = "FULL", busy_timeout: str = "30", torn_wal: str 
         raise ValueError(f"synchronous must be one of {_SYNCHRONOUS}, got {synchronous!r}")
     if torn_wal not in ("refuse", "accept"):
         raise ValueError(f"torn_wal must be 'refuse' or 'accept', got {torn_wal!r}")
-    return sync, float(busy_timeout), torn_wal == "accept"
+    try:
+        busy = float(busy_timeout)
+    except ValueError:
+        raise ValueError(f"busy_timeout must be a number of seconds, got {busy_timeout!r}") from None
+    return sync, busy, torn_wal == "accept"
 
 
 def _as_journal_error(what: str, e: sqlite3.Error, path: str) -> JournalError:
@@ -148,38 +142,57 @@ def _as_journal_error(what: str, e: sqlite3.Error, path: str) -> JournalError:
     return JournalError(f"{what} failed on {path}: {e}")
 
 
-class _Connection:
-    """One SQLite connection with the journal's pragmas, schema and write-lock retry; thread-safe."""
+def _create_private(path: str) -> None:
+    # Only for a file that does not exist yet, and only while no connection of this process has it open
+    # (the caller holds the registry lock): closing a descriptor of a file drops every POSIX lock this
+    # process holds on it, which for a live database lets another process checkpoint and unlink its WAL.
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    if os.path.lexists(path):
+        return
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    except FileExistsError:  # another process created it meanwhile: it is theirs, and may be live
+        return
+    try:
+        os.fchmod(fd, 0o600)  # whatever the umask (SQLite gives -wal and -shm this file's mode)
+    finally:
+        os.close(fd)
 
-    def __init__(self, path: str, synchronous: str = "FULL", busy_timeout: str = "30",
-                 torn_wal: str = "refuse", **unknown: str):
-        sync, self.busy_timeout, accept_torn = _options(synchronous, busy_timeout, torn_wal, **unknown)
-        self.path = os.path.abspath(path)
+
+class _Connection:
+    """The one SQLite connection of this process to one file, shared by every journal and snapshot store on it.
+
+    Thread-safe (`lock`); reference-counted by `_acquire`/`_release`. Handles may ask for different
+    `synchronous`/`busy_timeout`: `begin` applies the caller's before each transaction.
+    """
+
+    def __init__(self, path: str, synchronous: str, busy_timeout: float, accept_torn: bool):
+        self.path = path
+        self.users = 0
         if not accept_torn:
             problem = _wal_refusal(self.path)
             if problem is not None:
                 raise JournalCorruption(
                     f"refusing to open {self.path}: {problem}. Run `reprise journal verify` to inspect it; "
-                    f"open with ?torn_wal=accept to let SQLite roll that transaction back")
-        parent = os.path.dirname(self.path)
-        os.makedirs(parent, mode=0o700, exist_ok=True)
-        os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
+                    f"open with ?torn_wal=accept to accept what SQLite keeps (the transactions before that point)")
+        _create_private(self.path)
         self.lock = threading.RLock()
         try:
-            self.conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
+            self.conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None,
                                         check_same_thread=False, cached_statements=64)
         except sqlite3.Error as e:
             raise _as_journal_error("open", e, self.path) from e
+        self.synchronous, self.busy_timeout = synchronous, busy_timeout
         try:
-            self._with_retry(lambda: self.conn.execute("PRAGMA journal_mode=WAL").fetchone())
-            self.conn.execute(f"PRAGMA synchronous={sync}")
+            self._with_retry(lambda: self.conn.execute("PRAGMA journal_mode=WAL").fetchone(), busy_timeout)
+            self.conn.execute(f"PRAGMA synchronous={synchronous}")
             # Neither touches durability (a commit syncs the WAL as `synchronous` says). A group commit of
             # ~2,000 events of as many ids dirties a page of the (persistence_id, sequence_nr) index per
             # event: the default 2 MiB cache spilled them mid-transaction, and the default checkpoint
             # (every 1,000 WAL pages) copied them into the database file after every such commit.
             self.conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
             self.conn.execute(f"PRAGMA wal_autocheckpoint={_CHECKPOINT_PAGES}")
-            self.begin()
+            self.begin(synchronous, busy_timeout)
             try:
                 for ddl in _SCHEMA:
                     self.conn.execute(ddl)
@@ -194,10 +207,10 @@ class _Connection:
             self.conn.close()
             raise
 
-    def _with_retry(self, fn: Any) -> Any:
+    def _with_retry(self, fn: Any, busy_timeout: float) -> Any:
         # The busy handler already waits busy_timeout; this covers the SQLITE_BUSY cases it does not
         # (e.g. another connection running WAL recovery) and a lock held for longer.
-        deadline = time.monotonic() + self.busy_timeout
+        deadline = time.monotonic() + busy_timeout
         delay = 0.001
         while True:
             try:
@@ -209,9 +222,19 @@ class _Connection:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
 
-    def begin(self) -> None:
-        """Take the write lock now (BEGIN IMMEDIATE), waiting for other writers."""
-        self._with_retry(lambda: self.conn.execute("BEGIN IMMEDIATE"))
+    def configure(self, synchronous: str, busy_timeout: float) -> None:
+        """Apply one handle's settings to the shared connection (outside a transaction, under `lock`)."""
+        if synchronous != self.synchronous:
+            self.conn.execute(f"PRAGMA synchronous={synchronous}")
+            self.synchronous = synchronous
+        if busy_timeout != self.busy_timeout:
+            self.conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+            self.busy_timeout = busy_timeout
+
+    def begin(self, synchronous: str, busy_timeout: float) -> None:
+        """Take the write lock now (BEGIN IMMEDIATE), waiting for other writers; the caller holds `lock`."""
+        self.configure(synchronous, busy_timeout)
+        self._with_retry(lambda: self.conn.execute("BEGIN IMMEDIATE"), busy_timeout)
 
     def rollback(self) -> None:
         """Roll back if a transaction is open; errors here would hide the original one."""
@@ -229,25 +252,89 @@ class _Connection:
             except sqlite3.Error as e:
                 raise _as_journal_error(what, e, self.path) from e
 
+
+# realpath -> the connection of this process to that file. One per file: a second connection of the same
+# process is harmless to SQLite itself, but anything that closes a descriptor of the file (as opening a
+# second one and closing it does) drops the POSIX locks of all of them (sqlite.org/howtocorrupt.html 2.2).
+_registry: dict[str, _Connection] = {}
+_registry_lock = threading.Lock()
+_inherited: list[_Connection] = []
+
+
+def _forget_after_fork() -> None:
+    # A forked child must not use or close its parent's connections (closing one could checkpoint or drop
+    # locks it never held); they are kept referenced, never closed, and the child opens its own.
+    global _registry_lock
+    _inherited.extend(_registry.values())
+    _registry.clear()
+    _registry_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def _acquire(path: str, synchronous: str, busy_timeout: float, accept_torn: bool) -> _Connection:
+    real = os.path.realpath(os.path.abspath(path))
+    with _registry_lock:
+        c = _registry.get(real)
+        if c is None:
+            # First user in this process: the only moment the WAL (and its -shm) may be inspected.
+            c = _Connection(real, synchronous, busy_timeout, accept_torn)
+            _registry[real] = c
+        c.users += 1
+        return c
+
+
+def _release(c: _Connection) -> None:
+    with _registry_lock:
+        c.users -= 1
+        if c.users > 0:
+            return
+        if _registry.get(c.path) is c:
+            del _registry[c.path]
+        with c.lock:
+            c.conn.close()  # the last connection of all processes checkpoints and removes the WAL
+
+
+class _Handle:
+    """A journal's or snapshot store's use of the shared connection of its file, with its own settings."""
+
+    def __init__(self, path: str, **options: str):
+        self.synchronous, self.busy_timeout, accept_torn = _options(**options)
+        self._c: _Connection | None = _acquire(path, self.synchronous, self.busy_timeout, accept_torn)
+        self.path = self._c.path
+
+    @property
+    def c(self) -> _Connection:
+        if self._c is None:
+            raise JournalError(f"{self.path} is closed")
+        return self._c
+
+    def begin(self) -> None:
+        """Take the write lock with this handle's settings; the caller holds the connection's lock."""
+        self.c.begin(self.synchronous, self.busy_timeout)
+
     def close(self) -> None:
-        """Close the connection (SQLite checkpoints the WAL when the last one closes)."""
-        with self.lock:
-            self.conn.close()
+        """Give up this handle's share of the connection (idempotent)."""
+        c, self._c = self._c, None
+        if c is not None:
+            _release(c)
 
 
 class SqliteJournal(Journal):
     """A journal in one SQLite file."""
 
     def __init__(self, path: str, **options: str):
-        self._c = _Connection(path, **options)
-        self.path = self._c.path
+        self._h = _Handle(path, **options)
+        self.path = self._h.path
 
     def _store(self, batch: EncodedBatch) -> None:
-        c = self._c
+        h = self._h
+        c = h.c
         with c.lock:
             conn = c.conn
             try:
-                c.begin()
+                h.begin()
             except sqlite3.Error as e:
                 raise _as_journal_error("write (waiting for the write lock)", e, c.path) from e
             try:
@@ -271,20 +358,21 @@ class SqliteJournal(Journal):
 
     def _read(self, persistence_id: str, start: int, end: int, limit: int) -> Sequence[StoredRow]:
         try:
-            return self._c.query("replay", _REPLAY, (persistence_id, start, end, limit))
+            return self._h.c.query("replay", _REPLAY, (persistence_id, start, end, limit))
         except JournalCorruption as e:
             raise JournalCorruption(f"replaying persistence id {persistence_id!r} from sequence nr {start}: {e}",
                                     persistence_id, start) from e
 
     def _highest(self, persistence_id: str) -> int:
-        return self._c.query("highest sequence nr", _HIGHEST, (persistence_id,))[0][0]
+        return self._h.c.query("highest sequence nr", _HIGHEST, (persistence_id,))[0][0]
 
     def delete_messages_to(self, persistence_id: str, to_sequence_nr: int) -> None:
         """Delete all events with seq nr <= to (2**63 - 1 deletes all) without lowering the highest."""
-        c = self._c
+        h = self._h
+        c = h.c
         with c.lock:
             try:
-                c.begin()
+                h.begin()
                 try:
                     conn = c.conn
                     highest = conn.execute(_HIGHEST, (persistence_id,)).fetchone()[0]
@@ -311,22 +399,22 @@ class SqliteJournal(Journal):
 
     def current_persistence_ids(self) -> Iterator[str]:
         """Every persistence id that has ever been written (sorted)."""
-        rows = self._c.query("persistence ids", "SELECT DISTINCT persistence_id FROM journal "
+        rows = self._h.c.query("persistence ids", "SELECT DISTINCT persistence_id FROM journal "
                                                 "WHERE persistence_id <> '' UNION "
                                                 "SELECT persistence_id FROM highest_sequence_nr ORDER BY 1")
         return (r[0] for r in rows)
 
     def _read_tag(self, tag: str, offset: int, limit: int) -> Sequence[TaggedRow]:
-        return self._c.query("events by tag", _TAGGED, (tag, offset, limit))
+        return self._h.c.query("events by tag", _TAGGED, (tag, offset, limit))
 
     def _read_tail(self, n: int) -> Sequence[TaggedRow]:
-        return self._c.query("tail", "SELECT ordering, persistence_id, sequence_nr, record, checksum "
+        return self._h.c.query("tail", "SELECT ordering, persistence_id, sequence_nr, record, checksum "
                                      "FROM journal WHERE persistence_id <> '' ORDER BY ordering DESC LIMIT ?",
                             (n,))
 
     def summaries(self) -> list[PersistenceIdSummary]:
         """`ls`: every persistence id with its highest sequence number and number of stored events."""
-        rows = self._c.query(
+        rows = self._h.c.query(
             "ls", "SELECT p, max(h), sum(n) FROM ("
                   " SELECT persistence_id p, max(sequence_nr) h, count(*) n FROM journal WHERE persistence_id <> ''"
                   " GROUP BY persistence_id"
@@ -337,7 +425,7 @@ class SqliteJournal(Journal):
     def _read_all(self) -> Iterator[tuple[str, int, bytes, int]]:
         last = 0
         while True:
-            rows = self._c.query("verify", "SELECT ordering, persistence_id, sequence_nr, record, checksum "
+            rows = self._h.c.query("verify", "SELECT ordering, persistence_id, sequence_nr, record, checksum "
                                            "FROM journal WHERE ordering > ? ORDER BY ordering LIMIT 1000", (last,))
             for _, pid, seq, blob, ck in rows:
                 if pid:  # '' is the tombstone keeping the newest offset (see the module doc)
@@ -347,15 +435,17 @@ class SqliteJournal(Journal):
             last = rows[-1][0]
 
     def _read_all_snapshots(self) -> Iterator[tuple[str, int, bytes, int]]:
-        yield from self._c.query("verify", "SELECT persistence_id, sequence_nr, snapshot, checksum "
+        yield from self._h.c.query("verify", "SELECT persistence_id, sequence_nr, snapshot, checksum "
                                            "FROM snapshot ORDER BY persistence_id, sequence_nr")
 
     def _verify_storage(self) -> Iterator[Problem]:
-        problem = torn_wal_problem(self.path)
+        with self._h.c.lock:  # not while this process's own writes are mid-frame
+            # Never the -shm here: this process has the database open (see journal.sqlite_wal.problem).
+            problem = _wal_refusal(self.path, use_shm=False)
         if problem is not None:
             yield Problem(None, None, problem)
         try:
-            for (line,) in self._c.query("verify", "PRAGMA integrity_check"):
+            for (line,) in self._h.c.query("verify", "PRAGMA integrity_check"):
                 if line != "ok":
                     yield Problem(None, None, f"SQLite integrity_check: {line}")
         except JournalError as e:
@@ -365,7 +455,10 @@ class SqliteJournal(Journal):
         """The value of a PRAGMA on the journal's connection (e.g. "synchronous", "journal_mode")."""
         if not name.isidentifier():
             raise ValueError(f"not a pragma name: {name!r}")
-        return self._c.query("pragma", f"PRAGMA {name}")[0][0]
+        h = self._h
+        with h.c.lock:
+            h.c.configure(h.synchronous, h.busy_timeout)  # report what this journal's writes use
+            return h.c.query("pragma", f"PRAGMA {name}")[0][0]
 
     def storage_bytes(self) -> int | None:
         """The database file plus its WAL and shared-memory files."""
@@ -373,22 +466,23 @@ class SqliteJournal(Journal):
         return sum(os.path.getsize(f) for f in files if os.path.isfile(f))
 
     def close(self) -> None:
-        """Close the connection."""
-        self._c.close()
+        """Give up this store's share of the file's connection (closed with its last user)."""
+        self._h.close()
 
 
 class SqliteSnapshotStore(SnapshotStore):
     """A snapshot store in a SQLite file (may be the journal's own file)."""
 
     def __init__(self, path: str, **options: str):
-        self._c = _Connection(path, **options)
-        self.path = self._c.path
+        self._h = _Handle(path, **options)
+        self.path = self._h.path
 
     def _write(self, what: str, sql: str, params: Sequence[Any]) -> None:
-        c = self._c
+        h = self._h
+        c = h.c
         with c.lock:
             try:
-                c.begin()
+                h.begin()
                 try:
                     c.conn.execute(sql, params)
                     c.conn.execute("COMMIT")
@@ -404,7 +498,7 @@ class SqliteSnapshotStore(SnapshotStore):
 
     def _load(self, persistence_id: str,
               criteria: SnapshotSelectionCriteria) -> tuple[int, int, bytes, int] | None:
-        rows = self._c.query(
+        rows = self._h.c.query(
             "load snapshot",
             "SELECT sequence_nr, timestamp, snapshot, checksum FROM snapshot WHERE persistence_id = ? "
             "AND sequence_nr BETWEEN ? AND ? AND timestamp BETWEEN ? AND ? "
@@ -429,5 +523,5 @@ class SqliteSnapshotStore(SnapshotStore):
                      criteria.min_timestamp, criteria.max_timestamp))
 
     def close(self) -> None:
-        """Close the connection."""
-        self._c.close()
+        """Give up this store's share of the file's connection (closed with its last user)."""
+        self._h.close()

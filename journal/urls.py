@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
 from journal.api import Journal, SnapshotStore
 
-__all__ = ["open_journal", "open_snapshot_store", "parse_url", "SCHEMES"]
+__all__ = ["open_journal", "open_snapshot_store", "parse_url", "redact_url", "SCHEMES"]
 
 SCHEMES = ("sqlite", "memory", "postgresql")
 
@@ -27,7 +28,7 @@ def parse_url(url: str) -> ParsedUrl:
     """Split `url`; raise ValueError naming the supported schemes for anything else."""
     scheme, sep, rest = url.partition("://")
     if not sep or scheme not in SCHEMES and scheme != "postgres":
-        raise ValueError(f"unsupported journal URL {url!r}: use one of "
+        raise ValueError(f"unsupported journal URL {redact_url(url)!r}: use one of "
                          f"{', '.join(s + '://' for s in SCHEMES)} "
                          f"(e.g. sqlite:///abs/path.db, sqlite://relative.db, memory://name, "
                          f"postgresql://user@host:port/db)")
@@ -40,6 +41,22 @@ def parse_url(url: str) -> ParsedUrl:
     if scheme == "sqlite" and not target:
         raise ValueError(f"sqlite journal URL {url!r} names no file: use sqlite:///abs/path.db or sqlite://rel.db")
     return ParsedUrl(scheme, target, options)
+
+
+# The user-info part of scheme://user:password@host: everything up to the last "@" before the path.
+_USERINFO = re.compile(r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*):(?P<secret>[^/?#]*)@")
+# password=... in a URL query or a libpq keyword string (host=x password=y).
+_PASSWORD_PARAM = re.compile(r"(?i)(?P<key>\bpassword\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'|[^&\s#]*)")
+REDACTED = "***"
+
+
+def redact_url(url: str | None) -> str | None:
+    """`url` with any password replaced by *** (postgresql://user:***@host/db, ?password=***), for display."""
+    if not url or not isinstance(url, str):
+        return url
+    if not url.startswith(("sqlite:", "memory:")):  # their "user:x@" would be part of a file or store name
+        url = _USERINFO.sub(lambda m: f"{m['head']}:{REDACTED}@", url, count=1)
+    return _PASSWORD_PARAM.sub(lambda m: m["key"] + REDACTED, url)
 
 
 # scheme -> (module, journal class, snapshot store class); imported on use so that e.g. psycopg is only

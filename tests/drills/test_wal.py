@@ -1,7 +1,7 @@
 """Journal-corruption drills on the accounts topology: a WAL cut mid-record, and a record's bytes flipped.
 
 In both, accounts written by a real multi-process system are recovered by a new system from the damaged
-journal: recovery refuses with JournalCorruption (nothing is silently dropped or misread), and
+journal: the spawn (for a damaged WAL) or recovery (for a damaged record) refuses with JournalCorruption (nothing is silently dropped or misread), and
 `reprise journal verify URL` exits 1 naming what is corrupt: the WAL frame for a torn WAL (which
 record a torn frame held cannot be known), the persistence id and sequence number for a bad record.
 """
@@ -14,6 +14,7 @@ import sqlite3
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -51,19 +52,34 @@ def recover(make_system, url: str, account: int) -> tuple[actors.System, actors.
     return system, observer
 
 
-def verify(url: str, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([REPRISE, "journal", "verify", url, *extra], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
-
-
-def test_a_wal_cut_mid_record_is_refused_by_recovery_and_named_by_verify(make_system, tmp_path):
+def crash_image(make_system, tmp_path) -> Path:
+    """The journal files as they are on disk while a system runs (its last commits only in the WAL)."""
     live = write_accounts(make_system, tmp_path / "live")
-    # A crash image: the files as they are on disk while the system runs (its last commits only in the WAL).
     crash = tmp_path / "crash"
     crash.mkdir()
     for suffix in ("", "-wal"):
         shutil.copy(tmp_path / "live" / f"journal.db{suffix}", crash / f"journal.db{suffix}")
     live.shutdown()
+    return crash
+
+
+def refused_at_spawn(make_system, url: str) -> str:
+    """A new system on the damaged journal: spawning the accounts fails with the store's JournalCorruption."""
+    system = make_system("multiproc", journal=url, snapshot_store=url)
+    with pytest.raises(actors.SpawnFailed) as failed:
+        system.spawn(ReportingAccount, ACCOUNTS, entities=True, kwargs={"report_to": "/user/nobody"})
+    message = str(failed.value)
+    assert "JournalCorruption" in message, message
+    return message
+
+
+def verify(url: str, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([REPRISE, "journal", "verify", url, *extra], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_a_wal_cut_mid_record_is_refused_at_spawn_and_named_by_verify(make_system, tmp_path):
+    crash = crash_image(make_system, tmp_path)
     wal = crash / "journal.db-wal"
     with open(wal, "rb") as f:
         page_size = struct.unpack(">I", f.read(12)[8:12])[0]
@@ -73,11 +89,8 @@ def test_a_wal_cut_mid_record_is_refused_by_recovery_and_named_by_verify(make_sy
     torn = os.path.getsize(wal)
 
     url = f"sqlite:///{crash}/journal.db"
-    _, observer = recover(make_system, url, 3)
-    refused = observer.receive(timeout=30)
-    assert isinstance(refused, RecoveryRefused) and refused.path == f"{ACCOUNTS}/3"
-    assert refused.error == "JournalCorruption" and "ends inside frame" in refused.message
-    observer.expect_no_message(0.5)  # no balance: the account stopped instead of recovering from less
+    # The host opens its store when it starts, so the damage fails the spawn instead of a later recovery.
+    assert "ends inside frame" in refused_at_spawn(make_system, url)
     assert os.path.getsize(wal) == torn, "SQLite must not have rolled the torn transaction back"
 
     checked = verify(url)
@@ -116,4 +129,28 @@ def test_a_flipped_byte_in_a_record_is_refused_by_recovery_and_named_by_verify(m
     assert checked.returncode == 1, checked.stdout + checked.stderr
     corrupt = [line for line in checked.stdout.splitlines() if line.startswith("CORRUPT")]
     assert len(corrupt) == 1 and corrupt[0].startswith(f"CORRUPT persistence_id={ACCOUNTS}/3 sequence_nr={seq}: ")
+    assert "1 corrupt" in checked.stderr
+
+
+def test_a_flipped_bit_mid_wal_is_refused_at_spawn_and_named_by_verify(make_system, tmp_path):
+    # SQLite's recovery stops silently at the first frame whose checksum fails: every later acknowledged
+    # transaction would vanish (and their sequence numbers be handed out again), with verify saying ok.
+    crash = crash_image(make_system, tmp_path)
+    wal = crash / "journal.db-wal"
+    data = bytearray(wal.read_bytes())
+    page_size = struct.unpack(">I", data[8:12])[0]
+    frames = (len(data) - 32) // (24 + page_size)
+    commits = [i for i in range(1, frames + 1) if struct.unpack(">I", data[32 + (i - 1) * (24 + page_size) + 4:][:4])[0]]
+    assert len(commits) > 3, "the crash image must hold several committed transactions in its WAL"
+    frame = commits[len(commits) // 2]  # the commit frame of a transaction mid-WAL
+    data[32 + (frame - 1) * (24 + page_size) + 24 + page_size // 3] ^= 0x01
+    wal.write_bytes(bytes(data))
+
+    url = f"sqlite:///{crash}/journal.db"
+    message = refused_at_spawn(make_system, url)
+    assert f"frame {frame} of {wal}" in message and "torn_wal=accept" in message
+
+    checked = verify(url, "--import", "examples.accounts.model")
+    assert checked.returncode == 1, checked.stdout
+    assert checked.stdout.startswith("CORRUPT storage: refusing to open") and f"frame {frame} of" in checked.stdout
     assert "1 corrupt" in checked.stderr

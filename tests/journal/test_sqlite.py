@@ -6,6 +6,8 @@ import os
 import shutil
 import sqlite3
 import stat
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -161,3 +163,85 @@ def test_snapshot_store_shares_the_journal_file(tmp_path) -> None:
         assert s.load("p").snapshot == {"state": (1, 2)} and s.load("p").metadata == md
         report = j.verify()
     assert report.ok and (report.records_checked, report.snapshots_checked) == (3, 1)
+
+
+def _rows_seen_by_another_process(path: str) -> int:
+    script = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+              "print(c.execute('SELECT count(*) FROM journal').fetchone()[0]); c.close()")
+    done = subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout)
+
+
+def test_another_process_opening_and_closing_the_file_loses_no_later_write(tmp_path) -> None:
+    # Journal and snapshot store of one process on one file, as every shipped topology has them. Opening the
+    # store once did a raw open/close of the file, dropping the journal connection's locks: the next process
+    # to close the file believed itself the last user, checkpointed and unlinked the WAL still in use.
+    url = f"sqlite://{tmp_path}/j.db"
+    with open_journal(url) as j, journal.open_snapshot_store(url) as s:
+        _write(j, "p", range(1, 2))
+        s.save(journal.SnapshotMetadata("p", 1), "state")
+        assert _rows_seen_by_another_process(j.path) == 1  # a plain sqlite3 reader, opened and closed
+        done = subprocess.run([sys.executable, "-c", f"import journal; journal.open_journal({url!r}).close()"],
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PYTHONPATH": os.getcwd()})
+        assert done.returncode == 0, done.stderr
+        _write(j, "p", range(2, 3))  # acknowledged
+        assert _rows_seen_by_another_process(j.path) == 2
+        assert os.path.exists(j.path + "-wal")
+    with open_journal(url) as j:
+        assert _seqs(j, "p") == [1, 2]
+
+
+def test_journal_and_snapshot_store_of_a_process_share_one_connection(tmp_path) -> None:
+    url = f"sqlite://{tmp_path}/j.db"
+    j, s = open_journal(url), journal.open_snapshot_store(url)
+    other = open_journal(f"sqlite://{tmp_path}/./sub/../j.db?synchronous=NORMAL&busy_timeout=5")
+    try:
+        assert j._h.c is s._h.c is other._h.c
+        assert (j.pragma("synchronous"), other.pragma("synchronous")) == (2, 1)  # each keeps its own settings
+        j.close()
+        j.close()  # idempotent: gives up its share once
+        _write(other, "p", range(1, 3))
+        s.save(journal.SnapshotMetadata("p", 2), "state")
+        assert s.load("p").snapshot == "state"
+        with pytest.raises(JournalError, match="is closed"):
+            j.highest_sequence_nr("p")
+    finally:
+        other.close()
+        conn = s._h.c.conn
+        s.close()
+    with pytest.raises(sqlite3.ProgrammingError):  # the last user closed the connection
+        conn.execute("SELECT 1")
+
+
+def test_a_new_file_is_created_0600_whatever_the_umask(tmp_path) -> None:
+    old = os.umask(0o277)  # would leave the owner read-only
+    try:
+        with open_journal(f"sqlite://{tmp_path}/j.db") as j:
+            _write(j, "p", range(1, 3))
+            modes = {sfx: stat.S_IMODE(os.stat(j.path + sfx).st_mode) for sfx in ("", "-wal", "-shm")}
+    finally:
+        os.umask(old)
+    assert modes == {"": 0o600, "-wal": 0o600, "-shm": 0o600}
+
+
+def test_a_forked_child_opens_its_own_connection(tmp_path) -> None:
+    url = f"sqlite://{tmp_path}/j.db"
+    with open_journal(url) as j:
+        _write(j, "p", range(1, 2))
+        pid = os.fork()
+        if pid == 0:  # the child: must not reuse (or close) the parent's connection
+            code = 1
+            try:
+                with open_journal(url) as child:
+                    code = 0 if child._h.c is not j._h.c and _seqs(child, "p") == [1] else 3
+                    _write(child, "p", range(2, 3))
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert _seqs(j, "p") == [1, 2]
+        _write(j, "p", range(3, 4))
+    with open_journal(url) as j:
+        assert _seqs(j, "p") == [1, 2, 3]
