@@ -1,9 +1,12 @@
 """Network defaults Thespian lacks: listen on loopback only, and accept only configured peers.
 
-Thespian binds every actor socket to 0.0.0.0 and unpickles whatever arrives on it, so anyone who can
-connect can run code in the actor system. Reprise binds to `REPRISE_BIND` (default 127.0.0.1) and, in
-multi-host mode, closes connections from addresses not in `REPRISE_PEERS` (comma-separated IPs).
+Thespian binds every actor socket to 0.0.0.0. Reprise binds to `REPRISE_BIND` (default 127.0.0.1) and,
+in multi-host mode, closes connections from addresses not in `REPRISE_PEERS` (comma-separated IPs).
 The settings travel in the environment so that every forked admin and actor process applies them.
+
+These only narrow who can connect: any local user can reach loopback, and any process on a peer can
+reach the peer's ports. What keeps them from running code through Thespian's unpickling is the
+authenticated transport (actors/auth.py): no frame is unpickled without the system's secret.
 """
 
 from __future__ import annotations

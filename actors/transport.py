@@ -9,8 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import UnpicklableMessage
+from .main_module import adopt_main_classes
 from .messages import Batch, Scatter, ShardSet
-from .paths import ancestors, shard_of
+from .paths import ancestors, shard_key, shard_of
 
 log = logging.getLogger("reprise.transport")
 
@@ -26,10 +27,10 @@ def check_message(message: Any) -> None:
     cls = type(message)
     if cls in _checked_types or cls in _PLAIN_TYPES:
         return
-    if cls.__module__ == "__main__":
+    if cls.__module__ == "__main__" and adopt_main_classes() is None:
         raise UnpicklableMessage(
             f"message type {cls.__qualname__} is defined in __main__, which other processes cannot import; "
-            "move it into an importable module"
+            "move it into an importable module, or run your script as a file (`python script.py`)"
         )
     if dataclasses.is_dataclass(cls) and not cls.__dataclass_params__.frozen:
         raise UnpicklableMessage(
@@ -95,6 +96,17 @@ class Router:
         if self.routes.pop(prefix, None) is not None:
             self._cache.clear()
 
+    def locate(self, path: str) -> str | None:
+        """The name of the host serving `path` by the directory (its prefix, or prefix and shard), or None."""
+        for prefix in ancestors(path):
+            hit = self.routes.get(prefix)
+            if hit is not None:
+                if hit[0] is SHARDED:
+                    shards = len(hit[1])
+                    return shard_key(prefix, shard_of(path, prefix, shards), shards)
+                return prefix
+        return None
+
     def resolve(self, path: str) -> tuple[str, Any] | None:
         """The (key, address) serving `path`, or None when no prefix of it is routed."""
         try:
@@ -130,13 +142,91 @@ def pack(origin: str, entries: list[Entry], on_bad: Callable[[Entry, str], None]
         return Batch(origin, pickle.dumps(good, PROTOCOL)) if good else None
 
 
-def unpack(batch: Batch) -> list[Entry]:
-    """The entries of a Batch, with every Scatter expanded into the messages it carries."""
-    entries = pickle.loads(batch.payload)
+def unpack(batch: Batch, on_bad: Callable[[Entry, str], None]) -> list[Entry]:
+    """The entries of a Batch, with every Scatter expanded into the messages it carries.
+
+    An entry this process cannot unpickle (its message class is not importable here) goes to `on_bad`
+    as (sender, target, description) with the reason, and the others are still returned, in order.
+    """
+    try:
+        entries = pickle.loads(batch.payload)
+    except Exception as exc:
+        # The fast path is one loads per batch; only a failing batch pays for finding the culprits.
+        entries = _salvage(batch, exc, on_bad)
     for entry in entries:
         if isinstance(entry[2], Scatter):
             return _expand(entries)
     return entries
+
+
+class _Unresolved:
+    """Stands in for a class the receiving process cannot import, so the rest of a batch can be read."""
+
+    _reprise_missing = ""  # "module.Class: why", set on each stand-in subclass
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+
+class _LenientUnpickler(pickle.Unpickler):
+    """Unpickles with a stand-in (an _Unresolved subclass) for every class that cannot be imported."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return super().find_class(module, name)
+        except Exception as exc:
+            return type(name, (_Unresolved,), {"_reprise_missing": f"{module}.{name} ({exc})"})
+
+
+def _missing_in(obj: Any, depth: int = 0) -> str | None:
+    """The first stand-in class found in `obj` (walking containers and object attributes), if any."""
+    if isinstance(obj, type):
+        return obj._reprise_missing if issubclass(obj, _Unresolved) else None
+    if isinstance(obj, _Unresolved):
+        return type(obj)._reprise_missing
+    if depth > 20 or isinstance(obj, (str, bytes, int, float, bool, type(None))):
+        return None
+    if isinstance(obj, dict):
+        children = [*obj.keys(), *obj.values()]
+    elif isinstance(obj, (tuple, list, set, frozenset)):
+        children = obj
+    else:
+        children = list(getattr(obj, "__dict__", {}).values())
+        children += [getattr(obj, slot, None) for slot in getattr(type(obj), "__slots__", ())]
+    for child in children:
+        found = _missing_in(child, depth + 1)
+        if found:
+            return found
+    return None
+
+
+def _salvage(batch: Batch, error: Exception, on_bad: Callable[[Entry, str], None]) -> list[Entry]:
+    """The entries of a batch whose strict unpickling failed; the unreadable ones go to `on_bad`."""
+    import io
+
+    try:
+        entries = _LenientUnpickler(io.BytesIO(batch.payload)).load()
+    except Exception as exc:
+        on_bad((None, f"<batch from {batch.origin}>", None),
+               f"a batch from {batch.origin} could not be unpickled here and was discarded whole ({exc!r})")
+        return []
+    good, bad = [], 0
+    for sender, target, message in entries:
+        missing = _missing_in(message)
+        if missing is None:
+            good.append((sender, target, message))
+        else:
+            what = f"<{type(message).__qualname__} message that could not be unpickled here>"
+            bad += 1
+            on_bad((sender, target, what), f"cannot be unpickled by the receiving process: {missing}; make "
+                   "the module importable there (installed, or on its PYTHONPATH)")
+    if not bad:
+        log.warning("a batch from %s failed to unpickle (%r) but every entry could be read leniently",
+                    batch.origin, error)
+    return good
 
 
 def _expand(entries: list[Entry]) -> list[Entry]:

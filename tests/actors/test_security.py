@@ -1,15 +1,26 @@
-"""Loopback by default, and the peer allowlist in multi-host mode (multi-process systems only)."""
+"""Loopback by default, the peer allowlist, authenticated frames, no inherited sockets, no secrets on
+command lines (multi-process systems only)."""
 
 from __future__ import annotations
 
 import os
+import pickle
+import shutil
+import signal
 import socket
+import stat
 import subprocess
+import sys
+import uuid
 
 import pytest
 
+import actors
+from actors import auth
 from actors.system import tagged_pids
+from journal.urls import redact_url
 from tests.actors.sample import Echo, Ping, Pong
+from tests.waiting import wait_for
 
 
 def non_loopback_ipv4() -> str | None:
@@ -22,27 +33,40 @@ def non_loopback_ipv4() -> str | None:
     return None
 
 
-def listening_addresses(pids: list[int]) -> list[tuple[str, int]]:
-    """(ip, port) of every listening TCP socket owned by `pids`, read from /proc."""
-    inodes = set()
+def listening_sockets(pids: list[int]) -> dict[str, tuple[tuple[str, int], set[int]]]:
+    """inode -> ((ip, port), pids holding it) for every listening TCP socket of `pids`, read from /proc.
+
+    Each pid's own /proc/PID/net/tcp is read, so processes in other network namespaces are seen too.
+    """
+    holders: dict[str, set[int]] = {}
     for pid in pids:
         try:
             for fd in os.listdir(f"/proc/{pid}/fd"):
                 target = os.readlink(f"/proc/{pid}/fd/{fd}")
                 if target.startswith("socket:["):
-                    inodes.add(target[8:-1])
+                    holders.setdefault(target[8:-1], set()).add(pid)
         except OSError:
             continue
-    found = []
-    with open("/proc/net/tcp") as f:
-        for line in f.readlines()[1:]:
+    found: dict[str, tuple[tuple[str, int], set[int]]] = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/net/tcp") as f:
+                lines = f.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
             fields = line.split()
             local, state, inode = fields[1], fields[3], fields[9]
-            if state == "0A" and inode in inodes:
+            if state == "0A" and inode in holders:
                 hex_ip, hex_port = local.split(":")
                 ip = ".".join(str(int(hex_ip[i:i + 2], 16)) for i in (6, 4, 2, 0))
-                found.append((ip, int(hex_port, 16)))
+                found[inode] = ((ip, int(hex_port, 16)), holders[inode])
     return found
+
+
+def listening_addresses(pids: list[int]) -> list[tuple[str, int]]:
+    """(ip, port) of every listening TCP socket owned by `pids`."""
+    return [address for address, _ in listening_sockets(pids).values()]
 
 
 @pytest.fixture
@@ -86,3 +110,226 @@ def test_peer_allowlist_drops_connections_from_unlisted_addresses(make_system, o
         except ConnectionResetError:
             data = b""
         assert data == b"", "the admin kept a connection from an address that is not an allowed peer"
+
+
+# ---- authentication (issue 13, item 1) -------------------------------------------------------------
+
+class _RunCode:
+    """Unpickling this runs `code`: what an attacker sends to an actor port."""
+
+    def __init__(self, code: str) -> None:
+        self.code = code
+
+    def __reduce__(self):
+        return exec, (self.code,)
+
+
+def attack_payload(marker: str, who: str) -> bytes:
+    """A pickle that appends `who` to `marker` when unpickled (as Thespian's receive path would)."""
+    return pickle.dumps(_RunCode(f"open({marker!r}, 'a').write({who!r} + chr(10))"))
+
+
+# Sends one Thespian frame and waits (bounded) for the receiver's answer: once it answered, it has read
+# the frame. A socket nobody serves answers nothing; the timeout bounds that case.
+SEND_FRAME = """
+import socket, sys
+payload = bytes.fromhex(sys.argv[3])
+with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3) as conn:
+    conn.sendall(b"%d>" % len(payload) + payload)
+    try:
+        print(repr(conn.recv(100)))
+    except OSError as exc:
+        print("no answer:", exc)
+"""
+
+
+def nobody_python() -> list[str] | None:
+    """argv prefix running the system Python as user `nobody`, or None where that is impossible."""
+    if os.geteuid() != 0 or shutil.which("runuser") is None:
+        return None
+    for python in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        probe = subprocess.run(["runuser", "-u", "nobody", "--", python, "-c", "pass"], capture_output=True)
+        if probe.returncode == 0:
+            return ["runuser", "-u", "nobody", "--", python]
+    return None
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sender", ["root", "nobody"])
+def test_unauthenticated_pickle_frames_to_every_port_run_nothing(make_system, tmp_path, sender):
+    prefix = [sys.executable] if sender == "root" else nobody_python()
+    if prefix is None:
+        pytest.skip("NOT RUN: cannot run a Python as user nobody here (needs root, runuser, a system python3)")
+    system = make_system("multiproc")
+    system.spawn(Echo, "/user/a")
+    system.spawn(Echo, "/user/b", entities=True)
+    assert system.ask("/user/b/1", Ping(1)) == Pong(1, "/user/b/1")
+    marker = tmp_path / "marker"
+    addresses = listening_addresses(tagged_pids(system.tag))
+    assert len(addresses) >= 5, addresses  # admin, logger, guardian, node agent, two hosts
+    clients = listening_addresses([os.getpid()])  # a client's endpoint unpickles what it receives too
+    assert clients
+    addresses += clients
+    payload = attack_payload(str(marker), sender).hex()
+    for ip, port in addresses:
+        sent = subprocess.run([*prefix, "-c", SEND_FRAME, ip, str(port), payload], capture_output=True, text=True,
+                              timeout=30, cwd="/")
+        assert sent.returncode == 0, sent.stderr
+    assert not marker.exists(), f"a frame sent by {sender} ran code in the actor system: {marker.read_text()}"
+    # Everything still works, for this client and for a new one.
+    assert system.ask("/user/a", Ping(2)) == Pong(2, "/user/a")
+    assert system.ask("/user/b/2", Ping(3)) == Pong(3, "/user/b/2")
+    other = actors.connect(system.admin_port)
+    try:
+        assert other.ask("/user/b/1", Ping(4)) == Pong(4, "/user/b/1")
+    finally:
+        other.close()
+    assert not marker.exists()
+
+
+def test_secret_is_in_a_private_file_of_the_run_dir(make_system):
+    system = make_system("multiproc")
+    path = os.path.join(system.run_dir, auth.SECRET_NAME)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(system.run_dir).st_mode) == 0o700
+    assert len(auth.read_secret(path)) == auth.SECRET_BYTES
+    assert auth.find_secret_file(system.admin_port) == path
+
+
+def test_a_client_with_the_wrong_secret_is_refused_with_a_clear_error(make_system, tmp_path):
+    system = make_system("multiproc")
+    wrong = auth.write_secret(str(tmp_path / "wrong.secret"), auth.new_secret())
+    with pytest.raises(auth.AuthenticationFailed, match="not that system's secret"):
+        actors.connect(system.admin_port, secret_file=wrong, timeout=5)
+    # The right one, named explicitly, works.
+    right = actors.connect(system.admin_port, secret_file=os.path.join(system.run_dir, "secret"))
+    try:
+        assert right.status().config["run_dir"] == system.run_dir
+    finally:
+        right.close()
+
+
+def test_secret_files_readable_by_others_are_refused(tmp_path):
+    path = auth.write_secret(str(tmp_path / "s"), auth.new_secret())
+    os.chmod(path, 0o644)
+    with pytest.raises(auth.SecretUnavailable, match="chmod 600"):
+        auth.read_secret(path)
+    with pytest.raises(auth.SecretUnavailable, match="does not exist"):
+        auth.read_secret(str(tmp_path / "missing"))
+    (tmp_path / "junk").write_text("not hex")
+    os.chmod(tmp_path / "junk", 0o600)
+    with pytest.raises(auth.SecretUnavailable, match="does not hold a secret"):
+        auth.read_secret(str(tmp_path / "junk"))
+
+
+def test_a_member_without_the_leaders_secret_is_refused_before_anything_starts():
+    with pytest.raises(auth.MissingSecret, match="secret_file="):
+        actors.start("multiproc", leader="127.0.0.1:1", node="m1")
+
+
+def test_without_a_local_admin_on_the_port_the_error_names_secret_file():
+    with pytest.raises(auth.SecretUnavailable, match="secret_file="):
+        auth.find_secret_file(actors.free_port())
+
+
+# ---- inherited sockets (issue 13, item 4) ----------------------------------------------------------
+
+def test_every_listening_socket_is_held_by_exactly_one_process(make_system):
+    system = make_system("multiproc")
+    system.spawn(Echo, "/user/a")
+    system.spawn(Echo, "/user/b", entities=True)
+    assert system.ask("/user/b/1", Ping(1)) == Pong(1, "/user/b/1")
+    shared = {address: sorted(pids) for address, pids in listening_sockets(tagged_pids(system.tag)).values()
+              if len(pids) > 1}
+    assert shared == {}, f"listening sockets inherited by other processes: {shared}"
+
+
+def parent_of(pid: int) -> int:
+    """The parent pid of `pid`."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+@pytest.mark.timeout(60)
+def test_admin_port_closes_when_the_admin_dies(make_system):
+    system = make_system("multiproc")
+    system.spawn(Echo, "/user/a")
+    pids = tagged_pids(system.tag)
+    # The admin is the one process of the system whose parent is not (it double-forked away from boot).
+    admins = [pid for pid in pids if parent_of(pid) not in pids]
+    assert len(admins) == 1, admins
+    os.kill(admins[0], signal.SIGKILL)
+
+    def admin_port_closed() -> bool:
+        # Only a refusal means closed: a socket nobody accepts on times out once its backlog is full.
+        try:
+            socket.create_connection(("127.0.0.1", system.admin_port), timeout=1).close()
+        except ConnectionRefusedError:
+            return True
+        except OSError:
+            pass
+        return False
+
+    wait_for(admin_port_closed, timeout=10)
+
+
+# ---- secrets on command lines (issue 13, item 2a) --------------------------------------------------
+
+def decoded_views(raw: bytes) -> list[bytes]:
+    """`raw` plus every NUL- or newline-separated field of it that decodes as hex."""
+    views = [raw]
+    for field in raw.replace(b"\n", b"\0").split(b"\0"):
+        value = field.split(b"=", 1)[-1]
+        if len(value) >= 8 and len(value) % 2 == 0:
+            try:
+                views.append(bytes.fromhex(value.decode()))
+            except ValueError:
+                pass
+    return views
+
+
+def test_journal_password_is_on_no_command_line_or_environment(make_system, postgres_url):
+    password = f"pw-{uuid.uuid4().hex}"
+    user, rest = postgres_url.split("://", 1)[1].split("@", 1)
+    url = f"postgresql://{user}:{password}@{rest}"  # the test server trusts local connections: any password
+    system = make_system("multiproc", journal=url)
+    system.spawn(Echo, "/user/a")
+    assert system.ask("/user/a", Ping(1)) == Pong(1, "/user/a")
+    pids = tagged_pids(system.tag)
+    assert len(pids) >= 4
+    for pid in pids:
+        for what in ("cmdline", "environ"):
+            with open(f"/proc/{pid}/{what}", "rb") as f:
+                raw = f.read()
+            for view in decoded_views(raw):
+                assert password.encode() not in view, f"the journal password is in /proc/{pid}/{what}"
+    # It did reach the system, through the pipe (status shows it redacted).
+    assert system.status().config["journal"] == redact_url(url) != url
+
+
+def test_another_user_cannot_read_the_secret_and_is_told_why(make_system):
+    if os.geteuid() != 0:
+        pytest.skip("NOT RUN: needs root to act as user nobody")
+    system = make_system("multiproc")
+    path = auth.find_secret_file(system.admin_port)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child becomes nobody and tries what actors.connect would do
+        try:
+            os.close(read)
+            os.setgid(65534)
+            os.setuid(65534)
+            try:
+                auth.read_secret(path)
+                message = "read it"
+            except auth.SecretUnavailable as exc:
+                message = f"SecretUnavailable: {exc}"
+            os.write(write, message.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        message = f.read()
+    os.waitpid(pid, 0)
+    assert message.startswith("SecretUnavailable: cannot read the secret file"), message
+    assert "permission denied" in message and "secret_file=" in message

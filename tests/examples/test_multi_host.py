@@ -1,7 +1,8 @@
 """examples/multi_host/: a leader and a member system, a feeder on the member reaching accounts on the leader.
 
-Run twice: both systems on loopback of this machine, and (where `ip netns` works and we are root) in
-two network namespaces joined by a veth pair, each system bound to its own address (10.77.0.1/.2).
+Run on loopback of this machine, and (where `ip netns` works and we are root) in two network namespaces
+joined by a veth pair, each system bound to its own address (10.77.0.1/.2): there without and with TLS,
+while a packet sniffer in the member's namespace checks what crosses in clear.
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
 
 import actors
 from actors.system import kill_tagged, tagged_pids
+from tests.actors.test_security import SEND_FRAME, attack_payload, listening_addresses
+from tests.actors.test_tls import pki  # noqa: F401 - the session's test certificates (a fixture)
 from tests.conftest import SESSION_TOKEN
 
 pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(180)]
@@ -30,12 +34,16 @@ REPRISE = os.path.join(os.path.dirname(sys.executable), "reprise")
 _n = itertools.count(1)
 
 
-def configure(name: str, dest, **values) -> str:
-    """Copy examples/multi_host/`name` to `dest`, setting [system] keys (TOML values) as the README says."""
+def configure(name: str, dest, tls=None, **values) -> str:
+    """Copy examples/multi_host/`name` to `dest`, setting [system] keys (TOML values) as the README says,
+    and the tls_* keys if `tls` (a TlsConfig) is given."""
     text = open(os.path.join(EXAMPLE, name)).read()
     for key, value in values.items():
         text, n = re.subn(rf"^{key} = .*$", f"{key} = {json.dumps(value)}", text, count=1, flags=re.M)
         assert n == 1, f"{name} has no '{key} = ' line"
+    if tls is not None:
+        keys = "".join(f"tls_{k} = {json.dumps(getattr(tls, k))}\n" for k in ("cert", "key", "ca"))
+        text = text.replace("[system]\n", "[system]\n" + keys, 1)
     path = dest / name
     path.write_text(text)
     return str(path)
@@ -80,14 +88,19 @@ def tags():
         assert kill_tagged(tag) == [], f"processes tagged {tag} were left behind"
 
 
-def scenario(tmp_path, tags, leader_ip: str, member_ip: str, in_leader: list[str], in_member: list[str]) -> None:
-    """up leader.toml, up member.toml, feed through the member's feeder, check balances, down both."""
+def scenario(tmp_path, tags, leader_ip: str, member_ip: str, in_leader: list[str], in_member: list[str],
+             tls=None, sniff: list[str] | None = None) -> bytes | None:
+    """up leader.toml, up member.toml, feed through the member's feeder, check balances, down both.
+
+    With `sniff` (a namespace prefix), returns the TCP payload bytes a sniffer there saw during the feed.
+    """
     leader_port, member_port = actors.free_port(), actors.free_port()
     peers = [] if leader_ip == member_ip else None
-    leader_toml = configure("leader.toml", tmp_path, bind=leader_ip,
+    leader_toml = configure("leader.toml", tmp_path, bind=leader_ip, tls=tls,
                             peers=peers if peers is not None else [member_ip])
-    member_toml = configure("member.toml", tmp_path, bind=member_ip,
+    member_toml = configure("member.toml", tmp_path, bind=member_ip, tls=tls,
                             peers=peers if peers is not None else [leader_ip], leader=f"{leader_ip}:{leader_port}")
+    wire = None
     up = run(in_leader, REPRISE, "up", leader_toml, "--detach", "--port", str(leader_port), "--tag", tags[0],
              "--run-dir", str(tmp_path / "run-leader"))
     assert up.returncode == 0, up.stdout + up.stderr
@@ -100,11 +113,27 @@ def scenario(tmp_path, tags, leader_ip: str, member_ip: str, in_leader: list[str
             # Proof of separation: from the member's namespace the leader is reachable only at its own address.
             reach = run(in_member, sys.executable, "-c", REACH, leader_ip, str(leader_port))
             assert reach.stdout.split() == ["127.0.0.1:closed", f"{leader_ip}:open"], reach.stdout + reach.stderr
+        # From each machine, an unauthenticated pickle to every port of the other one runs nothing there.
+        marker = tmp_path / "marker"
+        for sender, target in ((in_member, tags[0]), (in_leader, tags[1])):
+            addresses = listening_addresses(tagged_pids(target))
+            assert len(addresses) >= 3, addresses
+            for ip, port in addresses:
+                if ip.startswith("127.") and leader_ip != member_ip:
+                    continue  # loopback of the other namespace: not reachable from here
+                sent = run(sender, sys.executable, "-c", SEND_FRAME, ip, str(port),
+                           attack_payload(str(marker), target).hex(), timeout=30)
+                assert sent.returncode == 0, sent.stderr
+        assert not marker.exists(), f"an unauthenticated frame ran code: {marker.read_text()}"
         try:
             # A client on the member's machine attaches to its local admin; the feeder runs there too.
             client = [*in_member, sys.executable, "-m", "examples.accounts.client", "--host", member_ip,
                       "--port", str(member_port)]
-            fed = run(client, "feed", "--count", "600", "--accounts", "12")
+            sniffer = Sniffing(sniff, tmp_path / "wire") if sniff else None
+            try:
+                fed = run(client, "feed", "--count", "600", "--accounts", "12")
+            finally:
+                wire = sniffer.stop() if sniffer else None
             assert fed.returncode == 0 and "feeder accepted 600" in fed.stdout, fed.stderr
             # Exact balances on the leader's accounts prove every Deposit went there and every Confirm came back.
             checked = run(client, "check", "--deposits", "600", "--accounts", "12")
@@ -122,6 +151,50 @@ def scenario(tmp_path, tags, leader_ip: str, member_ip: str, in_leader: list[str
         down = run(in_leader, REPRISE, "down", "--host", leader_ip, "--port", str(leader_port))
     assert down.returncode == 0, down.stderr
     assert tagged_pids(tags[0]) == [] and tagged_pids(tags[1]) == []
+    return wire
+
+
+# Captures every interface of its network namespace and writes the TCP payload of each IPv4 packet.
+SNIFF = """
+import signal, socket, sys
+sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(0x0003))
+sock.settimeout(0.1)
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+with open(sys.argv[1], "wb") as out:
+    print("ready", flush=True)
+    while not stop:
+        try:
+            frame = sock.recv(262144)
+        except (TimeoutError, InterruptedError):
+            continue
+        ip = frame[14:]
+        if len(ip) < 20 or ip[0] >> 4 != 4 or ip[9] != socket.IPPROTO_TCP:
+            continue
+        tcp = ip[(ip[0] & 0x0F) * 4:]
+        out.write(tcp[(tcp[12] >> 4) * 4:])
+"""
+
+
+class Sniffing:
+    """A packet sniffer running in a network namespace (prefix `where`) until stop()."""
+
+    def __init__(self, where: list[str], path) -> None:
+        self.path = path
+        self.proc = subprocess.Popen([*where, sys.executable, "-c", SNIFF, str(path)], stdout=subprocess.PIPE,
+                                     text=True, start_new_session=True)
+        assert self.proc.stdout.readline().strip() == "ready"
+
+    def stop(self) -> bytes:
+        """Stop it; the payload bytes it captured."""
+        time.sleep(0.2)  # the last packets of the feed are still in the socket's queue (not a wait for the system)
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        return self.path.read_bytes()
 
 
 def test_leader_and_member_on_this_machine(tmp_path, tags):
@@ -174,8 +247,22 @@ def namespaces():
         subprocess.run(["ip", "link", "del", veth[0]], capture_output=True)
 
 
+# Every Deposit pickles its class's module path: the sniffer's proof that message content is readable.
+CLASS_ON_THE_WIRE = b"examples.accounts.model"
+
+
 def test_leader_and_member_in_two_network_namespaces(tmp_path, tags, namespaces):
     in_a = ["ip", "netns", "exec", namespaces[0]]
     in_b = ["ip", "netns", "exec", namespaces[1]]
     # The member cannot reach the leader through loopback here: only over the veth pair.
-    scenario(tmp_path, tags, "10.77.0.1", "10.77.0.2", in_a, in_b)
+    wire = scenario(tmp_path, tags, "10.77.0.1", "10.77.0.2", in_a, in_b, sniff=in_b)
+    assert CLASS_ON_THE_WIRE in wire, "control: without TLS the sniffer must see message content"
+
+
+def test_leader_and_member_in_two_network_namespaces_over_tls(tmp_path, tags, namespaces, pki):  # noqa: F811
+    in_a = ["ip", "netns", "exec", namespaces[0]]
+    in_b = ["ip", "netns", "exec", namespaces[1]]
+    wire = scenario(tmp_path, tags, "10.77.0.1", "10.77.0.2", in_a, in_b, tls=pki["node"], sniff=in_b)
+    assert len(wire) > 10_000, f"the sniffer saw only {len(wire)} bytes: it would prove nothing"
+    assert CLASS_ON_THE_WIRE not in wire, "message content crossed between the hosts in clear"
+    assert b"Deposit" not in wire and b"reprise" not in wire

@@ -1,0 +1,212 @@
+"""Authenticated Thespian transport: no frame is unpickled unless it carries the system's secret.
+
+Thespian 4.0.1's multiprocTCPBase unpickles whatever arrives on an actor's or admin's port, so anyone
+who could connect could run code as the system's user. Here, as with `multiprocessing.connection`'s
+authkey, every process of a system knows a per-system secret (32 random bytes, kept in a 0600 file in
+the run dir), and every frame Thespian sends is `HMAC-SHA256(secret, pickle) + pickle`. The receive
+path checks the tag with `hmac.compare_digest` before `pickle.loads`; a frame that fails is dropped
+(Thespian answers it with its data-error ACK and closes the connection). Thespian's two fixed ACK
+frames are recognised by their exact bytes and never unpickled.
+
+An HMAC on every frame (not a handshake per connection) survives Thespian's connection reuse and costs
+one pass of SHA-256 over bytes that were just pickled. A captured frame can be replayed by someone who
+can read the traffic: use a private network between hosts.
+
+Actor processes fork from `actors.boot`, which loads the secret before the ActorSystem starts, so they
+inherit it; clients (`actors.connect`, the CLI, Spark executors) load it from the run dir of the local
+admin on that port, or from `secret_file=`. Tested against the pinned Thespian 4.0.1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import pickle
+import secrets
+import stat
+
+from .errors import RepriseError
+from .local_systems import boot_option
+
+log = logging.getLogger("reprise.auth")
+
+SECRET_BYTES = 32
+SECRET_NAME = "secret"
+_TAG = hashlib.sha256().digest_size
+
+_accepted: list[bytes] = []  # a client attached to several systems accepts each one's frames
+_signing: bytes | None = None  # what transports created from now on sign with
+_unauthenticated = False  # benchmarks only: sign nothing, accept unsigned frames
+_applied = False
+_control: dict[bytes, str] = {}
+_CONTROL_MAX = 64
+
+
+class AuthenticationFailed(RepriseError, ConnectionError):
+    """A frame did not carry a valid HMAC of the system's secret (it was dropped unread)."""
+
+
+class SecretUnavailable(RepriseError, PermissionError):
+    """The system's secret file is missing, unreadable, malformed or readable by other users."""
+
+
+class MissingSecret(RepriseError, ValueError):
+    """A convention member was started without the leader's secret (`secret_file=`)."""
+
+
+def new_secret() -> bytes:
+    """A fresh random secret."""
+    return secrets.token_bytes(SECRET_BYTES)
+
+
+def write_secret(path: str, secret: bytes) -> str:
+    """Write `secret` as hex to `path` with mode 0600 (replacing the file atomically); returns the path."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # the umask cannot widen it, but be explicit
+        os.write(fd, secret.hex().encode() + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return path
+
+
+def read_secret(path: str) -> bytes:
+    """The secret in `path`; refuses files other users may read (as ssh does with private keys)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise SecretUnavailable(f"secret file {path} does not exist; copy the system's secret file there "
+                                "(the leader's secret_file, or <run dir>/secret of the system)") from None
+    except PermissionError:
+        raise SecretUnavailable(f"cannot read the secret file {path}: permission denied; run as the user that "
+                                "started the actor system, or pass secret_file= a copy this user may read") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        raw = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise SecretUnavailable(f"secret file {path} is accessible to other users (mode {stat.S_IMODE(mode):o}); "
+                                f"run `chmod 600 {path}`")
+    try:
+        secret = bytes.fromhex(raw.decode("ascii").strip())
+    except (UnicodeDecodeError, ValueError):
+        secret = b""
+    if len(secret) < 16:
+        raise SecretUnavailable(f"secret file {path} does not hold a secret (expected at least 32 hex digits); "
+                                "copy it from the leader, or delete it and let the leader create a new one")
+    return secret
+
+
+def ensure_secret(path: str, create: bool) -> bytes:
+    """Read the secret at `path`; if it does not exist and `create`, make a new one there first."""
+    if create and not os.path.exists(path):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass  # someone else created it meanwhile: read theirs
+        else:
+            with os.fdopen(fd, "w") as f:
+                f.write(new_secret().hex() + "\n")
+    return read_secret(path)
+
+
+def find_secret_file(admin_port: int) -> str:
+    """The secret file of the local actor system whose admin listens on `admin_port`.
+
+    Found through the admin's command line (`actors.boot --port N --run-dir DIR`), among processes in
+    this network namespace (each namespace may run its own system on the same port).
+    """
+    run_dir = boot_option(admin_port, "--run-dir")
+    if run_dir is not None:
+        return os.path.join(run_dir, SECRET_NAME)
+    raise SecretUnavailable(f"found no local Reprise admin on port {admin_port} to take the secret from; pass "
+                            "secret_file= (the system's <run dir>/secret, or the secret_file it was started with)")
+
+
+def use_secret(secret: bytes) -> None:
+    """Sign with `secret` in transports created from now on, and accept frames signed with it."""
+    global _signing
+    if len(secret) < 16:
+        raise ValueError("an actor-system secret must be at least 16 bytes")
+    if secret not in _accepted:
+        _accepted.append(secret)
+    _signing = secret
+    apply()
+
+
+def allow_unauthenticated() -> None:
+    """Benchmarks only: transports created from now on sign nothing, and unsigned frames are accepted."""
+    global _signing, _unauthenticated
+    _signing, _unauthenticated = None, True
+    apply()
+
+
+def sign(key: bytes, obj: object) -> bytes:
+    """One authenticated Thespian frame body: HMAC-SHA256 tag, then the pickle."""
+    body = pickle.dumps(obj)
+    return hmac.digest(key, body, "sha256") + body
+
+
+def verify_and_load(data: bytes) -> object:
+    """Unpickle a received frame body only if its tag verifies under a secret this process holds."""
+    if len(data) <= _CONTROL_MAX:  # (hashing every large frame for this lookup would cost a pass over it)
+        control = _control.get(data)
+        if control is not None:
+            return control  # Thespian's ACK frames: constants, recognised without unpickling anything
+    if len(data) > _TAG:
+        view = memoryview(data)
+        tag, body = view[:_TAG], view[_TAG:]
+        for key in _accepted:
+            if hmac.compare_digest(hmac.digest(key, body, "sha256"), tag):
+                return pickle.loads(body)
+    if _unauthenticated:
+        return pickle.loads(data)
+    raise AuthenticationFailed("dropped a frame without a valid HMAC of this actor system's secret "
+                               "(an unauthenticated or foreign sender)")
+
+
+class _Serializer:
+    """Stands in for the `pickle` module Thespian's TCP transport calls `loads` on."""
+
+    loads = staticmethod(verify_and_load)
+
+    @staticmethod
+    def dumps(obj: object) -> bytes:
+        raise AuthenticationFailed("Reprise signs frames in TCPTransport.serializer; nothing else may send")
+
+
+def apply() -> None:
+    """Patch Thespian's TCP transport once per process (idempotent); forked actor processes inherit it."""
+    global _applied
+    if _applied:
+        return
+    from thespian.system.transport import TCPTransport as tcp
+    from thespian.system.transport import streamBuffer
+
+    for packet in (streamBuffer.ackPacket, streamBuffer.ackDataErrPacket):
+        _control[pickle.dumps(packet)] = packet
+    original_init = tcp.TCPTransport.__init__
+
+    def init(self, *args, **kwargs):
+        if _signing is None and not _unauthenticated:
+            raise SecretUnavailable("this process holds no actor-system secret; attach with actors.connect(port) "
+                                    "or start a system with actors.start")
+        self._reprise_key = _signing  # fixed per transport: a later start() must not re-key live ones
+        original_init(self, *args, **kwargs)
+
+    def serializer(self, intent):
+        key = getattr(self, "_reprise_key", _signing)
+        obj = (self.myAddress, intent.message)
+        body = pickle.dumps(obj) if key is None else sign(key, obj)
+        return b"%d>" % len(body) + body
+
+    tcp.TCPTransport.__init__ = init
+    tcp.TCPTransport.serializer = serializer
+    tcp.serializer = _Serializer
+    _applied = True
