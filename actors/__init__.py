@@ -7,27 +7,37 @@
         system.tell("/user/accounts/42", Deposit(10))
 """
 
-from . import netsec, thespian_fixes
+from . import netsec, thespian_fixes  # thespian_fixes refuses any Thespian but the pinned one
 from .actor import Actor
+from .auth import AuthenticationFailed, MissingSecret, SecretUnavailable
+from .error_log import ActorError, Errors
 from .errors import (
+    ActorFailed,
     AskTimeout,
+    ConfigError,
     InvalidPath,
+    MessageNotSent,
     PathTaken,
     RepriseError,
+    SendTimeout,
     SpawnFailed,
     SystemNotRunning,
     UnpicklableMessage,
 )
 from .messages import DeadLetter, DeadLetters, HostInfo, Scatter, SystemStatus
 from .paths import validate_path
+from .supervision import Backoff, InvalidBackoff
 from .system import Probe, System, connect, free_port, shutdown, start
 from .timers import Timer
+from .tls import TlsConfig, TlsError
 
 netsec.apply()
 thespian_fixes.apply()
 
 __all__ = [
-    "Actor", "AskTimeout", "DeadLetter", "DeadLetters", "HostInfo", "InvalidPath", "PathTaken", "Probe",
-    "RepriseError", "Scatter", "SpawnFailed", "System", "SystemNotRunning", "SystemStatus", "Timer",
+    "Actor", "ActorError", "ActorFailed", "AskTimeout", "Backoff", "ConfigError", "DeadLetter", "DeadLetters",
+    "Errors", "HostInfo", "InvalidBackoff", "InvalidPath", "MessageNotSent", "PathTaken", "Probe", "RepriseError",
+    "Scatter", "SendTimeout", "SpawnFailed", "System", "SystemNotRunning", "SystemStatus", "Timer",
     "UnpicklableMessage", "connect", "free_port", "shutdown", "start", "validate_path",
+    "AuthenticationFailed", "MissingSecret", "SecretUnavailable", "TlsConfig", "TlsError",
 ]

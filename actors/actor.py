@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from .timers import Timer
+from .validation import check_number
 
 log = logging.getLogger("reprise.actors")
 
@@ -63,6 +64,9 @@ class Actor:
 
     def schedule_repeatedly(self, interval: float, message: Any, initial_delay: float | None = None) -> Timer:
         """Deliver `message` every `interval` seconds (fixed delay); returns a cancellable Timer."""
+        # 0 would fire on every pass of the host's loop: one core at 100% for as long as the timer lives.
+        check_number("interval", interval, hint="seconds between two deliveries of the message")
+        check_number("initial_delay", initial_delay, allow_equal=True, allow_none=True)
         first = interval if initial_delay is None else initial_delay
         return self._host.timers_schedule(first, interval, message, self)
 

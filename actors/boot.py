@@ -1,8 +1,10 @@
 """Starts a multi-process admin in a clean child process, so that it never inherits the caller's threads.
 
-Run as `python -m actors.boot --port N --tag TAG --config HEX` by `actors.start`. Thespian's admin
-double-forks and outlives this process; every admin and actor process keeps this command line, so
-the tag in it identifies every process of one actor system (used by the leak checks).
+Run as `python -m actors.boot --port N --tag TAG --run-dir DIR` by `actors.start`, which writes the
+pickled configuration and the system's secret to its stdin. Thespian's admin double-forks and outlives
+this process; every admin and actor process keeps this command line, so the tag in it identifies every
+process of one actor system (used by the leak checks) and `--run-dir` tells clients where the secret
+file is. Nothing secret is on it: any user can read a command line (journal URLs may hold passwords).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import os
 import pickle
 import sys
 
-from . import netsec, thespian_fixes
+from . import auth, netsec, thespian_fixes, tls
+from .supervision import WATCH_PARENT_ENV, exit_logger_when_orphaned
 
 GC_THRESHOLDS = (20_000, 20, 20)
 
@@ -30,16 +33,37 @@ def log_defs(run_dir: str, level: str) -> dict:
     }
 
 
+def read_boot_input() -> tuple[dict, bytes | None]:
+    """The (configuration, secret) `actors.start` wrote to stdin; stdin then becomes /dev/null."""
+    payload = sys.stdin.buffer.read()
+    # The admin and every actor process would otherwise inherit the (drained) pipe.
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    config, secret = pickle.loads(payload)
+    return config, secret
+
+
 def main(argv: list[str] | None = None) -> int:
     """Start the admin, the guardian (leader) and the node agent, then exit leaving them running."""
     parser = argparse.ArgumentParser(prog="python -m actors.boot")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--tag", required=True)
-    parser.add_argument("--config", required=True, help="hex of the pickled configuration")
+    parser.add_argument("--run-dir", required=True, help="the system's run dir (holds its secret file)")
     args = parser.parse_args(argv)
-    config = pickle.loads(bytes.fromhex(args.config))
+    config, secret = read_boot_input()
+    if secret is None:
+        auth.allow_unauthenticated()  # benchmarks only (start(insecure_no_auth=True))
+    else:
+        auth.use_secret(secret)  # before the ActorSystem: the admin and every actor fork from here
+    # Likewise TLS: every transport of the admin and its actors is created after this.
+    tls.use(tls.TlsConfig(**config["tls"]) if config.get("tls") else None)
     netsec.apply()
     thespian_fixes.apply()
+    thespian_fixes.retry_reset_connections_at_once()
+    # Every actor process forks from this one: each then exits when its parent dies (supervision.ParentWatch).
+    os.environ[WATCH_PARENT_ENV] = "1"
+    exit_logger_when_orphaned()
     # Host processes keep many long-lived objects (entities, their state) and allocate a few dozen per
     # message: at Python's default (700, 10, 10) the collector rescanned them so often that it took ~17%
     # of a host's CPU (the demo's feed ran ~10% faster with these). Every actor process forks from this one.

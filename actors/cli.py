@@ -19,6 +19,10 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from journal.urls import REDACTED, redact_url
+
+from .paths import printable
+
 PROG = "reprise"
 JOURNAL_ENV = "REPRISE_JOURNAL"
 
@@ -65,25 +69,35 @@ def _classify(e: BaseException) -> tuple[int, str]:
     """Exit code and hint for exceptions raised by the libraries below the CLI."""
     from journal.errors import JournalCorruption
 
-    from .errors import SystemNotRunning
+    from .errors import ConfigError, SystemNotRunning
     from .topology import TopologyError
 
     if isinstance(e, TopologyError):
         return 2, "see the topology format in `reprise up --help` and examples/topologies/"
+    if isinstance(e, ConfigError):
+        return 2, "fix the value named above"
     if isinstance(e, FileNotFoundError):
         return 2, "check the file name and the working directory"
     if isinstance(e, SystemNotRunning):
         return 1, "check --port/--host, or start a system with `reprise up TOPOLOGY.toml`"
     if isinstance(e, JournalCorruption):
         return 1, "run `reprise journal verify URL` to list every corrupt record"
+    from .tls import TlsError
+
+    if isinstance(e, TlsError):
+        return 1, "give --tls-cert/--tls-key/--tls-ca: a certificate signed by the system's CA, its key, that CA"
     return 1, "rerun with --verbose for the traceback"
 
 
 def _report(message: str, hint: str | None, code: int, verbose: bool) -> int:
     if verbose:
         traceback.print_exc()
-    first = message.strip().splitlines()[0] if message.strip() else "failed"
-    more = "" if first == message.strip() else " [...]"
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    first = lines[0] if lines else "failed"
+    if first.endswith(":") and len(lines) > 1 and not lines[1].startswith("Traceback"):
+        first = f"{first} {lines[1]}"  # "/user/x failed to start:" says nothing without its reason
+    more = "" if first == " ".join(lines) else " [...]"
+    first = printable(redact_url(first))
     suffix = f" (hint: {hint})" if hint else ""
     print(f"{PROG}: error: {first}{more}{suffix}", file=sys.stderr)
     return code
@@ -130,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bind", default="127.0.0.1", help="address to listen on (default: loopback)")
     p.add_argument("--advertise", help="address other machines reach this one at")
     p.add_argument("--detach", action="store_true", help="leave the member running and exit")
+    p.add_argument("--secret-file", required=True, metavar="FILE",
+                   help="a copy of the leader's secret file (mode 0600): every frame is authenticated with it")
+    _tls_arguments(p, "mutual TLS (the leader's system must use TLS with the same CA)")
     _hidden_start_options(p)
 
     jp = command("journal", _journal_help, "inspect and verify an event journal")
@@ -172,6 +189,22 @@ def build_parser() -> argparse.ArgumentParser:
 def _attach_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, required=True, help="the system's admin port")
     p.add_argument("--host", default="127.0.0.1", help="the admin's address (default: loopback)")
+    p.add_argument("--secret-file", metavar="FILE",
+                   help="the system's secret (default: <run dir>/secret of the local admin on --port)")
+    _tls_arguments(p, "for a system with TLS (default: the files the local admin on --port was started with)")
+
+
+def _tls_arguments(p: argparse.ArgumentParser, what: str) -> None:
+    g = p.add_argument_group("TLS", f"{what}; all three or none")
+    g.add_argument("--tls-cert", metavar="PEM", help="this machine's certificate, signed by the CA")
+    g.add_argument("--tls-key", metavar="PEM", help="its private key (mode 0600)")
+    g.add_argument("--tls-ca", metavar="PEM", help="the CA certificate every peer's certificate is checked against")
+
+
+def _tls_options(args: argparse.Namespace) -> dict[str, str]:
+    """The tls_* keyword arguments given on the command line (none: the default)."""
+    given = {k: getattr(args, k, None) for k in ("tls_cert", "tls_key", "tls_ca")}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def _hidden_start_options(p: argparse.ArgumentParser) -> None:
@@ -201,7 +234,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     system = actors.start("multiproc", admin_port=args.port or s.admin_port, journal=s.journal,
                           snapshot_store=s.snapshot_store, bind=s.bind, advertise=s.advertise, peers=s.peers,
                           leader=s.leader, node=s.node, log_level=s.log_level, tag=args.tag,
-                          run_dir=args.run_dir)
+                          run_dir=args.run_dir, secret_file=s.secret_file, tls_cert=s.tls_cert, tls_key=s.tls_key,
+                          tls_ca=s.tls_ca)
     try:
         for entry, cls in zip(topo.entries, classes, strict=True):
             system.spawn(cls, entry.path, entities=entry.entities, args=entry.args, kwargs=entry.kwargs,
@@ -221,7 +255,8 @@ def cmd_node(args: argparse.Namespace) -> int:
     if not sep or not host or not port.isdigit():
         raise CliError(f"--leader {args.leader!r} is not HOST:PORT", "e.g. --leader 10.0.0.5:1900", code=2)
     system = actors.start("multiproc", admin_port=args.port, leader=args.leader, node=args.name,
-                          bind=args.bind, advertise=args.advertise, tag=args.tag, run_dir=args.run_dir)
+                          bind=args.bind, advertise=args.advertise, tag=args.tag, run_dir=args.run_dir,
+                          secret_file=args.secret_file, **_tls_options(args))
     print(f"node {args.name!r} up on {args.advertise or args.bind}:{system.admin_port}, "
           f"member of {args.leader}; run dir {system.run_dir}", flush=True)
     return _detach_or_wait(system, args.detach)
@@ -232,10 +267,12 @@ def _print_up(system: Any, topo: Any) -> None:
     print(f"reprise system up on {topo.system.advertise or topo.system.bind}:{port} "
           f"(run dir {system.run_dir})", flush=True)
     if topo.system.journal:
-        print(f"  journal  {topo.system.journal}")
+        print(f"  journal  {redact_url(topo.system.journal)}")
     for entry in topo.entries:
         kind = "entities" if entry.entities else "actor"
-        print(f"  {kind:<8} {entry.path}  {entry.factory}")
+        own = entry.options.get("journal")
+        print(f"  {kind:<8} {printable(entry.path)}  {printable(entry.factory)}"
+              + (f"  journal {redact_url(own)}" if own else ""))
     sys.stdout.flush()
 
 
@@ -267,10 +304,29 @@ def _detach_or_wait(system: Any, detach: bool) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    """`reprise down`: shut the system on --port down."""
+    """`reprise down`: shut the system on --port down, or kill what is left of it if its admin died."""
+    from thespian.actors import InvalidActorAddress
+
     import actors
 
-    actors.shutdown(args.port, args.host, timeout=args.timeout)
+    from .errors import AskTimeout, SystemNotRunning
+    from .system import find_tag, kill_tagged
+
+    try:
+        actors.shutdown(args.port, args.host, timeout=args.timeout, secret_file=args.secret_file, **_tls_options(args))
+    except (SystemNotRunning, AskTimeout, InvalidActorAddress) as e:
+        # (InvalidActorAddress: the admin's listening socket, inherited by its children, still accepts
+        # connections after the admin died, but nobody answers.)
+        # The admin is gone (SIGKILLed?) but its guardian and hosts may still run. They carry the admin's
+        # boot command line (with --port and the system's tag), which identifies them even after a pid
+        # was reused: kill exactly those.
+        tag = find_tag(args.port)
+        killed = kill_tagged(tag) if tag else []
+        if not killed:
+            raise
+        print(f"the admin on {args.host}:{args.port} does not answer ({e}); killed the {len(killed)} "
+              f"process(es) of system {tag} it left behind: pids {' '.join(map(str, sorted(killed)))}")
+        return 0
     print(f"system on {args.host}:{args.port} shut down")
     return 0
 
@@ -279,20 +335,23 @@ def cmd_status(args: argparse.Namespace) -> int:
     """`reprise status`: hosts (state, restarts, pid, actors alive, unconfirmed), dead letters, journal size."""
     import actors
 
-    system = actors.connect(args.port, host=args.host)
+    system = actors.connect(args.port, host=args.host, secret_file=args.secret_file, **_tls_options(args))
     try:
         status = system.status()
     finally:
         system.close()
     journal_url = status.config.get("journal")
     size = journal_size(journal_url)
+    journal_url = redact_url(journal_url)  # the guardian redacts it already; this also covers older ones
     unconfirmed = sum(h.counters.get("unconfirmed", 0) for h in status.hosts.values())
     if args.json:
         print(json.dumps({
             "port": args.port, "dead_letters": status.dead_letters, "journal": journal_url, "journal_bytes": size,
-            "unconfirmed": unconfirmed,
-            "hosts": {p: {"state": h.state, "restarts": h.restarts, "pid": h.pid, "entities": h.entities,
-                          "alive": h.alive, "counters": h.counters}
+            "unconfirmed": unconfirmed, "run_dir": status.config.get("run_dir"),
+            "errors": [{"time": e.time, "host": e.host, "path": printable(e.path), "reason": printable(e.reason)} for e in status.errors],
+            "hosts": {printable(p): {"state": h.state, "restarts": h.restarts, "pid": h.pid, "entities": h.entities,
+                          "alive": h.alive, "counters": h.counters, "last_exit": printable(h.last_exit) if h.last_exit else h.last_exit,
+                          "next_attempt": h.next_attempt}
                       for p, h in sorted(status.hosts.items())},
         }, indent=2))
         return 0
@@ -303,20 +362,44 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  journal       {journal_url}" + (f"  ({_human(size)})" if size is not None else ""))
     print(f"  hosts         {len(status.hosts)}")
     if status.hosts:
-        width = max(len(p) for p in status.hosts)
+        width = max(len(printable(p)) for p in status.hosts)
         print(f"    {'PATH':<{width}}  {'KIND':<8}  {'STATE':<10}  {'RESTARTS':>8}  {'PID':>7}  {'ALIVE':>7}  UNCONFIRMED")
         for path, h in sorted(status.hosts.items()):
             kind = "entities" if h.entities else "actor"
             alive = "?" if h.alive is None else h.alive
             pending = h.counters.get("unconfirmed", 0) if h.alive is not None else "?"
-            print(f"    {path:<{width}}  {kind:<8}  {h.state:<10}  {h.restarts:>8}  {h.pid:>7}  {alive:>7}  {pending}")
+            print(f"    {printable(path):<{width}}  {kind:<8}  {h.state:<10}  {h.restarts:>8}  {h.pid:>7}  {alive:>7}  {pending}")
+            if h.last_exit:
+                print(f"    {'':<{width}}  last exit: {printable(h.last_exit)}")
+            if h.next_attempt is not None:
+                wait = max(0.0, h.next_attempt - time.time())
+                print(f"    {'':<{width}}  next attempt in {wait:.1f} s ({time.strftime('%H:%M:%S', time.localtime(h.next_attempt))})")
+    _print_errors(status.errors)
+    if status.config.get("run_dir"):
+        print(f"  logs          {status.config['run_dir']}  (actors.log has each error's traceback)")
     return 0
+
+
+ERRORS_PER_HOST = 5
+
+
+def _print_errors(errors: tuple) -> None:
+    """Each host's most recent errors inside actors: time, path, one-line reason."""
+    print(f"  errors        {len(errors)}" + (" (the most recent kept)" if errors else ""))
+    by_host: dict[str, list] = {}
+    for error in errors:
+        by_host.setdefault(error.host, []).append(error)
+    for host, recent in sorted(by_host.items()):
+        print(f"    {printable(host)}")
+        for error in recent[-ERRORS_PER_HOST:]:
+            when = time.strftime("%H:%M:%S", time.localtime(error.time))
+            print(f"      {when}  {printable(error.path)}  {printable(error.reason)}")
 
 
 def journal_size(url: str | None) -> int | None:
     """Bytes the journal at `url` occupies (SQLite files, PostgreSQL tables); None when unknown."""
-    if not url or url.startswith("memory:"):
-        return None
+    if not url or url.startswith("memory:") or REDACTED in url:
+        return None  # a redacted URL cannot be opened: its password (in the real URL) is not shown to clients
     from journal import open_journal
 
     try:
@@ -394,10 +477,11 @@ def cmd_journal_ls(args: argparse.Namespace) -> int:
     if not rows:
         print("(no events)")
         return 0
-    width = max(len("PERSISTENCE ID"), *(len(r.persistence_id) for r in rows))
+    # Ids come from the journal, maybe written before control characters were refused: escape them.
+    width = max(len("PERSISTENCE ID"), *(len(printable(r.persistence_id)) for r in rows))
     print(f"{'PERSISTENCE ID':<{width}}  {'HIGHEST SEQ':>11}  {'EVENTS':>8}")
     for r in rows:
-        print(f"{r.persistence_id:<{width}}  {r.highest_sequence_nr:>11}  {r.event_count:>8}")
+        print(f"{printable(r.persistence_id):<{width}}  {r.highest_sequence_nr:>11}  {r.event_count:>8}")
     return 0
 
 
@@ -411,9 +495,9 @@ def cmd_journal_show(args: argparse.Namespace) -> int:
     with _open(url) as j:
         events = list(j.show(pid, args.from_nr, MAX_SEQUENCE_NR if args.limit is None else args.limit))
         if not events and j.highest_sequence_nr(pid) == 0:
-            raise CliError(f"no events for persistence id {pid!r}", "list the ids with `reprise journal ls`")
+            raise CliError(f"no events for persistence id {printable(pid)!r}", "list the ids with `reprise journal ls`")
     for e in events:
-        print(f"{e.sequence_nr:>8}  {_when(e.timestamp)}  {e.manifest or '-'}  {e.payload!r}")
+        print(f"{e.sequence_nr:>8}  {_when(e.timestamp)}  {printable(e.manifest or '-')}  {printable(repr(e.payload))}")
     return 0
 
 
@@ -422,7 +506,7 @@ def cmd_journal_tail(args: argparse.Namespace) -> int:
     with _open(args.url) as j:
         envelopes = j.tail(args.n)
     for e in envelopes:
-        print(f"{e.offset:>8}  {_when(e.timestamp)}  {e.persistence_id}#{e.sequence_nr}  {e.event!r}")
+        print(f"{e.offset:>8}  {_when(e.timestamp)}  {printable(e.persistence_id)}#{e.sequence_nr}  {printable(repr(e.event))}")
     return 0
 
 
@@ -433,9 +517,10 @@ def cmd_journal_verify(args: argparse.Namespace) -> int:
     report = journal.verify(_journal_url(args.url))
     for p in report.problems:
         # Problems without an id concern the storage itself (e.g. a file SQLite cannot read).
-        where = "storage" if p.persistence_id is None else f"persistence_id={p.persistence_id} sequence_nr={p.sequence_nr}"
+        where = ("storage" if p.persistence_id is None else
+                 f"persistence_id={printable(p.persistence_id)} sequence_nr={p.sequence_nr}")
         label = "UNREADABLE" if _unregistered(p.reason) else "CORRUPT"
-        print(f"{label} {where}: {p.reason}")
+        print(f"{label} {where}: {printable(redact_url(p.reason))}")
     summary = f"checked {report.records_checked} records and {report.snapshots_checked} snapshots"
     if report.ok:
         print(f"{summary}: ok")

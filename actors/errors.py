@@ -29,3 +29,33 @@ class SpawnFailed(RepriseError):
     """The actor system could not start the requested actor or entity host."""
 
 
+class ConfigError(RepriseError, ValueError):
+    """A configuration value (of start, spawn or a topology file) is invalid; the message says which and why."""
+
+
+class ThespianVersionError(RepriseError, ImportError):
+    """The installed Thespian is not the version whose internals actors/thespian_fixes.py patches."""
+
+
+class MessageNotSent(RepriseError, ConnectionError):
+    """A `tell` (or `ask`) could not hand its message to the actor system: it was not sent; retrying is safe."""
+
+
+class SendTimeout(RepriseError, TimeoutError):
+    """The transport did not finish a send in time; the message stays queued and may still be delivered."""
+
+
+class ActorFailed(RepriseError):
+    """The actor handling an `ask` raised on that very message (it restarts as usual).
+
+    `remote_type` is the exception's type name in the actor, `remote_message` its message, `path` the actor.
+    """
+
+    def __init__(self, path: str, remote_type: str, remote_message: str) -> None:
+        super().__init__(f"actor {path} failed on this message: {remote_type}: {remote_message}")
+        self.path = path
+        self.remote_type = remote_type
+        self.remote_message = remote_message
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.path, self.remote_type, self.remote_message)

@@ -22,8 +22,11 @@ from thespian.actors import (
     WakeupMessage,
 )
 
+from .error_log import ActorError, ErrorLog, GetErrors, SubscribeErrors
 from .messages import (
     GUARDIAN_PATH,
+    ActorBackingOff,
+    ActorRestarted,
     Batch,
     DeadLetter,
     DeadLetters,
@@ -49,16 +52,15 @@ from .messages import (
     SystemStatus,
     UnregisterRoute,
     WhereIsGuardian,
+    public_config,
 )
 from .paths import ancestors, shard_key, shard_of
+from .supervision import PARENT_WAKEUP, ParentWatch
 from .transport import Outbox, Router, address_key, unpack
 
 log = logging.getLogger("reprise.guardian")
 
 RECENT_DEAD_LETTERS = 100
-HELD_PER_PATH = 100_000
-HOST_RESTARTS = 10
-HOST_RESTART_WINDOW = 60.0
 CHILD_CHECK_DELAY = 1.0  # seconds after a host's exit to look for others that died unreported
 STATUS_WAIT = 2.0  # seconds a status request waits for busy hosts before answering without them
 
@@ -83,9 +85,14 @@ class HostRecord:
 
     spec: HostSpec
     address: Any = None
-    state: str = "starting"  # starting | running | restarting | stopping | stopped | failed
+    state: str = "starting"  # starting | running | backoff | restarting | stopping | stopped | failed
     pid: int = 0
-    restarts: deque = field(default_factory=deque)
+    restarts: int = 0  # in all
+    in_a_row: int = 0  # restarts since the host last ran stably (the backoff exponent)
+    running_since: float | None = None
+    failure: str | None = None  # why its actor failed, reported before its process exits
+    last_exit: str | None = None
+    next_attempt: float | None = None  # time.time() of the next restart while backing off
     waiters: list = field(default_factory=list)
     held: deque = field(default_factory=deque)
 
@@ -113,10 +120,12 @@ class Guardian(ThespianActor):
         self.dead_count = 0
         self.recent: deque = deque(maxlen=RECENT_DEAD_LETTERS)
         self.dead_subscribers: list[str] = []
+        self.errors = ErrorLog()
         self.shutting_down = False
         self.status_requests: dict[int, StatusRequest] = {}
         self.status_tokens = itertools.count(1)
         self.shard_counts: dict[str, int] = {}  # path -> shards, for entity hosts of more than one
+        self.parent_watch: ParentWatch | None = None
 
     @staticmethod
     def actorSystemCapabilityCheck(capabilities: dict, requirements: dict | None) -> bool:
@@ -141,6 +150,7 @@ class Guardian(ThespianActor):
         self.handleDeadLetters(True)
         self._publish()
         self.send(sender, Spawned(GUARDIAN_PATH))
+        self.parent_watch = ParentWatch.start(self)
 
     def _where(self, message: WhereIsGuardian, sender: Any) -> None:
         self.send(sender, GuardianIs(self.myAddress))
@@ -152,9 +162,9 @@ class Guardian(ThespianActor):
         shards: dict[str, list] = {}
         for record in self.hosts.values():
             spec = record.spec
-            if record.state == "running":
+            if _serving(record):
                 address = record.address
-            elif record.state == "restarting" or (record.state == "starting" and spec.shards > 1):
+            elif record.state in ("restarting", "backoff") or (record.state == "starting" and spec.shards > 1):
                 # Served again soon: senders route to the guardian, which holds the messages meanwhile.
                 # (Without a route, a sender could not tell "restarting" from "nobody serves this path".)
                 address = self.myAddress
@@ -179,7 +189,7 @@ class Guardian(ThespianActor):
             return
         update = DirectoryUpdate(routes, self.epoch)
         for record in self.hosts.values():
-            if record.state == "running":
+            if _serving(record):
                 self.send(record.address, update)
 
     def _get_directory(self, message: GetDirectory, sender: Any) -> None:
@@ -234,10 +244,11 @@ class Guardian(ThespianActor):
             return [record]
         return [r for k in range(spec.shards) if (r := self.hosts.get(shard_key(spec.path, k, spec.shards)))]
 
-    def _start_host(self, record: HostRecord) -> None:
+    def _start_host(self, record: HostRecord, state: str = "starting") -> None:
         requirements = {"Reprise Node": record.spec.node} if record.spec.node else None
         record.address = self.createActor("actors.host.HostActor", targetActorRequirements=requirements)
-        record.state = "starting"
+        record.state = state
+        record.pid = 0  # the old process's pid until HostReady (it must not pass for the new one's)
         self.send(record.address, InitHost(record.spec, self._routes(), self.epoch, self.config, self.myAddress))
 
     def _host_ready(self, message: HostReady, sender: Any) -> None:
@@ -246,6 +257,13 @@ class Guardian(ThespianActor):
             return
         lead = self._shards(record)[0]
         path = record.spec.path
+        if message.error and record.restarts and record.state == "restarting":
+            # A restart that failed (e.g. its journal is unreachable): back off and try again.
+            log.error("host %s failed to restart:\n%s", message.path, message.error)
+            record.failure = f"failed to start: {message.error.strip().splitlines()[-1]}"
+            record.address = sender  # (its exit is reported under this address, not createActor's)
+            self.send(sender, ActorExitRequest())
+            return
         if message.error:
             log.error("host %s failed to start:\n%s", message.path, message.error)
             record.state = "failed"
@@ -263,6 +281,12 @@ class Guardian(ThespianActor):
         # The reply's sender is the host's real address (createActor returned a local placeholder).
         record.address = sender
         record.pid = message.pid
+        if record.state == "restarting" and record.failure is not None:
+            # Its actor failed while starting (HostDone came first): the exit that follows restarts it.
+            for waiter in lead.waiters:
+                self.send(waiter, Spawned(path))
+            lead.waiters.clear()
+            return
         if record.state == "stopping":
             # Its actor stopped while starting (HostDone came first): the spawn itself succeeded, and
             # the exit that follows is a stop, not a crash. Held messages become dead letters then.
@@ -271,6 +295,8 @@ class Guardian(ThespianActor):
             lead.waiters.clear()
             return
         record.state = "running"
+        record.running_since = time.monotonic()
+        record.next_attempt = None
         self._publish()
         if all(r.state == "running" for r in self._shards(record)):
             for waiter in lead.waiters:
@@ -282,9 +308,42 @@ class Guardian(ThespianActor):
 
     def _host_done(self, message: HostDone, sender: Any) -> None:
         record = self.hosts.get(message.path)
-        if record is not None and record.state in ("running", "starting", "restarting"):
-            record.state = "stopping"
+        if record is None or record.state not in ("running", "starting", "restarting", "backoff"):
+            return
+        if message.gave_up:
+            record.state = "failed"
+            record.last_exit = message.failure
             self._publish()
+            self._release_held(record, f"actor at {message.path} failed: {message.failure}")
+            return
+        if message.failure is not None and (record.state == "running" or record.restarts):
+            # Its actor failed while its host (re)started (a running host restarts a failed actor itself,
+            # see Host._back_off): the host is replaced after a backoff, its messages held meanwhile.
+            # One that fails during the first start of its spawn stays stopped instead: the spawn reports
+            # success, and restarting an actor that cannot even start once would loop.
+            log.warning("actor %s failed (%s); its host will be restarted", message.path, message.failure)
+            record.failure = message.failure
+            record.state = "restarting"
+        else:
+            record.state = "stopping"
+        self._publish()
+        if message.failure is not None:
+            self.send(sender, ActorExitRequest())  # after the new routes: the host forwards until then
+
+    def _actor_backing_off(self, message: ActorBackingOff, sender: Any) -> None:
+        # The host restarts its actor itself and holds its messages: only the status changes here.
+        record = self.hosts.get(message.path)
+        if record is not None and _serving(record):  # (backoff: its restart failed too)
+            record.state = "backoff"
+            record.restarts += 1
+            record.last_exit = message.reason
+            record.next_attempt = time.time() + message.delay
+
+    def _actor_restarted(self, message: ActorRestarted, sender: Any) -> None:
+        record = self.hosts.get(message.path)
+        if record is not None and record.state == "backoff" and record.address is not None:
+            record.state = "running"
+            record.next_attempt = None
 
     def _child_exited(self, address: Any) -> None:
         key = address_key(address)
@@ -294,38 +353,67 @@ class Guardian(ThespianActor):
         path, record = found[0]
         record.address = None
         if self.shutting_down or record.state in ("stopping", "stopped", "failed"):
-            record.state = "stopped"
+            record.state = "failed" if record.state == "failed" else "stopped"
             self._publish()
             self._release_held(record, f"actor at {path} stopped")
             for waiter in record.waiters:
                 self.send(waiter, Spawned(record.spec.path))
             record.waiters.clear()
             return
+        self._back_off(record, record.failure or f"process exited unexpectedly (pid {record.pid})")
+
+    def _back_off(self, record: HostRecord, reason: str) -> None:
+        """Schedule the restart of a host whose process is gone, after its backoff delay (or give up)."""
+        backoff = record.spec.backoff
         now = time.monotonic()
-        record.restarts.append(now)
-        while record.restarts and record.restarts[0] < now - HOST_RESTART_WINDOW:
-            record.restarts.popleft()
-        if len(record.restarts) > HOST_RESTARTS:
-            log.error("host %s died %d times within %.0f s: giving up", path, HOST_RESTARTS, HOST_RESTART_WINDOW)
+        if record.running_since is not None and now - record.running_since >= backoff.stable_after:
+            record.in_a_row = 0
+        record.running_since = None
+        record.failure = None
+        record.last_exit = reason
+        key = record.spec.key
+        if backoff.max_restarts is not None and record.in_a_row >= backoff.max_restarts:
+            log.error("host %s died (%s) after %d restarts in a row: giving up (backoff max_restarts)",
+                      key, reason, record.in_a_row)
             record.state = "failed"
+            record.next_attempt = None
             self._publish()
-            self._release_held(record, f"actor at {path} failed")
+            self._release_held(record, f"actor at {key} failed: {reason}")
             return
-        log.warning("host %s exited unexpectedly; restarting it", path)
-        record.state = "restarting"
+        delay = backoff.delay(record.in_a_row)
+        record.in_a_row += 1
+        record.restarts += 1
+        record.state = "backoff"
+        record.next_attempt = time.time() + delay
+        log.warning("host %s died (%s); restarting it in %.2f s", key, reason, delay)
         self._publish()
-        self._start_host(record)
+        self.wakeupAfter(timedelta(seconds=delay), ("restart", key, record.restarts))
+
+    def _restart_due(self, key: str, restarts: int) -> None:
+        record = self.hosts.get(key)
+        if record is None or record.state != "backoff" or record.restarts != restarts or self.shutting_down:
+            return  # stopped, respawned or shut down meanwhile
+        record.next_attempt = None
+        self._start_host(record, "restarting")
 
     def _stop(self, message: StopPath, sender: Any) -> None:
         path = message.path
-        live = ("running", "starting", "restarting")
+        live = ("running", "starting", "restarting", "backoff")
         group = [r for r in self.hosts.values() if r.spec.path == path and r.state in live]
         if group:
-            group[-1].waiters.append(sender)  # shards stop in the order asked, each after its entities
             for record in group:
+                if record.address is None:  # backing off: no process to stop
+                    record.state = "stopped"
+                    record.next_attempt = None
+                    self._release_held(record, f"actor at {record.spec.key} stopped")
+                    continue
                 record.state = "stopping"
-                if record.address is not None:
-                    self.send(record.address, ActorExitRequest())
+                self.send(record.address, ActorExitRequest())
+            stopping = [r for r in group if r.state == "stopping"]
+            if stopping:
+                stopping[-1].waiters.append(sender)  # shards stop in the order asked, each after its entities
+            else:
+                self.send(sender, Spawned(path))
             self._publish()
             return
         for prefix in ancestors(path):
@@ -340,7 +428,7 @@ class Guardian(ThespianActor):
     def _batch(self, batch: Batch, sender: Any) -> None:
         if batch.origin not in self.hosts and batch.origin != GUARDIAN_PATH:
             self.router.learn(batch.origin, sender)
-        for entry in unpack(batch):
+        for entry in unpack(batch, self._unpicklable):
             self._reroute(entry, None)
 
     def _reroute(self, entry: tuple, dead_key: str | None) -> None:
@@ -352,13 +440,15 @@ class Guardian(ThespianActor):
         for prefix in ancestors(target):
             record = self._serving(prefix, target)
             if record is not None:
-                if record.state == "running" and address_key(record.address) != dead_key:
+                if _serving(record) and address_key(record.address) != dead_key:
                     self.outbox.add(address_key(record.address), record.address, entry)
-                elif record.state in ("starting", "restarting", "running"):
-                    if len(record.held) < HELD_PER_PATH:
+                elif record.state in ("starting", "restarting", "running", "backoff"):
+                    if len(record.held) < record.spec.hold_limit:
                         record.held.append(entry)
                     else:
-                        self._dead(sender, target, message, f"{prefix} is restarting and its backlog is full")
+                        doing = "backing off" if record.state == "backoff" else record.state
+                        self._dead(sender, target, message,
+                                   f"host {record.spec.key} is {doing}; hold limit {record.spec.hold_limit} reached")
                 else:
                     self._dead(sender, target, message, f"actor at {prefix} is {record.state}")
                 return
@@ -373,6 +463,14 @@ class Guardian(ThespianActor):
             self._record_dead(message)
         elif isinstance(message, SubscribeDeadLetters):
             self.dead_subscribers.append(message.path)
+        elif isinstance(message, ActorError):
+            log.info("error in %s (host %s): %s", message.path, message.host, message.reason)
+            for path in self.errors.record(message):
+                hit = self.router.resolve(path)
+                if hit is not None:
+                    self.outbox.add(hit[0], hit[1], (GUARDIAN_PATH, path, message))
+        elif isinstance(message, SubscribeErrors):
+            self.errors.subscribe(message.path)
         else:
             log.warning("guardian ignored %r from %s", message, sender)
 
@@ -401,10 +499,14 @@ class Guardian(ThespianActor):
     def _get_dead_letters(self, message: GetDeadLetters, sender: Any) -> None:
         self.send(sender, DeadLetters(self.dead_count, tuple(self.recent)))
 
+    def _get_errors(self, message: GetErrors, sender: Any) -> None:
+        self.send(sender, self.errors.snapshot())
+
     def _status(self, message: GetStatus, sender: Any) -> None:
         """Ask every running host for its stats; answer when all replied or after STATUS_WAIT."""
-        hosts = {path: HostInfo(r.state, len(r.restarts), r.pid, r.spec.entities) for path, r in self.hosts.items()}
-        running = {path: r.address for path, r in self.hosts.items() if r.state == "running"}
+        hosts = {path: HostInfo(r.state, r.restarts, r.pid, r.spec.entities, last_exit=r.last_exit,
+                                next_attempt=r.next_attempt) for path, r in self.hosts.items()}
+        running = {path: r.address for path, r in self.hosts.items() if _serving(r)}
         token = next(self.status_tokens)
         self.status_requests[token] = StatusRequest(sender, hosts, set(running))
         if not running:
@@ -428,7 +530,8 @@ class Guardian(ThespianActor):
     def _answer_status(self, token: int) -> None:
         request = self.status_requests.pop(token, None)
         if request is not None:
-            self.send(request.requester, SystemStatus(request.hosts, self.dead_count, self.config))
+            self.send(request.requester, SystemStatus(request.hosts, self.dead_count, public_config(self.config),
+                                                         errors=tuple(self.errors.recent)))
 
     def _wakeup(self, message: WakeupMessage, sender: Any) -> None:
         payload = message.payload
@@ -436,6 +539,14 @@ class Guardian(ThespianActor):
             self._answer_status(payload[1])
         elif payload == ("check-children",):
             self._check_children()
+        elif isinstance(payload, tuple) and payload[:1] == ("restart",):
+            self._restart_due(payload[1], payload[2])
+        elif payload == PARENT_WAKEUP and self.parent_watch is not None and self.parent_watch.orphaned():
+            # The admin died: nobody can reach this system any more. Stop the hosts (Thespian sends
+            # each child an ActorExitRequest when we exit) and exit.
+            log.error("guardian: the admin process is gone; stopping every host and exiting")
+            self.shutting_down = True
+            self.send(self.myAddress, ActorExitRequest())
 
     def _check_children(self) -> None:
         """Handle the exit of host processes that died without a ChildActorExited.
@@ -446,11 +557,11 @@ class Guardian(ThespianActor):
         """
         me = os.getpid()
         for record in list(self.hosts.values()):
-            if record.state in ("running", "starting") and record.pid and record.address is not None:
+            if record.state in ("running", "starting", "restarting", "backoff") and record.pid and record.address is not None:
                 if _is_dead_child(record.pid, me):
                     log.warning("host %s (pid %d) died unreported; handling its exit", record.spec.key, record.pid)
                     self._child_exited(record.address)
-                elif record.state == "running":
+                elif _serving(record):
                     # Thespian may have reaped it already: a message to a gone process comes back as a
                     # DeadEnvelope (handled in _dead_envelope).
                     self.send(record.address, GetHostStats(0))
@@ -474,7 +585,7 @@ class Guardian(ThespianActor):
         for record in list(self.hosts.values()):
             # Undeliverable to a running host whose process is gone: its exit went unreported (see
             # _check_children). Restart it before rerouting, so that its messages are held, not bounced.
-            if record.state == "running" and record.address is not None and address_key(record.address) == dead_key \
+            if _serving(record) and address_key(record.address) == dead_key \
                     and not _is_running_here(record.pid):
                 log.warning("host %s (pid %d) is gone without an exit report; handling its exit",
                             record.spec.key, record.pid)
@@ -485,9 +596,9 @@ class Guardian(ThespianActor):
                 del self.temp_routes[prefix]
                 self._publish()
         if isinstance(dead, Batch):
-            for entry in unpack(dead):
+            for entry in unpack(dead, self._unpicklable):
                 self._reroute(entry, dead_key)
-        elif not isinstance(dead, (DirectoryUpdate, InitHost, StopEntity, ActorExitRequest)):
+        elif not isinstance(dead, (DirectoryUpdate, InitHost, StopEntity, ActorExitRequest, GetHostStats)):
             self._dead(None, str(envelope.deadAddress), dead, "target actor process is gone")
 
     _handlers = {
@@ -499,13 +610,21 @@ class Guardian(ThespianActor):
         SpawnHost: _spawn,
         HostReady: _host_ready,
         HostDone: _host_done,
+        ActorBackingOff: _actor_backing_off,
+        ActorRestarted: _actor_restarted,
         StopPath: _stop,
         Batch: _batch,
         GetDeadLetters: _get_dead_letters,
+        GetErrors: _get_errors,
         GetStatus: _status,
         HostStats: _host_stats,
         WakeupMessage: _wakeup,
     }
+
+
+def _serving(record: HostRecord) -> bool:
+    """True if the host's process serves its path: running, or restarting its failed actor in-process."""
+    return record.state == "running" or (record.state == "backoff" and record.address is not None)
 
 
 def _is_running_here(pid: int) -> bool:
@@ -538,10 +657,15 @@ class NodeAgent(ThespianActor):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.guardian = None
+        self.parent_watch: ParentWatch | None = None
 
     def receiveMessage(self, message: Any, sender: Any) -> None:
-        if isinstance(message, SetGuardian):
+        if isinstance(message, WakeupMessage) and message.payload == PARENT_WAKEUP:
+            if self.parent_watch is not None and self.parent_watch.orphaned():
+                self.send(self.myAddress, ActorExitRequest())  # the admin died
+        elif isinstance(message, SetGuardian):
             self.guardian = message.address
+            self.parent_watch = ParentWatch.start(self)
             self.send(sender, GuardianIs(self.guardian))
         elif isinstance(message, WhereIsGuardian):
             self.send(sender, GuardianIs(self.guardian))

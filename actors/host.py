@@ -20,15 +20,22 @@ from thespian.actors import (
 from thespian.actors import (
     ActorExitRequest,
     ChildActorExited,
+    DeadEnvelope,
     PoisonMessage,
     WakeupMessage,
 )
+from thespian.system.transport import SendStatus, TransmitIntent
 
 from .actor import Actor
+from .error_log import ActorFailure, is_ask, make_error, one_line
 from .errors import SpawnFailed
+from .handover import POKE, Handover
 from .messages import (
     GUARDIAN_PATH,
     SHARD_PLACEHOLDER,
+    ActorBackingOff,
+    ActorRestarted,
+    Barrier,
     Batch,
     DeadLetter,
     DirectoryUpdate,
@@ -42,6 +49,7 @@ from .messages import (
     StopEntity,
 )
 from .paths import shard_of
+from .supervision import PARENT_WAKEUP, ParentWatch
 from .timers import Timer, TimerQueue
 from .transport import Outbox, Router, address_key, check_message, route_keys, unpack
 
@@ -50,11 +58,16 @@ log = logging.getLogger("reprise.host")
 _SWEEP = "reprise-sweep"
 _LINGER = "reprise-linger"
 _DRAIN = "reprise-drain"
+_RESTART = "reprise-restart"
 # Local deliveries handled per Thespian message before yielding, so a chatty entity cannot starve
 # the host's own mailbox (exit requests, directory updates).
 _LOCAL_BUDGET = 200_000
 # A wakeup this late (s) is taken as lost (see Host._rearm_lost_wakeups); Thespian's are ~1 ms late.
 _WAKEUP_GRACE = 1.0
+# Why a top-level actor stopped when it was not a failure (any other reason is one: its host restarts).
+_CLEAN_STOPS = frozenset({"stopped", "stopped by request"})
+SEND_RETRY = timedelta(seconds=0.25)  # see HostActor.send_batch
+_LANDED, _REROUTE = "landed", "reroute"  # how a batch sent by HostActor.send_batch ended
 
 
 def resolve_factory(factory: Any) -> Any:
@@ -99,8 +112,19 @@ class Host:
         self._settle_hooks: list = []
         self.now = time.monotonic()
         self.done = False
+        self.failed = False  # the single top-level actor failed while starting: the guardian restarts this host
+        self.started = False
+        # A top-level actor that fails once running is restarted here, after its backoff delay, with
+        # its messages held meanwhile: no process exit, so nothing sent to this process is lost.
+        self.backing_off = False
+        self.held: deque = deque()
+        self.in_a_row = 0
+        self.running_since = time.monotonic()
         self.entity_prefix = self.path + "/"
         self._route_watchers: weakref.WeakSet = weakref.WeakSet()
+        guardian = self.router.routes.get(GUARDIAN_PATH)
+        self._guardian_key = guardian[0] if guardian else None
+        self.handover = Handover(self)
 
     def stats(self, token: int) -> HostStats:
         """How many actors are alive here and the sums of their `stats()` counters."""
@@ -116,9 +140,14 @@ class Host:
     # ---- starting ------------------------------------------------------------------------------
     def start(self) -> None:
         """Create the single top-level actor now (entities are created on their first message)."""
+        # A journal that cannot be opened fails the spawn now, not every message later (persistence's hook).
+        open_stores = getattr(self.factory, "_open_stores", None)
+        if callable(open_stores):
+            open_stores(self.config)
         if not self.spec.entities:
             actor = self._new_instance(self.path)
             actor._around_pre_start()
+            self.started = True
             self.settle()
 
     def _own_stores(self, spec: HostSpec) -> dict:
@@ -152,6 +181,8 @@ class Host:
         guardian = before.get(GUARDIAN_PATH)
         self.router.replace(routes, epoch)
         self.router.learn(self.key, my_address)
+        if self.router.routes is not before:
+            self.handover.routes_changed(before, self.router.routes, self._guardian_key)
         if not self._route_watchers or self.router.routes is before:
             return
         ignore = {self.my_key, guardian[0] if guardian else None}
@@ -183,7 +214,12 @@ class Host:
         if hit[0] == self.my_key:
             self.local.append((sender, target, message))
         else:
-            self.outbox.add(hit[0], hit[1], (sender, target, message))
+            entry = (sender, target, message)
+            if self.handover.pending and self.handover.park(entry):
+                return  # its destination restarted: earlier messages to it land first (actors/handover.py)
+            if hit[0] == self._guardian_key:
+                self.handover.note_guardian(target)
+            self.outbox.add(hit[0], hit[1], entry)
 
     def scatter(self, sender: str | None, targets: list[str], chunk: Callable[[list[int] | None], Scatter]) -> None:
         """Send messages for many `targets` as one Scatter per host serving them.
@@ -191,6 +227,10 @@ class Host:
         `chunk(indices)` builds the Scatter for the targets at those indices (None: all of them, the
         common case of a single destination host). Order is kept per destination, as with `route`.
         """
+        if self.handover.pending:  # a destination is being handed over: message by message, parked if need be
+            for target, message in chunk(None).items():
+                self.route(sender, target, message)
+            return
         resolve = self.router.resolve
         groups: dict[str, tuple[Any, list[int]]] = {}
         for i, target in enumerate(targets):
@@ -204,6 +244,8 @@ class Host:
             if key == self.my_key:
                 self.local.extend([(sender, t, m) for t, m in message.items()])
             else:
+                if key == self._guardian_key:
+                    self.handover.note_guardian(targets[indices[0]])
                 self.outbox.add(key, address, (sender, targets[indices[0]], message))
 
     def dead_letter(self, sender: str | None, target: str, message: Any, reason: str) -> None:
@@ -211,10 +253,25 @@ class Host:
         log.debug("dead letter to %s from %s: %s", target, sender, reason)
         self.route(self.path, GUARDIAN_PATH, DeadLetter(sender, target, message, reason))
 
+    def report_error(self, path: str, reason: str, asker: str | None = None,
+                     error: BaseException | None = None) -> None:
+        """Record an error inside the actor at `path` with the guardian (`system.errors()`, `reprise status`).
+
+        With `error` and an asking client as `asker`, that ask fails at once with the error (ActorFailed).
+        """
+        self.route(path, GUARDIAN_PATH, make_error(self.key, path, reason))
+        if error is not None and is_ask(asker):
+            self.route(path, asker, ActorFailure(path, type(error).__name__, one_line(str(error))))
+
     def _unpicklable(self, entry: tuple, why: str) -> None:
         sender, target, message = entry
         log.error("message %s from %s to %s %s", type(message).__name__, sender, target, why)
         self.dead_letter(sender, target, repr(message), f"message {why}")
+
+    def _unreadable(self, entry: tuple, why: str) -> None:
+        sender, target, description = entry
+        log.error("message %s from %s to %s %s", description, sender, target, why)
+        self.dead_letter(sender, target, description, f"message {why}")
 
     # ---- receiving -----------------------------------------------------------------------------
     def on_batch(self, batch: Batch, thespian_sender: Any) -> None:
@@ -223,8 +280,20 @@ class Host:
             self.router.learn(batch.origin, thespian_sender)
         self.now = time.monotonic()
         deliver = self.deliver
-        for sender, target, message in unpack(batch):
-            deliver(sender, target, message)
+        if batch.origin == GUARDIAN_PATH or self.handover.barriers:
+            # Held and rerouted messages; a Barrier behind them goes back to its sender, to no actor.
+            for sender, target, message in unpack(batch, self._unreadable):
+                if type(message) is not Barrier:
+                    deliver(sender, target, message)
+                elif target == self.handover.reply_path and self.handover.barrier_back(message.token):
+                    pass  # ours came back: what it parked went out behind it
+                elif batch.origin == GUARDIAN_PATH:
+                    self.route(target, sender, message)
+                else:
+                    log.warning("host %s: dropped a Barrier for %s that is not ours", self.key, target)
+        else:
+            for sender, target, message in unpack(batch, self._unreadable):
+                deliver(sender, target, message)
         self.settle()
 
     def deliver(self, sender: str | None, target: str, message: Any) -> None:
@@ -255,10 +324,23 @@ class Host:
             except Exception as exc:
                 log.exception("entity %s failed in pre_start", target)
                 self._drop(entity, "failed to start")
+                self.report_error(target, f"failed to start: {one_line(exc)}", sender, exc)
                 self.dead_letter(sender, target, message, f"entity failed to start: {exc!r}")
                 return None
             self._arm_sweep()
             return entity
+        if self.backing_off and target == self.path:
+            if len(self.held) < self.spec.hold_limit:
+                self.held.append((sender, target, message))
+            else:
+                self.dead_letter(sender, target, message,
+                                 f"host {self.key} is backing off; hold limit {self.spec.hold_limit} reached")
+            return None
+        if self.failed and target == self.path:
+            # Our actor failed and this host is about to be replaced: the guardian holds this for the next.
+            hit = self.router.resolve(GUARDIAN_PATH)
+            self.outbox.add(hit[0], hit[1], (sender, target, message))
+            return None
         if target == self.path or target.startswith(self.entity_prefix):
             # The single actor here has stopped, or the path is below a single actor.
             self.dead_letter(sender, target, message, f"no actor at {target}")
@@ -293,6 +375,7 @@ class Host:
     def _failed(self, entity: Actor, exc: BaseException, message: Any, sender: str | None) -> None:
         path = entity.path
         log.error("actor %s failed on %s: %s\n%s", path, type(message).__name__, exc, traceback.format_exc())
+        self.report_error(path, f"failed on {type(message).__name__}: {one_line(exc)}", sender, exc)
         window = self._restarts.setdefault(path, deque())
         window.append(self.now)
         while window and window[0] < self.now - self.spec.restart_window:
@@ -300,6 +383,8 @@ class Host:
         if len(window) > self.spec.max_restarts:
             log.error("actor %s restarted more than %d times in %.0f s: stopping it",
                       path, self.spec.max_restarts, self.spec.restart_window)
+            self.report_error(path, f"stopped: restarted more than {self.spec.max_restarts} times in "
+                                    f"{self.spec.restart_window:.0f} s")
             self.stop_entity(entity, "too many restarts")
             return
         carryover = entity._restart_carryover()
@@ -313,6 +398,7 @@ class Host:
             fresh._around_post_restart(exc)
         except Exception as exc2:
             log.exception("actor %s failed while restarting", path)
+            self.report_error(path, f"stopped: failed while restarting: {one_line(exc2)}")
             self.stop_entity(fresh, f"failed to restart: {exc2!r}")
             return
         for carried, carried_sender in carryover:
@@ -328,8 +414,55 @@ class Host:
         self._drop(entity, reason)
         self._post_stop(entity)
         if not self.spec.entities and not self.done:
+            failed = reason not in _CLEAN_STOPS
+            if failed and self.started:
+                self._back_off(reason)
+                return
             self.done = True
-            self.adapter.host_done(self.key)
+            self.failed = failed
+            self.adapter.host_done(self.key, reason if failed else None)
+
+    def _back_off(self, reason: str) -> None:
+        """The top-level actor failed: restart it here after its backoff delay (or give up)."""
+        backoff = self.spec.backoff
+        if time.monotonic() - self.running_since >= backoff.stable_after:
+            self.in_a_row = 0
+        if backoff.max_restarts is not None and self.in_a_row >= backoff.max_restarts:
+            log.error("actor %s failed (%s) after %d restarts in a row: giving up", self.path, reason, self.in_a_row)
+            self.done = True
+            self.adapter.host_done(self.key, f"{reason} (gave up after {self.in_a_row} restarts)", gave_up=True)
+            self._release_held(f"actor at {self.path} failed: {reason}")
+            return
+        delay = backoff.delay(self.in_a_row)
+        self.in_a_row += 1
+        self.backing_off = True
+        log.warning("actor %s failed (%s); restarting it in %.2f s", self.path, reason, delay)
+        self.adapter.actor_backing_off(self.key, reason, delay)
+        self.adapter.wakeup_after(delay, _RESTART)
+
+    def _restart_actor(self) -> None:
+        if not self.backing_off or self.done:
+            return
+        self.backing_off = False
+        self.running_since = time.monotonic()
+        actor = self._new_instance(self.path)
+        try:
+            actor._around_pre_start()
+        except Exception as exc:
+            log.exception("actor %s failed to restart", self.path)
+            self._drop(actor, "failed to restart")
+            self._back_off(f"failed to restart: {exc!r}")
+            return
+        if self.entities.get(self.path) is not actor:
+            return  # it stopped again while starting (e.g. its recovery failed): backing off again
+        self.adapter.actor_restarted(self.key)
+        held, self.held = self.held, deque()
+        self.local.extend(held)
+
+    def _release_held(self, reason: str) -> None:
+        held, self.held = self.held, deque()
+        for sender, target, message in held:
+            self.dead_letter(sender, target, message, reason)
 
     def _drop(self, entity: Actor, reason: str) -> None:
         log.debug("entity %s removed: %s", entity.path, reason)
@@ -354,7 +487,9 @@ class Host:
         for entity in list(self.entities.values()):
             self._drop(entity, "host shutdown")
             self._post_stop(entity)
+        self.handover.release_all()
         self.done = True
+        self._release_held(f"actor at {self.path} stopped while backing off")
         self.settle(force_flush=True)
 
     # ---- timers ---------------------------------------------------------------------------------
@@ -387,6 +522,10 @@ class Host:
         elif payload == _LINGER:
             self._linger_armed = False
             self.outbox.flush()
+        elif payload == _RESTART:
+            self._restart_actor()
+        elif isinstance(payload, tuple) and payload[0] == POKE:
+            self.handover.expire(payload[1])
         else:
             self._armed.discard(payload)
             for timer in self.timers.pop_due(self.now):
@@ -468,6 +607,8 @@ class HostActor(ThespianActor):
         self.host: Host | None = None
         self._guardian = None
         self._early: list = []
+        self._unsettled: dict[str, deque] = {}  # address -> [intent, outcome or None] in send order
+        self._parent_watch: ParentWatch | None = None
 
     @staticmethod
     def actorSystemCapabilityCheck(capabilities: dict, requirements: dict | None) -> bool:
@@ -483,10 +624,19 @@ class HostActor(ThespianActor):
             else:
                 host.on_batch(message, sender)
         elif isinstance(message, WakeupMessage):
-            if host is not None:
+            if message.payload == PARENT_WAKEUP:
+                if self._parent_watch is not None and self._parent_watch.orphaned():
+                    log.error("host %s: its parent process is gone (the system's admin or guardian died); "
+                              "exiting", host.key if host else "?")
+                    self.send(self.myAddress, ActorExitRequest())
+            elif host is not None:
                 host.on_wakeup(message.payload)
         elif isinstance(message, str) and message == _DRAIN:
             if host is not None:
+                host.settle()
+        elif isinstance(message, str) and message == POKE:
+            if host is not None:
+                host.handover.poke()
                 host.settle()
         elif isinstance(message, InitHost):
             self._init(message, sender)
@@ -513,6 +663,7 @@ class HostActor(ThespianActor):
 
     def _init(self, init: InitHost, sender: Any) -> None:
         self._guardian = init.guardian
+        self._parent_watch = ParentWatch.start(self)
         try:
             self.host = Host(self, init, self.myAddress)
             self.host.start()
@@ -529,8 +680,58 @@ class HostActor(ThespianActor):
 
     # Callbacks used by Host.
     def send_batch(self, address: Any, batch: Batch) -> None:
-        """Send one Thespian message."""
-        self.send(address, batch)
+        """Send one Thespian message, counted until it lands (see actors/handover.py)."""
+        ref = self._myRef
+        send_intent = getattr(ref, "_send_intent", None)
+        if send_intent is None or self.host is None:  # the in-process base has no transport to watch
+            self.send(address, batch)
+            return
+        key = str(address)
+        self.host.handover.sent(key)
+        # Thespian retries a connection closed before the ACK (its target SIGKILLed) after 35 s x attempt;
+        # everything sent to that destination afterwards would be parked behind it that long.
+        intent = TransmitIntent(address, batch, onSuccess=self._landed, onError=self._not_landed,
+                                retryPeriod=SEND_RETRY)
+        self._unsettled.setdefault(key, deque()).append([intent, None])
+        send_intent(intent)
+
+    def _landed(self, result: Any, intent: Any) -> None:
+        self._settle(intent, _LANDED)
+
+    def _not_landed(self, result: Any, intent: Any) -> None:
+        # Thespian relays a dead target's message to the guardian through the admin, a way that later sends
+        # to the guardian overtook; sent to the guardian directly, they stay behind it in order.
+        if result == SendStatus.DeadTarget and self._guardian is not None \
+                and str(intent.targetAddr) != str(self._guardian):
+            self._settle(intent, _REROUTE)
+        else:
+            self._myRef.actor_send_fail(result, intent)
+            self._settle(intent, _LANDED)
+
+    def _settle(self, intent: Any, outcome: str) -> None:
+        """Record how a batch ended; settle, in the order they were sent, the batches to its address that ended.
+
+        Batches to a process that died fail in any order (a reset connection is noticed later than a refused
+        one): rerouted as they failed, a later batch overtook an earlier one at the guardian.
+        """
+        key = str(intent.targetAddr)
+        queue = self._unsettled.get(key)
+        if not queue:
+            return
+        for entry in queue:
+            if entry[0] is intent:
+                entry[1] = outcome
+                break
+        while queue and queue[0][1] is not None:
+            done, how = queue.popleft()
+            if how is _REROUTE:
+                self._myRef._send_intent(TransmitIntent(self._guardian, DeadEnvelope(done.targetAddr, done.message)))
+            if self.host is not None:
+                if how is _REROUTE:
+                    self.host.handover.note_rerouted(key)
+                self.host.handover.settled(key)
+        if not queue:
+            del self._unsettled[key]
 
     def send_self(self, message: Any) -> None:
         """Queue a message to this host's own mailbox."""
@@ -540,7 +741,18 @@ class HostActor(ThespianActor):
         """Arm a Thespian wakeup."""
         self.wakeupAfter(timedelta(seconds=seconds), payload)
 
-    def host_done(self, path: str) -> None:
-        """The single actor stopped: tell the guardian not to restart us, then exit."""
-        self.send(self._guardian, HostDone(path))
-        self.send(self.myAddress, ActorExitRequest())
+    def host_done(self, path: str, failure: str | None = None, gave_up: bool = False) -> None:
+        """The single actor stopped: tell the guardian, then exit (if it failed starting: when told to)."""
+        self.send(self._guardian, HostDone(path, failure, gave_up))
+        if failure is None or gave_up:
+            self.send(self.myAddress, ActorExitRequest())
+        # A host whose actor failed while starting forwards what arrives to the guardian until the
+        # guardian, having routed the path to itself (it holds messages for the next process), stops it.
+
+    def actor_backing_off(self, path: str, reason: str, delay: float) -> None:
+        """Tell the guardian (for status) that the top-level actor failed and restarts in `delay` s."""
+        self.send(self._guardian, ActorBackingOff(path, reason, delay))
+
+    def actor_restarted(self, path: str) -> None:
+        """Tell the guardian (for status) that the top-level actor runs again."""
+        self.send(self._guardian, ActorRestarted(path))

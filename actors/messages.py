@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .paths import shard_key
+from .supervision import DEFAULT_HOLD_LIMIT, Backoff
+from .validation import SHARD_PLACEHOLDER, check_store_url  # noqa: F401 - importers of messages use both
 
 GUARDIAN_PATH = "/system/guardian"
 
@@ -45,19 +47,11 @@ class Scatter:
         raise NotImplementedError
 
 
-SHARD_PLACEHOLDER = "{shard}"
+def public_config(config: dict) -> dict:
+    """`config` as shown to clients (SystemStatus, `reprise status`): passwords in its URLs replaced by ***."""
+    from journal.urls import redact_url
 
-
-def check_store_url(name: str, url: str | None) -> None:
-    """Refuse a per-host store URL that is not a non-empty string or has a placeholder other than {shard}."""
-    if url is None:
-        return
-    if not isinstance(url, str) or "://" not in url:
-        raise ValueError(f"{name} must be a URL such as 'sqlite:///data/accounts-{{shard}}.db', got {url!r}")
-    rest = url.replace(SHARD_PLACEHOLDER, "")
-    if "{" in rest or "}" in rest:
-        raise ValueError(f"{name} {url!r}: the only placeholder a store URL may hold is {SHARD_PLACEHOLDER} "
-                         "(the shard number)")
+    return {k: redact_url(v) if isinstance(v, str) and "://" in v else v for k, v in config.items()}
 
 
 @dataclass(frozen=True)
@@ -82,6 +76,10 @@ class HostSpec:
     """This host's journal URL instead of the system's; `{shard}` in it becomes the shard number."""
     snapshot_store: str | None = None
     """This host's snapshot store URL instead of the system's; `{shard}` as for `journal`."""
+    backoff: Backoff = Backoff()
+    """How the guardian restarts this host when its process dies or its top-level actor fails."""
+    hold_limit: int = DEFAULT_HOLD_LIMIT
+    """Messages held for this host while it is down; past it they become dead letters."""
 
     @property
     def key(self) -> str:
@@ -122,7 +120,27 @@ class HostReady:
 
 @dataclass(frozen=True)
 class HostDone:
-    """Host -> guardian: the hosted top-level actor stopped itself; do not restart the host."""
+    """Host -> guardian: the hosted top-level actor stopped; restart the host only if it `failure`."""
+
+    path: str
+    failure: str | None = None
+    """Why the actor stopped if it failed (persist or recovery failure, too many restarts); None: stop()."""
+    gave_up: bool = False
+    """The actor failed more often in a row than its backoff's max_restarts allows: do not restart it."""
+
+
+@dataclass(frozen=True)
+class ActorBackingOff:
+    """Host -> guardian: its top-level actor failed; the host restarts it in `delay` s, holding its messages."""
+
+    path: str
+    reason: str
+    delay: float
+
+
+@dataclass(frozen=True)
+class ActorRestarted:
+    """Host -> guardian: its top-level actor runs again after an ActorBackingOff."""
 
     path: str
 
@@ -184,6 +202,15 @@ class GetDirectory:
 
 
 @dataclass(frozen=True)
+class Barrier:
+    """Client -> guardian -> host -> client: everything the client sent through the guardian before it has
+    been delivered (the guardian forwards in order); the host sends it back to its sender, to no actor.
+    Hosts send them too (actors/handover.py), with a `token` naming the handover."""
+
+    token: int = 0
+
+
+@dataclass(frozen=True)
 class DeadLetter:
     """A message that could not be delivered, and why."""
 
@@ -225,6 +252,8 @@ class SystemStatus:
     hosts: dict
     dead_letters: int
     config: dict
+    errors: tuple = ()
+    """The most recent errors inside actors (actors.error_log.ActorError), oldest first."""
 
 
 @dataclass(frozen=True)
@@ -232,13 +261,20 @@ class HostInfo:
     """One host as the guardian sees it, with what the host itself reported (when it answered in time)."""
 
     state: str
+    """starting | running | backoff (waiting to restart it, or its failed actor) | restarting | stopping |
+    stopped | failed (gave up: backoff max_restarts, or its spawn failed)."""
     restarts: int
+    """Restarts of the host or of its top-level actor since the spawn."""
     pid: int
     entities: bool
     alive: int | None = None
     """Actors alive in the host (entities currently in memory); None when the host did not answer."""
     counters: dict = field(default_factory=dict)
     """Sums of the hosted actors' `stats()` counters, e.g. {"unconfirmed": 3}."""
+    last_exit: str | None = None
+    """Why the host last died or failed (None if it never did)."""
+    next_attempt: float | None = None
+    """While backing off: when the next restart is due (seconds since the epoch, as time.time())."""
 
 
 @dataclass(frozen=True)

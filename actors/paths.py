@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from zlib import crc32
 
@@ -9,12 +10,30 @@ from .errors import InvalidPath
 
 ROOTS = ("user", "system", "temp")
 WILDCARDS = set("*?[]")
+# C0/C1 controls and the bidirectional overrides: printed by `reprise journal ls`, `status` and logs they
+# would move the cursor, recolour or rewrite the terminal, or make one id look like another.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """`text` with every control character shown as an escape (\\x1b, \\u202e): safe to print to a terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
+
+
+def control_character(text: str) -> str | None:
+    """The first control character in `text` as "U+001B", or None if it has none."""
+    found = _CONTROL.search(text)
+    return None if found is None else f"U+{ord(found.group()):04X}"
 
 
 def validate_path(path: str, *, what: str = "path") -> str:
     """Return `path` if it is a valid single-destination path, else raise InvalidPath."""
     if not isinstance(path, str):
         raise InvalidPath(f"{what} must be a string like '/user/orders', got {type(path).__name__}")
+    bad = control_character(path)
+    if bad:
+        raise InvalidPath(f"{what} {path!r} contains the control character {bad}; paths and entity ids must be "
+                          "printable text (remove it, or encode binary ids, e.g. as hex)")
     if WILDCARDS.intersection(path):
         raise InvalidPath(
             f"{what} {path!r} contains a wildcard; wildcard destinations are not supported here "

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import itertools
 import logging
+import multiprocessing
 import os
 import pickle
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -15,16 +18,41 @@ import threading
 import time
 import uuid
 from collections import defaultdict, deque
+from datetime import timedelta
 from typing import Any
 
-from thespian.actors import ActorSystem, PoisonMessage
+from thespian.actors import (
+    ActorSystem,
+    ActorSystemException,
+    ActorSystemFailure,
+    DeadEnvelope,
+    InvalidActorAddress,
+    PoisonMessage,
+)
 
-from . import netsec
-from .errors import AskTimeout, PathTaken, RepriseError, SpawnFailed, SystemNotRunning, UnpicklableMessage
+from . import auth, netsec
+from . import tls as tls_module
+from .error_log import ActorFailure, Errors, GetErrors, SubscribeErrors
+from .errors import (
+    ActorFailed,
+    AskTimeout,
+    ConfigError,
+    MessageNotSent,
+    PathTaken,
+    RepriseError,
+    SendTimeout,
+    SpawnFailed,
+    SystemNotRunning,
+    UnpicklableMessage,
+)
 from .guardian import Guardian, GuardianInit
+from .local_systems import boot_option
+from .main_module import adopt_main_classes
 from .messages import (
     GUARDIAN_PATH,
+    Barrier,
     Batch,
+    DeadLetter,
     DeadLetters,
     DirectoryUpdate,
     GetDeadLetters,
@@ -42,13 +70,30 @@ from .messages import (
     WhereIsGuardian,
     check_store_url,
 )
-from .paths import validate_path
-from .transport import Router, check_message, pack, unpack
+from .paths import printable, validate_path
+from .supervision import DEFAULT_HOLD_LIMIT, Backoff, check_hold_limit
+from .transport import Router, address_key, check_message, pack, unpack
+from .validation import (
+    check_ip,
+    check_leader,
+    check_log_level,
+    check_number,
+    check_peers,
+    check_port,
+    check_spawn_options,
+)
 
 log = logging.getLogger("reprise.system")
+_LOGGED_ERROR = re.compile(r"^[\w.]+(Error|Exception): ")
 
 BASES = {"local": "simpleSystemBase", "multiproc": "multiprocTCPBase"}
 DIRECTORY_TTL = 1.0
+SEND_LIMIT = 60.0  # seconds a tell may wait for the transport (Thespian's own MAX_TELL_PERIOD)
+# Thespian retries a send whose connection closed before the ACK after 35 s x attempt: the first tell after
+# a host's SIGKILL blocked 35 s before the reconnect found the target dead. Retry sooner; 20 retries still
+# span about SEND_LIMIT.
+SEND_RETRY = timedelta(seconds=0.25)
+BARRIER_WAIT = 10.0  # seconds a tell waits for messages held by the guardian to drain before sending direct
 # Thespian's default 950-deep transmit queue is scanned on every send (~300 msgs/s); a shorter queue
 # blocks senders earlier (back-pressure) and keeps sends cheap. Nothing is ever dropped below 1e6.
 _BOOT_ATTEMPTS = 3
@@ -63,17 +108,46 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
           snapshot_store: str | None = None, bind: str = "127.0.0.1", advertise: str | None = None,
           peers: tuple[str, ...] = (), leader: str | None = None, node: str | None = None,
           tag: str | None = None, run_dir: str | None = None, log_level: str = "WARNING",
-          start_timeout: float = 60.0, **config: Any) -> System:
+          start_timeout: float = 60.0, secret_file: str | None = None, tls: tls_module.TlsConfig | None = None,
+          tls_cert: str | None = None, tls_key: str | None = None, tls_ca: str | None = None,
+          **config: Any) -> System:
     """Start an actor system and return a `System` that owns it (a context manager that shuts it down).
 
     `base="local"` runs every actor in this process (Thespian's simpleSystemBase: deterministic,
     for tests); `base="multiproc"` runs every host in its own OS process (multiprocTCPBase) behind an
     admin on `admin_port` (a free port if None) bound to `bind` (loopback by default). `leader="ip:port"`
     joins an existing system's convention as member `node`.
+
+    Every frame between the system's processes and clients is authenticated with a per-system secret,
+    kept in `<run_dir>/secret` (mode 0600). `secret_file` names a secret shared by the machines of a
+    multi-host system: the leader creates it if it does not exist, members must be given a copy.
+
+    `tls=TlsConfig(cert, key, ca)` (or `tls_cert=`, `tls_key=`, `tls_ca=`: PEM file paths, all three)
+    makes every TCP connection of the system mutual TLS (see actors/tls.py); multiproc only.
     """
+    _refuse_inside_actor_process("actors.start()")
     if base not in BASES:
-        raise ValueError(f"base must be one of {sorted(BASES)} (multiprocQueueBase is not offered: it "
-                         f"deadlocks under load), got {base!r}")
+        raise ConfigError(f"base must be one of {sorted(BASES)} (multiprocQueueBase is not offered: it "
+                          f"deadlocks under load), got {base!r}")
+    check_port("admin_port", admin_port)
+    for name, url in (("journal", journal), ("snapshot_store", snapshot_store)):
+        check_store_url(name, url, per_host=False)
+    check_ip("bind", bind)
+    check_ip("advertise", advertise, allow_none=True)
+    peers = check_peers(peers)
+    check_leader(leader)
+    if node is not None and (not isinstance(node, str) or not node.strip()):
+        raise ConfigError(f"node must be a non-empty name such as 'worker-1', got {node!r}")
+    log_level = check_log_level(log_level)
+    check_number("start_timeout", start_timeout, hint="seconds to wait for the actor system to start")
+    if run_dir is not None and not isinstance(run_dir, str | os.PathLike):
+        raise ConfigError(f"run_dir must be a directory path, got {run_dir!r}")
+    tls_files = tls_module.tls_config(tls, tls_cert, tls_key, tls_ca)
+    if tls_files is not None:
+        if base != "multiproc":
+            raise ConfigError("TLS applies to multiproc systems (the local base has no network): drop tls*= or "
+                              "use base='multiproc'")
+        tls_files = tls_module.check(tls_files)
     config = dict(config, journal=journal, snapshot_store=snapshot_store, node=node, leader=leader,
                   log_level=log_level)
     if base == "local":
@@ -86,6 +160,14 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
             raise SpawnFailed(f"the guardian did not start: {reply!r}")
         return System(asys, base=base, guardian=guardian, owner=True, config=config)
 
+    if leader and tls_files is not None:
+        # A member that cannot speak to its leader would start and never join: say why now.
+        leader_host, _, leader_port = leader.rpartition(":")
+        why = tls_module.probe(leader_host, int(leader_port), tls_files, unreachable_ok=True)
+        if why is not None:
+            raise tls_module.TlsError(f"this member cannot join leader {leader}: {why}")
+    secret = _system_secret(secret_file, leader, bool(config.pop("insecure_no_auth", False)))
+    config["tls"] = None if tls_files is None else dict(cert=tls_files.cert, key=tls_files.key, ca=tls_files.ca)
     _configure_process_env(bind, advertise, peers)
     env = dict(os.environ)
     env.update(THESPIAN_TUNING)
@@ -98,18 +180,25 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
             raise SpawnFailed(f"admin port {port} is already in use; attach with actors.connect({port}) "
                               "or choose another port")
         port_tag = tag or f"reprise-system-{port}-{uuid.uuid4().hex[:8]}"
-        port_dir = run_dir or tempfile.mkdtemp(prefix=f"reprise-{port}-")
-        os.makedirs(port_dir, mode=0o700, exist_ok=True)
+        port_dir = os.fspath(run_dir) if run_dir else tempfile.mkdtemp(prefix=f"reprise-{port}-")
+        _private_run_dir(port_dir)
         config["run_dir"] = port_dir
+        # Ours is removed on a clean shutdown; a directory the user named is theirs to keep.
+        config["run_dir_temporary"] = not run_dir
+        if secret is not None:
+            auth.write_secret(os.path.join(port_dir, auth.SECRET_NAME), secret)
+        tls_module.write_config(port_dir, tls_files)
         env["THESPLOG_FILE"] = os.path.join(port_dir, "thespian.log")
-        cmd = [sys.executable, "-m", "actors.boot", "--port", str(port), "--tag", port_tag,
-               "--config", pickle.dumps(config).hex()]
+        # The configuration (journal URLs may hold passwords) and the secret go through a pipe: any user
+        # can read a command line or, as root, an environment; every actor process keeps boot's.
+        cmd = [sys.executable, "-m", "actors.boot", "--port", str(port), "--tag", port_tag, "--run-dir", port_dir]
         boot_log = os.path.join(port_dir, "boot.log")
         # A file, not a pipe: the daemonised admin inherits the descriptor and would hold a pipe open.
-        with open(boot_log, "w") as out:
+        with open(os.open(boot_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
             try:
+                # umask: the logs the admin and actors create in the run dir are private (0600) too.
                 proc = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, timeout=start_timeout)
+                                      input=pickle.dumps((config, secret)), timeout=start_timeout, umask=0o077)
             except subprocess.TimeoutExpired:
                 kill_tagged(port_tag)
                 raise SpawnFailed(f"the actor system on port {port} did not start within {start_timeout} s; "
@@ -121,33 +210,150 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
             tail = f.read()[-2000:]
         if "not a valid or useable ActorSystem Admin" not in tail or attempt + 1 >= _BOOT_ATTEMPTS or admin_port:
             raise SpawnFailed(f"the actor system on port {port} did not start (see {boot_log}):\n{tail}")
+        if not run_dir:
+            shutil.rmtree(port_dir, ignore_errors=True)  # the next attempt makes its own
         log.warning("the actor system on port %d did not start (port taken meanwhile?); trying another port", port)
     tag, run_dir = port_tag, port_dir
-    system = connect(port, host=advertise or bind, _owner=True)
+    system = connect(port, host=advertise or bind, _owner=True, _secret=secret, _tls=tls_files)
     system.tag, system.run_dir = tag, run_dir
+    logging.getLogger("reprise").info("actor system on port %d started; its logs (actors.log: errors inside "
+                                      "actors with tracebacks) are in %s", port, run_dir)
     return system
 
 
-def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, _owner: bool = False) -> System:
-    """Attach this process to a running multi-process system; never starts or shuts one down."""
+def _private_run_dir(path: str) -> None:
+    """Create `path` (mode 0700), or make an existing one and the logs in it private (0700 / 0600)."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    # makedirs leaves an existing directory's mode alone, and FileHandler appends to an existing log
+    # keeping its mode: logs can hold message contents, so neither may stay readable by others.
+    os.chmod(path, 0o700)
+    for name in ("actors.log", "thespian.log", "boot.log"):
+        try:
+            os.chmod(os.path.join(path, name), 0o600)
+        except FileNotFoundError:
+            pass
+
+
+def _refuse_inside_actor_process(what: str) -> None:
+    """Raise if this process is a Thespian admin or actor process (one of an actor system's own processes).
+
+    A module that starts a system at import time is imported again there when an actor process unpickles
+    one of its classes: each import would start another system, whose processes import it again (a fork
+    bomb: ~2,400 processes from one `import tour`).
+    """
+    name = multiprocessing.current_process().name
+    if name == "ThespianAdmin" or name.startswith("Actor_"):
+        raise RepriseError(
+            f"{what} was called inside an actor-system process ({name}, pid {os.getpid()}), most likely by a module "
+            "that starts a system when it is imported, imported again here to unpickle one of its classes. "
+            "Put the code that starts the system under `if __name__ == \"__main__\":` (or in a function), so that "
+            "importing the module only defines classes")
+
+
+def _system_secret(secret_file: str | None, leader: str | None, insecure: bool) -> bytes | None:
+    """The secret a new system's processes authenticate with (None: unauthenticated, benchmarks only)."""
+    if insecure:
+        return None
+    if secret_file:
+        return auth.ensure_secret(os.path.abspath(secret_file), create=not leader)
+    if leader:
+        raise auth.MissingSecret(f"a member (leader={leader!r}) must use the leader's secret: pass secret_file= "
+                                 "a copy of the leader's secret file (the leader's secret_file, or its "
+                                 "<run dir>/secret)")
+    return auth.new_secret()
+
+
+_FIND = object()
+
+
+def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, secret_file: str | None = None,
+            tls: tls_module.TlsConfig | None = None, tls_cert: str | None = None, tls_key: str | None = None,
+            tls_ca: str | None = None, _owner: bool = False, _secret: Any = _FIND, _tls: Any = _FIND) -> System:
+    """Attach this process to a running multi-process system; never starts or shuts one down.
+
+    The system's secret is read from the run dir of the local admin on `admin_port` (readable by the
+    user that started it), or from `secret_file`. A system with TLS needs a client certificate signed
+    by its CA: `tls=` / `tls_cert=`, `tls_key=`, `tls_ca=`, or by default the files it was started with.
+    """
+    _refuse_inside_actor_process("actors.connect()")
+    check_port("admin_port", admin_port)
+    if admin_port is None:
+        raise ConfigError("admin_port must be the port of a running system's admin, e.g. actors.connect(1900)")
+    check_number("timeout", timeout, hint="seconds to wait for the actor system to answer")
+    if _tls is _FIND:
+        _tls = tls_module.tls_config(tls, tls_cert, tls_key, tls_ca)
+        _tls = tls_module.check(_tls) if _tls is not None else _local_tls(admin_port)
     if not _listening(host, admin_port):
         raise SystemNotRunning(
             f"no actor system listens on {host}:{admin_port}; start one first (`reprise up TOPOLOGY.toml` "
             f"or actors.start('multiproc', admin_port={admin_port}))"
         )
+    if _tls is not None and _secret is _FIND:  # (start() connects to the admin it just made: no need)
+        # The common mistakes (no TLS there, a server certificate of another CA) show in one handshake;
+        # otherwise Thespian would retry for ~15 s before giving up without saying why.
+        why = tls_module.probe(host, admin_port, _tls, verdict=False)
+        if why is not None:
+            raise tls_module.TlsError(why)
+    source = "the secret actors.start made"
+    if _secret is _FIND:
+        source = secret_file or _find_secret_file(host, admin_port)
+        auth.use_secret(auth.read_secret(source))
+    elif _secret is None:
+        auth.allow_unauthenticated()
+    else:
+        auth.use_secret(_secret)
+    tls_module.use(_tls)
     # A client attaches to an admin on this machine (or network namespace) at `host`, so it listens and
     # advertises there too. An inherited REPRISE_BIND (from a parent that started another system) must
     # not win: replies would be addressed to an interface the admin cannot reach, and the ask would hang.
     _configure_process_env(host, host, None)
-    asys = ActorSystem("multiprocTCPBase", {"Admin Port": admin_port}, logDefs=None, transientUnique=True)
+    try:
+        asys = ActorSystem("multiprocTCPBase", {"Admin Port": admin_port}, logDefs=None, transientUnique=True)
+    except InvalidActorAddress:
+        why = tls_module.probe(host, admin_port, _tls)
+        if why is not None:
+            raise tls_module.TlsError(why) from None
+        # An admin drops every frame whose HMAC does not verify, so a wrong secret looks like silence.
+        raise auth.AuthenticationFailed(
+            f"the process on {host}:{admin_port} did not answer as a Reprise admin: it is not one, or {source} "
+            "is not that system's secret (pass secret_file= the system's <run dir>/secret)") from None
     agent = asys.createActor("actors.guardian.NodeAgent", globalName="reprise-node")
     reply = asys.ask(agent, WhereIsGuardian(), timeout)
     if not isinstance(reply, GuardianIs) or reply.address is None:
         raise SystemNotRunning(f"the admin on {host}:{admin_port} was not started by Reprise (no guardian); "
                                "start systems with actors.start or `reprise up`")
     system = System(asys, base="multiproc", guardian=reply.address, owner=_owner, admin_port=admin_port)
+    system.admin_host = host
     system.config = system.status(timeout=timeout).config
+    system.run_dir = system.config.get("run_dir")
     return system
+
+
+def _find_secret_file(host: str, admin_port: int, settle: float = 3.0) -> str:
+    """The local system's secret file, or SystemNotRunning when the port closes meanwhile.
+
+    An admin in exit has lost its command line (so it cannot be found) a moment before it closes its
+    listening socket; a short bounded wait tells "shutting down" from "not a Reprise admin".
+    """
+    deadline = time.monotonic() + settle
+    while True:
+        try:
+            return auth.find_secret_file(admin_port)
+        except auth.SecretUnavailable:
+            if not _listening(host, admin_port):
+                raise SystemNotRunning(f"no actor system listens on {host}:{admin_port} any more") from None
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+
+
+def _local_tls(admin_port: int) -> tls_module.TlsConfig | None:
+    """The TLS files the local system on `admin_port` was started with (None: no TLS, or no such system)."""
+    try:
+        run_dir = os.path.dirname(auth.find_secret_file(admin_port))
+    except auth.SecretUnavailable:
+        return None
+    return tls_module.read_config(run_dir)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -155,6 +361,13 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def _wait_closed(host: str, port: int, timeout: float) -> None:
+    """Wait (bounded) until nothing listens on host:port any more."""
+    deadline = time.monotonic() + timeout
+    while _listening(host, port) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _listening(host: str, port: int) -> bool:
@@ -209,41 +422,34 @@ def kill_tagged(tag: str, wait: float = 5.0) -> list[int]:
 
 def find_tag(admin_port: int) -> str | None:
     """The tag of the local system whose admin runs on `admin_port` (read from its processes' command lines)."""
-    needle = b"\0--port\0" + str(admin_port).encode() + b"\0"
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read()
-        except OSError:
-            continue
-        if b"actors.boot" in cmdline and needle in cmdline:
-            parts = cmdline.split(b"\0")
-            if b"--tag" in parts:
-                return parts[parts.index(b"--tag") + 1].decode()
-    return None
+    return boot_option(admin_port, "--tag")
 
 
-def shutdown(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 20.0) -> None:
+def shutdown(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 20.0,
+             secret_file: str | None = None, **tls_options: Any) -> None:
     """Shut down the multi-process system on `host:admin_port` (what `reprise down` does).
 
     `connect()` hands out non-owner handles that refuse to shut the shared system down; this is the
     explicit, deliberate way. Local processes of that system are waited for, and killed if they linger.
     """
-    system = connect(admin_port, host=host, _owner=True)
+    system = connect(admin_port, host=host, secret_file=secret_file, _owner=True, **tls_options)
     system.tag = find_tag(admin_port)
     system.shutdown(timeout=timeout)
 
 
 class System:
-    """A handle on an actor system: spawn, tell, ask, stop, probes, dead letters, shutdown."""
+    """A handle on an actor system: spawn, tell, ask, stop, probes, dead letters, errors, shutdown.
+
+    `run_dir` is the directory of the system's logs (actors.log holds every error inside an actor with its
+    traceback; thespian.log, boot.log) on the multi-process base; None on the in-process base.
+    """
 
     def __init__(self, asys: ActorSystem, *, base: str, guardian: Any, owner: bool,
                  admin_port: int | None = None, config: dict | None = None) -> None:
         self._asys = asys
         self.base = base
         self.admin_port = admin_port
+        self.admin_host = "127.0.0.1"
         self.config = config or {}
         self.tag: str | None = None
         self.run_dir: str | None = None
@@ -256,6 +462,7 @@ class System:
         self._listening_paths: set[str] = set()
         self._mailbox: dict[str, deque] = defaultdict(deque)
         self._asks = itertools.count(1)
+        self._detours: dict[str, str] = {}  # host name -> a path of it, for hosts we sent to via the guardian
         self._lock = threading.RLock()
         self._closed = False
 
@@ -273,7 +480,9 @@ class System:
     def spawn(self, cls: Any, path: str, *, entities: bool = False, args: tuple = (), kwargs: dict | None = None,
               passivate_after: float | None = 120.0, max_restarts: int = 10, restart_window: float = 60.0,
               linger: float = 0.0, batch_cap: int = 2000, node: str | None = None, shards: int = 1,
-              journal: str | None = None, snapshot_store: str | None = None, timeout: float = 60.0) -> str:
+              journal: str | None = None, snapshot_store: str | None = None,
+              backoff: Backoff | tuple | dict | None = None, hold_limit: int = DEFAULT_HOLD_LIMIT,
+              timeout: float = 60.0) -> str:
         """Start `cls` at `path` (or, with entities=True, one `cls` per path below it, on demand).
 
         `shards` > 1 spreads the entities over that many host processes (each entity id always in the
@@ -283,6 +492,10 @@ class System:
         shard, so shards do not wait for each other's write lock. Such a host records its shard layout in
         its journal and refuses to start with another shard count (its entities' events would be in
         other files).
+        `backoff` = (min, max, random_factor) seconds, a dict (also max_restarts, reset_after) or an
+        actors.Backoff: how the guardian restarts the host when its process dies or its top-level actor
+        fails (default (0.2, 10, 0.2), never giving up); up to `hold_limit` messages for it are held
+        meanwhile. `max_restarts` / `restart_window` are about entities restarted inside the host.
         """
         validate_path(path)
         if type(shards) is not int or shards < 1 or (shards > 1 and not entities):
@@ -290,17 +503,29 @@ class System:
                              f"shards={shards!r}, entities={entities!r}")
         for name, url in (("journal", journal), ("snapshot_store", snapshot_store)):
             check_store_url(name, url)
-        if getattr(cls, "__module__", None) == "__main__" and self.base != "local":
+        backoff = Backoff.of(backoff)
+        check_hold_limit(hold_limit)
+        check_spawn_options(passivate_after=passivate_after, max_restarts=max_restarts,
+                            restart_window=restart_window, linger=linger, batch_cap=batch_cap, timeout=timeout)
+        if (getattr(cls, "__module__", None) == "__main__" and self.base != "local"
+                and adopt_main_classes() is None):
             raise UnpicklableMessage(f"{cls.__qualname__} is defined in __main__; actor classes must live in "
-                                     "an importable module so that actor processes can import them")
+                                     "an importable module (or a script run as `python script.py`) so that actor processes "
+                                     "can import them")
         spec = HostSpec(path, cls, entities, tuple(args), dict(kwargs or {}),
                         passivate_after if entities else None, max_restarts, restart_window, linger,
-                        batch_cap, node, shards, journal=journal, snapshot_store=snapshot_store)
+                        batch_cap, node, shards, journal=journal, snapshot_store=snapshot_store,
+                        backoff=backoff, hold_limit=hold_limit)
         reply = self._request(SpawnHost(spec), Spawned, timeout)
         if reply.error:
             raise (PathTaken if "already served" in reply.error else SpawnFailed)(reply.error)
         self._fetched = float("-inf")
         return path
+
+    def _check_running(self) -> None:
+        if self._closed:
+            raise SystemNotRunning("this System was shut down (or closed); start a new one with actors.start(...) "
+                                   "or attach to a running one with actors.connect(port)")
 
     def stop(self, path: str, timeout: float = 30.0) -> None:
         """Stop the actor or entity host at `path`, or one entity below a host."""
@@ -316,26 +541,37 @@ class System:
 
     def tell_many(self, items: Any, sender: str | None = None) -> None:
         """Send many (path, message) pairs, one Thespian message per destination process."""
+        self._check_running()
         groups: dict[str, tuple[Any, list]] = {}
+        guardian = address_key(self._guardian)
         for path, message in items:
             validate_path(path)
             check_message(message)
             key, address = self._resolve(path)
+            if key == guardian:
+                self._detoured([path])
+            elif self._detours:
+                self._drain_detour(path)
             groups.setdefault(key, (address, []))[1].append((sender, path, message))
         for address, entries in groups.values():
             batch = pack(self.prefix, entries, self._refuse)
-            with self._lock:
-                self._asys.tell(address, batch)
+            if self._send(address, batch):
+                self._detoured([entry[1] for entry in entries])
 
     def ask(self, path: str, message: Any, timeout: float = 10.0) -> Any:
-        """Send `message` and wait for the first reply to it; raises AskTimeout."""
+        """Send `message` and wait for the first reply to it; raises AskTimeout, or ActorFailed at once if the
+        actor raised on this message (it restarts as usual)."""
+        check_number("timeout", timeout, hint="seconds to wait for the reply")
         # Replies may come from actors that never heard from this client: publish its route once.
         self._ensure_route()
         reply_to = f"{self.prefix}/ask-{next(self._asks)}"
         self._listening_paths.add(reply_to)
         try:
             self.tell(path, message, sender=reply_to)
-            return self._receive(reply_to, timeout, f"no reply from {path} within {timeout} s")[0]
+            reply = self._receive(reply_to, timeout, f"no reply from {path} within {timeout} s")[0]
+            if isinstance(reply, ActorFailure):
+                raise ActorFailed(reply.path, reply.error_type, reply.error)
+            return reply
         finally:
             self._listening_paths.discard(reply_to)
             self._mailbox.pop(reply_to, None)
@@ -357,6 +593,14 @@ class System:
         """Send every future DeadLetter to `path` (an actor or a probe)."""
         self.tell(GUARDIAN_PATH, SubscribeDeadLetters(validate_path(path)))
 
+    def errors(self, timeout: float = 10.0) -> Errors:
+        """The count of errors inside actors and the most recent ones (time, host, path, one-line reason)."""
+        return self._request(GetErrors(), Errors, timeout)
+
+    def subscribe_errors(self, path: str) -> None:
+        """Send every future ActorError to `path` (an actor or a probe)."""
+        self.tell(GUARDIAN_PATH, SubscribeErrors(validate_path(path)))
+
     def status(self, timeout: float = 10.0) -> SystemStatus:
         """Hosts with their state, restarts and pid; the dead-letter count; the configuration."""
         return self._request(GetStatus(), SystemStatus, timeout)
@@ -369,8 +613,10 @@ class System:
         self._closed = True
         try:
             if self._registered:
-                with self._lock:
-                    self._asys.tell(self._guardian, UnregisterRoute(self.prefix))
+                try:
+                    self._send(self._guardian, UnregisterRoute(self.prefix))
+                except RepriseError as exc:  # the system is gone: nothing to unregister from
+                    log.warning("could not unregister %s: %s", self.prefix, exc)
         finally:
             transport = getattr(getattr(self._asys, "_systemBase", None), "transport", None)
             if self.base != "local" and transport is not None:
@@ -397,8 +643,114 @@ class System:
             leftovers = kill_tagged(self.tag)
             if leftovers:
                 log.warning("actor system %s left processes %s after shutdown; killed them", self.tag, leftovers)
+            # A process in exit has already lost its command line (so it is no longer "tagged") but may still
+            # hold the admin's listening socket: shutdown returns once the port is really free.
+            if self.admin_port is not None:
+                _wait_closed(self.admin_host, self.admin_port, max(deadline - time.monotonic(), 2.0))
+            # Only a run dir we made, and only once this machine's processes of it are gone; kept when
+            # something had to be killed, since its logs then explain what went wrong.
+            run_dir = self.run_dir or self.config.get("run_dir")
+            if run_dir and self.config.get("run_dir_temporary") and not leftovers:
+                shutil.rmtree(run_dir, ignore_errors=True)
 
     # ---- internals -------------------------------------------------------------------------------
+    def _detoured(self, paths: list[str]) -> None:
+        """Note the hosts of `paths` as reached through the guardian (held while restarting, or rerouted)."""
+        for path in paths:
+            host = self._router.locate(path)
+            if host is not None and not host.startswith(("/temp/", "/system/")):
+                self._detours[host] = path
+
+    def _drain_detour(self, path: str) -> None:
+        """Before sending direct to a host we last reached through the guardian, wait until the guardian has
+        delivered what it holds from us (a Barrier round trip): per sender FIFO across the host's restart."""
+        host = self._router.locate(path)
+        if host not in self._detours:
+            return
+        via = self._detours.pop(host)
+        self._ensure_route()
+        reply_to = f"{self.prefix}/barrier-{next(self._asks)}"
+        self._listening_paths.add(reply_to)
+        try:
+            self._send(self._guardian, pack(self.prefix, [(reply_to, via, Barrier())], self._refuse))
+            self._receive(reply_to, BARRIER_WAIT, f"the messages held for {host} did not drain within {BARRIER_WAIT} s")
+        except AskTimeout as exc:
+            log.warning("%s; sending to it directly anyway (order may break)", exc)
+        finally:
+            self._listening_paths.discard(reply_to)
+            self._mailbox.pop(reply_to, None)
+
+    def _send(self, address: Any, message: Any) -> bool:
+        """Hand one Thespian message over: it is on its way or held by the guardian, or MessageNotSent.
+
+        Returns True when the message went to the guardian instead of `address` (its process was gone).
+
+        Thespian's own tell raises on a dead target *and* forwards the message to the dead-letter handler
+        (the guardian), which delivers it once the host is back: a caller retrying on that exception sent
+        the message twice. Here a dead target is reported to the guardian explicitly instead (it holds or
+        reroutes the message exactly as it does for an actor's batch), and an exception means not sent.
+        """
+        with self._lock:
+            if self.base == "local":
+                try:
+                    self._asys.tell(address, message)
+                except ActorSystemException as exc:
+                    raise MessageNotSent(f"{type(message).__name__} to {address} was not sent: {exc}") from None
+                return False
+            failure = self._transmit(address, message)
+            if failure is None:
+                return False
+            if "DEADTARGET" in str(failure) and address_key(address) != address_key(self._guardian):
+                self._fetched = float("-inf")  # that route is stale: fetch the directory on the next send
+                failure = self._transmit(self._guardian, DeadEnvelope(address, message))
+                if failure is None:
+                    return True
+            raise MessageNotSent(
+                f"{type(message).__name__} to {address} was not sent ({failure}): the actor system's processes "
+                f"may be gone; check `reprise status --port {self.admin_port}`")
+
+    def _transmit(self, address: Any, message: Any) -> Any:
+        """Send through this process's Thespian transport; None when sent, else Thespian's failure status."""
+        from thespian.system.transport import TransmitIntent
+
+        base = self._asys._systemBase
+        failed: list = []
+
+        def on_error(result: Any, intent: Any) -> None:
+            failed.append(result)
+            base.transport.abort_run()
+
+        base.transport.scheduleTransmit(None, TransmitIntent(address, message, onError=on_error,
+                                                             retryPeriod=SEND_RETRY))
+        deadline = time.monotonic() + SEND_LIMIT
+        try:
+            while (remaining := deadline - time.monotonic()) > 0:
+                busy = base._run_transport(timedelta(seconds=remaining), txonly=True)
+                if failed or not busy:
+                    return failed[0] if failed else None
+        except ActorSystemException as exc:
+            return exc
+        except OSError as exc:
+            return exc
+        raise SendTimeout(f"{type(message).__name__} to {address} was not sent within {SEND_LIMIT:.0f} s; it stays "
+                          "queued in this process and may still be delivered")
+
+    def _listen(self, timeout: float) -> Any:
+        """The next message for this client (None after `timeout`), with Thespian's errors as RepriseErrors."""
+        try:
+            return self._asys.listen(timeout)
+        except ActorSystemException as exc:
+            raise MessageNotSent(f"this client's endpoint failed while waiting: {exc}") from None
+
+    def _unreadable(self, entry: tuple, why: str) -> None:
+        sender, target, description = entry
+        log.error("message %s from %s to %s %s", description, sender, target, why)
+        letter = DeadLetter(sender, target, description, f"message {why}")
+        try:
+            self._send(self._guardian, pack(self.prefix, [(self.prefix, GUARDIAN_PATH, letter)], self._refuse))
+        except RepriseError:
+            log.exception("could not report a dead letter to the guardian")
+
     def _refuse(self, entry: tuple, why: str) -> None:
         raise UnpicklableMessage(f"message {type(entry[2]).__qualname__} to {entry[1]} {why}")
 
@@ -426,9 +778,16 @@ class System:
 
     def _request(self, message: Any, expect: type, timeout: float) -> Any:
         """Ask the guardian; messages for probes that arrive meanwhile go to the mailbox."""
+        self._check_running()
+        check_number("timeout", timeout, hint="seconds to wait for the actor system's answer")
         deadline = time.monotonic() + timeout
         with self._lock:
-            reply = self._asys.ask(self._guardian, message, timeout)
+            try:
+                reply = self._asys.ask(self._guardian, message, timeout)
+            except ActorSystemException as exc:
+                if isinstance(exc, ActorSystemFailure) and "BadPacketError" in str(exc):
+                    raise self._unreadable(message) from None
+                raise MessageNotSent(f"{type(message).__name__} to the guardian was not sent: {exc}") from None
             while True:
                 if isinstance(reply, expect):
                     return reply
@@ -438,11 +797,28 @@ class System:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise AskTimeout(f"the actor system did not answer {type(message).__name__} within {timeout} s")
-                reply = self._asys.listen(remaining)
+                reply = self._listen(remaining)
+
+    def _unreadable(self, message: Any) -> UnpicklableMessage:
+        """The error for a request the guardian's process could not unpickle, with its reason from the log."""
+        reason = ""
+        run_dir = self.run_dir or self.config.get("run_dir")
+        try:
+            if run_dir:
+                with open(os.path.join(run_dir, "thespian.log"), errors="replace") as f:
+                    errors = [line.strip() for line in f if _LOGGED_ERROR.match(line)]
+                reason = printable(errors[-1]) if errors else ""
+        except OSError:
+            pass
+        advice = (f" ({reason})" if reason else
+                  " (see thespian.log in the run dir). If that class's module starts an actor system when it is "
+                  "imported, put that code under `if __name__ == \"__main__\":`")
+        return UnpicklableMessage(f"the actor system could not read {type(message).__name__}: importing a class it "
+                                  f"refers to failed in the guardian's process{advice}")
 
     def _accept(self, message: Any) -> None:
         if isinstance(message, Batch):
-            for sender, target, payload in unpack(message):
+            for sender, target, payload in unpack(message, self._unreadable):
                 if target in self._listening_paths:
                     self._mailbox[target].append((payload, sender))
                 else:
@@ -453,6 +829,7 @@ class System:
             log.debug("client ignored %r", message)
 
     def _receive(self, path: str, timeout: float, what: str) -> tuple[Any, str | None]:
+        self._check_running()
         box = self._mailbox[path]
         deadline = time.monotonic() + timeout
         with self._lock:
@@ -462,7 +839,7 @@ class System:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise AskTimeout(what)
-                message = self._asys.listen(remaining)
+                message = self._listen(remaining)
                 if message is not None:
                     self._accept(message)
                 elif self.base == "local" and not box:

@@ -10,7 +10,20 @@ fast senders), Thespian drains it inside the send, in "tx-only mode". That mode 
    over new connections (a restarted shard and the bridge, right after the demo's SIGKILL) waited for
    each other until their transmits timed out: the feed stopped for minutes.
 
-Here the drain is Thespian's own transmit-only steps; when one sees no send complete for 20 ms, a 1 ms
+3. Inherited sockets. Thespian forks the admin, the logger and every actor without closing the parent's
+   sockets: every process held the listening socket of the boot process's client endpoint (a port that
+   accepted connections and never answered), and the logger held the admin's, so the admin port stayed
+   open after the admin died. Each new process now releases every socket it inherited before it opens
+   its own (children of an actor also let go of the actor's journal connections).
+
+4. The 35 s retry. A send on a connection its target's SIGKILL reset is retried after 35 s x attempt;
+   only that retry (refused: the process is gone) turns it into a dead envelope the guardian reroutes,
+   so held messages reached a restarted host 35 s late (about 1 kill in 100). In actor processes
+   (applied by actors.boot) the first retry is now immediate; later ones keep Thespian's delays. Clients
+   keep Thespian's retry: their own sends use a 0.25 s retry period (System._transmit), and with this
+   patch too a client's first tell after a SIGKILL stalled for its whole send limit.
+
+For 1 and 2, the drain is Thespian's own transmit-only steps; when one sees no send complete for 20 ms, a 1 ms
 regular pass follows that accepts connections and reads and acknowledges what arrived. Every message
 and wakeup met during the drain is kept and, once the drain ends, put back in front of the actor's incoming queue, in order, to
 be handled as usual.
@@ -18,11 +31,34 @@ be handled as usual.
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
+from importlib import metadata
+from typing import Any
+
+from .errors import ThespianVersionError
+
+THESPIAN_VERSION = "4.0.1"
+"""The Thespian release whose internals `apply` patches (and pyproject.toml pins)."""
 
 _applied = False
 _SEND_WAIT = timedelta(milliseconds=20)
 _LISTEN = timedelta(milliseconds=1)
+
+
+def check_version() -> None:
+    """Refuse any Thespian but THESPIAN_VERSION: the patches below replace its private methods."""
+    try:
+        installed = metadata.version("thespian")
+    except metadata.PackageNotFoundError:
+        installed = "none (no installed distribution)"
+    if installed != THESPIAN_VERSION:
+        raise ThespianVersionError(
+            f"Reprise needs thespian=={THESPIAN_VERSION} (actors/thespian_fixes.py patches its internals), but the "
+            f"installed thespian is {installed}; install the pinned one: pip install 'thespian=={THESPIAN_VERSION}'")
+
+
+check_version()  # at import: `import actors` fails at once, naming both versions, instead of misbehaving later
 
 
 def apply() -> None:
@@ -77,6 +113,68 @@ def apply() -> None:
             # The regular pass took them from the front of this same list: they go back there, in order.
             self._incomingEnvelopes[:0] = kept
 
+    _release_inherited_sockets_in_children()
     wakeupTransportBase._deliver_wakeups = deliver_wakeups
     atb.asyncTransportBase._drain_tx_queue_if_needed = drain_tx_queue_if_needed
     _applied = True
+
+
+def release_inherited_sockets() -> list[int]:
+    """Point every socket descriptor of this process at /dev/null; returns their numbers.
+
+    Not os.close: the parent's socket objects still live in this forked process's memory, and closing
+    the number would let a socket opened later take it and be closed by a stale object.
+    """
+    released = []
+    devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            if fd <= 2 or fd == devnull:
+                continue
+            try:
+                if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                    os.dup2(devnull, fd)
+                    released.append(fd)
+            except OSError:
+                continue  # the listing's own descriptor, already gone
+    finally:
+        os.close(devnull)
+    return released
+
+
+def _release_inherited_sockets_in_children() -> None:
+    from thespian.system import multiprocCommon as mpc
+
+    def releasing(target):
+        def start(*args, **kwargs):
+            release_inherited_sockets()
+            return target(*args, **kwargs)
+        start.__wrapped__ = target
+        return start
+
+    # Thespian looks these up by name when it forks the admin, the logger and each actor.
+    for name in ("startAdmin", "startupASLogger", "startChild"):
+        setattr(mpc, name, releasing(getattr(mpc, name)))
+
+
+def retry_reset_connections_at_once() -> None:
+    """Make Thespian retry a send at once (not after 35 s) the first time it fails on a socket error.
+
+    A host that sent to a process just SIGKILLed finds its kept-open connection reset; Thespian 4.0.1
+    then waits `attempts * 35 s` before reconnecting, and only that reconnect (refused: the process is
+    gone) turns the message into a dead envelope the guardian reroutes to the restarted host. Held
+    messages arrived 35 s late (seen: 1 kill in ~100 of a host restarted in 0.1 s). Later retries keep
+    Thespian's delays.
+    """
+    from thespian.system.transport import TransmitIntent
+
+    original = TransmitIntent.retry
+    if getattr(original, "reprise_patched", False):
+        return
+
+    def retry(self: Any, immediately: bool = False) -> bool:
+        return original(self, immediately=immediately or getattr(self, "_attempts", 0) == 0)
+
+    retry.reprise_patched = True  # type: ignore[attr-defined]
+    TransmitIntent.retry = retry

@@ -5,6 +5,11 @@
     bind = "127.0.0.1"
     journal = "sqlite://journal.db"   # relative sqlite paths are relative to this file
     snapshot_store = "sqlite://journal.db"
+    secret_file = "cluster.secret"    # optional, multi-host: the secret all machines share (mode 0600,
+                                      # relative to this file; the leader creates it, members get a copy)
+    tls_cert = "node.pem"             # optional: mutual TLS on every connection (all three, PEM files,
+    tls_key = "node.key"              # relative to this file; the key mode 0600; every machine's
+    tls_ca = "ca.pem"                 # certificate signed by this CA)
 
     [[actor]]
     path = "/user/ledger"
@@ -18,6 +23,9 @@
     passivate_after = 60
     shards = 2                        # entities spread over 2 processes (cores)
     journal = "sqlite://accounts-{shard}.db"   # optional: this host's own journal, one file per shard
+    backoff = [0.2, 10, 0.2]          # restart after min..max s (exponential, random factor); or a table
+                                      # { min = 0.2, max = 10, random_factor = 0.2, max_restarts = 20 }
+    hold_limit = 100000               # messages held while the host is down; past it, dead letters
 """
 
 from __future__ import annotations
@@ -28,21 +36,31 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InvalidPath
-from .messages import check_store_url
+from .errors import ConfigError, InvalidPath
 from .paths import validate_path
+from .supervision import Backoff, check_hold_limit
+from .tls import tls_config
+from .validation import (
+    check_ip,
+    check_leader,
+    check_log_level,
+    check_number,
+    check_peers,
+    check_spawn_options,
+    check_store_url,
+)
 
 __all__ = ["ActorEntry", "SystemSection", "Topology", "TopologyError", "load", "loads", "resolve_class"]
 
 SYSTEM_KEYS = {"admin_port", "bind", "advertise", "journal", "snapshot_store", "leader", "node", "peers",
-               "log_level"}
+               "log_level", "secret_file", "tls_cert", "tls_key", "tls_ca"}
 # Options passed straight to System.spawn; everything else in an entry is a mistake worth reporting.
 SPAWN_OPTIONS = {"passivate_after", "max_restarts", "restart_window", "linger", "batch_cap", "node", "shards",
-                 "journal", "snapshot_store"}
+                 "journal", "snapshot_store", "backoff", "hold_limit"}
 ENTRY_KEYS = {"path", "class", "args", "kwargs"} | SPAWN_OPTIONS
 
 
-class TopologyError(ValueError):
+class TopologyError(ConfigError):
     """A topology file that cannot be read or does not describe a valid system."""
 
 
@@ -59,6 +77,10 @@ class SystemSection:
     node: str | None = None
     peers: tuple[str, ...] = ()
     log_level: str = "WARNING"
+    secret_file: str | None = None  # the secret every machine of a multi-host system shares
+    tls_cert: str | None = None  # mutual TLS: this machine's certificate, its key, the system's CA (all or none)
+    tls_key: str | None = None
+    tls_ca: str | None = None
 
 
 @dataclass(frozen=True)
@@ -150,18 +172,40 @@ def _system(table: Any, source: str, base_dir: str | None) -> SystemSection:
     port = table.get("admin_port")
     if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
         raise TopologyError(f"{source}: [system] admin_port must be an integer in 1..65535, got {port!r}")
-    for key in ("bind", "advertise", "journal", "snapshot_store", "leader", "node", "log_level"):
+    for key in ("bind", "advertise", "journal", "snapshot_store", "leader", "node", "log_level", "secret_file",
+                "tls_cert", "tls_key", "tls_ca"):
         if key in table and not isinstance(table[key], str):
             raise TopologyError(f"{source}: [system] {key} must be a string, got {table[key]!r}")
     peers = table.get("peers", [])
     if not isinstance(peers, list) or not all(isinstance(p, str) for p in peers):
         raise TopologyError(f"{source}: [system] peers must be a list of strings")
+    try:
+        check_peers(peers)
+        check_ip("bind", table.get("bind", "127.0.0.1"))
+        check_ip("advertise", table.get("advertise"), allow_none=True)
+        check_leader(table.get("leader"))
+        log_level = check_log_level(table.get("log_level", "WARNING"))
+        tls_config(tls_cert=table.get("tls_cert"), tls_key=table.get("tls_key"), tls_ca=table.get("tls_ca"))
+        for key in ("journal", "snapshot_store"):
+            check_store_url(key, table.get(key), per_host=False)
+    except ConfigError as e:
+        raise TopologyError(f"{source}: [system] {e}") from None
     return SystemSection(
         admin_port=port, bind=table.get("bind", "127.0.0.1"), advertise=table.get("advertise"),
         journal=_absolute_sqlite(table.get("journal"), base_dir),
         snapshot_store=_absolute_sqlite(table.get("snapshot_store"), base_dir),
         leader=table.get("leader"), node=table.get("node"), peers=tuple(peers),
-        log_level=table.get("log_level", "WARNING"))
+        log_level=log_level,
+        secret_file=_relative_to(table.get("secret_file"), base_dir),
+        tls_cert=_relative_to(table.get("tls_cert"), base_dir), tls_key=_relative_to(table.get("tls_key"), base_dir),
+        tls_ca=_relative_to(table.get("tls_ca"), base_dir))
+
+
+def _relative_to(path: str | None, base_dir: str | None) -> str | None:
+    """`path` relative to the topology file's directory (like the SQLite URLs in it)."""
+    if path is None or base_dir is None or os.path.isabs(path):
+        return path
+    return os.path.join(base_dir, path)
 
 
 def _absolute_sqlite(url: str | None, base_dir: str | None) -> str | None:
@@ -195,16 +239,23 @@ def _entry(table: Any, entities: bool, where: str, base_dir: str | None) -> Acto
     options = {k: table[k] for k in SPAWN_OPTIONS if k in table}
     if "passivate_after" in options and not entities:
         raise TopologyError(f"{where}: passivate_after only applies to [[entities]]")
-    for key, value in options.items():
-        if key == "node":
-            if not isinstance(value, str):
-                raise TopologyError(f"{where}: node must be a string")
-        elif key in ("journal", "snapshot_store"):
-            try:
+    try:
+        for key, value in options.items():
+            if key == "node":
+                if not isinstance(value, str):
+                    raise ConfigError(f"node must be a string, got {value!r}")
+            elif key == "backoff":
+                options[key] = Backoff.of(value)
+            elif key == "hold_limit":
+                options[key] = check_hold_limit(value)
+            elif key in ("journal", "snapshot_store"):
                 check_store_url(key, value)
-            except ValueError as e:
-                raise TopologyError(f"{where}: {e}") from None
-            options[key] = _absolute_sqlite(value, base_dir)
-        elif isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise TopologyError(f"{where}: {key} must be a non-negative number, got {value!r}")
+                options[key] = _absolute_sqlite(value, base_dir)
+            elif key == "shards":
+                check_number("shards", value, minimum=1, allow_equal=True, integer=True,
+                             hint="how many host processes share the entities")
+        check_spawn_options(**{k: v for k, v in options.items() if k not in ("node", "journal", "snapshot_store",
+                                                                                 "shards", "backoff", "hold_limit")})
+    except ConfigError as e:
+        raise TopologyError(f"{where}: {e}") from None
     return ActorEntry(table["path"], table["class"], entities, tuple(args), dict(kwargs), options)

@@ -35,7 +35,7 @@ from persistence.persistent_actor import (
     RecoveryTimedOut,
     StashOverflowError,
 )
-from persistence.plugins import register_scheme
+from persistence.plugins import SnapshotStoreNotConfigured, register_scheme
 
 __all__ = [
     "AtLeastOnceDelivery", "AtLeastOnceDeliverySnapshot", "Confirm", "ConfirmDeliveries", "ConfirmUpTo", "DeadLetteredDelivery",
@@ -43,5 +43,5 @@ __all__ = [
     "DeleteSnapshotsFailure", "DeleteSnapshotsSuccess", "DurableDelivery", "IdempotentReceiver",
     "IllegalStateError", "MaxUnconfirmedMessagesExceeded", "PersistentActor", "Recovery", "RecoveryCompleted",
     "RecoveryTimedOut", "RedeliveryTick", "ReplyToStrategy", "SaveSnapshotFailure", "SaveSnapshotSuccess",
-    "SnapshotOffer", "StashOverflowError", "UnconfirmedDelivery", "UnconfirmedWarning", "register_scheme",
+    "SnapshotOffer", "SnapshotStoreNotConfigured", "StashOverflowError", "UnconfirmedDelivery", "UnconfirmedWarning", "register_scheme",
 ]

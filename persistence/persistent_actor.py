@@ -110,6 +110,25 @@ class PersistentActor(Actor):
     "drop" (to dead letters) or ReplyToStrategy(response) (the response goes to the sender)."""
 
     # ---- what the user implements ---------------------------------------------------------------
+
+    @classmethod
+    def _open_stores(cls, config: dict) -> None:
+        """Open this class's journal and snapshot store when its host starts, so a bad one fails the spawn."""
+        from actors.errors import SpawnFailed
+        from journal.urls import redact_url
+
+        for what, own, key, opener in (("journal", cls.journal_url, "journal", journal_for),
+                                       ("snapshot store", cls.snapshot_store_url, "snapshot_store", snapshot_store_for)):
+            if not (own is None or isinstance(own, str)):
+                continue  # a property computed per instance: it is opened on recovery
+            url = own or config.get(key)
+            try:
+                opener(url)
+            except Exception as e:
+                raise SpawnFailed(f"{cls.__qualname__} cannot open its {what} {redact_url(url)}: {type(e).__name__}: "
+                                  f"{redact_url(str(e))} (fix the {key} URL, or the file's directory, "
+                                  "permissions or server it names)") from None
+
     def receive_recover(self, event: Any) -> None:
         """Apply a replayed event, a SnapshotOffer or RecoveryCompleted (side-effect free)."""
 
@@ -315,6 +334,7 @@ class PersistentActor(Actor):
             self.on_recovery_failure(cause, event)
         except Exception:
             log.exception("on_recovery_failure of %s failed", self.path)
+        self._host.report_error(self.path, f"stopped: recovery failed: {type(cause).__name__}: {cause}")
         self._die("recovery failed")
 
     def _die(self, reason: str) -> None:
@@ -467,6 +487,9 @@ class PersistentActor(Actor):
                     self.on_persist_failure(failure, first.payload, first.sequence_nr)
                 except Exception:
                     log.exception("on_persist_failure of %s failed", self.path)
+                host.report_error(self.path, f"stopped: persist of {type(first.payload).__name__} (sequence nr "
+                                             f"{first.sequence_nr}) failed: {type(failure).__name__}: {failure}",
+                                  entry.sender, failure)
                 self._die("persist failed")
                 return
             result = results[wi]
@@ -483,6 +506,8 @@ class PersistentActor(Actor):
                     self.sender = entry.sender
                     event = repr_.payload
                     self._event_rejected(event)
+                    host.report_error(self.path, f"persist of {type(event).__name__} (sequence nr "
+                                                 f"{repr_.sequence_nr}) rejected: {type(result).__name__}: {result}")
                     try:
                         self.on_persist_rejected(result, event, repr_.sequence_nr)
                     except Exception as exc:
@@ -523,6 +548,8 @@ class PersistentActor(Actor):
         try:
             self._tell_self(SaveSnapshotSuccess(self._snapshots.save(md, self._wrap_snapshot(snapshot))))
         except Exception as exc:
+            self._host.report_error(self.path, f"save_snapshot at sequence nr {md.sequence_nr} failed: "
+                                               f"{type(exc).__name__}: {exc}")
             self._tell_self(SaveSnapshotFailure(md, exc))
 
     def _wrap_snapshot(self, snapshot: Any) -> Any:

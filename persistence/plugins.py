@@ -6,9 +6,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from actors.errors import RepriseError
 from journal import SnapshotMetadata, SnapshotSelectionCriteria, open_journal, open_snapshot_store
 from journal.api import Journal, SnapshotStore
 from journal.model import AtomicWrite, PersistentRepr
+from journal.urls import redact_url
 
 _journals: dict[str, Journal] = {}
 _stores: dict[str, Any] = {}
@@ -69,7 +71,7 @@ def check_shard_layout(url: str, path: str, shard: int, shards: int) -> None:
         stored = next(iter(journal.replay_messages(pid, highest, highest, 1))).payload
         if stored != mine:
             raise ValueError(
-                f"journal {url} belongs to shard {stored.get('shard')} of {stored.get('shards')} of "
+                f"journal {redact_url(url)} belongs to shard {stored.get('shard')} of {stored.get('shards')} of "
                 f"{stored.get('path')}, but this host is shard {shard} of {shards} of {path}: with per-shard "
                 f"journals an entity's events stay in the file of the shard it had, so the shard count cannot "
                 f"change. Start {path} with shards={stored.get('shards')}, or give it new journal files")
@@ -91,20 +93,29 @@ def close_all() -> None:
         _stores.clear()
 
 
+class SnapshotStoreNotConfigured(RepriseError, RuntimeError):
+    """A snapshot was saved or deleted but no snapshot store is configured."""
+
+    def __init__(self, message: str = "No snapshot store configured! Set snapshot_store=URL on actors.start(...) "
+                 "(or on the spawn, or snapshot_store_url on the PersistentActor class), e.g. "
+                 "snapshot_store=\"sqlite:///data/snapshots.db\"") -> None:
+        super().__init__(message)
+
+
 class NoSnapshotStore:
-    """Akka's NoSnapshotStore: loads find nothing, saves and deletes fail."""
+    """Akka's NoSnapshotStore: loads find nothing, saves and deletes fail naming the missing setting."""
 
     def load(self, persistence_id: str, criteria: SnapshotSelectionCriteria) -> None:
         return None
 
     def save(self, metadata: SnapshotMetadata, snapshot: Any) -> SnapshotMetadata:
-        raise RuntimeError("No snapshot store configured!")
+        raise SnapshotStoreNotConfigured()
 
     def delete(self, metadata: SnapshotMetadata) -> None:
-        raise RuntimeError("No snapshot store configured!")
+        raise SnapshotStoreNotConfigured()
 
     def delete_matching(self, persistence_id: str, criteria: SnapshotSelectionCriteria) -> None:
-        raise RuntimeError("No snapshot store configured!")
+        raise SnapshotStoreNotConfigured()
 
 
 NO_SNAPSHOT_STORE = NoSnapshotStore()

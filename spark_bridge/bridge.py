@@ -679,9 +679,12 @@ def _row_dict(event: BatchStored, i: int) -> dict:
     return {c: col[i] for c, col in zip(event.columns, event.values, strict=True)}
 
 
-def start_bridge(system: actors.System, timeout: float = 60.0) -> str:
-    """Spawn the bridge at /system/spark-bridge (no-op if it is already there); returns its path."""
+def start_bridge(system: actors.System, timeout: float = 60.0, **options: Any) -> str:
+    """Spawn the bridge at /system/spark-bridge (no-op if it is already there); returns its path.
+
+    `options` are spawn options of its host, e.g. `backoff=(min, max, random_factor)`.
+    """
     try:
-        return system.spawn(SparkBridge, path=BRIDGE_PATH, timeout=timeout)
+        return system.spawn(SparkBridge, path=BRIDGE_PATH, timeout=timeout, **options)
     except PathTaken:
         return BRIDGE_PATH

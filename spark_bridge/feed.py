@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import actors
-from actors import AskTimeout
+from actors import AskTimeout, RepriseError
 from journal.errors import SerializationError
 from journal.serialization import serialize
 from spark_bridge.bridge import BRIDGE_PATH
@@ -51,7 +51,7 @@ class FeedResult:
     rows_per_second: float
 
 
-class FeedError(RuntimeError):
+class FeedError(RepriseError, RuntimeError):
     """A feed could not start, or a partition could not be confirmed in time."""
 
 
@@ -346,7 +346,9 @@ def _check_system(host: str, port: int) -> None:
         info = system.status().hosts.get(BRIDGE_PATH)
     finally:
         system.close()
-    if info is None or info.state != "running":
+    # A bridge that is (re)starting or backing off comes back by itself, and the guardian holds what the
+    # tasks send it meanwhile: only one that is gone for good fails the feed.
+    if info is None or info.state not in ("running", "starting", "restarting", "backoff"):
         state = "not started" if info is None else info.state
         raise FeedError(f"cannot feed: the bridge {BRIDGE_PATH} is {state} in the actor system on {host}:{port}; "
                         + HOW_TO_START)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import actors
@@ -12,7 +14,8 @@ from tests.actors.sample import Echo, Ping, Pong
 @pytest.mark.timeout(120)
 def test_actor_on_member_reaches_entity_on_leader_by_path(make_system):
     leader = make_system("multiproc")
-    member = make_system("multiproc", leader=f"127.0.0.1:{leader.admin_port}", node="m1")
+    member = make_system("multiproc", leader=f"127.0.0.1:{leader.admin_port}", node="m1",
+                         secret_file=os.path.join(leader.run_dir, "secret"))  # members share the leader's secret
     leader.spawn(Echo, "/user/accounts", entities=True)
     leader.spawn(Echo, "/user/remote", node="m1")
     hosts = leader.status().hosts

@@ -35,3 +35,29 @@ def test_non_string_path_is_rejected():
 def test_ancestors_walk_from_longest_to_shortest():
     assert list(ancestors("/user/accounts/42")) == ["/user/accounts/42", "/user/accounts"]
     assert parent("/user/accounts/42") == "/user/accounts"
+
+
+@pytest.mark.parametrize(("path", "named"), [
+    ("/user/accounts/ok\x08\x08\x1bcEVIL", "U+0008"),
+    ("/user/accounts/\x1b[2J", "U+001B"),
+    ("/user/accounts/a\x00b", "U+0000"),
+    ("/user/accounts/a\x7fb", "U+007F"),
+    ("/user/accounts/a\x9bb", "U+009B"),  # the C1 control sequence introducer
+    ("/user/accounts/abc\u202edcba", "U+202E"),  # right-to-left override: makes one id look like another
+])
+def test_control_characters_are_refused_naming_the_character(path, named):
+    with pytest.raises(InvalidPath) as caught:
+        validate_path(path)
+    assert f"control character {named}" in str(caught.value) and "printable" in str(caught.value)
+
+
+def test_printable_escapes_control_characters_only():
+    from actors.paths import printable
+
+    assert printable("ok\x08\x1bcEVIL\u202e") == "ok\\x08\\x1bcEVIL\\u202e"
+    assert printable("/user/konto/Zoë/東京") == "/user/konto/Zoë/東京"
+
+
+def test_tell_refuses_a_path_with_a_control_character(system):
+    with pytest.raises(InvalidPath, match="U\\+001B"):
+        system.tell("/user/accounts/ok\x1bcEVIL", "hello")

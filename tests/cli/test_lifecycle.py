@@ -131,7 +131,7 @@ def test_node_joins_a_leader_and_goes_down(make_system, tag, tmp_path) -> None:
     leader = make_system("multiproc")
     port = actors.free_port()
     node = reprise("node", "--leader", f"127.0.0.1:{leader.admin_port}", "--port", str(port), "--name", "n1",
-                   "--detach", "--tag", tag)
+                   "--detach", "--tag", tag, "--secret-file", os.path.join(leader.run_dir, "secret"))
     assert node.returncode == 0, node.stderr
     assert "'n1'" in node.stdout and tagged_pids(tag)
     leader.spawn("tests.actors.sample:Echo", "/user/on-n1", node="n1")
@@ -139,3 +139,55 @@ def test_node_joins_a_leader_and_goes_down(make_system, tag, tmp_path) -> None:
     down = reprise("down", "--port", str(port))
     assert down.returncode == 0, down.stderr
     wait_for(lambda: not tagged_pids(tag), 30)
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_down_kills_what_a_sigkilled_admin_left(topology, tag, tmp_path) -> None:
+    port = actors.free_port()
+    up = reprise("up", topology, "--detach", "--port", str(port), "--tag", tag, "--run-dir", str(tmp_path / "run"))
+    assert up.returncode == 0, up.stderr
+    pids = set(tagged_pids(tag))
+    admins = [p for p in pids if _parent(p) not in pids]
+    assert len(admins) == 1 and len(pids) >= 4, pids
+    rest = pids - set(admins)
+    for pid in rest:  # frozen, they cannot notice the admin's death and exit by themselves: down must kill them
+        os.kill(pid, signal.SIGSTOP)
+    os.kill(admins[0], signal.SIGKILL)
+    wait_for(lambda: admins[0] not in tagged_pids(tag), 10)
+    down = reprise("down", "--port", str(port))
+    assert down.returncode == 0, down.stderr
+    assert f"the admin on 127.0.0.1:{port} does not answer" in down.stdout
+    assert f"killed the {len(rest)} process(es)" in down.stdout
+    assert all(str(pid) in down.stdout for pid in rest)
+    assert tagged_pids(tag) == []
+    again = reprise("down", "--port", str(port))
+    assert again.returncode == 1 and "no actor system listens" in again.stderr and "hint:" in again.stderr
+
+
+def test_status_shows_a_host_backing_off(tmp_path, tag) -> None:
+    path = tmp_path / "backoff.toml"
+    path.write_text('[[actor]]\npath = "/user/echo"\nclass = "tests.actors.sample:Echo"\nbackoff = [30, 30, 0]\n')
+    port = actors.free_port()
+    up = reprise("up", str(path), "--detach", "--port", str(port), "--tag", tag)
+    assert up.returncode == 0, up.stderr
+    try:
+        before = json.loads(reprise("status", "--port", str(port), "--json").stdout)["hosts"]["/user/echo"]
+        assert before["state"] == "running" and before["last_exit"] is None and before["next_attempt"] is None
+        os.kill(before["pid"], signal.SIGKILL)
+
+        def backing_off():
+            doc = json.loads(reprise("status", "--port", str(port), "--json").stdout)["hosts"]["/user/echo"]
+            return doc if doc["state"] == "backoff" else None
+
+        doc = wait_for(backing_off, 20)
+        assert doc["restarts"] == 1 and doc["last_exit"] == f"process exited unexpectedly (pid {before['pid']})"
+        text = reprise("status", "--port", str(port)).stdout
+        assert "/user/echo  actor     backoff" in text, text
+        assert f"last exit: process exited unexpectedly (pid {before['pid']})" in text
+        assert "next attempt in 2" in text or "next attempt in 1" in text, text  # ~30 s from now
+    finally:
+        assert reprise("down", "--port", str(port)).returncode == 0

@@ -62,6 +62,24 @@ def sums(got: dict[str, Balance]) -> dict[str, int]:
     return {p: b.total for p, b in got.items()}
 
 
+def test_a_feed_started_while_the_bridge_backs_off_waits_for_it_and_completes_exactly(spark, make_system, tmp_path):
+    from spark_bridge import start_bridge
+    from tests.spark_bridge.sample import Account
+
+    system = make_system("multiproc", journal=f"sqlite:///{tmp_path}/journal.db")
+    system.spawn(Account, path="/user/accounts", entities=True)
+    start_bridge(system, backoff=(3.0, 3.0, 0.0))  # a restart 3 s after each death: a window to feed into
+    os.kill(system.status().hosts[BRIDGE_PATH].pid, signal.SIGKILL)
+    wait_for(lambda: system.status().hosts[BRIDGE_PATH].state == "backoff", 10)
+    df = deposits(spark, 2_000, accounts=20).cache()
+    expected = expected_sums(df)
+    result = feed(df, system=system.admin_port, to="destination", feed_id="during-backoff", timeout=60.0)
+    assert result.rows == 2_000
+    got = settled(system, expected)
+    assert {p: b.total for p, b in got.items()} == expected
+    df.unpersist()
+
+
 @pytest.mark.timeout(150)
 def test_200k_rows_persisted_sum_exactly_and_a_rerun_stores_and_delivers_nothing(spark, bridged, tmp_path):
     df = deposits(spark, 200_000).cache()

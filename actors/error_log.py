@@ -1,0 +1,104 @@
+"""Errors inside actors, collected by the guardian like dead letters: counted, recent ones kept, published.
+
+Hosts report every exception in `receive`, every failed restart, rejected or failed persist and failed
+snapshot save as an `ActorError` to the guardian (`system.errors()`, `subscribe_errors(path)`, `reprise
+status`); the actor's log keeps the traceback. An `ask` whose handler raised gets an `ActorFailure` back
+at once, which `System.ask` raises as `ActorFailed`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+RECENT_ERRORS = 100
+"""How many recent errors the guardian keeps (older ones are only counted)."""
+
+ASK_SEGMENT = "/ask-"
+"""What an `ask`'s reply path holds (`/temp/<client>/ask-<n>`): a failure on its message is sent back."""
+
+
+@dataclass(frozen=True)
+class ActorError:
+    """One error inside an actor: when (Unix time), which host and actor path, and a one-line reason."""
+
+    time: float
+    host: str
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Errors:
+    """The error count and the most recent errors (oldest first)."""
+
+    count: int
+    recent: tuple
+
+
+@dataclass(frozen=True)
+class GetErrors:
+    """Client -> guardian: reply with Errors."""
+
+
+@dataclass(frozen=True)
+class SubscribeErrors:
+    """Subscribe `path` to every ActorError from now on."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class ActorFailure:
+    """Host -> asking client: the actor at `path` raised `error_type: error` on the asked message."""
+
+    path: str
+    error_type: str
+    error: str
+
+
+def is_ask(sender: str | None) -> bool:
+    """True if `sender` is the reply path of a client's `ask`."""
+    return sender is not None and sender.startswith("/temp/") and ASK_SEGMENT in sender
+
+
+def one_line(error: BaseException | str) -> str:
+    """`Type: message` of an exception (or the text given), on one line and at most 300 characters."""
+    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    text = " ".join(text.split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def make_error(host: str, path: str, reason: str) -> ActorError:
+    """An ActorError stamped now."""
+    return ActorError(time.time(), host, path, one_line(reason))
+
+
+class ErrorLog:
+    """The guardian's record of errors: a count, the last RECENT_ERRORS, and the subscribers' paths."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.recent: deque = deque(maxlen=RECENT_ERRORS)
+        self.subscribers: list[str] = []
+
+    def record(self, error: ActorError) -> list[str]:
+        """Keep `error`; returns the paths to publish it to."""
+        self.count += 1
+        self.recent.append(error)
+        return self.subscribers
+
+    def subscribe(self, path: str) -> None:
+        """Publish every future error to `path`."""
+        if path not in self.subscribers:
+            self.subscribers.append(path)
+
+    def snapshot(self) -> Errors:
+        """The count and the recent errors."""
+        return Errors(self.count, tuple(self.recent))
+
+    def handles(self, message: Any) -> bool:
+        """True for the messages the guardian passes to this log (see Guardian._control)."""
+        return isinstance(message, (ActorError, SubscribeErrors))

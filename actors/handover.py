@@ -1,0 +1,187 @@
+"""Per sender -> receiver FIFO across a receiver's restart, for the messages a host sends.
+
+When a host's route to another host changes (that host died: the guardian holds its messages, then its new
+process serves), what this host sent before may still travel a longer way than what it sends next: batches
+the dead process never acknowledged fail later and go to the guardian, and the guardian forwards what it
+held. Both overtook direct sends to the new process. So for that destination this host parks what it sends
+until its earlier batches are settled (acknowledged, or handed to the guardian), then sends a Barrier
+through the guardian; the receiving host returns it after everything the guardian had from us, and the
+parked messages go out behind it. A handover that does not finish within HANDOVER_WAIT ends anyway.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from .messages import GUARDIAN_PATH, Barrier
+from .paths import shard_key, shard_of
+from .transport import SHARDED
+
+log = logging.getLogger("reprise.host")
+
+HANDOVER_WAIT = 10.0
+"""Seconds a destination's messages are parked at most (its old batches unsettled, or no Barrier back)."""
+
+POKE = "reprise-handover"
+"""The self-message and wakeup payload tag that moves handovers on outside transport callbacks."""
+
+
+@dataclass
+class _Pending:
+    token: int
+    via: str  # a path the destination serves (the Barrier's target)
+    wait_key: str | None  # the old address whose batches must settle first
+    entries: list = field(default_factory=list)
+    barrier_sent: bool = False
+
+
+def sample_path(prefix: str, shard: int, shards: int) -> str:
+    """A path served by shard `shard` of the host at `prefix` (the prefix itself for a single host)."""
+    if shards == 1:
+        return prefix
+    for i in itertools.count():
+        path = f"{prefix}/{i}"
+        if shard_of(path, prefix, shards) == shard:
+            return path
+    raise AssertionError("unreachable")
+
+
+class Handover:
+    """The parked destinations of one host, and its batches in flight per Thespian address."""
+
+    def __init__(self, host: Any) -> None:
+        self.host = host
+        self.inflight: dict[str, int] = {}
+        self.pending: dict[str, _Pending] = {}  # destination host name -> its handover
+        self.barriers: dict[int, str | None] = {}  # token -> destination host name (None: expired), on their way
+        self.via_guardian: set[str] = set()  # destination host names we sent to while the guardian held them
+        self.rerouted: set[str] = set()  # addresses of dead processes whose batches we handed to the guardian
+        self._tokens = itertools.count(1)
+        spec = host.spec
+        self.reply_path = sample_path(spec.path, spec.shard, spec.shards) if spec.entities else spec.path
+
+    # ---- called by the host ----------------------------------------------------------------------
+    def sent(self, key: str) -> None:
+        """A batch left for the address `key`."""
+        self.inflight[key] = self.inflight.get(key, 0) + 1
+
+    def settled(self, key: str) -> None:
+        """A batch for `key` was acknowledged or handed to the guardian (a transport callback: no sends)."""
+        left = self.inflight.get(key, 0) - 1
+        if left > 0:
+            self.inflight[key] = left
+            return
+        self.inflight.pop(key, None)
+        if any(p.wait_key == key for p in self.pending.values()):
+            self.host.adapter.send_self(POKE)
+
+    def note_rerouted(self, key: str) -> None:
+        """A batch for the address `key` (its process gone) was handed to the guardian."""
+        self.rerouted.add(key)
+
+    def note_guardian(self, target: str) -> None:
+        """`target` was sent to the guardian (its host restarting, or unknown here)."""
+        name = self.host.router.locate(target)
+        if name is not None and not name.startswith(("/temp/", "/system/")):
+            self.via_guardian.add(name)
+
+    def park(self, entry: tuple) -> bool:
+        """Hold `entry` back if its destination is being handed over; True if held."""
+        name = self.host.router.locate(entry[1])
+        pending = self.pending.get(name) if name is not None else None
+        if pending is None:
+            return False
+        pending.entries.append(entry)
+        return True
+
+    def routes_changed(self, before: dict, after: dict, guardian_key: str | None) -> None:
+        """Start a handover for every destination whose address changed while we may have messages on the way."""
+        for prefix, old in before.items():
+            new = after.get(prefix)
+            if new is None or new == old or prefix == GUARDIAN_PATH or prefix.startswith("/temp/"):
+                continue
+            old_keys = [k for k, _ in old[1]] if old[0] is SHARDED else [old[0]]
+            new_keys = [k for k, _ in new[1]] if new[0] is SHARDED else [new[0]]
+            if len(old_keys) != len(new_keys):
+                continue  # respawned with another shard count: nothing to keep in order with
+            shards = len(new_keys)
+            for shard, (old_key, new_key) in enumerate(zip(old_keys, new_keys, strict=True)):
+                name = shard_key(prefix, shard, shards)
+                if old_key == new_key or old_key == self.host.my_key:
+                    continue
+                unsettled = self.inflight.get(old_key, 0) > 0
+                # Held by the guardian: sent while it held them, or rerouted there from the dead process
+                # before we learned of the death. The guardian's forwarding may land after our direct sends.
+                held = (old_key == guardian_key and name in self.via_guardian) or old_key in self.rerouted
+                if name in self.pending:
+                    # It changed again mid-handover (died again?): our Barrier may have died with it, so
+                    # start over with a new one, keeping what is parked.
+                    self._restart(name, old_key if unsettled else None)
+                elif unsettled or held:
+                    self._start(name, sample_path(prefix, shard, shards), old_key if unsettled else None)
+                if old_key == guardian_key:
+                    self.via_guardian.discard(name)
+                self.rerouted.discard(old_key)
+
+    def poke(self) -> None:
+        """Send the Barriers of handovers whose old batches have all settled."""
+        for name, pending in list(self.pending.items()):
+            if not pending.barrier_sent and self.inflight.get(pending.wait_key, 0) == 0:
+                self._send_barrier(name, pending)
+
+    def barrier_back(self, token: int) -> bool:
+        """Our Barrier came back: release what its destination had parked. False if it is not ours."""
+        if token not in self.barriers:
+            return False
+        name = self.barriers.pop(token)
+        if name is not None:
+            self._release(name)
+        return True
+
+    def expire(self, token: int) -> None:
+        """A handover's time is up: release its destination's messages anyway (order may break)."""
+        for name, pending in list(self.pending.items()):
+            if pending.token == token:
+                log.warning("host %s: messages to %s were parked %.0f s waiting for earlier ones to land; "
+                            "sending them now (order may break)", self.host.key, name, HANDOVER_WAIT)
+                if token in self.barriers:
+                    self.barriers[token] = None  # swallowed when it comes back
+                self._release(name)
+
+    def release_all(self) -> None:
+        """Send every parked message now (the host is stopping)."""
+        for name in list(self.pending):
+            self._release(name)
+
+    # ---- internals -------------------------------------------------------------------------------
+    def _start(self, name: str, via: str, wait_key: str | None) -> None:
+        pending = self.pending[name] = _Pending(next(self._tokens), via, wait_key)
+        self.host.adapter.wakeup_after(HANDOVER_WAIT, (POKE, pending.token))
+        if wait_key is None:
+            self._send_barrier(name, pending)
+
+    def _restart(self, name: str, wait_key: str | None) -> None:
+        pending = self.pending[name]
+        if pending.token in self.barriers:
+            self.barriers[pending.token] = None  # swallowed if it still comes back
+        restarted = _Pending(next(self._tokens), pending.via, wait_key, pending.entries)
+        self.pending[name] = restarted
+        self.host.adapter.wakeup_after(HANDOVER_WAIT, (POKE, restarted.token))
+        if wait_key is None:
+            self._send_barrier(name, restarted)
+
+    def _send_barrier(self, name: str, pending: _Pending) -> None:
+        pending.barrier_sent = True
+        self.barriers[pending.token] = name
+        hit = self.host.router.resolve(GUARDIAN_PATH)
+        self.host.outbox.add(hit[0], hit[1], (self.reply_path, pending.via, Barrier(pending.token)))
+
+    def _release(self, name: str) -> None:
+        pending = self.pending.pop(name, None)
+        if pending is not None:
+            route = self.host.route
+            for sender, target, message in pending.entries:
+                route(sender, target, message)

@@ -1,0 +1,131 @@
+"""Checks of configuration values (start, spawn, topology files): each error names the value and the fix."""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import logging
+import math
+import sys
+from typing import Any
+
+from .errors import ConfigError
+
+SHARD_PLACEHOLDER = "{shard}"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def check_number(name: str, value: Any, *, minimum: float = 0.0, allow_equal: bool = False,
+                 integer: bool = False, allow_none: bool = False, hint: str = "") -> Any:
+    """Return `value` if it is a finite number above `minimum` (or equal, with allow_equal), else ConfigError."""
+    if value is None and allow_none:
+        return value
+    kind = "an integer" if integer else "a number"
+    ok_type = isinstance(value, int) if integer else isinstance(value, int | float)
+    if isinstance(value, bool) or not ok_type or not math.isfinite(value):
+        raise ConfigError(f"{name} must be {kind}{' or None' if allow_none else ''}, got {value!r}"
+                          f"{'; ' + hint if hint else ''}")
+    if value < minimum or (value == minimum and not allow_equal):
+        bound = f">= {minimum:g}" if allow_equal else f"> {minimum:g}"
+        raise ConfigError(f"{name} must be {bound}, got {value!r}{'; ' + hint if hint else ''}")
+    return value
+
+
+def check_log_level(value: Any) -> str:
+    """The level name in upper case (DEBUG, INFO, WARNING, ERROR, CRITICAL), else ConfigError."""
+    if isinstance(value, str) and value.upper() in LOG_LEVELS and isinstance(logging.getLevelName(value.upper()), int):
+        return value.upper()
+    raise ConfigError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {value!r}")
+
+
+def check_ip(name: str, value: Any, *, allow_none: bool = False) -> Any:
+    """Return `value` if it is an IPv4/IPv6 address (None too, with allow_none), else ConfigError."""
+    if value is None and allow_none:
+        return value
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ConfigError(f"{name} must be an IP address such as '10.0.0.5' (not a host name), got {value!r}") from None
+    return value
+
+
+def check_peers(peers: Any) -> tuple[str, ...]:
+    """`peers` as a tuple of IP address strings, else ConfigError naming the bad entry."""
+    if isinstance(peers, str) or not isinstance(peers, list | tuple | set | frozenset):
+        raise ConfigError(f"peers must be a list of IP addresses, e.g. ('10.0.0.5', '10.0.0.6'), got {peers!r}")
+    for peer in peers:
+        check_ip(f"peers entry {peer!r}:", peer)
+    return tuple(peers)
+
+
+def check_leader(value: Any) -> Any:
+    """Return `value` if it is None or "ip:port", else ConfigError."""
+    if value is None:
+        return value
+    host, sep, port = value.rpartition(":") if isinstance(value, str) else ("", "", "")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"leader must be 'IP:PORT' (the leader's admin address), e.g. '10.0.0.5:1900', got {value!r}")
+    check_ip("leader's address", host.strip("[]"))
+    return value
+
+
+def check_port(name: str, value: Any) -> Any:
+    """Return `value` if it is None or a TCP port number (1..65535), else ConfigError."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536):
+        raise ConfigError(f"{name} must be an integer in 1..65535 (or None for a free port), got {value!r}")
+    return value
+
+
+def _known_schemes() -> list[str]:
+    from journal.urls import SCHEMES
+
+    # Test doubles and third-party backends registered with persistence.register_scheme count too.
+    plugins = sys.modules.get("persistence.plugins")
+    return [*SCHEMES, "postgres", *sorted(getattr(plugins, "_schemes", {}))]
+
+
+def check_store_url(name: str, url: Any, *, per_host: bool = True) -> None:
+    """Refuse a journal / snapshot store URL with an unknown scheme, no target, or a placeholder but {shard}.
+
+    `{shard}` (the shard number) is allowed only in a spawn's own URLs (`per_host`), not the system's.
+    """
+    if url is None:
+        return
+    from journal.urls import SCHEMES, parse_url, redact_url
+
+    example = "sqlite:///data/accounts-{shard}.db" if per_host else "sqlite:///data/journal.db"
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigError(f"{name} must be a URL such as {example!r}, got {redact_url(url)!r}")
+    scheme = url.partition("://")[0]
+    known = _known_schemes()
+    if scheme not in known:
+        close = difflib.get_close_matches(scheme, known, n=1)
+        hint = f"did you mean {close[0]}://? " if close else ""
+        raise ConfigError(f"{name} {redact_url(url)!r} has an unsupported scheme {scheme!r}: {hint}supported are "
+                          f"{', '.join(s + '://' for s in SCHEMES)} (e.g. sqlite:///abs/path.db, sqlite://relative.db, "
+                          "memory://name, postgresql://user@host:port/db)")
+    rest = url.replace(SHARD_PLACEHOLDER, "") if per_host else url
+    if "{" in rest or "}" in rest:
+        where = ("the only placeholder a store URL may hold is {shard} (the shard number)" if per_host else
+                 "placeholders such as {shard} are for a spawn's own journal=/snapshot_store=, not the system's")
+        raise ConfigError(f"{name} {redact_url(url)!r}: {where}")
+    if scheme in SCHEMES or scheme == "postgres":
+        try:
+            parse_url(url.replace(SHARD_PLACEHOLDER, "0"))
+        except ValueError as e:
+            raise ConfigError(f"{name}: {redact_url(str(e))}") from None
+
+
+def check_spawn_options(*, passivate_after: Any = None, max_restarts: Any = 10, restart_window: Any = 60.0,
+                        linger: Any = 0.0, batch_cap: Any = 2000, timeout: Any = 60.0) -> None:
+    """Refuse spawn options that cannot work (a zero passivate_after pinned a host at 100% CPU)."""
+    check_number("passivate_after", passivate_after, allow_none=True,
+                 hint="seconds an entity may stay idle before it is passivated (None: never)")
+    check_number("max_restarts", max_restarts, integer=True, allow_equal=True,
+                 hint="restarts of an entity allowed within restart_window before it is stopped")
+    check_number("restart_window", restart_window, hint="seconds over which max_restarts are counted")
+    check_number("linger", linger, allow_equal=True,
+                 hint="seconds a host may hold outgoing messages to batch them (0: flush at once)")
+    check_number("batch_cap", batch_cap, minimum=1, allow_equal=True, integer=True,
+                 hint="most messages carried in one batch")
+    check_number("timeout", timeout, hint="seconds to wait for the spawn to complete")

@@ -1,0 +1,323 @@
+"""Bad configuration fails at once with an error naming the value and the fix; lifecycle edges."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+import actors
+from actors import ConfigError, RepriseError, SpawnFailed, SystemNotRunning
+from actors.system import kill_tagged, tagged_pids
+from tests.actors.sample import Echo, Ping, Pong
+from tests.actors.validation_sample import Connector, Tally, Ticking
+from tests.conftest import SESSION_TOKEN, start_system, stop_system
+
+pytestmark = pytest.mark.timeout(120)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+BAD_START = [
+    ({"journal": "sqllite:///tmp/x.db"}, ["'sqllite:///tmp/x.db'", "did you mean sqlite://", "memory://", "postgresql://"]),
+    ({"journal": "foo://"}, ["'foo://'", "unsupported scheme 'foo'", "sqlite://"]),
+    ({"snapshot_store": "journal.db"}, ["snapshot_store", "must be a URL"]),
+    ({"journal": "sqlite:///data/{shard}.db"}, ["{shard}", "spawn's own"]),
+    ({"journal": "sqlite://"}, ["names no file"]),
+    ({"peers": ("db.example.com",)}, ["peers", "'db.example.com'", "IP address"]),
+    ({"peers": "10.0.0.1"}, ["peers must be a list of IP addresses"]),
+    ({"log_level": "LOUD"}, ["log_level", "WARNING", "'LOUD'"]),
+    ({"start_timeout": 0}, ["start_timeout must be > 0"]),
+    ({"start_timeout": -1.0}, ["start_timeout must be > 0"]),
+    ({"admin_port": 70000}, ["admin_port", "1..65535"]),
+    ({"bind": "localhost"}, ["bind must be an IP address"]),
+    ({"leader": "10.0.0.5"}, ["leader must be 'IP:PORT'"]),
+    ({"node": ""}, ["node must be a non-empty name"]),
+]
+
+
+def _must_refuse(base: str, tmp_path, **kwargs) -> ConfigError:
+    try:
+        system = start_system(base, tmp_path, **kwargs)
+    except ConfigError as e:
+        return e
+    stop_system(system)
+    pytest.fail(f"actors.start({kwargs}) was accepted")
+
+
+@pytest.mark.parametrize(("kwargs", "expected"), BAD_START, ids=[str(k) for k, _ in BAD_START])
+def test_start_refuses_bad_configuration(base, tmp_path, kwargs, expected) -> None:
+    error = _must_refuse(base, tmp_path, **kwargs)
+    assert isinstance(error, ValueError) and isinstance(error, RepriseError)
+    for text in expected:
+        assert text in str(error)
+
+
+def test_start_error_never_shows_a_password(base, tmp_path) -> None:
+    error = _must_refuse(base, tmp_path, journal="postgresq://app:hunter2@db/test")
+    assert "hunter2" not in str(error) and "app:***@db" in str(error)
+
+
+def test_start_normalises_log_level(tmp_path) -> None:
+    system = start_system("local", tmp_path, log_level="info")
+    try:
+        assert system.config["log_level"] == "INFO"
+    finally:
+        stop_system(system)
+
+
+BAD_SPAWN = [
+    ({"passivate_after": 0}, "passivate_after must be > 0"),
+    ({"passivate_after": -5}, "passivate_after must be > 0"),
+    ({"passivate_after": float("nan")}, "passivate_after must be a number"),
+    ({"passivate_after": True}, "passivate_after must be a number"),
+    ({"max_restarts": -1}, "max_restarts must be >= 0"),
+    ({"max_restarts": 1.5}, "max_restarts must be an integer"),
+    ({"restart_window": 0}, "restart_window must be > 0"),
+    ({"linger": -0.1}, "linger must be >= 0"),
+    ({"batch_cap": 0}, "batch_cap must be >= 1"),
+    ({"timeout": 0}, "timeout must be > 0"),
+    ({"journal": "sqllite:///x/{shard}.db"}, "did you mean sqlite://"),
+    ({"snapshot_store": "sqlite:///x/{node}.db"}, "the only placeholder"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "expected"), BAD_SPAWN, ids=[str(k) for k, _ in BAD_SPAWN])
+def test_spawn_refuses_bad_options(system, kwargs, expected) -> None:
+    with pytest.raises(ConfigError) as caught:
+        system.spawn(Echo, "/user/echoes", entities=True, **kwargs)
+    assert expected in str(caught.value)
+    # Nothing was spawned: the path is still free.
+    system.spawn(Echo, "/user/echoes", entities=True)
+    assert system.ask("/user/echoes/1", Ping(1), timeout=30) == Pong(1, "/user/echoes/1")
+
+
+@pytest.mark.parametrize("entities", [False, True])
+def test_spawn_fails_with_the_store_error_when_its_journal_cannot_be_opened(system, tmp_path, entities) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the journal's directory should be")
+    url = f"sqlite:///{blocker}/journal.db"
+    with pytest.raises(SpawnFailed) as caught:
+        system.spawn(Tally, "/user/tally", entities=entities, journal=url, timeout=60)
+    message = str(caught.value)
+    assert "Tally cannot open its journal" in message and str(blocker) in message
+    # The failed host released its path; a good journal works.
+    system.spawn(Tally, "/user/tally", entities=entities, journal=f"sqlite:///{tmp_path}/ok.db")
+    target = "/user/tally/a" if entities else "/user/tally"
+    assert system.ask(target, 5, timeout=30) == 5
+
+
+@pytest.mark.postgres
+def test_spawn_fails_when_postgres_is_unreachable_and_hides_the_password(make_system, base, postgres_url) -> None:
+    system = make_system(base, journal="postgresql://postgres:hunter2@127.0.0.1:1/test")
+    with pytest.raises(SpawnFailed) as caught:
+        system.spawn(Tally, "/user/tally", timeout=60)
+    message = str(caught.value)
+    assert "cannot connect to PostgreSQL" in message and "postgres:***@127.0.0.1:1/test" in message
+    assert "hunter2" not in message
+
+
+def test_calls_after_shutdown_raise_system_not_running(make_system, base) -> None:
+    system = make_system(base)
+    system.spawn(Echo, "/user/echo")
+    probe = system.probe()
+    system.shutdown()
+    calls = {
+        "tell": lambda: system.tell("/user/echo", Ping(1)),
+        "ask": lambda: system.ask("/user/echo", Ping(1)),
+        "status": system.status,
+        "dead_letters": system.dead_letters,
+        "spawn": lambda: system.spawn(Echo, "/user/other"),
+        "stop": lambda: system.stop("/user/echo"),
+        "probe": lambda: probe.receive(0.1),
+    }
+    for name, call in calls.items():
+        with pytest.raises(SystemNotRunning, match="was shut down") as caught:
+            call()
+        assert isinstance(caught.value, ConnectionError), name
+
+
+@pytest.mark.multiproc
+def test_own_run_dir_is_removed_on_clean_shutdown() -> None:
+    tag = f"{SESSION_TOKEN}-rundir-{uuid.uuid4().hex[:6]}-"
+    system = actors.start("multiproc", tag=tag)
+    try:
+        run_dir = system.run_dir
+        assert stat.S_IMODE(os.stat(run_dir).st_mode) == 0o700
+        system.spawn(Echo, "/user/echo")
+        assert system.ask("/user/echo", Ping(1), timeout=30) == Pong(1, "/user/echo")
+    finally:
+        system.shutdown()
+        kill_tagged(tag)
+    assert not os.path.exists(run_dir)
+
+
+@pytest.mark.multiproc
+def test_reprise_down_removes_the_run_dir_it_did_not_create_either() -> None:
+    """`actors.shutdown(port)` (what `reprise down` runs) removes a temporary run dir too."""
+    tag = f"{SESSION_TOKEN}-down-{uuid.uuid4().hex[:6]}-"
+    system = actors.start("multiproc", tag=tag)
+    try:
+        run_dir = system.run_dir
+        actors.shutdown(system.admin_port)
+    finally:
+        kill_tagged(tag)
+    assert not os.path.exists(run_dir)
+
+
+@pytest.mark.multiproc
+def test_given_run_dir_is_made_private_and_kept(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o755)
+    os.chmod(run_dir, 0o755)
+    for name in ("actors.log", "thespian.log"):  # left by an earlier run, readable by everyone
+        (run_dir / name).write_text("from an earlier run\n")
+        os.chmod(run_dir / name, 0o644)
+    old_log = run_dir / "actors.log"
+    tag = f"{SESSION_TOKEN}-private-{uuid.uuid4().hex[:6]}-"
+    system = actors.start("multiproc", tag=tag, run_dir=str(run_dir), log_level="INFO")
+    try:
+        system.spawn(Echo, "/user/echo")
+        assert system.ask("/user/echo", Ping(1), timeout=30) == Pong(1, "/user/echo")
+        assert stat.S_IMODE(os.stat(run_dir).st_mode) == 0o700
+        names = sorted(os.listdir(run_dir))
+        assert {"actors.log", "boot.log", "thespian.log"} <= set(names)
+        modes = {name: oct(stat.S_IMODE(os.stat(run_dir / name).st_mode)) for name in names}
+        assert set(modes.values()) == {oct(0o600)}, modes
+    finally:
+        system.shutdown()
+        kill_tagged(tag)
+    assert run_dir.is_dir() and old_log.read_text().startswith("from an earlier run")
+
+
+def test_other_thespian_versions_are_refused_at_import(tmp_path) -> None:
+    fake = tmp_path / "site" / "thespian-4.0.2.dist-info"
+    fake.mkdir(parents=True)
+    (fake / "METADATA").write_text("Metadata-Version: 2.1\nName: thespian\nVersion: 4.0.2\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / "site"), ROOT]))
+    done = subprocess.run([sys.executable, "-c", "import actors"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("actors.errors.ThespianVersionError:"), done.stderr
+    assert "installed thespian is 4.0.2" in last and "thespian==4.0.1" in last
+    with open(os.path.join(ROOT, "pyproject.toml")) as f:
+        assert '"thespian==4.0.1"' in f.read()
+
+
+# ---- starting a system inside an actor-system process -------------------------------------------
+
+TOUR = '''
+from dataclasses import dataclass
+import actors
+
+@dataclass(frozen=True)          # messages are frozen dataclasses in importable modules
+class Deposit:
+    amount: int
+
+class Account(actors.Actor):     # the same class works as one actor or as many entities
+    def pre_start(self):
+        self.balance = 0
+    def receive(self, message, sender):
+        if isinstance(message, Deposit):
+            self.balance += message.amount
+        elif message == "balance":
+            self.tell(sender, self.balance)
+
+with actors.start("multiproc") as system:                       # or "local" (in-process, for tests)
+    system.spawn(Account, "/user/accounts", entities=True)      # one Account per /user/accounts/<id>
+    system.tell("/user/accounts/42", Deposit(10))
+    assert system.ask("/user/accounts/42", "balance") == 10
+'''
+MAX_PROCESSES = 40  # the tour needs ~5; the fork bomb it caused reached ~2,400
+
+
+def _marked(mark: bytes) -> list[int]:
+    """Pids of processes whose environment carries `mark` (everything the test's command started)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if mark in f.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def _kill_marked(mark: bytes) -> None:
+    """Stop (so they cannot fork again), then kill, every marked process until none is left."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        pids = _marked(mark)
+        if not pids:
+            return
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+        time.sleep(0.05)
+
+
+@pytest.mark.multiproc
+def test_importing_a_module_that_starts_a_system_fails_instead_of_forking(tmp_path) -> None:
+    module = f"tour_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(TOUR)
+    mark = f"REPRISE_TOUR_TEST={uuid.uuid4().hex}"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, str(tmp_path)]))
+    env["REPRISE_TOUR_TEST"] = mark.partition("=")[2]
+    proc = subprocess.Popen([sys.executable, "-c", f"import {module}"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    most = 0
+    try:
+        deadline = time.monotonic() + 90
+        while proc.poll() is None and time.monotonic() < deadline:
+            most = max(most, len(_marked(mark.encode())))
+            assert most <= MAX_PROCESSES, f"importing the tour started {most} processes (a fork bomb)"
+            time.sleep(0.05)
+        assert proc.poll() is not None, "importing the tour did not finish within 90 s"
+        stderr = proc.communicate(timeout=10)[1]
+    finally:
+        proc.kill()
+        _kill_marked(mark.encode())
+    assert proc.returncode != 0
+    last = stderr.strip().splitlines()[-1]
+    assert "UnpicklableMessage" in last and "actors.start() was called inside an actor-system process" in last
+    assert 'if __name__ == "__main__":' in last
+    # The system the import itself started was shut down by its `with` block, not killed here.
+    assert _marked(mark.encode()) == []
+
+
+@pytest.mark.multiproc
+def test_connect_inside_an_actor_is_refused(make_system) -> None:
+    system = make_system("multiproc")
+    system.spawn(Connector, "/user/connector")
+    reply = system.ask("/user/connector", ("connect", system.admin_port), timeout=30)
+    assert reply.startswith("RepriseError: actors.connect() was called inside an actor-system process")
+    assert 'if __name__ == "__main__":' in reply
+    assert tagged_pids(system.tag)  # the system itself is unharmed
+
+
+def test_ask_and_status_refuse_a_timeout_that_is_not_positive(system) -> None:
+    system.spawn(Echo, "/user/echo")
+    for call in (lambda: system.ask("/user/echo", Ping(1), timeout=0), lambda: system.status(timeout=-1),
+                 lambda: system.stop("/user/echo", timeout=0)):
+        with pytest.raises(ConfigError, match="timeout must be > 0"):
+            call()
+    assert system.ask("/user/echo", Ping(2), timeout=30) == Pong(2, "/user/echo")
+
+
+def test_a_repeating_timer_needs_a_positive_interval(system) -> None:
+    system.spawn(Ticking, "/user/ticking")
+    for interval in (0, -1.0):
+        reply = system.ask("/user/ticking", ("every", interval), timeout=30)
+        assert reply.startswith("ConfigError: interval must be > 0"), reply
+    assert system.ask("/user/ticking", ("every", 0.05), timeout=30) == "scheduled"

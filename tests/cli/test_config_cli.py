@@ -1,0 +1,208 @@
+"""What the CLI prints: bad configuration as one line (exit 2), no passwords, no raw control characters."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+import actors
+from actors.cli import main
+from actors.system import kill_tagged
+from journal import AtomicWrite, PersistentRepr, open_journal
+from tests.conftest import SESSION_TOKEN
+
+pytestmark = pytest.mark.timeout(120)
+
+REPRISE = os.path.join(os.path.dirname(sys.executable), "reprise")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EVIL_ID = "/user/accounts/ok\x08\x08\x1bcEVIL"
+_n = itertools.count(1)
+
+
+@pytest.fixture
+def tag():
+    """A tag under the session token: whatever the CLI starts with it is found and killed."""
+    tag = f"{SESSION_TOKEN}-cfgcli-{next(_n)}-"
+    yield tag
+    assert kill_tagged(tag) == [], f"the CLI left processes tagged {tag}"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def reprise(*argv: str, env: dict | None = None, timeout: float = 90) -> subprocess.CompletedProcess:
+    return subprocess.run([REPRISE, *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env=env)
+
+
+# ---- control characters --------------------------------------------------------------------------
+
+def test_journal_commands_escape_control_characters_of_old_ids(tmp_path, capsys) -> None:
+    # A journal written before such ids were refused (the journal API itself takes any string).
+    url = f"sqlite://{tmp_path}/journal.db"
+    with open_journal(url) as j:
+        assert j.write_messages([AtomicWrite([PersistentRepr("credit \x1b[31m9000", 1, EVIL_ID)])]) == [None]
+    for argv in (["ls", url], ["tail", url], ["show", url, EVIL_ID], ["show", url, EVIL_ID + "x"]):
+        code, out, err = run(capsys, "journal", *argv)
+        printed = out + err
+        assert "\x1b" not in printed and "\x08" not in printed, (argv, printed)
+        assert "\\x1b" in printed, (argv, printed)
+    code, out, _ = run(capsys, "journal", "ls", url)
+    assert code == 0 and "ok\\x08\\x08\\x1bcEVIL" in out
+
+
+# ---- bad topology values ---------------------------------------------------------------------------
+
+BAD_TOPOLOGIES = [
+    ('[[entities]]\npath = "/user/e"\nclass = "tests.actors.sample:Echo"\npassivate_after = 0\n',
+     "passivate_after must be > 0"),
+    ('[[entities]]\npath = "/user/e"\nclass = "tests.actors.sample:Echo"\nrestart_window = 0\n',
+     "restart_window must be > 0"),
+    ('[[entities]]\npath = "/user/e"\nclass = "tests.actors.sample:Echo"\nbatch_cap = 0\n', "batch_cap must be >= 1"),
+    ('[[entities]]\npath = "/user/e"\nclass = "tests.actors.sample:Echo"\njournal = "foo://x"\n',
+     "unsupported scheme 'foo'"),
+    ('[system]\njournal = "sqllite://j.db"\n', "did you mean sqlite://"),
+    ('[system]\npeers = ["db.example.com"]\n', "must be an IP address"),
+    ('[system]\nlog_level = "LOUD"\n', "log_level must be one of"),
+    ('[system]\nbind = "localhost"\n', "bind must be an IP address"),
+    ('[[actor]]\npath = "/user/a\\u001bb"\nclass = "tests.actors.sample:Echo"\n', "control character U+001B"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), BAD_TOPOLOGIES, ids=[e for _, e in BAD_TOPOLOGIES])
+def test_up_refuses_bad_values_with_one_line_and_exit_2(tmp_path, capsys, tag, text, expected) -> None:
+    topology = tmp_path / "topo.toml"
+    topology.write_text(text)
+    # --detach and a tag: code that accepted the value would start a system, and the fixture kills it.
+    code, out, err = run(capsys, "up", str(topology), "--detach", "--tag", tag)
+    assert code == 2, (out, err)
+    assert len(err.strip().splitlines()) == 1 and err.startswith("reprise: error: ")
+    assert expected in err and "hint:" in err
+    assert "\x1b" not in err
+
+
+@pytest.mark.multiproc
+def test_up_fails_with_the_store_error_when_a_journal_cannot_be_opened(tmp_path, tag) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the journal's directory should be")
+    topology = tmp_path / "topo.toml"
+    topology.write_text(f'[system]\njournal = "sqlite:///{blocker}/journal.db"\n\n'
+                        '[[entities]]\npath = "/user/tally"\nclass = "tests.actors.validation_sample:Tally"\n')
+    done = reprise("up", str(topology), "--detach", "--tag", tag)
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "/user/tally failed to start: Tally cannot open its journal" in lines[0] and str(blocker) in lines[0]
+
+
+# ---- passwords -------------------------------------------------------------------------------------
+
+PASSWORD = "s3cret-pw"
+
+
+@pytest.fixture
+def schema(postgres_url):
+    """A fresh schema name, dropped afterwards."""
+    import psycopg
+
+    name = f"cfg_{uuid.uuid4().hex[:10]}"
+    yield name
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
+@pytest.mark.postgres
+@pytest.mark.multiproc
+def test_no_password_in_up_status_journal_output_or_system_status(tmp_path, tag, schema) -> None:
+    url = f"postgresql://postgres:{PASSWORD}@127.0.0.1:5432/test?schema={schema}"  # trust auth ignores it
+    topology = tmp_path / "topo.toml"
+    topology.write_text(f'[system]\njournal = "{url}"\nsnapshot_store = "{url}"\n\n'
+                        '[[entities]]\npath = "/user/tally"\nclass = "tests.actors.validation_sample:Tally"\n'
+                        f'journal = "{url}"\n')
+    port = actors.free_port()
+    outputs = []
+    up = reprise("up", str(topology), "--detach", "--tag", tag, "--port", str(port))
+    outputs.append(up.stdout + up.stderr)
+    assert up.returncode == 0, outputs[-1]
+    assert "postgres:***@127.0.0.1:5432/test" in up.stdout
+    try:
+        client = actors.connect(port)
+        try:
+            assert client.ask("/user/tally/a", 7, timeout=30) == 7
+            config = client.status().config
+        finally:
+            client.close()
+        assert config["journal"] == config["snapshot_store"] == url.replace(PASSWORD, "***")
+        for argv in (["status", "--port", str(port)], ["status", "--port", str(port), "--json"]):
+            done = reprise(*argv)
+            assert done.returncode == 0, done.stderr
+            outputs.append(done.stdout + done.stderr)
+        assert json.loads(outputs[-1])["journal"] == url.replace(PASSWORD, "***")
+        for argv in (["journal", "ls", url], ["journal", "tail", url], ["journal", "verify", url],
+                     ["journal", "ls", url.replace("postgresql", "postgresqll")]):
+            outputs.append((lambda d: d.stdout + d.stderr)(reprise(*argv)))
+        assert "/user/tally/a" in outputs[-4] and "postgresqll://postgres:***@" in outputs[-1]
+    finally:
+        down = reprise("down", "--port", str(port))
+        outputs.append(down.stdout + down.stderr)
+    for printed in outputs:
+        assert PASSWORD not in printed, printed
+
+
+# ---- libpq conventions: the password need not be in any file Reprise reads -------------------------
+
+def _password_used(url: str) -> str | None:
+    """The password libpq used for a connection of the journal at `url` (PQpass)."""
+    journal = open_journal(url)
+    try:
+        with journal._db.pool.connection() as conn:
+            return conn.info.password
+    finally:
+        journal.close()
+
+
+@pytest.mark.postgres
+def test_postgres_password_comes_from_libpq_sources(tmp_path, monkeypatch, schema) -> None:
+    """PGPASSWORD, passfile= in the URL, PGPASSFILE and ~/.pgpass are all read by libpq (psycopg).
+
+    The test server trusts every connection, so the password is not checked; PQpass shows which one
+    libpq found and sent, which proves the source was read.
+    """
+    base = f"postgresql://postgres@127.0.0.1:5432/test?schema={schema}"
+    for var in ("PGPASSWORD", "PGPASSFILE"):
+        monkeypatch.delenv(var, raising=False)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+
+    def passfile(path, password: str) -> str:
+        path.write_text(f"127.0.0.1:5432:test:postgres:{password}\n")
+        os.chmod(path, 0o600)
+        return str(path)
+
+    passfile(home / ".pgpass", "from-home-pgpass")
+    assert _password_used(base) == "from-home-pgpass"
+    monkeypatch.setenv("PGPASSFILE", passfile(tmp_path / "pgpassfile", "from-pgpassfile"))
+    assert _password_used(base) == "from-pgpassfile"
+    assert _password_used(base + "&passfile=" + passfile(tmp_path / "in-url", "from-url-passfile")) == "from-url-passfile"
+    monkeypatch.setenv("PGPASSWORD", "from-env")
+    assert _password_used(base) == "from-env"
+
+
+@pytest.mark.postgres
+def test_journal_cli_works_with_pgpassword_and_never_prints_it(tmp_path, schema, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("PGPASSWORD", PASSWORD)
+    url = f"postgresql://postgres@127.0.0.1:5432/test?schema={schema}"
+    with open_journal(url) as j:
+        assert j.write_messages([AtomicWrite([PersistentRepr({"amount": 1}, 1, "acct-1")])]) == [None]
+    code, out, err = run(capsys, "journal", "ls", url)
+    assert code == 0 and "acct-1" in out and PASSWORD not in out + err
