@@ -4,7 +4,7 @@ VENV   := .venv
 STAMP  := $(VENV)/.reprise-installed
 PY     := $(VENV)/bin/python
 
-.PHONY: venv test demo lint bench clean
+.PHONY: venv test demo lint bench clean torture
 
 # The stamp is older than pyproject.toml when dependencies changed: reinstall then.
 $(STAMP): pyproject.toml
@@ -29,3 +29,10 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
+
+# Random, seeded histories of user operations and faults against real systems; see tests/torture/runner.py.
+SEED      ?= 1
+HISTORIES ?= 200
+JOURNAL   ?= both
+torture: $(STAMP)
+	$(PY) -m tests.torture.runner --seed $(SEED) --histories $(HISTORIES) --journal $(JOURNAL)
