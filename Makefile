@@ -25,7 +25,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 bench: $(STAMP)
-	$(VENV)/bin/reprise bench
+	$(PY) -m bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

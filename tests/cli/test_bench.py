@@ -1,10 +1,18 @@
-"""`reprise bench`: runs benchmark modules with --json, writes RESULTS.md and a PNG chart."""
+"""`python -m bench` (and `reprise bench` in a checkout): runs benchmark modules with --json, writes
+RESULTS.md and a PNG chart."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
-from actors.cli import bench_rows, main
+import actors.cli
+from actors.cli import main
+from bench import runner
+from bench.runner import bench_rows
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -54,6 +62,41 @@ def test_bench_input_errors(fake_bench, capsys) -> None:
     assert main(["bench", "--bench-dir", str(fake_bench), "--arg", "flag"]) == 2
     assert main(["bench", "--bench-dir", str(fake_bench), "--only", "plain"]) == 1
     assert capsys.readouterr().err.count("reprise: error:") == 3
+
+
+def test_python_m_bench_runs_the_runner_with_its_own_error_format(fake_bench, tmp_path) -> None:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(runner.__file__)))
+    env = dict(os.environ, PYTHONPATH=root)
+    done = subprocess.run([sys.executable, "-m", "bench", "--bench-dir", str(fake_bench), "--only", "nope"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("python -m bench: error: no benchmark(s) ['nope']"), done.stderr
+    assert "(hint: choose from ['flag', 'plain', 'tofile'])" in done.stderr
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "bench", "--bench-dir", str(fake_bench), "--out", str(out),
+                           "--only", "tofile"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "| reprise sqlite | write | 50 |" in (out / "RESULTS.md").read_text()
+
+
+def test_reprise_bench_passes_every_option_to_the_runner(capsys) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--help"])
+    assert e.value.code == 0
+    assert "usage: reprise bench [-h] [--only NAME]" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--no-such-option"])
+    assert e.value.code == 2
+    assert "reprise bench: error: unrecognized arguments: --no-such-option" in capsys.readouterr().err
+
+
+def test_reprise_bench_outside_a_checkout_says_how_to_run_the_benchmarks(tmp_path, monkeypatch, capsys) -> None:
+    # An installed package has no bench/ next to it: that is what REPO_ROOT pointing elsewhere means.
+    monkeypatch.setattr(actors.cli, "REPO_ROOT", str(tmp_path))
+    assert main(["bench", "--only", "transport"]) == 2
+    err = capsys.readouterr().err
+    assert "reprise: error: the benchmarks are not installed with the package" in err
+    assert "run `python -m bench` (or `make bench`)" in err
 
 
 @pytest.mark.multiproc

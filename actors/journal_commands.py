@@ -1,0 +1,142 @@
+"""`reprise journal ls|show|tail|verify [URL]`: inspect and verify an event journal (URL defaults to $REPRISE_JOURNAL)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+
+from journal.api import Journal
+from journal.urls import redact_url
+
+from .cli_error import PROG, CliError
+from .paths import printable
+
+JOURNAL_ENV = "REPRISE_JOURNAL"
+
+
+def cmd_journal_help(args: argparse.Namespace) -> int:
+    """`reprise journal` without a command: say which commands there are."""
+    raise CliError("journal needs a command: ls, show, tail or verify", "run 'reprise journal --help'", code=2)
+
+
+def _journal_url(url: str | None) -> str:
+    url = url or os.environ.get(JOURNAL_ENV)
+    if not url:
+        raise CliError("no journal URL given", f"pass one (e.g. sqlite:///abs/path.db) or set ${JOURNAL_ENV}",
+                       code=2)
+    from journal.urls import parse_url
+
+    try:
+        parsed = parse_url(url)
+    except ValueError as e:
+        raise CliError(str(e).split(": use ")[0], "journal URLs look like sqlite:///abs/path.db, "
+                       "sqlite://relative.db, memory://name or postgresql://user@host:port/db", code=2) from None
+    # Opening a sqlite file that does not exist would silently create an empty journal.
+    if parsed.scheme == "sqlite" and parsed.target != ":memory:" and not os.path.isfile(parsed.target):
+        raise CliError(f"no journal file at {parsed.target!r}", "check the path; sqlite:///abs/path.db has "
+                       "three slashes for an absolute path", code=2)
+    return url
+
+
+def with_imports(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Wrap a journal command: run it after importing the modules named by --import."""
+
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        if args.imports and os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())  # as for `up`: the user's modules live where they run from
+        for name in args.imports:
+            try:
+                importlib.import_module(name)
+            except ImportError as e:
+                raise CliError(f"--import {name}: cannot import it ({e})", "pass a module name importable from "
+                               "the working directory, e.g. --import myapp.events", code=2) from None
+        return func(args)
+
+    return run
+
+
+def _open(url: str | None) -> Journal:
+    from journal import open_journal
+
+    return open_journal(_journal_url(url))
+
+
+def cmd_journal_ls(args: argparse.Namespace) -> int:
+    """`reprise journal ls`: persistence ids, highest sequence nr, event count."""
+    with _open(args.url) as j:
+        rows = j.summaries()
+    if not rows:
+        print("(no events)")
+        return 0
+    # Ids come from the journal, maybe written before control characters were refused: escape them.
+    width = max(len("PERSISTENCE ID"), *(len(printable(r.persistence_id)) for r in rows))
+    print(f"{'PERSISTENCE ID':<{width}}  {'HIGHEST SEQ':>11}  {'EVENTS':>8}")
+    for r in rows:
+        print(f"{printable(r.persistence_id):<{width}}  {r.highest_sequence_nr:>11}  {r.event_count:>8}")
+    return 0
+
+
+def cmd_journal_show(args: argparse.Namespace) -> int:
+    """`reprise journal show [URL] PID`: the events of one persistence id."""
+    url, pid = args.url, args.pid
+    if args.limit is not None and args.limit < 0 or args.from_nr < 0:
+        raise CliError("--from and --limit must not be negative", code=2)
+    from journal import MAX_SEQUENCE_NR
+
+    with _open(url) as j:
+        events = list(j.show(pid, args.from_nr, MAX_SEQUENCE_NR if args.limit is None else args.limit))
+        if not events and j.highest_sequence_nr(pid) == 0:
+            raise CliError(f"no events for persistence id {printable(pid)!r}", "list the ids with `reprise journal ls`")
+    for e in events:
+        print(f"{e.sequence_nr:>8}  {_when(e.timestamp)}  {printable(e.manifest or '-')}  {printable(repr(e.payload))}")
+    return 0
+
+
+def cmd_journal_tail(args: argparse.Namespace) -> int:
+    """`reprise journal tail [URL] [-n N]`: the most recent events of all ids."""
+    with _open(args.url) as j:
+        envelopes = j.tail(args.n)
+    for e in envelopes:
+        print(f"{e.offset:>8}  {_when(e.timestamp)}  {printable(e.persistence_id)}#{e.sequence_nr}  {printable(repr(e.event))}")
+    return 0
+
+
+def cmd_journal_verify(args: argparse.Namespace) -> int:
+    """`reprise journal verify [URL]`: exit 1 and name every corrupt record."""
+    import journal
+
+    report = journal.verify(_journal_url(args.url))
+    for p in report.problems:
+        # Problems without an id concern the storage itself (e.g. a file SQLite cannot read).
+        where = ("storage" if p.persistence_id is None else
+                 f"persistence_id={printable(p.persistence_id)} sequence_nr={p.sequence_nr}")
+        label = "UNREADABLE" if _unregistered(p.reason) else "CORRUPT"
+        print(f"{label} {where}: {printable(redact_url(p.reason))}")
+    summary = f"checked {report.records_checked} records and {report.snapshots_checked} snapshots"
+    if report.ok:
+        print(f"{summary}: ok")
+        return 0
+    if all(_unregistered(p.reason) for p in report.problems):
+        # Intact records whose event class is not registered in this process: not corruption.
+        print(f"{PROG}: error: {summary}: {len(report.problems)} unreadable (hint: pass --import MODULE for the "
+              "module that registers their event classes)", file=sys.stderr)
+        return 1
+    print(f"{PROG}: error: {summary}: {len(report.problems)} corrupt (hint: restore the journal from a "
+          "backup or delete the named records' persistence ids)", file=sys.stderr)
+    return 1
+
+
+def _unregistered(reason: str) -> bool:
+    """True for a record whose checksum holds but whose event class is not registered in this process."""
+    return "unknown manifest" in reason
+
+
+def _when(millis: int) -> str:
+    if not millis:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(millis / 1000)) + f".{millis % 1000:03d}"

@@ -1,0 +1,229 @@
+"""`reprise up|node|down|status`: start a system from a topology, join one, shut one down, show its state."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from journal.urls import REDACTED, redact_url
+
+from .cli_error import PROG, CliError
+from .paths import printable
+
+
+def _tls_options(args: argparse.Namespace) -> dict[str, str]:
+    """The tls_* keyword arguments given on the command line (none: the default)."""
+    given = {k: getattr(args, k, None) for k in ("tls_cert", "tls_key", "tls_ca")}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    """`reprise up`: start a system from a topology file, spawn its actors, then wait or detach."""
+    import actors
+
+    from .topology import load, resolve_class
+
+    if not os.path.isfile(args.topology):
+        raise CliError(f"topology file {args.topology!r} not found", "pass the path of a .toml file, e.g. "
+                       "examples/topologies/echo.toml", code=2)
+    topo = load(args.topology)
+    # Actor modules usually live next to the topology or in the project the user runs from.
+    for extra in (os.getcwd(), os.path.dirname(os.path.abspath(args.topology))):
+        if extra not in sys.path:
+            sys.path.insert(0, extra)
+    classes = [resolve_class(e.factory) for e in topo.entries]  # fail before starting anything
+    s = topo.system
+    system = actors.start("multiproc", admin_port=args.port or s.admin_port, journal=s.journal,
+                          snapshot_store=s.snapshot_store, bind=s.bind, advertise=s.advertise, peers=s.peers,
+                          leader=s.leader, node=s.node, log_level=s.log_level, tag=args.tag,
+                          run_dir=args.run_dir, secret_file=s.secret_file, tls_cert=s.tls_cert, tls_key=s.tls_key,
+                          tls_ca=s.tls_ca)
+    try:
+        for entry, cls in zip(topo.entries, classes, strict=True):
+            system.spawn(cls, entry.path, entities=entry.entities, args=entry.args, kwargs=entry.kwargs,
+                         **entry.options)
+        _print_up(system, topo)
+    except BaseException:
+        system.shutdown()
+        raise
+    return _detach_or_wait(system, args.detach)
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    """`reprise node`: start a convention member that joins `--leader`, then wait or detach."""
+    import actors
+
+    host, sep, port = args.leader.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise CliError(f"--leader {args.leader!r} is not HOST:PORT", "e.g. --leader 10.0.0.5:1900", code=2)
+    system = actors.start("multiproc", admin_port=args.port, leader=args.leader, node=args.name,
+                          bind=args.bind, advertise=args.advertise, tag=args.tag, run_dir=args.run_dir,
+                          secret_file=args.secret_file, **_tls_options(args))
+    print(f"node {args.name!r} up on {args.advertise or args.bind}:{system.admin_port}, "
+          f"member of {args.leader}; run dir {system.run_dir}", flush=True)
+    return _detach_or_wait(system, args.detach)
+
+
+def _print_up(system: Any, topo: Any) -> None:
+    port = system.admin_port
+    print(f"reprise system up on {topo.system.advertise or topo.system.bind}:{port} "
+          f"(run dir {system.run_dir})", flush=True)
+    if topo.system.journal:
+        print(f"  journal  {redact_url(topo.system.journal)}")
+    for entry in topo.entries:
+        kind = "entities" if entry.entities else "actor"
+        own = entry.options.get("journal")
+        print(f"  {kind:<8} {printable(entry.path)}  {printable(entry.factory)}"
+              + (f"  journal {redact_url(own)}" if own else ""))
+    sys.stdout.flush()
+
+
+def _detach_or_wait(system: Any, detach: bool) -> int:
+    """Detach (close the client, leave the system running) or wait for Ctrl-C/SIGTERM and shut down."""
+    if detach:
+        system.close()
+        print(f"detached; stop it with: {PROG} down --port {system.admin_port}", flush=True)
+        return 0
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    print("running; Ctrl-C or SIGTERM shuts it down", flush=True)
+    from .system import tagged_pids
+
+    try:
+        while not stop.wait(1.0):
+            # A system killed from outside (e.g. `reprise down`) leaves nothing to wait for.
+            if system.tag and not tagged_pids(system.tag):
+                print("the actor system has gone away", file=sys.stderr)
+                system.close()
+                return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print("shutting down", flush=True)
+    system.shutdown()
+    print("stopped", flush=True)
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    """`reprise down`: shut the system on --port down, or kill what is left of it if its admin died."""
+    from thespian.actors import InvalidActorAddress
+
+    import actors
+
+    from .errors import AskTimeout, SystemNotRunning
+    from .system import find_tag, kill_tagged
+
+    try:
+        actors.shutdown(args.port, args.host, timeout=args.timeout, secret_file=args.secret_file, **_tls_options(args))
+    except (SystemNotRunning, AskTimeout, InvalidActorAddress) as e:
+        # (InvalidActorAddress: the admin's listening socket, inherited by its children, still accepts
+        # connections after the admin died, but nobody answers.)
+        # The admin is gone (SIGKILLed?) but its guardian and hosts may still run. They carry the admin's
+        # boot command line (with --port and the system's tag), which identifies them even after a pid
+        # was reused: kill exactly those.
+        tag = find_tag(args.port)
+        killed = kill_tagged(tag) if tag else []
+        if not killed:
+            raise
+        print(f"the admin on {args.host}:{args.port} does not answer ({e}); killed the {len(killed)} "
+              f"process(es) of system {tag} it left behind: pids {' '.join(map(str, sorted(killed)))}")
+        return 0
+    print(f"system on {args.host}:{args.port} shut down")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """`reprise status`: hosts (state, restarts, pid, actors alive, unconfirmed), dead letters, journal size."""
+    import actors
+
+    system = actors.connect(args.port, host=args.host, secret_file=args.secret_file, **_tls_options(args))
+    try:
+        status = system.status()
+    finally:
+        system.close()
+    journal_url = status.config.get("journal")
+    size = journal_size(journal_url)
+    journal_url = redact_url(journal_url)  # the guardian redacts it already; this also covers older ones
+    unconfirmed = sum(h.counters.get("unconfirmed", 0) for h in status.hosts.values())
+    if args.json:
+        print(json.dumps({
+            "port": args.port, "dead_letters": status.dead_letters, "journal": journal_url, "journal_bytes": size,
+            "unconfirmed": unconfirmed, "run_dir": status.config.get("run_dir"),
+            "errors": [{"time": e.time, "host": e.host, "path": printable(e.path), "reason": printable(e.reason)} for e in status.errors],
+            "hosts": {printable(p): {"state": h.state, "restarts": h.restarts, "pid": h.pid, "entities": h.entities,
+                          "alive": h.alive, "counters": h.counters, "last_exit": printable(h.last_exit) if h.last_exit else h.last_exit,
+                          "next_attempt": h.next_attempt}
+                      for p, h in sorted(status.hosts.items())},
+        }, indent=2))
+        return 0
+    print(f"system on {args.host}:{args.port}")
+    print(f"  dead letters  {status.dead_letters}")
+    print(f"  unconfirmed   {unconfirmed} deliveries")
+    if journal_url:
+        print(f"  journal       {journal_url}" + (f"  ({_human(size)})" if size is not None else ""))
+    print(f"  hosts         {len(status.hosts)}")
+    if status.hosts:
+        width = max(len(printable(p)) for p in status.hosts)
+        print(f"    {'PATH':<{width}}  {'KIND':<8}  {'STATE':<10}  {'RESTARTS':>8}  {'PID':>7}  {'ALIVE':>7}  UNCONFIRMED")
+        for path, h in sorted(status.hosts.items()):
+            kind = "entities" if h.entities else "actor"
+            alive = "?" if h.alive is None else h.alive
+            pending = h.counters.get("unconfirmed", 0) if h.alive is not None else "?"
+            print(f"    {printable(path):<{width}}  {kind:<8}  {h.state:<10}  {h.restarts:>8}  {h.pid:>7}  {alive:>7}  {pending}")
+            if h.last_exit:
+                print(f"    {'':<{width}}  last exit: {printable(h.last_exit)}")
+            if h.next_attempt is not None:
+                wait = max(0.0, h.next_attempt - time.time())
+                print(f"    {'':<{width}}  next attempt in {wait:.1f} s ({time.strftime('%H:%M:%S', time.localtime(h.next_attempt))})")
+    _print_errors(status.errors)
+    if status.config.get("run_dir"):
+        print(f"  logs          {status.config['run_dir']}  (actors.log has each error's traceback)")
+    return 0
+
+
+ERRORS_PER_HOST = 5
+
+
+def _print_errors(errors: tuple) -> None:
+    """Each host's most recent errors inside actors: time, path, one-line reason."""
+    print(f"  errors        {len(errors)}" + (" (the most recent kept)" if errors else ""))
+    by_host: dict[str, list] = {}
+    for error in errors:
+        by_host.setdefault(error.host, []).append(error)
+    for host, recent in sorted(by_host.items()):
+        print(f"    {printable(host)}")
+        for error in recent[-ERRORS_PER_HOST:]:
+            when = time.strftime("%H:%M:%S", time.localtime(error.time))
+            print(f"      {when}  {printable(error.path)}  {printable(error.reason)}")
+
+
+def journal_size(url: str | None) -> int | None:
+    """Bytes the journal at `url` occupies (SQLite files, PostgreSQL tables); None when unknown."""
+    if not url or url.startswith("memory:") or REDACTED in url:
+        return None  # a redacted URL cannot be opened: its password (in the real URL) is not shown to clients
+    from journal import open_journal
+
+    try:
+        journal = open_journal(url)
+    except Exception:  # status must still show the rest when the journal cannot be opened
+        return None
+    try:
+        return journal.storage_bytes()
+    finally:
+        journal.close()
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
