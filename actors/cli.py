@@ -99,7 +99,7 @@ def _report(message: str, hint: str | None, code: int, verbose: bool) -> int:
     if first.endswith(":") and len(lines) > 1 and not lines[1].startswith("Traceback"):
         first = f"{first} {lines[1]}"  # "/user/x failed to start:" says nothing without its reason
     more = "" if first == " ".join(lines) else " [...]"
-    first = printable(redact_url(first))
+    first = printable(redact_url(first) or "")
     suffix = f" (hint: {hint})" if hint else ""
     print(f"{PROG}: error: {first}{more}{suffix}", file=sys.stderr)
     return code
@@ -107,7 +107,7 @@ def _report(message: str, hint: str | None, code: int, verbose: bool) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     # SUPPRESS keeps a subcommand's default from overwriting `reprise --verbose sub ...`.
     common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                         help="show tracebacks on errors")

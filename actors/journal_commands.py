@@ -116,7 +116,7 @@ def cmd_journal_verify(args: argparse.Namespace) -> int:
         where = ("storage" if p.persistence_id is None else
                  f"persistence_id={printable(p.persistence_id)} sequence_nr={p.sequence_nr}")
         label = "UNREADABLE" if _unregistered(p.reason) else "CORRUPT"
-        print(f"{label} {where}: {printable(redact_url(p.reason))}")
+        print(f"{label} {where}: {printable(redact_url(p.reason) or '')}")
     summary = f"checked {report.records_checked} records and {report.snapshots_checked} snapshots"
     if report.ok:
         print(f"{summary}: ok")

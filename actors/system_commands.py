@@ -9,18 +9,31 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 from journal.urls import REDACTED, redact_url
 
 from .cli_error import PROG, CliError
+from .error_log import ActorError
 from .paths import printable
 
 
-def _tls_options(args: argparse.Namespace) -> dict[str, str]:
+class TlsOptions(TypedDict, total=False):
+    """The tls_* keyword arguments of actors.start / connect / shutdown."""
+
+    tls_cert: str
+    tls_key: str
+    tls_ca: str
+
+
+def _tls_options(args: argparse.Namespace) -> TlsOptions:
     """The tls_* keyword arguments given on the command line (none: the default)."""
-    given = {k: getattr(args, k, None) for k in ("tls_cert", "tls_key", "tls_ca")}
-    return {k: v for k, v in given.items() if v is not None}
+    options = TlsOptions()
+    for key in ("tls_cert", "tls_key", "tls_ca"):
+        value = getattr(args, key, None)
+        if value is not None:
+            options[key] = value
+    return options
 
 
 
@@ -192,10 +205,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 ERRORS_PER_HOST = 5
 
 
-def _print_errors(errors: tuple) -> None:
+def _print_errors(errors: tuple[ActorError, ...]) -> None:
     """Each host's most recent errors inside actors: time, path, one-line reason."""
     print(f"  errors        {len(errors)}" + (" (the most recent kept)" if errors else ""))
-    by_host: dict[str, list] = {}
+    by_host: dict[str, list[ActorError]] = {}
     for error in errors:
         by_host.setdefault(error.host, []).append(error)
     for host, recent in sorted(by_host.items()):
@@ -221,7 +234,7 @@ def journal_size(url: str | None) -> int | None:
         journal.close()
 
 
-def _human(n: int) -> str:
+def _human(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -33,7 +33,7 @@ class _Store:
     events: dict[str, _Events] = field(default_factory=dict)
     offsets: dict[int, tuple[str, int, bytes, int]] = field(default_factory=dict)  # offset -> row, insertion order
     tags: dict[str, list[int]] = field(default_factory=dict)  # tag -> ascending offsets
-    next_offset: itertools.count = field(default_factory=lambda: itertools.count(1))
+    next_offset: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     snapshots: dict[str, dict[int, tuple[int, bytes, int]]] = field(default_factory=dict)  # seq -> (ts, blob, ck)
 
 

@@ -196,7 +196,8 @@ class PostgresJournal(Journal):
         return self._db.query("replay", "replay", (persistence_id, start, end, limit))
 
     def _highest(self, persistence_id: str) -> int:
-        return self._db.query("highest sequence nr", "highest", {"p": persistence_id})[0][0]
+        highest: int = self._db.query("highest sequence nr", "highest", {"p": persistence_id})[0][0]
+        return highest
 
     def storage_bytes(self) -> int | None:
         """Tables, indexes and TOAST of this journal's schema."""

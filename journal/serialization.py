@@ -18,7 +18,7 @@ import operator
 import threading
 import zlib
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import msgpack
 from msgpack import ExtType
@@ -70,7 +70,7 @@ def _values_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
 
 def _sets_fields_only(cls: type, names: tuple[str, ...]) -> bool:
     """True when cls(*values) only sets each field in __dict__: the __init__ generated for a frozen dataclass."""
-    init = cls.__init__
+    init = cls.__init__  # type: ignore[misc]  # (this class's own __init__, inspected below)
     try:
         params = list(inspect.signature(init).parameters.values())[1:]
     except (TypeError, ValueError):
@@ -80,7 +80,8 @@ def _sets_fields_only(cls: type, names: tuple[str, ...]) -> bool:
             and not hasattr(cls, "__post_init__")
             and all(f.init for f in dataclasses.fields(cls))  # __init__ also sets init=False fields
             and [(p.name, p.kind) for p in params] == [(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
-            and cls.__new__ is object.__new__ and type(cls).__call__ is type.__call__
+            and cls.__new__ is object.__new__  # type: ignore[comparison-overlap]
+            and type(cls).__call__ is type.__call__
             and cls.__getattribute__ is object.__getattribute__  # type: ignore[comparison-overlap]
             and cls.__dictoffset__ != 0)
 
@@ -98,10 +99,21 @@ def _maker(cls: type, names: tuple[str, ...]) -> Callable[[list[Any]], Any]:
               f"    obj = new(cls)\n    d = obj.__dict__\n{sets}    return obj\n")
     namespace: dict[str, Any] = {"cls": cls, "new": object.__new__}
     exec(source, namespace)  # noqa: S102  (field names are identifiers; as dataclasses does for __init__)
-    return namespace["make"]
+    make: Callable[[list[Any]], Any] = namespace["make"]
+    return make
 
 
-def register_type(cls: type[T] | None = None, manifest: str | None = None, version: int = 1) -> Any:
+@overload
+def register_type(cls: type[T], manifest: str | None = None, version: int = 1) -> type[T]: ...
+
+
+@overload
+def register_type(cls: None = None, manifest: str | None = None,
+                  version: int = 1) -> Callable[[type[T]], type[T]]: ...
+
+
+def register_type(cls: type[T] | None = None, manifest: str | None = None,
+                  version: int = 1) -> type[T] | Callable[[type[T]], type[T]]:
     """Register a frozen dataclass for storage under `manifest` (default: module.qualname); usable as a decorator."""
 
     def register(klass: type[T]) -> type[T]:

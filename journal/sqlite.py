@@ -36,9 +36,9 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
-from typing import Any
+from typing import Any, TypeVar
 
 from journal import sqlite_wal
 from journal.api import Journal, SnapshotStore, TaggedRow
@@ -47,6 +47,10 @@ from journal.model import PersistenceIdSummary, Problem, SnapshotMetadata, Snaps
 from journal.records import EncodedBatch, StoredRow
 
 __all__ = ["SqliteJournal", "SqliteSnapshotStore", "torn_wal_problem"]
+
+R = TypeVar("R")
+SqlValue = int | float | str | bytes | None
+"""A value SQLite returns (its storage classes: INTEGER, REAL, TEXT, BLOB, NULL)."""
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS journal (
@@ -207,7 +211,7 @@ class _Connection:
             self.conn.close()
             raise
 
-    def _with_retry(self, fn: Any, busy_timeout: float) -> Any:
+    def _with_retry(self, fn: Callable[[], R], busy_timeout: float) -> R:
         # The busy handler already waits busy_timeout; this covers the SQLITE_BUSY cases it does not
         # (e.g. another connection running WAL recovery) and a lock held for longer.
         deadline = time.monotonic() + busy_timeout
@@ -364,7 +368,8 @@ class SqliteJournal(Journal):
                                     persistence_id, start) from e
 
     def _highest(self, persistence_id: str) -> int:
-        return self._h.c.query("highest sequence nr", _HIGHEST, (persistence_id,))[0][0]
+        highest: int = self._h.c.query("highest sequence nr", _HIGHEST, (persistence_id,))[0][0]
+        return highest
 
     def delete_messages_to(self, persistence_id: str, to_sequence_nr: int) -> None:
         """Delete all events with seq nr <= to (2**63 - 1 deletes all) without lowering the highest."""
@@ -451,14 +456,15 @@ class SqliteJournal(Journal):
         except JournalError as e:
             yield Problem(None, None, str(e))
 
-    def pragma(self, name: str) -> Any:
+    def pragma(self, name: str) -> SqlValue:
         """The value of a PRAGMA on the journal's connection (e.g. "synchronous", "journal_mode")."""
         if not name.isidentifier():
             raise ValueError(f"not a pragma name: {name!r}")
         h = self._h
         with h.c.lock:
             h.c.configure(h.synchronous, h.busy_timeout)  # report what this journal's writes use
-            return h.c.query("pragma", f"PRAGMA {name}")[0][0]
+            value: SqlValue = h.c.query("pragma", f"PRAGMA {name}")[0][0]
+            return value
 
     def storage_bytes(self) -> int | None:
         """The database file plus its WAL and shared-memory files."""

@@ -43,9 +43,9 @@ import os
 import struct
 import sys
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 from operator import mul
-from typing import Any
 
 __all__ = ["WalScan", "checksum", "in_use_elsewhere", "problem", "read_shm_header", "scan"]
 
@@ -197,7 +197,8 @@ def _dms_held(fd: int) -> bool | None:
         return None
     # F_GETLK only asks: it takes no lock, so it cannot disturb SQLite's own locking.
     answer = fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, _SHM_DMS, 1, 0))
-    return struct.unpack(_FLOCK, answer)[0] != fcntl.F_UNLCK
+    l_type: int = struct.unpack(_FLOCK, answer)[0]
+    return l_type != fcntl.F_UNLCK
 
 
 def in_use_elsewhere(db_path: str) -> bool | None:
@@ -257,8 +258,7 @@ def problem(db_path: str, *, use_shm: bool) -> str | None:
             return (f"the header of {wal_path} fails its checksum although frames 1-{s.continued_to} chain from it: "
                     f"SQLite would ignore the whole WAL, {s.continued_to} frames of committed transactions")
         return None
-    ours = shm is not None and shm[1] == s.salts  # the WAL index of this very WAL generation
-    if ours:
+    if shm is not None and shm[1] == s.salts:  # the WAL index of this very WAL generation
         mx_frame = shm[0]
         if mx_frame > s.committed:
             if s.valid >= mx_frame:
@@ -284,7 +284,7 @@ def problem(db_path: str, *, use_shm: bool) -> str | None:
     return _empty_database(db_path, s, at)
 
 
-def _empty_database(db_path: str, s: WalScan, at: Any) -> str | None:
+def _empty_database(db_path: str, s: WalScan, at: Callable[[int], str]) -> str | None:
     if not s.committed:
         return None
     try:

@@ -82,6 +82,14 @@ def _repr(pid: str, n: int, writer: str, payload: object = None) -> PersistentRe
     return PersistentRepr(f"a-{n}" if payload is None else payload, n, pid, writer_uuid=writer)
 
 
+def _must_load(store: SnapshotStore, persistence_id: str,
+               criteria: SnapshotSelectionCriteria = SnapshotSelectionCriteria.LATEST) -> SelectedSnapshot:
+    """store.load(...), failing the test when it finds no snapshot."""
+    loaded = store.load(persistence_id, criteria)
+    assert loaded is not None, f"expected a snapshot of {persistence_id!r} matching {criteria}, found none"
+    return loaded
+
+
 def write_in_child(url: str, pids: list[str], events: int, per_call: int, start: object) -> None:
     """Body of a child process of the concurrency case: write `events` per pid, `per_call` AtomicWrites a call."""
     start.wait(30)  # type: ignore[attr-defined]
@@ -157,66 +165,75 @@ class JournalSpec:
         """1: Replay(1, MaxLong, MaxLong) -> RM(1..5), RS(5)."""
         self.expect(journal, pid, writer, 1, MAX, MAX, [1, 2, 3, 4, 5], 5)
 
-    def test_replay_messages_using_a_lower_sequence_number_bound(self, journal, pid, writer) -> None:
+    def test_replay_messages_using_a_lower_sequence_number_bound(
+            self, journal: Journal, pid: str, writer: str) -> None:
         """2: Replay(3, MaxLong, MaxLong) -> RM(3..5), RS(5)."""
         self.expect(journal, pid, writer, 3, MAX, MAX, [3, 4, 5], 5)
 
-    def test_replay_messages_using_an_upper_sequence_number_bound(self, journal, pid, writer) -> None:
+    def test_replay_messages_using_an_upper_sequence_number_bound(
+            self, journal: Journal, pid: str, writer: str) -> None:
         """3: Replay(1, 3, MaxLong) -> RM(1..3), RS(5)."""
         self.expect(journal, pid, writer, 1, 3, MAX, [1, 2, 3], 5)
 
-    def test_replay_messages_using_a_count_limit(self, journal, pid, writer) -> None:
+    def test_replay_messages_using_a_count_limit(self, journal: Journal, pid: str, writer: str) -> None:
         """4: Replay(1, MaxLong, 3) -> RM(1..3), RS(5)."""
         self.expect(journal, pid, writer, 1, MAX, 3, [1, 2, 3], 5)
 
-    def test_replay_messages_using_a_lower_and_upper_sequence_number_bound(self, journal, pid, writer) -> None:
+    def test_replay_messages_using_a_lower_and_upper_sequence_number_bound(
+            self, journal: Journal, pid: str, writer: str) -> None:
         """5: Replay(2, 3, MaxLong) -> RM(2), RM(3), RS(5)."""
         self.expect(journal, pid, writer, 2, 3, MAX, [2, 3], 5)
 
     def test_replay_messages_using_a_lower_and_upper_sequence_number_bound_and_a_count_limit(
-            self, journal, pid, writer) -> None:
+            self, journal: Journal, pid: str, writer: str) -> None:
         """6: Replay(2, 5, 2) -> RM(2), RM(3), RS(5)."""
         self.expect(journal, pid, writer, 2, 5, 2, [2, 3], 5)
 
     def test_replay_a_single_if_lower_sequence_number_bound_equals_upper_sequence_number_bound(
-            self, journal, pid, writer) -> None:
+            self, journal: Journal, pid: str, writer: str) -> None:
         """7: Replay(2, 2, MaxLong) -> RM(2), RS(5)."""
         self.expect(journal, pid, writer, 2, 2, MAX, [2], 5)
 
-    def test_replay_a_single_message_if_count_limit_equals_1(self, journal, pid, writer) -> None:
+    def test_replay_a_single_message_if_count_limit_equals_1(
+            self, journal: Journal, pid: str, writer: str) -> None:
         """8: Replay(2, 4, 1) -> RM(2), RS(5)."""
         self.expect(journal, pid, writer, 2, 4, 1, [2], 5)
 
-    def test_not_replay_messages_if_count_limit_equals_0(self, journal, pid, writer) -> None:
+    def test_not_replay_messages_if_count_limit_equals_0(
+            self, journal: Journal, pid: str, writer: str) -> None:
         """9: Replay(2, 4, 0) -> RS(5) only."""
         self.expect(journal, pid, writer, 2, 4, 0, [], 5)
 
     def test_not_replay_messages_if_lower_sequence_number_bound_is_greater_than_upper(
-            self, journal, pid, writer) -> None:
+            self, journal: Journal, pid: str, writer: str) -> None:
         """10: Replay(3, 2, MaxLong) -> RS(5) only."""
         self.expect(journal, pid, writer, 3, 2, MAX, [], 5)
 
     def test_not_replay_messages_if_the_persistent_actor_has_not_yet_written_messages(
-            self, journal, writer) -> None:
+            self, journal: Journal, writer: str) -> None:
         """11: Replay(0, MaxLong, MaxLong) of "non-existing-pid" -> RS(0) only."""
         self.expect(journal, "non-existing-pid", writer, 0, MAX, MAX, [], 0)
 
-    def test_retrieve_highest_sequence_nr_without_replaying_events(self, journal, pid, writer) -> None:
+    def test_retrieve_highest_sequence_nr_without_replaying_events(
+            self, journal: Journal, pid: str, writer: str) -> None:
         """12: Replay(0, 0, 1) -> RS(5), no RM."""
         self.expect(journal, pid, writer, 0, 0, 1, [], 5)
 
-    def test_not_replay_permanently_deleted_messages_range_deletion(self, journal, pid, writer) -> None:
+    def test_not_replay_permanently_deleted_messages_range_deletion(
+            self, journal: Journal, pid: str, writer: str) -> None:
         """13: DeleteMessagesTo(3) then Replay(1, MaxLong, MaxLong) -> RM(4), RM(5)."""
         journal.delete_messages_to(pid, 3)
         self.expect(journal, pid, writer, 1, MAX, MAX, [4, 5], 5)
 
-    def test_not_reset_highest_sequence_nr_after_message_deletion(self, journal, pid, writer) -> None:
+    def test_not_reset_highest_sequence_nr_after_message_deletion(
+            self, journal: Journal, pid: str, writer: str) -> None:
         """14: Replay(0..) -> RM(1..5), RS(5); DeleteMessagesTo(3); Replay(0..) -> RM(4), RM(5), RS(5)."""
         self.expect(journal, pid, writer, 0, MAX, MAX, [1, 2, 3, 4, 5], 5)
         journal.delete_messages_to(pid, 3)
         self.expect(journal, pid, writer, 0, MAX, MAX, [4, 5], 5)
 
-    def test_not_reset_highest_sequence_nr_after_journal_cleanup(self, journal, pid, writer) -> None:
+    def test_not_reset_highest_sequence_nr_after_journal_cleanup(
+            self, journal: Journal, pid: str, writer: str) -> None:
         """15: Replay(0..) -> RM(1..5), RS(5); DeleteMessagesTo(MaxLong); Replay(0..) -> RS(5) only."""
         self.expect(journal, pid, writer, 0, MAX, MAX, [1, 2, 3, 4, 5], 5)
         journal.delete_messages_to(pid, MAX)
@@ -224,7 +241,7 @@ class JournalSpec:
 
     # --- JournalSpec: optional cases 16-19 --------------------------------------------------------
 
-    def test_reject_non_serializable_events(self, journal, pid, writer) -> None:
+    def test_reject_non_serializable_events(self, journal: Journal, pid: str, writer: str) -> None:
         """16: one call with single writes 6, 7 (not serializable), 8 -> 6 and 8 stored, 7 rejected."""
         if self.supports_rejecting_non_serializable_objects is None:
             pytest.fail(f"{type(self).__name__} must set supports_rejecting_non_serializable_objects")
@@ -240,7 +257,7 @@ class JournalSpec:
         assert list(journal.replay_messages(pid, 6)) == [_repr(pid, 6, writer, "b-6"), _repr(pid, 8, writer, "b-8")]
         assert journal.highest_sequence_nr(pid) == 8
 
-    def test_serialize_events(self, journal, pid, writer) -> None:
+    def test_serialize_events(self, journal: Journal, pid: str, writer: str) -> None:
         """17: TestPayload at 6 round-trips through serialization; RS(h >= 6)."""
         if not self.supports_serialization:
             pytest.skip("supports_serialization is off")
@@ -252,7 +269,7 @@ class JournalSpec:
         assert replayed[0].payload is not payload
         assert journal.highest_sequence_nr(pid) >= 6
 
-    def test_return_metadata(self, journal, pid, writer) -> None:
+    def test_return_metadata(self, journal: Journal, pid: str, writer: str) -> None:
         """18: an event written with metadata "meta-data" replays with it; RS(6)."""
         if not self.supports_metadata:
             pytest.skip("supports_metadata is off")
@@ -262,7 +279,8 @@ class JournalSpec:
         assert replayed == [r] and replayed[0].metadata == "meta-data"
         assert journal.highest_sequence_nr(pid) == 6
 
-    def test_replay_only_last_when_from_sequence_nr_is_minus_1(self, journal, pid, writer) -> None:
+    def test_replay_only_last_when_from_sequence_nr_is_minus_1(
+            self, journal: Journal, pid: str, writer: str) -> None:
         """19: Replay(-1, MaxLong, MaxLong) -> RM(5), RS(5)."""
         if not self.supports_replay_only_last:
             pytest.skip("supports_replay_only_last is off")
@@ -270,11 +288,12 @@ class JournalSpec:
 
     # --- Reprise: the write contract ---------------------------------------------------------------
 
-    def test_storage_bytes_is_unknown_or_counts_what_was_written(self, journal, pid, writer) -> None:
+    def test_storage_bytes_is_unknown_or_counts_what_was_written(
+            self, journal: Journal, pid: str, writer: str) -> None:
         size = journal.storage_bytes()
         assert size is None or size > 0, "a journal holding events reports None (unknown) or a positive size"
 
-    def test_atomic_write_invariants(self, pid) -> None:
+    def test_atomic_write_invariants(self, pid: str) -> None:
         with pytest.raises(ValueError, match="must not be empty"):
             AtomicWrite([])
         with pytest.raises(ValueError, match="needs a persistence id"):
@@ -284,7 +303,8 @@ class JournalSpec:
         aw = AtomicWrite([PersistentRepr("a", n, pid) for n in (2, 3, 4)])
         assert (aw.lowest_sequence_nr, aw.highest_sequence_nr, aw.size, aw.persistence_id) == (2, 4, 3, pid)
 
-    def test_write_stamps_timestamps_and_equality_ignores_them(self, journal, pid, writer) -> None:
+    def test_write_stamps_timestamps_and_equality_ignores_them(
+            self, journal: Journal, pid: str, writer: str) -> None:
         import time
 
         before = time.time_ns() // 1_000_000
@@ -295,7 +315,8 @@ class JournalSpec:
         assert r == _repr(pid, 6, writer) and r.with_timestamp(1) == r
         assert r != _repr(pid, 6, writer, "other")
 
-    def test_atomic_write_with_one_unserializable_event_is_rejected_whole(self, journal, pid, writer) -> None:
+    def test_atomic_write_with_one_unserializable_event_is_rejected_whole(
+            self, journal: Journal, pid: str, writer: str) -> None:
         if not self.supports_atomic_persist_all_of_several_events:
             pytest.skip("supports_atomic_persist_all_of_several_events is off")
         other = _fresh_pid()
@@ -307,7 +328,8 @@ class JournalSpec:
         assert list(journal.replay_messages(pid, 6)) == []
         assert list(journal.replay_messages(other)) == [_repr(other, 1, writer), _repr(other, 2, writer)]
 
-    def test_rejection_names_the_type_and_how_to_register_it(self, journal, pid, writer) -> None:
+    def test_rejection_names_the_type_and_how_to_register_it(
+            self, journal: Journal, pid: str, writer: str) -> None:
         @dataclass(frozen=True)
         class Unregistered:
             x: int
@@ -318,7 +340,8 @@ class JournalSpec:
         assert pid in str(result) and "6" in str(result)
         assert journal.highest_sequence_nr(pid) == 5
 
-    def test_unknown_manifest_on_replay_raises_a_clear_error(self, journal, pid, writer) -> None:
+    def test_unknown_manifest_on_replay_raises_a_clear_error(
+            self, journal: Journal, pid: str, writer: str) -> None:
         manifest = f"reprise.tck.Ephemeral-{uuid.uuid4().hex}"
 
         @dataclass(frozen=True)
@@ -334,7 +357,8 @@ class JournalSpec:
             list(journal.replay_messages(pid, 1))
         assert manifest in str(err.value) and pid in str(err.value) and "sequence nr 6" in str(err.value)
 
-    def test_upcaster_turns_an_old_version_into_the_current_class(self, journal, pid, writer) -> None:
+    def test_upcaster_turns_an_old_version_into_the_current_class(
+            self, journal: Journal, pid: str, writer: str) -> None:
         manifest = f"reprise.tck.Renamed-{uuid.uuid4().hex}"
 
         @dataclass(frozen=True)
@@ -361,7 +385,8 @@ class JournalSpec:
         finally:
             unregister_type(manifest)
 
-    def test_duplicate_sequence_nr_raises_a_journal_error_naming_it(self, journal, pid, writer) -> None:
+    def test_duplicate_sequence_nr_raises_a_journal_error_naming_it(
+            self, journal: Journal, pid: str, writer: str) -> None:
         other = _fresh_pid()
         with pytest.raises(JournalError, match=rf"sequence nr 4 of persistence id '{pid}'"):
             journal.write_messages([AtomicWrite([_repr(other, 1, writer)]),
@@ -369,15 +394,16 @@ class JournalSpec:
         self.expect(journal, pid, writer, 1, MAX, MAX, [1, 2, 3, 4, 5], 5)
         assert journal.highest_sequence_nr(other) == 0  # the batch was one transaction: nothing stored
 
-    def test_concurrent_writer_reusing_a_sequence_nr_gets_a_clear_error(self, journal, journal_url, pid,
-                                                                        writer) -> None:
+    def test_concurrent_writer_reusing_a_sequence_nr_gets_a_clear_error(
+            self, journal: Journal, journal_url: str, pid: str, writer: str) -> None:
         with open_journal(journal_url) as second:
             assert second.write_messages([AtomicWrite([_repr(pid, 6, "second")])]) == [None]
             with pytest.raises(JournalError, match=rf"sequence nr 6 of persistence id '{pid}'"):
                 journal.write_messages([AtomicWrite([_repr(pid, 6, writer)])])
         assert [r.writer_uuid for r in journal.replay_messages(pid, 6)] == ["second"]
 
-    def test_write_after_deleting_everything_continues_the_sequence(self, journal, pid, writer) -> None:
+    def test_write_after_deleting_everything_continues_the_sequence(
+            self, journal: Journal, pid: str, writer: str) -> None:
         journal.delete_messages_to(pid, MAX)
         journal.delete_messages_to("never-written-" + pid, MAX)
         assert journal.write_messages([AtomicWrite([_repr(pid, 6, writer)])]) == [None]
@@ -386,7 +412,7 @@ class JournalSpec:
 
     # --- Reprise: replay streaming and bounds ------------------------------------------------------
 
-    def test_replay_streams_across_chunks(self, journal, writer) -> None:
+    def test_replay_streams_across_chunks(self, journal: Journal, writer: str) -> None:
         pid = _fresh_pid()
         n = 2 * journal.replay_chunk + 77
         writes = [AtomicWrite([_repr(pid, i, writer)]) for i in range(1, n + 1)]
@@ -402,7 +428,8 @@ class JournalSpec:
 
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors])
     @given(frm=st.integers(-1, 8), to=st.integers(0, 8) | st.just(MAX), mx=st.integers(0, 7) | st.just(MAX))
-    def test_replay_bounds_match_a_model(self, journal, pid, writer, frm, to, mx) -> None:
+    def test_replay_bounds_match_a_model(
+            self, journal: Journal, pid: str, writer: str, frm: int, to: int, mx: int) -> None:
         if frm == -1 and not self.supports_replay_only_last:
             frm = 0
         model = [n for n in range(1, 6) if frm <= n <= to][:mx] if frm != -1 else ([5] if to >= 5 and mx else [])
@@ -410,7 +437,7 @@ class JournalSpec:
 
     # --- Reprise: read side and tooling -------------------------------------------------------------
 
-    def test_events_by_tag_is_ordered_and_resumable(self, journal, writer) -> None:
+    def test_events_by_tag_is_ordered_and_resumable(self, journal: Journal, writer: str) -> None:
         a, b = _fresh_pid(), _fresh_pid()
         t, u = f"t-{uuid.uuid4().hex[:6]}", f"u-{uuid.uuid4().hex[:6]}"
 
@@ -432,7 +459,8 @@ class JournalSpec:
         assert [(e.persistence_id, e.sequence_nr) for e in later] == [(a, 3)] and later[0].offset > envs[2].offset
         assert list(journal.events_by_tag("no-such-tag")) == []
 
-    def test_offsets_are_never_reused_after_deleting_the_newest_events(self, journal, writer) -> None:
+    def test_offsets_are_never_reused_after_deleting_the_newest_events(
+            self, journal: Journal, writer: str) -> None:
         a, b, t = _fresh_pid(), _fresh_pid(), f"t-{uuid.uuid4().hex[:6]}"
         for pid in (a, b):
             writes = [AtomicWrite([PersistentRepr(n, n, pid, writer_uuid=writer, tags=frozenset({t}))])
@@ -450,14 +478,14 @@ class JournalSpec:
         assert "" not in set(journal.current_persistence_ids())
         assert journal.verify().ok
 
-    def test_current_persistence_ids(self, journal, pid, writer) -> None:
+    def test_current_persistence_ids(self, journal: Journal, pid: str, writer: str) -> None:
         other = _fresh_pid()
         assert journal.write_messages([AtomicWrite([_repr(other, 1, writer)])]) == [None]
         journal.delete_messages_to(other, MAX)
         ids = list(journal.current_persistence_ids())
         assert pid in ids and other in ids and ids == sorted(ids)
 
-    def test_ls_show_and_tail(self, journal, pid, writer) -> None:
+    def test_ls_show_and_tail(self, journal: Journal, pid: str, writer: str) -> None:
         journal.delete_messages_to(pid, 2)
         summary = {s.persistence_id: s for s in journal.summaries()}[pid]
         assert (summary.highest_sequence_nr, summary.event_count) == (5, 3)
@@ -468,15 +496,15 @@ class JournalSpec:
         assert [(e.persistence_id, e.sequence_nr) for e in tail] == [(pid, 4), (pid, 5), (other, 1)]
         assert tail[-1].event == "a-1" and journal.tail(0) == []
 
-    def test_verify_finds_nothing_wrong_in_a_healthy_journal(self, journal, pid) -> None:
+    def test_verify_finds_nothing_wrong_in_a_healthy_journal(self, journal: Journal, pid: str) -> None:
         report = journal.verify()
         assert report.ok, report.problems
         assert report.records_checked >= 5
 
     # --- Reprise: integrity, permissions, concurrency -----------------------------------------------
 
-    def test_corrupted_event_raises_journal_corruption_naming_pid_and_seq(self, journal, journal_url, pid,
-                                                                          writer) -> None:
+    def test_corrupted_event_raises_journal_corruption_naming_pid_and_seq(
+            self, journal: Journal, journal_url: str, pid: str, writer: str) -> None:
         journal = self.corrupt_event(journal, journal_url, pid, 3)
         try:
             assert list(journal.replay_messages(pid, 1, 2)) == [_repr(pid, 1, writer), _repr(pid, 2, writer)]
@@ -489,7 +517,7 @@ class JournalSpec:
         finally:
             journal.close()
 
-    def test_journal_files_are_private(self, journal, pid) -> None:
+    def test_journal_files_are_private(self, journal: Journal, pid: str) -> None:
         import os
         import stat
 
@@ -501,8 +529,8 @@ class JournalSpec:
             assert mode & 0o077 == 0, f"{f} has mode {oct(mode)}"
 
     @pytest.mark.timeout(120)
-    def test_two_processes_writing_different_ids_lose_and_duplicate_nothing(self, journal, journal_url,
-                                                                            ) -> None:
+    def test_two_processes_writing_different_ids_lose_and_duplicate_nothing(
+            self, journal: Journal, journal_url: str) -> None:
         if not self.supports_multiple_processes:
             pytest.skip(f"{type(self).__name__} cannot be shared between processes")
         ctx = multiprocessing.get_context("spawn")
@@ -564,54 +592,61 @@ class SnapshotStoreSpec:
 
     # --- SnapshotStoreSpec: mandatory cases 1-11 --------------------------------------------------
 
-    def test_not_load_a_snapshot_given_an_invalid_persistence_id(self, store, md) -> None:
+    def test_not_load_a_snapshot_given_an_invalid_persistence_id(
+            self, store: SnapshotStore, md: list[SnapshotMetadata]) -> None:
         """1: Load("invalid", Latest) -> None."""
         assert self.load(store, "invalid", SnapshotSelectionCriteria.LATEST) is None
 
-    def test_not_load_a_snapshot_given_non_matching_timestamp_criteria(self, store, pid, md) -> None:
+    def test_not_load_a_snapshot_given_non_matching_timestamp_criteria(
+            self, store: SnapshotStore, pid: str, md: list[SnapshotMetadata]) -> None:
         """2: Load(pid, Latest with maxTimestamp = 100) -> None."""
         assert self.load(store, pid, SnapshotSelectionCriteria(max_timestamp=100)) is None
 
-    def test_not_load_a_snapshot_given_non_matching_sequence_number_criteria(self, store, pid, md) -> None:
+    def test_not_load_a_snapshot_given_non_matching_sequence_number_criteria(
+            self, store: SnapshotStore, pid: str, md: list[SnapshotMetadata]) -> None:
         """3: Load(pid, criteria(maxSeq 7)) -> None; Load(pid, Latest, toSeq 7) -> None."""
         assert self.load(store, pid, SnapshotSelectionCriteria(max_sequence_nr=7)) is None
         assert self.load(store, pid, SnapshotSelectionCriteria.LATEST, 7) is None
 
-    def test_load_the_most_recent_snapshot(self, store, pid, md) -> None:
+    def test_load_the_most_recent_snapshot(
+            self, store: SnapshotStore, pid: str, md: list[SnapshotMetadata]) -> None:
         """4: Load(pid, Latest) -> (md(4), "s-5")."""
         assert self.load(store, pid, SnapshotSelectionCriteria.LATEST) == SelectedSnapshot(md[4], "s-5")
 
-    def test_load_the_most_recent_snapshot_matching_an_upper_sequence_number_bound(self, store, pid, md) -> None:
+    def test_load_the_most_recent_snapshot_matching_an_upper_sequence_number_bound(
+            self, store: SnapshotStore, pid: str, md: list[SnapshotMetadata]) -> None:
         """5: Load(pid, criteria(13)) and Load(pid, Latest, 13) -> (md(2), "s-3")."""
         assert self.load(store, pid, SnapshotSelectionCriteria(max_sequence_nr=13)) == SelectedSnapshot(md[2], "s-3")
         assert self.load(store, pid, SnapshotSelectionCriteria.LATEST, 13) == SelectedSnapshot(md[2], "s-3")
 
     def test_load_the_most_recent_snapshot_matching_upper_sequence_number_and_timestamp_bounds(
-            self, store, pid, md) -> None:
+            self, store: SnapshotStore, pid: str, md: list[SnapshotMetadata]) -> None:
         """6: Load(pid, criteria(13, md(2).ts)); Load(pid, Latest with maxTimestamp md(2).ts, 13) -> md(2)."""
         expected = SelectedSnapshot(md[2], "s-3")
         assert self.load(store, pid, SnapshotSelectionCriteria(13, md[2].timestamp)) == expected
         assert self.load(store, pid, SnapshotSelectionCriteria(max_timestamp=md[2].timestamp), 13) == expected
 
     def test_delete_a_single_snapshot_identified_by_sequence_nr_in_snapshot_metadata(
-            self, store, pid, md) -> None:
+            self, store: SnapshotStore, pid: str, md: list[SnapshotMetadata]) -> None:
         """7: DeleteSnapshot(md(2) with timestamp 0); Load(pid, criteria(13)) -> (md(1), "s-2")."""
         store.delete(SnapshotMetadata(pid, md[2].sequence_nr, 0))
         assert self.load(store, pid, SnapshotSelectionCriteria(max_sequence_nr=13)) == SelectedSnapshot(md[1], "s-2")
 
     def test_delete_all_snapshots_matching_upper_sequence_number_and_timestamp_bounds(
-            self, store, pid, md) -> None:
+            self, store: SnapshotStore, pid: str, md: list[SnapshotMetadata]) -> None:
         """8: DeleteSnapshots(criteria(13, md(2).ts)) -> nothing <= 13 left; criteria(14, md(3).ts) -> md(3)."""
         store.delete_matching(pid, SnapshotSelectionCriteria(13, md[2].timestamp))
         assert self.load(store, pid, SnapshotSelectionCriteria(13, md[2].timestamp)) is None
         assert self.load(store, pid, SnapshotSelectionCriteria(14, md[3].timestamp)) == SelectedSnapshot(md[3], "s-4")
 
-    def test_not_delete_snapshots_with_non_matching_upper_timestamp_bounds(self, store, pid, md) -> None:
+    def test_not_delete_snapshots_with_non_matching_upper_timestamp_bounds(
+            self, store: SnapshotStore, pid: str, md: list[SnapshotMetadata]) -> None:
         """9: DeleteSnapshots(criteria(14, md(3).ts - 1)) leaves md(3)."""
         store.delete_matching(pid, SnapshotSelectionCriteria(14, md[3].timestamp - 1))
         assert self.load(store, pid, SnapshotSelectionCriteria(14, md[3].timestamp)) == SelectedSnapshot(md[3], "s-4")
 
-    def test_save_and_overwrite_snapshot_with_same_sequence_number(self, store, pid, md) -> None:
+    def test_save_and_overwrite_snapshot_with_same_sequence_number(
+            self, store: SnapshotStore, pid: str, md: list[SnapshotMetadata]) -> None:
         """10: SaveSnapshot(md(4), "s-5-modified") -> seq 15; Load(criteria(15)) -> "s-5-modified"."""
         saved = store.save(md[4], "s-5-modified")
         assert saved.sequence_nr == 15 and saved.persistence_id == pid
@@ -619,15 +654,16 @@ class SnapshotStoreSpec:
         assert loaded is not None
         assert (loaded.snapshot, loaded.metadata.sequence_nr) == ("s-5-modified", 15)
 
-    def test_save_bigger_size_snapshot(self, store, pid, md) -> None:
+    def test_save_bigger_size_snapshot(
+            self, store: SnapshotStore, pid: str, md: list[SnapshotMetadata]) -> None:
         """11: SaveSnapshot((pid, 100), "0" * 10000) succeeds."""
         saved = store.save(SnapshotMetadata(pid, 100), "0" * 10000)
         assert saved.sequence_nr == 100
-        assert store.load(pid).snapshot == "0" * 10000
+        assert _must_load(store, pid).snapshot == "0" * 10000
 
     # --- SnapshotStoreSpec: optional cases 12-13 --------------------------------------------------
 
-    def test_serialize_snapshots(self, store, pid, md) -> None:
+    def test_serialize_snapshots(self, store: SnapshotStore, pid: str, md: list[SnapshotMetadata]) -> None:
         """12: TestPayload saved at (pid, 100) loads equal."""
         if not self.supports_serialization:
             pytest.skip("supports_serialization is off")
@@ -637,7 +673,7 @@ class SnapshotStoreSpec:
         assert loaded is not None and loaded.metadata.sequence_nr == 100
         assert loaded.metadata.persistence_id == pid and loaded.snapshot == payload
 
-    def test_store_metadata(self, store, pid, md) -> None:
+    def test_store_metadata(self, store: SnapshotStore, pid: str, md: list[SnapshotMetadata]) -> None:
         """13: "snap" saved at (pid, 100) with metadata "fictional metadata" loads with it."""
         if not self.supports_metadata:
             pytest.skip("supports_metadata is off")
@@ -648,41 +684,45 @@ class SnapshotStoreSpec:
 
     # --- Reprise ---------------------------------------------------------------------------------
 
-    def test_save_stamps_the_timestamp_in_milliseconds(self, store, pid) -> None:
+    def test_save_stamps_the_timestamp_in_milliseconds(self, store: SnapshotStore, pid: str) -> None:
         import time
 
         before = time.time_ns() // 1_000_000
         saved = store.save(SnapshotMetadata(pid, 1), "x")
         assert before <= saved.timestamp <= time.time_ns() // 1_000_000
-        assert store.load(pid).metadata == saved
+        assert _must_load(store, pid).metadata == saved
 
-    def test_does_not_confuse_europe_with_europeitaly(self, store) -> None:
+    def test_does_not_confuse_europe_with_europeitaly(self, store: SnapshotStore) -> None:
         suffix = uuid.uuid4().hex[:6]
         store.save(SnapshotMetadata(f"europe{suffix}", 1), "eu")
         store.save(SnapshotMetadata(f"europeitaly{suffix}", 2), "it")
-        assert store.load(f"europe{suffix}").snapshot == "eu"
+        assert _must_load(store, f"europe{suffix}").snapshot == "eu"
         store.delete_matching(f"europe{suffix}", SnapshotSelectionCriteria.LATEST)
         assert store.load(f"europe{suffix}") is None
-        assert store.load(f"europeitaly{suffix}").snapshot == "it"
+        assert _must_load(store, f"europeitaly{suffix}").snapshot == "it"
 
-    def test_criteria_none_selects_nothing_and_latest_everything(self, store, pid, md) -> None:
+    def test_criteria_none_selects_nothing_and_latest_everything(
+            self, store: SnapshotStore, pid: str, md: list[SnapshotMetadata]) -> None:
         assert store.load(pid, SnapshotSelectionCriteria.NONE) is None
-        assert store.load(pid, SnapshotSelectionCriteria.LATEST).metadata == md[4]
-        assert store.load(pid, SnapshotSelectionCriteria(min_sequence_nr=12, max_sequence_nr=12)).snapshot == "s-2"
+        assert _must_load(store, pid, SnapshotSelectionCriteria.LATEST).metadata == md[4]
+        assert _must_load(store, pid, SnapshotSelectionCriteria(min_sequence_nr=12, max_sequence_nr=12)).snapshot == "s-2"
         assert store.load(pid, SnapshotSelectionCriteria(min_sequence_nr=16)) is None
 
-    def test_delete_with_a_different_timestamp_keeps_the_snapshot(self, store, pid, md) -> None:
+    def test_delete_with_a_different_timestamp_keeps_the_snapshot(
+            self, store: SnapshotStore, pid: str, md: list[SnapshotMetadata]) -> None:
         store.delete(SnapshotMetadata(pid, 15, md[4].timestamp + 1))
-        assert store.load(pid).metadata == md[4]
+        assert _must_load(store, pid).metadata == md[4]
         store.delete(md[4])
-        assert store.load(pid).metadata == md[3]
+        assert _must_load(store, pid).metadata == md[3]
 
-    def test_unserializable_snapshot_is_refused(self, store, pid, md) -> None:
+    def test_unserializable_snapshot_is_refused(
+            self, store: SnapshotStore, pid: str, md: list[SnapshotMetadata]) -> None:
         with pytest.raises(SerializationError, match="NotSerializable"):
             store.save(SnapshotMetadata(pid, 100), {"x": NotSerializable()})
-        assert store.load(pid).metadata == md[4]
+        assert _must_load(store, pid).metadata == md[4]
 
-    def test_snapshot_with_unknown_manifest_raises_instead_of_returning_none(self, store, pid, md) -> None:
+    def test_snapshot_with_unknown_manifest_raises_instead_of_returning_none(
+            self, store: SnapshotStore, pid: str, md: list[SnapshotMetadata]) -> None:
         manifest = f"reprise.tck.EphemeralSnapshot-{uuid.uuid4().hex}"
 
         @dataclass(frozen=True)
@@ -696,14 +736,15 @@ class SnapshotStoreSpec:
             unregister_type(manifest)
         with pytest.raises(SerializationError, match="unknown manifest"):
             store.load(pid)
-        assert store.load(pid, SnapshotSelectionCriteria(max_sequence_nr=99)).snapshot == "s-5"
+        assert _must_load(store, pid, SnapshotSelectionCriteria(max_sequence_nr=99)).snapshot == "s-5"
 
-    def test_corrupted_snapshot_raises_instead_of_returning_none(self, store, snapshot_url, pid, md) -> None:
+    def test_corrupted_snapshot_raises_instead_of_returning_none(
+            self, store: SnapshotStore, snapshot_url: str, pid: str, md: list[SnapshotMetadata]) -> None:
         store = self.corrupt_snapshot(store, snapshot_url, pid, 15)
         try:
             with pytest.raises(JournalCorruption) as err:
                 store.load(pid)
             assert (err.value.persistence_id, err.value.sequence_nr) == (pid, 15)
-            assert store.load(pid, SnapshotSelectionCriteria(max_sequence_nr=14)).snapshot == "s-4"
+            assert _must_load(store, pid, SnapshotSelectionCriteria(max_sequence_nr=14)).snapshot == "s-4"
         finally:
             store.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl
 
 from journal.api import Journal, SnapshotStore
@@ -78,9 +78,9 @@ def _open(url: str, kind: int) -> Any:
 
 def open_journal(url: str) -> Journal:
     """Open the journal at `url` (sqlite://, memory://, postgresql://)."""
-    return _open(url, 0)
+    return cast(Journal, _open(url, 0))
 
 
 def open_snapshot_store(url: str) -> SnapshotStore:
     """Open the snapshot store at `url`; it may be the journal's own URL."""
-    return _open(url, 1)
+    return cast(SnapshotStore, _open(url, 1))
