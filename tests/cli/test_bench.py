@@ -4,6 +4,7 @@ RESULTS.md and a PNG chart."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -90,13 +91,19 @@ def test_reprise_bench_passes_every_option_to_the_runner(capsys) -> None:
     assert "reprise bench: error: unrecognized arguments: --no-such-option" in capsys.readouterr().err
 
 
-def test_reprise_bench_outside_a_checkout_says_how_to_run_the_benchmarks(tmp_path, monkeypatch, capsys) -> None:
-    # An installed package has no bench/ next to it: that is what REPO_ROOT pointing elsewhere means.
-    monkeypatch.setattr(actors.cli, "REPO_ROOT", str(tmp_path))
-    assert main(["bench", "--only", "transport"]) == 2
-    err = capsys.readouterr().err
-    assert "reprise: error: the benchmarks are not installed with the package" in err
-    assert "run `python -m bench` (or `make bench`)" in err
+def test_reprise_bench_outside_a_checkout_says_how_to_run_the_benchmarks(tmp_path) -> None:
+    # The installed layout: the four packages in site-packages, no bench/ next to them.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(actors.cli.__file__)))
+    site = tmp_path / "site-packages"
+    for package in ("actors", "journal", "persistence", "spark_bridge"):
+        shutil.copytree(os.path.join(root, package), site / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    env = dict(os.environ, PYTHONPATH=str(site))
+    done = subprocess.run([sys.executable, "-m", "actors.cli", "bench", "--only", "transport"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "reprise: error: the benchmarks are not installed with the package" in done.stderr
+    assert "run `python -m bench` (or `make bench`)" in done.stderr
 
 
 @pytest.mark.multiproc
