@@ -15,6 +15,7 @@ import logging
 import os
 import pickle
 import sys
+from typing import Any
 
 from . import auth, netsec, thespian_fixes, tls
 from .supervision import WATCH_PARENT_ENV, exit_logger_when_orphaned
@@ -22,7 +23,7 @@ from .supervision import WATCH_PARENT_ENV, exit_logger_when_orphaned
 GC_THRESHOLDS = (20_000, 20, 20)
 
 
-def log_defs(run_dir: str, level: str) -> dict:
+def log_defs(run_dir: str, level: str) -> dict[str, Any]:
     """Thespian logging configuration: actors' records go to `run_dir/actors.log`."""
     return {
         "version": 1,
@@ -33,7 +34,7 @@ def log_defs(run_dir: str, level: str) -> dict:
     }
 
 
-def read_boot_input() -> tuple[dict, bytes | None]:
+def read_boot_input() -> tuple[dict[str, Any], bytes | None]:
     """The (configuration, secret) `actors.start` wrote to stdin; stdin then becomes /dev/null."""
     payload = sys.stdin.buffer.read()
     # The admin and every actor process would otherwise inherit the (drained) pipe.

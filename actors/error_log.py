@@ -35,7 +35,7 @@ class Errors:
     """The error count and the most recent errors (oldest first)."""
 
     count: int
-    recent: tuple
+    recent: tuple[ActorError, ...]
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class ErrorLog:
 
     def __init__(self) -> None:
         self.count = 0
-        self.recent: deque = deque(maxlen=RECENT_ERRORS)
+        self.recent: deque[ActorError] = deque(maxlen=RECENT_ERRORS)
         self.subscribers: list[str] = []
 
     def record(self, error: ActorError) -> list[str]:

@@ -7,6 +7,7 @@ import logging
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
@@ -56,7 +57,7 @@ from .messages import (
 )
 from .paths import ancestors, shard_key, shard_of
 from .supervision import PARENT_WAKEUP, ParentWatch
-from .transport import Outbox, Router, address_key, unpack
+from .transport import Entry, Outbox, Router, address_key, unpack
 
 log = logging.getLogger("reprise.guardian")
 
@@ -69,7 +70,7 @@ STATUS_WAIT = 2.0  # seconds a status request waits for busy hosts before answer
 class GuardianInit:
     """Boot -> guardian: the system configuration."""
 
-    config: dict
+    config: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,8 @@ class HostRecord:
     failure: str | None = None  # why its actor failed, reported before its process exits
     last_exit: str | None = None
     next_attempt: float | None = None  # time.time() of the next restart while backing off
-    waiters: list = field(default_factory=list)
-    held: deque = field(default_factory=deque)
+    waiters: list[Any] = field(default_factory=list)  # Thespian addresses of those to tell when it is up
+    held: deque[Entry] = field(default_factory=deque)
 
 
 @dataclass
@@ -102,23 +103,23 @@ class StatusRequest:
     """A status request waiting for the running hosts' HostStats."""
 
     requester: Any
-    hosts: dict
-    waiting: set
+    hosts: dict[str, HostInfo]
+    waiting: set[str]
 
 
-class Guardian(ThespianActor):
+class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type information)
     """Supervises hosts (restarting crashed ones), publishes routes, and records dead letters."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.config: dict = {}
+        self.config: dict[str, Any] = {}
         self.hosts: dict[str, HostRecord] = {}
         self.temp_routes: dict[str, Any] = {}
         self.epoch = 0
         self.router = Router()
         self.outbox: Outbox | None = None
         self.dead_count = 0
-        self.recent: deque = deque(maxlen=RECENT_DEAD_LETTERS)
+        self.recent: deque[DeadLetter] = deque(maxlen=RECENT_DEAD_LETTERS)
         self.dead_subscribers: list[str] = []
         self.errors = ErrorLog()
         self.shutting_down = False
@@ -128,7 +129,7 @@ class Guardian(ThespianActor):
         self.parent_watch: ParentWatch | None = None
 
     @staticmethod
-    def actorSystemCapabilityCheck(capabilities: dict, requirements: dict | None) -> bool:
+    def actorSystemCapabilityCheck(capabilities: dict[str, Any], requirements: dict[str, Any] | None) -> bool:
         """Only the leader's admin hosts the guardian (members find it through the leader)."""
         return bool(capabilities.get("Reprise Leader"))
 
@@ -159,7 +160,7 @@ class Guardian(ThespianActor):
     def _routes(self) -> dict[str, Any]:
         routes = {GUARDIAN_PATH: self.myAddress}
         routes.update(self.temp_routes)
-        shards: dict[str, list] = {}
+        shards: dict[str, list[Any]] = {}
         for record in self.hosts.values():
             spec = record.spec
             if _serving(record):
@@ -304,7 +305,7 @@ class Guardian(ThespianActor):
             lead.waiters.clear()
         held, record.held = record.held, deque()
         for entry in held:
-            self.outbox.add(address_key(sender), sender, entry)
+            self._queue(address_key(sender), sender, entry)
 
     def _host_done(self, message: HostDone, sender: Any) -> None:
         record = self.hosts.get(message.path)
@@ -417,9 +418,9 @@ class Guardian(ThespianActor):
             self._publish()
             return
         for prefix in ancestors(path):
-            record = self._serving(prefix, path)
-            if record is not None and record.state == "running" and record.spec.entities:
-                self.send(record.address, StopEntity(path))
+            host = self._serving(prefix, path)
+            if host is not None and host.state == "running" and host.spec.entities:
+                self.send(host.address, StopEntity(path))
                 self.send(sender, Spawned(path))
                 return
         self.send(sender, Spawned(path, f"nothing runs at {path}"))
@@ -431,7 +432,7 @@ class Guardian(ThespianActor):
         for entry in unpack(batch, self._unpicklable):
             self._reroute(entry, None)
 
-    def _reroute(self, entry: tuple, dead_key: str | None) -> None:
+    def _reroute(self, entry: Entry, dead_key: str | None) -> None:
         """Deliver an entry someone could not: forward it, hold it for a restarting host, or dead-letter it."""
         sender, target, message = entry
         if target == GUARDIAN_PATH:
@@ -441,7 +442,7 @@ class Guardian(ThespianActor):
             record = self._serving(prefix, target)
             if record is not None:
                 if _serving(record) and address_key(record.address) != dead_key:
-                    self.outbox.add(address_key(record.address), record.address, entry)
+                    self._queue(address_key(record.address), record.address, entry)
                 elif record.state in ("starting", "restarting", "running", "backoff"):
                     if len(record.held) < record.spec.hold_limit:
                         record.held.append(entry)
@@ -454,7 +455,7 @@ class Guardian(ThespianActor):
                 return
         hit = self.router.resolve(target)
         if hit is not None and hit[0] != dead_key and hit[0] != address_key(self.myAddress):
-            self.outbox.add(hit[0], hit[1], entry)
+            self._queue(hit[0], hit[1], entry)
             return
         self._dead(sender, target, message, f"no actor serves {target}")
 
@@ -468,7 +469,7 @@ class Guardian(ThespianActor):
             for path in self.errors.record(message):
                 hit = self.router.resolve(path)
                 if hit is not None:
-                    self.outbox.add(hit[0], hit[1], (GUARDIAN_PATH, path, message))
+                    self._queue(hit[0], hit[1], (GUARDIAN_PATH, path, message))
         elif isinstance(message, SubscribeErrors):
             self.errors.subscribe(message.path)
         else:
@@ -485,14 +486,18 @@ class Guardian(ThespianActor):
         for path in self.dead_subscribers:
             hit = self.router.resolve(path)
             if hit is not None:
-                self.outbox.add(hit[0], hit[1], (GUARDIAN_PATH, path, letter))
+                self._queue(hit[0], hit[1], (GUARDIAN_PATH, path, letter))
 
     def _release_held(self, record: HostRecord, reason: str) -> None:
         held, record.held = record.held, deque()
         for sender, target, message in held:
             self._dead(sender, target, message, reason)
 
-    def _unpicklable(self, entry: tuple, why: str) -> None:
+    def _queue(self, key: str, address: Any, entry: Entry) -> None:
+        assert self.outbox is not None  # made by _init, which comes before any message to route
+        self.outbox.add(key, address, entry)
+
+    def _unpicklable(self, entry: Entry, why: str) -> None:
         sender, target, message = entry
         self._dead(sender, target, repr(message), f"message {why}")
 
@@ -601,7 +606,7 @@ class Guardian(ThespianActor):
         elif not isinstance(dead, (DirectoryUpdate, InitHost, StopEntity, ActorExitRequest, GetHostStats)):
             self._dead(None, str(envelope.deadAddress), dead, "target actor process is gone")
 
-    _handlers = {
+    _handlers: dict[type, Callable[[Guardian, Any, Any], None]] = {
         GuardianInit: _init,
         WhereIsGuardian: _where,
         GetDirectory: _get_directory,
@@ -646,7 +651,7 @@ def _is_dead_child(pid: int, parent: int) -> bool:
     return fields[0] == "Z" and int(fields[1]) == parent
 
 
-class NodeAgent(ThespianActor):
+class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type information)
     """One per admin (leader and members): tells local clients where the guardian is.
 
     Thespian 4.0.1 hangs on the second globalName lookup forwarded through a member admin, so

@@ -18,7 +18,7 @@ from typing import Any
 
 from .messages import GUARDIAN_PATH, Barrier
 from .paths import shard_key, shard_of
-from .transport import SHARDED
+from .transport import SHARDED, Entry
 
 log = logging.getLogger("reprise.host")
 
@@ -34,7 +34,7 @@ class _Pending:
     token: int
     via: str  # a path the destination serves (the Barrier's target)
     wait_key: str | None  # the old address whose batches must settle first
-    entries: list = field(default_factory=list)
+    entries: list[Entry] = field(default_factory=list)
     barrier_sent: bool = False
 
 
@@ -54,7 +54,7 @@ class Handover:
 
     def __init__(self, host: Any) -> None:
         self.host = host
-        self.inflight: dict[str, int] = {}
+        self.inflight: dict[str | None, int] = {}
         self.pending: dict[str, _Pending] = {}  # destination host name -> its handover
         self.barriers: dict[int, str | None] = {}  # token -> destination host name (None: expired), on their way
         self.via_guardian: set[str] = set()  # destination host names we sent to while the guardian held them
@@ -88,7 +88,7 @@ class Handover:
         if name is not None and not name.startswith(("/temp/", "/system/")):
             self.via_guardian.add(name)
 
-    def park(self, entry: tuple) -> bool:
+    def park(self, entry: Entry) -> bool:
         """Hold `entry` back if its destination is being handed over; True if held."""
         name = self.host.router.locate(entry[1])
         pending = self.pending.get(name) if name is not None else None
@@ -97,7 +97,8 @@ class Handover:
         pending.entries.append(entry)
         return True
 
-    def routes_changed(self, before: dict, after: dict, guardian_key: str | None) -> None:
+    def routes_changed(self, before: dict[str, tuple[str, Any]], after: dict[str, tuple[str, Any]],
+                       guardian_key: str | None) -> None:
         """Start a handover for every destination whose address changed while we may have messages on the way."""
         for prefix, old in before.items():
             new = after.get(prefix)

@@ -19,7 +19,8 @@ def importable_name() -> str | None:
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     if spec is not None and spec.name and spec.name != "__main__":
-        return spec.name  # run with `python -m package.module`
+        name: str = spec.name  # run with `python -m package.module`
+        return name
     path = getattr(main, "__file__", None)
     if not path or not path.endswith(".py"):
         return None  # an interactive session or `python -c`: nothing another process could import

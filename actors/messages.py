@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .paths import shard_key
 from .supervision import DEFAULT_HOLD_LIMIT, Backoff
 from .validation import SHARD_PLACEHOLDER, check_store_url  # noqa: F401 - importers of messages use both
+
+if TYPE_CHECKING:
+    from .error_log import ActorError
 
 GUARDIAN_PATH = "/system/guardian"
 
@@ -47,7 +50,7 @@ class Scatter:
         raise NotImplementedError
 
 
-def public_config(config: dict) -> dict:
+def public_config(config: dict[str, Any]) -> dict[str, Any]:
     """`config` as shown to clients (SystemStatus, `reprise status`): passwords in its URLs replaced by ***."""
     from journal.urls import redact_url
 
@@ -61,8 +64,8 @@ class HostSpec:
     path: str
     factory: Any  # a class (importable by module path) or "module:Class"
     entities: bool = False
-    args: tuple = ()
-    kwargs: dict = field(default_factory=dict)
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
     passivate_after: float | None = 120.0
     max_restarts: int = 10
     restart_window: float = 60.0
@@ -95,7 +98,7 @@ class HostSpec:
 class ShardSet:
     """A route to the shards of an entity host: `addresses[k]` serves the entities of shard k."""
 
-    addresses: tuple
+    addresses: tuple[Any, ...]  # Thespian addresses
 
 
 @dataclass(frozen=True)
@@ -103,9 +106,9 @@ class InitHost:
     """Guardian -> new host: what to serve, the directory, and the system configuration."""
 
     spec: HostSpec
-    routes: dict
+    routes: dict[str, Any]  # prefix -> Thespian address or ShardSet
     epoch: int
-    config: dict
+    config: dict[str, Any]
     guardian: Any
 
 
@@ -149,7 +152,7 @@ class ActorRestarted:
 class DirectoryUpdate:
     """Guardian -> hosts: the current routes (prefix -> Thespian address)."""
 
-    routes: dict
+    routes: dict[str, Any]  # prefix -> Thespian address or ShardSet
     epoch: int
 
 
@@ -225,7 +228,7 @@ class DeadLetters:
     """The dead-letter count and the most recent ones."""
 
     count: int
-    recent: tuple
+    recent: tuple[DeadLetter, ...]
 
 
 @dataclass(frozen=True)
@@ -249,10 +252,10 @@ class GetStatus:
 class SystemStatus:
     """Hosts (path -> HostInfo) and the dead-letter count."""
 
-    hosts: dict
+    hosts: dict[str, HostInfo]
     dead_letters: int
-    config: dict
-    errors: tuple = ()
+    config: dict[str, Any]
+    errors: tuple[ActorError, ...] = ()
     """The most recent errors inside actors (actors.error_log.ActorError), oldest first."""
 
 
@@ -269,7 +272,7 @@ class HostInfo:
     entities: bool
     alive: int | None = None
     """Actors alive in the host (entities currently in memory); None when the host did not answer."""
-    counters: dict = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
     """Sums of the hosted actors' `stats()` counters, e.g. {"unconfirmed": 3}."""
     last_exit: str | None = None
     """Why the host last died or failed (None if it never did)."""
@@ -291,7 +294,7 @@ class HostStats:
     token: int
     path: str
     alive: int
-    counters: dict
+    counters: dict[str, int]
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 log = logging.getLogger("reprise.netsec")
 
@@ -38,7 +39,7 @@ def apply() -> None:
         return
     from thespian.system.transport import IPBase, TCPTransport
 
-    def bind_args(self):
+    def bind_args(self: Any) -> tuple[tuple[str, int]]:
         host, port = self.bindname[0], self.bindname[1]
         if host in ("", "0.0.0.0"):
             host = bind_address()
@@ -49,13 +50,13 @@ def apply() -> None:
     original_new_socket = TCPTransport.TCPTransport.new_socket
     original_accept = TCPTransport.TCPTransport._acceptNewIncoming
 
-    def new_socket(self, op, *args, **kwargs):
+    def new_socket(self: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
         result = original_new_socket(self, op, *args, **kwargs)
         if getattr(op, "__name__", "") == "accept" and result[1][0] not in allowed_peers():
             self._reprise_refused = result
         return result
 
-    def accept_new_incoming(self):
+    def accept_new_incoming(self: Any) -> None:
         # Let Thespian accept as usual, then drop a refused peer's socket before anything is read
         # from it. (Raising inside accept sends Thespian's admin down an error path that kills it.)
         self._reprise_refused = None

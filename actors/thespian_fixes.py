@@ -32,6 +32,7 @@ be handled as usual.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import timedelta
 from importlib import metadata
 from typing import Any
@@ -74,21 +75,21 @@ def apply() -> None:
     original_deliver = wakeupTransportBase._deliver_wakeups
     original_drain = atb.asyncTransportBase._drain_tx_queue_if_needed
 
-    def deliver_wakeups(self, incoming_handler):
+    def deliver_wakeups(self: Any, incoming_handler: Any) -> Any:
         if incoming_handler is TransmitOnly or isinstance(incoming_handler, TransmitOnly):
             return None  # leave them queued (Thespian handed one to the drain loop, which dropped it)
         return original_deliver(self, incoming_handler)
 
-    def drain_tx_queue_if_needed(self, max_delay=None):
+    def drain_tx_queue_if_needed(self: Any, max_delay: Any = None) -> Any:
         if not hasattr(self, "_incomingEnvelopes"):  # not the TCP transport: leave it to Thespian
             return original_drain(self, max_delay)
         queued, _ = self._complete_expired_intents()
         if queued < atb.MAX_QUEUED_TRANSMITS or not self._aTB_rx_pause_enabled:
             return
         finish = ExpirationTimer(max_delay if max_delay else None)
-        kept: list = []
+        kept: list[Any] = []
 
-        def keep(envelope):
+        def keep(envelope: Any) -> bool:
             kept.append(envelope)
             return True  # go on running
 
@@ -146,11 +147,11 @@ def release_inherited_sockets() -> list[int]:
 def _release_inherited_sockets_in_children() -> None:
     from thespian.system import multiprocCommon as mpc
 
-    def releasing(target):
-        def start(*args, **kwargs):
+    def releasing(target: Callable[..., Any]) -> Callable[..., Any]:
+        def start(*args: Any, **kwargs: Any) -> Any:
             release_inherited_sockets()
             return target(*args, **kwargs)
-        start.__wrapped__ = target
+        start.__wrapped__ = target  # type: ignore[attr-defined]
         return start
 
     # Thespian looks these up by name when it forks the admin, the logger and each actor.
@@ -174,7 +175,8 @@ def retry_reset_connections_at_once() -> None:
         return
 
     def retry(self: Any, immediately: bool = False) -> bool:
-        return original(self, immediately=immediately or getattr(self, "_attempts", 0) == 0)
+        retried: bool = original(self, immediately=immediately or getattr(self, "_attempts", 0) == 0)
+        return retried
 
     retry.reprise_patched = True  # type: ignore[attr-defined]
     TransmitIntent.retry = retry

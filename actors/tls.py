@@ -525,7 +525,7 @@ class TlsListener(socket.socket):
 
     def accept(self) -> tuple[TlsSocket, Any]:
         """Accept a connection; its TLS handshake runs later, without blocking, in the transport's loop."""
-        fd, addr = self._accept()
+        fd, addr = self._accept()  # type: ignore[attr-defined]  # (socket.socket's, untyped)
         sock = TlsSocket(self.family, self.type, self.proto, fileno=fd, contexts=self._contexts, server_side=True)
         return sock, addr
 
@@ -596,7 +596,7 @@ def apply() -> None:
     original_init = tcp.TCPTransport.__init__
     original_new_socket = tcp.TCPTransport.new_socket
 
-    def init(self, *args, **kwargs):
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
         self._reprise_tls = _current  # fixed per transport, like its HMAC key: a later use() must not change it
         original_init(self, *args, **kwargs)
         if self._reprise_tls is not None:
@@ -604,10 +604,10 @@ def apply() -> None:
             self.socket = TlsListener(plain.family, plain.type, plain.proto, fileno=plain.detach(),
                                       contexts=self._reprise_tls)
 
-    def new_socket(self, op, *args, **kwargs):
+    def new_socket(self: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
         contexts = getattr(self, "_reprise_tls", None)
         if contexts is not None and op is socket.socket:
-            def op(*a, **kw):
+            def op(*a: Any, **kw: Any) -> TlsSocket:
                 return TlsSocket(*a, contexts=contexts, server_side=False, **kw)
         return original_new_socket(self, op, *args, **kwargs)
 

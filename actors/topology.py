@@ -90,9 +90,9 @@ class ActorEntry:
     path: str
     factory: str
     entities: bool = False
-    args: tuple = ()
-    kwargs: dict = field(default_factory=dict)
-    options: dict = field(default_factory=dict)
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

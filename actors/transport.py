@@ -16,7 +16,7 @@ from .paths import ancestors, shard_key, shard_of
 log = logging.getLogger("reprise.transport")
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
-Entry = tuple  # (sender path | None, target path, message)
+Entry = tuple[str | None, str, Any]  # (sender path | None, target path, message)
 
 _PLAIN_TYPES = {str, int, float, bool, bytes, type(None), tuple, list, dict, frozenset, set}
 _checked_types: set[type] = set()
@@ -32,7 +32,7 @@ def check_message(message: Any) -> None:
             f"message type {cls.__qualname__} is defined in __main__, which other processes cannot import; "
             "move it into an importable module, or run your script as a file (`python script.py`)"
         )
-    if dataclasses.is_dataclass(cls) and not cls.__dataclass_params__.frozen:
+    if dataclasses.is_dataclass(cls) and not cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
         raise UnpicklableMessage(
             f"message type {cls.__qualname__} is a mutable dataclass; declare it @dataclass(frozen=True) "
             "so that senders and receivers cannot share mutable state"
@@ -149,7 +149,7 @@ def unpack(batch: Batch, on_bad: Callable[[Entry, str], None]) -> list[Entry]:
     as (sender, target, description) with the reason, and the others are still returned, in order.
     """
     try:
-        entries = pickle.loads(batch.payload)
+        entries: list[Entry] = pickle.loads(batch.payload)
     except Exception as exc:
         # The fast path is one loads per batch; only a failing batch pays for finding the culprits.
         entries = _salvage(batch, exc, on_bad)
@@ -189,10 +189,11 @@ def _missing_in(obj: Any, depth: int = 0) -> str | None:
         return type(obj)._reprise_missing
     if depth > 20 or isinstance(obj, (str, bytes, int, float, bool, type(None))):
         return None
+    children: list[Any]
     if isinstance(obj, dict):
         children = [*obj.keys(), *obj.values()]
     elif isinstance(obj, (tuple, list, set, frozenset)):
-        children = obj
+        children = list(obj)
     else:
         children = list(getattr(obj, "__dict__", {}).values())
         children += [getattr(obj, slot, None) for slot in getattr(type(obj), "__slots__", ())]
