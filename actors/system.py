@@ -72,7 +72,7 @@ from .messages import (
 )
 from .paths import printable, validate_path
 from .supervision import DEFAULT_HOLD_LIMIT, Backoff, check_hold_limit
-from .transport import Router, address_key, check_message, pack, unpack
+from .transport import Entry, Router, address_key, check_message, pack, unpack
 from .validation import (
     check_ip,
     check_leader,
@@ -742,7 +742,8 @@ class System:
         except ActorSystemException as exc:
             raise MessageNotSent(f"this client's endpoint failed while waiting: {exc}") from None
 
-    def _unreadable(self, entry: tuple, why: str) -> None:
+    def _unreadable_entry(self, entry: Entry, why: str) -> None:
+        """Log and dead-letter an entry this client cannot unpickle; the rest of its batch is still delivered."""
         sender, target, description = entry
         log.error("message %s from %s to %s %s", description, sender, target, why)
         letter = DeadLetter(sender, target, description, f"message {why}")
@@ -818,7 +819,7 @@ class System:
 
     def _accept(self, message: Any) -> None:
         if isinstance(message, Batch):
-            for sender, target, payload in unpack(message, self._unreadable):
+            for sender, target, payload in unpack(message, self._unreadable_entry):
                 if target in self._listening_paths:
                     self._mailbox[target].append((payload, sender))
                 else:
