@@ -19,7 +19,7 @@ import time
 import uuid
 from collections import defaultdict, deque
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from thespian.actors import (
     ActorSystem,
@@ -68,7 +68,6 @@ from .messages import (
     SystemStatus,
     UnregisterRoute,
     WhereIsGuardian,
-    check_store_url,
 )
 from .paths import printable, validate_path
 from .supervision import DEFAULT_HOLD_LIMIT, Backoff, check_hold_limit
@@ -81,9 +80,11 @@ from .validation import (
     check_peers,
     check_port,
     check_spawn_options,
+    check_store_url,
 )
 
 log = logging.getLogger("reprise.system")
+R = TypeVar("R")
 _LOGGED_ERROR = re.compile(r"^[\w.]+(Error|Exception): ")
 
 BASES = {"local": "simpleSystemBase", "multiproc": "multiprocTCPBase"}
@@ -360,7 +361,8 @@ def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nothing listens on right now."""
     with socket.socket() as s:
         s.bind((host, 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _wait_closed(host: str, port: int, timeout: float) -> None:
@@ -445,7 +447,7 @@ class System:
     """
 
     def __init__(self, asys: ActorSystem, *, base: str, guardian: Any, owner: bool,
-                 admin_port: int | None = None, config: dict | None = None) -> None:
+                 admin_port: int | None = None, config: dict[str, Any] | None = None) -> None:
         self._asys = asys
         self.base = base
         self.admin_port = admin_port
@@ -460,7 +462,7 @@ class System:
         self._fetched = float("-inf")
         self._registered = False
         self._listening_paths: set[str] = set()
-        self._mailbox: dict[str, deque] = defaultdict(deque)
+        self._mailbox: dict[str, deque[tuple[Any, str | None]]] = defaultdict(deque)
         self._asks = itertools.count(1)
         self._detours: dict[str, str] = {}  # host name -> a path of it, for hosts we sent to via the guardian
         self._lock = threading.RLock()
@@ -477,11 +479,13 @@ class System:
             self.close()
 
     # ---- actors ------------------------------------------------------------------------------------
-    def spawn(self, cls: Any, path: str, *, entities: bool = False, args: tuple = (), kwargs: dict | None = None,
+    def spawn(self, cls: Any, path: str, *, entities: bool = False, args: tuple[Any, ...] = (),
+              kwargs: dict[str, Any] | None = None,
               passivate_after: float | None = 120.0, max_restarts: int = 10, restart_window: float = 60.0,
               linger: float = 0.0, batch_cap: int = 2000, node: str | None = None, shards: int = 1,
               journal: str | None = None, snapshot_store: str | None = None,
-              backoff: Backoff | tuple | dict | None = None, hold_limit: int = DEFAULT_HOLD_LIMIT,
+              backoff: Backoff | tuple[float, ...] | dict[str, float | None] | None = None,
+              hold_limit: int = DEFAULT_HOLD_LIMIT,
               timeout: float = 60.0) -> str:
         """Start `cls` at `path` (or, with entities=True, one `cls` per path below it, on demand).
 
@@ -542,7 +546,7 @@ class System:
     def tell_many(self, items: Any, sender: str | None = None) -> None:
         """Send many (path, message) pairs, one Thespian message per destination process."""
         self._check_running()
-        groups: dict[str, tuple[Any, list]] = {}
+        groups: dict[str, tuple[Any, list[Entry]]] = {}
         guardian = address_key(self._guardian)
         for path, message in items:
             validate_path(path)
@@ -714,7 +718,7 @@ class System:
         from thespian.system.transport import TransmitIntent
 
         base = self._asys._systemBase
-        failed: list = []
+        failed: list[Any] = []
 
         def on_error(result: Any, intent: Any) -> None:
             failed.append(result)
@@ -752,7 +756,7 @@ class System:
         except RepriseError:
             log.exception("could not report a dead letter to the guardian")
 
-    def _refuse(self, entry: tuple, why: str) -> None:
+    def _refuse(self, entry: Entry, why: str) -> None:
         raise UnpicklableMessage(f"message {type(entry[2]).__qualname__} to {entry[1]} {why}")
 
     def _ensure_route(self) -> None:
@@ -777,7 +781,7 @@ class System:
         self._router.replace(update.routes, update.epoch)
         self._fetched = time.monotonic()
 
-    def _request(self, message: Any, expect: type, timeout: float) -> Any:
+    def _request(self, message: Any, expect: type[R], timeout: float) -> R:
         """Ask the guardian; messages for probes that arrive meanwhile go to the mailbox."""
         self._check_running()
         check_number("timeout", timeout, hint="seconds to wait for the actor system's answer")
