@@ -1,8 +1,16 @@
-"""Errors raised by the actors layer; each names what was wrong and how to fix it."""
+"""Errors raised by the actors layer; each names what was wrong and how to fix it.
 
+Every one subclasses `RepriseError`, Reprise's single error root. It is defined in journal/errors.py, the
+bottom layer, so that journal, actors, persistence and spark_bridge errors all share it without an
+upward import; `actors.RepriseError` is that same class, re-exported here.
+"""
 
-class RepriseError(Exception):
-    """Base class of every error Reprise raises on purpose."""
+from journal.errors import RepriseError
+
+__all__ = [
+    "ActorFailed", "AskTimeout", "ConfigError", "InvalidPath", "MessageNotSent", "PathTaken", "RepriseError",
+    "SendTimeout", "SpawnFailed", "SystemNotRunning", "ThespianVersionError", "UnpicklableMessage",
+]
 
 
 class InvalidPath(RepriseError, ValueError):
