@@ -5,6 +5,8 @@ bottom layer, so that journal, actors, persistence and spark_bridge errors all s
 upward import; `actors.RepriseError` is that same class, re-exported here.
 """
 
+from __future__ import annotations
+
 from journal.errors import RepriseError
 
 __all__ = [
@@ -65,5 +67,5 @@ class ActorFailed(RepriseError):
         self.remote_type = remote_type
         self.remote_message = remote_message
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[type[ActorFailed], tuple[str, str, str]]:
         return type(self), (self.path, self.remote_type, self.remote_message)

@@ -1,7 +1,7 @@
 """Reprise's error root, and the exceptions raised by journals, snapshot stores and the serializer.
 
-`RepriseError` lives here, in the bottom layer, so that every layer (journal, actors, persistence,
-spark_bridge) can subclass it without importing upwards; `actors.RepriseError` is the same class.
+`RepriseError` lives here, in the bottom layer, so that the errors of every layer above can subclass
+it with a downward arrow only; the actors package re-exports this very class as `actors.RepriseError`.
 """
 
 from __future__ import annotations
