@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from journal.errors import RepriseError
 from journal.urls import REDACTED, redact_url
 
 from .paths import printable
@@ -27,7 +28,7 @@ PROG = "reprise"
 JOURNAL_ENV = "REPRISE_JOURNAL"
 
 
-class CliError(Exception):
+class CliError(RepriseError):
     """An error reported as one line plus a hint; `code` 2 for bad input, 1 for runtime failures."""
 
     def __init__(self, message: str, hint: str | None = None, code: int = 1) -> None:

@@ -29,10 +29,10 @@ from .actor import Actor
 from .error_log import ActorFailure, is_ask, make_error, one_line
 from .errors import SpawnFailed
 from .handover import POKE, Handover
+from .host_options import HostOptions, check_host_options
 from .inflight import BOUNCED, InFlight
 from .messages import (
     GUARDIAN_PATH,
-    SHARD_PLACEHOLDER,
     ActorBackingOff,
     ActorRestarted,
     Barrier,
@@ -89,9 +89,9 @@ class Host:
         self.path = spec.path
         self.key = spec.key  # the path, or the path and shard number: what the guardian and peers call us
         self.config = init.config
+        self.factory = resolve_factory(spec.factory)  # first: importing it registers its layer's host checks
         if spec.journal or spec.snapshot_store:
             self.config = self._own_stores(spec)
-        self.factory = resolve_factory(spec.factory)
         self.router = Router()
         self.router.replace(init.routes, init.epoch)
         self.my_key = address_key(my_address)
@@ -155,13 +155,11 @@ class Host:
             template = getattr(spec, name)
             if template:
                 config[name] = spec.store_url(template)
-        if spec.journal and SHARD_PLACEHOLDER in spec.journal:
-            from persistence.plugins import check_shard_layout  # actors itself does not need persistence
-
-            try:
-                check_shard_layout(config["journal"], spec.path, spec.shard, spec.shards)
-            except ValueError as e:
-                raise SpawnFailed(str(e)) from None
+        own = {name: getattr(spec, name) for name in ("journal", "snapshot_store") if getattr(spec, name)}
+        try:  # what the options mean is checked by the layer that owns them (persistence: shard layouts)
+            check_host_options(HostOptions(spec.path, spec.shard, spec.shards, config, own))
+        except ValueError as e:
+            raise SpawnFailed(str(e)) from None
         return config
 
     def watch_routes(self, actor: Actor) -> None:
