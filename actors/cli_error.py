@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from journal.errors import RepriseError
+
 PROG = "reprise"
 
 
-class CliError(Exception):
+class CliError(RepriseError):
     """An error reported as one line plus a hint; `code` 2 for bad input, 1 for runtime failures."""
 
     def __init__(self, message: str, hint: str | None = None, code: int = 1) -> None:

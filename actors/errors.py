@@ -1,8 +1,18 @@
-"""Errors raised by the actors layer; each names what was wrong and how to fix it."""
+"""Errors raised by the actors layer; each names what was wrong and how to fix it.
 
+Every one subclasses `RepriseError`, Reprise's single error root. It is defined in journal/errors.py, the
+bottom layer, so that journal, actors, persistence and spark_bridge errors all share it without an
+upward import; `actors.RepriseError` is that same class, re-exported here.
+"""
 
-class RepriseError(Exception):
-    """Base class of every error Reprise raises on purpose."""
+from __future__ import annotations
+
+from journal.errors import RepriseError
+
+__all__ = [
+    "ActorFailed", "AskTimeout", "ConfigError", "InvalidPath", "MessageNotSent", "PathTaken", "RepriseError",
+    "SendTimeout", "SpawnFailed", "SystemNotRunning", "ThespianVersionError", "UnpicklableMessage",
+]
 
 
 class InvalidPath(RepriseError, ValueError):
@@ -57,5 +67,5 @@ class ActorFailed(RepriseError):
         self.remote_type = remote_type
         self.remote_message = remote_message
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[type[ActorFailed], tuple[str, str, str]]:
         return type(self), (self.path, self.remote_type, self.remote_message)

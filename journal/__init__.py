@@ -1,12 +1,12 @@
 """Event journal and snapshot store: SQLite (default), in-memory, PostgreSQL; msgpack; a shipped TCK.
 
     from journal import open_journal, AtomicWrite, PersistentRepr
-    j = open_journal("sqlite:///var/lib/app/journal.db")
+    j = open_journal("sqlite:///var/lib/app/journal.db")   # or any scheme given to register_scheme
     j.write_messages([AtomicWrite([PersistentRepr("evt", sequence_nr=1, persistence_id="p")])])
 """
 
 from journal.api import Journal, SnapshotStore
-from journal.errors import JournalCorruption, JournalError, SerializationError
+from journal.errors import InvalidUrl, JournalCorruption, JournalError, RepriseError, SerializationError
 from journal.model import (
     MAX_SEQUENCE_NR,
     AtomicWrite,
@@ -19,6 +19,7 @@ from journal.model import (
     SnapshotSelectionCriteria,
     VerifyReport,
 )
+from journal.registry import register_scheme, registered_schemes, unregister_scheme
 from journal.serialization import register_type, register_upcaster, unregister_type
 from journal.urls import SCHEMES, open_journal, open_snapshot_store
 
@@ -38,12 +39,14 @@ __all__ = [
     "SCHEMES",
     "AtomicWrite",
     "EventEnvelope",
+    "InvalidUrl",
     "Journal",
     "JournalCorruption",
     "JournalError",
     "PersistenceIdSummary",
     "PersistentRepr",
     "Problem",
+    "RepriseError",
     "SelectedSnapshot",
     "SerializationError",
     "SnapshotMetadata",
@@ -52,8 +55,11 @@ __all__ = [
     "VerifyReport",
     "open_journal",
     "open_snapshot_store",
+    "register_scheme",
     "register_type",
+    "registered_schemes",
     "register_upcaster",
+    "unregister_scheme",
     "unregister_type",
     "verify",
 ]

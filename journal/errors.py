@@ -1,9 +1,17 @@
-"""Exceptions raised by journals, snapshot stores and the serializer."""
+"""Reprise's error root, and the exceptions raised by journals, snapshot stores and the serializer.
+
+`RepriseError` lives here, in the bottom layer, so that the errors of every layer above can subclass
+it with a downward arrow only; the actors package re-exports this very class as `actors.RepriseError`.
+"""
 
 from __future__ import annotations
 
 
-class JournalError(Exception):
+class RepriseError(Exception):
+    """Base class of every error Reprise raises on purpose (each also keeps the builtin base users catch)."""
+
+
+class JournalError(RepriseError):
     """A journal or snapshot-store operation failed, or its outcome is unknown (I/O, lost connection)."""
 
 
@@ -18,3 +26,7 @@ class JournalCorruption(JournalError):
 
 class SerializationError(JournalError):
     """A payload could not be serialized, or a stored payload could not be deserialized."""
+
+
+class InvalidUrl(RepriseError, ValueError):
+    """A journal or snapshot-store URL is malformed, or its scheme is not registered."""

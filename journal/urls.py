@@ -1,18 +1,21 @@
-"""`open_journal(url)` and `open_snapshot_store(url)`: pick a backend by URL scheme."""
+"""`open_journal(url)` and `open_snapshot_store(url)`: open the backend registered for the URL's scheme."""
 
 from __future__ import annotations
 
-import importlib
 import re
 from dataclasses import dataclass
-from typing import Any, cast
 from urllib.parse import parse_qsl
 
 from journal.api import Journal, SnapshotStore
+from journal.errors import InvalidUrl
+from journal.registry import BUILTIN_SCHEMES, Backend, backend_for, registered_schemes, supported
 
 __all__ = ["open_journal", "open_snapshot_store", "parse_url", "redact_url", "SCHEMES"]
 
 SCHEMES = ("sqlite", "memory", "postgresql")
+"""The schemes of the shipped backends (postgres:// is accepted as postgresql://); see `registered_schemes()`."""
+
+_EXAMPLES = "e.g. sqlite:///abs/path.db, sqlite://relative.db, memory://name, postgresql://user@host:port/db"
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,21 +28,22 @@ class ParsedUrl:
 
 
 def parse_url(url: str) -> ParsedUrl:
-    """Split `url`; raise ValueError naming the supported schemes for anything else."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme not in SCHEMES and scheme != "postgres":
-        raise ValueError(f"unsupported journal URL {redact_url(url)!r}: use one of "
-                         f"{', '.join(s + '://' for s in SCHEMES)} "
-                         f"(e.g. sqlite:///abs/path.db, sqlite://relative.db, memory://name, "
-                         f"postgresql://user@host:port/db)")
+    """Split `url`; raise InvalidUrl (a ValueError) naming the registered schemes for anything else.
+
+    A registered (plugin) scheme's target is the whole URL: its factories parse their own URLs.
+    """
+    scheme, sep, rest = url.partition("://") if isinstance(url, str) else ("", "", "")
+    if not sep or scheme not in registered_schemes():
+        raise InvalidUrl(f"unsupported journal URL {redact_url(url)!r}: use one of {supported()} ({_EXAMPLES}; "
+                         "other schemes: journal.register_scheme)")
     if scheme == "postgres":
         scheme = "postgresql"
-    if scheme == "postgresql":
-        return ParsedUrl(scheme, url, {})  # the postgres backend separates its own options
+    if scheme not in BUILTIN_SCHEMES or scheme == "postgresql":
+        return ParsedUrl(scheme, url, {})  # the backend separates its own options
     target, _, query = rest.partition("?")
     options = dict(parse_qsl(query, keep_blank_values=True))
     if scheme == "sqlite" and not target:
-        raise ValueError(f"sqlite journal URL {url!r} names no file: use sqlite:///abs/path.db or sqlite://rel.db")
+        raise InvalidUrl(f"sqlite journal URL {url!r} names no file: use sqlite:///abs/path.db or sqlite://rel.db")
     return ParsedUrl(scheme, target, options)
 
 
@@ -59,28 +63,25 @@ def redact_url(url: str | None) -> str | None:
     return _PASSWORD_PARAM.sub(lambda m: m["key"] + REDACTED, url)
 
 
-# scheme -> (module, journal class, snapshot store class); imported on use so that e.g. psycopg is only
-# needed by those who open a postgresql:// URL.
-_BACKENDS = {
-    "sqlite": ("journal.sqlite", "SqliteJournal", "SqliteSnapshotStore"),
-    "memory": ("journal.memory", "MemoryJournal", "MemorySnapshotStore"),
-    "postgresql": ("journal.postgres", "PostgresJournal", "PostgresSnapshotStore"),
-}
-
-
-def _open(url: str, kind: int) -> Any:
-    p = parse_url(url)
-    if p.scheme == "memory" and p.options:
-        raise ValueError(f"{url!r}: memory journals take no options, got {sorted(p.options)}")
-    module, *classes = _BACKENDS[p.scheme]
-    return getattr(importlib.import_module(module), classes[kind])(p.target, **p.options)
+def _backend(url: str, kind: str) -> Backend:
+    parse_url(url)  # refuses malformed URLs and unregistered schemes, naming the registered ones
+    backend = backend_for(url.partition("://")[0])
+    if getattr(backend, kind) is None:
+        what = kind.replace("_", " ")
+        raise InvalidUrl(f"{redact_url(url)!r}: scheme {backend.scheme!r} serves no {what} (it was registered "
+                         f"without {kind}=); {what}s are served by {supported(kind)}")
+    return backend
 
 
 def open_journal(url: str) -> Journal:
-    """Open the journal at `url` (sqlite://, memory://, postgresql://)."""
-    return cast(Journal, _open(url, 0))
+    """Open the journal at `url` with the backend registered for its scheme (sqlite://, memory://, ...)."""
+    factory = _backend(url, "journal").journal
+    assert factory is not None  # _backend checked it
+    return factory(url)
 
 
 def open_snapshot_store(url: str) -> SnapshotStore:
     """Open the snapshot store at `url`; it may be the journal's own URL."""
-    return cast(SnapshotStore, _open(url, 1))
+    factory = _backend(url, "snapshot_store").snapshot_store
+    assert factory is not None  # _backend checked it
+    return factory(url)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from journal import MAX_SEQUENCE_NR, SnapshotMetadata, SnapshotSelectionCriteria, register_type
+from journal.errors import RepriseError
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ class UnconfirmedWarning:
     unconfirmed_deliveries: tuple[UnconfirmedDelivery, ...]
 
 
-class MaxUnconfirmedMessagesExceeded(RuntimeError):
+class MaxUnconfirmedMessagesExceeded(RepriseError, RuntimeError):
     """Raised by deliver when max_unconfirmed_messages deliveries are unconfirmed."""
 
 

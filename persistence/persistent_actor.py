@@ -12,6 +12,7 @@ from typing import Any
 
 from actors import Actor
 from journal import MAX_SEQUENCE_NR, AtomicWrite, PersistentRepr, SnapshotMetadata, SnapshotSelectionCriteria
+from journal.errors import RepriseError
 from persistence.coordinator import coordinator_for
 from persistence.messages import (
     DeleteMessagesFailure,
@@ -34,15 +35,15 @@ log = logging.getLogger("reprise.persistence")
 Handler = Callable[[Any], Any]
 
 
-class IllegalStateError(RuntimeError):
+class IllegalStateError(RepriseError, RuntimeError):
     """An operation not allowed in the actor's current state (e.g. persisting during replay)."""
 
 
-class RecoveryTimedOut(RuntimeError):
+class RecoveryTimedOut(RepriseError, RuntimeError):
     """Recovery got no snapshot or event within recovery_event_timeout (Akka's RecoveryTimedOut)."""
 
 
-class StashOverflowError(RuntimeError):
+class StashOverflowError(RepriseError, RuntimeError):
     """A command did not fit into the internal stash (stash_capacity) under the "throw" strategy."""
 
 

@@ -1,27 +1,30 @@
-"""Journals and snapshot stores by URL, opened once per process, plus test-double schemes."""
+"""Journals and snapshot stores by URL, opened once per process; persistence's checks of host options.
+
+Backends are found by scheme in journal's one registry (`journal.register_scheme`, re-exported here as
+`persistence.register_scheme`), so a scheme registered once serves persistence, `journal.open_journal`,
+`reprise journal ...` and config validation alike.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from actors.errors import RepriseError
+from actors.host_options import HostOptions, register_host_check
+from actors.validation import SHARD_PLACEHOLDER
 from journal import SnapshotMetadata, SnapshotSelectionCriteria, open_journal, open_snapshot_store
 from journal.api import Journal, SnapshotStore
 from journal.model import AtomicWrite, PersistentRepr
+from journal.registry import register_scheme
 from journal.urls import redact_url
 
+__all__ = ["NO_SNAPSHOT_STORE", "NoSnapshotStore", "SnapshotStoreNotConfigured", "check_shard_layout", "close_all",
+           "journal_for", "register_scheme", "snapshot_store_for"]
+
 _journals: dict[str, Journal] = {}
-_stores: dict[str, Any] = {}
-_schemes: dict[str, tuple[Callable[[str], Journal] | None, Callable[[str], SnapshotStore] | None]] = {}
+_stores: dict[str, SnapshotStore] = {}
 _lock = threading.Lock()
-
-
-def register_scheme(scheme: str, journal: Callable[[str], Journal] | None = None,
-                    snapshot_store: Callable[[str], SnapshotStore] | None = None) -> None:
-    """Serve `scheme://...` URLs with these factories (plugin test doubles, third-party backends)."""
-    _schemes[scheme] = (journal, snapshot_store)
 
 
 def journal_for(url: str | None) -> Journal:
@@ -32,24 +35,18 @@ def journal_for(url: str | None) -> Journal:
     with _lock:
         j = _journals.get(url)
         if j is None:
-            scheme = url.partition("://")[0]
-            factory = _schemes.get(scheme, (None, None))[0]
-            j = factory(url) if factory else open_journal(url)
-            _journals[url] = j
+            j = _journals[url] = open_journal(url)
         return j
 
 
-def snapshot_store_for(url: str | None) -> Any:
+def snapshot_store_for(url: str | None) -> SnapshotStore:
     """The process-wide snapshot store for `url`, or a NoSnapshotStore when none is configured."""
     if not url:
         return NO_SNAPSHOT_STORE
     with _lock:
         s = _stores.get(url)
         if s is None:
-            scheme = url.partition("://")[0]
-            factory = _schemes.get(scheme, (None, None))[1]
-            s = factory(url) if factory else open_snapshot_store(url)
-            _stores[url] = s
+            s = _stores[url] = open_snapshot_store(url)
         return s
 
 
@@ -81,6 +78,16 @@ def check_shard_layout(url: str, path: str, shard: int, shards: int) -> None:
         raise error
 
 
+def _check_host_stores(options: HostOptions) -> None:
+    """A host whose own journal URL says {shard} keeps its shard layout (registered with actors below)."""
+    template = options.own.get("journal")
+    if template and SHARD_PLACEHOLDER in template:
+        check_shard_layout(options.config["journal"], options.path, options.shard, options.shards)
+
+
+register_host_check(_check_host_stores)
+
+
 def close_all() -> None:
     """Close every journal and store opened by this process (tests and benchmarks)."""
     with _lock:
@@ -102,10 +109,12 @@ class SnapshotStoreNotConfigured(RepriseError, RuntimeError):
         super().__init__(message)
 
 
-class NoSnapshotStore:
+class NoSnapshotStore(SnapshotStore):
     """Akka's NoSnapshotStore: loads find nothing, saves and deletes fail naming the missing setting."""
 
-    def load(self, persistence_id: str, criteria: SnapshotSelectionCriteria) -> None:
+    def load(self, persistence_id: str,
+             criteria: SnapshotSelectionCriteria = SnapshotSelectionCriteria.LATEST) -> None:
+        """Nothing is ever stored: no snapshot to offer."""
         return None
 
     def save(self, metadata: SnapshotMetadata, snapshot: Any) -> SnapshotMetadata:
@@ -116,6 +125,15 @@ class NoSnapshotStore:
 
     def delete_matching(self, persistence_id: str, criteria: SnapshotSelectionCriteria) -> None:
         raise SnapshotStoreNotConfigured()
+
+    def close(self) -> None:
+        """Nothing to release (it is shared by every actor without a snapshot store)."""
+
+    def _save(self, metadata: SnapshotMetadata, blob: bytes, ck: int) -> None:
+        raise SnapshotStoreNotConfigured()
+
+    def _load(self, persistence_id: str, criteria: SnapshotSelectionCriteria) -> None:
+        return None
 
 
 NO_SNAPSHOT_STORE = NoSnapshotStore()
