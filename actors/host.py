@@ -392,7 +392,9 @@ class Host:
     def report_failure(self, entity: Actor, exc: BaseException, message: Any, sender: str | None) -> None:
         """`entity` failed with `exc` on `message`: record it, then restart it (or stop it after too many)."""
         path = entity.path
-        log.error("actor %s failed on %s: %s\n%s", path, type(message).__name__, exc, traceback.format_exc())
+        # The traceback of `exc` itself: a layer may report a failure outside any except block.
+        log.error("actor %s failed on %s: %s\n%s", path, type(message).__name__, exc,
+                  "".join(traceback.format_exception(exc)))
         self.report_error(path, f"failed on {type(message).__name__}: {one_line(exc)}", sender, exc)
         window = self._restarts.setdefault(path, deque())
         window.append(self.now)

@@ -27,8 +27,9 @@ class Lifecycle(Protocol):
         """Called on a new instance (the first one, or the replacement of one that stopped) before its first message.
 
         Must call `self.pre_start()`; may do the layer's own setup around it (persistence: recovery
-        after it). An exception fails the start: the first message is dead-lettered (an entity) or
-        the host backs off and retries (a top-level actor). Default: `self.pre_start()`.
+        after it). An exception fails the start: an entity's first message is dead-lettered, a
+        top-level actor's spawn fails (or, restarting after a failure, its host backs off and tries
+        again). Default: `self.pre_start()`.
         """
 
     def receive(self, message: Any, sender: str | None) -> None:
