@@ -55,6 +55,7 @@ from .timers import Timer, TimerQueue
 from .transport import Outbox, Router, address_key, check_message, route_keys, unpack
 
 log = logging.getLogger("reprise.host")
+_T = TypeVar("_T")
 
 _SWEEP = "reprise-sweep"
 _LINGER = "reprise-linger"
@@ -69,7 +70,6 @@ _WAKEUP_GRACE = 1.0
 _CLEAN_STOPS = frozenset({"stopped", "stopped by request"})
 SEND_RETRY = timedelta(seconds=0.25)  # see HostActor.send_batch
 _LANDED, _REROUTE = "landed", "reroute"  # how a batch sent by HostActor.send_batch ended
-_T = TypeVar("_T")
 
 
 def resolve_factory(factory: Any) -> Any:
