@@ -35,12 +35,13 @@ class ActorContext(Protocol):
 
     @property
     def entities(self) -> Mapping[str, Actor]:
-        """The live actors of this host by path (read only): an instance not found here was replaced or stopped."""
+        """The live actors of this host by path (read only): an instance not here was replaced or stopped."""
 
     def route(self, sender: str | None, target: str, message: Any) -> None:
         """Send `message` to the actor at `target` as `sender` (what `Actor.tell` does, with any sender)."""
 
-    def scatter(self, sender: str | None, targets: list[str], chunk: Callable[[list[int] | None], Scatter]) -> None:
+    def scatter(self, sender: str | None, targets: list[str],
+                chunk: Callable[[list[int] | None], Scatter]) -> None:
         """Send messages for many `targets` as one Scatter per host serving them (order kept per destination).
 
         `chunk(indices)` builds the Scatter for the targets at those indices (None: all of them).
@@ -56,7 +57,7 @@ class ActorContext(Protocol):
         """The host serving `path` as (its key, its address), or None when no host serves it."""
 
     def watch_routes(self, actor: Actor) -> None:
-        """Call `actor.routes_lost(prefixes)` whenever hosts it may have sent to die (see actors.lifecycle)."""
+        """Call `actor.routes_lost(prefixes)` whenever hosts it may have sent to die (actors.lifecycle)."""
 
     def on_settle(self, hook: Callable[[], bool]) -> None:
         """Call `hook()` whenever the host has drained its local work; it returns True if it did some.
@@ -73,8 +74,10 @@ class ActorContext(Protocol):
         """
 
     def report_failure(self, actor: Actor, error: BaseException, message: Any, sender: str | None) -> None:
-        """`actor` failed with `error` on `message` outside `receive` (in a callback): treat it as if receive
-        had raised it, i.e. record it and restart the actor (or stop it after too many restarts)."""
+        """`actor` failed with `error` on `message` outside `receive` (a callback): as if receive raised it.
+
+        The host records it and restarts the actor (or stops it after too many restarts).
+        """
 
     def stop_entity(self, actor: Actor, reason: str) -> None:
         """Stop `actor` now (its post_stop runs); "stopped" is a clean stop, any other reason a failure."""
@@ -91,9 +94,9 @@ class _Detached:
     """The context of an actor no host runs: every use says how to run it instead."""
 
     def __getattr__(self, name: str) -> Any:
-        raise RuntimeError(f"this actor is not running in an actor system, so it has no context (asked for "
-                           f"{name!r}): spawn it with system.spawn(cls, path=...) instead of calling the class; "
-                           "its host sets `context` before pre_start")
+        raise RuntimeError(f"this actor is not running in an actor system, so it has no context (asked "
+                           f"for {name!r}): spawn it with system.spawn(cls, path=...) instead of calling "
+                           "the class; its host sets `context` before pre_start")
 
     def __repr__(self) -> str:
         return "<no context: not running in an actor system>"

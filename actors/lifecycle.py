@@ -24,7 +24,7 @@ class Lifecycle(Protocol):
         """
 
     def around_pre_start(self) -> None:
-        """Called on a new instance (the first one, or the replacement of one that stopped) before its first message.
+        """Called on a new instance (the first, or one replacing a stopped one) before its first message.
 
         Must call `self.pre_start()`; may do the layer's own setup around it (persistence: recovery
         after it). An exception fails the start: an entity's first message is dead-lettered, a

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
 
 def coordinator_for(context: ActorContext) -> PersistenceCoordinator:
-    """The coordinator of the host behind `context`, created (and registered as a settle hook) on first use."""
+    """The coordinator of the host behind `context`, made (and registered as a settle hook) on first use."""
     return context.extension(PersistenceCoordinator, PersistenceCoordinator)
 
 

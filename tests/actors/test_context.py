@@ -30,9 +30,9 @@ class UsesContext(actors.Actor):
         kind = message[0]
         if kind == "where":
             ctx = self.context
-            self.tell(sender, (ctx.path, self.path, self.path in ctx.entities, ctx.entities.get(self.path) is self,
-                               ctx.resolve(self.path) is not None, ctx.resolve("/user/served-by-nobody") is None,
-                               isinstance(ctx.config, dict)))
+            self.tell(sender, (ctx.path, self.path, self.path in ctx.entities,
+                               ctx.entities.get(self.path) is self, ctx.resolve(self.path) is not None,
+                               ctx.resolve("/user/served-by-nobody") is None, isinstance(ctx.config, dict)))
         elif kind == "route":  # the context's send, with an explicit sender
             self.context.route(message[2], message[1], ("routed", self.path))
         elif kind == "later":  # a timer through the context: the tick comes back as a message
