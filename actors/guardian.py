@@ -23,6 +23,8 @@ from thespian.actors import (
 )
 
 from .error_log import ActorError, ErrorLog, GetErrors, SubscribeErrors
+from .handover import HANDOVER_WAIT
+from .inflight import BOUNCED, InFlight
 from .messages import (
     GUARDIAN_PATH,
     ActorBackingOff,
@@ -60,6 +62,9 @@ from .transport import Outbox, Router, address_key, unpack
 
 log = logging.getLogger("reprise.guardian")
 
+RESETTLE = "reprise-resettle"
+"""The self-message that reroutes bounced batches outside transport callbacks."""
+
 RECENT_DEAD_LETTERS = 100
 CHILD_CHECK_DELAY = 1.0  # seconds after a host's exit to look for others that died unreported
 STATUS_WAIT = 2.0  # seconds a status request waits for busy hosts before answering without them
@@ -95,6 +100,8 @@ class HostRecord:
     next_attempt: float | None = None  # time.time() of the next restart while backing off
     waiters: list = field(default_factory=list)
     held: deque = field(default_factory=deque)
+    front: int = 0  # held entries that bounced off an earlier process: they go out before the rest
+    past: dict = field(default_factory=dict)  # address key of an earlier process -> until when to wait for it
 
 
 @dataclass
@@ -117,6 +124,8 @@ class Guardian(ThespianActor):
         self.epoch = 0
         self.router = Router()
         self.outbox: Outbox | None = None
+        self.inflight: InFlight | None = None
+        self.bounced: deque = deque()  # batches that bounced off dead processes, in send order, not yet rerouted
         self.dead_count = 0
         self.recent: deque = deque(maxlen=RECENT_DEAD_LETTERS)
         self.dead_subscribers: list[str] = []
@@ -146,7 +155,9 @@ class Guardian(ThespianActor):
 
     def _init(self, message: GuardianInit, sender: Any) -> None:
         self.config = dict(message.config)
-        self.outbox = Outbox(GUARDIAN_PATH, self.send, self._unpicklable)
+        self.inflight = InFlight(self, self._settled)
+        self.inflight.no_bounce = self.myAddress
+        self.outbox = Outbox(GUARDIAN_PATH, self.inflight.send, self._unpicklable)
         self.handleDeadLetters(True)
         self._publish()
         self.send(sender, Spawned(GUARDIAN_PATH))
@@ -261,7 +272,7 @@ class Guardian(ThespianActor):
             # A restart that failed (e.g. its journal is unreachable): back off and try again.
             log.error("host %s failed to restart:\n%s", message.path, message.error)
             record.failure = f"failed to start: {message.error.strip().splitlines()[-1]}"
-            record.address = sender  # (its exit is reported under this address, not createActor's)
+            self._new_address(record, sender)  # (its exit is reported under this address, not createActor's)
             self.send(sender, ActorExitRequest())
             return
         if message.error:
@@ -279,7 +290,7 @@ class Guardian(ThespianActor):
             lead.waiters.clear()
             return
         # The reply's sender is the host's real address (createActor returned a local placeholder).
-        record.address = sender
+        self._new_address(record, sender)
         record.pid = message.pid
         if record.state == "restarting" and record.failure is not None:
             # Its actor failed while starting (HostDone came first): the exit that follows restarts it.
@@ -302,9 +313,8 @@ class Guardian(ThespianActor):
             for waiter in lead.waiters:
                 self.send(waiter, Spawned(path))
             lead.waiters.clear()
-        held, record.held = record.held, deque()
-        for entry in held:
-            self.outbox.add(address_key(sender), sender, entry)
+        if not self._blocked(record):
+            self._release_to(record)
 
     def _host_done(self, message: HostDone, sender: Any) -> None:
         record = self.hosts.get(message.path)
@@ -351,6 +361,7 @@ class Guardian(ThespianActor):
         if not found:
             return  # Thespian reports each exit twice on multiproc; the second finds nothing.
         path, record = found[0]
+        self._retire(record, key)
         record.address = None
         if self.shutting_down or record.state in ("stopping", "stopped", "failed"):
             record.state = "failed" if record.state == "failed" else "stopped"
@@ -431,8 +442,11 @@ class Guardian(ThespianActor):
         for entry in unpack(batch, self._unpicklable):
             self._reroute(entry, None)
 
-    def _reroute(self, entry: tuple, dead_key: str | None) -> None:
-        """Deliver an entry someone could not: forward it, hold it for a restarting host, or dead-letter it."""
+    def _reroute(self, entry: tuple, dead_key: str | None, bounced: bool = False) -> None:
+        """Deliver an entry someone could not: forward it, hold it for a restarting host, or dead-letter it.
+
+        `bounced`: the entry is ours, back from a dead process; it was sent before anything held now.
+        """
         sender, target, message = entry
         if target == GUARDIAN_PATH:
             self._control(sender, message)
@@ -440,10 +454,14 @@ class Guardian(ThespianActor):
         for prefix in ancestors(target):
             record = self._serving(prefix, target)
             if record is not None:
-                if _serving(record) and address_key(record.address) != dead_key:
+                if _serving(record) and address_key(record.address) != dead_key and not self._blocked(record):
+                    self._release_to(record)
                     self.outbox.add(address_key(record.address), record.address, entry)
                 elif record.state in ("starting", "restarting", "running", "backoff"):
-                    if len(record.held) < record.spec.hold_limit:
+                    if bounced:
+                        record.held.insert(record.front, entry)
+                        record.front += 1
+                    elif len(record.held) < record.spec.hold_limit:
                         record.held.append(entry)
                     else:
                         doing = "backing off" if record.state == "backoff" else record.state
@@ -488,7 +506,7 @@ class Guardian(ThespianActor):
                 self.outbox.add(hit[0], hit[1], (GUARDIAN_PATH, path, letter))
 
     def _release_held(self, record: HostRecord, reason: str) -> None:
-        held, record.held = record.held, deque()
+        held, record.held, record.front = record.held, deque(), 0
         for sender, target, message in held:
             self._dead(sender, target, message, reason)
 
@@ -541,6 +559,8 @@ class Guardian(ThespianActor):
             self._check_children()
         elif isinstance(payload, tuple) and payload[:1] == ("restart",):
             self._restart_due(payload[1], payload[2])
+        elif payload == ("resettle",):
+            self._resettle(RESETTLE, None)
         elif payload == PARENT_WAKEUP and self.parent_watch is not None and self.parent_watch.orphaned():
             # The admin died: nobody can reach this system any more. Stop the hosts (Thespian sends
             # each child an ActorExitRequest when we exit) and exit.
@@ -579,7 +599,7 @@ class Guardian(ThespianActor):
         elif isinstance(message, PoisonMessage):
             log.error("guardian: a message could not be handled: %s", message.details)
 
-    def _dead_envelope(self, envelope: DeadEnvelope) -> None:
+    def _dead_envelope(self, envelope: DeadEnvelope, bounced: bool = False) -> None:
         dead = envelope.deadMessage
         dead_key = address_key(envelope.deadAddress)
         for record in list(self.hosts.values()):
@@ -597,11 +617,64 @@ class Guardian(ThespianActor):
                 self._publish()
         if isinstance(dead, Batch):
             for entry in unpack(dead, self._unpicklable):
-                self._reroute(entry, dead_key)
+                self._reroute(entry, dead_key, bounced)
         elif not isinstance(dead, (DirectoryUpdate, InitHost, StopEntity, ActorExitRequest, GetHostStats)):
             self._dead(None, str(envelope.deadAddress), dead, "target actor process is gone")
 
+    # ---- per sender FIFO across a host's restart (see actors/inflight.py) ---------------------------
+    def _settled(self, intent: Any, how: str) -> None:
+        """A batch we sent ended (a transport callback: queue the work, poke ourselves)."""
+        key = str(intent.targetAddr)
+        if how == BOUNCED:
+            self.bounced.append(intent)
+        elif self.inflight.pending(key) or not any(key in r.past for r in self.hosts.values()):
+            return
+        self.inflight.send_intent(self.myAddress, RESETTLE)
+
+    def _resettle(self, message: str, sender: Any) -> None:
+        """Reroute what bounced, in send order and ahead of what was held since; then release the held
+        messages of hosts whose earlier processes have nothing in flight any more."""
+        if message != RESETTLE:
+            log.warning("guardian ignored unexpected %r", message)
+            return
+        while self.bounced:
+            intent = self.bounced.popleft()
+            self._dead_envelope(DeadEnvelope(intent.targetAddr, intent.message), bounced=True)
+        now = time.monotonic()
+        for record in self.hosts.values():
+            record.past = {k: t for k, t in record.past.items() if t > now and self.inflight.pending(k)}
+            if record.held and _serving(record) and not self._blocked(record):
+                self._release_to(record)
+
+    def _blocked(self, record: HostRecord) -> bool:
+        """True while batches we sent to an earlier process of the host may still bounce back: what is
+        sent to it now must wait behind them (HANDOVER_WAIT at most: Thespian may retry for minutes)."""
+        if not record.past:
+            return False
+        now = time.monotonic()
+        return any(t > now and self.inflight.pending(k) for k, t in record.past.items()) \
+            or any(str(i.targetAddr) in record.past for i in self.bounced)
+
+    def _retire(self, record: HostRecord, key: str) -> None:
+        """Note that the process at `key` no longer serves `record` (what we sent it may bounce)."""
+        if self.inflight is not None and (self.inflight.pending(key) or any(str(i.targetAddr) == key
+                                                                            for i in self.bounced)):
+            record.past[key] = time.monotonic() + HANDOVER_WAIT
+            self.wakeupAfter(timedelta(seconds=HANDOVER_WAIT), ("resettle",))
+
+    def _release_to(self, record: HostRecord) -> None:
+        """Forward what is held for a serving host, in order."""
+        held, record.held, record.front = record.held, deque(), 0
+        for entry in held:
+            self.outbox.add(address_key(record.address), record.address, entry)
+
+    def _new_address(self, record: HostRecord, address: Any) -> None:
+        if record.address is not None and address_key(record.address) != address_key(address):
+            self._retire(record, address_key(record.address))
+        record.address = address
+
     _handlers = {
+        str: _resettle,
         GuardianInit: _init,
         WhereIsGuardian: _where,
         GetDirectory: _get_directory,

@@ -24,13 +24,13 @@ from thespian.actors import (
     PoisonMessage,
     WakeupMessage,
 )
-from thespian.system.transport import SendStatus, TransmitIntent
 
 from .actor import Actor
 from .context import ActorContext
 from .error_log import ActorFailure, is_ask, make_error, one_line
 from .errors import SpawnFailed
 from .handover import POKE, Handover
+from .inflight import BOUNCED, InFlight
 from .messages import (
     GUARDIAN_PATH,
     SHARD_PLACEHOLDER,
@@ -68,8 +68,6 @@ _LOCAL_BUDGET = 200_000
 _WAKEUP_GRACE = 1.0
 # Why a top-level actor stopped when it was not a failure (any other reason is one: its host restarts).
 _CLEAN_STOPS = frozenset({"stopped", "stopped by request"})
-SEND_RETRY = timedelta(seconds=0.25)  # see HostActor.send_batch
-_LANDED, _REROUTE = "landed", "reroute"  # how a batch sent by HostActor.send_batch ended
 
 
 def resolve_factory(factory: Any) -> Any:
@@ -627,7 +625,7 @@ class HostActor(ThespianActor):
         self.host: Host | None = None
         self._guardian = None
         self._early: list = []
-        self._unsettled: dict[str, deque] = {}  # address -> [intent, outcome or None] in send order
+        self._inflight = InFlight(self, self._settled)
         self._parent_watch: ParentWatch | None = None
 
     @staticmethod
@@ -683,6 +681,7 @@ class HostActor(ThespianActor):
 
     def _init(self, init: InitHost, sender: Any) -> None:
         self._guardian = init.guardian
+        self._inflight.no_bounce = init.guardian  # (nothing to reroute a batch to the guardian to)
         self._parent_watch = ParentWatch.start(self)
         try:
             self.host = Host(self, init, self.myAddress)
@@ -701,57 +700,23 @@ class HostActor(ThespianActor):
     # Callbacks used by Host.
     def send_batch(self, address: Any, batch: Batch) -> None:
         """Send one Thespian message, counted until it lands (see actors/handover.py)."""
-        ref = self._myRef
-        send_intent = getattr(ref, "_send_intent", None)
-        if send_intent is None or self.host is None:  # the in-process base has no transport to watch
+        if self.host is None or not self._inflight.tracking:
             self.send(address, batch)
             return
-        key = str(address)
-        self.host.handover.sent(key)
-        # Thespian retries a connection closed before the ACK (its target SIGKILLed) after 35 s x attempt;
-        # everything sent to that destination afterwards would be parked behind it that long.
-        intent = TransmitIntent(address, batch, onSuccess=self._landed, onError=self._not_landed,
-                                retryPeriod=SEND_RETRY)
-        self._unsettled.setdefault(key, deque()).append([intent, None])
-        send_intent(intent)
+        self.host.handover.sent(str(address))
+        self._inflight.send(address, batch)
 
-    def _landed(self, result: Any, intent: Any) -> None:
-        self._settle(intent, _LANDED)
-
-    def _not_landed(self, result: Any, intent: Any) -> None:
-        # Thespian relays a dead target's message to the guardian through the admin, a way that later sends
-        # to the guardian overtook; sent to the guardian directly, they stay behind it in order.
-        if result == SendStatus.DeadTarget and self._guardian is not None \
-                and str(intent.targetAddr) != str(self._guardian):
-            self._settle(intent, _REROUTE)
-        else:
-            self._myRef.actor_send_fail(result, intent)
-            self._settle(intent, _LANDED)
-
-    def _settle(self, intent: Any, outcome: str) -> None:
-        """Record how a batch ended; settle, in the order they were sent, the batches to its address that ended.
-
-        Batches to a process that died fail in any order (a reset connection is noticed later than a refused
-        one): rerouted as they failed, a later batch overtook an earlier one at the guardian.
-        """
+    def _settled(self, intent: Any, how: str) -> None:
+        """A batch ended (called in send order per address, inside a transport callback: no self.send)."""
         key = str(intent.targetAddr)
-        queue = self._unsettled.get(key)
-        if not queue:
-            return
-        for entry in queue:
-            if entry[0] is intent:
-                entry[1] = outcome
-                break
-        while queue and queue[0][1] is not None:
-            done, how = queue.popleft()
-            if how is _REROUTE:
-                self._myRef._send_intent(TransmitIntent(self._guardian, DeadEnvelope(done.targetAddr, done.message)))
-            if self.host is not None:
-                if how is _REROUTE:
-                    self.host.handover.note_rerouted(key)
-                self.host.handover.settled(key)
-        if not queue:
-            del self._unsettled[key]
+        if how == BOUNCED:
+            # Its target is gone: to the guardian directly, behind what this host sent it before, rather than
+            # Thespian's relay through the admin, which later sends to the guardian overtook.
+            self._inflight.send_intent(self._guardian, DeadEnvelope(intent.targetAddr, intent.message))
+        if self.host is not None:
+            if how == BOUNCED:
+                self.host.handover.note_rerouted(key)
+            self.host.handover.settled(key)
 
     def send_self(self, message: Any) -> None:
         """Queue a message to this host's own mailbox."""

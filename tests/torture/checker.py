@@ -53,7 +53,7 @@ def _values(w: World, path: str) -> tuple | None:
 
 
 def _settled_hosts(w: World, timeout: float = 30.0) -> dict:
-    """The hosts once none is starting or restarting (bounded)."""
+    """The hosts once none is starting, restarting or backing off before a restart (bounded)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -61,7 +61,7 @@ def _settled_hosts(w: World, timeout: float = 30.0) -> dict:
         except Exception as exc:  # noqa: BLE001
             w.note_error("final status", exc)
             return {}
-        if all(h.state not in ("starting", "restarting") for h in hosts.values()) or time.monotonic() > deadline:
+        if all(h.state not in ("starting", "restarting", "backoff") for h in hosts.values()) or time.monotonic() > deadline:
             return hosts
         time.sleep(0.2)
 

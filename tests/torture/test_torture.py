@@ -14,6 +14,7 @@ import io
 import pytest
 
 from tests.conftest import SESSION_TOKEN
+from tests.torture import ops
 from tests.torture.runner import run
 
 pytestmark = [pytest.mark.multiproc]
@@ -21,9 +22,11 @@ pytestmark = [pytest.mark.multiproc]
 SQLITE_SEED, POSTGRES_SEED = 7, 8  # fixed: the run inside `make test` is the same every time
 
 
-def _run(seed: int, histories: int, journal: str) -> str:
+def _run(seed: int, histories: int, journal: str, ops_range: tuple[int, int] = (5, 10),
+         exclude: frozenset[str] = frozenset()) -> str:
     out = io.StringIO()
-    summary = run(seed, histories, journal, ops_range=(5, 10), spark=0.0, token=f"{SESSION_TOKEN}-torture", out=out)
+    summary = run(seed, histories, journal, ops_range=ops_range, spark=0.0, token=f"{SESSION_TOKEN}-torture",
+                  out=out, exclude=exclude)
     report = out.getvalue()
     print(report)
     assert summary.histories == histories
@@ -42,3 +45,15 @@ def test_torture_histories_on_sqlite():
 def test_torture_histories_on_postgres(postgres_url, monkeypatch):
     monkeypatch.setattr("tests.torture.runner.PG_URL", postgres_url)
     _run(POSTGRES_SEED, 2, "postgres")
+
+
+# Only puts and bursts told around SIGKILLs of the stores' host. Before actors/inflight.py, 2 to 5 of these 10
+# histories broke FIFO (more under load): a burst the guardian had forwarded to a host SIGKILLed right after bounced back
+# after the client's later messages, which were held for the restarting host, and was journaled after them.
+BURSTS_ONLY = frozenset(ops.OPS) - {"put_ask", "put_burst", "burst_across_restart"}
+
+
+@pytest.mark.timeout(170)
+def test_bursts_told_across_sigkills_are_journaled_in_the_order_sent():
+    report = _run(6000, 10, "sqlite", ops_range=(5, 20), exclude=BURSTS_ONLY)
+    assert "out-of-order=0" in report

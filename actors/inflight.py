@@ -1,0 +1,89 @@
+"""Batches an actor sent, per destination address, until each has landed or bounced, settled in send order.
+
+Thespian tells an actor nothing about a send that succeeded, and relays one to a dead process through the
+dead-letter handler, a way that later messages overtook: batches sent by the guardian or a host just before
+their target was SIGKILLed came back *after* what was sent to the target's new process, and the per sender
+FIFO promise broke (found by the torture harness). Sent through here instead, every batch reports how it
+ended, and the reports are handed over in the order the batches were sent, whatever order the transport
+noticed them in (a refused connection is noticed before a reset one).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from thespian.system.transport import SendStatus, TransmitIntent
+
+SEND_RETRY = timedelta(seconds=0.25)
+"""Thespian retries a connection closed before its ACK (the target SIGKILLed) after 35 s x attempt by default:
+everything parked behind that batch would wait that long."""
+
+LANDED, BOUNCED = "landed", "bounced"
+"""How a batch ended: acknowledged by its target's process (or failed for another reason, already reported
+through Thespian), or refused because that process is gone (the caller reroutes it)."""
+
+
+class InFlight:
+    """One actor's batches in flight; `on_settled(intent, how)` is called for each, in send order per address.
+
+    `on_settled` runs inside a transport callback: it must not send through the actor's own `send` (queue
+    the work, or use `send_intent`), since Thespian may be in the middle of a send.
+    """
+
+    def __init__(self, actor: Any, on_settled: Callable[[Any, str], None]) -> None:
+        self._actor = actor
+        self._on_settled = on_settled
+        self.no_bounce: Any = None  # sends to this address never bounce (None: to none, nothing: to all)
+        self._queues: dict[str, deque] = {}  # address -> [intent, outcome or None] in send order
+
+    @property
+    def tracking(self) -> bool:
+        """False on the in-process base: delivery there is a call, nothing is ever in flight."""
+        return getattr(self._actor._myRef, "_send_intent", None) is not None
+
+    def send(self, address: Any, message: Any) -> None:
+        """Send `message`, tracked until it settles (untracked where nothing is in flight)."""
+        if not self.tracking:
+            self._actor.send(address, message)
+            return
+        intent = TransmitIntent(address, message, onSuccess=self._landed, onError=self._failed,
+                                retryPeriod=SEND_RETRY)
+        self._queues.setdefault(str(address), deque()).append([intent, None])
+        self._actor._myRef._send_intent(intent)
+
+    def send_intent(self, address: Any, message: Any) -> None:
+        """An untracked send that is safe inside a transport callback."""
+        self._actor._myRef._send_intent(TransmitIntent(address, message))
+
+    def pending(self, key: str) -> bool:
+        """Whether batches to the address `key` have not all settled."""
+        return key in self._queues
+
+    def _landed(self, result: Any, intent: Any) -> None:
+        self._settle(intent, LANDED)
+
+    def _failed(self, result: Any, intent: Any) -> None:
+        if result == SendStatus.DeadTarget and self.no_bounce is not None \
+                and str(intent.targetAddr) != str(self.no_bounce):
+            self._settle(intent, BOUNCED)
+        else:
+            self._actor._myRef.actor_send_fail(result, intent)
+            self._settle(intent, LANDED)
+
+    def _settle(self, intent: Any, outcome: str) -> None:
+        key = str(intent.targetAddr)
+        queue = self._queues.get(key)
+        if not queue:
+            return
+        for entry in queue:
+            if entry[0] is intent:
+                entry[1] = outcome
+                break
+        while queue and queue[0][1] is not None:
+            done, how = queue.popleft()
+            if not queue:
+                del self._queues[key]  # before the callback, so that it sees the address settled
+            self._on_settled(done, how)
