@@ -34,7 +34,7 @@ class Echo(actors.Actor):
         elif message == "count":
             self.tell(sender, self.seen)
         elif message == "where":
-            self.tell(sender, (self.path, os.getpid(), self._host.key, self.seen))
+            self.tell(sender, (self.path, os.getpid(), self.context.key, self.seen))  # the context is the Host
         elif isinstance(message, tuple) and message[0] == "fwd":
             self.tell(message[1], message[2], sender=sender)
         elif message == "stop":
@@ -181,7 +181,7 @@ class ForgetfulTicker(Ticker):
         if message == "lose-a-wakeup":
             import time
 
-            self._host._armed.add(time.monotonic() - 10.0)  # armed, long due, never coming
+            self.context._armed.add(time.monotonic() - 10.0)  # the Host: armed, long due, never coming
             self.tell(sender, "lost")
         else:
             super().receive(message, sender)
