@@ -50,7 +50,7 @@ from .messages import (
     StopEntity,
 )
 from .paths import shard_of
-from .supervision import PARENT_WAKEUP, ParentWatch
+from .supervision import PARENT_WAKEUP, ParentWatch, exit_if_orphaned_before
 from .timers import Timer, TimerQueue
 from .transport import Outbox, Router, address_key, check_message, route_keys, unpack
 
@@ -625,6 +625,7 @@ class HostActor(ThespianActor):
         self._early: list = []
         self._inflight = InFlight(self, self._settled)
         self._parent_watch: ParentWatch | None = None
+        exit_if_orphaned_before(lambda: self._guardian is not None)
 
     @staticmethod
     def actorSystemCapabilityCheck(capabilities: dict, requirements: dict | None) -> bool:

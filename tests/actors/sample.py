@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from thespian.actors import Actor as ThespianActor
+
 import actors
 
 
@@ -185,3 +187,12 @@ class ForgetfulTicker(Ticker):
             self.tell(sender, "lost")
         else:
             super().receive(message, sender)
+
+
+class HostForker(ThespianActor):
+    """A raw Thespian actor that creates a host process and never initialises it; replies its own pid."""
+
+    def receiveMessage(self, message, sender):
+        if message == "fork":
+            self.createActor("actors.host.HostActor")
+            self.send(sender, os.getpid())
