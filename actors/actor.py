@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .context import DETACHED, ActorContext
 from .timers import Timer
 from .validation import check_number
+
+if TYPE_CHECKING:
+    from .lifecycle import Lifecycle
 
 log = logging.getLogger("reprise.actors")
 
@@ -18,10 +22,15 @@ class Actor:
     entity under a host (`system.spawn(cls, path="/user/accounts", entities=True)`, one instance per
     path below it, created on its first message). `sender` is the sender's path (or None); reply
     with `self.tell(sender, reply)`. Exceptions restart the actor: a new instance replaces this one.
+
+    Besides the Akka hooks, the host calls the lifecycle methods described in `actors.lifecycle`
+    (`around_pre_start`, `restart_carryover`, `keep_alive`, ...): do not reuse those names for
+    anything else.
     """
 
     path: str = ""
-    _host: Any = None
+    context: ActorContext = DETACHED
+    """The host running this actor (set before pre_start): what it may ask of it, see actors.context."""
     _incarnation: int = 0
 
     def receive(self, message: Any, sender: str | None) -> None:
@@ -50,17 +59,17 @@ class Actor:
         return self.path.rsplit("/", 1)[1]
 
     @property
-    def config(self) -> dict:
+    def config(self) -> dict[str, Any]:
         """The actor system's configuration (journal URLs and the like)."""
-        return self._host.config
+        return self.context.config
 
     def tell(self, path: str, message: Any, sender: str | None = None) -> None:
         """Send `message` to the actor at `path`; the receiver sees this actor's path as sender."""
-        self._host.route(self.path if sender is None else sender, path, message)
+        self.context.route(self.path if sender is None else sender, path, message)
 
     def schedule_once(self, delay: float, message: Any) -> Timer:
         """Deliver `message` to this actor after `delay` seconds; returns a cancellable Timer."""
-        return self._host.timers_schedule(delay, None, message, self)
+        return self.context.schedule(delay, None, message, self)
 
     def schedule_repeatedly(self, interval: float, message: Any, initial_delay: float | None = None) -> Timer:
         """Deliver `message` every `interval` seconds (fixed delay); returns a cancellable Timer."""
@@ -68,14 +77,11 @@ class Actor:
         check_number("interval", interval, hint="seconds between two deliveries of the message")
         check_number("initial_delay", initial_delay, allow_equal=True, allow_none=True)
         first = interval if initial_delay is None else initial_delay
-        return self._host.timers_schedule(first, interval, message, self)
+        return self.context.schedule(first, interval, message, self)
 
     def stop(self) -> None:
         """Stop this actor once the current message has been handled."""
         self._stopping = True
-
-    def _routes_lost(self, prefixes: list[str]) -> None:
-        """The hosts serving these path prefixes died (called only for actors in `Host.watch_routes`)."""
 
     def stats(self) -> dict[str, int]:
         """Counters this actor reports to `System.status()` / `reprise status` (summed per host)."""
@@ -88,21 +94,33 @@ class Actor:
 
     # Internal state: set by the host before pre_start.
     _stopping: bool = False
-    _timers: set
+    _timers: set[Timer]
     _last_active: float = 0.0
 
-    def _around_pre_start(self) -> None:
-        """What the host calls to start an instance; a base class (persistence) wraps pre_start here."""
+    # The lifecycle the host drives (actors.lifecycle.Lifecycle says when and what each must do).
+    @classmethod
+    def open_resources(cls, config: dict[str, Any]) -> None:
+        """When the host starts: open what instances will need (see Lifecycle); nothing by default."""
+
+    def around_pre_start(self) -> None:
+        """How the host starts an instance: `pre_start()`; a layer (persistence) wraps it here."""
         self.pre_start()
 
-    def _around_post_restart(self, error: BaseException) -> None:
-        """What the host calls on a restarted instance; a base class (persistence) wraps post_restart here."""
+    def around_post_restart(self, error: BaseException) -> None:
+        """How the host starts a restarted instance: `post_restart(error)`; a layer wraps it here."""
         self.post_restart(error)
 
-    def _restart_carryover(self) -> list[tuple[Any, str | None]]:
-        """Messages the failed instance accepted but had not handled yet (see persistence)."""
+    def restart_carryover(self) -> list[tuple[Any, str | None]]:
+        """Messages this failed instance accepted but had not handled (see persistence): none here."""
         return []
 
-    def _keep_alive(self) -> bool:
-        """True while this entity must not be passivated (it has live timers)."""
+    def keep_alive(self) -> bool:
+        """True while this entity must not be passivated: it has live timers."""
         return bool(self._timers)
+
+    def routes_lost(self, prefixes: list[str]) -> None:
+        """The hosts serving these path prefixes died (only for actors in `context.watch_routes`)."""
+
+
+if TYPE_CHECKING:
+    _implements_lifecycle: type[Lifecycle] = Actor

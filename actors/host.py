@@ -12,7 +12,7 @@ import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from thespian.actors import (
     Actor as ThespianActor,
@@ -26,6 +26,7 @@ from thespian.actors import (
 )
 
 from .actor import Actor
+from .context import ActorContext
 from .error_log import ActorFailure, is_ask, make_error, one_line
 from .errors import SpawnFailed
 from .handover import POKE, Handover
@@ -49,11 +50,12 @@ from .messages import (
     StopEntity,
 )
 from .paths import shard_of
-from .supervision import PARENT_WAKEUP, ParentWatch
+from .supervision import PARENT_WAKEUP, ParentWatch, exit_if_orphaned_before
 from .timers import Timer, TimerQueue
 from .transport import Outbox, Router, address_key, check_message, route_keys, unpack
 
 log = logging.getLogger("reprise.host")
+_T = TypeVar("_T")
 
 _SWEEP = "reprise-sweep"
 _LINGER = "reprise-linger"
@@ -80,7 +82,11 @@ def resolve_factory(factory: Any) -> Any:
 
 
 class Host:
-    """The runtime inside one host actor: entities, routing, outbox, timers, passivation, restarts."""
+    """The runtime inside one host actor: entities, routing, outbox, timers, passivation, restarts.
+
+    It is the `ActorContext` of its actors (actors/context.py), and drives them only through the
+    calls of `actors.lifecycle.Lifecycle`.
+    """
 
     def __init__(self, adapter: Any, init: InitHost, my_address: Any) -> None:
         spec: HostSpec = init.spec
@@ -96,6 +102,8 @@ class Host:
         self.router.replace(init.routes, init.epoch)
         self.my_key = address_key(my_address)
         self.router.learn(self.key, my_address)
+        # ActorContext.resolve: the router's own bound method, so a lookup costs no extra call.
+        self.resolve = self.router.resolve
         self.outbox = Outbox(self.key, adapter.send_batch, self._unpicklable, spec.batch_cap)
         self.entities: OrderedDict[str, Actor] = OrderedDict()
         self.local: deque = deque()
@@ -107,7 +115,8 @@ class Host:
         self._linger_due = 0.0
         self._restarts: dict[str, deque] = {}
         self._incarnations = itertools.count(1)
-        self._settle_hooks: list = []
+        self._settle_hooks: list[Callable[[], bool]] = []
+        self._extensions: dict[Any, Any] = {}
         self.now = time.monotonic()
         self.done = False
         self.failed = False  # the single top-level actor failed while starting: the guardian restarts this host
@@ -139,12 +148,13 @@ class Host:
     def start(self) -> None:
         """Create the single top-level actor now (entities are created on their first message)."""
         # A journal that cannot be opened fails the spawn now, not every message later (persistence's hook).
-        open_stores = getattr(self.factory, "_open_stores", None)
-        if callable(open_stores):
-            open_stores(self.config)
+        # A factory that is not an Actor class (a function making one) has no such hook.
+        open_resources = getattr(self.factory, "open_resources", None)
+        if callable(open_resources):
+            open_resources(self.config)
         if not self.spec.entities:
             actor = self._new_instance(self.path)
-            actor._around_pre_start()
+            actor.around_pre_start()
             self.started = True
             self.settle()
 
@@ -163,7 +173,7 @@ class Host:
         return config
 
     def watch_routes(self, actor: Actor) -> None:
-        """Call `actor._routes_lost(prefixes)` when hosts it may have sent to die (see `update_routes`)."""
+        """Call `actor.routes_lost(prefixes)` when hosts it may have sent to die (see `update_routes`)."""
         self._route_watchers.add(actor)
 
     def update_routes(self, routes: dict[str, Any], epoch: int, my_address: Any) -> None:
@@ -189,12 +199,19 @@ class Host:
         if lost:
             for actor in list(self._route_watchers):
                 if self.entities.get(actor.path) is actor:
-                    actor._routes_lost(lost)
+                    actor.routes_lost(lost)
             self.settle()
 
-    def on_settle(self, hook) -> None:
+    def on_settle(self, hook: Callable[[], bool]) -> None:
         """Register `hook()`, called whenever local work is drained; it returns True if it did work."""
         self._settle_hooks.append(hook)
+
+    def extension(self, key: Any, factory: Callable[[ActorContext], _T]) -> _T:
+        """The object kept under `key` for this host, made by `factory(self)` on first use."""
+        ext = self._extensions.get(key)
+        if ext is None:
+            ext = self._extensions[key] = factory(self)
+        return ext
 
     # ---- sending -------------------------------------------------------------------------------
     def route(self, sender: str | None, target: str, message: Any) -> None:
@@ -316,7 +333,7 @@ class Host:
                 return None
             entity = self._new_instance(target)
             try:
-                entity._around_pre_start()
+                entity.around_pre_start()
             except Exception as exc:
                 log.exception("entity %s failed in pre_start", target)
                 self._drop(entity, "failed to start")
@@ -352,7 +369,7 @@ class Host:
         if not isinstance(entity, Actor):
             raise TypeError(f"{spec.factory!r} made a {type(entity).__name__}, not an actors.Actor")
         entity.path = path
-        entity._host = self
+        entity.context = self
         entity._timers = set()
         entity._incarnation = next(self._incarnations)
         entity._last_active = self.now
@@ -363,14 +380,17 @@ class Host:
         try:
             entity.receive(message, sender)
         except Exception as exc:
-            self._failed(entity, exc, message, sender)
+            self.report_failure(entity, exc, message, sender)
             return
         if entity._stopping:
             self.stop_entity(entity, "stopped")
 
-    def _failed(self, entity: Actor, exc: BaseException, message: Any, sender: str | None) -> None:
+    def report_failure(self, entity: Actor, exc: BaseException, message: Any, sender: str | None) -> None:
+        """`entity` failed with `exc` on `message`: record it, then restart it (or stop it after too many)."""
         path = entity.path
-        log.error("actor %s failed on %s: %s\n%s", path, type(message).__name__, exc, traceback.format_exc())
+        # The traceback of `exc` itself: a layer may report a failure outside any except block.
+        log.error("actor %s failed on %s: %s\n%s", path, type(message).__name__, exc,
+                  "".join(traceback.format_exception(exc)))
         self.report_error(path, f"failed on {type(message).__name__}: {one_line(exc)}", sender, exc)
         window = self._restarts.setdefault(path, deque())
         window.append(self.now)
@@ -383,7 +403,7 @@ class Host:
                                     f"{self.spec.restart_window:.0f} s")
             self.stop_entity(entity, "too many restarts")
             return
-        carryover = entity._restart_carryover()
+        carryover = entity.restart_carryover()
         try:
             entity.pre_restart(exc, message)
         except Exception:
@@ -391,7 +411,7 @@ class Host:
         self._cancel_timers(entity)
         fresh = self._new_instance(path)
         try:
-            fresh._around_post_restart(exc)
+            fresh.around_post_restart(exc)
         except Exception as exc2:
             log.exception("actor %s failed while restarting", path)
             self.report_error(path, f"stopped: failed while restarting: {one_line(exc2)}")
@@ -443,7 +463,7 @@ class Host:
         self.running_since = time.monotonic()
         actor = self._new_instance(self.path)
         try:
-            actor._around_pre_start()
+            actor.around_pre_start()
         except Exception as exc:
             log.exception("actor %s failed to restart", self.path)
             self._drop(actor, "failed to restart")
@@ -489,7 +509,7 @@ class Host:
         self.settle(force_flush=True)
 
     # ---- timers ---------------------------------------------------------------------------------
-    def timers_schedule(self, delay: float, interval: float | None, message: Any, owner: Actor) -> Timer:
+    def schedule(self, delay: float, interval: float | None, message: Any, owner: Actor) -> Timer:
         """Schedule `message` to `owner`; one Thespian wakeup serves the earliest timer."""
         check_message(message)
         timer = self.timers.schedule(delay, interval, message, owner)
@@ -558,7 +578,7 @@ class Host:
         for entity in self.entities.values():
             if entity._last_active > deadline:
                 break
-            (busy if entity._keep_alive() else idle).append(entity)
+            (busy if entity.keep_alive() else idle).append(entity)
         for entity in busy:
             entity._last_active = self.now
             self.entities.move_to_end(entity.path)
@@ -605,6 +625,7 @@ class HostActor(ThespianActor):
         self._early: list = []
         self._inflight = InFlight(self, self._settled)
         self._parent_watch: ParentWatch | None = None
+        exit_if_orphaned_before(lambda: self._guardian is not None)
 
     @staticmethod
     def actorSystemCapabilityCheck(capabilities: dict, requirements: dict | None) -> bool:
@@ -719,3 +740,7 @@ class HostActor(ThespianActor):
     def actor_restarted(self, path: str) -> None:
         """Tell the guardian (for status) that the top-level actor runs again."""
         self.send(self._guardian, ActorRestarted(path))
+
+
+if TYPE_CHECKING:
+    _implements_context: type[ActorContext] = Host

@@ -74,7 +74,7 @@ _applied: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _count_applied(actor: actors.Actor, reply_to: str) -> None:
-    host = actor._host
+    host = actor.context
     counts = _applied.get(host)
     if counts is None:
         counts = _applied[host] = {}

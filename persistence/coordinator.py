@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import weakref
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from actors.context import ActorContext
     from persistence.persistent_actor import PersistentActor
 
-_coordinators: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-
-def coordinator_for(host: Any) -> PersistenceCoordinator:
-    """The coordinator of `host`, created (and registered as a settle hook) on first use."""
-    c = _coordinators.get(host)
-    if c is None:
-        c = _coordinators[host] = PersistenceCoordinator(host)
-    return c
+def coordinator_for(context: ActorContext) -> PersistenceCoordinator:
+    """The coordinator of the host behind `context`, made (and registered as a settle hook) on first use."""
+    return context.extension(PersistenceCoordinator, PersistenceCoordinator)
 
 
 class PersistenceCoordinator:
@@ -28,11 +23,10 @@ class PersistenceCoordinator:
     hook again until it reports no work), which keeps Akka's "one outstanding write per actor".
     """
 
-    def __init__(self, host: Any) -> None:
-        self.host = host
+    def __init__(self, context: ActorContext) -> None:
         self.queue: dict[int, PersistentActor] = {}
         self._taking: PersistentActor | None = None
-        host.on_settle(self.settle)
+        context.on_settle(self.settle)
 
     def enqueue(self, actor: PersistentActor) -> None:
         """Schedule `actor`'s queued events (and deferrals) for the next group commit."""

@@ -53,8 +53,7 @@ class AtLeastOnceDelivery(PersistentActor):
         self._unconfirmed: dict[int, _Delivery] = {}
         self._redeliver_timer: Timer | None = None
         self._redelivered = 0  # sends of a delivery sent before, by this incarnation (for status)
-        if self._host is not None:
-            self._host.watch_routes(self)
+        self.context.watch_routes(self)
 
     # ---- the API --------------------------------------------------------------------------------
     def deliver(self, destination: str, id_to_message: Callable[[int], Any]) -> int:
@@ -200,7 +199,7 @@ class AtLeastOnceDelivery(PersistentActor):
         if warnings:
             self._tell_self(UnconfirmedWarning(tuple(warnings)))
 
-    def _routes_lost(self, prefixes: list[str]) -> None:
+    def routes_lost(self, prefixes: list[str]) -> None:
         """Destination hosts died: what they had not confirmed is resent now, not a redeliver interval later.
 
         (Beyond Akka, whose redelivery is timer-only.) The resends reach the guardian, which holds them

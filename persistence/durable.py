@@ -156,7 +156,7 @@ class DurableDelivery(AtLeastOnceDelivery):
 
     def _on_sent(self, event: DeliveriesSent) -> None:
         # Durable now: send each delivery once (a confirm may already have removed it).
-        unconfirmed, route, me = self._unconfirmed, self._host.route, self.path
+        unconfirmed, route, me = self._unconfirmed, self.context.route, self.path
         now = time.monotonic()
         sent = False
         for delivery_id in event.delivery_ids:
@@ -200,8 +200,8 @@ class DurableDelivery(AtLeastOnceDelivery):
             if delivery_id in self._unconfirmed:
                 queue((DeliveriesSent((delivery_id,), (destination,), (message,)),), self._on_sent, False)
 
-    def _keep_alive(self) -> bool:
-        return super()._keep_alive() or bool(self._unjournaled or self._confirmed_ids or self._confirmed_up_to)
+    def keep_alive(self) -> bool:
+        return super().keep_alive() or bool(self._unjournaled or self._confirmed_ids or self._confirmed_up_to)
 
     # ---- commands and recovery ------------------------------------------------------------------
     def _process_command(self, message: Any, sender: str | None) -> None:

@@ -239,8 +239,8 @@ class IdempotentReceiver(PersistentActor):
                 seen.discard(event.delivery_id)
         super()._event_rejected(event)
 
-    def _keep_alive(self) -> bool:
-        return super()._keep_alive() or bool(self._unapplied)
+    def keep_alive(self) -> bool:
+        return super().keep_alive() or bool(self._unapplied)
 
     def _recover_event(self, event: Any) -> None:
         if type(event) is AppliedBatch:

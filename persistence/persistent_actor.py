@@ -113,7 +113,7 @@ class PersistentActor(Actor):
     # ---- what the user implements ---------------------------------------------------------------
 
     @classmethod
-    def _open_stores(cls, config: dict) -> None:
+    def open_resources(cls, config: dict[str, Any]) -> None:
         """Open this class's journal and snapshot store when its host starts, so a bad one fails the spawn."""
         from actors.errors import SpawnFailed
         from journal.urls import redact_url
@@ -198,7 +198,7 @@ class PersistentActor(Actor):
         self._stashing = 0
         self._stash: deque = deque()
         self.sender = None
-        self._coordinator = coordinator_for(self._host)
+        self._coordinator = coordinator_for(self.context)
         self._journal = None
         self._snapshots = None
         self._stash_limit, self._overflow = self._stash_settings()
@@ -216,17 +216,17 @@ class PersistentActor(Actor):
                              f"\"drop\" or ReplyToStrategy(response), got {strategy!r}")
         return cap, strategy
 
-    def _around_pre_start(self) -> None:
+    def around_pre_start(self) -> None:
         self._init_persistence()
         self.pre_start()
         self._recover()
 
-    def _around_post_restart(self, error: BaseException) -> None:
+    def around_post_restart(self, error: BaseException) -> None:
         self._init_persistence()
         self.post_restart(error)
         self._recover()
 
-    def _restart_carryover(self) -> list[tuple[Any, str | None]]:
+    def restart_carryover(self) -> list[tuple[Any, str | None]]:
         # Events persisted before the failure are still written (Akka flushes in the error path); their
         # handlers are not run on this instance: the new one gets them through replay.
         batch = self._take_batch()  # before _replaced is set: _take_batch yields nothing for a replaced actor
@@ -240,8 +240,8 @@ class PersistentActor(Actor):
         carry, self._stash = list(self._stash), deque()
         return carry
 
-    def _keep_alive(self) -> bool:
-        return bool(self._timers) or bool(self._stash) or self._pending > 0
+    def keep_alive(self) -> bool:
+        return super().keep_alive() or bool(self._stash) or self._pending > 0
 
     # ---- recovery -----------------------------------------------------------------------------
     def _recover(self) -> None:
@@ -335,18 +335,18 @@ class PersistentActor(Actor):
             self.on_recovery_failure(cause, event)
         except Exception:
             log.exception("on_recovery_failure of %s failed", self.path)
-        self._host.report_error(self.path, f"stopped: recovery failed: {type(cause).__name__}: {cause}")
+        self.context.report_error(self.path, f"stopped: recovery failed: {type(cause).__name__}: {cause}")
         self._die("recovery failed")
 
     def _die(self, reason: str) -> None:
         self._dead = True
-        self._host.stop_entity(self, reason)
+        self.context.stop_entity(self, reason)
 
     # ---- message entry point --------------------------------------------------------------------
     def receive(self, message: Any, sender: str | None) -> None:
         """The actors entry point: commands wait in the stash while a stashing persist is pending."""
         if self._dead:
-            self._host.dead_letter(sender, self.path, message, "persistent actor stopped")
+            self.context.dead_letter(sender, self.path, message, "persistent actor stopped")
             return
         if self._failed_after_recovery is not None:
             exc, self._failed_after_recovery = self._failed_after_recovery, None
@@ -368,7 +368,7 @@ class PersistentActor(Actor):
     def _stash_overflow(self, message: Any, sender: str | None) -> None:
         strategy = self._overflow
         if strategy == "drop":
-            self._host.dead_letter(sender, self.path, message, "internal stash of a persistent actor is full")
+            self.context.dead_letter(sender, self.path, message, "internal stash of a persistent actor is full")
         elif isinstance(strategy, ReplyToStrategy):
             self.tell(sender, strategy.response)
         else:
@@ -383,13 +383,13 @@ class PersistentActor(Actor):
 
     def _drain_stash(self) -> None:
         """Run stashed commands in order until one blocks again (Akka's unstash-to-front)."""
-        host = self._host
+        host = self.context
         while self._stash and not self._stashing and not self._replaced and not self._dead:
             message, sender = self._stash.popleft()
             try:
                 self._process_command(message, sender)
             except Exception as exc:
-                host._failed(self, exc, message, sender)
+                host.report_failure(self, exc, message, sender)
                 return
             if self._stopping:
                 host.stop_entity(self, "stopped")
@@ -457,13 +457,13 @@ class PersistentActor(Actor):
     # ---- called by the coordinator ------------------------------------------------------------
     def _take_batch(self) -> list[_Entry]:
         batch, self._batch = self._batch, []
-        if self._replaced or self._dead or self._host.entities.get(self.path) is not self:
+        if self._replaced or self._dead or self.context.entities.get(self.path) is not self:
             return []
         return batch
 
     def _on_write_results(self, batch: list[_Entry], results: Any) -> None:
         """Run handlers in call order for one committed batch, then let waiting commands in."""
-        host = self._host
+        host = self.context
         failure = results if isinstance(results, BaseException) else None
         wi = 0
         for entry in batch:
@@ -512,7 +512,7 @@ class PersistentActor(Actor):
                     try:
                         self.on_persist_rejected(result, event, repr_.sequence_nr)
                     except Exception as exc:
-                        host._failed(self, exc, event, entry.sender)
+                        host.report_failure(self, exc, event, entry.sender)
                         return
         if self._stopping:
             host.stop_entity(self, "stopped")
@@ -533,7 +533,7 @@ class PersistentActor(Actor):
             entry.handler(event)
         except Exception as exc:
             self._done(entry)
-            self._host._failed(self, exc, event, entry.sender)
+            self.context.report_failure(self, exc, event, entry.sender)
             return False
         # Popped after the handler ran, as in Akka: a defer from inside a handler queues behind it.
         self._done(entry)
@@ -541,7 +541,7 @@ class PersistentActor(Actor):
 
     # ---- snapshots and deletes ------------------------------------------------------------------
     def _tell_self(self, message: Any) -> None:
-        self._host.route(self.path, self.path, message)
+        self.context.route(self.path, self.path, message)
 
     def save_snapshot(self, snapshot: Any) -> None:
         """Store `snapshot` at snapshot_sequence_nr; SaveSnapshotSuccess/Failure arrives as a command."""
@@ -549,8 +549,8 @@ class PersistentActor(Actor):
         try:
             self._tell_self(SaveSnapshotSuccess(self._snapshots.save(md, self._wrap_snapshot(snapshot))))
         except Exception as exc:
-            self._host.report_error(self.path, f"save_snapshot at sequence nr {md.sequence_nr} failed: "
-                                               f"{type(exc).__name__}: {exc}")
+            self.context.report_error(self.path, f"save_snapshot at sequence nr {md.sequence_nr} failed: "
+                                                 f"{type(exc).__name__}: {exc}")
             self._tell_self(SaveSnapshotFailure(md, exc))
 
     def _wrap_snapshot(self, snapshot: Any) -> Any:

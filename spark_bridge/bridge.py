@@ -321,7 +321,7 @@ class SparkBridge(AtLeastOnceDelivery):
                 keys = [keys[i] for i in fresh]
                 values = ([[col[i] for i in fresh] for col in values] if m.columns is not None
                           else [values[i] for i in fresh])
-        resolve = self._host.router.resolve
+        resolve = self.context.resolve
         # A path no host serves goes to dead letters once (the guardian records it), and is counted.
         unserved = {p for p in set(paths) if resolve(p) is None}
         dead = [i for i, p in enumerate(paths) if p in unserved] if unserved else []
@@ -476,7 +476,7 @@ class SparkBridge(AtLeastOnceDelivery):
                 actors.validate_path(to, what="follow-up destination")
             except actors.InvalidPath as exc:
                 self.log.error("spark bridge dropped a follow-up from %s: %s", sender, exc)
-                self._host.dead_letter(sender, str(to), message, str(exc))
+                self.context.dead_letter(sender, str(to), message, str(exc))
                 if origin is not None:
                     self._forward_replies.append((sender, forward_id))
                     self._queue_flush()
@@ -534,12 +534,12 @@ class SparkBridge(AtLeastOnceDelivery):
                 out.ids.append(delivery_id)
                 out.anchors.append(anchor)
                 out.values.append(message)
-            out.send(self._host, self.path, low)
+            out.send(self.context, self.path, low)
             self._ensure_timer()
         replies = [r for r in replies if r[0] is not None]
         if replies:
             targets, ids = [r[0] for r in replies], [r[1] for r in replies]
-            self._host.scatter(self.path, targets, lambda idx: ForwardsAccepted(*_pick(idx, targets, ids)))
+            self.context.scatter(self.path, targets, lambda idx: ForwardsAccepted(*_pick(idx, targets, ids)))
         for tree in completed:
             self._feed(tree.feed_id)[1] += tree.rows
             if tree.reply_to is not None:
@@ -587,7 +587,7 @@ class SparkBridge(AtLeastOnceDelivery):
             else:  # the receiver builds the dict (Row.body): the bridge is the busier process
                 datas = list(zip(*(c[start:end] for c in event.values), strict=True))
             if columns != out.columns:
-                out.send(self._host, self.path, low)
+                out.send(self.context, self.path, low)
                 out = _RowsOut(columns)
             targets, ids, anchors, values = out.targets, out.ids, out.anchors, out.values
             for i, data in enumerate(datas, start):
@@ -615,7 +615,7 @@ class SparkBridge(AtLeastOnceDelivery):
                 if self._backlog_head > 1024 and self._backlog_head * 2 > len(backlog):
                     del backlog[:self._backlog_head]
                     self._backlog_head = 0
-        out.send(self._host, self.path, low)
+        out.send(self.context, self.path, low)
         if sent:
             self._ensure_timer()
         if len(self._unconfirmed) < self.fan_out_window:
@@ -650,9 +650,9 @@ class SparkBridge(AtLeastOnceDelivery):
 
     # ---- redelivery and snapshots -----------------------------------------------------------------
     def _send(self, delivery_id: int, d: _Delivery, now: float) -> None:
-        if d.attempt and self._host.router.resolve(d.destination) is None:
+        if d.attempt and self.context.resolve(d.destination) is None:
             # Its path stopped being served: dead-letter it once instead of retrying forever.
-            self._host.dead_letter(self.path, d.destination, d.message.body, "no actor serves this path")
+            self.context.dead_letter(self.path, d.destination, d.message.body, "no actor serves this path")
             if self._settle(delivery_id, replaying=False):
                 self._abandoned.append(delivery_id)
                 self._queue_flush()

@@ -75,7 +75,7 @@ _outgoing: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _out(actor: actors.Actor) -> _HostOut:
-    host = actor._host
+    host = actor.context
     out = _outgoing.get(host)
     if out is None:
         out = _outgoing[host] = _HostOut()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from thespian.actors import Actor as ThespianActor
+
 import actors
 
 
@@ -34,7 +36,7 @@ class Echo(actors.Actor):
         elif message == "count":
             self.tell(sender, self.seen)
         elif message == "where":
-            self.tell(sender, (self.path, os.getpid(), self._host.key, self.seen))
+            self.tell(sender, (self.path, os.getpid(), self.context.key, self.seen))  # the context is the Host
         elif isinstance(message, tuple) and message[0] == "fwd":
             self.tell(message[1], message[2], sender=sender)
         elif message == "stop":
@@ -181,7 +183,16 @@ class ForgetfulTicker(Ticker):
         if message == "lose-a-wakeup":
             import time
 
-            self._host._armed.add(time.monotonic() - 10.0)  # armed, long due, never coming
+            self.context._armed.add(time.monotonic() - 10.0)  # the Host: armed, long due, never coming
             self.tell(sender, "lost")
         else:
             super().receive(message, sender)
+
+
+class HostForker(ThespianActor):
+    """A raw Thespian actor that creates a host process and never initialises it; replies its own pid."""
+
+    def receiveMessage(self, message, sender):
+        if message == "fork":
+            self.createActor("actors.host.HostActor")
+            self.send(sender, os.getpid())

@@ -194,6 +194,42 @@ def test_every_process_exits_when_the_admin_is_sigkilled(tmp_path) -> None:
         assert kill_tagged(system.tag) == []
 
 
+def _children(pid: int) -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and _is_child(int(p), pid)]
+
+
+def _is_child(pid: int, parent: int) -> bool:
+    try:
+        return _parent(pid) == parent
+    except OSError:
+        return False
+
+
+@pytest.mark.multiproc
+def test_a_host_whose_parent_dies_before_initialising_it_exits(tmp_path) -> None:
+    # The guardian forked a host's restart right as the system shut down: the new process, never
+    # initialised, had no timers and lingered for minutes, orphaned ("left processes after shutdown").
+    system = start_system("multiproc", tmp_path)
+    try:
+        forker = system._asys.createActor("tests.actors.sample.HostForker")
+        parent = system._asys.ask(forker, "fork", 10)
+        assert isinstance(parent, int)
+        child = wait_for(lambda: _children(parent), 10)[0]
+        os.kill(parent, signal.SIGKILL)
+        wait_for(lambda: not _is_running(child), 10)
+    finally:
+        system.shutdown()
+        assert kill_tagged(system.tag) == []
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 class StartsUnlessFlagged(actors.Actor):
     """Fails in pre_start while the file `flag` exists (a dependency down); replies its pid to "where"."""
 

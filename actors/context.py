@@ -1,0 +1,105 @@
+"""ActorContext: everything an actor (and a layer built on actors) may ask of the host running it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from .actor import Actor
+    from .messages import Scatter
+    from .timers import Timer
+
+_T = TypeVar("_T")
+
+
+class ActorContext(Protocol):
+    """What `Actor.context` offers: the host that runs the actor, seen through its public seam.
+
+    One host runs a top-level actor or all the entities under one path, so one context is shared by
+    all of them; calls that act on one actor take it (or its path) as an argument. Persistence and the
+    Spark bridge use only this, never the host itself. The host implements it with plain methods and
+    attributes: calling through the context costs what calling the host did.
+    """
+
+    @property
+    def path(self) -> str:
+        """The path the host was spawned at: the actor's own path, or the parent of its entities.
+
+        The sender of messages the host sends for all its actors at once (per-round summaries).
+        """
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The actor system's configuration, with this host's own journal / snapshot store URLs."""
+
+    @property
+    def entities(self) -> Mapping[str, Actor]:
+        """The live actors of this host by path (read only): an instance not here was replaced or stopped."""
+
+    def route(self, sender: str | None, target: str, message: Any) -> None:
+        """Send `message` to the actor at `target` as `sender` (what `Actor.tell` does, with any sender)."""
+
+    def scatter(self, sender: str | None, targets: list[str],
+                chunk: Callable[[list[int] | None], Scatter]) -> None:
+        """Send messages for many `targets` as one Scatter per host serving them (order kept per destination).
+
+        `chunk(indices)` builds the Scatter for the targets at those indices (None: all of them).
+        """
+
+    def dead_letter(self, sender: str | None, target: str, message: Any, reason: str) -> None:
+        """Record `message` as undeliverable to `target` (counted and observable through the guardian)."""
+
+    def schedule(self, delay: float, interval: float | None, message: Any, owner: Actor) -> Timer:
+        """Deliver `message` to `owner` after `delay` s, then every `interval` s unless None; cancellable."""
+
+    def resolve(self, path: str) -> tuple[str, Any] | None:
+        """The host serving `path` as (its key, its address), or None when no host serves it."""
+
+    def watch_routes(self, actor: Actor) -> None:
+        """Call `actor.routes_lost(prefixes)` whenever hosts it may have sent to die (actors.lifecycle)."""
+
+    def on_settle(self, hook: Callable[[], bool]) -> None:
+        """Call `hook()` whenever the host has drained its local work; it returns True if it did some.
+
+        The host calls its hooks again until none did work, then sends what is queued: a hook can
+        batch what the actors did during one round (one journal write, one message per destination).
+        """
+
+    def report_error(self, path: str, reason: str, asker: str | None = None,
+                     error: BaseException | None = None) -> None:
+        """Record an error inside the actor at `path` (`system.errors()`, `reprise status`).
+
+        With `error` and an asking client as `asker`, that ask fails at once with the error (ActorFailed).
+        """
+
+    def report_failure(self, actor: Actor, error: BaseException, message: Any, sender: str | None) -> None:
+        """`actor` failed with `error` on `message` outside `receive` (a callback): as if receive raised it.
+
+        The host records it and restarts the actor (or stops it after too many restarts).
+        """
+
+    def stop_entity(self, actor: Actor, reason: str) -> None:
+        """Stop `actor` now (its post_stop runs); "stopped" is a clean stop, any other reason a failure."""
+
+    def extension(self, key: Hashable, factory: Callable[[ActorContext], _T]) -> _T:
+        """The object kept under `key` for this host, made by `factory(context)` on first use.
+
+        How a layer keeps per-host shared state (persistence's group-commit coordinator) without
+        reaching into the host: it lives as long as the host.
+        """
+
+
+class _Detached:
+    """The context of an actor no host runs: every use says how to run it instead."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"this actor is not running in an actor system, so it has no context (asked "
+                           f"for {name!r}): spawn it with system.spawn(cls, path=...) instead of calling "
+                           "the class; its host sets `context` before pre_start")
+
+    def __repr__(self) -> str:
+        return "<no context: not running in an actor system>"
+
+
+DETACHED: ActorContext = _Detached()  # its __getattr__ fails every use, on purpose
