@@ -102,7 +102,7 @@ class HostRecord:
     waiters: list[Any] = field(default_factory=list)  # Thespian addresses of those to tell when it is up
     held: deque[Entry] = field(default_factory=deque)
     front: int = 0  # held entries that bounced off an earlier process: they go out before the rest
-    past: dict = field(default_factory=dict)  # address key of an earlier process -> until when to wait for it
+    past: dict[str, float] = field(default_factory=dict)  # address key of an earlier process -> until when to wait for it
 
 
 @dataclass
@@ -126,7 +126,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         self.router = Router()
         self.outbox: Outbox | None = None
         self.inflight: InFlight | None = None
-        self.bounced: deque = deque()  # batches that bounced off dead processes, in send order, not yet rerouted
+        self.bounced: deque[Any] = deque()  # batches that bounced off dead processes, in send order, not yet rerouted
         self.dead_count = 0
         self.recent: deque[DeadLetter] = deque(maxlen=RECENT_DEAD_LETTERS)
         self.dead_subscribers: list[str] = []
@@ -629,6 +629,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
     # ---- per sender FIFO across a host's restart (see actors/inflight.py) ---------------------------
     def _settled(self, intent: Any, how: str) -> None:
         """A batch we sent ended (a transport callback: queue the work, poke ourselves)."""
+        assert self.inflight is not None  # (it is what calls us)
         key = str(intent.targetAddr)
         if how == BOUNCED:
             self.bounced.append(intent)
@@ -642,6 +643,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         if message != RESETTLE:
             log.warning("guardian ignored unexpected %r", message)
             return
+        assert self.inflight is not None  # RESETTLE comes from _settled
         while self.bounced:
             intent = self.bounced.popleft()
             self._dead_envelope(DeadEnvelope(intent.targetAddr, intent.message), bounced=True)
@@ -656,6 +658,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         sent to it now must wait behind them (HANDOVER_WAIT at most: Thespian may retry for minutes)."""
         if not record.past:
             return False
+        assert self.inflight is not None  # past is only filled by _retire, once the guardian runs
         now = time.monotonic()
         return any(t > now and self.inflight.pending(k) for k, t in record.past.items()) \
             or any(str(i.targetAddr) in record.past for i in self.bounced)

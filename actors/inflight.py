@@ -37,7 +37,7 @@ class InFlight:
         self._actor = actor
         self._on_settled = on_settled
         self.no_bounce: Any = None  # sends to this address never bounce (None: to none, nothing: to all)
-        self._queues: dict[str, deque] = {}  # address -> [intent, outcome or None] in send order
+        self._queues: dict[str, deque[list[Any]]] = {}  # address -> [intent, outcome or None] in send order
 
     @property
     def tracking(self) -> bool:

@@ -34,25 +34,10 @@ LAYERS: dict[str, frozenset[str]] = {
 # Today's violations (issue 14). Remove an entry when you remove the violation; never add one:
 # give the lower layer a public API instead.
 KNOWN_VIOLATIONS: frozenset[str] = frozenset({
-    "persistence/delivery.py: AtLeastOnceDelivery overrides private _routes_lost of actors",
-    "persistence/delivery.py: AtLeastOnceDelivery uses private _host of actors",
-    "persistence/durable.py: DurableDelivery overrides private _keep_alive of actors",
-    "persistence/durable.py: DurableDelivery uses private _host of actors",
-    "persistence/durable.py: DurableDelivery uses private _keep_alive of actors",
-    "persistence/idempotent.py: IdempotentReceiver overrides private _keep_alive of actors",
-    "persistence/idempotent.py: IdempotentReceiver uses private _keep_alive of actors",
-    "persistence/persistent_actor.py: PersistentActor overrides private _around_post_restart of actors",
-    "persistence/persistent_actor.py: PersistentActor overrides private _around_pre_start of actors",
-    "persistence/persistent_actor.py: PersistentActor overrides private _keep_alive of actors",
-    "persistence/persistent_actor.py: PersistentActor overrides private _restart_carryover of actors",
-    "persistence/persistent_actor.py: PersistentActor uses private _host of actors",
     "persistence/persistent_actor.py: PersistentActor uses private _stopping of actors",
-    "persistence/persistent_actor.py: PersistentActor uses private _timers of actors",
-    "persistence/persistent_actor.py: uses private _failed of actors",
     "spark_bridge/bridge.py: SparkBridge overrides private _send of persistence",
     "spark_bridge/bridge.py: SparkBridge sets private _unconfirmed of persistence",
     "spark_bridge/bridge.py: SparkBridge uses private _ensure_timer of persistence",
-    "spark_bridge/bridge.py: SparkBridge uses private _host of actors",
     "spark_bridge/bridge.py: SparkBridge uses private _interval of persistence",
     "spark_bridge/bridge.py: SparkBridge uses private _journal of persistence",
     "spark_bridge/bridge.py: SparkBridge uses private _pending of persistence",
@@ -72,7 +57,6 @@ KNOWN_VIOLATIONS: frozenset[str] = frozenset({
     "spark_bridge/destination.py: FeedReceiver uses private _recover_snapshot of persistence",
     "spark_bridge/destination.py: FeedReceiver uses private _seen of persistence",
     "spark_bridge/destination.py: FeedReceiver uses private _wrap_snapshot of persistence",
-    "spark_bridge/destination.py: uses private _host of actors",
 })
 
 
