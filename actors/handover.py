@@ -33,7 +33,7 @@ POKE = "reprise-handover"
 class _Pending:
     token: int
     via: str  # a path the destination serves (the Barrier's target)
-    wait_key: str | None  # the old address whose batches must settle first
+    wait_keys: set[str]  # the old addresses whose batches must settle first
     entries: list[Entry] = field(default_factory=list)
     barrier_sent: bool = False
 
@@ -75,7 +75,7 @@ class Handover:
             self.inflight[key] = left
             return
         self.inflight.pop(key, None)
-        if any(p.wait_key == key for p in self.pending.values()):
+        if any(key in p.wait_keys for p in self.pending.values()):
             self.host.adapter.send_self(POKE)
 
     def note_rerouted(self, key: str) -> None:
@@ -130,7 +130,7 @@ class Handover:
     def poke(self) -> None:
         """Send the Barriers of handovers whose old batches have all settled."""
         for name, pending in list(self.pending.items()):
-            if not pending.barrier_sent and self.inflight.get(pending.wait_key, 0) == 0:
+            if not pending.barrier_sent and not self._unsettled(pending.wait_keys):
                 self._send_barrier(name, pending)
 
     def barrier_back(self, token: int) -> bool:
@@ -158,20 +158,27 @@ class Handover:
             self._release(name)
 
     # ---- internals -------------------------------------------------------------------------------
+    def _unsettled(self, keys: set[str]) -> set[str]:
+        return {k for k in keys if self.inflight.get(k, 0) > 0}
+
     def _start(self, name: str, via: str, wait_key: str | None) -> None:
-        pending = self.pending[name] = _Pending(next(self._tokens), via, wait_key)
+        pending = self.pending[name] = _Pending(next(self._tokens), via, {wait_key} if wait_key else set())
         self.host.adapter.wakeup_after(HANDOVER_WAIT, (POKE, pending.token))
-        if wait_key is None:
+        if not pending.wait_keys:
             self._send_barrier(name, pending)
 
     def _restart(self, name: str, wait_key: str | None) -> None:
         pending = self.pending[name]
         if pending.token in self.barriers:
             self.barriers[pending.token] = None  # swallowed if it still comes back
-        restarted = _Pending(next(self._tokens), pending.via, wait_key, pending.entries)
+        # Still waiting for the process before the last one too: when a destination's route went from its dead
+        # process to the guardian (restarting) and then to its new process, the dead process's batches may
+        # still be bouncing, one by one, to the guardian; the Barrier must go behind all of them.
+        keys = self._unsettled(pending.wait_keys | ({wait_key} if wait_key else set()))
+        restarted = _Pending(next(self._tokens), pending.via, keys, pending.entries)
         self.pending[name] = restarted
         self.host.adapter.wakeup_after(HANDOVER_WAIT, (POKE, restarted.token))
-        if wait_key is None:
+        if not keys:
             self._send_barrier(name, restarted)
 
     def _send_barrier(self, name: str, pending: _Pending) -> None:

@@ -115,9 +115,34 @@ def apply() -> None:
             self._incomingEnvelopes[:0] = kept
 
     _release_inherited_sockets_in_children()
+    _tell_late_children_to_exit()
     wakeupTransportBase._deliver_wakeups = deliver_wakeups
     atb.asyncTransportBase._drain_tx_queue_if_needed = drain_tx_queue_if_needed
     _applied = True
+
+
+def _tell_late_children_to_exit() -> None:
+    """A child whose startup handshake completes after its parent began exiting is told to exit too.
+
+    Thespian 4.0.1 sends ActorExitRequest to the children it knows when the exit begins and then waits for
+    every child to exit, including one registered later: a host the guardian forked right as the system
+    shut down was never told, so the guardian, and the admin with it, never exited (`down` killed them
+    after 20 s; 1 shutdown in ~20 that follows a host SIGKILL in the torture runs).
+    """
+    from thespian.actors import ActorExitRequest
+    from thespian.system.actorManager import ActorManager
+    from thespian.system.transport import TransmitIntent
+
+    original = ActorManager._pendingActorReady
+
+    def ready(self: Any, childInstance: Any, actualAddress: Any, isMyChild: bool = True) -> None:
+        original(self, childInstance, actualAddress, isMyChild)
+        if isMyChild and getattr(self, "_exiting", False):
+            self._send_intent(TransmitIntent(actualAddress, ActorExitRequest(recursive=True),
+                                             onError=lambda result, intent: self._childInaccessible(actualAddress,
+                                                                                                   intent)))
+
+    ActorManager._pendingActorReady = ready
 
 
 def release_inherited_sockets() -> list[int]:
@@ -159,6 +184,10 @@ def _release_inherited_sockets_in_children() -> None:
         setattr(mpc, name, releasing(getattr(mpc, name)))
 
 
+HANDSHAKE_RETRY = timedelta(seconds=0.25)
+"""Retry period (x attempt) of a new actor process's EndpointConnected to its parent."""
+
+
 def retry_reset_connections_at_once() -> None:
     """Make Thespian retry a send at once (not after 35 s) the first time it fails on a socket error.
 
@@ -166,8 +195,11 @@ def retry_reset_connections_at_once() -> None:
     then waits `attempts * 35 s` before reconnecting, and only that reconnect (refused: the process is
     gone) turns the message into a dead envelope the guardian reroutes to the restarted host. Held
     messages arrived 35 s late (seen: 1 kill in ~100 of a host restarted in 0.1 s). Later retries keep
-    Thespian's delays.
+    Thespian's delays, except for a new actor's EndpointConnected to its parent: its parent cannot tell it
+    to exit before that handshake, so a host the guardian forked right as the system shut down (its
+    handshake reset) waited 35-70 s, and held the guardian and the admin up with it.
     """
+    from thespian.system.messages.multiproc import EndpointConnected
     from thespian.system.transport import TransmitIntent
 
     original = TransmitIntent.retry
@@ -175,6 +207,8 @@ def retry_reset_connections_at_once() -> None:
         return
 
     def retry(self: Any, immediately: bool = False) -> bool:
+        if isinstance(self.message, EndpointConnected) and self.transmit_retry_period > HANDSHAKE_RETRY:
+            self.transmit_retry_period = HANDSHAKE_RETRY
         retried: bool = original(self, immediately=immediately or getattr(self, "_attempts", 0) == 0)
         return retried
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 from thespian.actors import Actor as ThespianActor
+from thespian.actors import ActorExitRequest
 
 import actors
+from actors.host import HostActor
 
 
 @dataclass(frozen=True)
@@ -196,3 +199,26 @@ class HostForker(ThespianActor):
         if message == "fork":
             self.createActor("actors.host.HostActor")
             self.send(sender, os.getpid())
+        elif message == "fork slow to exit":
+            self.createActor("tests.actors.sample.SlowExiting")
+            self.send(sender, os.getpid())
+        elif message == "fork slow and exit":  # its exit begins before the new child's handshake lands
+            self.createActor("tests.actors.sample.SlowStartingHost")
+            self.send(sender, os.getpid())
+            self.send(self.myAddress, ActorExitRequest())
+
+
+class SlowExiting(ThespianActor):
+    """Takes two seconds to exit (as a host flushing its journal does)."""
+
+    def receiveMessage(self, message, sender):
+        if isinstance(message, ActorExitRequest):
+            time.sleep(2.0)
+
+
+class SlowStartingHost(HostActor):
+    """A host process that takes a second to start (as under load): its handshake reaches its parent late."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        time.sleep(1.0)

@@ -8,6 +8,7 @@ import signal
 import time
 
 import pytest
+from thespian.system.messages.status import Thespian_StatusReq
 
 import actors
 from actors import Backoff, InvalidBackoff
@@ -217,6 +218,25 @@ def test_a_host_whose_parent_dies_before_initialising_it_exits(tmp_path) -> None
         child = wait_for(lambda: _children(parent), 10)[0]
         os.kill(parent, signal.SIGKILL)
         wait_for(lambda: not _is_running(child), 10)
+    finally:
+        system.shutdown()
+        assert kill_tagged(system.tag) == []
+
+
+@pytest.mark.multiproc
+def test_a_child_created_just_before_its_parent_exits_is_told_to_exit_too(tmp_path) -> None:
+    # Thespian tells only the children it knows when an exit begins, then waits for all of them, including one
+    # whose handshake lands while the others exit: the guardian (and the admin) never exited when it had forked
+    # a host's restart just before `down`. Here: the exit begins, the first child takes 2 s to exit, and the
+    # second child's handshake lands after 1 s.
+    system = start_system("multiproc", tmp_path)
+    try:
+        forker = system._asys.createActor("tests.actors.sample.HostForker")
+        parent = system._asys.ask(forker, "fork slow to exit", 10)  # a first child: the exit waits for it
+        wait_for(lambda: len(system._asys.ask(forker, Thespian_StatusReq(), 10).childActors) == 1, 10)
+        assert system._asys.ask(forker, "fork slow and exit", 10) == parent
+        wait_for(lambda: not _is_running(parent), 10)
+        assert not [child for child in _children(parent) if _is_running(child)]
     finally:
         system.shutdown()
         assert kill_tagged(system.tag) == []
