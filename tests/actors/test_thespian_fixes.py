@@ -31,3 +31,18 @@ def test_two_actors_flooding_each_other_over_new_connections_do_not_deadlock(mak
     asys.tell(b, ("flood", a, 2000, 0.5))
     done = [asys.listen(20), asys.listen(20)]
     assert all(isinstance(d, tuple) and d[0] == "sent" for d in done), f"a flooder is stuck: {done}"
+
+
+def test_backoff_pauses_on_a_socket_are_capped():
+    # Thespian grows the pause before it looks at a socket again by 1.7x up to 7.3 s: an ACK from a peer busy
+    # for a second was read up to 8 s late (a round of test_a_host_sigkilled_50_times_... took 8 s).
+    from datetime import timedelta
+
+    from thespian.system import transport
+
+    import actors.thespian_fixes as fixes
+
+    pause = timedelta(0)
+    for _ in range(30):
+        pause = transport.backoffDelay(pause)
+    assert pause == fixes.MAX_BACKOFF <= timedelta(milliseconds=200)
