@@ -85,6 +85,7 @@ class DurableDelivery(AtLeastOnceDelivery):
         self._unjournaled: list[tuple[int, _Delivery]] = []  # delivered, sent event not queued yet
         self._confirmed_ids: list[int] = []  # confirmed, confirmed event not queued yet
         self._confirmed_up_to = 0
+        self._journaling = False  # something above waits to be journaled (a before-commit contribution is made)
 
     def deliver(self, destination: str, id_to_message: Callable[[int], Any]) -> int:
         """Journal the delivery (asynchronously: commands keep flowing), then send it until confirmed."""
@@ -95,8 +96,8 @@ class DurableDelivery(AtLeastOnceDelivery):
         self._delivery_seq += 1
         delivery_id = self._delivery_seq
         d = self._unconfirmed[delivery_id] = _Delivery(destination, id_to_message(delivery_id), _UNSENT, 0)
-        if not self._unjournaled:
-            self._coordinator.enqueue(self)
+        if not self._journaling:
+            self._start_journaling()
         self._unjournaled.append((delivery_id, d))
         return delivery_id
 
@@ -105,8 +106,8 @@ class DurableDelivery(AtLeastOnceDelivery):
         if not super().confirm_delivery(delivery_id):
             return False
         if not self._recovery_running:
-            if not self._confirmed_ids:
-                self._coordinator.enqueue(self)
+            if not self._journaling:
+                self._start_journaling()
             self._confirmed_ids.append(delivery_id)
         return True
 
@@ -114,7 +115,8 @@ class DurableDelivery(AtLeastOnceDelivery):
         """Cumulative confirm, journaled as one event."""
         n = super().confirm_deliveries_up_to(delivery_id)
         if n and not self._recovery_running:
-            self._coordinator.enqueue(self)
+            if not self._journaling:
+                self._start_journaling()
             self._confirmed_up_to = max(self._confirmed_up_to, delivery_id)
         return n
 
@@ -129,8 +131,8 @@ class DurableDelivery(AtLeastOnceDelivery):
             if not self._unconfirmed:
                 self._stop_timer()
             if not self._recovery_running:
-                if not self._confirmed_ids:
-                    self._coordinator.enqueue(self)
+                if not self._journaling:
+                    self._start_journaling()
                 self._confirmed_ids.extend(done)
 
     def redeliver_now(self, delivery_id: int) -> bool:
@@ -141,9 +143,15 @@ class DurableDelivery(AtLeastOnceDelivery):
         return super().redeliver_now(delivery_id)
 
     # ---- journaling the compact events ----------------------------------------------------------
+    def _start_journaling(self) -> None:
+        """The first delivery or confirm of a round: journal the round's before the next write or commit."""
+        self._journaling = True
+        self._contribute(self._journal_deliveries)
+
     def _journal_deliveries(self) -> None:
         """Queue what was delivered and confirmed since the last call as (at most) two events."""
-        queue = super()._queue_write
+        self._journaling = False
+        queue = self._queue_write
         pending = self._unjournaled
         if pending:
             self._unjournaled = []
@@ -169,21 +177,6 @@ class DurableDelivery(AtLeastOnceDelivery):
         if sent:
             self._ensure_timer()
 
-    def _queue_write(self, events: tuple, handler: Callable[[Any], Any], stashing: bool) -> None:
-        if self._unjournaled or self._confirmed_ids or self._confirmed_up_to:
-            self._journal_deliveries()  # earlier deliveries and confirms go first, as they were called first
-        super()._queue_write(events, handler, stashing)
-
-    def _queue_defer(self, event: Any, handler: Callable[[Any], Any], stashing: bool) -> None:
-        if self._unjournaled or self._confirmed_ids or self._confirmed_up_to:
-            self._journal_deliveries()
-        super()._queue_defer(event, handler, stashing)
-
-    def _take_batch(self) -> list:
-        if self._unjournaled or self._confirmed_ids or self._confirmed_up_to:
-            self._journal_deliveries()
-        return super()._take_batch()
-
     def _on_write_results(self, batch: list, results: Any) -> None:
         if isinstance(results, list) and any(r is not None for r in results):  # rejections are rare
             batch, results = split_rejected(self, batch, results, DeliveriesSent, self._requeue_one_by_one)
@@ -195,13 +188,10 @@ class DurableDelivery(AtLeastOnceDelivery):
 
     def _requeue_one_by_one(self, entry: Any) -> None:
         # Only the deliveries that cannot be stored are rejected (and given up: never sent).
-        queue = super()._queue_write
+        queue = self._queue_write
         for delivery_id, destination, message in entry.atomic.payload[0].payload.entries():
             if delivery_id in self._unconfirmed:
                 queue((DeliveriesSent((delivery_id,), (destination,), (message,)),), self._on_sent, False)
-
-    def _keep_alive(self) -> bool:
-        return super()._keep_alive() or bool(self._unjournaled or self._confirmed_ids or self._confirmed_up_to)
 
     # ---- commands and recovery ------------------------------------------------------------------
     def _process_command(self, message: Any, sender: str | None) -> None:

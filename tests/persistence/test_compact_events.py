@@ -143,7 +143,7 @@ def test_seen_ids_agree_with_a_set_in_and_out_of_order():
                 low += 1
             assert seen.low == low
         assert all((i in seen) == (i in model) for i in range(1, max(model) + 5))
-        assert len(seen.starts) == len(seen.ends) <= len(model)
+        assert seen.range_count <= len(model)
         for i in rng.sample(sorted(model), 200):  # forgetting ids (rejected applications) splits ranges
             seen.discard(i)
             model.discard(i)
