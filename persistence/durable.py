@@ -9,13 +9,13 @@ handlers keep the order of the calls). A message still leaves only once its sent
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from journal import register_type
 from persistence.compact import expand, same_or_each, split_rejected
-from persistence.delivery import AtLeastOnceDelivery, _Delivery
+from persistence.delivery import _GONE, AtLeastOnceDelivery, _Delivery
 from persistence.messages import (
     AtLeastOnceDeliverySnapshot,
     Confirm,
@@ -101,6 +101,20 @@ class DurableDelivery(AtLeastOnceDelivery):
         self._unjournaled.append((delivery_id, d))
         return delivery_id
 
+    def deliver_many(self, delivery_ids: Sequence[int], destinations: Sequence[str], messages: Sequence[Any],
+                     send: Callable[[], None] | None = None) -> None:
+        """Not for DurableDelivery, which numbers and journals its deliveries itself: call deliver() per message."""
+        raise TypeError(f"{type(self).__name__} is a DurableDelivery: it numbers and journals its own deliveries, "
+                        "so deliver_many (caller-numbered, journaled by the caller) does not apply; call deliver() "
+                        "for each message (they are journaled together), or subclass AtLeastOnceDelivery")
+
+    def confirm_deliveries(self, delivery_ids: Sequence[int]) -> list[Any]:
+        """Confirm many deliveries, journaled as one event; per id its message (None: not unconfirmed)."""
+        get = self._unconfirmed.get
+        found = [get(i, _GONE).message for i in delivery_ids]
+        self._confirm_many(delivery_ids)
+        return found
+
     def confirm_delivery(self, delivery_id: int) -> bool:
         """Confirm and journal it; True the first time."""
         if not super().confirm_delivery(delivery_id):
@@ -120,7 +134,7 @@ class DurableDelivery(AtLeastOnceDelivery):
             self._confirmed_up_to = max(self._confirmed_up_to, delivery_id)
         return n
 
-    def _confirm_many(self, delivery_ids: tuple[int, ...]) -> None:
+    def _confirm_many(self, delivery_ids: Sequence[int]) -> None:
         if type(self).confirm_delivery is not DurableDelivery.confirm_delivery:
             for delivery_id in delivery_ids:  # a subclass hooks into confirm_delivery: call it for each
                 self.confirm_delivery(delivery_id)
