@@ -237,7 +237,7 @@ class SparkBridge(AtLeastOnceDelivery):
              for u in self.get_delivery_snapshot().unconfirmed_deliveries],
             [[b.seq, b.next_index, b.first_id, b.size] for b in self._backlog[self._backlog_head:]],
             sorted(self._ahead),
-            {o: [low, [list(r) for r in ranges]] for o, (low, ranges) in ((o, s.state()) for o, s in self._forwarded.items())},
+            {o: [s.low, [list(r) for r in s.state()[1]]] for o, s in self._forwarded.items()},
             {f: list(c) for f, c in self._feeds.items()},
         )
 
