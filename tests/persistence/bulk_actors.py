@@ -9,7 +9,7 @@ from journal import register_type
 from persistence import AtLeastOnceDelivery, Confirm, RecoveryCompleted, SnapshotOffer
 
 
-@register_type(manifest="tests.persistence.Item")
+@register_type(manifest="tests.persistence.bulk.Item")
 @dataclass(frozen=True)
 class Item:
     """One delivery of a Batch."""
@@ -18,7 +18,7 @@ class Item:
     payload: str
 
 
-@register_type(manifest="tests.persistence.Numbered")
+@register_type(manifest="tests.persistence.bulk.Numbered")
 @dataclass(frozen=True)
 class Numbered:
     """The sender's event: payloads[k] goes to destinations[k] as delivery first_id + k (ids in the event)."""
@@ -28,7 +28,7 @@ class Numbered:
     payloads: tuple[str, ...]
 
 
-@register_type(manifest="tests.persistence.Given")
+@register_type(manifest="tests.persistence.bulk.Given")
 @dataclass(frozen=True)
 class Given:
     """The sender's event: these deliveries were given up by should_redeliver (confirmed)."""
@@ -36,7 +36,7 @@ class Given:
     delivery_ids: tuple[int, ...]
 
 
-@register_type(manifest="tests.persistence.BulkSnapshot")
+@register_type(manifest="tests.persistence.bulk.BulkSnapshot")
 @dataclass(frozen=True)
 class BulkSnapshot:
     """The sender's snapshot: its next id and [delivery_id, destination, payload] of each unconfirmed one."""
