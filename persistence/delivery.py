@@ -156,10 +156,10 @@ class AtLeastOnceDelivery(PersistentActor):
         The bulk form of confirm_delivery, which it does not call (override both to hook confirmations).
         """
         pop = self._unconfirmed.pop
-        taken = [pop(i, _GONE) for i in delivery_ids]
+        found = [pop(i, _GONE).message for i in delivery_ids]
         if not self._unconfirmed:
             self._stop_timer()
-        return [d.message for d in taken]
+        return found
 
     def unconfirmed_ids(self) -> KeysView[int]:
         """The ids of the deliveries not confirmed yet, in the order they were registered (a live view: copy it
