@@ -5,7 +5,7 @@
 
 from persistence.delivery import AtLeastOnceDelivery
 from persistence.durable import DurableDelivery
-from persistence.idempotent import IdempotentReceiver
+from persistence.idempotent import IdempotentReceiver, SeenIds
 from persistence.messages import (
     AtLeastOnceDeliverySnapshot,
     Confirm,
@@ -43,5 +43,5 @@ __all__ = [
     "DeleteSnapshotsFailure", "DeleteSnapshotsSuccess", "DurableDelivery", "IdempotentReceiver",
     "IllegalStateError", "MaxUnconfirmedMessagesExceeded", "PersistentActor", "Recovery", "RecoveryCompleted",
     "RecoveryTimedOut", "RedeliveryTick", "ReplyToStrategy", "SaveSnapshotFailure", "SaveSnapshotSuccess",
-    "SnapshotOffer", "SnapshotStoreNotConfigured", "StashOverflowError", "UnconfirmedDelivery", "UnconfirmedWarning", "register_scheme",
+    "SeenIds", "SnapshotOffer", "SnapshotStoreNotConfigured", "StashOverflowError", "UnconfirmedDelivery", "UnconfirmedWarning", "register_scheme",
 ]

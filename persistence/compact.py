@@ -33,7 +33,7 @@ def split_rejected(actor: Any, batch: list, results: list, event_type: type,
         result = next(it)
         event = entry.atomic.payload[0].payload
         if result is not None and type(event) is event_type and len(event) > 1:
-            actor._pending -= 1  # the entry is not handed to _on_write_results: account for it here
+            actor._withdraw(entry)  # the entry is not handed to _on_write_results
             retry.append(entry)
             continue
         kept.append(entry)

@@ -30,8 +30,8 @@ class PersistenceCoordinator:
 
     def enqueue(self, actor: PersistentActor) -> None:
         """Schedule `actor`'s queued events (and deferrals) for the next group commit."""
-        # While its batch is being taken, an actor queues into that very batch (compact-event mixins
-        # journal what they collected from their _take_batch): queuing it again would cost it an empty
+        # While its batch is being taken, an actor queues into that very batch (_take_batch first flushes
+        # the before-commit contributions of compact-event mixins): queuing it again would cost it an empty
         # round in the next settle.
         if actor is not self._taking:
             self.queue[id(actor)] = actor

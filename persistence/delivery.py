@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, KeysView, Sequence
+from itertools import repeat
 from typing import Any
 
 from actors import Timer
@@ -30,6 +31,9 @@ class _Delivery:
         self.message = message
         self.timestamp = timestamp
         self.attempt = attempt
+
+
+_GONE = _Delivery("", None, 0.0, 0)  # what confirm_deliveries finds for an id that is not unconfirmed
 
 
 class AtLeastOnceDelivery(PersistentActor):
@@ -75,6 +79,99 @@ class AtLeastOnceDelivery(PersistentActor):
             d = self._unconfirmed[delivery_id] = _Delivery(destination, message, now, 0)
             self._send(delivery_id, d, now)
         return delivery_id
+
+    def deliver_many(self, delivery_ids: Sequence[int], destinations: Sequence[str], messages: Sequence[Any],
+                     send: Callable[[], None] | None = None) -> None:
+        """Deliver `messages[k]` to `destinations[k]` as `delivery_ids[k]` until confirmed, all at once.
+
+        The ids are the caller's (e.g. stored in its own events, so that replay gives the same ids); none may
+        be unconfirmed already, and deliver() continues above the highest. Without `send` each message is
+        told on its own; with it, `send()` is called once and must transmit them all itself (e.g. one
+        Scatter per destination host): they count as sent now, and redelivery resends them one by one.
+        During recovery nothing is sent: they are resent right after replay, as by deliver().
+        """
+        n = len(delivery_ids)
+        if len(destinations) != n or len(messages) != n:
+            raise ValueError(f"deliver_many needs one destination and one message per delivery id, got {n} ids, "
+                             f"{len(destinations)} destinations and {len(messages)} messages")
+        if not n:
+            return
+        unconfirmed = self._unconfirmed
+        before = len(unconfirmed)
+        if before + n > self.max_unconfirmed_messages:
+            raise MaxUnconfirmedMessagesExceeded(
+                f"Too many unconfirmed messages, maximum allowed is [{self.max_unconfirmed_messages}]")
+        if "*" in "".join(destinations):
+            raise ValueError(f"Delivering to wildcard actor paths ({[d for d in destinations if '*' in d][0]}) is not "
+                             "supported by AtLeastOnceDelivery; introduce a mediator actor that fans out instead")
+        now = time.monotonic()
+        if self._recovery_running:
+            unconfirmed.update(zip(delivery_ids, map(_Delivery, destinations, messages,
+                                                     repeat(now - self._interval(0)), repeat(0)), strict=True))
+        elif send is None:
+            unconfirmed.update(zip(delivery_ids, map(_Delivery, destinations, messages, repeat(now), repeat(0)),
+                                   strict=True))
+            for delivery_id in delivery_ids:
+                d = unconfirmed[delivery_id]
+                self._send(delivery_id, d, now)
+        else:
+            unconfirmed.update(zip(delivery_ids, map(_Delivery, destinations, messages, repeat(now), repeat(1)),
+                                   strict=True))
+        if len(unconfirmed) != before + n:
+            raise ValueError("deliver_many got delivery ids that were unconfirmed already (or one id twice): "
+                             "their earlier deliveries were replaced; allocate fresh ids for every delivery")
+        top = max(delivery_ids)
+        if top > self._delivery_seq:
+            self._delivery_seq = top
+        if send is not None and not self._recovery_running:
+            send()
+            self._ensure_timer()
+
+    def restore_unconfirmed(self, delivery_ids: Sequence[int], destinations: Sequence[str],
+                            messages: Sequence[Any]) -> None:
+        """Take these deliveries (e.g. from a snapshot, or from events) as unconfirmed, without sending them.
+
+        They are overdue: resent right after replay, or by the next redelivery tick. An id that is
+        unconfirmed already is replaced.
+        """
+        n = len(delivery_ids)
+        if len(destinations) != n or len(messages) != n:
+            raise ValueError(f"restore_unconfirmed needs one destination and one message per delivery id, got {n} "
+                             f"ids, {len(destinations)} destinations and {len(messages)} messages")
+        if not n:
+            return
+        back = time.monotonic() - self._interval(0)
+        self._unconfirmed.update(zip(delivery_ids, map(_Delivery, destinations, messages, repeat(back), repeat(0)),
+                                     strict=True))
+        top = max(delivery_ids)
+        if top > self._delivery_seq:
+            self._delivery_seq = top
+        if not self._recovery_running:
+            self._ensure_timer()
+
+    def confirm_deliveries(self, delivery_ids: Sequence[int]) -> list[Any]:
+        """Confirm many deliveries at once; returns, per id, the message delivered under it (None: not unconfirmed).
+
+        The bulk form of confirm_delivery, which it does not call (override both to hook confirmations).
+        """
+        pop = self._unconfirmed.pop
+        found = [pop(i, _GONE).message for i in delivery_ids]
+        if not self._unconfirmed:
+            self._stop_timer()
+        return found
+
+    def unconfirmed_ids(self) -> KeysView[int]:
+        """The ids of the deliveries not confirmed yet, in the order they were registered (a live view: copy it
+        before confirming while iterating)."""
+        return self._unconfirmed.keys()
+
+    def should_redeliver(self, delivery_id: int, destination: str, message: Any) -> bool:
+        """Called before each resend (not before the first send); False skips it.
+
+        For deliveries that can no longer arrive (e.g. nobody serves the path anymore): confirm (or
+        dead-letter) them here, or they stay overdue and are offered again at every redelivery tick.
+        """
+        return True
 
     def confirm_delivery(self, delivery_id: int) -> bool:
         """Stop redelivering `delivery_id`; True the first time, False for unknown or repeated ids."""
@@ -139,6 +236,8 @@ class AtLeastOnceDelivery(PersistentActor):
         return min(hi, lo * factor ** max(0, attempt - 1))
 
     def _send(self, delivery_id: int, d: _Delivery, now: float) -> None:
+        if d.attempt and not self.should_redeliver(delivery_id, d.destination, d.message):
+            return
         self.tell(d.destination, d.message)
         d.timestamp = now
         if d.attempt:

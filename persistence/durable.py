@@ -9,13 +9,13 @@ handlers keep the order of the calls). A message still leaves only once its sent
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from journal import register_type
 from persistence.compact import expand, same_or_each, split_rejected
-from persistence.delivery import AtLeastOnceDelivery, _Delivery
+from persistence.delivery import _GONE, AtLeastOnceDelivery, _Delivery
 from persistence.messages import (
     AtLeastOnceDeliverySnapshot,
     Confirm,
@@ -85,6 +85,7 @@ class DurableDelivery(AtLeastOnceDelivery):
         self._unjournaled: list[tuple[int, _Delivery]] = []  # delivered, sent event not queued yet
         self._confirmed_ids: list[int] = []  # confirmed, confirmed event not queued yet
         self._confirmed_up_to = 0
+        self._journaling = False  # something above waits to be journaled (a before-commit contribution is made)
 
     def deliver(self, destination: str, id_to_message: Callable[[int], Any]) -> int:
         """Journal the delivery (asynchronously: commands keep flowing), then send it until confirmed."""
@@ -95,18 +96,32 @@ class DurableDelivery(AtLeastOnceDelivery):
         self._delivery_seq += 1
         delivery_id = self._delivery_seq
         d = self._unconfirmed[delivery_id] = _Delivery(destination, id_to_message(delivery_id), _UNSENT, 0)
-        if not self._unjournaled:
-            self._coordinator.enqueue(self)
+        if not self._journaling:
+            self._start_journaling()
         self._unjournaled.append((delivery_id, d))
         return delivery_id
+
+    def deliver_many(self, delivery_ids: Sequence[int], destinations: Sequence[str], messages: Sequence[Any],
+                     send: Callable[[], None] | None = None) -> None:
+        """Not for DurableDelivery, which numbers and journals its deliveries itself: call deliver() per message."""
+        raise TypeError(f"{type(self).__name__} is a DurableDelivery: it numbers and journals its own deliveries, "
+                        "so deliver_many (caller-numbered, journaled by the caller) does not apply; call deliver() "
+                        "for each message (they are journaled together), or subclass AtLeastOnceDelivery")
+
+    def confirm_deliveries(self, delivery_ids: Sequence[int]) -> list[Any]:
+        """Confirm many deliveries, journaled as one event; per id its message (None: not unconfirmed)."""
+        get = self._unconfirmed.get
+        found = [get(i, _GONE).message for i in delivery_ids]
+        self._confirm_many(delivery_ids)
+        return found
 
     def confirm_delivery(self, delivery_id: int) -> bool:
         """Confirm and journal it; True the first time."""
         if not super().confirm_delivery(delivery_id):
             return False
         if not self._recovery_running:
-            if not self._confirmed_ids:
-                self._coordinator.enqueue(self)
+            if not self._journaling:
+                self._start_journaling()
             self._confirmed_ids.append(delivery_id)
         return True
 
@@ -114,11 +129,12 @@ class DurableDelivery(AtLeastOnceDelivery):
         """Cumulative confirm, journaled as one event."""
         n = super().confirm_deliveries_up_to(delivery_id)
         if n and not self._recovery_running:
-            self._coordinator.enqueue(self)
+            if not self._journaling:
+                self._start_journaling()
             self._confirmed_up_to = max(self._confirmed_up_to, delivery_id)
         return n
 
-    def _confirm_many(self, delivery_ids: tuple[int, ...]) -> None:
+    def _confirm_many(self, delivery_ids: Sequence[int]) -> None:
         if type(self).confirm_delivery is not DurableDelivery.confirm_delivery:
             for delivery_id in delivery_ids:  # a subclass hooks into confirm_delivery: call it for each
                 self.confirm_delivery(delivery_id)
@@ -129,8 +145,8 @@ class DurableDelivery(AtLeastOnceDelivery):
             if not self._unconfirmed:
                 self._stop_timer()
             if not self._recovery_running:
-                if not self._confirmed_ids:
-                    self._coordinator.enqueue(self)
+                if not self._journaling:
+                    self._start_journaling()
                 self._confirmed_ids.extend(done)
 
     def redeliver_now(self, delivery_id: int) -> bool:
@@ -141,9 +157,15 @@ class DurableDelivery(AtLeastOnceDelivery):
         return super().redeliver_now(delivery_id)
 
     # ---- journaling the compact events ----------------------------------------------------------
+    def _start_journaling(self) -> None:
+        """The first delivery or confirm of a round: journal the round's before the next write or commit."""
+        self._journaling = True
+        self._contribute(self._journal_deliveries)
+
     def _journal_deliveries(self) -> None:
         """Queue what was delivered and confirmed since the last call as (at most) two events."""
-        queue = super()._queue_write
+        self._journaling = False
+        queue = self._queue_write
         pending = self._unjournaled
         if pending:
             self._unjournaled = []
@@ -169,21 +191,6 @@ class DurableDelivery(AtLeastOnceDelivery):
         if sent:
             self._ensure_timer()
 
-    def _queue_write(self, events: tuple, handler: Callable[[Any], Any], stashing: bool) -> None:
-        if self._unjournaled or self._confirmed_ids or self._confirmed_up_to:
-            self._journal_deliveries()  # earlier deliveries and confirms go first, as they were called first
-        super()._queue_write(events, handler, stashing)
-
-    def _queue_defer(self, event: Any, handler: Callable[[Any], Any], stashing: bool) -> None:
-        if self._unjournaled or self._confirmed_ids or self._confirmed_up_to:
-            self._journal_deliveries()
-        super()._queue_defer(event, handler, stashing)
-
-    def _take_batch(self) -> list:
-        if self._unjournaled or self._confirmed_ids or self._confirmed_up_to:
-            self._journal_deliveries()
-        return super()._take_batch()
-
     def _on_write_results(self, batch: list, results: Any) -> None:
         if isinstance(results, list) and any(r is not None for r in results):  # rejections are rare
             batch, results = split_rejected(self, batch, results, DeliveriesSent, self._requeue_one_by_one)
@@ -195,13 +202,10 @@ class DurableDelivery(AtLeastOnceDelivery):
 
     def _requeue_one_by_one(self, entry: Any) -> None:
         # Only the deliveries that cannot be stored are rejected (and given up: never sent).
-        queue = super()._queue_write
+        queue = self._queue_write
         for delivery_id, destination, message in entry.atomic.payload[0].payload.entries():
             if delivery_id in self._unconfirmed:
                 queue((DeliveriesSent((delivery_id,), (destination,), (message,)),), self._on_sent, False)
-
-    def keep_alive(self) -> bool:
-        return super().keep_alive() or bool(self._unjournaled or self._confirmed_ids or self._confirmed_up_to)
 
     # ---- commands and recovery ------------------------------------------------------------------
     def _process_command(self, message: Any, sender: str | None) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,33 +52,64 @@ class IdempotentSnapshot:
 
 
 class SeenIds:
-    """Delivery ids seen from one origin: everything <= low, plus disjoint inclusive ranges above it."""
+    """Ids seen from one origin: everything <= low, plus disjoint inclusive ranges above it.
 
-    __slots__ = ("low", "starts", "ends")
+    Memory is proportional to the number of gaps, not of ids: ids arriving mostly in order only move the
+    low watermark. Used for delivery ids (IdempotentReceiver), and by the Spark bridge for batch numbers
+    and follow-up ids.
+    """
 
-    def __init__(self, low: int = 0, ranges: tuple = ()) -> None:
-        self.low = low
-        self.starts = [r[0] for r in ranges]
-        self.ends = [r[1] for r in ranges]
+    __slots__ = ("_low", "_starts", "_ends")
+
+    def __init__(self, low: int = 0, ranges: Iterable[Sequence[int]] = ()) -> None:
+        self._low = low
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+        if ranges:
+            ranges = tuple(ranges)
+            self._starts = [r[0] for r in ranges]
+            self._ends = [r[1] for r in ranges]
+            self._check(ranges)
+
+    def _check(self, ranges: Iterable[Sequence[int]]) -> None:
+        starts, ends, prev = self._starts, self._ends, self._low + 1
+        for start, end in zip(starts, ends, strict=True):
+            if not prev < start <= end:
+                raise ValueError(f"SeenIds ranges must be disjoint, ascending, non-adjacent and above low+1 = "
+                                 f"{self._low + 1}, got low={self._low}, ranges={tuple(map(tuple, ranges))!r} "
+                                 "(pass SeenIds.state() of an earlier SeenIds)")
+            prev = end + 1
+
+    @classmethod
+    def of(cls, low: int, ids: Iterable[int]) -> SeenIds:
+        """Everything <= `low`, and `ids` (in any order, duplicates allowed)."""
+        seen = cls(low)
+        for i in sorted(ids):
+            seen.add(i)
+        return seen
+
+    @property
+    def low(self) -> int:
+        """The low watermark: every id <= low is seen."""
+        return self._low
 
     def __contains__(self, i: int) -> bool:
-        if i <= self.low:
+        if i <= self._low:
             return True
-        if not self.starts:
+        if not self._starts:
             return False
-        k = bisect_right(self.starts, i) - 1
-        return k >= 0 and self.ends[k] >= i
+        k = bisect_right(self._starts, i) - 1
+        return k >= 0 and self._ends[k] >= i
 
     def add(self, i: int) -> bool:
-        """Mark `i` seen, merging ranges; False if it was seen already. Memory stays proportional to
-        the number of gaps."""
-        starts, ends, low = self.starts, self.ends, self.low
+        """Mark `i` seen, merging ranges; False if it was seen already."""
+        starts, ends, low = self._starts, self._ends, self._low
         if i == low + 1:  # the usual case, ids in order: only the watermark moves
             if starts and starts[0] == i + 1:
-                self.low = ends[0]
+                self._low = ends[0]
                 del starts[0], ends[0]
             else:
-                self.low = i
+                self._low = i
             return True
         if i <= low:
             return False
@@ -98,22 +129,34 @@ class SeenIds:
         else:
             starts.insert(k, i)
             ends.insert(k, i)
-        if starts and starts[0] == self.low + 1:
-            self.low = ends[0]
+        if starts and starts[0] == self._low + 1:
+            self._low = ends[0]
             del starts[0], ends[0]
         return True
+
+    def advance_to(self, low: int) -> None:
+        """Mark every id <= `low` seen and drop the ranges below it (never moves the watermark back)."""
+        if low <= self._low:
+            return
+        starts, ends = self._starts, self._ends
+        k = 0
+        while k < len(starts) and starts[k] <= low + 1:
+            low = max(low, ends[k])
+            k += 1
+        del starts[:k], ends[:k]
+        self._low = low
 
     def discard(self, i: int) -> None:
         """Forget `i` (its application was rejected by the journal, so a redelivery must apply it)."""
         if i not in self:
             return
-        starts, ends = self.starts, self.ends
-        if i <= self.low:
+        starts, ends = self._starts, self._ends
+        if i <= self._low:
             # Split the watermark: ids below i stay under it, ids above it become the first range.
-            if i < self.low:
+            if i < self._low:
                 starts.insert(0, i + 1)
-                ends.insert(0, self.low)
-            self.low = i - 1
+                ends.insert(0, self._low)
+            self._low = i - 1
             return
         k = bisect_right(starts, i) - 1
         start, end = starts[k], ends[k]
@@ -125,8 +168,21 @@ class SeenIds:
             starts.insert(k, start)
             ends.insert(k, i - 1)
 
+    @property
+    def range_count(self) -> int:
+        """How many ranges are kept above the watermark (the gaps' count)."""
+        return len(self._starts)
+
+    def above(self) -> list[int]:
+        """Every seen id above the watermark, ascending (for states that store them one by one)."""
+        return [i for start, end in zip(self._starts, self._ends, strict=True) for i in range(start, end + 1)]
+
     def state(self) -> tuple:
-        return self.low, tuple(zip(self.starts, self.ends, strict=True))
+        """(low, ((start, end), ...)): `SeenIds(*state)` is an equal SeenIds (snapshots store this)."""
+        return self._low, tuple(zip(self._starts, self._ends, strict=True))
+
+    def __repr__(self) -> str:
+        return f"SeenIds{self.state()!r}"
 
 
 class IdempotentReceiver(PersistentActor):
@@ -161,7 +217,7 @@ class IdempotentReceiver(PersistentActor):
             unapplied = self._unapplied
             if not unapplied:
                 unapplied = self._unapplied = _Applications(self)
-                self._coordinator.enqueue(self)
+                self._contribute(self._journal_applied)
             unapplied.append((origin, delivery_id, event, handler, self.sender))
             return True
         persist = self.persist_async if asynchronous else self.persist
@@ -185,9 +241,19 @@ class IdempotentReceiver(PersistentActor):
         self.defer_async(delivery_id, lambda i: self.tell(origin, Confirm(i)))
         return False
 
+    def forget_applied_up_to(self, origin: str, delivery_id: int) -> None:
+        """Take every delivery id <= `delivery_id` from `origin` as applied, keeping no memory of each.
+
+        For an origin that promised never to deliver them again (the Spark bridge's settled watermark):
+        the dedup memory of that origin then holds only the gaps above it.
+        """
+        seen = self._seen.get(origin)
+        if seen is not None:
+            seen.advance_to(delivery_id)
+
     def dedup_size(self) -> int:
         """How many ranges are kept above the low watermarks (the gaps' count)."""
-        return sum(len(s.starts) for s in self._seen.values())
+        return sum(s.range_count for s in self._seen.values())
 
     # ---- journaling AppliedBatch ----------------------------------------------------------------
     def _journal_applied(self) -> None:
@@ -202,22 +268,7 @@ class IdempotentReceiver(PersistentActor):
         else:
             origins, delivery_ids, events, _, _ = zip(*pending, strict=True)
             applied = AppliedBatch(same_or_each(origins), delivery_ids, events)
-        super()._queue_write((applied,), pending, False)
-
-    def _queue_write(self, events: tuple, handler: Callable[[Any], Any], stashing: bool) -> None:
-        if self._unapplied:
-            self._journal_applied()  # earlier applications go first, as they were called first
-        super()._queue_write(events, handler, stashing)
-
-    def _queue_defer(self, event: Any, handler: Callable[[Any], Any], stashing: bool) -> None:
-        if self._unapplied:
-            self._journal_applied()
-        super()._queue_defer(event, handler, stashing)
-
-    def _take_batch(self) -> list:
-        if self._unapplied:
-            self._journal_applied()
-        return super()._take_batch()
+        self._queue_write((applied,), pending, False)
 
     def _on_write_results(self, batch: list, results: Any) -> None:
         if isinstance(results, list) and results.count(None) != len(results):  # rejections are rare
@@ -226,7 +277,7 @@ class IdempotentReceiver(PersistentActor):
 
     def _requeue_one_by_one(self, entry: Any) -> None:
         # Only the applications whose event cannot be stored are rejected; the others are applied.
-        queue = super()._queue_write
+        queue = self._queue_write
         for origin, delivery_id, event, handler, sender in entry.handler:
             self.sender = sender
             queue((Applied(origin, delivery_id, event),), lambda a, h=handler: h(a.event), False)
@@ -238,9 +289,6 @@ class IdempotentReceiver(PersistentActor):
             if seen is not None:
                 seen.discard(event.delivery_id)
         super()._event_rejected(event)
-
-    def keep_alive(self) -> bool:
-        return super().keep_alive() or bool(self._unapplied)
 
     def _recover_event(self, event: Any) -> None:
         if type(event) is AppliedBatch:

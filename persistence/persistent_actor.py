@@ -7,7 +7,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from actors import Actor
@@ -187,6 +187,23 @@ class PersistentActor(Actor):
         """True once recovery has finished."""
         return not self._recovery_running
 
+    @property
+    def pending_handlers(self) -> int:
+        """How many persist and defer handlers have not run yet (0: everything persisted is durable)."""
+        return self._pending
+
+    def read_events(self, from_sequence_nr: int, to_sequence_nr: int, max_events: int = MAX_SEQUENCE_NR) -> Iterator[Any]:
+        """Read this actor's events `from_sequence_nr`..`to_sequence_nr` back from its journal, in order.
+
+        For state too large to keep in memory: an event recovery saw and the actor let go of. Only after
+        recovery has opened the journal; events not durable yet (handlers pending) are not there.
+        """
+        if self._journal is None:
+            raise IllegalStateError(f"{type(self).__name__}.read_events: the journal is opened by recovery; "
+                                    "call it from receive_recover or later")
+        replay = self._journal.replay_messages(self.persistence_id, from_sequence_nr, to_sequence_nr, max_events)
+        return (repr_.payload for repr_ in replay)
+
     # ---- lifecycle (wrapping the user's hooks) -----------------------------------------------
     def _init_persistence(self) -> None:
         self.last_sequence_nr = 0
@@ -194,6 +211,7 @@ class PersistentActor(Actor):
         self._recovery_running = True
         self._writer_uuid = uuid.uuid4().hex
         self._batch: list[_Entry] = []
+        self._contributors: list[Callable[[], None]] | tuple = ()  # see _contribute; () when none (no list per actor)
         self._pending = 0
         self._stashing = 0
         self._stash: deque = deque()
@@ -241,7 +259,7 @@ class PersistentActor(Actor):
         return carry
 
     def keep_alive(self) -> bool:
-        return super().keep_alive() or bool(self._stash) or self._pending > 0
+        return super().keep_alive() or bool(self._stash) or self._pending > 0 or bool(self._contributors)
 
     # ---- recovery -----------------------------------------------------------------------------
     def _recover(self) -> None:
@@ -421,6 +439,8 @@ class PersistentActor(Actor):
         self._queue_defer(event, handler, False)
 
     def _queue_write(self, events: tuple, handler: Handler, stashing: bool) -> None:
+        if self._contributors:
+            self._before_commit()  # what mixins gathered earlier goes first, as it was called first
         if self._recovery_running:
             raise IllegalStateError("Cannot persist during replay. Events can be persisted when receiving "
                                     "RecoveryCompleted or later.")
@@ -442,6 +462,8 @@ class PersistentActor(Actor):
         self._coordinator.enqueue(self)
 
     def _queue_defer(self, event: Any, handler: Handler, stashing: bool) -> None:
+        if self._contributors:
+            self._before_commit()
         if self._recovery_running:
             raise IllegalStateError("Cannot defer during replay. Events can be deferred when receiving "
                                     "RecoveryCompleted or later.")
@@ -454,8 +476,36 @@ class PersistentActor(Actor):
             self._stashing += 1
         self._coordinator.enqueue(self)
 
+    # ---- the before-commit hook of mixins that journal compact events ---------------------------
+    def _contribute(self, flush: Callable[[], None]) -> None:
+        """Have `flush()` called before anything else is queued, and before the actor's batch is committed.
+
+        For mixins that gather many calls into one compact event per group commit (IdempotentReceiver,
+        DurableDelivery): call this when the first call of a round is gathered; `flush` then queues the
+        event with `_queue_write`. Contributions are flushed in the order they were made, so the journal
+        and the handlers keep the order of the calls; while one is waiting the host keeps the actor alive.
+        """
+        contributors = self._contributors
+        if contributors:
+            contributors.append(flush)  # type: ignore[union-attr]  # non-empty: a list
+        else:
+            self._contributors = [flush]
+            self._coordinator.enqueue(self)
+
+    def _before_commit(self) -> None:
+        contributors, self._contributors = self._contributors, ()
+        for flush in contributors:
+            flush()
+
+    def _withdraw(self, entry: _Entry) -> None:
+        """Account for a taken entry that will not reach `_on_write_results` (compact.split_rejected
+        queues its items again one by one)."""
+        self._done(entry)
+
     # ---- called by the coordinator ------------------------------------------------------------
     def _take_batch(self) -> list[_Entry]:
+        if self._contributors:
+            self._before_commit()
         batch, self._batch = self._batch, []
         if self._replaced or self._dead or self.context.entities.get(self.path) is not self:
             return []

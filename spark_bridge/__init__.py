@@ -23,22 +23,10 @@ so that a bridge restarted on another host finds its state, and let executors us
 from spark_bridge.bridge import BRIDGE_PATH, SparkBridge, start_bridge
 from spark_bridge.destination import FeedReceiver, ack
 from spark_bridge.feed import FeedError, FeedResult, feed, feed_stream
-from spark_bridge.messages import (
-    AwaitBatch,
-    BatchAccepted,
-    BatchProcessed,
-    BatchStored,
-    FeedProgress,
-    Forward,
-    ForwardAccepted,
-    GetFeedProgress,
-    IngestBatch,
-    Progress,
-    Row,
-)
+from spark_bridge.messages import FeedProgress, GetFeedProgress, Row
 from spark_bridge.progress import ProgressBar
 from spark_bridge.session import local_session
 
-__all__ = ["BRIDGE_PATH", "AwaitBatch", "BatchAccepted", "BatchProcessed", "BatchStored", "FeedError", "FeedProgress",
-           "FeedReceiver", "FeedResult", "Forward", "ForwardAccepted", "GetFeedProgress", "IngestBatch", "Progress",
-           "ProgressBar", "Row", "SparkBridge", "ack", "feed", "feed_stream", "local_session", "start_bridge"]
+# The user API only: the other messages of spark_bridge.messages are the bridge's own protocol and events.
+__all__ = ["BRIDGE_PATH", "FeedError", "FeedProgress", "FeedReceiver", "FeedResult", "GetFeedProgress", "ProgressBar", "Row",
+           "SparkBridge", "ack", "feed", "feed_stream", "local_session", "start_bridge"]

@@ -32,10 +32,9 @@ from persistence import (
     ConfirmUpTo,
     RecoveryCompleted,
     SaveSnapshotSuccess,
+    SeenIds,
     SnapshotOffer,
 )
-from persistence.delivery import _Delivery
-from persistence.idempotent import SeenIds
 from spark_bridge.acker import Tree, edge, edge_list, edges
 from spark_bridge.messages import (
     AwaitBatch,
@@ -77,31 +76,6 @@ _LAZY_FLUSH = _Flush(lazy=True)
 _FANOUT = _FanOut()
 
 
-class _Seen:
-    """Batch numbers seen for one (feed, partition): a low watermark plus the sparse set above it.
-
-    Tasks send batches in order with a small window, so the set above the watermark stays about
-    `window` wide: memory is bounded by the gaps, not by the number of batches.
-    """
-
-    __slots__ = ("watermark", "above")
-
-    def __init__(self, watermark: int = 0, above: set | None = None) -> None:
-        self.watermark = watermark  # every batch_no < watermark has been seen
-        self.above: set[int] = above or set()
-
-    def __contains__(self, batch_no: int) -> bool:
-        return batch_no < self.watermark or batch_no in self.above
-
-    def add(self, batch_no: int) -> None:
-        if batch_no < self.watermark:
-            return
-        self.above.add(batch_no)
-        while self.watermark in self.above:
-            self.above.discard(self.watermark)
-            self.watermark += 1
-
-
 class _Pending:
     """A stored batch not fanned out completely: rows before `next_index` are registered deliveries."""
 
@@ -116,15 +90,19 @@ class _Pending:
 
 
 class _RowsOut:
-    """Rows of one turn, sent as one RowChunk per destination host: a pickle per host, not per row."""
+    """Rows of one turn, sent as one RowChunk per destination host: a pickle per host, not per row.
 
-    __slots__ = ("targets", "ids", "anchors", "values", "columns")
+    `rows` are the same deliveries as Row messages: what redelivery resends one by one.
+    """
+
+    __slots__ = ("targets", "ids", "anchors", "values", "rows", "columns")
 
     def __init__(self, columns: tuple | None = None) -> None:
         self.targets: list[str] = []
         self.ids: list[int] = []
         self.anchors: list[int | None] = []
         self.values: list[Any] = []
+        self.rows: list[Row] = []
         self.columns = columns
 
     def send(self, host: Any, sender: str, low: int) -> None:
@@ -173,7 +151,7 @@ class SparkBridge(AtLeastOnceDelivery):
 
     def pre_start(self) -> None:
         """Empty state; recovery fills it from the snapshot and the journal."""
-        self._batches: dict[tuple[str, int], _Seen] = {}
+        self._batches: dict[tuple[str, int], SeenIds] = {}  # batch numbers start at 0: low -1 when none
         self._keys: dict[str, set] = {}
         self._trees: dict[int, Tree] = {}
         self._by_batch: dict[tuple[str, int, int], int] = {}
@@ -218,41 +196,45 @@ class SparkBridge(AtLeastOnceDelivery):
     def _replay_progress(self, p: Progress) -> None:
         # Follow-ups first: in the live order they were registered before any confirm that could complete
         # their tree, and a follow-up is never confirmed in the round that registered it.
-        back = time.monotonic() - self._interval(0)
-        for origin, forward_id, anchor, delivery_id, to, message in p.forwards:
-            if origin is not None:
-                self._forwarded.setdefault(origin, SeenIds()).add(forward_id)
-            self._next_id = max(self._next_id, delivery_id + 1)
-            tree = self._trees.get(anchor)
-            if tree is not None:
-                tree.value ^= edge(delivery_id)
-            self._unconfirmed[delivery_id] = _Delivery(to, Row(delivery_id, message, anchor), back, 0)
-        for delivery_id in p.confirmed:
-            self._settle(delivery_id, replaying=True)
-        for delivery_id in p.abandoned:
-            self._settle(delivery_id, replaying=True)
+        if p.forwards:
+            ids, tos, rows = [], [], []
+            for origin, forward_id, anchor, delivery_id, to, message in p.forwards:
+                if origin is not None:
+                    self._forwarded.setdefault(origin, SeenIds()).add(forward_id)
+                self._next_id = max(self._next_id, delivery_id + 1)
+                tree = self._trees.get(anchor)
+                if tree is not None:
+                    tree.value ^= edge(delivery_id)
+                ids.append(delivery_id)
+                tos.append(to)
+                rows.append(Row(delivery_id, message, anchor))
+            self.restore_unconfirmed(ids, tos, rows)
+        for ids in (p.confirmed, p.abandoned):  # disjoint: each id is settled once
+            for delivery_id, row in zip(ids, self.confirm_deliveries(ids), strict=True):
+                self._settle_found(delivery_id, row, replaying=True)
 
     def _restore(self, s: BridgeSnapshot) -> None:
-        back = time.monotonic() - self._interval(0)
         self._next_id = s.next_id
-        self._batches = {(f, p): _Seen(w, set(above)) for f, p, w, above in s.batches}
+        self._batches = {(f, p): SeenIds.of(w - 1, above) for f, p, w, above in s.batches}
         self._keys = {f: set(keys) for f, keys in s.keys.items()}
         for tree_id, value, rows, feed_id, partition, batch_no in s.trees:
             self._trees[tree_id] = Tree(tree_id, value, rows, feed_id, partition, batch_no)
             self._by_batch[(feed_id, partition, batch_no)] = tree_id
-        self._unconfirmed = {d: _Delivery(path, Row(d, body, anchor), back, 0) for d, path, body, anchor in s.unconfirmed}
+        self.restore_unconfirmed([u[0] for u in s.unconfirmed], [u[1] for u in s.unconfirmed],
+                                 [Row(d, body, anchor) for d, _, body, anchor in s.unconfirmed])
         self._backlog = [_Pending(seq, None, i, first, size) for seq, i, first, size in s.backlog]
         self._ahead = set(s.confirmed_ahead)
-        self._forwarded = {o: SeenIds(low, tuple(tuple(r) for r in ranges)) for o, (low, ranges) in s.forwarded.items()}
+        self._forwarded = {o: SeenIds(low, ranges) for o, (low, ranges) in s.forwarded.items()}
         self._feeds = OrderedDict((f, list(c)) for f, c in s.feeds.items())
 
     def _snapshot(self) -> BridgeSnapshot:
         return BridgeSnapshot(
             self._next_id,
-            [[f, p, s.watermark, sorted(s.above)] for (f, p), s in self._batches.items()],
+            [[f, p, s.low + 1, s.above()] for (f, p), s in self._batches.items()],
             {f: list(keys) for f, keys in self._keys.items()},
             [t.state() for t in self._trees.values()],
-            [[d, e.destination, e.message.body, e.message.anchor] for d, e in self._unconfirmed.items()],
+            [[u.delivery_id, u.destination, u.message.body, u.message.anchor]
+             for u in self.get_delivery_snapshot().unconfirmed_deliveries],
             [[b.seq, b.next_index, b.first_id, b.size] for b in self._backlog[self._backlog_head:]],
             sorted(self._ahead),
             {o: [s.low, [list(r) for r in s.state()[1]]] for o, s in self._forwarded.items()},
@@ -295,7 +277,7 @@ class SparkBridge(AtLeastOnceDelivery):
             accepted, processed = self._feeds.get(message.feed_id, (0, 0))
             self.tell(sender, FeedProgress(message.feed_id, accepted, processed))
         elif t is ConfirmUpTo:
-            for delivery_id in [d for d in self._unconfirmed if d <= message.delivery_id]:
+            for delivery_id in [d for d in self.unconfirmed_ids() if d <= message.delivery_id]:
                 self._confirm(delivery_id)
         elif t is SaveSnapshotSuccess:
             self.log.debug("spark bridge snapshot at %d", message.metadata.sequence_nr)
@@ -338,7 +320,10 @@ class SparkBridge(AtLeastOnceDelivery):
     def _accept(self, event: BatchStored, reply_to: str | None = None) -> Tree | None:
         """Dedup marks, ids and the batch's tree (live before the write, or while replaying)."""
         key = (event.feed_id, event.partition)
-        self._batches.setdefault(key, _Seen()).add(event.batch_no)
+        seen = self._batches.get(key)
+        if seen is None:
+            seen = self._batches[key] = SeenIds(-1)
+        seen.add(event.batch_no)
         if event.keys is not None:
             self._keys.setdefault(event.feed_id, set()).update(event.keys)
         n = len(event.paths)
@@ -388,21 +373,19 @@ class SparkBridge(AtLeastOnceDelivery):
     # ---- confirmations and follow-ups -----------------------------------------------------------
     def _confirm_many(self, delivery_ids: list[int]) -> None:
         """The hot path of _settle for a host's batch of confirmations."""
-        unconfirmed, trees, confirmed = self._unconfirmed, self._trees, self._confirmed
-        for delivery_id, e in zip(delivery_ids, edge_list(delivery_ids), strict=True):
-            d = unconfirmed.pop(delivery_id, None)
-            if d is None:
-                if self._settle(delivery_id, replaying=False):
+        trees, confirmed = self._trees, self._confirmed
+        rows = self.confirm_deliveries(delivery_ids)
+        for delivery_id, e, row in zip(delivery_ids, edge_list(delivery_ids), rows, strict=True):
+            if row is None:
+                if self._settle_found(delivery_id, None, replaying=False):
                     confirmed.append(delivery_id)
                 continue
             confirmed.append(delivery_id)
-            tree = trees.get(d.message.anchor)
+            tree = trees.get(row.anchor)
             if tree is not None:
                 tree.value ^= e
                 if not tree.value:
                     self._complete(tree, replaying=False)
-        if not unconfirmed:
-            self._stop_timer()
         if confirmed:
             self._queue_confirms()
 
@@ -418,10 +401,12 @@ class SparkBridge(AtLeastOnceDelivery):
 
     def _settle(self, delivery_id: int, replaying: bool) -> bool:
         """Apply the first confirmation (or abandonment) of `delivery_id` to its tree; False for a repeat."""
-        d = self._unconfirmed.get(delivery_id)
-        if d is not None:
-            self.confirm_delivery(delivery_id)
-            anchor = d.message.anchor
+        return self._settle_found(delivery_id, self.confirm_deliveries((delivery_id,))[0], replaying)
+
+    def _settle_found(self, delivery_id: int, row: Row | None, replaying: bool) -> bool:
+        """_settle once `delivery_id` is confirmed: `row` was its unconfirmed delivery (None: it was not)."""
+        if row is not None:
+            anchor = row.anchor
         else:
             pending = self._pending_of(delivery_id)
             if pending is None or delivery_id in self._ahead:
@@ -502,7 +487,7 @@ class SparkBridge(AtLeastOnceDelivery):
                 if self.progress_linger > 0:
                     self.schedule_once(self.progress_linger, _FLUSH)
                 else:
-                    self._tell_self(_FLUSH)
+                    self.tell(self.path, _FLUSH)
         elif not self._lazy_queued:
             self._lazy_queued = True
             self.schedule_once(self.lazy_flush, _LAZY_FLUSH)
@@ -521,21 +506,19 @@ class SparkBridge(AtLeastOnceDelivery):
         self.persist_async(event, lambda e: self._progressed(e, replies, completed))
 
     def _progressed(self, event: Progress, replies: list, completed: list[Tree]) -> None:
-        now = time.monotonic()
         low = self._low
         if event.forwards:
-            # AtLeastOnceDelivery._send for each, sent as one RowChunk per host (the timer armed once).
+            # Delivered together, sent as one RowChunk per host.
             out = _RowsOut()
-            allocated, unconfirmed = self._allocated, self._unconfirmed
+            allocated = self._allocated
             for _, _, anchor, delivery_id, to, message in event.forwards:
                 allocated.pop(delivery_id, None)
-                unconfirmed[delivery_id] = _Delivery(to, Row(delivery_id, message, anchor, low), now, 1)
+                out.rows.append(Row(delivery_id, message, anchor, low))
                 out.targets.append(to)
                 out.ids.append(delivery_id)
                 out.anchors.append(anchor)
                 out.values.append(message)
-            out.send(self.context, self.path, low)
-            self._ensure_timer()
+            self._deliver_rows(out, low)
         replies = [r for r in replies if r[0] is not None]
         if replies:
             targets, ids = [r[0] for r in replies], [r[1] for r in replies]
@@ -563,14 +546,13 @@ class SparkBridge(AtLeastOnceDelivery):
         # While ack="persisted" batches keep coming, acceptance goes first: small, spaced turns of fan-out
         # (a processed feed waits for the fan-out, so it gets full turns).
         chunk = self.fan_out_chunk_busy if self._busy(now) else self.fan_out_chunk
-        budget = min(self.fan_out_window - len(self._unconfirmed), chunk)
+        budget = min(self.fan_out_window - self.number_of_unconfirmed, chunk)
         backlog = self._backlog
         if now - self._low_at > 0.5:
             self._refresh_low(now)
         low = self._low
-        unconfirmed, ahead = self._unconfirmed, self._ahead
+        ahead = self._ahead
         out = _RowsOut()
-        sent = 0
         while budget > 0 and self._backlog_head < len(backlog):
             b = backlog[self._backlog_head]
             event = b.event
@@ -587,9 +569,9 @@ class SparkBridge(AtLeastOnceDelivery):
             else:  # the receiver builds the dict (Row.body): the bridge is the busier process
                 datas = list(zip(*(c[start:end] for c in event.values), strict=True))
             if columns != out.columns:
-                out.send(self.context, self.path, low)
+                self._deliver_rows(out, low)
                 out = _RowsOut(columns)
-            targets, ids, anchors, values = out.targets, out.ids, out.anchors, out.values
+            targets, ids, anchors, values, rows = out.targets, out.ids, out.anchors, out.values, out.rows
             for i, data in enumerate(datas, start):
                 if dead and i in dead:
                     continue
@@ -597,14 +579,11 @@ class SparkBridge(AtLeastOnceDelivery):
                 if ahead and delivery_id in ahead:
                     ahead.discard(delivery_id)
                     continue
-                # AtLeastOnceDelivery._send without its per-delivery timer check (armed once below).
-                path = paths[i]
-                unconfirmed[delivery_id] = _Delivery(path, Row(delivery_id, data, first, low, columns), now, 1)
-                targets.append(path)
+                rows.append(Row(delivery_id, data, first, low, columns))
+                targets.append(paths[i])
                 ids.append(delivery_id)
                 anchors.append(first)
                 values.append(data)
-                sent += 1
             budget -= end - start
             b.next_index = end
             if end >= b.size:
@@ -615,11 +594,15 @@ class SparkBridge(AtLeastOnceDelivery):
                 if self._backlog_head > 1024 and self._backlog_head * 2 > len(backlog):
                     del backlog[:self._backlog_head]
                     self._backlog_head = 0
-        out.send(self.context, self.path, low)
-        if sent:
-            self._ensure_timer()
-        if len(self._unconfirmed) < self.fan_out_window:
+        self._deliver_rows(out, low)
+        if self.number_of_unconfirmed < self.fan_out_window:
             self._queue_fan_out()
+
+    def _deliver_rows(self, out: _RowsOut, low: int) -> None:
+        """Deliver the rows gathered in `out` at least once, sending them as one RowChunk per host."""
+        if out.ids:
+            host, me = self.context, self.path
+            self.deliver_many(out.ids, out.targets, out.rows, lambda: out.send(host, me, low))
 
     def _busy(self, now: float) -> bool:
         return now - self._persisted_ingest_at < self.busy_for
@@ -631,15 +614,15 @@ class SparkBridge(AtLeastOnceDelivery):
             self.schedule_once(self.busy_pause if self._busy(time.monotonic()) else 0.0, _FANOUT)
 
     def _load(self, seq: int) -> BatchStored:
-        for r in self._journal.replay_messages(self.persistence_id, seq, seq, 1):
-            return r.payload
+        for event in self.read_events(seq, seq, 1):
+            return event
         raise RuntimeError(f"spark bridge: stored batch at sequence number {seq} is missing from the journal")
 
     def _refresh_low(self, now: float) -> None:
         """Every delivery id below `_low` is settled: destinations may forget them (Row.settled_below)."""
         candidates = [self._next_id]
-        if self._unconfirmed:
-            candidates.append(min(self._unconfirmed))
+        if self.number_of_unconfirmed:
+            candidates.append(min(self.unconfirmed_ids()))
         if self._allocated:
             candidates.append(min(self._allocated))
         if self._backlog_head < len(self._backlog):
@@ -649,21 +632,21 @@ class SparkBridge(AtLeastOnceDelivery):
         self._low_at = now
 
     # ---- redelivery and snapshots -----------------------------------------------------------------
-    def _send(self, delivery_id: int, d: _Delivery, now: float) -> None:
-        if d.attempt and self.context.resolve(d.destination) is None:
-            # Its path stopped being served: dead-letter it once instead of retrying forever.
-            self.context.dead_letter(self.path, d.destination, d.message.body, "no actor serves this path")
-            if self._settle(delivery_id, replaying=False):
-                self._abandoned.append(delivery_id)
-                self._queue_flush()
-            return
-        super()._send(delivery_id, d, now)
+    def should_redeliver(self, delivery_id: int, destination: str, message: Row) -> bool:
+        """Resend unless the path stopped being served: then dead-letter the row once instead of retrying forever."""
+        if self.context.resolve(destination) is not None:
+            return True
+        self.context.dead_letter(self.path, destination, message.body, "no actor serves this path")
+        if self._settle(delivery_id, replaying=False):
+            self._abandoned.append(delivery_id)
+            self._queue_flush()
+        return False
 
     def _maybe_snapshot(self) -> None:
         # Only between rounds, when nothing is in flight: the state then is exactly the journal's.
         if self._stores or self._confirmed or self._forwards or self._abandoned or self._forward_replies:
             self._queue_flush()  # buffered changes first; the next message finds them durable
-        elif self._pending == 0 and not self._allocated:
+        elif self.pending_handlers == 0 and not self._allocated:
             self._since_snapshot = 0
             self.save_snapshot(self._snapshot())
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import actors
 from persistence import IdempotentReceiver, SnapshotOffer
-from persistence.idempotent import Applied, AppliedBatch, SeenIds
+from persistence.idempotent import Applied, AppliedBatch
 from spark_bridge.bridge import BRIDGE_PATH, PERSISTENCE_ID
 from spark_bridge.messages import (
     Confirmed,
@@ -141,19 +141,6 @@ _TRIM_EVERY = 16
 """Rows an entity applies between two trims of its dedup memory (at most this many ranges more are kept)."""
 
 
-def _advance(seen: SeenIds, low: int) -> None:
-    """Mark every id <= `low` seen (the bridge will never deliver them again) and drop their ranges."""
-    if low <= seen.low:
-        return
-    starts, ends = seen.starts, seen.ends
-    k = 0
-    while k < len(starts) and starts[k] <= low + 1:
-        low = max(low, ends[k])
-        k += 1
-    del starts[:k], ends[:k]
-    seen.low = low
-
-
 class FeedReceiver(IdempotentReceiver):
     """A durable destination: `apply_row` persists each Row's event once, then confirms it to the bridge.
 
@@ -223,9 +210,7 @@ class FeedReceiver(IdempotentReceiver):
     def _trim(self, low: int) -> None:
         if low > self._bridge_low:
             self._bridge_low = low
-            seen = self._seen.get(PERSISTENCE_ID)
-            if seen is not None:
-                _advance(seen, low)
+            self.forget_applied_up_to(PERSISTENCE_ID, low)  # the bridge never delivers them again
 
     def _process_command(self, message: Any, sender: str | None) -> None:
         if type(message) is ForwardAccepted:

@@ -1,4 +1,8 @@
-"""Messages between feeding Spark tasks, the bridge and destinations; the journal events of both sides."""
+"""Messages between feeding Spark tasks, the bridge and destinations; the journal events of both sides.
+
+Users meet only `Row` (what destinations receive) and `GetFeedProgress`/`FeedProgress` (exported by
+spark_bridge); the rest is the bridge's wire protocol and journal format, internal to spark_bridge.
+"""
 
 from __future__ import annotations
 

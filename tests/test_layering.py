@@ -35,17 +35,6 @@ LAYERS: dict[str, frozenset[str]] = {
 # give the lower layer a public API instead.
 KNOWN_VIOLATIONS: frozenset[str] = frozenset({
     "persistence/persistent_actor.py: PersistentActor uses private _stopping of actors",
-    "spark_bridge/bridge.py: SparkBridge overrides private _send of persistence",
-    "spark_bridge/bridge.py: SparkBridge sets private _unconfirmed of persistence",
-    "spark_bridge/bridge.py: SparkBridge uses private _ensure_timer of persistence",
-    "spark_bridge/bridge.py: SparkBridge uses private _interval of persistence",
-    "spark_bridge/bridge.py: SparkBridge uses private _journal of persistence",
-    "spark_bridge/bridge.py: SparkBridge uses private _pending of persistence",
-    "spark_bridge/bridge.py: SparkBridge uses private _send of persistence",
-    "spark_bridge/bridge.py: SparkBridge uses private _stop_timer of persistence",
-    "spark_bridge/bridge.py: SparkBridge uses private _tell_self of persistence",
-    "spark_bridge/bridge.py: SparkBridge uses private _unconfirmed of persistence",
-    "spark_bridge/bridge.py: imports persistence.delivery._Delivery",
     "spark_bridge/destination.py: FeedReceiver overrides private _init_persistence of persistence",
     "spark_bridge/destination.py: FeedReceiver overrides private _process_command of persistence",
     "spark_bridge/destination.py: FeedReceiver overrides private _recover_event of persistence",
@@ -55,7 +44,6 @@ KNOWN_VIOLATIONS: frozenset[str] = frozenset({
     "spark_bridge/destination.py: FeedReceiver uses private _process_command of persistence",
     "spark_bridge/destination.py: FeedReceiver uses private _recover_event of persistence",
     "spark_bridge/destination.py: FeedReceiver uses private _recover_snapshot of persistence",
-    "spark_bridge/destination.py: FeedReceiver uses private _seen of persistence",
     "spark_bridge/destination.py: FeedReceiver uses private _wrap_snapshot of persistence",
 })
 

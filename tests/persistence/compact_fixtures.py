@@ -89,6 +89,9 @@ class Receiver(IdempotentReceiver):
                 self.defer_async(message.delivery_id, lambda i: self.tell(sender, ConfirmDeliveries((i,))))
         elif message == "status":
             self.tell(sender, (tuple(self.applied), self.rejected, self.dedup_size()))
+        elif isinstance(message, tuple) and message[0] == "forget":
+            self.forget_applied_up_to(message[1], message[2])
+            self.tell(sender, (self.dedup_size(), [self.already_applied(message[1], i) for i in range(1, 8)]))
         elif message == "boom":
             raise RuntimeError("boom")
 
@@ -120,3 +123,31 @@ class CountingShipper(Shipper):
             self.tell(sender, self.confirmed_here)
         else:
             super().receive_command(message, sender)
+
+
+@dataclass(frozen=True)
+class Steps:
+    """For Relay: ("apply", delivery id), ("deliver", payload) or ("mark", event), in this order, in one command."""
+
+    steps: tuple
+
+
+class Relay(DurableDelivery, IdempotentReceiver):
+    """Both compact-event mixins in one actor: the journal must keep the order of its calls across both."""
+
+    def __init__(self, destination: str) -> None:
+        self.destination = destination
+
+    def receive_recover(self, event: Any) -> None:
+        pass
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, Steps):
+            for kind, arg in message.steps:
+                if kind == "apply":
+                    self.persist_applied("/user/origin", arg, f"applied-{arg}", lambda e: None)
+                elif kind == "deliver":
+                    self.deliver(self.destination, lambda i, p=arg: Parcel(i, p))
+                else:
+                    self.persist_async(arg, lambda e: None)
+            self.defer_async("done", lambda e: self.tell(sender, e))

@@ -143,7 +143,7 @@ def test_seen_ids_agree_with_a_set_in_and_out_of_order():
                 low += 1
             assert seen.low == low
         assert all((i in seen) == (i in model) for i in range(1, max(model) + 5))
-        assert len(seen.starts) == len(seen.ends) <= len(model)
+        assert seen.range_count <= len(model)
         for i in rng.sample(sorted(model), 200):  # forgetting ids (rejected applications) splits ranges
             seen.discard(i)
             model.discard(i)
@@ -158,3 +158,36 @@ def test_batched_confirmations_go_through_an_overridden_confirm_delivery(psystem
     assert probe.receive(10) == ("shipped", (1, 2, 3, 4, 5))
     settled(psystem, applied=5)
     assert psystem.ask(SHP, "counted") == 5
+
+
+@pytest.mark.parametrize("steps, expected", [
+    ((("apply", 1), ("deliver", "a"), ("apply", 2), ("mark", "m")), ["AppliedBatch", "DeliveriesSent", "m"]),
+    ((("deliver", "a"), ("apply", 1), ("deliver", "b"), ("mark", "m")), ["DeliveriesSent", "AppliedBatch", "m"]),
+    ((("deliver", "a"), ("mark", "m"), ("apply", 1)), ["DeliveriesSent", "m", "AppliedBatch"]),
+])
+def test_two_compact_event_mixins_journal_in_the_order_of_the_calls(psystem, tmp_path, steps, expected):
+    from tests.persistence.compact_fixtures import Relay, Steps
+
+    probe = psystem.probe()
+    psystem.spawn(Relay, path="/user/relay", kwargs={"destination": probe.path})
+    assert psystem.ask("/user/relay", Steps(steps)) == "done"
+    names = [type(e).__name__ if not isinstance(e, str) else e for e in journal_events(tmp_path, "/user/relay")]
+    assert names == expected
+    sent = [e for e in journal_events(tmp_path, "/user/relay") if type(e) is DeliveriesSent]
+    assert [m.payload for e in sent for m in e.messages] == [p for k, p in steps if k == "deliver"]
+
+
+def test_forget_applied_up_to_drops_the_gaps_below_and_keeps_those_above(psystem):
+    psystem.spawn(Receiver, path=RCV)
+    probe = psystem.probe()
+    psystem.tell_many([(RCV, Parcel(i, f"p{i}")) for i in (2, 4, 6)], sender=probe.path)
+    wait_for(lambda: len(psystem.ask(RCV, "status")[0]) == 3)
+    assert psystem.ask(RCV, "status")[2] == 3  # ranges 2, 4 and 6 above the watermark 0
+    # 1..3 taken as applied; 4 joins the watermark; 6 stays a range.
+    assert psystem.ask(RCV, ("forget", probe.path, 3)) == (1, [True, True, True, True, False, True, False])
+    assert psystem.ask(RCV, ("forget", probe.path, 1)) == (1, [True, True, True, True, False, True, False])
+    assert psystem.ask(RCV, ("forget", "/user/unknown", 9)) == (1, [False] * 7)  # an unknown origin: no memory made
+    psystem.tell(RCV, Parcel(4, "again"), sender=probe.path)  # below the watermark now: a duplicate
+    psystem.tell(RCV, Parcel(5, "p5"), sender=probe.path)
+    wait_for(lambda: len(psystem.ask(RCV, "status")[0]) == 4)
+    assert sorted(psystem.ask(RCV, "status")[0]) == ["p2", "p4", "p5", "p6"]

@@ -178,3 +178,9 @@ class EagerBridge(SparkBridge):
 
     redeliver_interval = 1.0
     redelivery_backoff = (1.0, 4.0, 2.0)
+
+
+class EverySnapshotBridge(SparkBridge):
+    """A bridge that snapshots after every stored batch (snapshot format tests)."""
+
+    snapshot_every = 1

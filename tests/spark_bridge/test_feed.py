@@ -12,8 +12,9 @@ import pytest
 
 import actors
 from journal import SnapshotSelectionCriteria, open_journal, open_snapshot_store
-from spark_bridge import BatchStored, FeedError, FeedResult, feed, feed_stream
+from spark_bridge import FeedError, FeedResult, feed, feed_stream
 from spark_bridge.bridge import BRIDGE_PATH, PERSISTENCE_ID
+from spark_bridge.messages import BatchStored
 from tests.spark_bridge.sample import Balance, Deaf, DurableAccount, GetBalance, SnapshottingBridge
 from tests.waiting import wait_for
 

@@ -1,14 +1,12 @@
-"""The bridge's parts without Spark: the XOR acker, bounded dedup, the Row envelope, the progress bar."""
+"""The bridge's parts without Spark: the XOR acker, the Row envelope, the progress bar."""
 
 from __future__ import annotations
 
 import io
 import pickle
 
-from persistence.idempotent import SeenIds
 from spark_bridge import ProgressBar, Row
 from spark_bridge.acker import Tree, edge, edges
-from spark_bridge.destination import _advance
 
 
 def test_a_tree_is_zero_exactly_when_every_edge_was_acked_once_in_any_order():
@@ -35,21 +33,6 @@ def test_vectorized_edges_equal_the_scalar_definition_including_skipped_rows():
                 slow ^= edge(first + i)
         assert edges(first, n, skip) == slow
     assert len({edge(d) for d in range(100_000)}) == 100_000
-
-
-def test_advancing_the_low_watermark_drops_ranges_and_keeps_later_ones():
-    seen = SeenIds()
-    for i in (3, 4, 10, 11, 20, 30):
-        seen.add(i)
-    _advance(seen, 9)
-    assert seen.low == 11 and seen.state() == (11, ((20, 20), (30, 30)))
-    assert 5 in seen and 15 not in seen and 20 in seen
-    _advance(seen, 25)
-    assert seen.state() == (25, ((30, 30),))
-    _advance(seen, 29)
-    assert seen.state() == (30, ())
-    _advance(seen, 5)  # never backwards
-    assert seen.low == 30
 
 
 def test_a_row_pickles_positionally_and_builds_its_dict_from_columns():
