@@ -314,7 +314,8 @@ class IdempotentReceiver(PersistentActor):
         super().mixin_recover_snapshot(offer)
 
     def mixin_wrap_snapshot(self, snapshot: Any) -> Any:
-        return IdempotentSnapshot({o: s.state() for o, s in self._seen.items()}, super().mixin_wrap_snapshot(snapshot))
+        seen = {o: s.state() for o, s in self._seen.items()}
+        return IdempotentSnapshot(seen, super().mixin_wrap_snapshot(snapshot))
 
 
 class _Applications(list):

@@ -62,7 +62,8 @@ class Counted(PersistentActor):
 
 
 class Notes(Counted):
-    """Keeps notes (str commands); "snap" saves a snapshot (replies "saved"), "state" replies (bumps, notes, what recovery saw)."""
+    """Keeps notes (str commands); "snap" saves a snapshot (replies "saved"); "state" replies
+    (bumps, notes, what recovery saw)."""
 
     def pre_start(self) -> None:
         self.notes: list[str] = []

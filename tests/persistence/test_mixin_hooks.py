@@ -1,4 +1,4 @@
-"""PersistentActor's public mixin_* hooks, as a mixin outside persistence uses them, and Actor.stop_requested."""
+"""PersistentActor's public mixin_* hooks, as a mixin outside persistence uses them; Actor.stop_requested."""
 
 from __future__ import annotations
 
