@@ -10,6 +10,7 @@
 from . import netsec, thespian_fixes  # thespian_fixes refuses any Thespian but the pinned one
 from .actor import Actor
 from .auth import AuthenticationFailed, MissingSecret, SecretUnavailable
+from .context import ActorContext
 from .error_log import ActorError, Errors
 from .errors import (
     ActorFailed,
@@ -24,6 +25,7 @@ from .errors import (
     SystemNotRunning,
     UnpicklableMessage,
 )
+from .lifecycle import Lifecycle
 from .messages import DeadLetter, DeadLetters, HostInfo, Scatter, SystemStatus
 from .paths import validate_path
 from .supervision import Backoff, InvalidBackoff
@@ -35,9 +37,10 @@ netsec.apply()
 thespian_fixes.apply()
 
 __all__ = [
-    "Actor", "ActorError", "ActorFailed", "AskTimeout", "Backoff", "ConfigError", "DeadLetter", "DeadLetters",
-    "Errors", "HostInfo", "InvalidBackoff", "InvalidPath", "MessageNotSent", "PathTaken", "Probe", "RepriseError",
-    "Scatter", "SendTimeout", "SpawnFailed", "System", "SystemNotRunning", "SystemStatus", "Timer",
-    "UnpicklableMessage", "connect", "free_port", "shutdown", "start", "validate_path",
-    "AuthenticationFailed", "MissingSecret", "SecretUnavailable", "TlsConfig", "TlsError",
+    "Actor", "ActorContext", "ActorError", "ActorFailed", "AskTimeout", "Backoff", "ConfigError",
+    "DeadLetter", "DeadLetters", "Errors", "HostInfo", "InvalidBackoff", "InvalidPath", "Lifecycle",
+    "MessageNotSent", "PathTaken", "Probe", "RepriseError", "Scatter", "SendTimeout", "SpawnFailed", "System",
+    "SystemNotRunning", "SystemStatus", "Timer", "UnpicklableMessage", "connect", "free_port", "shutdown",
+    "start", "validate_path", "AuthenticationFailed", "MissingSecret", "SecretUnavailable", "TlsConfig",
+    "TlsError",
 ]

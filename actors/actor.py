@@ -83,6 +83,11 @@ class Actor:
         """Stop this actor once the current message has been handled."""
         self._stopping = True
 
+    @property
+    def stop_requested(self) -> bool:
+        """True once stop() was called: the host stops this actor when the current message is handled."""
+        return self._stopping
+
     def stats(self) -> dict[str, int]:
         """Counters this actor reports to `System.status()` / `reprise status` (summed per host)."""
         return {}

@@ -51,8 +51,8 @@ class AtLeastOnceDelivery(PersistentActor):
     dead_letter_path: str | None = None
     """Where exhausted deliveries go (at least once, as DeadLetteredDelivery)."""
 
-    def _init_persistence(self) -> None:
-        super()._init_persistence()
+    def mixin_init(self) -> None:
+        super().mixin_init()
         self._delivery_seq = 0
         self._unconfirmed: dict[int, _Delivery] = {}
         self._redeliver_timer: Timer | None = None

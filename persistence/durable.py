@@ -80,8 +80,8 @@ class DurableSnapshot:
 class DurableDelivery(AtLeastOnceDelivery):
     """deliver() journals the delivery before sending; Confirm/ConfirmUpTo/ConfirmDeliveries are journaled too."""
 
-    def _init_persistence(self) -> None:
-        super()._init_persistence()
+    def mixin_init(self) -> None:
+        super().mixin_init()
         self._unjournaled: list[tuple[int, _Delivery]] = []  # delivered, sent event not queued yet
         self._confirmed_ids: list[int] = []  # confirmed, confirmed event not queued yet
         self._confirmed_up_to = 0
@@ -208,7 +208,7 @@ class DurableDelivery(AtLeastOnceDelivery):
                 queue((DeliveriesSent((delivery_id,), (destination,), (message,)),), self._on_sent, False)
 
     # ---- commands and recovery ------------------------------------------------------------------
-    def _process_command(self, message: Any, sender: str | None) -> None:
+    def mixin_command(self, message: Any, sender: str | None) -> None:
         t = type(message)
         if t is ConfirmDeliveries:
             self._confirm_many(message.delivery_ids)
@@ -217,9 +217,9 @@ class DurableDelivery(AtLeastOnceDelivery):
         elif t is ConfirmUpTo:
             self.confirm_deliveries_up_to(message.delivery_id)
         else:
-            super()._process_command(message, sender)
+            super().mixin_command(message, sender)
 
-    def _recover_event(self, event: Any) -> None:
+    def mixin_recover_event(self, event: Any) -> None:
         t = type(event)
         if t is DeliveriesSent:
             back = time.monotonic() - self._interval(0)
@@ -243,17 +243,17 @@ class DurableDelivery(AtLeastOnceDelivery):
             else:
                 super().confirm_delivery(event.delivery_id)
         else:
-            super()._recover_event(event)
+            super().mixin_recover_event(event)
 
-    def _recover_snapshot(self, offer: SnapshotOffer) -> None:
+    def mixin_recover_snapshot(self, offer: SnapshotOffer) -> None:
         snap = offer.snapshot
         if isinstance(snap, DurableSnapshot):
             self.set_delivery_snapshot(snap.delivery)
             offer = SnapshotOffer(offer.metadata, snap.state)
-        super()._recover_snapshot(offer)
+        super().mixin_recover_snapshot(offer)
 
-    def _wrap_snapshot(self, snapshot: Any) -> Any:
-        return DurableSnapshot(self.get_delivery_snapshot(), super()._wrap_snapshot(snapshot))
+    def mixin_wrap_snapshot(self, snapshot: Any) -> Any:
+        return DurableSnapshot(self.get_delivery_snapshot(), super().mixin_wrap_snapshot(snapshot))
 
     def _exhausted(self, delivery_id: int, d: _Delivery) -> None:
         # Journal the removal as a confirmation, or a restart would redeliver (and dead-letter) it again.

@@ -188,8 +188,8 @@ class SeenIds:
 class IdempotentReceiver(PersistentActor):
     """A destination mixin: `persist_applied(origin, delivery_id, event, handler)` applies each delivery once."""
 
-    def _init_persistence(self) -> None:
-        super()._init_persistence()
+    def mixin_init(self) -> None:
+        super().mixin_init()
         self._seen: dict[str, SeenIds] = {}
         # The persist_applied calls not queued for writing yet: journaled as one AppliedBatch per group
         # commit (see _journal_applied). Empty: a shared (); the first call of a round makes the list.
@@ -290,10 +290,10 @@ class IdempotentReceiver(PersistentActor):
                 seen.discard(event.delivery_id)
         super()._event_rejected(event)
 
-    def _recover_event(self, event: Any) -> None:
+    def mixin_recover_event(self, event: Any) -> None:
         if type(event) is AppliedBatch:
             seen = self._seen
-            recover = super()._recover_event
+            recover = super().mixin_recover_event
             for origin, delivery_id, applied in event.entries():
                 s = seen.get(origin)
                 if s is None:
@@ -304,17 +304,18 @@ class IdempotentReceiver(PersistentActor):
         if type(event) is Applied:
             self._seen.setdefault(event.origin, SeenIds()).add(event.delivery_id)
             event = event.event
-        super()._recover_event(event)
+        super().mixin_recover_event(event)
 
-    def _recover_snapshot(self, offer: SnapshotOffer) -> None:
+    def mixin_recover_snapshot(self, offer: SnapshotOffer) -> None:
         snap = offer.snapshot
         if isinstance(snap, IdempotentSnapshot):
             self._seen = {o: SeenIds(low, tuple(ranges)) for o, (low, ranges) in snap.dedup.items()}
             offer = SnapshotOffer(offer.metadata, snap.state)
-        super()._recover_snapshot(offer)
+        super().mixin_recover_snapshot(offer)
 
-    def _wrap_snapshot(self, snapshot: Any) -> Any:
-        return IdempotentSnapshot({o: s.state() for o, s in self._seen.items()}, super()._wrap_snapshot(snapshot))
+    def mixin_wrap_snapshot(self, snapshot: Any) -> Any:
+        seen = {o: s.state() for o, s in self._seen.items()}
+        return IdempotentSnapshot(seen, super().mixin_wrap_snapshot(snapshot))
 
 
 class _Applications(list):

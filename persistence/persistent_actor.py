@@ -90,7 +90,11 @@ _set = object.__setattr__
 
 
 class PersistentActor(Actor):
-    """An event-sourced actor: implement `receive_recover(event)` and `receive_command(message, sender)`."""
+    """An event-sourced actor: implement `receive_recover(event)` and `receive_command(message, sender)`.
+
+    Methods named `mixin_*` are the hooks through which mixins (AtLeastOnceDelivery, IdempotentReceiver,
+    ...) add behaviour: an application actor does not define methods with that prefix.
+    """
 
     journal_url: str | None = None
     """Overrides the system's `journal` URL for this class."""
@@ -204,6 +208,40 @@ class PersistentActor(Actor):
         replay = self._journal.replay_messages(self.persistence_id, from_sequence_nr, to_sequence_nr, max_events)
         return (repr_.payload for repr_ in replay)
 
+    # ---- the hooks for mixins --------------------------------------------------------------------
+    # For classes that add behaviour to every persistent actor that inherits them (AtLeastOnceDelivery,
+    # DurableDelivery, IdempotentReceiver, spark_bridge's FeedReceiver), not for application actors:
+    # those implement receive_recover and receive_command. An override calls super() for whatever it
+    # does not handle itself, so that several mixins stack. The `mixin_` prefix keeps them apart from
+    # an application's own method names: do not use it for anything else.
+
+    def mixin_init(self) -> None:
+        """Set up the mixin's state: called on every new instance (also after a restart), before pre_start
+        and recovery, with the actor's own state already reset. Call super().mixin_init() first."""
+
+    def mixin_command(self, message: Any, sender: str | None) -> None:
+        """Handle one command, in arrival order, once no stashing persist holds it back: handle the mixin's
+        own message types here and pass every other message to super(), which hands it to receive_command."""
+        self.sender = sender
+        self.receive_command(message, sender)
+
+    def mixin_recover_event(self, event: Any) -> None:
+        """Apply one replayed event, and RecoveryCompleted at the end: consume the mixin's own events and
+        pass every other event (unwrapped, if the mixin wraps the user's) to super(), which hands it to
+        receive_recover. Side-effect free, as receive_recover."""
+        self.receive_recover(event)
+
+    def mixin_recover_snapshot(self, offer: SnapshotOffer) -> None:
+        """Apply the snapshot offered at the start of recovery: if it is the mixin's wrapper (see
+        mixin_wrap_snapshot), restore the mixin's part and pass on a SnapshotOffer of the inner snapshot;
+        anything else goes to super() as it is."""
+        self.receive_recover(offer)
+
+    def mixin_wrap_snapshot(self, snapshot: Any) -> Any:
+        """Return what save_snapshot stores for the user's `snapshot`: the mixin's state together with
+        super().mixin_wrap_snapshot(snapshot), in a wrapper that mixin_recover_snapshot recognises."""
+        return snapshot
+
     # ---- lifecycle (wrapping the user's hooks) -----------------------------------------------
     def _init_persistence(self) -> None:
         self.last_sequence_nr = 0
@@ -236,11 +274,13 @@ class PersistentActor(Actor):
 
     def around_pre_start(self) -> None:
         self._init_persistence()
+        self.mixin_init()
         self.pre_start()
         self._recover()
 
     def around_post_restart(self, error: BaseException) -> None:
         self._init_persistence()
+        self.mixin_init()
         self.post_restart(error)
         self._recover()
 
@@ -285,7 +325,7 @@ class PersistentActor(Actor):
                 if selected is not None:
                     self.last_sequence_nr = selected.metadata.sequence_nr
                     event = SnapshotOffer(selected.metadata, selected.snapshot)
-                    self._recover_snapshot(event)
+                    self.mixin_recover_snapshot(event)
                     event = None
             # An idle timeout between events (Akka #20698), not a bound on the whole replay.
             idle_since = time.monotonic()
@@ -297,7 +337,7 @@ class PersistentActor(Actor):
                 event = repr_.payload
                 if repr_.sequence_nr > self.last_sequence_nr:
                     self.last_sequence_nr = repr_.sequence_nr
-                self._recover_event(event)
+                self.mixin_recover_event(event)
                 event = None
                 idle_since = time.monotonic()
             highest = self._journal.highest_sequence_nr(pid)
@@ -311,7 +351,7 @@ class PersistentActor(Actor):
             return
         self._recovery_running = False
         try:
-            self._recover_event(RecoveryCompleted())
+            self.mixin_recover_event(RecoveryCompleted())
         except Exception as exc:
             # Not a recovery failure (Akka): the actor goes to its supervisor, here a restart, and the
             # commands that wait survive it. The host restarts actors from receive, hence the self-tell.
@@ -336,14 +376,6 @@ class PersistentActor(Actor):
                         return None
                     raise
                 criteria = dataclasses.replace(criteria, max_sequence_nr=seq - 1)
-
-    def _recover_snapshot(self, offer: SnapshotOffer) -> None:
-        """Hand a snapshot offer to the user (mixins unwrap their own part first)."""
-        self.receive_recover(offer)
-
-    def _recover_event(self, event: Any) -> None:
-        """Hand a replayed event to the user (mixins intercept their own events first)."""
-        self.receive_recover(event)
 
     def _on_replay_success(self) -> None:
         """Called after replay, before RecoveryCompleted (AtLeastOnceDelivery resends here)."""
@@ -381,7 +413,7 @@ class PersistentActor(Actor):
             if not self._stashing:
                 self._drain_stash()
             return
-        self._process_command(message, sender)
+        self.mixin_command(message, sender)
 
     def _stash_overflow(self, message: Any, sender: str | None) -> None:
         strategy = self._overflow
@@ -395,21 +427,17 @@ class PersistentActor(Actor):
                 f"stash_capacity={self._stash_limit} commands (raise stash_capacity, or set "
                 f"internal_stash_overflow_strategy to \"drop\" or ReplyToStrategy(response))")
 
-    def _process_command(self, message: Any, sender: str | None) -> None:
-        self.sender = sender
-        self.receive_command(message, sender)
-
     def _drain_stash(self) -> None:
         """Run stashed commands in order until one blocks again (Akka's unstash-to-front)."""
         host = self.context
         while self._stash and not self._stashing and not self._replaced and not self._dead:
             message, sender = self._stash.popleft()
             try:
-                self._process_command(message, sender)
+                self.mixin_command(message, sender)
             except Exception as exc:
                 host.report_failure(self, exc, message, sender)
                 return
-            if self._stopping:
+            if self.stop_requested:
                 host.stop_entity(self, "stopped")
                 return
 
@@ -524,7 +552,7 @@ class PersistentActor(Actor):
                 # remaining persist_async/defer_async handlers (PersistentActorSpec "handle new messages
                 # before deferAsync handler is called").
                 self._drain_stash()
-                if self._replaced or self._dead or self._stopping:
+                if self._replaced or self._dead or self.stop_requested:
                     return
             atomic = entry.atomic
             if atomic is None:
@@ -564,7 +592,7 @@ class PersistentActor(Actor):
                     except Exception as exc:
                         host.report_failure(self, exc, event, entry.sender)
                         return
-        if self._stopping:
+        if self.stop_requested:
             host.stop_entity(self, "stopped")
             return
         if not self._stashing and self._stash:
@@ -597,15 +625,11 @@ class PersistentActor(Actor):
         """Store `snapshot` at snapshot_sequence_nr; SaveSnapshotSuccess/Failure arrives as a command."""
         md = SnapshotMetadata(self.persistence_id, self.snapshot_sequence_nr)
         try:
-            self._tell_self(SaveSnapshotSuccess(self._snapshots.save(md, self._wrap_snapshot(snapshot))))
+            self._tell_self(SaveSnapshotSuccess(self._snapshots.save(md, self.mixin_wrap_snapshot(snapshot))))
         except Exception as exc:
             self.context.report_error(self.path, f"save_snapshot at sequence nr {md.sequence_nr} failed: "
                                                  f"{type(exc).__name__}: {exc}")
             self._tell_self(SaveSnapshotFailure(md, exc))
-
-    def _wrap_snapshot(self, snapshot: Any) -> Any:
-        """Mixins add their own state to the user's snapshot here."""
-        return snapshot
 
     def delete_snapshot(self, sequence_nr: int) -> None:
         """Delete the snapshot at `sequence_nr`; DeleteSnapshotSuccess/Failure arrives as a command."""

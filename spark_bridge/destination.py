@@ -150,8 +150,8 @@ class FeedReceiver(IdempotentReceiver):
     Dedup memory stays bounded: rows carry the bridge's settled watermark, below which ids are forgotten.
     """
 
-    def _init_persistence(self) -> None:
-        super()._init_persistence()
+    def mixin_init(self) -> None:
+        super().mixin_init()
         self._next_forward = 1
         self._unaccepted: dict[int, Forward] = {}
         self._bridge_low = 0
@@ -212,17 +212,17 @@ class FeedReceiver(IdempotentReceiver):
             self._bridge_low = low
             self.forget_applied_up_to(PERSISTENCE_ID, low)  # the bridge never delivers them again
 
-    def _process_command(self, message: Any, sender: str | None) -> None:
+    def mixin_command(self, message: Any, sender: str | None) -> None:
         if type(message) is ForwardAccepted:
             self._unaccepted.pop(message.forward_id, None)
         else:
-            super()._process_command(message, sender)
+            super().mixin_command(message, sender)
 
-    def _recover_event(self, event: Any) -> None:
+    def mixin_recover_event(self, event: Any) -> None:
         if type(event) is AppliedBatch:
             # Rows applied in one group commit: each entry recovers like a single Applied (below).
             for origin, delivery_id, applied in event.entries():
-                self._recover_event(Applied(origin, delivery_id, applied))
+                self.mixin_recover_event(Applied(origin, delivery_id, applied))
             return
         if type(event) is Applied and type(event.event) is RowApplied:
             inner = event.event
@@ -233,20 +233,20 @@ class FeedReceiver(IdempotentReceiver):
             self._next_forward = max(self._next_forward, inner.first_forward + len(inner.follow_ups))
             for fid in [f for f in self._unaccepted if f < inner.forwarded_low]:
                 del self._unaccepted[fid]
-            super()._recover_event(Applied(event.origin, event.delivery_id, inner.event))
+            super().mixin_recover_event(Applied(event.origin, event.delivery_id, inner.event))
             self._trim(inner.bridge_low)
             return
-        super()._recover_event(event)
+        super().mixin_recover_event(event)
 
-    def _recover_snapshot(self, offer: SnapshotOffer) -> None:
+    def mixin_recover_snapshot(self, offer: SnapshotOffer) -> None:
         snap = offer.snapshot
         if isinstance(snap, ReceiverSnapshot):
             self._next_forward = snap.next_forward
             pid = self.persistence_id
             self._unaccepted = {fid: Forward(pid, fid, anchor, to, m) for fid, anchor, to, m in snap.pending}
             offer = SnapshotOffer(offer.metadata, snap.state)
-        super()._recover_snapshot(offer)
+        super().mixin_recover_snapshot(offer)
 
-    def _wrap_snapshot(self, snapshot: Any) -> Any:
+    def mixin_wrap_snapshot(self, snapshot: Any) -> Any:
         pending = [[f.forward_id, f.anchor, f.to, f.message] for f in self._unaccepted.values()]
-        return ReceiverSnapshot(self._next_forward, pending, super()._wrap_snapshot(snapshot))
+        return ReceiverSnapshot(self._next_forward, pending, super().mixin_wrap_snapshot(snapshot))

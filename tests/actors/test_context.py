@@ -114,3 +114,8 @@ def test_actor_implements_the_lifecycle_the_host_calls():
     assert set(hooks) <= set(dir(Lifecycle))
     for name in hooks:
         assert callable(getattr(actors.Actor, name)), name
+
+
+def test_the_context_and_the_lifecycle_are_exported_by_actors():
+    assert actors.ActorContext is ActorContext and actors.Lifecycle is Lifecycle
+    assert {"ActorContext", "Lifecycle"} <= set(actors.__all__)
