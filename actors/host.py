@@ -12,7 +12,7 @@ import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from thespian.actors import (
     Actor as ThespianActor,
@@ -52,7 +52,7 @@ from .messages import (
 from .paths import shard_of
 from .supervision import PARENT_WAKEUP, ParentWatch, exit_if_orphaned_before
 from .timers import Timer, TimerQueue
-from .transport import Outbox, Router, address_key, check_message, route_keys, unpack
+from .transport import Entry, Outbox, Router, address_key, check_message, route_keys, unpack
 
 log = logging.getLogger("reprise.host")
 _T = TypeVar("_T")
@@ -106,14 +106,14 @@ class Host:
         self.resolve = self.router.resolve
         self.outbox = Outbox(self.key, adapter.send_batch, self._unpicklable, spec.batch_cap)
         self.entities: OrderedDict[str, Actor] = OrderedDict()
-        self.local: deque = deque()
+        self.local: deque[Entry] = deque()
         self.timers = TimerQueue()
         self._armed: set[float] = set()  # due times of the timer wakeups asked of Thespian
         self._sweep_armed = False
         self._sweep_due = 0.0
         self._linger_armed = False
         self._linger_due = 0.0
-        self._restarts: dict[str, deque] = {}
+        self._restarts: dict[str, deque[float]] = {}
         self._incarnations = itertools.count(1)
         self._settle_hooks: list[Callable[[], bool]] = []
         self._extensions: dict[Any, Any] = {}
@@ -124,11 +124,11 @@ class Host:
         # A top-level actor that fails once running is restarted here, after its backoff delay, with
         # its messages held meanwhile: no process exit, so nothing sent to this process is lost.
         self.backing_off = False
-        self.held: deque = deque()
+        self.held: deque[Entry] = deque()
         self.in_a_row = 0
         self.running_since = time.monotonic()
         self.entity_prefix = self.path + "/"
-        self._route_watchers: weakref.WeakSet = weakref.WeakSet()
+        self._route_watchers: weakref.WeakSet[Actor] = weakref.WeakSet()
         guardian = self.router.routes.get(GUARDIAN_PATH)
         self._guardian_key = guardian[0] if guardian else None
         self.handover = Handover(self)
@@ -158,7 +158,7 @@ class Host:
             self.started = True
             self.settle()
 
-    def _own_stores(self, spec: HostSpec) -> dict:
+    def _own_stores(self, spec: HostSpec) -> dict[str, Any]:
         """The config with this host's own journal / snapshot store URLs (per shard when they say {shard})."""
         config = dict(self.config)
         for name in ("journal", "snapshot_store"):
@@ -214,7 +214,7 @@ class Host:
         return ext
 
     # ---- sending -------------------------------------------------------------------------------
-    def route(self, sender: str | None, target: str, message: Any) -> None:
+    def route(self, sender: str | None, target: str | None, message: Any) -> None:
         """Queue `message` for `target`: local entities directly, others in the batched outbox."""
         check_message(message)
         if target is None:
@@ -223,7 +223,7 @@ class Host:
         hit = self.router.resolve(target)
         if hit is None:
             # Unknown here: the guardian has the authoritative directory (or records a dead letter).
-            hit = self.router.resolve(GUARDIAN_PATH)
+            hit = cast("tuple[str, Any]", self.router.resolve(GUARDIAN_PATH))
         if hit[0] == self.my_key:
             self.local.append((sender, target, message))
         else:
@@ -247,7 +247,7 @@ class Host:
         resolve = self.router.resolve
         groups: dict[str, tuple[Any, list[int]]] = {}
         for i, target in enumerate(targets):
-            hit = resolve(target) or resolve(GUARDIAN_PATH)  # unknown here: the guardian decides
+            hit = resolve(target) or cast("tuple[str, Any]", resolve(GUARDIAN_PATH))  # unknown here: the guardian decides
             group = groups.get(hit[0])
             if group is None:
                 group = groups[hit[0]] = (hit[1], [])
@@ -276,12 +276,12 @@ class Host:
         if error is not None and is_ask(asker):
             self.route(path, asker, ActorFailure(path, type(error).__name__, one_line(str(error))))
 
-    def _unpicklable(self, entry: tuple, why: str) -> None:
+    def _unpicklable(self, entry: Entry, why: str) -> None:
         sender, target, message = entry
         log.error("message %s from %s to %s %s", type(message).__name__, sender, target, why)
         self.dead_letter(sender, target, repr(message), f"message {why}")
 
-    def _unreadable(self, entry: tuple, why: str) -> None:
+    def _unreadable(self, entry: Entry, why: str) -> None:
         sender, target, description = entry
         log.error("message %s from %s to %s %s", description, sender, target, why)
         self.dead_letter(sender, target, description, f"message {why}")
@@ -328,7 +328,7 @@ class Host:
                 return None
             if self.spec.shards > 1 and shard_of(target, self.path, self.spec.shards) != self.spec.shard:
                 # Another shard's entity (a stale route): one instance per entity, so the guardian reroutes it.
-                hit = self.router.resolve(GUARDIAN_PATH)
+                hit = cast("tuple[str, Any]", self.router.resolve(GUARDIAN_PATH))
                 self.outbox.add(hit[0], hit[1], (sender, target, message))
                 return None
             entity = self._new_instance(target)
@@ -351,7 +351,7 @@ class Host:
             return None
         if self.failed and target == self.path:
             # Our actor failed and this host is about to be replaced: the guardian holds this for the next.
-            hit = self.router.resolve(GUARDIAN_PATH)
+            hit = cast("tuple[str, Any]", self.router.resolve(GUARDIAN_PATH))
             self.outbox.add(hit[0], hit[1], (sender, target, message))
             return None
         if target == self.path or target.startswith(self.entity_prefix):
@@ -359,7 +359,7 @@ class Host:
             self.dead_letter(sender, target, message, f"no actor at {target}")
             return None
         # Not ours (a stale route, or a reused port): the guardian knows where it lives now.
-        hit = self.router.resolve(GUARDIAN_PATH)
+        hit = cast("tuple[str, Any]", self.router.resolve(GUARDIAN_PATH))
         self.outbox.add(hit[0], hit[1], (sender, target, message))
         return None
 
@@ -545,7 +545,7 @@ class Host:
         else:
             self._armed.discard(payload)
             for timer in self.timers.pop_due(self.now):
-                owner = timer.owner
+                owner: Actor = timer.owner
                 if self.entities.get(owner.path) is owner and timer.incarnation == owner._incarnation:
                     owner._last_active = self.now
                     self._invoke(owner, timer.message, owner.path)
@@ -573,8 +573,9 @@ class Host:
             self.outbox.flush()
 
     def _passivate_idle(self) -> None:
-        deadline = self.now - self.spec.passivate_after
-        idle, busy = [], []
+        deadline = self.now - cast(float, self.spec.passivate_after)  # (a sweep is armed only with one)
+        idle: list[Actor] = []
+        busy: list[Actor] = []
         for entity in self.entities.values():
             if entity._last_active > deadline:
                 break
@@ -615,20 +616,20 @@ class Host:
             self.adapter.wakeup_after(self.spec.linger, _LINGER)
 
 
-class HostActor(ThespianActor):
+class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type information)
     """The Thespian side of a host: turns Thespian messages into Host calls."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.host: Host | None = None
         self._guardian = None
-        self._early: list = []
+        self._early: list[tuple[Batch, Any]] = []
         self._inflight = InFlight(self, self._settled)
         self._parent_watch: ParentWatch | None = None
         exit_if_orphaned_before(lambda: self._guardian is not None)
 
     @staticmethod
-    def actorSystemCapabilityCheck(capabilities: dict, requirements: dict | None) -> bool:
+    def actorSystemCapabilityCheck(capabilities: dict[str, Any], requirements: dict[str, Any] | None) -> bool:
         """Place hosts on the node they ask for (multi-host), anywhere otherwise."""
         wanted = (requirements or {}).get("Reprise Node")
         return wanted is None or capabilities.get("Reprise Node") == wanted

@@ -2,29 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sized
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from persistence.persistent_actor import PersistentActor, _Entry
+
+_V = TypeVar("_V")
 
 
-def same_or_each(values: tuple) -> tuple:
+def same_or_each(values: tuple[_V, ...]) -> tuple[_V, ...]:
     """`(v,)` when every value is `v` (the usual single destination or origin), else `values` unchanged."""
     first = values[0]
     return (first,) if values.count(first) == len(values) else values
 
 
-def expand(shared: tuple, n: int) -> tuple:
+def expand(shared: tuple[_V, ...], n: int) -> tuple[_V, ...]:
     """Undo `same_or_each` for `n` values."""
     return shared * n if len(shared) == 1 and n != 1 else shared
 
 
-def split_rejected(actor: Any, batch: list, results: list, event_type: type,
-                   requeue: Callable[[Any], None]) -> tuple[list, list]:
+def split_rejected(actor: PersistentActor, batch: list[_Entry], results: list[Any], event_type: type[Sized],
+                   requeue: Callable[[_Entry], None]) -> tuple[list[_Entry], list[Any]]:
     """Drop each rejected compact event of `event_type` holding several items from a written batch and
     hand its batch entry to `requeue` (which journals the items one per event, so that only the items that
     cannot be stored are rejected); return the batch and results left for `_on_write_results`."""
-    kept: list = []
-    kept_results: list = []
-    retry: list = []
+    kept: list[_Entry] = []
+    kept_results: list[Any] = []
+    retry: list[_Entry] = []
     it = iter(results)
     for entry in batch:
         if entry.atomic is None:

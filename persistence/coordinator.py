@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from actors.context import ActorContext
-    from persistence.persistent_actor import PersistentActor
+    from journal import AtomicWrite
+    from persistence.persistent_actor import PersistentActor, _Entry
 
 
 def coordinator_for(context: ActorContext) -> PersistenceCoordinator:
@@ -44,7 +45,7 @@ class PersistenceCoordinator:
         self.queue = {}
         # Parallel lists, not a tuple per actor: everything made here lives until the handlers ran.
         taken: list[PersistentActor] = []
-        batches: list[list] = []
+        batches: list[list[_Entry]] = []
         counts: list[int] = []  # writes of each batch, in its journal's write_messages call
         groups: dict[int, _Group] = {}
         try:
@@ -94,6 +95,6 @@ class _Group:
 
     def __init__(self, journal: Any) -> None:
         self.journal = journal
-        self.writes: list = []
+        self.writes: list[AtomicWrite] = []
         self.results: Any = None
         self.handed = 0  # results handed to actors so far, in the order their writes were added

@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from journal import register_type
+from journal import AtomicWrite, register_type
 from persistence.compact import expand, same_or_each, split_rejected
 from persistence.delivery import _GONE, AtLeastOnceDelivery, _Delivery
 from persistence.messages import (
@@ -23,6 +23,7 @@ from persistence.messages import (
     ConfirmUpTo,
     SnapshotOffer,
 )
+from persistence.persistent_actor import _Entry
 
 _UNSENT = float("inf")  # the timestamp of a delivery whose sent event is not durable yet: never overdue
 
@@ -191,11 +192,11 @@ class DurableDelivery(AtLeastOnceDelivery):
         if sent:
             self._ensure_timer()
 
-    def _on_write_results(self, batch: list, results: Any) -> None:
+    def _on_write_results(self, batch: list[_Entry], results: Any) -> None:
         if isinstance(results, list) and any(r is not None for r in results):  # rejections are rare
             batch, results = split_rejected(self, batch, results, DeliveriesSent, self._requeue_one_by_one)
             for entry, result in zip([e for e in batch if e.atomic is not None], results, strict=True):
-                event = entry.atomic.payload[0].payload
+                event = cast(AtomicWrite, entry.atomic).payload[0].payload  # (only entries with a write)
                 if result is not None and type(event) is DeliveriesSent:
                     self._unconfirmed.pop(event.delivery_ids[0], None)
         super()._on_write_results(batch, results)

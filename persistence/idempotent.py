@@ -5,12 +5,12 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from journal import register_type
 from persistence.compact import expand, same_or_each, split_rejected
 from persistence.messages import Confirm, SnapshotOffer
-from persistence.persistent_actor import PersistentActor
+from persistence.persistent_actor import PersistentActor, _Entry
 
 
 @register_type(manifest="reprise.persistence.Applied")
@@ -47,7 +47,7 @@ class AppliedBatch:
 class IdempotentSnapshot:
     """A user snapshot together with the dedup state {origin: (low watermark, ((start, end), ...))}."""
 
-    dedup: dict
+    dedup: dict[str, Any]
     state: Any
 
 
@@ -177,7 +177,7 @@ class SeenIds:
         """Every seen id above the watermark, ascending (for states that store them one by one)."""
         return [i for start, end in zip(self._starts, self._ends, strict=True) for i in range(start, end + 1)]
 
-    def state(self) -> tuple:
+    def state(self) -> tuple[int, tuple[tuple[int, int], ...]]:
         """(low, ((start, end), ...)): `SeenIds(*state)` is an equal SeenIds (snapshots store this)."""
         return self._low, tuple(zip(self._starts, self._ends, strict=True))
 
@@ -193,7 +193,7 @@ class IdempotentReceiver(PersistentActor):
         self._seen: dict[str, SeenIds] = {}
         # The persist_applied calls not queued for writing yet: journaled as one AppliedBatch per group
         # commit (see _journal_applied). Empty: a shared (); the first call of a round makes the list.
-        self._unapplied: _Applications | tuple = ()
+        self._unapplied: _Applications | tuple[()] = ()
         self._origin_only: tuple[str] = ("",)  # the origins field of the last single-application batch
 
     def already_applied(self, origin: str, delivery_id: int) -> bool:
@@ -258,7 +258,7 @@ class IdempotentReceiver(PersistentActor):
     # ---- journaling AppliedBatch ----------------------------------------------------------------
     def _journal_applied(self) -> None:
         """Queue the pending applications as one AppliedBatch; its handler runs theirs in call order."""
-        pending, self._unapplied = self._unapplied, ()
+        pending, self._unapplied = cast(_Applications, self._unapplied), ()  # (called with some pending)
         if len(pending) == 1:  # the usual case in a host of many entities: one application per commit
             origin, delivery_id, event, _, _ = pending[0]
             origins = self._origin_only
@@ -270,7 +270,7 @@ class IdempotentReceiver(PersistentActor):
             applied = AppliedBatch(same_or_each(origins), delivery_ids, events)
         self._queue_write((applied,), pending, False)
 
-    def _on_write_results(self, batch: list, results: Any) -> None:
+    def _on_write_results(self, batch: list[_Entry], results: Any) -> None:
         if isinstance(results, list) and results.count(None) != len(results):  # rejections are rare
             batch, results = split_rejected(self, batch, results, AppliedBatch, self._requeue_one_by_one)
         super()._on_write_results(batch, results)
@@ -278,9 +278,9 @@ class IdempotentReceiver(PersistentActor):
     def _requeue_one_by_one(self, entry: Any) -> None:
         # Only the applications whose event cannot be stored are rejected; the others are applied.
         queue = self._queue_write
-        for origin, delivery_id, event, handler, sender in entry.handler:
+        for origin, delivery_id, event, handler, sender in cast(_Applications, entry.handler):
             self.sender = sender
-            queue((Applied(origin, delivery_id, event),), lambda a, h=handler: h(a.event), False)
+            queue((Applied(origin, delivery_id, event),), lambda a, h=handler: h(a.event), False)  # type: ignore[misc]  # (mypy infers no lambda with a default)
 
     def _event_rejected(self, event: Any) -> None:
         # The id was marked when persist_applied was called; nothing was stored, so a redelivery must apply.
@@ -318,7 +318,7 @@ class IdempotentReceiver(PersistentActor):
         return IdempotentSnapshot(seen, super().mixin_wrap_snapshot(snapshot))
 
 
-class _Applications(list):
+class _Applications(list[tuple[str, int, Any, Callable[[Any], Any], str | None]]):
     """(origin, delivery id, event, handler, sender) of persist_applied calls, in call order; once they are
     journaled as one AppliedBatch, also its handler: each application's handler with its command's sender.
 

@@ -8,10 +8,18 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from actors import Actor
-from journal import MAX_SEQUENCE_NR, AtomicWrite, PersistentRepr, SnapshotMetadata, SnapshotSelectionCriteria
+from journal import (
+    MAX_SEQUENCE_NR,
+    AtomicWrite,
+    Journal,
+    PersistentRepr,
+    SnapshotMetadata,
+    SnapshotSelectionCriteria,
+    SnapshotStore,
+)
 from journal.errors import RepriseError
 from persistence.coordinator import coordinator_for
 from persistence.messages import (
@@ -249,14 +257,14 @@ class PersistentActor(Actor):
         self._recovery_running = True
         self._writer_uuid = uuid.uuid4().hex
         self._batch: list[_Entry] = []
-        self._contributors: list[Callable[[], None]] | tuple = ()  # see _contribute; () when none (no list per actor)
+        self._contributors: list[Callable[[], None]] | tuple[()] = ()  # see _contribute; () when none (no list per actor)
         self._pending = 0
         self._stashing = 0
-        self._stash: deque = deque()
+        self._stash: deque[tuple[Any, str | None]] = deque()
         self.sender = None
         self._coordinator = coordinator_for(self.context)
-        self._journal = None
-        self._snapshots = None
+        self._journal: Journal | None = None  # opened by recovery
+        self._snapshots: SnapshotStore | None = None
         self._stash_limit, self._overflow = self._stash_settings()
         self._failed_after_recovery: BaseException | None = None
 
@@ -292,7 +300,7 @@ class PersistentActor(Actor):
         writes = [e.atomic for e in batch if e.atomic is not None]
         if writes:
             try:
-                self._journal.write_messages(writes)
+                cast(Journal, self._journal).write_messages(writes)  # (writes imply recovery opened it)
             except Exception:
                 log.exception("persistenceId %s: writing events queued before a failure failed", self.persistence_id)
         carry, self._stash = list(self._stash), deque()
@@ -363,7 +371,7 @@ class PersistentActor(Actor):
         attempts = 0
         while True:
             try:
-                return self._snapshots.load(pid, criteria)
+                return cast(SnapshotStore, self._snapshots).load(pid, criteria)  # (recovery opened it)
             except Exception as exc:
                 attempts += 1
                 seq = getattr(exc, "sequence_nr", None)
@@ -420,7 +428,7 @@ class PersistentActor(Actor):
         if strategy == "drop":
             self.context.dead_letter(sender, self.path, message, "internal stash of a persistent actor is full")
         elif isinstance(strategy, ReplyToStrategy):
-            self.tell(sender, strategy.response)
+            self.tell(cast(str, sender), strategy.response)  # (None: the host dead-letters it)
         else:
             raise StashOverflowError(
                 f"Couldn't enqueue {type(message).__name__} to the internal stash of {self.path}: it holds "
@@ -466,7 +474,7 @@ class PersistentActor(Actor):
         """Call `handler(event)` after every pending handler (now if none); commands keep flowing."""
         self._queue_defer(event, handler, False)
 
-    def _queue_write(self, events: tuple, handler: Handler, stashing: bool) -> None:
+    def _queue_write(self, events: tuple[Any, ...], handler: Handler, stashing: bool) -> None:
         if self._contributors:
             self._before_commit()  # what mixins gathered earlier goes first, as it was called first
         if self._recovery_running:
@@ -477,7 +485,7 @@ class PersistentActor(Actor):
             return
         pid, writer, seq = self.persistence_id, self._writer_uuid, self._seq_alloc
         if n == 1:  # persist / persist_async, and every compact event: no loop, no intermediate list
-            reprs: tuple = (PersistentRepr(events[0], seq + 1, pid, writer_uuid=writer),)
+            reprs: tuple[PersistentRepr, ...] = (PersistentRepr(events[0], seq + 1, pid, writer_uuid=writer),)
         else:
             reprs = tuple([PersistentRepr(e, seq + k, pid, writer_uuid=writer) for k, e in enumerate(events, 1)])
         self._seq_alloc = seq + n
@@ -515,7 +523,7 @@ class PersistentActor(Actor):
         """
         contributors = self._contributors
         if contributors:
-            contributors.append(flush)  # type: ignore[union-attr]  # non-empty: a list
+            contributors.append(flush)  # (non-empty: a list)
         else:
             self._contributors = [flush]
             self._coordinator.enqueue(self)
@@ -625,7 +633,8 @@ class PersistentActor(Actor):
         """Store `snapshot` at snapshot_sequence_nr; SaveSnapshotSuccess/Failure arrives as a command."""
         md = SnapshotMetadata(self.persistence_id, self.snapshot_sequence_nr)
         try:
-            self._tell_self(SaveSnapshotSuccess(self._snapshots.save(md, self.mixin_wrap_snapshot(snapshot))))
+            # (None before recovery: the AttributeError is reported as a SaveSnapshotFailure)
+            self._tell_self(SaveSnapshotSuccess(cast(SnapshotStore, self._snapshots).save(md, self.mixin_wrap_snapshot(snapshot))))
         except Exception as exc:
             self.context.report_error(self.path, f"save_snapshot at sequence nr {md.sequence_nr} failed: "
                                                  f"{type(exc).__name__}: {exc}")
@@ -635,7 +644,7 @@ class PersistentActor(Actor):
         """Delete the snapshot at `sequence_nr`; DeleteSnapshotSuccess/Failure arrives as a command."""
         md = SnapshotMetadata(self.persistence_id, sequence_nr, 0)
         try:
-            self._snapshots.delete(md)
+            cast(SnapshotStore, self._snapshots).delete(md)
             self._tell_self(DeleteSnapshotSuccess(md))
         except Exception as exc:
             self._tell_self(DeleteSnapshotFailure(md, exc))
@@ -643,7 +652,7 @@ class PersistentActor(Actor):
     def delete_snapshots(self, criteria: SnapshotSelectionCriteria) -> None:
         """Delete every snapshot matching `criteria`; DeleteSnapshotsSuccess/Failure arrives as a command."""
         try:
-            self._snapshots.delete_matching(self.persistence_id, criteria)
+            cast(SnapshotStore, self._snapshots).delete_matching(self.persistence_id, criteria)
             self._tell_self(DeleteSnapshotsSuccess(criteria))
         except Exception as exc:
             self._tell_self(DeleteSnapshotsFailure(criteria, exc))
@@ -656,7 +665,7 @@ class PersistentActor(Actor):
                 f"[{self.last_sequence_nr}]"), to_sequence_nr))
             return
         try:
-            self._journal.delete_messages_to(self.persistence_id, to_sequence_nr)
+            cast(Journal, self._journal).delete_messages_to(self.persistence_id, to_sequence_nr)
             self._tell_self(DeleteMessagesSuccess(to_sequence_nr))
         except Exception as exc:
             self._tell_self(DeleteMessagesFailure(exc, to_sequence_nr))

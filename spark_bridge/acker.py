@@ -11,6 +11,10 @@ probability 2**-64 (Storm's argument). Confirmations are applied only when the b
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import Any, cast
+
+_np: ModuleType | None
 try:  # comes with pyspark's pandas; the bridge works without it, only slower
     import numpy as _np
 except ImportError:  # pragma: no cover
@@ -28,7 +32,7 @@ def edge(delivery_id: int) -> int:
     return z ^ (z >> 31)
 
 
-def edges(first_id: int, count: int, skip: frozenset | set = frozenset()) -> int:
+def edges(first_id: int, count: int, skip: frozenset[int] | set[int] = frozenset()) -> int:
     """XOR of the edges of deliveries first_id .. first_id + count - 1, leaving out the indices in `skip`."""
     if _np is not None and count > 32:
         u = _np.uint64
@@ -55,7 +59,7 @@ def edge_list(delivery_ids: list[int]) -> list[int]:
     z = (z ^ (z >> u(30))) * u(_M1)
     z = (z ^ (z >> u(27))) * u(_M2)
     z ^= z >> u(31)
-    return z.tolist()
+    return cast("list[int]", z.tolist())
 
 
 class Tree:
@@ -73,6 +77,6 @@ class Tree:
         self.batch_no = batch_no
         self.reply_to = reply_to
 
-    def state(self) -> list:
+    def state(self) -> list[Any]:
         """What a snapshot keeps (the reply path is not kept: tasks ask again after a restart)."""
         return [self.tree_id, self.value, self.rows, self.feed_id, self.partition, self.batch_no]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import actors
 from actors import PathTaken
@@ -97,7 +97,7 @@ class _RowsOut:
 
     __slots__ = ("targets", "ids", "anchors", "values", "rows", "columns")
 
-    def __init__(self, columns: tuple | None = None) -> None:
+    def __init__(self, columns: tuple[str, ...] | None = None) -> None:
         self.targets: list[str] = []
         self.ids: list[int] = []
         self.anchors: list[int | None] = []
@@ -111,7 +111,8 @@ class _RowsOut:
             return
         t, i, a, v, columns = self.targets, self.ids, self.anchors, self.values, self.columns
 
-        host.scatter(sender, t, lambda idx: RowChunk(*_pick(idx, t, i, a, v), columns, low))
+        # (mypy cannot match the unpacked columns to RowChunk's fields)
+        host.scatter(sender, t, lambda idx: RowChunk(*_pick(idx, t, i, a, v), columns, low))  # type: ignore[call-arg, arg-type]
 
 
 class SparkBridge(AtLeastOnceDelivery):
@@ -152,8 +153,8 @@ class SparkBridge(AtLeastOnceDelivery):
     def pre_start(self) -> None:
         """Empty state; recovery fills it from the snapshot and the journal."""
         self._batches: dict[tuple[str, int], SeenIds] = {}  # batch numbers start at 0: low -1 when none
-        self._keys: dict[str, set] = {}
-        self._trees: dict[int, Tree] = {}
+        self._keys: dict[str, set[Any]] = {}
+        self._trees: dict[int | None, Tree] = {}  # looked up by anchor: None (no tree) finds none
         self._by_batch: dict[tuple[str, int, int], int] = {}
         self._backlog: list[_Pending] = []
         self._backlog_head = 0
@@ -164,7 +165,7 @@ class SparkBridge(AtLeastOnceDelivery):
         self._next_id = 1
         self._allocated: dict[int, int] = {}  # first id -> count: allocated, not registered (in flight)
         self._confirmed: list[int] = []
-        self._forwards: list[list] = []
+        self._forwards: list[list[Any]] = []
         self._forward_replies: list[tuple[str | None, int]] = []
         self._abandoned: list[int] = []
         self._completed: list[Tree] = []
@@ -275,7 +276,7 @@ class SparkBridge(AtLeastOnceDelivery):
             self._await(message.feed_id, message.partition, message.batch_no, message.reply_to)
         elif t is GetFeedProgress:
             accepted, processed = self._feeds.get(message.feed_id, (0, 0))
-            self.tell(sender, FeedProgress(message.feed_id, accepted, processed))
+            self.tell(cast(str, sender), FeedProgress(message.feed_id, accepted, processed))
         elif t is ConfirmUpTo:
             for delivery_id in [d for d in self.unconfirmed_ids() if d <= message.delivery_id]:
                 self._confirm(delivery_id)
@@ -453,7 +454,7 @@ class SparkBridge(AtLeastOnceDelivery):
                 seen = self._forwarded[origin] = SeenIds()
             if forward_id in seen:  # sent again after a crash: accepted once the original is durable
                 self._flush()
-                self.defer_async(ForwardAccepted(forward_id), lambda a: self.tell(sender, a))
+                self.defer_async(ForwardAccepted(forward_id), lambda a: self.tell(cast(str, sender), a))
                 return
             seen.add(forward_id)
         if to not in self._valid_paths:
@@ -505,7 +506,7 @@ class SparkBridge(AtLeastOnceDelivery):
         self._confirmed, self._forwards, self._abandoned, self._forward_replies, self._completed = [], [], [], [], []
         self.persist_async(event, lambda e: self._progressed(e, replies, completed))
 
-    def _progressed(self, event: Progress, replies: list, completed: list[Tree]) -> None:
+    def _progressed(self, event: Progress, replies: list[tuple[str | None, int]], completed: list[Tree]) -> None:
         low = self._low
         if event.forwards:
             # Delivered together, sent as one RowChunk per host.
@@ -521,7 +522,7 @@ class SparkBridge(AtLeastOnceDelivery):
             self._deliver_rows(out, low)
         replies = [r for r in replies if r[0] is not None]
         if replies:
-            targets, ids = [r[0] for r in replies], [r[1] for r in replies]
+            targets, ids = cast("list[str]", [r[0] for r in replies]), [r[1] for r in replies]  # (None filtered out)
             self.context.scatter(self.path, targets, lambda idx: ForwardsAccepted(*_pick(idx, targets, ids)))
         for tree in completed:
             self._feed(tree.feed_id)[1] += tree.rows
@@ -615,7 +616,7 @@ class SparkBridge(AtLeastOnceDelivery):
 
     def _load(self, seq: int) -> BatchStored:
         for event in self.read_events(seq, seq, 1):
-            return event
+            return cast(BatchStored, event)
         raise RuntimeError(f"spark bridge: stored batch at sequence number {seq} is missing from the journal")
 
     def _refresh_low(self, now: float) -> None:
@@ -651,15 +652,16 @@ class SparkBridge(AtLeastOnceDelivery):
             self.save_snapshot(self._snapshot())
 
 
-def _pick(indices: list[int] | None, *columns: list) -> list[list]:
+def _pick(indices: list[int] | None, *columns: list[Any]) -> list[list[Any]]:
     """The entries at `indices` of each column (all of them for None): one destination host's share."""
     if indices is None:
         return list(columns)
     return [[column[k] for k in indices] for column in columns]
 
 
-def _row_dict(event: BatchStored, i: int) -> dict:
-    return {c: col[i] for c, col in zip(event.columns, event.values, strict=True)}
+def _row_dict(event: BatchStored, i: int) -> dict[str, Any]:
+    columns = cast("tuple[str, ...]", event.columns)  # (called for columnar batches only)
+    return {c: col[i] for c, col in zip(columns, event.values, strict=True)}
 
 
 def start_bridge(system: actors.System, timeout: float = 60.0, **options: Any) -> str:

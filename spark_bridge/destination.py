@@ -71,7 +71,7 @@ class _HostOut:
         return True
 
 
-_outgoing: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_outgoing: weakref.WeakKeyDictionary[Any, _HostOut] = weakref.WeakKeyDictionary()
 
 
 def _out(actor: actors.Actor) -> _HostOut:
@@ -84,7 +84,7 @@ def _out(actor: actors.Actor) -> _HostOut:
     return out
 
 
-def _send_out(ref: weakref.ref) -> bool:
+def _send_out(ref: weakref.ref[Any]) -> bool:
     host = ref()
     out = _outgoing.get(host) if host is not None else None
     if out is None or not out.send(host):
@@ -111,7 +111,7 @@ def _forward(actor: actors.Actor, f: Forward) -> None:
 _valid_paths: set[str] = set()
 
 
-def _follow_ups(follow_ups: Iterable[tuple[str, Any]]) -> list[list]:
+def _follow_ups(follow_ups: Iterable[tuple[str, Any]]) -> list[list[Any]]:
     pairs = []
     for item in follow_ups:
         try:

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import actors
 from actors import AskTimeout, RepriseError
@@ -63,7 +63,7 @@ class _Plan:
     port: int
     feed_id: str
     to: Any  # column name or callable Row -> path
-    message: Callable | None
+    message: Callable[[Any], Any] | None
     key: str | None
     batch_size: int
     window: int
@@ -75,7 +75,7 @@ class _Plan:
 def _address(system: Any) -> tuple[str, int]:
     """(host, admin port) from a port, "host:port" or a System."""
     if isinstance(system, actors.System):
-        return "127.0.0.1", int(system.admin_port)
+        return "127.0.0.1", int(cast(int, system.admin_port))
     if isinstance(system, int) and not isinstance(system, bool):
         return "127.0.0.1", system
     if isinstance(system, str) and ":" in system:
@@ -126,7 +126,8 @@ class _Publisher:
         self.rows = self.duplicates = self.dead = 0
         self.incomplete: list[int] = []
 
-    def send(self, batch_no: int, paths: list, values: list, columns: tuple | None, keys: list | None) -> bool:
+    def send(self, batch_no: int, paths: list[str], values: list[Any], columns: tuple[str, ...] | None,
+             keys: list[Any] | None) -> bool:
         """Send one batch once the window has room; False when the partition gave up (processed timeout)."""
         self.settle(self.plan.window - 1)
         if self.incomplete:
@@ -186,10 +187,11 @@ class _Publisher:
         return self.partition, self.rows, self.duplicates, self.dead, incomplete
 
 
-_valid_paths: set = set()  # per worker process: most feeds send to the same paths again and again
+_valid_paths: set[Any] = set()  # per worker process: most feeds send to the same paths again and again
 
 
-def _check_paths(paths: list) -> None:
+def _check_paths(paths: list[Any]) -> None:
+    fresh: set[Any] | list[Any]
     try:
         fresh = set(paths).difference(_valid_paths)
     except TypeError:  # an unhashable value: validate_path names it
@@ -201,7 +203,7 @@ def _check_paths(paths: list) -> None:
     _valid_paths.update(fresh)
 
 
-def _unserializable_column(bodies: list, exc: Exception) -> FeedError:
+def _unserializable_column(bodies: list[Any], exc: Exception) -> FeedError:
     """Find the first value msgpack cannot carry and name its column."""
     for message in bodies:
         try:
@@ -219,12 +221,12 @@ def _unserializable_column(bodies: list, exc: Exception) -> FeedError:
     return FeedError(f"a batch cannot be carried by msgpack: {exc}")
 
 
-def _run_rows(plan: _Plan, partition: int, rows: Iterator[Any]) -> Iterator[tuple]:
+def _run_rows(plan: _Plan, partition: int, rows: Iterator[Any]) -> Iterator[tuple[int, int, int, int, str | None]]:
     """A task over Row objects (a `to` or `message` callable): convert each row, send batches."""
     pub = _Publisher(plan, partition)
-    paths: list = []
-    bodies: list = []
-    keys: list | None = [] if plan.key is not None else None
+    paths: list[Any] = []
+    bodies: list[Any] = []
+    keys: list[Any] | None = [] if plan.key is not None else None
 
     def flush(batch_no: int) -> bool:
         _check_paths(paths)
@@ -257,9 +259,9 @@ def _run_arrow(plan: _Plan, batches: Iterator[Any]) -> Iterator[Any]:
     import pyarrow as pa
     from pyspark import TaskContext
 
-    pub = _Publisher(plan, TaskContext.get().partitionId())
-    columns: tuple | None = None
-    pending: list[list] = []
+    pub = _Publisher(plan, cast(TaskContext, TaskContext.get()).partitionId())  # (inside a task: never None)
+    columns: tuple[str, ...] | None = None
+    pending: list[list[Any]] = []
     to = key = 0
     batch_no = 0
     going = True
@@ -312,7 +314,7 @@ def _unsupported(data_type: Any) -> str | None:
             if why:
                 return why
         return None
-    return data_type.simpleString()
+    return cast(str, data_type.simpleString())
 
 
 def _has_map(data_type: Any) -> bool:
@@ -411,7 +413,7 @@ def feed(df: Any, system: Any, to: str | Callable[[Any], str] = "destination",
     stream = sys.stderr if progress is True else progress
     poller = _progress(df, host, port, feed_id, plan.processed, stream) if progress is not False else None
     started = time.monotonic()
-    parts: list[tuple] = []
+    parts: list[tuple[Any, ...]] = []
     try:
         if message is None and isinstance(to, str) and not any(_has_map(f.dataType) for f in df.schema.fields):
             parts = [tuple(r) for r in df.mapInArrow(lambda it: _run_arrow(plan, it), _RESULT_SCHEMA).collect()]
@@ -434,7 +436,7 @@ def feed(df: Any, system: Any, to: str | Callable[[Any], str] = "destination",
 
 def feed_stream(stream_df: Any, system: Any, *, feed_id: str, checkpoint: str, to: str | Callable[[Any], str] = "destination",
                 message: Callable[[Any], Any] | None = None, key: str | None = None, ack: str = "persisted",
-                batch_size: int = 2_000, window: int = 8, timeout: float = 60.0, trigger: dict | None = None) -> Any:
+                batch_size: int = 2_000, window: int = 8, timeout: float = 60.0, trigger: dict[str, Any] | None = None) -> Any:
     """Feed a streaming DataFrame through foreachBatch; returns the started StreamingQuery.
 
     Each micro-batch is fed as `f"{feed_id}/{batch_id}"`: Spark replays an uncommitted micro-batch with

@@ -28,11 +28,11 @@ class IngestBatch:
     feed_id: str
     partition: int
     batch_no: int
-    paths: list
-    values: list
+    paths: list[str]
+    values: list[Any]
     reply_to: str
-    columns: tuple | None = None
-    keys: list | None = None
+    columns: tuple[str, ...] | None = None
+    keys: list[Any] | None = None
     processed: bool = False
 
 
@@ -99,14 +99,14 @@ class Row:
     anchor: int | None = None
     settled_below: int = 0
     """Every delivery id below it is settled at the bridge: receivers may forget them (bounded dedup)."""
-    columns: tuple | None = None
+    columns: tuple[str, ...] | None = None
 
     @property
     def body(self) -> Any:
         """The message of this row (by default the Spark row as a dict)."""
         return self.data if self.columns is None else dict(zip(self.columns, self.data, strict=False))
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[type[Row], tuple[Any, ...]]:
         # Positional arguments pickle faster than the default (class, state dict) form: one per row.
         return (Row, (self.delivery_id, self.data, self.anchor, self.settled_below, self.columns))
 
@@ -118,11 +118,11 @@ class RowChunk(Scatter):
     Row k goes to `targets[k]` as Row(delivery_ids[k], values[k], anchors[k], settled_below, columns).
     """
 
-    targets: list
-    delivery_ids: list
-    anchors: list
-    values: list
-    columns: tuple | None
+    targets: list[str]
+    delivery_ids: list[int]
+    anchors: list[int | None]
+    values: list[Any]
+    columns: tuple[str, ...] | None
     settled_below: int
 
     def items(self) -> list[tuple[str, Row]]:
@@ -136,7 +136,7 @@ class RowChunk(Scatter):
 class Confirmed:
     """Destination host -> bridge: these deliveries were confirmed (all confirms of one host round, batched)."""
 
-    delivery_ids: list
+    delivery_ids: list[int]
 
 
 @dataclass(frozen=True)
@@ -168,20 +168,20 @@ class Forwards:
     Entry k is Forward(origins[k], forward_ids[k], anchors[k], tos[k], messages[k]) from `senders[k]`.
     """
 
-    senders: list
-    origins: list
-    forward_ids: list
-    anchors: list
-    tos: list
-    messages: list
+    senders: list[str]
+    origins: list[str | None]
+    forward_ids: list[int]
+    anchors: list[int | None]
+    tos: list[str]
+    messages: list[Any]
 
 
 @dataclass(frozen=True)
 class ForwardsAccepted(Scatter):
     """Bridge -> a destination host: ForwardAccepted(forward_ids[k]) for `targets[k]`, in columns."""
 
-    targets: list
-    forward_ids: list
+    targets: list[str]
+    forward_ids: list[int]
 
     def items(self) -> list[tuple[str, ForwardAccepted]]:
         """One ForwardAccepted per target, in order."""
@@ -203,12 +203,12 @@ class BatchStored:
     feed_id: str
     partition: int
     batch_no: int
-    paths: list
-    values: list
-    columns: tuple | None
-    keys: list | None
+    paths: list[str]
+    values: list[Any]
+    columns: tuple[str, ...] | None
+    keys: list[Any] | None
     first_id: int
-    dead: list
+    dead: list[int]
     duplicates: int
 
 
@@ -221,9 +221,9 @@ class Progress:
     `abandoned` are deliveries given up because their path is no longer served (dead-lettered).
     """
 
-    confirmed: list
-    forwards: list
-    abandoned: list
+    confirmed: list[int]
+    forwards: list[list[Any]]
+    abandoned: list[int]
 
 
 @register_type(manifest="spark_bridge.BridgeSnapshot")
@@ -232,14 +232,14 @@ class BridgeSnapshot:
     """The bridge's whole state, so that recovery replays only what came after it."""
 
     next_id: int
-    batches: list  # [feed_id, partition, watermark, [above...]]
-    keys: dict  # feed_id -> [key, ...]
-    trees: list  # [tree_id, xor, rows, feed_id, partition, batch_no]
-    unconfirmed: list  # [delivery_id, path, body, anchor]
-    backlog: list  # [sequence_nr, next_index] of stored batches not fanned out completely
-    confirmed_ahead: list  # confirmed ids of rows not fanned out yet (after a recovery)
-    forwarded: dict  # origin -> [low, [[start, end], ...]]
-    feeds: dict  # feed_id -> [accepted, processed]
+    batches: list[list[Any]]  # [feed_id, partition, watermark, [above...]]
+    keys: dict[str, list[Any]]  # feed_id -> [key, ...]
+    trees: list[list[Any]]  # [tree_id, xor, rows, feed_id, partition, batch_no]
+    unconfirmed: list[list[Any]]  # [delivery_id, path, body, anchor]
+    backlog: list[list[int]]  # [sequence_nr, next_index] of stored batches not fanned out completely
+    confirmed_ahead: list[int]  # confirmed ids of rows not fanned out yet (after a recovery)
+    forwarded: dict[str, list[Any]]  # origin -> [low, [[start, end], ...]]
+    feeds: dict[str, list[int]]  # feed_id -> [accepted, processed]
 
 
 # ---- a durable destination's journal -----------------------------------------------------------------
@@ -256,7 +256,7 @@ class RowApplied:
 
     event: Any
     anchor: int | None
-    follow_ups: list  # [[to, message], ...]
+    follow_ups: list[list[Any]]  # [[to, message], ...]
     first_forward: int
     forwarded_low: int
     bridge_low: int
@@ -268,5 +268,5 @@ class ReceiverSnapshot:
     """FeedReceiver's part of a snapshot: the next forward id and the follow-ups not yet accepted."""
 
     next_forward: int
-    pending: list  # [forward_id, anchor, to, message]
+    pending: list[list[Any]]  # [forward_id, anchor, to, message]
     state: Any
