@@ -90,10 +90,7 @@ class AtLeastOnceDelivery(PersistentActor):
         Scatter per destination host): they count as sent now, and redelivery resends them one by one.
         During recovery nothing is sent: they are resent right after replay, as by deliver().
         """
-        n = len(delivery_ids)
-        if len(destinations) != n or len(messages) != n:
-            raise ValueError(f"deliver_many needs one destination and one message per delivery id, got {n} ids, "
-                             f"{len(destinations)} destinations and {len(messages)} messages")
+        n = _paired("deliver_many", delivery_ids, destinations, messages)
         if not n:
             return
         unconfirmed = self._unconfirmed
@@ -134,11 +131,7 @@ class AtLeastOnceDelivery(PersistentActor):
         They are overdue: resent right after replay, or by the next redelivery tick. An id that is
         unconfirmed already is replaced.
         """
-        n = len(delivery_ids)
-        if len(destinations) != n or len(messages) != n:
-            raise ValueError(f"restore_unconfirmed needs one destination and one message per delivery id, got {n} "
-                             f"ids, {len(destinations)} destinations and {len(messages)} messages")
-        if not n:
+        if not _paired("restore_unconfirmed", delivery_ids, destinations, messages):
             return
         back = time.monotonic() - self._interval(0)
         self._unconfirmed.update(zip(delivery_ids, map(_Delivery, destinations, messages, repeat(back), repeat(0)),
@@ -329,3 +322,12 @@ class AtLeastOnceDelivery(PersistentActor):
         origin = self.persistence_id
         return self.deliver(self.dead_letter_path, lambda i: DeadLetteredDelivery(
             i, delivery.delivery_id, delivery.destination, delivery.message, attempts, origin))
+
+
+def _paired(what: str, delivery_ids: Sequence[int], destinations: Sequence[str], messages: Sequence[Any]) -> int:
+    """How many deliveries `what` was given; ValueError unless there is one destination and message per id."""
+    n = len(delivery_ids)
+    if len(destinations) != n or len(messages) != n:
+        raise ValueError(f"{what} needs one destination and one message per delivery id, got {n} ids, "
+                         f"{len(destinations)} destinations and {len(messages)} messages")
+    return n
