@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import random
 import threading
@@ -109,7 +110,7 @@ class ParentWatch:
     def __init__(self, actor: Any, interval: float = PARENT_CHECK) -> None:
         self.actor = actor
         self.interval = interval
-        self.parent = os.getppid()
+        self.parent = parent_pid()
 
     @classmethod
     def start(cls, actor: Any) -> ParentWatch | None:
@@ -131,6 +132,16 @@ class ParentWatch:
         return False
 
 
+def parent_pid() -> int:
+    """The pid of the process that forked this one, as recorded at the fork.
+
+    Not os.getppid() at the time of asking: a parent that died before this process got that far has left it
+    re-parented already, and the watch would compare against the new parent forever.
+    """
+    parent = multiprocessing.parent_process()
+    return parent.pid if parent is not None and parent.pid is not None else os.getppid()
+
+
 def exit_if_orphaned_before(ready: Callable[[], bool]) -> None:
     """Exit this actor process if its parent dies before `ready()` turns true (then ParentWatch takes over).
 
@@ -141,7 +152,7 @@ def exit_if_orphaned_before(ready: Callable[[], bool]) -> None:
     """
     if os.environ.get(WATCH_PARENT_ENV) != "1":
         return
-    parent = os.getppid()
+    parent = parent_pid()
 
     def watch() -> None:
         while not ready():
