@@ -31,7 +31,7 @@ class ActorContext(Protocol):
 
     @property
     def config(self) -> dict[str, Any]:
-        """The actor system's configuration, with this host's own journal / snapshot store URLs."""
+        """The actor system's configuration, with this host's own host options (actors.host_options)."""
 
     @property
     def entities(self) -> Mapping[str, Actor]:

@@ -30,7 +30,7 @@ from .context import ActorContext
 from .error_log import ActorFailure, is_ask, make_error, one_line
 from .errors import SpawnFailed
 from .handover import POKE, Handover
-from .host_options import HostOptions, check_host_options
+from .host_options import apply_host_options
 from .inflight import BOUNCED, InFlight
 from .messages import (
     GUARDIAN_PATH,
@@ -95,9 +95,9 @@ class Host:
         self.path = spec.path
         self.key = spec.key  # the path, or the path and shard number: what the guardian and peers call us
         self.config = init.config
-        self.factory = resolve_factory(spec.factory)  # first: importing it registers its layer's host checks
-        if spec.journal or spec.snapshot_store:
-            self.config = self._own_stores(spec)
+        self.factory = resolve_factory(spec.factory)  # first: importing it registers its layer's host options
+        if spec.options:
+            self.config = self._own_options(spec)
         self.router = Router()
         self.router.replace(init.routes, init.epoch)
         self.my_key = address_key(my_address)
@@ -158,19 +158,16 @@ class Host:
             self.started = True
             self.settle()
 
-    def _own_stores(self, spec: HostSpec) -> dict[str, Any]:
-        """The config with this host's own journal / snapshot store URLs (per shard when they say {shard})."""
-        config = dict(self.config)
-        for name in ("journal", "snapshot_store"):
-            template = getattr(spec, name)
-            if template:
-                config[name] = spec.store_url(template)
-        own = {name: getattr(spec, name) for name in ("journal", "snapshot_store") if getattr(spec, name)}
-        try:  # what the options mean is checked by the layer that owns them (persistence: shard layouts)
-            check_host_options(HostOptions(spec.path, spec.shard, spec.shards, config, own))
+    def _own_options(self, spec: HostSpec) -> dict[str, Any]:
+        """The config with this host's own options (per shard where they say {shard}), checked here.
+
+        Here, not only in the caller: the caller may never have imported the layer that owns an option
+        (a factory given as "module:Class"); this process just did, by importing the factory.
+        """
+        try:
+            return apply_host_options(spec.path, spec.shard, spec.shards, self.config, spec.options)
         except ValueError as e:
             raise SpawnFailed(str(e)) from None
-        return config
 
     def watch_routes(self, actor: Actor) -> None:
         """Call `actor.routes_lost(prefixes)` when hosts it may have sent to die (see `update_routes`)."""

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .paths import shard_key
 from .supervision import DEFAULT_HOLD_LIMIT, Backoff
-from .validation import SHARD_PLACEHOLDER, check_store_url  # noqa: F401 - importers of messages use both
 
 if TYPE_CHECKING:
     from .error_log import ActorError
@@ -75,10 +74,9 @@ class HostSpec:
     shards: int = 1
     """Entity hosts only: how many processes share the entities (each entity id lives in one, by hash)."""
     shard: int = 0
-    journal: str | None = None
-    """This host's journal URL instead of the system's; `{shard}` in it becomes the shard number."""
-    snapshot_store: str | None = None
-    """This host's snapshot store URL instead of the system's; `{shard}` as for `journal`."""
+    options: Mapping[str, str] = field(default_factory=dict)
+    """Upper layers' settings for this host instead of the system's (opaque here: actors.host_options);
+    `{shard}` in a value becomes the shard number."""
     backoff: Backoff = Backoff()
     """How the guardian restarts this host when its process dies or its top-level actor fails."""
     hold_limit: int = DEFAULT_HOLD_LIMIT
@@ -88,10 +86,6 @@ class HostSpec:
     def key(self) -> str:
         """This host's name: its path, or the path and shard number for one of several shards."""
         return shard_key(self.path, self.shard, self.shards)
-
-    def store_url(self, template: str) -> str:
-        """`template` with `{shard}` replaced by this host's shard number."""
-        return template.replace(SHARD_PLACEHOLDER, str(self.shard))
 
 
 @dataclass(frozen=True)

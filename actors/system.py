@@ -46,6 +46,7 @@ from .errors import (
     UnpicklableMessage,
 )
 from .guardian import Guardian, GuardianInit
+from .host_options import check_option
 from .local_systems import boot_option
 from .main_module import adopt_main_classes
 from .messages import (
@@ -80,7 +81,6 @@ from .validation import (
     check_peers,
     check_port,
     check_spawn_options,
-    check_store_url,
 )
 
 log = logging.getLogger("reprise.system")
@@ -131,8 +131,10 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
         raise ConfigError(f"base must be one of {sorted(BASES)} (multiprocQueueBase is not offered: it "
                           f"deadlocks under load), got {base!r}")
     check_port("admin_port", admin_port)
-    for name, url in (("journal", journal), ("snapshot_store", snapshot_store)):
-        check_store_url(name, url, per_host=False)
+    # Persistence's settings: checked by the layer that registered them (actors.host_options), carried as is.
+    for name, value in (("journal", journal), ("snapshot_store", snapshot_store)):
+        if value is not None:
+            check_option(name, value, per_host=False)
     check_ip("bind", bind)
     check_ip("advertise", advertise, allow_none=True)
     peers = check_peers(peers)
@@ -505,8 +507,12 @@ class System:
         if type(shards) is not int or shards < 1 or (shards > 1 and not entities):
             raise ValueError(f"shards must be an int >= 1, and > 1 only for entity hosts (entities=True); got "
                              f"shards={shards!r}, entities={entities!r}")
-        for name, url in (("journal", journal), ("snapshot_store", snapshot_store)):
-            check_store_url(name, url)
+        # Host options, opaque here: their owner's checks run now if it is imported in this process, and
+        # in the host process (which imports the factory first) in any case.
+        options = {name: value for name, value in (("journal", journal), ("snapshot_store", snapshot_store))
+                   if value is not None}
+        for name, value in options.items():
+            check_option(name, value, per_host=True)
         backoff = Backoff.of(backoff)
         check_hold_limit(hold_limit)
         check_spawn_options(passivate_after=passivate_after, max_restarts=max_restarts,
@@ -518,7 +524,7 @@ class System:
                                      "can import them")
         spec = HostSpec(path, cls, entities, tuple(args), dict(kwargs or {}),
                         passivate_after if entities else None, max_restarts, restart_window, linger,
-                        batch_cap, node, shards, journal=journal, snapshot_store=snapshot_store,
+                        batch_cap, node, shards, options=options,
                         backoff=backoff, hold_limit=hold_limit)
         reply = self._request(SpawnHost(spec), Spawned, timeout)
         if reply.error:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError, InvalidPath
+from .host_options import check_option
 from .paths import validate_path
 from .supervision import Backoff, check_hold_limit
 from .tls import tls_config
@@ -47,11 +48,12 @@ from .validation import (
     check_number,
     check_peers,
     check_spawn_options,
-    check_store_url,
 )
 
 __all__ = ["ActorEntry", "SystemSection", "Topology", "TopologyError", "load", "loads", "resolve_class"]
 
+# Upper layers' host options (persistence's store URLs), passed on to actors.start / System.spawn as given.
+HOST_OPTIONS = ("journal", "snapshot_store")
 SYSTEM_KEYS = {"admin_port", "bind", "advertise", "journal", "snapshot_store", "leader", "node", "peers",
                "log_level", "secret_file", "tls_cert", "tls_key", "tls_ca"}
 # Options passed straight to System.spawn; everything else in an entry is a mistake worth reporting.
@@ -186,8 +188,9 @@ def _system(table: Any, source: str, base_dir: str | None) -> SystemSection:
         check_leader(table.get("leader"))
         log_level = check_log_level(table.get("log_level", "WARNING"))
         tls_config(tls_cert=table.get("tls_cert"), tls_key=table.get("tls_key"), tls_ca=table.get("tls_ca"))
-        for key in ("journal", "snapshot_store"):
-            check_store_url(key, table.get(key), per_host=False)
+        for key in HOST_OPTIONS:  # checked by their owner (actors.host_options) where it is known
+            if table.get(key) is not None:
+                check_option(key, table[key], per_host=False)
     except ConfigError as e:
         raise TopologyError(f"{source}: [system] {e}") from None
     return SystemSection(
@@ -248,14 +251,14 @@ def _entry(table: Any, entities: bool, where: str, base_dir: str | None) -> Acto
                 options[key] = Backoff.of(value)
             elif key == "hold_limit":
                 options[key] = check_hold_limit(value)
-            elif key in ("journal", "snapshot_store"):
-                check_store_url(key, value)
+            elif key in HOST_OPTIONS:
+                check_option(key, value, per_host=True)
                 options[key] = _absolute_sqlite(value, base_dir)
             elif key == "shards":
                 check_number("shards", value, minimum=1, allow_equal=True, integer=True,
                              hint="how many host processes share the entities")
-        check_spawn_options(**{k: v for k, v in options.items() if k not in ("node", "journal", "snapshot_store",
-                                                                                 "shards", "backoff", "hold_limit")})
+        check_spawn_options(**{k: v for k, v in options.items()
+                                if k not in {"node", "shards", "backoff", "hold_limit", *HOST_OPTIONS}})
     except ConfigError as e:
         raise TopologyError(f"{where}: {e}") from None
     return ActorEntry(table["path"], table["class"], entities, tuple(args), dict(kwargs), options)

@@ -1,8 +1,10 @@
-"""Checks of configuration values (start, spawn, topology files): each error names the value and the fix."""
+"""Checks of configuration values (start, spawn, topology files): each error names the value and the fix.
+
+Upper layers' settings (a journal URL) are checked by their owners: see actors/host_options.py.
+"""
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import logging
 import math
@@ -10,7 +12,6 @@ from typing import Any
 
 from .errors import ConfigError
 
-SHARD_PLACEHOLDER = "{shard}"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -73,39 +74,6 @@ def check_port(name: str, value: Any) -> Any:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536):
         raise ConfigError(f"{name} must be an integer in 1..65535 (or None for a free port), got {value!r}")
     return value
-
-
-def check_store_url(name: str, url: Any, *, per_host: bool = True) -> None:
-    """Refuse a journal / snapshot store URL with an unknown scheme, no target, or a placeholder but {shard}.
-
-    Known schemes are those in journal's registry: the built-in ones and any given to `register_scheme`.
-    `{shard}` (the shard number) is allowed only in a spawn's own URLs (`per_host`), not the system's.
-    """
-    if url is None:
-        return
-    from journal.registry import registered_schemes, supported
-    from journal.urls import parse_url, redact_url
-
-    example = "sqlite:///data/accounts-{shard}.db" if per_host else "sqlite:///data/journal.db"
-    if not isinstance(url, str) or "://" not in url:
-        raise ConfigError(f"{name} must be a URL such as {example!r}, got {redact_url(url)!r}")
-    scheme = url.partition("://")[0]
-    known = registered_schemes()
-    if scheme not in known:
-        close = difflib.get_close_matches(scheme, known, n=1)
-        hint = f"did you mean {close[0]}://? " if close else ""
-        raise ConfigError(f"{name} {redact_url(url)!r} has an unsupported scheme {scheme!r}: {hint}supported are "
-                          f"{supported()} (e.g. sqlite:///abs/path.db, sqlite://relative.db, memory://name, "
-                          "postgresql://user@host:port/db; others are added with journal.register_scheme)")
-    rest = url.replace(SHARD_PLACEHOLDER, "") if per_host else url
-    if "{" in rest or "}" in rest:
-        where = ("the only placeholder a store URL may hold is {shard} (the shard number)" if per_host else
-                 "placeholders such as {shard} are for a spawn's own journal=/snapshot_store=, not the system's")
-        raise ConfigError(f"{name} {redact_url(url)!r}: {where}")
-    try:
-        parse_url(url.replace(SHARD_PLACEHOLDER, "0"))
-    except ValueError as e:
-        raise ConfigError(f"{name}: {redact_url(str(e))}") from None
 
 
 def check_spawn_options(*, passivate_after: Any = None, max_restarts: Any = 10, restart_window: Any = 60.0,

@@ -3,6 +3,7 @@
     from persistence import PersistentActor, AtLeastOnceDelivery, RecoveryCompleted
 """
 
+from persistence import store_options  # noqa: F401 - registers journal= and snapshot_store= with actors
 from persistence.delivery import AtLeastOnceDelivery
 from persistence.durable import DurableDelivery
 from persistence.idempotent import IdempotentReceiver, SeenIds

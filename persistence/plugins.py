@@ -1,8 +1,9 @@
-"""Journals and snapshot stores by URL, opened once per process; persistence's checks of host options.
+"""Journals and snapshot stores by URL, opened once per process; the shard layout of per-shard journals.
 
 Backends are found by scheme in journal's one registry (`journal.register_scheme`, re-exported here as
 `persistence.register_scheme`), so a scheme registered once serves persistence, `journal.open_journal`,
-`reprise journal ...` and config validation alike.
+`reprise journal ...` and config validation alike. The `journal=` / `snapshot_store=` options themselves
+are checked in persistence/store_options.py.
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ import threading
 from typing import Any
 
 from actors.errors import RepriseError
-from actors.host_options import HostOptions, register_host_check
-from actors.validation import SHARD_PLACEHOLDER
 from journal import SnapshotMetadata, SnapshotSelectionCriteria, open_journal, open_snapshot_store
 from journal.api import Journal, SnapshotStore
 from journal.model import AtomicWrite, PersistentRepr
@@ -76,16 +75,6 @@ def check_shard_layout(url: str, path: str, shard: int, shards: int) -> None:
     error = journal.write_messages([AtomicWrite((PersistentRepr(mine, 1, pid),))])[0]
     if error is not None:
         raise error
-
-
-def _check_host_stores(options: HostOptions) -> None:
-    """A host whose own journal URL says {shard} keeps its shard layout (registered with actors below)."""
-    template = options.own.get("journal")
-    if template and SHARD_PLACEHOLDER in template:
-        check_shard_layout(options.config["journal"], options.path, options.shard, options.shards)
-
-
-register_host_check(_check_host_stores)
 
 
 def close_all() -> None:

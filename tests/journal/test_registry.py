@@ -9,7 +9,6 @@ import journal
 import persistence
 from actors import ConfigError
 from actors.cli import main
-from actors.validation import check_store_url
 from journal import (
     AtomicWrite,
     InvalidUrl,
@@ -31,6 +30,7 @@ from persistence.plugins import (
     journal_for,
     snapshot_store_for,
 )
+from persistence.store_options import check_store_url
 from tests.journal import registry_plugin
 
 pytestmark = pytest.mark.timeout(60)

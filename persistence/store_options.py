@@ -1,0 +1,61 @@
+"""Persistence's host options: `journal` and `snapshot_store`, what their URLs may be, and shard layouts.
+
+actors carries them opaquely (`start(journal=...)`, `spawn(..., journal=..., snapshot_store=...)`, topology
+files) and asks the checks registered here, on import of persistence, in the caller and in each host
+process. pyproject.toml also names this module as a `reprise.host_options` entry point, so that a process
+that never imported persistence (a script, `reprise up`) still checks these options before starting.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from actors.errors import ConfigError
+from actors.host_options import SHARD_PLACEHOLDER, HostOptions, register_host_check, register_host_option
+from journal.registry import registered_schemes, supported
+from journal.urls import parse_url, redact_url
+from persistence.plugins import check_shard_layout
+
+__all__ = ["STORE_OPTIONS", "check_store_url"]
+
+STORE_OPTIONS = ("journal", "snapshot_store")
+"""The host options persistence owns: the URLs of the journal and of the snapshot store."""
+
+
+def check_store_url(name: str, url: Any, *, per_host: bool = True) -> None:
+    """Refuse a journal / snapshot store URL with an unknown scheme or no target (ConfigError).
+
+    Known schemes are those in journal's registry: the built-in ones and any given to `register_scheme`.
+    A spawn's own URL (`per_host`) is checked with its `{shard}` as shard 0; which placeholders a value may
+    hold at all is actors' rule (actors.host_options), checked before this.
+    """
+    if url is None:
+        return
+    example = "sqlite:///data/accounts-{shard}.db" if per_host else "sqlite:///data/journal.db"
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigError(f"{name} must be a URL such as {example!r}, got {redact_url(url)!r}")
+    scheme = url.partition("://")[0]
+    known = registered_schemes()
+    if scheme not in known:
+        close = difflib.get_close_matches(scheme, known, n=1)
+        hint = f"did you mean {close[0]}://? " if close else ""
+        raise ConfigError(f"{name} {redact_url(url)!r} has an unsupported scheme {scheme!r}: {hint}supported are "
+                          f"{supported()} (e.g. sqlite:///abs/path.db, sqlite://relative.db, memory://name, "
+                          "postgresql://user@host:port/db; others are added with journal.register_scheme)")
+    try:
+        parse_url(url.replace(SHARD_PLACEHOLDER, "0") if per_host else url)
+    except ValueError as e:
+        raise ConfigError(f"{name}: {redact_url(str(e))}") from None
+
+
+def _check_host_stores(options: HostOptions) -> None:
+    """A host whose own journal URL says {shard} keeps its shard layout (see plugins.check_shard_layout)."""
+    template = options.own.get("journal")
+    if template and SHARD_PLACEHOLDER in template:
+        check_shard_layout(options.config["journal"], options.path, options.shard, options.shards)
+
+
+for _name in STORE_OPTIONS:
+    register_host_option(_name, check_store_url)
+register_host_check(_check_host_stores)
