@@ -72,6 +72,8 @@ _options: dict[str, OptionCheck] = {}
 _checks: list[HostCheck] = []
 _lock = threading.Lock()
 _discovered = False
+# Held while the entry points' modules are imported, so that a concurrent lookup waits for them.
+_discovery_lock = threading.RLock()
 
 
 def register_host_option(name: str, check: OptionCheck) -> None:
@@ -196,16 +198,16 @@ def _lookup(name: str) -> OptionCheck | None:
 def _discover() -> None:
     """Import the modules the `reprise.host_options` entry points name, once per process."""
     global _discovered
-    with _lock:
+    with _discovery_lock:
         if _discovered:
             return
+        modules = {point.value.partition(":")[0] for point in entry_points(group=ENTRY_POINT_GROUP)}
+        for module in sorted(modules | _checkout_entry_points()):
+            try:
+                importlib.import_module(module)
+            except Exception as e:  # installed metadata naming a module this checkout lacks: its checks are absent
+                log.warning("host option entry point %s could not be imported: %s", module, e)
         _discovered = True
-    modules = {point.value.partition(":")[0] for point in entry_points(group=ENTRY_POINT_GROUP)}
-    for module in sorted(modules | _checkout_entry_points()):
-        try:
-            importlib.import_module(module)
-        except Exception as e:  # installed metadata naming a module this checkout lacks: its checks are absent
-            log.warning("host option entry point %s could not be imported: %s", module, e)
 
 
 def _checkout_entry_points() -> set[str]:
