@@ -12,7 +12,7 @@ bad value fails before anything starts; and always in the host process, after it
 factory, so the owner's checks run even when the caller never imported that layer (a factory given as
 "module:Class"). A name no one registered in the caller is looked up through the entry points of group
 `reprise.host_options` (modules that register options when imported; Reprise's pyproject.toml declares
-persistence's, read from the installed metadata or, in a checkout, from pyproject.toml itself), then left
+persistence's; `make venv` / `pip install -e .` writes them into the installed metadata), then left
 to the host, which refuses a name still unknown there.
 """
 
@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import threading
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -202,30 +200,12 @@ def _discover() -> None:
         if _discovered:
             return
         modules = {point.value.partition(":")[0] for point in entry_points(group=ENTRY_POINT_GROUP)}
-        for module in sorted(modules | _checkout_entry_points()):
+        for module in sorted(modules):
             try:
                 importlib.import_module(module)
             except Exception as e:  # installed metadata naming a module this checkout lacks: its checks are absent
                 log.warning("host option entry point %s could not be imported: %s", module, e)
         _discovered = True
-
-
-def _checkout_entry_points() -> set[str]:
-    """The group's modules as Reprise's own pyproject.toml declares them, when run from a checkout.
-
-    The installed metadata is written at install time: a checkout on PYTHONPATH, or one whose pyproject
-    changed since `pip install -e .`, would otherwise not know its own declaration.
-    """
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml")
-    try:
-        with open(path, "rb") as f:
-            project = tomllib.load(f).get("project", {})
-    except (OSError, tomllib.TOMLDecodeError):
-        return set()
-    if project.get("name") != "reprise":  # not our source tree: a site-packages or a user's project
-        return set()
-    declared = project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {})
-    return {str(value).partition(":")[0] for value in declared.values()}
 
 
 def _qualname(check: object) -> str:
