@@ -258,7 +258,9 @@ class IdempotentReceiver(PersistentActor):
     # ---- journaling AppliedBatch ----------------------------------------------------------------
     def _journal_applied(self) -> None:
         """Queue the pending applications as one AppliedBatch; its handler runs theirs in call order."""
-        pending, self._unapplied = cast(_Applications, self._unapplied), ()  # (called with some pending)
+        # (called with some pending, so a list; an annotation, not typing.cast: a call per entity and commit)
+        pending: _Applications = self._unapplied  # type: ignore[assignment]
+        self._unapplied = ()
         if len(pending) == 1:  # the usual case in a host of many entities: one application per commit
             origin, delivery_id, event, _, _ = pending[0]
             origins = self._origin_only

@@ -540,8 +540,11 @@ class PersistentActor(Actor):
 
     # ---- called by the coordinator ------------------------------------------------------------
     def _take_batch(self) -> list[_Entry]:
-        if self._contributors:
-            self._before_commit()
+        contributors = self._contributors
+        if contributors:  # _before_commit inlined: this runs once per actor and group commit
+            self._contributors = ()
+            for flush in contributors:
+                flush()
         batch, self._batch = self._batch, []
         if self._replaced or self._dead or self.context.entities.get(self.path) is not self:
             return []

@@ -1,0 +1,110 @@
+"""feed(ack="processed") into durable FeedReceiver accounts (bench.spark_feed's last run), with py-spy on the
+account host and the bridge host over the measured feed only, and their CPU from /proc."""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench.spark_feed import _system
+from spark_bridge import BRIDGE_PATH, feed, local_session
+from tests.spark_bridge.sample import DurableAccount
+
+rows = int(sys.argv[1])
+out = sys.argv[2]
+spy = len(sys.argv) < 4 or sys.argv[3] != "nospy"
+
+
+def cpu(pid):
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+spark = local_session(
+    "reprise-prof-feed",
+    import_paths=tuple(p for p in sys.path if p and os.path.isdir(p)),
+    **{"spark.ui.showConsoleProgress": "false"},
+)
+df = (
+    spark.range(0, rows, numPartitions=2)
+    .selectExpr(
+        "concat('/user/accounts/a', cast(id % 1000 as string)) as destination",
+        "cast(id % 97 + 1 as long) as amount",
+        "id as txid",
+    )
+    .cache()
+)
+df.count()
+with tempfile.TemporaryDirectory(prefix="reprise-prof-") as tmp, _system(DurableAccount, tmp) as system:
+    feed(df.limit(10_000), system=system.admin_port, feed_id="warm-up", ack="processed", progress=False)
+    hosts = system.status().hosts
+    pids = {"accounts": hosts["/user/accounts"].pid, "bridge": hosts[BRIDGE_PATH].pid}
+    procs = []
+    if spy:
+        for name, pid in pids.items():
+            procs.append(
+                subprocess.Popen(
+                    [
+                        os.environ.get("PY_SPY", "py-spy"),
+                        "record",
+                        "--pid",
+                        str(pid),
+                        "--rate",
+                        "500",
+                        "--format",
+                        "raw",
+                        "-o",
+                        f"{out}-{name}.raw",
+                        "--nonblocking",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        time.sleep(1.0)
+    with open(
+        "/tmp/prof/gc-trigger", "w"
+    ) as f:  # every process then writes its GC time (site/sitecustomize.py)
+        f.write(str(time.time()))
+
+    def allcpu():
+        out = {}
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    out[int(d)] = (cpu(int(d)), open(f"/proc/{d}/cmdline").read().replace("\0", " ")[:90])
+                except OSError:
+                    pass
+        return out
+
+    a0 = allcpu()
+    w0 = time.monotonic()
+    c0 = {n: cpu(p) for n, p in pids.items()}
+    r = feed(df, system=system.admin_port, feed_id="bench-durable", ack="processed", progress=False)
+    c1 = {n: cpu(p) for n, p in pids.items()}
+    a1 = allcpu()
+    w1 = time.monotonic()
+    deltas = sorted(((a1[p][0] - a0[p][0], p, a1[p][1]) for p in a1 if p in a0), reverse=True)
+    names = {v: k for k, v in pids.items()}
+    print(f"CPU per process over the feed ({w1 - w0:.2f} s wall, {rows:,} rows):")
+    for d, p, cmd in deltas[:14]:
+        if d > 0:
+            print(f"  {d:6.2f} s  {d / rows * 1e6:6.1f} us/row  pid {p} {names.get(p, '')} {cmd}")
+    print(f"  total {sum(d for d, _, _ in deltas if d > 0):.2f} s CPU of {2 * (w1 - w0):.2f} core-seconds")
+    with open(
+        "/tmp/prof/gc-trigger", "w"
+    ) as f:  # every process then writes its GC time (site/sitecustomize.py)
+        f.write(str(time.time()))
+    for p in procs:
+        p.send_signal(signal.SIGINT)
+        p.wait(30)
+    print(
+        f"{rows:,} rows processed durable: {r.rows_per_second:,.0f} rows/s, {r.seconds:.2f} s; pids {pids}; "
+        + ", ".join(
+            f"{n} CPU {c1[n] - c0[n]:.2f} s = {(c1[n] - c0[n]) / rows * 1e6:.1f} us/row" for n in pids
+        )
+        + f"; load {open('/proc/loadavg').read().split()[0]}"
+    )
+spark.stop()

@@ -1,0 +1,47 @@
+"""Summaries of py-spy raw (collapsed) stacks: inclusive and self shares per function."""
+
+import collections
+import re
+import sys
+
+
+def load(path):
+    stacks = []
+    for line in open(path):
+        line = line.rstrip("\n")
+        if not line:
+            continue
+        s, n = line.rsplit(" ", 1)
+        frames = s.split(";")
+        if "sitecustomize" in s:
+            continue  # the GC watcher thread of the profiling aid
+        stacks.append((frames, int(n)))
+    return stacks
+
+
+def short(f):
+    m = re.match(r"(.*) \((.*?):(\d+)\)$", f)
+    if not m:
+        return f
+    fn, file, _ = m.groups()
+    file = re.sub(r".*site-packages/", "", file)
+    return f"{fn} ({file})"
+
+
+if __name__ == "__main__":
+    stacks = load(sys.argv[1])
+    top = int(sys.argv[2]) if len(sys.argv) > 2 else 40
+    total = sum(n for _, n in stacks)
+    incl, selft = collections.Counter(), collections.Counter()
+    for frames, n in stacks:
+        fs = [short(f) for f in frames]
+        for f in set(fs):
+            incl[f] += n
+        selft[fs[-1]] += n
+    print("total samples", total)
+    print("== inclusive")
+    for f, n in incl.most_common(top):
+        print(f"{100 * n / total:5.1f}% {f}")
+    print("== self")
+    for f, n in selft.most_common(top):
+        print(f"{100 * n / total:5.1f}% {f}")

@@ -1,0 +1,103 @@
+"""Split py-spy raw stacks of a host process into stages: the innermost frame matching a rule decides
+(rules are (stage, substring of 'function (file')); stacks matching none go to 'other'."""
+
+import collections
+import sys
+
+from spy import load, short
+
+ENTITY_RULES = [
+    # innermost-first wins, so specific rules are listed as they nest (any order works: innermost frame decides)
+    ("journal write: sqlite INSERT (multi-row)", "sqlite.py:348"),
+    ("journal write: sqlite INSERT (multi-row)", "sqlite.py:350"),
+    ("journal write: sqlite INSERT (multi-row)", "sqlite.py:352"),
+    ("journal write: sqlite COMMIT (fsync, WAL)", "sqlite.py:355"),
+    ("journal write: sqlite other", "SqliteJournal._store"),
+    ("event encode: msgpack + ext hooks (serialize)", "serialize (journal/serialization.py"),
+    ("event encode: msgpack + ext hooks (serialize)", "_Encoder._default"),
+    ("event encode: record framing (flatten, crc, key_seed, rows)", "encode_writes"),
+    ("journal write: api (write_messages)", "Journal.write_messages"),
+    ("dedup bookkeeping (SeenIds.add)", "SeenIds.add"),
+    (
+        "batching: AppliedBatch + _Entry + queue (_journal_applied, _queue_write, _contribute)",
+        "IdempotentReceiver._journal_applied",
+    ),
+    (
+        "batching: AppliedBatch + _Entry + queue (_journal_applied, _queue_write, _contribute)",
+        "PersistentActor._contribute",
+    ),
+    (
+        "batching: AppliedBatch + _Entry + queue (_journal_applied, _queue_write, _contribute)",
+        "_Applications.__init__",
+    ),
+    (
+        "batching: AppliedBatch + _Entry + queue (_journal_applied, _queue_write, _contribute)",
+        "PersistentActor._take_batch",
+    ),
+    ("entity receive: Account.receive_command + persist_applied", "IdempotentReceiver.persist_applied"),
+    ("entity receive: Account.receive_command + persist_applied", "Account.receive_command"),
+    ("entity receive: Account.receive_command + persist_applied", "PersistentActor.receive"),
+    ("handlers after commit: _on_write_results, user handler, applied count", "_on_write_results"),
+    ("coordinator settle (group commit loop)", "PersistenceCoordinator.settle"),
+    ("host dispatch: deliver/_invoke (routing to entity)", "Host.deliver"),
+    ("host dispatch: deliver/_invoke (routing to entity)", "Host._invoke"),
+    ("batch unpickle (actors.transport.unpack)", "unpack (actors/transport.py"),
+    ("replies: outbox flush, pickle, send", "Outbox.flush"),
+    ("host settle loop (hooks, frees after commit)", "Host.settle"),
+    ("host on_batch (self)", "Host.on_batch"),
+    ("Thespian transport (receive, select, send, acks)", "thespian/"),
+]
+IDLE = ("EpollSelector.select", "sitecustomize")
+FEED_RULES = [
+    ("Row objects: RowChunk.items / _expand (a Row per row), Row.body (a dict per row)", "RowChunk.items"),
+    (
+        "Row objects: RowChunk.items / _expand (a Row per row), Row.body (a dict per row)",
+        "_expand (actors/transport.py",
+    ),
+    ("Row objects: RowChunk.items / _expand (a Row per row), Row.body (a dict per row)", "Row.body"),
+    ("confirms + follow-ups (cumulative Confirmed per host)", "_confirm"),
+    ("confirms + follow-ups (cumulative Confirmed per host)", "_send_follow_ups"),
+    ("confirms + follow-ups (cumulative Confirmed per host)", "destination.py:9"),
+    ("handlers after commit: _on_write_results, user handler, applied count", "apply_row.<locals>.applied"),
+    ("entity receive: apply_row (RowApplied, dedup check, persist_applied)", "FeedReceiver.apply_row"),
+    ("entity receive: apply_row (RowApplied, dedup check, persist_applied)", "already_applied"),
+    (
+        "entity receive: apply_row (RowApplied, dedup check, persist_applied)",
+        "DurableAccount.receive_command",
+    ),
+    ("entity receive: apply_row (RowApplied, dedup check, persist_applied)", "FeedReceiver.mixin_command"),
+] + ENTITY_RULES
+
+
+def classify(stacks, rules):
+    out = collections.Counter()
+    for frames, n in stacks:
+        if any(i in frames[-1] for i in IDLE):
+            continue  # py-spy's idle detection misses some select() waits here: not CPU
+        stage = None
+        for f in reversed(frames):
+            fs = short(f) + " " + f
+            for name, pat in rules:
+                if pat in fs:
+                    stage = name
+                    break
+            if stage:
+                break
+        out[stage or "other (idle poll, fork frames, unknown)"] += n
+    return out
+
+
+if __name__ == "__main__":
+    stacks = load(sys.argv[1])
+    us = float(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2] else None
+    total = sum(n for _, n in stacks)
+    rules = FEED_RULES if len(sys.argv) > 3 and sys.argv[3] == "feed" else ENTITY_RULES
+    c = classify(stacks, rules)
+    total = sum(c.values())
+    commit = "journal write: sqlite COMMIT (fsync, WAL)"
+    busy = total - c[commit]
+    # us: the CPU figure (arg 2) split over the samples that are not COMMIT (COMMIT is mostly fsync wait, off-CPU)
+    for k, n in c.most_common():
+        cpu_us = "" if k == commit else f"{us * n / busy:.2f}" if us else ""
+        print(f"| {k} | {100 * n / total:.1f}% | {cpu_us} |")
+    print(f"| total ({total} samples, idle select excluded) | 100% | {us or ''} |")
