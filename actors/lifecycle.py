@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 
@@ -15,7 +16,7 @@ class Lifecycle(Protocol):
     """
 
     @classmethod
-    def open_resources(cls, config: dict[str, Any]) -> None:
+    def open_resources(cls, config: Mapping[str, object]) -> None:
         """Called once on the actor class when its host starts, before any instance exists.
 
         Open (or check) what the instances will need from `config`, so that a bad setting fails the

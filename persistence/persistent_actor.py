@@ -7,7 +7,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 from actors import Actor
@@ -41,6 +41,11 @@ from persistence.plugins import journal_for, snapshot_store_for
 log = logging.getLogger("reprise.persistence")
 
 Handler = Callable[[Any], Any]
+
+
+def _url(config: Mapping[str, object], key: str) -> str | None:
+    """The journal or snapshot store URL in the system configuration (`str | None` in actors.start)."""
+    return cast("str | None", config.get(key))
 
 
 class IllegalStateError(RepriseError, RuntimeError):
@@ -125,7 +130,7 @@ class PersistentActor(Actor):
     # ---- what the user implements ---------------------------------------------------------------
 
     @classmethod
-    def open_resources(cls, config: dict[str, Any]) -> None:
+    def open_resources(cls, config: Mapping[str, object]) -> None:
         """Open this class's journal and snapshot store when its host starts, so a bad one fails the spawn."""
         from actors.errors import SpawnFailed
         from journal.urls import redact_url
@@ -134,7 +139,7 @@ class PersistentActor(Actor):
                                        ("snapshot store", cls.snapshot_store_url, "snapshot_store", snapshot_store_for)):
             if not (own is None or isinstance(own, str)):
                 continue  # a property computed per instance: it is opened on recovery
-            url = own or config.get(key)
+            url = own or _url(config, key)
             try:
                 opener(url)
             except Exception as e:
@@ -318,12 +323,12 @@ class PersistentActor(Actor):
                 raise ValueError(f"persistenceId cannot be empty for PersistentActor {type(self).__name__}"
                                  if isinstance(pid, str) else
                                  f"requirement failed: persistenceId is [None] for PersistentActor {self.path}")
-            self._journal = journal_for(self.journal_url or self.config.get("journal"))
-            self._snapshots = snapshot_store_for(self.snapshot_store_url or self.config.get("snapshot_store"))
+            self._journal = journal_for(self.journal_url or _url(self.config, "journal"))
+            self._snapshots = snapshot_store_for(self.snapshot_store_url or _url(self.config, "snapshot_store"))
             rec = self.recovery
             timeout = self.recovery_event_timeout
             if timeout is None:
-                timeout = float(self.config.get("recovery_event_timeout", 30.0))
+                timeout = float(cast(float, self.config.get("recovery_event_timeout", 30.0)))
             criteria = rec.from_snapshot.limit(rec.to_sequence_nr)
             if rec.from_snapshot != SnapshotSelectionCriteria.NONE:
                 started = time.monotonic()
