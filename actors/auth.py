@@ -30,6 +30,7 @@ from typing import Any
 
 from .errors import RepriseError
 from .local_systems import boot_option
+from .thespian_types import Intent
 
 log = logging.getLogger("reprise.auth")
 
@@ -201,7 +202,7 @@ def apply() -> None:
         self._reprise_key = _signing  # fixed per transport: a later start() must not re-key live ones
         original_init(self, *args, **kwargs)
 
-    def serializer(self: Any, intent: Any) -> bytes:
+    def serializer(self: Any, intent: Intent) -> bytes:
         key = getattr(self, "_reprise_key", _signing)
         obj = (self.myAddress, intent.message)
         body = pickle.dumps(obj) if key is None else sign(key, obj)

@@ -37,7 +37,10 @@ import stat
 import time
 import weakref
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from _typeshed import FileDescriptorLike
 
 from .errors import ConfigError, RepriseError
 
@@ -291,7 +294,7 @@ class TlsSocket(socket.socket):
         _live[self.fileno()] = self
 
     # Thespian calls only these on a connected socket (plus setsockopt, setblocking, fileno, getsockname).
-    def send(self, data: Any, flags: int = 0) -> int:
+    def send(self, data: Any, flags: int = 0) -> int:  # Any: socket.send's buffer type, which has no len()
         """Encrypt up to _CHUNK bytes of `data`; EAGAIN while the handshake runs or the kernel lags far behind."""
         try:
             if not self._ready():
@@ -535,9 +538,9 @@ class _Selector:
 
     def __init__(self) -> None:
         self._wanted: dict[int, int] = {}
-        self._objs: dict[int, Any] = {}
+        self._objs: dict[int, FileDescriptorLike] = {}
 
-    def register(self, fileobj: Any, events: int, data: Any = None) -> _selectors.SelectorKey:
+    def register(self, fileobj: FileDescriptorLike, events: int, data: object = None) -> _selectors.SelectorKey:
         """Record interest in `events` on `fileobj`."""
         fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
         self._wanted[fd] = self._wanted.get(fd, 0) | events
