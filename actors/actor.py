@@ -116,7 +116,7 @@ class Actor:
         """How the host starts a restarted instance: `post_restart(error)`; a layer wraps it here."""
         self.post_restart(error)
 
-    def restart_carryover(self) -> list[tuple[Any, str | None]]:
+    def restart_carryover(self) -> list[tuple[object, str | None]]:
         """Messages this failed instance accepted but had not handled (see persistence): none here."""
         return []
 

@@ -36,7 +36,7 @@ class Lifecycle(Protocol):
     def receive(self, message: Any, sender: str | None) -> None:
         """Called for each message and each due timer; an exception restarts the actor."""
 
-    def restart_carryover(self) -> list[tuple[Any, str | None]]:
+    def restart_carryover(self) -> list[tuple[object, str | None]]:
         """Called on a failed instance, first thing when the host restarts it (before `pre_restart`).
 
         Returns the (message, sender) pairs it accepted but has not handled (persistence: its stash);

@@ -297,7 +297,7 @@ class PersistentActor(Actor):
         self.post_restart(error)
         self._recover()
 
-    def restart_carryover(self) -> list[tuple[Any, str | None]]:
+    def restart_carryover(self) -> list[tuple[object, str | None]]:
         # Events persisted before the failure are still written (Akka flushes in the error path); their
         # handlers are not run on this instance: the new one gets them through replay.
         batch = self._take_batch()  # before _replaced is set: _take_batch yields nothing for a replaced actor
