@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 from journal.errors import JournalCorruption, JournalError, SerializationError
 from journal.model import (
