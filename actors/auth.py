@@ -195,7 +195,7 @@ def apply() -> None:
         _control[pickle.dumps(packet)] = packet
     original_init = tcp.TCPTransport.__init__
 
-    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+    def init(self: Any, *args: object, **kwargs: object) -> None:
         if _signing is None and not _unauthenticated:
             raise SecretUnavailable("this process holds no actor-system secret; attach with actors.connect(port) "
                                     "or start a system with actors.start")

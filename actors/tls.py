@@ -36,6 +36,7 @@ import ssl
 import stat
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -599,7 +600,7 @@ def apply() -> None:
     original_init = tcp.TCPTransport.__init__
     original_new_socket = tcp.TCPTransport.new_socket
 
-    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+    def init(self: Any, *args: object, **kwargs: object) -> None:
         self._reprise_tls = _current  # fixed per transport, like its HMAC key: a later use() must not change it
         original_init(self, *args, **kwargs)
         if self._reprise_tls is not None:
@@ -607,7 +608,7 @@ def apply() -> None:
             self.socket = TlsListener(plain.family, plain.type, plain.proto, fileno=plain.detach(),
                                       contexts=self._reprise_tls)
 
-    def new_socket(self: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
+    def new_socket(self: Any, op: Callable[..., object], *args: object, **kwargs: object) -> Any:
         contexts = getattr(self, "_reprise_tls", None)
         if contexts is not None and op is socket.socket:
             def op(*a: Any, **kw: Any) -> TlsSocket:

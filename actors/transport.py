@@ -178,7 +178,7 @@ class _Unresolved:
 
     _reprise_missing = ""  # "module.Class: why", set on each stand-in subclass
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         pass
 
     def __setstate__(self, state: object) -> None:

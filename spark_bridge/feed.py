@@ -35,6 +35,7 @@ from spark_bridge.messages import (
 from spark_bridge.progress import Poller, ProgressBar, is_terminal
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, Row
     from pyspark.sql.streaming.query import StreamingQuery
 
@@ -258,7 +259,7 @@ def _run_rows(plan: _Plan, partition: int, rows: Iterable[Row]) -> Iterator[tupl
     yield pub.finish()
 
 
-def _run_arrow(plan: _Plan, batches: Iterator[Any]) -> Iterator[Any]:
+def _run_arrow(plan: _Plan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """A task over Arrow record batches: columns to Python lists in C, cut into batches, no row objects."""
     import pyarrow as pa
     from pyspark import TaskContext

@@ -107,7 +107,7 @@ class Row:
         """The message of this row (by default the Spark row as a dict)."""
         return self.data if self.columns is None else dict(zip(self.columns, self.data, strict=False))
 
-    def __reduce__(self) -> tuple[type[Row], tuple[Any, ...]]:
+    def __reduce__(self) -> tuple[type[Row], tuple[object, ...]]:
         # Positional arguments pickle faster than the default (class, state dict) form: one per row.
         return (Row, (self.delivery_id, self.data, self.anchor, self.settled_below, self.columns))
 
