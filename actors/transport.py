@@ -17,7 +17,7 @@ from .thespian_types import Address
 log = logging.getLogger("reprise.transport")
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
-Entry = tuple[str | None, str, Any]  # (sender path | None, target path, message): a user's message, any type
+Entry = tuple[str | None, str, object]  # (sender path | None, target path, message)
 
 _PLAIN_TYPES = {str, int, float, bool, bytes, type(None), tuple, list, dict, frozenset, set}
 _checked_types: set[type] = set()
