@@ -6,7 +6,7 @@ import dataclasses
 import logging
 import pickle
 from collections.abc import Callable
-from typing import Any, cast
+from typing import cast
 
 from .errors import UnpicklableMessage
 from .main_module import adopt_main_classes
