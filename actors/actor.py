@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .context import DETACHED, ActorContext
@@ -59,19 +60,19 @@ class Actor:
         return self.path.rsplit("/", 1)[1]
 
     @property
-    def config(self) -> dict[str, Any]:
+    def config(self) -> Mapping[str, object]:
         """The actor system's configuration (journal URLs and the like)."""
         return self.context.config
 
-    def tell(self, path: str, message: Any, sender: str | None = None) -> None:
+    def tell(self, path: str, message: object, sender: str | None = None) -> None:
         """Send `message` to the actor at `path`; the receiver sees this actor's path as sender."""
         self.context.route(self.path if sender is None else sender, path, message)
 
-    def schedule_once(self, delay: float, message: Any) -> Timer:
+    def schedule_once(self, delay: float, message: object) -> Timer:
         """Deliver `message` to this actor after `delay` seconds; returns a cancellable Timer."""
         return self.context.schedule(delay, None, message, self)
 
-    def schedule_repeatedly(self, interval: float, message: Any, initial_delay: float | None = None) -> Timer:
+    def schedule_repeatedly(self, interval: float, message: object, initial_delay: float | None = None) -> Timer:
         """Deliver `message` every `interval` seconds (fixed delay); returns a cancellable Timer."""
         # 0 would fire on every pass of the host's loop: one core at 100% for as long as the timer lives.
         check_number("interval", interval, hint="seconds between two deliveries of the message")
@@ -104,7 +105,7 @@ class Actor:
 
     # The lifecycle the host drives (actors.lifecycle.Lifecycle says when and what each must do).
     @classmethod
-    def open_resources(cls, config: dict[str, Any]) -> None:
+    def open_resources(cls, config: Mapping[str, object]) -> None:
         """When the host starts: open what instances will need (see Lifecycle); nothing by default."""
 
     def around_pre_start(self) -> None:
@@ -115,7 +116,7 @@ class Actor:
         """How the host starts a restarted instance: `post_restart(error)`; a layer wraps it here."""
         self.post_restart(error)
 
-    def restart_carryover(self) -> list[tuple[Any, str | None]]:
+    def restart_carryover(self) -> list[tuple[object, str | None]]:
         """Messages this failed instance accepted but had not handled (see persistence): none here."""
         return []
 

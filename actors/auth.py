@@ -30,6 +30,7 @@ from typing import Any
 
 from .errors import RepriseError
 from .local_systems import boot_option
+from .thespian_types import Intent
 
 log = logging.getLogger("reprise.auth")
 
@@ -194,14 +195,14 @@ def apply() -> None:
         _control[pickle.dumps(packet)] = packet
     original_init = tcp.TCPTransport.__init__
 
-    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+    def init(self: Any, *args: object, **kwargs: object) -> None:
         if _signing is None and not _unauthenticated:
             raise SecretUnavailable("this process holds no actor-system secret; attach with actors.connect(port) "
                                     "or start a system with actors.start")
         self._reprise_key = _signing  # fixed per transport: a later start() must not re-key live ones
         original_init(self, *args, **kwargs)
 
-    def serializer(self: Any, intent: Any) -> bytes:
+    def serializer(self: Any, intent: Intent) -> bytes:
         key = getattr(self, "_reprise_key", _signing)
         obj = (self.myAddress, intent.message)
         body = pickle.dumps(obj) if key is None else sign(key, obj)

@@ -15,7 +15,7 @@ import logging
 import os
 import pickle
 import sys
-from typing import Any
+from typing import Required, TypedDict
 
 from . import auth, netsec, thespian_fixes, tls
 from .supervision import WATCH_PARENT_ENV, exit_logger_when_orphaned
@@ -23,7 +23,17 @@ from .supervision import WATCH_PARENT_ENV, exit_logger_when_orphaned
 GC_THRESHOLDS = (20_000, 20, 20)
 
 
-def log_defs(run_dir: str, level: str) -> dict[str, Any]:
+class BootConfig(TypedDict, total=False):
+    """The keys of the system configuration (written by `actors.start`) that booting reads; it has more."""
+
+    run_dir: Required[str]
+    tls: dict[str, str] | None  # TlsConfig's fields: cert, key, ca (PEM file paths)
+    node: str | None
+    leader: str | None  # a member's convention leader "host:port" (None: this admin leads)
+    log_level: str
+
+
+def log_defs(run_dir: str, level: str) -> dict[str, object]:
     """Thespian logging configuration: actors' records go to `run_dir/actors.log`."""
     return {
         "version": 1,
@@ -34,7 +44,7 @@ def log_defs(run_dir: str, level: str) -> dict[str, Any]:
     }
 
 
-def read_boot_input() -> tuple[dict[str, Any], bytes | None]:
+def read_boot_input() -> tuple[BootConfig, bytes | None]:
     """The (configuration, secret) `actors.start` wrote to stdin; stdin then becomes /dev/null."""
     payload = sys.stdin.buffer.read()
     # The admin and every actor process would otherwise inherit the (drained) pipe.
@@ -58,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         auth.use_secret(secret)  # before the ActorSystem: the admin and every actor fork from here
     # Likewise TLS: every transport of the admin and its actors is created after this.
-    tls.use(tls.TlsConfig(**config["tls"]) if config.get("tls") else None)
+    tls_files = config.get("tls")
+    tls.use(tls.TlsConfig(**tls_files) if tls_files else None)
     netsec.apply()
     thespian_fixes.apply()
     thespian_fixes.retry_reset_connections_at_once()

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, NoReturn, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from .actor import Actor
     from .messages import Scatter
+    from .thespian_types import Address
     from .timers import Timer
 
 _T = TypeVar("_T")
@@ -30,14 +31,14 @@ class ActorContext(Protocol):
         """
 
     @property
-    def config(self) -> dict[str, Any]:
+    def config(self) -> Mapping[str, object]:
         """The actor system's configuration, with this host's own host options (actors.host_options)."""
 
     @property
     def entities(self) -> Mapping[str, Actor]:
         """The live actors of this host by path (read only): an instance not here was replaced or stopped."""
 
-    def route(self, sender: str | None, target: str, message: Any) -> None:
+    def route(self, sender: str | None, target: str, message: object) -> None:
         """Send `message` to the actor at `target` as `sender` (what `Actor.tell` does, with any sender)."""
 
     def scatter(self, sender: str | None, targets: list[str],
@@ -47,13 +48,13 @@ class ActorContext(Protocol):
         `chunk(indices)` builds the Scatter for the targets at those indices (None: all of them).
         """
 
-    def dead_letter(self, sender: str | None, target: str, message: Any, reason: str) -> None:
+    def dead_letter(self, sender: str | None, target: str, message: object, reason: str) -> None:
         """Record `message` as undeliverable to `target` (counted and observable through the guardian)."""
 
-    def schedule(self, delay: float, interval: float | None, message: Any, owner: Actor) -> Timer:
+    def schedule(self, delay: float, interval: float | None, message: object, owner: Actor) -> Timer:
         """Deliver `message` to `owner` after `delay` s, then every `interval` s unless None; cancellable."""
 
-    def resolve(self, path: str) -> tuple[str, Any] | None:
+    def resolve(self, path: str) -> tuple[str, Address] | None:
         """The host serving `path` as (its key, its address), or None when no host serves it."""
 
     def watch_routes(self, actor: Actor) -> None:
@@ -73,7 +74,7 @@ class ActorContext(Protocol):
         With `error` and an asking client as `asker`, that ask fails at once with the error (ActorFailed).
         """
 
-    def report_failure(self, actor: Actor, error: BaseException, message: Any, sender: str | None) -> None:
+    def report_failure(self, actor: Actor, error: BaseException, message: object, sender: str | None) -> None:
         """`actor` failed with `error` on `message` outside `receive` (a callback): as if receive raised it.
 
         The host records it and restarts the actor (or stops it after too many restarts).
@@ -93,7 +94,7 @@ class ActorContext(Protocol):
 class _Detached:
     """The context of an actor no host runs: every use says how to run it instead."""
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> NoReturn:
         raise RuntimeError(f"this actor is not running in an actor system, so it has no context (asked "
                            f"for {name!r}): spawn it with system.spawn(cls, path=...) instead of calling "
                            "the class; its host sets `context` before pre_start")

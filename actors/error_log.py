@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
 
 RECENT_ERRORS = 100
 """How many recent errors the guardian keeps (older ones are only counted)."""
@@ -99,6 +98,6 @@ class ErrorLog:
         """The count and the recent errors."""
         return Errors(self.count, tuple(self.recent))
 
-    def handles(self, message: Any) -> bool:
+    def handles(self, message: object) -> bool:
         """True for the messages the guardian passes to this log (see Guardian._control)."""
         return isinstance(message, (ActorError, SubscribeErrors))

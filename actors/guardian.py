@@ -7,10 +7,10 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from thespian.actors import (
     Actor as ThespianActor,
@@ -59,6 +59,7 @@ from .messages import (
 )
 from .paths import ancestors, shard_key, shard_of
 from .supervision import PARENT_WAKEUP, ParentWatch
+from .thespian_types import Address, Intent
 from .transport import Entry, Outbox, Router, address_key, unpack
 
 log = logging.getLogger("reprise.guardian")
@@ -75,14 +76,14 @@ STATUS_WAIT = 2.0  # seconds a status request waits for busy hosts before answer
 class GuardianInit:
     """Boot -> guardian: the system configuration."""
 
-    config: dict[str, Any]
+    config: Mapping[str, object]
 
 
 @dataclass(frozen=True)
 class SetGuardian:
     """Boot -> node agent: where this system's guardian lives."""
 
-    address: Any
+    address: Address
 
 
 @dataclass
@@ -90,7 +91,7 @@ class HostRecord:
     """What the guardian knows about one host it supervises."""
 
     spec: HostSpec
-    address: Any = None
+    address: Address | None = None
     state: str = "starting"  # starting | running | backoff | restarting | stopping | stopped | failed
     pid: int = 0
     restarts: int = 0  # in all
@@ -99,7 +100,7 @@ class HostRecord:
     failure: str | None = None  # why its actor failed, reported before its process exits
     last_exit: str | None = None
     next_attempt: float | None = None  # time.time() of the next restart while backing off
-    waiters: list[Any] = field(default_factory=list)  # Thespian addresses of those to tell when it is up
+    waiters: list[Address] = field(default_factory=list)  # Thespian addresses of those to tell when it is up
     held: deque[Entry] = field(default_factory=deque)
     front: int = 0  # held entries that bounced off an earlier process: they go out before the rest
     past: dict[str, float] = field(default_factory=dict)  # address key of an earlier process -> until when to wait for it
@@ -109,7 +110,7 @@ class HostRecord:
 class StatusRequest:
     """A status request waiting for the running hosts' HostStats."""
 
-    requester: Any
+    requester: Address
     hosts: dict[str, HostInfo]
     waiting: set[str]
 
@@ -117,16 +118,16 @@ class StatusRequest:
 class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type information)
     """Supervises hosts (restarting crashed ones), publishes routes, and records dead letters."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
-        self.config: dict[str, Any] = {}
+        self.config: dict[str, object] = {}
         self.hosts: dict[str, HostRecord] = {}
-        self.temp_routes: dict[str, Any] = {}
+        self.temp_routes: dict[str, Address] = {}
         self.epoch = 0
         self.router = Router()
         self.outbox: Outbox | None = None
         self.inflight: InFlight | None = None
-        self.bounced: deque[Any] = deque()  # batches that bounced off dead processes, in send order, not yet rerouted
+        self.bounced: deque[Intent] = deque()  # batches that bounced off dead processes, in send order, not yet rerouted
         self.dead_count = 0
         self.recent: deque[DeadLetter] = deque(maxlen=RECENT_DEAD_LETTERS)
         self.dead_subscribers: list[str] = []
@@ -138,12 +139,12 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         self.parent_watch: ParentWatch | None = None
 
     @staticmethod
-    def actorSystemCapabilityCheck(capabilities: dict[str, Any], requirements: dict[str, Any] | None) -> bool:
+    def actorSystemCapabilityCheck(capabilities: Mapping[str, object], requirements: Mapping[str, object] | None) -> bool:
         """Only the leader's admin hosts the guardian (members find it through the leader)."""
         return bool(capabilities.get("Reprise Leader"))
 
     # ---- dispatch -------------------------------------------------------------------------------
-    def receiveMessage(self, message: Any, sender: Any) -> None:
+    def receiveMessage(self, message: object, sender: Address) -> None:
         handler = self._handlers.get(type(message))
         if handler is not None:
             handler(self, message, sender)
@@ -154,7 +155,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         if self.outbox is not None:
             self.outbox.flush()
 
-    def _init(self, message: GuardianInit, sender: Any) -> None:
+    def _init(self, message: GuardianInit, sender: Address) -> None:
         self.config = dict(message.config)
         self.inflight = InFlight(self, self._settled)
         self.inflight.no_bounce = self.myAddress
@@ -164,18 +165,18 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         self.send(sender, Spawned(GUARDIAN_PATH))
         self.parent_watch = ParentWatch.start(self)
 
-    def _where(self, message: WhereIsGuardian, sender: Any) -> None:
+    def _where(self, message: WhereIsGuardian, sender: Address) -> None:
         self.send(sender, GuardianIs(self.myAddress))
 
     # ---- the directory ---------------------------------------------------------------------------
-    def _routes(self) -> dict[str, Any]:
-        routes = {GUARDIAN_PATH: self.myAddress}
+    def _routes(self) -> dict[str, Address | ShardSet]:
+        routes: dict[str, Address | ShardSet] = {GUARDIAN_PATH: self.myAddress}
         routes.update(self.temp_routes)
-        shards: dict[str, list[Any]] = {}
+        shards: dict[str, list[Address]] = {}
         for record in self.hosts.values():
             spec = record.spec
             if _serving(record):
-                address = record.address
+                address = _address(record)
             elif record.state in ("restarting", "backoff") or (record.state == "starting" and spec.shards > 1):
                 # Served again soon: senders route to the guardian, which holds the messages meanwhile.
                 # (Without a route, a sender could not tell "restarting" from "nobody serves this path".)
@@ -204,20 +205,20 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             if _serving(record):
                 self.send(record.address, update)
 
-    def _get_directory(self, message: GetDirectory, sender: Any) -> None:
+    def _get_directory(self, message: GetDirectory, sender: Address) -> None:
         self.send(sender, DirectoryUpdate(self._routes(), self.epoch))
 
-    def _register_route(self, message: RegisterRoute, sender: Any) -> None:
+    def _register_route(self, message: RegisterRoute, sender: Address) -> None:
         self.temp_routes[message.prefix] = sender
         self._publish()
         self.send(sender, Spawned(message.prefix))
 
-    def _unregister_route(self, message: UnregisterRoute, sender: Any) -> None:
+    def _unregister_route(self, message: UnregisterRoute, sender: Address) -> None:
         if self.temp_routes.pop(message.prefix, None) is not None:
             self._publish()
 
     # ---- spawning and supervising hosts ----------------------------------------------------------
-    def _spawn(self, message: SpawnHost, sender: Any) -> None:
+    def _spawn(self, message: SpawnHost, sender: Address) -> None:
         spec = message.spec
         clash = self._clash(spec.path)
         if clash:
@@ -263,7 +264,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         record.pid = 0  # the old process's pid until HostReady (it must not pass for the new one's)
         self.send(record.address, InitHost(record.spec, self._routes(), self.epoch, self.config, self.myAddress))
 
-    def _host_ready(self, message: HostReady, sender: Any) -> None:
+    def _host_ready(self, message: HostReady, sender: Address) -> None:
         record = self.hosts.get(message.path)
         if record is None:
             return
@@ -317,7 +318,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         if not self._blocked(record):
             self._release_to(record)
 
-    def _host_done(self, message: HostDone, sender: Any) -> None:
+    def _host_done(self, message: HostDone, sender: Address) -> None:
         record = self.hosts.get(message.path)
         if record is None or record.state not in ("running", "starting", "restarting", "backoff"):
             return
@@ -341,7 +342,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         if message.failure is not None:
             self.send(sender, ActorExitRequest())  # after the new routes: the host forwards until then
 
-    def _actor_backing_off(self, message: ActorBackingOff, sender: Any) -> None:
+    def _actor_backing_off(self, message: ActorBackingOff, sender: Address) -> None:
         # The host restarts its actor itself and holds its messages: only the status changes here.
         record = self.hosts.get(message.path)
         if record is not None and _serving(record):  # (backoff: its restart failed too)
@@ -350,13 +351,13 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             record.last_exit = message.reason
             record.next_attempt = time.time() + message.delay
 
-    def _actor_restarted(self, message: ActorRestarted, sender: Any) -> None:
+    def _actor_restarted(self, message: ActorRestarted, sender: Address) -> None:
         record = self.hosts.get(message.path)
         if record is not None and record.state == "backoff" and record.address is not None:
             record.state = "running"
             record.next_attempt = None
 
-    def _child_exited(self, address: Any) -> None:
+    def _child_exited(self, address: Address) -> None:
         key = address_key(address)
         found = [(p, r) for p, r in self.hosts.items() if r.address is not None and address_key(r.address) == key]
         if not found:
@@ -408,7 +409,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         record.next_attempt = None
         self._start_host(record, "restarting")
 
-    def _stop(self, message: StopPath, sender: Any) -> None:
+    def _stop(self, message: StopPath, sender: Address) -> None:
         path = message.path
         live = ("running", "starting", "restarting", "backoff")
         group = [r for r in self.hosts.values() if r.spec.path == path and r.state in live]
@@ -437,7 +438,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         self.send(sender, Spawned(path, f"nothing runs at {path}"))
 
     # ---- routing on behalf of others --------------------------------------------------------------
-    def _batch(self, batch: Batch, sender: Any) -> None:
+    def _batch(self, batch: Batch, sender: Address) -> None:
         if batch.origin not in self.hosts and batch.origin != GUARDIAN_PATH:
             self.router.learn(batch.origin, sender)
         for entry in unpack(batch, self._unpicklable):
@@ -455,9 +456,9 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         for prefix in ancestors(target):
             record = self._serving(prefix, target)
             if record is not None:
-                if _serving(record) and address_key(record.address) != dead_key and not self._blocked(record):
+                if _serving(record) and address_key(_address(record)) != dead_key and not self._blocked(record):
                     self._release_to(record)
-                    self._queue(address_key(record.address), record.address, entry)
+                    self._queue(address_key(_address(record)), _address(record), entry)
                 elif record.state in ("starting", "restarting", "running", "backoff"):
                     if bounced:
                         record.held.insert(record.front, entry)
@@ -477,7 +478,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             return
         self._dead(sender, target, message, f"no actor serves {target}")
 
-    def _control(self, sender: str | None, message: Any) -> None:
+    def _control(self, sender: str | None, message: object) -> None:
         if isinstance(message, DeadLetter):
             self._record_dead(message)
         elif isinstance(message, SubscribeDeadLetters):
@@ -494,7 +495,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             log.warning("guardian ignored %r from %s", message, sender)
 
     # ---- dead letters ----------------------------------------------------------------------------
-    def _dead(self, sender: str | None, target: str, message: Any, reason: str) -> None:
+    def _dead(self, sender: str | None, target: str, message: object, reason: str) -> None:
         self._record_dead(DeadLetter(sender, target, message, reason))
 
     def _record_dead(self, letter: DeadLetter) -> None:
@@ -511,7 +512,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         for sender, target, message in held:
             self._dead(sender, target, message, reason)
 
-    def _queue(self, key: str, address: Any, entry: Entry) -> None:
+    def _queue(self, key: str, address: Address, entry: Entry) -> None:
         assert self.outbox is not None  # made by _init, which comes before any message to route
         self.outbox.add(key, address, entry)
 
@@ -519,13 +520,13 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         sender, target, message = entry
         self._dead(sender, target, repr(message), f"message {why}")
 
-    def _get_dead_letters(self, message: GetDeadLetters, sender: Any) -> None:
+    def _get_dead_letters(self, message: GetDeadLetters, sender: Address) -> None:
         self.send(sender, DeadLetters(self.dead_count, tuple(self.recent)))
 
-    def _get_errors(self, message: GetErrors, sender: Any) -> None:
+    def _get_errors(self, message: GetErrors, sender: Address) -> None:
         self.send(sender, self.errors.snapshot())
 
-    def _status(self, message: GetStatus, sender: Any) -> None:
+    def _status(self, message: GetStatus, sender: Address) -> None:
         """Ask every running host for its stats; answer when all replied or after STATUS_WAIT."""
         hosts = {path: HostInfo(r.state, r.restarts, r.pid, r.spec.entities, last_exit=r.last_exit,
                                 next_attempt=r.next_attempt) for path, r in self.hosts.items()}
@@ -539,7 +540,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             self.send(address, GetHostStats(token))
         self.wakeupAfter(timedelta(seconds=STATUS_WAIT), ("status", token))
 
-    def _host_stats(self, message: HostStats, sender: Any) -> None:
+    def _host_stats(self, message: HostStats, sender: Address) -> None:
         request = self.status_requests.get(message.token)
         if request is None or message.path not in request.waiting:
             return  # late: that request was already answered
@@ -556,7 +557,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             self.send(request.requester, SystemStatus(request.hosts, self.dead_count, public_config(self.config),
                                                          errors=tuple(self.errors.recent)))
 
-    def _wakeup(self, message: WakeupMessage, sender: Any) -> None:
+    def _wakeup(self, message: WakeupMessage, sender: Address) -> None:
         payload = message.payload
         if isinstance(payload, tuple) and payload[:1] == ("status",):
             self._answer_status(payload[1])
@@ -591,7 +592,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
                     # DeadEnvelope (handled in _dead_envelope).
                     self.send(record.address, GetHostStats(0))
 
-    def _system_message(self, message: Any, sender: Any) -> None:
+    def _system_message(self, message: object, sender: Address) -> None:
         if isinstance(message, ActorExitRequest):
             self.shutting_down = True  # hosts exiting from now on are not crashes: do not restart them
         elif isinstance(message, ChildActorExited):
@@ -610,11 +611,11 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         for record in list(self.hosts.values()):
             # Undeliverable to a running host whose process is gone: its exit went unreported (see
             # _check_children). Restart it before rerouting, so that its messages are held, not bounced.
-            if _serving(record) and address_key(record.address) == dead_key \
+            if _serving(record) and address_key(_address(record)) == dead_key \
                     and not _is_running_here(record.pid):
                 log.warning("host %s (pid %d) is gone without an exit report; handling its exit",
                             record.spec.key, record.pid)
-                self._child_exited(record.address)
+                self._child_exited(_address(record))
         # Whoever lived there is gone: clients' routes die with them, hosts get restarted.
         for prefix, address in list(self.temp_routes.items()):
             if address_key(address) == dead_key:
@@ -627,7 +628,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             self._dead(None, str(envelope.deadAddress), dead, "target actor process is gone")
 
     # ---- per sender FIFO across a host's restart (see actors/inflight.py) ---------------------------
-    def _settled(self, intent: Any, how: str) -> None:
+    def _settled(self, intent: Intent, how: str) -> None:
         """A batch we sent ended (a transport callback: queue the work, poke ourselves)."""
         assert self.inflight is not None  # (it is what calls us)
         key = str(intent.targetAddr)
@@ -637,7 +638,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             return
         self.inflight.send_intent(self.myAddress, RESETTLE)
 
-    def _resettle(self, message: str, sender: Any) -> None:
+    def _resettle(self, message: str, sender: Address | None) -> None:
         """Reroute what bounced, in send order and ahead of what was held since; then release the held
         messages of hosts whose earlier processes have nothing in flight any more."""
         if message != RESETTLE:
@@ -674,14 +675,15 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         """Forward what is held for a serving host, in order."""
         held, record.held, record.front = record.held, deque(), 0
         for entry in held:
-            self._queue(address_key(record.address), record.address, entry)
+            self._queue(address_key(_address(record)), _address(record), entry)
 
-    def _new_address(self, record: HostRecord, address: Any) -> None:
+    def _new_address(self, record: HostRecord, address: Address) -> None:
         if record.address is not None and address_key(record.address) != address_key(address):
             self._retire(record, address_key(record.address))
         record.address = address
 
-    _handlers: dict[type, Callable[[Guardian, Any, Any], None]] = {
+    # Any: each handler takes the one message type it is registered under (a Callable cannot say that).
+    _handlers: dict[type, Callable[[Guardian, Any, Address], None]] = {
         str: _resettle,
         GuardianInit: _init,
         WhereIsGuardian: _where,
@@ -706,6 +708,11 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
 def _serving(record: HostRecord) -> bool:
     """True if the host's process serves its path: running, or restarting its failed actor in-process."""
     return record.state == "running" or (record.state == "backoff" and record.address is not None)
+
+
+def _address(record: HostRecord) -> Address:
+    """The address of a host that serves its path (see _serving: set from its HostReady until its exit)."""
+    return cast(Address, record.address)
 
 
 def _is_running_here(pid: int) -> bool:
@@ -735,12 +742,12 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
     It also forwards its admin's dead letters to the guardian.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
-        self.guardian = None
+        self.guardian: Address | None = None
         self.parent_watch: ParentWatch | None = None
 
-    def receiveMessage(self, message: Any, sender: Any) -> None:
+    def receiveMessage(self, message: object, sender: Address) -> None:
         if isinstance(message, WakeupMessage) and message.payload == PARENT_WAKEUP:
             if self.parent_watch is not None and self.parent_watch.orphaned():
                 self.send(self.myAddress, ActorExitRequest())  # the admin died

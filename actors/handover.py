@@ -14,11 +14,15 @@ from __future__ import annotations
 import itertools
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from .messages import GUARDIAN_PATH, Barrier
 from .paths import shard_key, shard_of
-from .transport import SHARDED, Entry
+from .transport import Entry, Route, route_keys
+
+if TYPE_CHECKING:
+    from .host import Host
+    from .thespian_types import Address
 
 log = logging.getLogger("reprise.host")
 
@@ -52,7 +56,7 @@ def sample_path(prefix: str, shard: int, shards: int) -> str:
 class Handover:
     """The parked destinations of one host, and its batches in flight per Thespian address."""
 
-    def __init__(self, host: Any) -> None:
+    def __init__(self, host: Host) -> None:
         self.host = host
         self.inflight: dict[str | None, int] = {}
         self.pending: dict[str, _Pending] = {}  # destination host name -> its handover
@@ -97,15 +101,15 @@ class Handover:
         pending.entries.append(entry)
         return True
 
-    def routes_changed(self, before: dict[str, tuple[str, Any]], after: dict[str, tuple[str, Any]],
+    def routes_changed(self, before: dict[str, Route], after: dict[str, Route],
                        guardian_key: str | None) -> None:
         """Start a handover for every destination whose address changed while we may have messages on the way."""
         for prefix, old in before.items():
             new = after.get(prefix)
             if new is None or new == old or prefix == GUARDIAN_PATH or prefix.startswith("/temp/"):
                 continue
-            old_keys = [k for k, _ in old[1]] if old[0] is SHARDED else [old[0]]
-            new_keys = [k for k, _ in new[1]] if new[0] is SHARDED else [new[0]]
+            old_keys = route_keys(old)
+            new_keys = route_keys(new)
             if len(old_keys) != len(new_keys):
                 continue  # respawned with another shard count: nothing to keep in order with
             shards = len(new_keys)
@@ -184,7 +188,7 @@ class Handover:
     def _send_barrier(self, name: str, pending: _Pending) -> None:
         pending.barrier_sent = True
         self.barriers[pending.token] = name
-        hit = self.host.router.resolve(GUARDIAN_PATH)
+        hit = cast("tuple[str, Address]", self.host.router.resolve(GUARDIAN_PATH))  # (always routed)
         self.host.outbox.add(hit[0], hit[1], (self.reply_path, pending.via, Barrier(pending.token)))
 
     def _release(self, name: str) -> None:

@@ -17,6 +17,8 @@ from typing import Any
 
 from thespian.system.transport import SendStatus, TransmitIntent
 
+from .thespian_types import Address, Intent
+
 SEND_RETRY = timedelta(seconds=0.25)
 """Thespian retries a connection closed before its ACK (the target SIGKILLed) after 35 s x attempt by default:
 everything parked behind that batch would wait that long."""
@@ -33,18 +35,20 @@ class InFlight:
     the work, or use `send_intent`), since Thespian may be in the middle of a send.
     """
 
-    def __init__(self, actor: Any, on_settled: Callable[[Any, str], None]) -> None:
+    def __init__(self, actor: Any, on_settled: Callable[[Intent, str], None]) -> None:
+        # Any: a Thespian actor (untyped), whose private _myRef (its system's actor manager) is used too.
         self._actor = actor
         self._on_settled = on_settled
-        self.no_bounce: Any = None  # sends to this address never bounce (None: to none, nothing: to all)
+        self.no_bounce: Address | None = None  # sends to this address never bounce (None: to none, nothing: to all)
         self._queues: dict[str, deque[list[Any]]] = {}  # address -> [intent, outcome or None] in send order
+        # (a two-item list, so that the outcome can be filled in place: Any, as a list holds one type)
 
     @property
     def tracking(self) -> bool:
         """False on the in-process base: delivery there is a call, nothing is ever in flight."""
         return getattr(self._actor._myRef, "_send_intent", None) is not None
 
-    def send(self, address: Any, message: Any) -> None:
+    def send(self, address: Address, message: object) -> None:
         """Send `message`, tracked until it settles (untracked where nothing is in flight)."""
         if not self.tracking:
             self._actor.send(address, message)
@@ -54,18 +58,20 @@ class InFlight:
         self._queues.setdefault(str(address), deque()).append([intent, None])
         self._actor._myRef._send_intent(intent)
 
-    def send_intent(self, address: Any, message: Any) -> None:
+    def send_intent(self, address: Any, message: object) -> None:
         """An untracked send that is safe inside a transport callback."""
+        # Any, not Address: actors/host.py passes its `_guardian`, which mypy types as None (assigned None in
+        # __init__, the address later); Address once that attribute is annotated `Address | None`.
         self._actor._myRef._send_intent(TransmitIntent(address, message))
 
     def pending(self, key: str) -> bool:
         """Whether batches to the address `key` have not all settled."""
         return key in self._queues
 
-    def _landed(self, result: Any, intent: Any) -> None:
+    def _landed(self, result: object, intent: Intent) -> None:
         self._settle(intent, LANDED)
 
-    def _failed(self, result: Any, intent: Any) -> None:
+    def _failed(self, result: object, intent: Intent) -> None:
         if result == SendStatus.DeadTarget and self.no_bounce is not None \
                 and str(intent.targetAddr) != str(self.no_bounce):
             self._settle(intent, BOUNCED)
@@ -73,7 +79,7 @@ class InFlight:
             self._actor._myRef.actor_send_fail(result, intent)
             self._settle(intent, LANDED)
 
-    def _settle(self, intent: Any, outcome: str) -> None:
+    def _settle(self, intent: Intent, outcome: str) -> None:
         key = str(intent.targetAddr)
         queue = self._queues.get(key)
         if not queue:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 
@@ -15,7 +16,7 @@ class Lifecycle(Protocol):
     """
 
     @classmethod
-    def open_resources(cls, config: dict[str, Any]) -> None:
+    def open_resources(cls, config: Mapping[str, object]) -> None:
         """Called once on the actor class when its host starts, before any instance exists.
 
         Open (or check) what the instances will need from `config`, so that a bad setting fails the
@@ -35,7 +36,7 @@ class Lifecycle(Protocol):
     def receive(self, message: Any, sender: str | None) -> None:
         """Called for each message and each due timer; an exception restarts the actor."""
 
-    def restart_carryover(self) -> list[tuple[Any, str | None]]:
+    def restart_carryover(self) -> list[tuple[object, str | None]]:
         """Called on a failed instance, first thing when the host restarts it (before `pre_restart`).
 
         Returns the (message, sender) pairs it accepted but has not handled (persistence: its stash);

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("reprise.netsec")
@@ -50,7 +51,7 @@ def apply() -> None:
     original_new_socket = TCPTransport.TCPTransport.new_socket
     original_accept = TCPTransport.TCPTransport._acceptNewIncoming
 
-    def new_socket(self: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
+    def new_socket(self: Any, op: Callable[..., object], *args: object, **kwargs: object) -> Any:
         result = original_new_socket(self, op, *args, **kwargs)
         if getattr(op, "__name__", "") == "accept" and result[1][0] not in allowed_peers():
             self._reprise_refused = result

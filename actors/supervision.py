@@ -67,7 +67,7 @@ class Backoff:
         return base * (1.0 + (random.random() if rnd is None else rnd) * self.random_factor)
 
     @classmethod
-    def of(cls, value: Any) -> Backoff:
+    def of(cls, value: object) -> Backoff:
         """A Backoff from None (the defaults), a Backoff, (min, max, random_factor) or a dict of its fields."""
         if value is None:
             return cls()
@@ -85,7 +85,7 @@ class Backoff:
                              f"random_factor/max_restarts/reset_after, or an actors.Backoff; got {value!r}")
 
 
-def check_hold_limit(value: Any) -> int:
+def check_hold_limit(value: object) -> int:
     """`value` if it is a valid number of messages to hold per host (an int >= 0)."""
     if type(value) is not int or value < 0:
         raise InvalidBackoff(f"hold_limit must be an int >= 0 (messages held per host while it is down), "
@@ -107,7 +107,7 @@ class ParentWatch:
     a cheap check every PARENT_CHECK seconds lets it exit.
     """
 
-    def __init__(self, actor: Any, interval: float = PARENT_CHECK) -> None:
+    def __init__(self, actor: Any, interval: float = PARENT_CHECK) -> None:  # Any: a Thespian actor (untyped)
         self.actor = actor
         self.interval = interval
         self.parent = parent_pid()
@@ -175,7 +175,7 @@ def exit_logger_when_orphaned() -> None:
     if getattr(original, "reprise_watched", False):
         return
 
-    def startup(*args: Any, **kwargs: Any) -> Any:
+    def startup(*args: object, **kwargs: object) -> object:
         parent = os.getppid()
 
         def watch() -> None:

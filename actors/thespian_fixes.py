@@ -38,6 +38,7 @@ from importlib import metadata
 from typing import Any
 
 from .errors import ThespianVersionError
+from .thespian_types import Address
 
 THESPIAN_VERSION = "4.0.1"
 """The Thespian release whose internals `apply` patches (and pyproject.toml pins)."""
@@ -75,21 +76,21 @@ def apply() -> None:
     original_deliver = wakeupTransportBase._deliver_wakeups
     original_drain = atb.asyncTransportBase._drain_tx_queue_if_needed
 
-    def deliver_wakeups(self: Any, incoming_handler: Any) -> Any:
+    def deliver_wakeups(self: Any, incoming_handler: object) -> object:
         if incoming_handler is TransmitOnly or isinstance(incoming_handler, TransmitOnly):
             return None  # leave them queued (Thespian handed one to the drain loop, which dropped it)
         return original_deliver(self, incoming_handler)
 
-    def drain_tx_queue_if_needed(self: Any, max_delay: Any = None) -> Any:
+    def drain_tx_queue_if_needed(self: Any, max_delay: object = None) -> Any:
         if not hasattr(self, "_incomingEnvelopes"):  # not the TCP transport: leave it to Thespian
             return original_drain(self, max_delay)
         queued, _ = self._complete_expired_intents()
         if queued < atb.MAX_QUEUED_TRANSMITS or not self._aTB_rx_pause_enabled:
             return
         finish = ExpirationTimer(max_delay if max_delay else None)
-        kept: list[Any] = []
+        kept: list[object] = []
 
-        def keep(envelope: Any) -> bool:
+        def keep(envelope: object) -> bool:
             kept.append(envelope)
             return True  # go on running
 
@@ -153,7 +154,7 @@ def _tell_late_children_to_exit() -> None:
 
     original = ActorManager._pendingActorReady
 
-    def ready(self: Any, childInstance: Any, actualAddress: Any, isMyChild: bool = True) -> None:
+    def ready(self: Any, childInstance: object, actualAddress: Address, isMyChild: bool = True) -> None:
         original(self, childInstance, actualAddress, isMyChild)
         if isMyChild and getattr(self, "_exiting", False):
             self._send_intent(TransmitIntent(actualAddress, ActorExitRequest(recursive=True),
@@ -190,8 +191,8 @@ def release_inherited_sockets() -> list[int]:
 def _release_inherited_sockets_in_children() -> None:
     from thespian.system import multiprocCommon as mpc
 
-    def releasing(target: Callable[..., Any]) -> Callable[..., Any]:
-        def start(*args: Any, **kwargs: Any) -> Any:
+    def releasing(target: Callable[..., object]) -> Callable[..., object]:
+        def start(*args: object, **kwargs: object) -> object:
             release_inherited_sockets()
             return target(*args, **kwargs)
         start.__wrapped__ = target  # type: ignore[attr-defined]

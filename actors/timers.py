@@ -5,7 +5,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .actor import Actor
 
 
 class Timer:
@@ -13,7 +16,7 @@ class Timer:
 
     __slots__ = ("due", "interval", "message", "owner", "incarnation", "active", "seq")
 
-    def __init__(self, due: float, interval: float | None, message: Any, owner: Any, incarnation: int, seq: int):
+    def __init__(self, due: float, interval: float | None, message: object, owner: Actor, incarnation: int, seq: int):
         self.due = due
         self.interval = interval
         self.message = message
@@ -40,7 +43,7 @@ class TimerQueue:
         self._heap: list[Timer] = []
         self._seq = itertools.count()
 
-    def schedule(self, delay: float, interval: float | None, message: Any, owner: Any) -> Timer:
+    def schedule(self, delay: float, interval: float | None, message: object, owner: Actor) -> Timer:
         """Add a timer for `owner` (an actor) due `delay` seconds from now."""
         timer = Timer(time.monotonic() + max(0.0, delay), interval, message, owner, owner._incarnation, next(self._seq))
         heapq.heappush(self._heap, timer)

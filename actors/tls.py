@@ -36,8 +36,12 @@ import ssl
 import stat
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from _typeshed import FileDescriptorLike
 
 from .errors import ConfigError, RepriseError
 
@@ -291,7 +295,7 @@ class TlsSocket(socket.socket):
         _live[self.fileno()] = self
 
     # Thespian calls only these on a connected socket (plus setsockopt, setblocking, fileno, getsockname).
-    def send(self, data: Any, flags: int = 0) -> int:
+    def send(self, data: Any, flags: int = 0) -> int:  # Any: socket.send's buffer type, which has no len()
         """Encrypt up to _CHUNK bytes of `data`; EAGAIN while the handshake runs or the kernel lags far behind."""
         try:
             if not self._ready():
@@ -535,9 +539,9 @@ class _Selector:
 
     def __init__(self) -> None:
         self._wanted: dict[int, int] = {}
-        self._objs: dict[int, Any] = {}
+        self._objs: dict[int, FileDescriptorLike] = {}
 
-    def register(self, fileobj: Any, events: int, data: Any = None) -> _selectors.SelectorKey:
+    def register(self, fileobj: FileDescriptorLike, events: int, data: object = None) -> _selectors.SelectorKey:
         """Record interest in `events` on `fileobj`."""
         fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
         self._wanted[fd] = self._wanted.get(fd, 0) | events
@@ -596,7 +600,7 @@ def apply() -> None:
     original_init = tcp.TCPTransport.__init__
     original_new_socket = tcp.TCPTransport.new_socket
 
-    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+    def init(self: Any, *args: object, **kwargs: object) -> None:
         self._reprise_tls = _current  # fixed per transport, like its HMAC key: a later use() must not change it
         original_init(self, *args, **kwargs)
         if self._reprise_tls is not None:
@@ -604,7 +608,7 @@ def apply() -> None:
             self.socket = TlsListener(plain.family, plain.type, plain.proto, fileno=plain.detach(),
                                       contexts=self._reprise_tls)
 
-    def new_socket(self: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
+    def new_socket(self: Any, op: Callable[..., object], *args: object, **kwargs: object) -> Any:
         contexts = getattr(self, "_reprise_tls", None)
         if contexts is not None and op is socket.socket:
             def op(*a: Any, **kw: Any) -> TlsSocket:

@@ -6,23 +6,24 @@ import dataclasses
 import logging
 import pickle
 from collections.abc import Callable
-from typing import Any
+from typing import cast
 
 from .errors import UnpicklableMessage
 from .main_module import adopt_main_classes
 from .messages import Batch, Scatter, ShardSet
 from .paths import ancestors, shard_key, shard_of
+from .thespian_types import Address
 
 log = logging.getLogger("reprise.transport")
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
-Entry = tuple[str | None, str, Any]  # (sender path | None, target path, message)
+Entry = tuple[str | None, str, object]  # (sender path | None, target path, message)
 
 _PLAIN_TYPES = {str, int, float, bool, bytes, type(None), tuple, list, dict, frozenset, set}
 _checked_types: set[type] = set()
 
 
-def check_message(message: Any) -> None:
+def check_message(message: object) -> None:
     """Raise UnpicklableMessage unless `message` can cross a process boundary (checked once per type)."""
     cls = type(message)
     if cls in _checked_types or cls in _PLAIN_TYPES:
@@ -47,7 +48,7 @@ def check_message(message: Any) -> None:
     _checked_types.add(cls)
 
 
-def address_key(address: Any) -> str:
+def address_key(address: Address) -> str:
     """A hashable key for a Thespian address (ActorAddress is not hashable)."""
     return str(address)
 
@@ -55,27 +56,37 @@ def address_key(address: Any) -> str:
 SHARDED = "<sharded>"
 """The key of a route to several shards: (SHARDED, ((key, address) of shard 0, ...))."""
 
+ShardRoutes = tuple[tuple[str, Address], ...]
+"""The (key, address) of each shard of a sharded host, shard 0 first."""
+Route = tuple[str, "Address | ShardRoutes"]
+"""(address key, address), or (SHARDED, ShardRoutes)."""
 
-def _route(address: Any) -> tuple[str, Any]:
+
+def _shard_routes(route: Route) -> ShardRoutes:
+    """The shards of a route whose key is SHARDED (a str key cannot narrow the union for mypy)."""
+    return cast(ShardRoutes, route[1])
+
+
+def _route(address: Address | ShardSet) -> Route:
     if isinstance(address, ShardSet):
         return SHARDED, tuple((address_key(a), a) for a in address.addresses)
     return address_key(address), address
 
 
-def route_keys(route: tuple[str, Any]) -> tuple[str, ...]:
+def route_keys(route: Route) -> tuple[str, ...]:
     """The address keys behind a route (one per shard for a sharded one)."""
-    return tuple(k for k, _ in route[1]) if route[0] is SHARDED else (route[0],)
+    return tuple(k for k, _ in _shard_routes(route)) if route[0] is SHARDED else (route[0],)
 
 
 class Router:
     """Maps paths to Thespian addresses by longest prefix, with a per-path cache."""
 
     def __init__(self) -> None:
-        self.routes: dict[str, tuple[str, Any]] = {}
+        self.routes: dict[str, Route] = {}
         self.epoch = -1
-        self._cache: dict[str, tuple[str, Any] | None] = {}
+        self._cache: dict[str, tuple[str, Address] | None] = {}
 
-    def replace(self, routes: dict[str, Any], epoch: int) -> None:
+    def replace(self, routes: dict[str, Address | ShardSet], epoch: int) -> None:
         """Install the directory's routes (prefix -> address or ShardSet) if newer than what we have."""
         if epoch < self.epoch:
             return
@@ -83,7 +94,7 @@ class Router:
         self.routes = {prefix: _route(a) for prefix, a in routes.items()}
         self._cache.clear()
 
-    def learn(self, prefix: str, address: Any) -> None:
+    def learn(self, prefix: str, address: Address) -> None:
         """Remember how to reach `prefix` (a sender's origin) without waiting for the directory."""
         key = address_key(address)
         current = self.routes.get(prefix)
@@ -102,23 +113,26 @@ class Router:
             hit = self.routes.get(prefix)
             if hit is not None:
                 if hit[0] is SHARDED:
-                    shards = len(hit[1])
+                    shards = len(_shard_routes(hit))
                     return shard_key(prefix, shard_of(path, prefix, shards), shards)
                 return prefix
         return None
 
-    def resolve(self, path: str) -> tuple[str, Any] | None:
+    def resolve(self, path: str) -> tuple[str, Address] | None:
         """The (key, address) serving `path`, or None when no prefix of it is routed."""
         try:
             return self._cache[path]
         except KeyError:
             pass
-        hit = None
+        hit: tuple[str, Address] | None = None
         for prefix in ancestors(path):
-            hit = self.routes.get(prefix)
-            if hit is not None:
-                if hit[0] is SHARDED:
-                    hit = hit[1][shard_of(path, prefix, len(hit[1]))]
+            route = self.routes.get(prefix)
+            if route is not None:
+                if route[0] is SHARDED:
+                    shards = _shard_routes(route)
+                    hit = shards[shard_of(path, prefix, len(shards))]
+                else:
+                    hit = cast("tuple[str, Address]", route)
                 break
         if len(self._cache) > 500_000:
             self._cache.clear()
@@ -164,24 +178,24 @@ class _Unresolved:
 
     _reprise_missing = ""  # "module.Class: why", set on each stand-in subclass
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         pass
 
-    def __setstate__(self, state: Any) -> None:
+    def __setstate__(self, state: object) -> None:
         pass
 
 
 class _LenientUnpickler(pickle.Unpickler):
     """Unpickles with a stand-in (an _Unresolved subclass) for every class that cannot be imported."""
 
-    def find_class(self, module: str, name: str) -> Any:
+    def find_class(self, module: str, name: str) -> object:  # a class, or a function pickled by name
         try:
             return super().find_class(module, name)
         except Exception as exc:
             return type(name, (_Unresolved,), {"_reprise_missing": f"{module}.{name} ({exc})"})
 
 
-def _missing_in(obj: Any, depth: int = 0) -> str | None:
+def _missing_in(obj: object, depth: int = 0) -> str | None:
     """The first stand-in class found in `obj` (walking containers and object attributes), if any."""
     if isinstance(obj, type):
         return obj._reprise_missing if issubclass(obj, _Unresolved) else None
@@ -189,7 +203,7 @@ def _missing_in(obj: Any, depth: int = 0) -> str | None:
         return type(obj)._reprise_missing
     if depth > 20 or isinstance(obj, (str, bytes, int, float, bool, type(None))):
         return None
-    children: list[Any]
+    children: list[object]
     if isinstance(obj, dict):
         children = [*obj.keys(), *obj.values()]
     elif isinstance(obj, (tuple, list, set, frozenset)):
@@ -243,15 +257,15 @@ def _expand(entries: list[Entry]) -> list[Entry]:
 class Outbox:
     """Entries waiting to go out, one list per destination address, flushed as one Batch each."""
 
-    def __init__(self, origin: str, send: Callable[[Any, Batch], None], on_bad: Callable[[Entry, str], None],
+    def __init__(self, origin: str, send: Callable[[Address, Batch], None], on_bad: Callable[[Entry, str], None],
                  cap: int = 2000) -> None:
         self.origin = origin
         self.cap = cap
         self._send = send
         self._on_bad = on_bad
-        self._pending: dict[str, tuple[Any, list[Entry]]] = {}
+        self._pending: dict[str, tuple[Address, list[Entry]]] = {}
 
-    def add(self, key: str, address: Any, entry: Entry) -> None:
+    def add(self, key: str, address: Address, entry: Entry) -> None:
         """Queue `entry` for `address`; a full list goes out at once (the size cap)."""
         slot = self._pending.get(key)
         if slot is None:
@@ -271,7 +285,7 @@ class Outbox:
     def __bool__(self) -> bool:
         return bool(self._pending)
 
-    def _emit(self, address: Any, entries: list[Entry]) -> None:
+    def _emit(self, address: Address, entries: list[Entry]) -> None:
         batch = pack(self.origin, entries, self._on_bad)
         if batch is not None:
             self._send(address, batch)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 from journal.errors import JournalCorruption, JournalError, SerializationError
 from journal.model import (
@@ -227,7 +226,7 @@ class Journal(ABC):
 class SnapshotStore(ABC):
     """A snapshot store: save, load the youngest matching snapshot, delete."""
 
-    def save(self, metadata: SnapshotMetadata, snapshot: Any) -> SnapshotMetadata:
+    def save(self, metadata: SnapshotMetadata, snapshot: object) -> SnapshotMetadata:
         """Store `snapshot` (overwriting one at the same pid and seq nr); return the metadata with its timestamp."""
         md = SnapshotMetadata(metadata.persistence_id, metadata.sequence_nr, now_millis(), metadata.metadata)
         blob, ck = encode_snapshot(md.persistence_id, md.sequence_nr, md.metadata, snapshot)

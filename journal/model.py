@@ -48,8 +48,8 @@ class PersistentRepr:
         )
 
 
-def replayed_repr(payload: Any, sequence_nr: int, persistence_id: str, manifest: str, writer_uuid: str,
-                  timestamp: int, tags: frozenset[str], metadata: Any) -> PersistentRepr:
+def replayed_repr(payload: object, sequence_nr: int, persistence_id: str, manifest: str, writer_uuid: str,
+                  timestamp: int, tags: frozenset[str], metadata: object) -> PersistentRepr:
     """Build a PersistentRepr without the frozen __init__ (twice as fast; the replay hot path)."""
     r = _new(PersistentRepr)
     _set(r, "__dict__", {"payload": payload, "sequence_nr": sequence_nr, "persistence_id": persistence_id,

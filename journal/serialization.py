@@ -18,7 +18,7 @@ import operator
 import threading
 import zlib
 from collections.abc import Callable
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 import msgpack
 from msgpack import ExtType
@@ -48,8 +48,8 @@ class _Registration:
     manifest: str
     version: int
     field_names: tuple[str, ...]
-    values: Callable[[Any], tuple[Any, ...]]
-    make: Callable[[list[Any]], Any]  # the object from its field values: cls(*values), only faster
+    values: Callable[[object], tuple[object, ...]]
+    make: Callable[[list[Any]], object]  # the object from its field values: cls(*values), only faster
 
 
 _by_class: dict[type, _Registration] = {}
@@ -58,7 +58,7 @@ _upcasters: dict[tuple[str, int], Callable[[list[Any]], list[Any]]] = {}
 _registry_lock = threading.Lock()
 
 
-def _values_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+def _values_getter(names: tuple[str, ...]) -> Callable[[object], tuple[object, ...]]:
     # attrgetter of several names returns a tuple in one C call; of one name, a bare value.
     if not names:
         return lambda obj: ()
@@ -86,7 +86,7 @@ def _sets_fields_only(cls: type, names: tuple[str, ...]) -> bool:
             and cls.__dictoffset__ != 0)
 
 
-def _maker(cls: type, names: tuple[str, ...]) -> Callable[[list[Any]], Any]:
+def _maker(cls: type, names: tuple[str, ...]) -> Callable[[list[Any]], object]:
     """cls(*values); for a plain frozen dataclass the same object built without its __init__.
 
     That __init__ sets each field with object.__setattr__ and was the largest part of decoding; filling
@@ -97,9 +97,9 @@ def _maker(cls: type, names: tuple[str, ...]) -> Callable[[list[Any]], Any]:
     sets = "".join(f"    d[{name!r}] = values[{i}]\n" for i, name in enumerate(names))
     source = (f"def make(values):\n    if len(values) != {len(names)}:\n        return cls(*values)\n"
               f"    obj = new(cls)\n    d = obj.__dict__\n{sets}    return obj\n")
-    namespace: dict[str, Any] = {"cls": cls, "new": object.__new__}
+    namespace: dict[str, object] = {"cls": cls, "new": object.__new__}
     exec(source, namespace)  # noqa: S102  (field names are identifiers; as dataclasses does for __init__)
-    make: Callable[[list[Any]], Any] = namespace["make"]
+    make = cast("Callable[[list[Any]], object]", namespace["make"])  # (defined by the exec above)
     return make
 
 
@@ -171,7 +171,7 @@ def manifest_of(cls: type) -> str:
     return reg.manifest
 
 
-def _unserializable(obj: Any) -> SerializationError:
+def _unserializable(obj: object) -> SerializationError:
     t = type(obj)
     name = f"{t.__module__}.{t.__qualname__}"
     if dataclasses.is_dataclass(obj):
@@ -197,12 +197,12 @@ class _Encoder:
     __slots__ = ("pack", "_nested", "_depth")
 
     def __init__(self, depth: int) -> None:
-        self.pack: Callable[[Any], bytes] = msgpack.Packer(
+        self.pack: Callable[[object], bytes] = msgpack.Packer(
             default=self._default, strict_types=True, use_bin_type=True).pack
         self._nested: _Encoder | None = None
         self._depth = depth
 
-    def _default(self, obj: Any) -> ExtType:
+    def _default(self, obj: Any) -> ExtType:  # Any: `type(obj) is tuple` (not isinstance) does not narrow
         reg = _by_class.get(type(obj))
         if reg is not None:
             code, items = _EXT_OBJECT, [reg.manifest, reg.version, *reg.values(obj)]
@@ -241,7 +241,7 @@ def _upcast(manifest: str, version: int, target: int, values: list[Any]) -> list
     return values
 
 
-def flatten(obj: Any) -> tuple[str, int, tuple[Any, ...]] | None:
+def flatten(obj: object) -> tuple[str, int, tuple[object, ...]] | None:
     """(manifest, version, field values) of a registered object, None for anything else."""
     reg = _by_class.get(type(obj))
     if reg is None:
@@ -249,7 +249,7 @@ def flatten(obj: Any) -> tuple[str, int, tuple[Any, ...]] | None:
     return reg.manifest, reg.version, reg.values(obj)
 
 
-def build(manifest: str, version: int, fields: list[Any]) -> Any:
+def build(manifest: str, version: int, fields: list[Any]) -> object:
     """The registered object for stored field values, upcast from `version` when it is older."""
     reg = _by_manifest.get(manifest)
     if reg is None:
@@ -267,7 +267,7 @@ def build(manifest: str, version: int, fields: list[Any]) -> Any:
 _unpackb = msgpack.unpackb
 
 
-def ext_hook(code: int, data: bytes) -> Any:
+def ext_hook(code: int, data: bytes) -> object:
     """msgpack's ext_hook for what serialize wrote: registered objects, tuples and sets."""
     items = _unpackb(data, ext_hook=ext_hook, strict_map_key=False)
     if code == _EXT_OBJECT:
@@ -292,7 +292,7 @@ class _ThreadEncoder(threading.local):
 _packer = _ThreadEncoder()
 
 
-def serialize(obj: Any) -> bytes:
+def serialize(obj: object) -> bytes:
     """Encode `obj` with msgpack; raise SerializationError naming the type that cannot be stored."""
     try:
         return _packer.pack(obj)

@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
-from typing import Any, TypeVar
+from typing import TypeVar, cast
 
 from journal import sqlite_wal
 from journal.api import Journal, SnapshotStore, TaggedRow
@@ -248,8 +248,11 @@ class _Connection:
             except sqlite3.Error:
                 pass
 
-    def query(self, what: str, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        """Run a read under the lock; SQLite errors become JournalError / JournalCorruption."""
+    def query(self, what: str, sql: str, params: Sequence[SqlValue] = ()) -> list[tuple[SqlValue, ...]]:
+        """Run a read under the lock; SQLite errors become JournalError / JournalCorruption.
+
+        Callers cast the rows to the tuple their SELECT makes (sqlite3 cannot say).
+        """
         with self.lock:
             try:
                 return self.conn.execute(sql, params).fetchall()
@@ -362,13 +365,13 @@ class SqliteJournal(Journal):
 
     def _read(self, persistence_id: str, start: int, end: int, limit: int) -> Sequence[StoredRow]:
         try:
-            return self._h.c.query("replay", _REPLAY, (persistence_id, start, end, limit))
+            return cast("list[StoredRow]", self._h.c.query("replay", _REPLAY, (persistence_id, start, end, limit)))
         except JournalCorruption as e:
             raise JournalCorruption(f"replaying persistence id {persistence_id!r} from sequence nr {start}: {e}",
                                     persistence_id, start) from e
 
     def _highest(self, persistence_id: str) -> int:
-        highest: int = self._h.c.query("highest sequence nr", _HIGHEST, (persistence_id,))[0][0]
+        highest = cast(int, self._h.c.query("highest sequence nr", _HIGHEST, (persistence_id,))[0][0])
         return highest
 
     def delete_messages_to(self, persistence_id: str, to_sequence_nr: int) -> None:
@@ -404,34 +407,34 @@ class SqliteJournal(Journal):
 
     def current_persistence_ids(self) -> Iterator[str]:
         """Every persistence id that has ever been written (sorted)."""
-        rows = self._h.c.query("persistence ids", "SELECT DISTINCT persistence_id FROM journal "
-                                                "WHERE persistence_id <> '' UNION "
-                                                "SELECT persistence_id FROM highest_sequence_nr ORDER BY 1")
+        rows = cast("list[tuple[str]]", self._h.c.query(
+            "persistence ids", "SELECT DISTINCT persistence_id FROM journal WHERE persistence_id <> '' UNION "
+                               "SELECT persistence_id FROM highest_sequence_nr ORDER BY 1"))
         return (r[0] for r in rows)
 
     def _read_tag(self, tag: str, offset: int, limit: int) -> Sequence[TaggedRow]:
-        return self._h.c.query("events by tag", _TAGGED, (tag, offset, limit))
+        return cast("list[TaggedRow]", self._h.c.query("events by tag", _TAGGED, (tag, offset, limit)))
 
     def _read_tail(self, n: int) -> Sequence[TaggedRow]:
-        return self._h.c.query("tail", "SELECT ordering, persistence_id, sequence_nr, record, checksum "
+        return cast("list[TaggedRow]", self._h.c.query("tail", "SELECT ordering, persistence_id, sequence_nr, record, checksum "
                                      "FROM journal WHERE persistence_id <> '' ORDER BY ordering DESC LIMIT ?",
-                            (n,))
+                            (n,)))
 
     def summaries(self) -> list[PersistenceIdSummary]:
         """`ls`: every persistence id with its highest sequence number and number of stored events."""
-        rows = self._h.c.query(
+        rows = cast("list[tuple[str, int, int]]", self._h.c.query(
             "ls", "SELECT p, max(h), sum(n) FROM ("
                   " SELECT persistence_id p, max(sequence_nr) h, count(*) n FROM journal WHERE persistence_id <> ''"
                   " GROUP BY persistence_id"
                   " UNION ALL SELECT persistence_id, sequence_nr, 0 FROM highest_sequence_nr)"
-                  " GROUP BY p ORDER BY p")
+                  " GROUP BY p ORDER BY p"))
         return [PersistenceIdSummary(p, h, n) for p, h, n in rows]
 
     def _read_all(self) -> Iterator[tuple[str, int, bytes, int]]:
         last = 0
         while True:
-            rows = self._h.c.query("verify", "SELECT ordering, persistence_id, sequence_nr, record, checksum "
-                                           "FROM journal WHERE ordering > ? ORDER BY ordering LIMIT 1000", (last,))
+            rows = cast("list[tuple[int, str, int, bytes, int]]", self._h.c.query("verify", "SELECT ordering, persistence_id, sequence_nr, record, checksum "
+                                           "FROM journal WHERE ordering > ? ORDER BY ordering LIMIT 1000", (last,)))
             for _, pid, seq, blob, ck in rows:
                 if pid:  # '' is the tombstone keeping the newest offset (see the module doc)
                     yield pid, seq, blob, ck
@@ -440,8 +443,9 @@ class SqliteJournal(Journal):
             last = rows[-1][0]
 
     def _read_all_snapshots(self) -> Iterator[tuple[str, int, bytes, int]]:
-        yield from self._h.c.query("verify", "SELECT persistence_id, sequence_nr, snapshot, checksum "
-                                           "FROM snapshot ORDER BY persistence_id, sequence_nr")
+        yield from cast("list[tuple[str, int, bytes, int]]",
+                        self._h.c.query("verify", "SELECT persistence_id, sequence_nr, snapshot, checksum "
+                                                  "FROM snapshot ORDER BY persistence_id, sequence_nr"))
 
     def _verify_storage(self) -> Iterator[Problem]:
         with self._h.c.lock:  # not while this process's own writes are mid-frame
@@ -450,7 +454,7 @@ class SqliteJournal(Journal):
         if problem is not None:
             yield Problem(None, None, problem)
         try:
-            for (line,) in self._h.c.query("verify", "PRAGMA integrity_check"):
+            for (line,) in cast("list[tuple[str]]", self._h.c.query("verify", "PRAGMA integrity_check")):
                 if line != "ok":
                     yield Problem(None, None, f"SQLite integrity_check: {line}")
         except JournalError as e:
@@ -463,7 +467,7 @@ class SqliteJournal(Journal):
         h = self._h
         with h.c.lock:
             h.c.configure(h.synchronous, h.busy_timeout)  # report what this journal's writes use
-            value: SqlValue = h.c.query("pragma", f"PRAGMA {name}")[0][0]
+            value = h.c.query("pragma", f"PRAGMA {name}")[0][0]
             return value
 
     def storage_bytes(self) -> int | None:
@@ -483,7 +487,7 @@ class SqliteSnapshotStore(SnapshotStore):
         self._h = _Handle(path, **options)
         self.path = self._h.path
 
-    def _write(self, what: str, sql: str, params: Sequence[Any]) -> None:
+    def _write(self, what: str, sql: str, params: Sequence[SqlValue]) -> None:
         h = self._h
         c = h.c
         with c.lock:
@@ -504,13 +508,13 @@ class SqliteSnapshotStore(SnapshotStore):
 
     def _load(self, persistence_id: str,
               criteria: SnapshotSelectionCriteria) -> tuple[int, int, bytes, int] | None:
-        rows = self._h.c.query(
+        rows = cast("list[tuple[int, int, bytes, int]]", self._h.c.query(
             "load snapshot",
             "SELECT sequence_nr, timestamp, snapshot, checksum FROM snapshot WHERE persistence_id = ? "
             "AND sequence_nr BETWEEN ? AND ? AND timestamp BETWEEN ? AND ? "
             "ORDER BY sequence_nr DESC, timestamp DESC LIMIT 1",
             (persistence_id, criteria.min_sequence_nr, criteria.max_sequence_nr,
-             criteria.min_timestamp, criteria.max_timestamp))
+             criteria.min_timestamp, criteria.max_timestamp)))
         return rows[0] if rows else None
 
     def delete(self, metadata: SnapshotMetadata) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sized
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from persistence.persistent_actor import PersistentActor, _Entry
@@ -22,13 +22,13 @@ def expand(shared: tuple[_V, ...], n: int) -> tuple[_V, ...]:
     return shared * n if len(shared) == 1 and n != 1 else shared
 
 
-def split_rejected(actor: PersistentActor, batch: list[_Entry], results: list[Any], event_type: type[Sized],
-                   requeue: Callable[[_Entry], None]) -> tuple[list[_Entry], list[Any]]:
+def split_rejected(actor: PersistentActor, batch: list[_Entry], results: list[BaseException | None], event_type: type[Sized],
+                   requeue: Callable[[_Entry], None]) -> tuple[list[_Entry], list[BaseException | None]]:
     """Drop each rejected compact event of `event_type` holding several items from a written batch and
     hand its batch entry to `requeue` (which journals the items one per event, so that only the items that
     cannot be stored are rejected); return the batch and results left for `_on_write_results`."""
     kept: list[_Entry] = []
-    kept_results: list[Any] = []
+    kept_results: list[BaseException | None] = []
     retry: list[_Entry] = []
     it = iter(results)
     for entry in batch:

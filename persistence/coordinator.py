@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from actors.context import ActorContext
-    from journal import AtomicWrite
+    from journal import AtomicWrite, Journal
     from persistence.persistent_actor import PersistentActor, _Entry
+
+
+WriteResults = list[BaseException | None] | BaseException | None
+"""What one actor's `_on_write_results` gets: per write None (stored) or why it was rejected; one exception
+when the whole journal write failed; None when the actor only deferred (nothing was written)."""
 
 
 def coordinator_for(context: ActorContext) -> PersistenceCoordinator:
@@ -66,7 +71,7 @@ class PersistenceCoordinator:
                     journal = actor._journal
                     group = groups.get(id(journal))
                     if group is None:
-                        group = groups[id(journal)] = _Group(journal)
+                        group = groups[id(journal)] = _Group(cast("Journal", journal))  # (opened by recovery)
                     group.writes += writes
         finally:
             self._taking = None
@@ -76,10 +81,10 @@ class PersistenceCoordinator:
             except Exception as exc:  # outcome unknown: every actor of this transaction fails (Akka: stop)
                 group.results = exc
         for actor, batch, n in zip(taken, batches, counts, strict=True):
-            results = None  # deferrals only
+            results: WriteResults = None  # deferrals only
             if n:
                 group = groups[id(actor._journal)]
-                results = group.results
+                results = cast("list[BaseException | None] | BaseException", group.results)  # (written above)
                 if not isinstance(results, BaseException):
                     start = group.handed
                     group.handed = start + n
@@ -93,8 +98,8 @@ class _Group:
 
     __slots__ = ("journal", "writes", "results", "handed")
 
-    def __init__(self, journal: Any) -> None:
+    def __init__(self, journal: Journal) -> None:
         self.journal = journal
         self.writes: list[AtomicWrite] = []
-        self.results: Any = None
+        self.results: WriteResults = None
         self.handed = 0  # results handed to actors so far, in the order their writes were added

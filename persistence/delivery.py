@@ -26,7 +26,7 @@ class _Delivery:
 
     __slots__ = ("destination", "message", "timestamp", "attempt")
 
-    def __init__(self, destination: str, message: Any, timestamp: float, attempt: int) -> None:
+    def __init__(self, destination: str, message: object, timestamp: float, attempt: int) -> None:
         self.destination = destination
         self.message = message
         self.timestamp = timestamp
@@ -60,7 +60,7 @@ class AtLeastOnceDelivery(PersistentActor):
         self.context.watch_routes(self)
 
     # ---- the API --------------------------------------------------------------------------------
-    def deliver(self, destination: str, id_to_message: Callable[[int], Any]) -> int:
+    def deliver(self, destination: str, id_to_message: Callable[[int], object]) -> int:
         """Send `id_to_message(delivery_id)` to `destination` (a path) until confirmed; returns the id."""
         if "*" in destination:
             raise ValueError(f"Delivering to wildcard actor paths ({destination}) is not supported by "
@@ -80,7 +80,7 @@ class AtLeastOnceDelivery(PersistentActor):
             self._send(delivery_id, d, now)
         return delivery_id
 
-    def deliver_many(self, delivery_ids: Sequence[int], destinations: Sequence[str], messages: Sequence[Any],
+    def deliver_many(self, delivery_ids: Sequence[int], destinations: Sequence[str], messages: Sequence[object],
                      send: Callable[[], None] | None = None) -> None:
         """Deliver `messages[k]` to `destinations[k]` as `delivery_ids[k]` until confirmed, all at once.
 
@@ -125,7 +125,7 @@ class AtLeastOnceDelivery(PersistentActor):
             self._ensure_timer()
 
     def restore_unconfirmed(self, delivery_ids: Sequence[int], destinations: Sequence[str],
-                            messages: Sequence[Any]) -> None:
+                            messages: Sequence[object]) -> None:
         """Take these deliveries (e.g. from a snapshot, or from events) as unconfirmed, without sending them.
 
         They are overdue: resent right after replay, or by the next redelivery tick. An id that is
@@ -250,7 +250,7 @@ class AtLeastOnceDelivery(PersistentActor):
             self._redeliver_timer.cancel()
             self._redeliver_timer = None
 
-    def receive(self, message: Any, sender: str | None) -> None:
+    def receive(self, message: object, sender: str | None) -> None:
         # The tick bypasses the stash: redelivery goes on during recovery-waiting and pending persists.
         if type(message) is RedeliveryTick and sender == self.path:
             if not self._dead:
@@ -324,7 +324,7 @@ class AtLeastOnceDelivery(PersistentActor):
             i, delivery.delivery_id, delivery.destination, delivery.message, attempts, origin))
 
 
-def _paired(what: str, delivery_ids: Sequence[int], destinations: Sequence[str], messages: Sequence[Any]) -> int:
+def _paired(what: str, delivery_ids: Sequence[int], destinations: Sequence[str], messages: Sequence[object]) -> int:
     """How many deliveries `what` was given; ValueError unless there is one destination and message per id."""
     n = len(delivery_ids)
     if len(destinations) != n or len(messages) != n:

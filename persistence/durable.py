@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from journal import AtomicWrite, register_type
 from persistence.compact import expand, same_or_each, split_rejected
+from persistence.coordinator import WriteResults
 from persistence.delivery import _GONE, AtLeastOnceDelivery, _Delivery
 from persistence.messages import (
     AtLeastOnceDeliverySnapshot,
@@ -35,12 +36,12 @@ class DeliveriesSent:
 
     delivery_ids: tuple[int, ...]
     destinations: tuple[str, ...]
-    messages: tuple[Any, ...]
+    messages: tuple[object, ...]
 
     def __len__(self) -> int:
         return len(self.delivery_ids)
 
-    def entries(self) -> list[tuple[int, str, Any]]:
+    def entries(self) -> list[tuple[int, str, object]]:
         """(delivery id, destination, message) of every delivery in the event."""
         ids = self.delivery_ids
         return list(zip(ids, expand(self.destinations, len(ids)), self.messages, strict=True))
@@ -61,7 +62,7 @@ class DeliveriesConfirmed:
 class DeliverySent:
     delivery_id: int
     destination: str
-    message: Any
+    message: object
 
 
 @register_type(manifest="reprise.persistence.DeliveryConfirmed")
@@ -75,7 +76,7 @@ class DeliveryConfirmed:
 @dataclass(frozen=True)
 class DurableSnapshot:
     delivery: AtLeastOnceDeliverySnapshot
-    state: Any
+    state: object
 
 
 class DurableDelivery(AtLeastOnceDelivery):
@@ -88,7 +89,7 @@ class DurableDelivery(AtLeastOnceDelivery):
         self._confirmed_up_to = 0
         self._journaling = False  # something above waits to be journaled (a before-commit contribution is made)
 
-    def deliver(self, destination: str, id_to_message: Callable[[int], Any]) -> int:
+    def deliver(self, destination: str, id_to_message: Callable[[int], object]) -> int:
         """Journal the delivery (asynchronously: commands keep flowing), then send it until confirmed."""
         if self._recovery_running:
             raise RuntimeError("DurableDelivery replays its own deliveries; do not call deliver during replay")
@@ -102,7 +103,7 @@ class DurableDelivery(AtLeastOnceDelivery):
         self._unjournaled.append((delivery_id, d))
         return delivery_id
 
-    def deliver_many(self, delivery_ids: Sequence[int], destinations: Sequence[str], messages: Sequence[Any],
+    def deliver_many(self, delivery_ids: Sequence[int], destinations: Sequence[str], messages: Sequence[object],
                      send: Callable[[], None] | None = None) -> None:
         """Not for DurableDelivery, which numbers and journals its deliveries itself: call deliver() per message."""
         raise TypeError(f"{type(self).__name__} is a DurableDelivery: it numbers and journals its own deliveries, "
@@ -192,7 +193,7 @@ class DurableDelivery(AtLeastOnceDelivery):
         if sent:
             self._ensure_timer()
 
-    def _on_write_results(self, batch: list[_Entry], results: Any) -> None:
+    def _on_write_results(self, batch: list[_Entry], results: WriteResults) -> None:
         if isinstance(results, list) and any(r is not None for r in results):  # rejections are rare
             batch, results = split_rejected(self, batch, results, DeliveriesSent, self._requeue_one_by_one)
             for entry, result in zip([e for e in batch if e.atomic is not None], results, strict=True):
@@ -201,10 +202,10 @@ class DurableDelivery(AtLeastOnceDelivery):
                     self._unconfirmed.pop(event.delivery_ids[0], None)
         super()._on_write_results(batch, results)
 
-    def _requeue_one_by_one(self, entry: Any) -> None:
+    def _requeue_one_by_one(self, entry: _Entry) -> None:
         # Only the deliveries that cannot be stored are rejected (and given up: never sent).
         queue = self._queue_write
-        for delivery_id, destination, message in entry.atomic.payload[0].payload.entries():
+        for delivery_id, destination, message in cast(AtomicWrite, entry.atomic).payload[0].payload.entries():
             if delivery_id in self._unconfirmed:
                 queue((DeliveriesSent((delivery_id,), (destination,), (message,)),), self._on_sent, False)
 
@@ -253,7 +254,7 @@ class DurableDelivery(AtLeastOnceDelivery):
             offer = SnapshotOffer(offer.metadata, snap.state)
         super().mixin_recover_snapshot(offer)
 
-    def mixin_wrap_snapshot(self, snapshot: Any) -> Any:
+    def mixin_wrap_snapshot(self, snapshot: object) -> object:
         return DurableSnapshot(self.get_delivery_snapshot(), super().mixin_wrap_snapshot(snapshot))
 
     def _exhausted(self, delivery_id: int, d: _Delivery) -> None:
@@ -263,5 +264,5 @@ class DurableDelivery(AtLeastOnceDelivery):
         super()._exhausted(delivery_id, d)
 
 
-def _ignore(_: Any) -> None:
+def _ignore(_: object) -> None:
     pass

@@ -9,6 +9,7 @@ from typing import Any, cast
 
 from journal import register_type
 from persistence.compact import expand, same_or_each, split_rejected
+from persistence.coordinator import WriteResults
 from persistence.messages import Confirm, SnapshotOffer
 from persistence.persistent_actor import PersistentActor, _Entry
 
@@ -20,7 +21,7 @@ class Applied:
 
     origin: str
     delivery_id: int
-    event: Any
+    event: object
 
 
 @register_type(manifest="reprise.persistence.AppliedBatch")
@@ -31,12 +32,12 @@ class AppliedBatch:
 
     origins: tuple[str, ...]
     delivery_ids: tuple[int, ...]
-    events: tuple[Any, ...]
+    events: tuple[object, ...]
 
     def __len__(self) -> int:
         return len(self.delivery_ids)
 
-    def entries(self) -> list[tuple[str, int, Any]]:
+    def entries(self) -> list[tuple[str, int, object]]:
         """(origin, delivery id, event) of every application in the event."""
         ids = self.delivery_ids
         return list(zip(expand(self.origins, len(ids)), ids, self.events, strict=True))
@@ -47,8 +48,8 @@ class AppliedBatch:
 class IdempotentSnapshot:
     """A user snapshot together with the dedup state {origin: (low watermark, ((start, end), ...))}."""
 
-    dedup: dict[str, Any]
-    state: Any
+    dedup: dict[str, tuple[int, tuple[tuple[int, int], ...]]]  # SeenIds.state() per origin
+    state: object
 
 
 class SeenIds:
@@ -201,7 +202,7 @@ class IdempotentReceiver(PersistentActor):
         s = self._seen.get(origin)
         return s is not None and delivery_id in s
 
-    def persist_applied(self, origin: str, delivery_id: int, event: Any, handler: Callable[[Any], Any],
+    def persist_applied(self, origin: str, delivery_id: int, event: object, handler: Callable[[Any], object],
                         asynchronous: bool = True) -> bool:
         """Persist `event` for this delivery unless it was already applied; False for a duplicate."""
         if type(delivery_id) is not int or delivery_id < 1:
@@ -224,14 +225,14 @@ class IdempotentReceiver(PersistentActor):
         persist(Applied(origin, delivery_id, event), lambda a: handler(a.event))
         return True
 
-    def apply_and_confirm(self, origin: str, delivery_id: int, event: Any,
-                          handler: Callable[[Any], Any] | None = None) -> bool:
+    def apply_and_confirm(self, origin: str, delivery_id: int, event: object,
+                          handler: Callable[[Any], object] | None = None) -> bool:
         """persist_applied, then Confirm(delivery_id) to `origin` once the event is durable; False for a duplicate.
 
         A duplicate is confirmed again (the first confirm may have been lost), but only after any write in
         flight, so a confirm never overtakes the event it acknowledges.
         """
-        def applied(e: Any) -> None:
+        def applied(e: object) -> None:
             if handler is not None:
                 handler(e)
             self.tell(origin, Confirm(delivery_id))
@@ -272,19 +273,19 @@ class IdempotentReceiver(PersistentActor):
             applied = AppliedBatch(same_or_each(origins), delivery_ids, events)
         self._queue_write((applied,), pending, False)
 
-    def _on_write_results(self, batch: list[_Entry], results: Any) -> None:
+    def _on_write_results(self, batch: list[_Entry], results: WriteResults) -> None:
         if isinstance(results, list) and results.count(None) != len(results):  # rejections are rare
             batch, results = split_rejected(self, batch, results, AppliedBatch, self._requeue_one_by_one)
         super()._on_write_results(batch, results)
 
-    def _requeue_one_by_one(self, entry: Any) -> None:
+    def _requeue_one_by_one(self, entry: _Entry) -> None:
         # Only the applications whose event cannot be stored are rejected; the others are applied.
         queue = self._queue_write
         for origin, delivery_id, event, handler, sender in cast(_Applications, entry.handler):
             self.sender = sender
             queue((Applied(origin, delivery_id, event),), lambda a, h=handler: h(a.event), False)  # type: ignore[misc]  # (mypy infers no lambda with a default)
 
-    def _event_rejected(self, event: Any) -> None:
+    def _event_rejected(self, event: object) -> None:
         # The id was marked when persist_applied was called; nothing was stored, so a redelivery must apply.
         if type(event) is Applied:
             seen = self._seen.get(event.origin)
@@ -315,12 +316,12 @@ class IdempotentReceiver(PersistentActor):
             offer = SnapshotOffer(offer.metadata, snap.state)
         super().mixin_recover_snapshot(offer)
 
-    def mixin_wrap_snapshot(self, snapshot: Any) -> Any:
+    def mixin_wrap_snapshot(self, snapshot: object) -> object:
         seen = {o: s.state() for o, s in self._seen.items()}
         return IdempotentSnapshot(seen, super().mixin_wrap_snapshot(snapshot))
 
 
-class _Applications(list[tuple[str, int, Any, Callable[[Any], Any], str | None]]):
+class _Applications(list[tuple[str, int, object, Callable[[Any], object], str | None]]):
     """(origin, delivery id, event, handler, sender) of persist_applied calls, in call order; once they are
     journaled as one AppliedBatch, also its handler: each application's handler with its command's sender.
 

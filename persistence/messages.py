@@ -84,7 +84,7 @@ class DeleteSnapshotsFailure:
 class ReplyToStrategy:
     """Stash overflow strategy: answer `response` to the sender of a command that does not fit."""
 
-    response: Any
+    response: object
 
 
 # ---- at-least-once delivery ---------------------------------------------------------------------

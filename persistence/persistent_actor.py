@@ -7,7 +7,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 from actors import Actor
@@ -16,12 +16,13 @@ from journal import (
     AtomicWrite,
     Journal,
     PersistentRepr,
+    SelectedSnapshot,
     SnapshotMetadata,
     SnapshotSelectionCriteria,
     SnapshotStore,
 )
 from journal.errors import RepriseError
-from persistence.coordinator import coordinator_for
+from persistence.coordinator import WriteResults, coordinator_for
 from persistence.messages import (
     DeleteMessagesFailure,
     DeleteMessagesSuccess,
@@ -40,7 +41,12 @@ from persistence.plugins import journal_for, snapshot_store_for
 
 log = logging.getLogger("reprise.persistence")
 
-Handler = Callable[[Any], Any]
+Handler = Callable[[Any], object]  # Any: a user's handler takes the event type it persisted
+
+
+def _url(config: Mapping[str, object], key: str) -> str | None:
+    """The journal or snapshot store URL in the system configuration (`str | None` in actors.start)."""
+    return cast("str | None", config.get(key))
 
 
 class IllegalStateError(RepriseError, RuntimeError):
@@ -76,7 +82,7 @@ class _Entry:
 
     __slots__ = ("atomic", "event", "handler", "sender", "stashing")
 
-    def __init__(self, atomic: AtomicWrite | None, event: Any, handler: Handler, sender: str | None,
+    def __init__(self, atomic: AtomicWrite | None, event: object, handler: Handler, sender: str | None,
                  stashing: bool) -> None:
         self.atomic = atomic
         self.event = event
@@ -125,7 +131,7 @@ class PersistentActor(Actor):
     # ---- what the user implements ---------------------------------------------------------------
 
     @classmethod
-    def open_resources(cls, config: dict[str, Any]) -> None:
+    def open_resources(cls, config: Mapping[str, object]) -> None:
         """Open this class's journal and snapshot store when its host starts, so a bad one fails the spawn."""
         from actors.errors import SpawnFailed
         from journal.urls import redact_url
@@ -134,7 +140,7 @@ class PersistentActor(Actor):
                                        ("snapshot store", cls.snapshot_store_url, "snapshot_store", snapshot_store_for)):
             if not (own is None or isinstance(own, str)):
                 continue  # a property computed per instance: it is opened on recovery
-            url = own or config.get(key)
+            url = own or _url(config, key)
             try:
                 opener(url)
             except Exception as e:
@@ -154,7 +160,7 @@ class PersistentActor(Actor):
         log.error("Failed to persist event type [%s] with sequence number [%d] for persistenceId [%s]: %s",
                   type(event).__name__, sequence_nr, self.persistence_id, cause)
 
-    def _event_rejected(self, event: Any) -> None:
+    def _event_rejected(self, event: object) -> None:
         """Undo bookkeeping done for an event the journal rejected (a mixin hook; see IdempotentReceiver)."""
 
     def on_persist_rejected(self, cause: BaseException, event: Any, sequence_nr: int) -> None:
@@ -245,7 +251,7 @@ class PersistentActor(Actor):
         anything else goes to super() as it is."""
         self.receive_recover(offer)
 
-    def mixin_wrap_snapshot(self, snapshot: Any) -> Any:
+    def mixin_wrap_snapshot(self, snapshot: object) -> object:
         """Return what save_snapshot stores for the user's `snapshot`: the mixin's state together with
         super().mixin_wrap_snapshot(snapshot), in a wrapper that mixin_recover_snapshot recognises."""
         return snapshot
@@ -260,7 +266,7 @@ class PersistentActor(Actor):
         self._contributors: list[Callable[[], None]] | tuple[()] = ()  # see _contribute; () when none (no list per actor)
         self._pending = 0
         self._stashing = 0
-        self._stash: deque[tuple[Any, str | None]] = deque()
+        self._stash: deque[tuple[object, str | None]] = deque()
         self.sender = None
         self._coordinator = coordinator_for(self.context)
         self._journal: Journal | None = None  # opened by recovery
@@ -292,7 +298,7 @@ class PersistentActor(Actor):
         self.post_restart(error)
         self._recover()
 
-    def restart_carryover(self) -> list[tuple[Any, str | None]]:
+    def restart_carryover(self) -> list[tuple[object, str | None]]:
         # Events persisted before the failure are still written (Akka flushes in the error path); their
         # handlers are not run on this instance: the new one gets them through replay.
         batch = self._take_batch()  # before _replaced is set: _take_batch yields nothing for a replaced actor
@@ -318,12 +324,12 @@ class PersistentActor(Actor):
                 raise ValueError(f"persistenceId cannot be empty for PersistentActor {type(self).__name__}"
                                  if isinstance(pid, str) else
                                  f"requirement failed: persistenceId is [None] for PersistentActor {self.path}")
-            self._journal = journal_for(self.journal_url or self.config.get("journal"))
-            self._snapshots = snapshot_store_for(self.snapshot_store_url or self.config.get("snapshot_store"))
+            self._journal = journal_for(self.journal_url or _url(self.config, "journal"))
+            self._snapshots = snapshot_store_for(self.snapshot_store_url or _url(self.config, "snapshot_store"))
             rec = self.recovery
             timeout = self.recovery_event_timeout
             if timeout is None:
-                timeout = float(self.config.get("recovery_event_timeout", 30.0))
+                timeout = float(cast(float, self.config.get("recovery_event_timeout", 30.0)))
             criteria = rec.from_snapshot.limit(rec.to_sequence_nr)
             if rec.from_snapshot != SnapshotSelectionCriteria.NONE:
                 started = time.monotonic()
@@ -366,7 +372,7 @@ class PersistentActor(Actor):
             self._failed_after_recovery = exc
             self._tell_self(_RESTART_AFTER_RECOVERY)
 
-    def _load_snapshot(self, pid: str, criteria: SnapshotSelectionCriteria) -> Any:
+    def _load_snapshot(self, pid: str, criteria: SnapshotSelectionCriteria) -> SelectedSnapshot | None:
         """The youngest loadable snapshot: an unreadable one is skipped for an older one (Akka's local store)."""
         attempts = 0
         while True:
@@ -388,7 +394,7 @@ class PersistentActor(Actor):
     def _on_replay_success(self) -> None:
         """Called after replay, before RecoveryCompleted (AtLeastOnceDelivery resends here)."""
 
-    def _recovery_failed(self, cause: BaseException, event: Any) -> None:
+    def _recovery_failed(self, cause: BaseException, event: object) -> None:
         try:
             self.on_recovery_failure(cause, event)
         except Exception:
@@ -401,7 +407,7 @@ class PersistentActor(Actor):
         self.context.stop_entity(self, reason)
 
     # ---- message entry point --------------------------------------------------------------------
-    def receive(self, message: Any, sender: str | None) -> None:
+    def receive(self, message: object, sender: str | None) -> None:
         """The actors entry point: commands wait in the stash while a stashing persist is pending."""
         if self._dead:
             self.context.dead_letter(sender, self.path, message, "persistent actor stopped")
@@ -423,7 +429,7 @@ class PersistentActor(Actor):
             return
         self.mixin_command(message, sender)
 
-    def _stash_overflow(self, message: Any, sender: str | None) -> None:
+    def _stash_overflow(self, message: object, sender: str | None) -> None:
         strategy = self._overflow
         if strategy == "drop":
             self.context.dead_letter(sender, self.path, message, "internal stash of a persistent actor is full")
@@ -450,31 +456,31 @@ class PersistentActor(Actor):
                 return
 
     # ---- persist family -----------------------------------------------------------------------
-    def persist(self, event: Any, handler: Handler) -> None:
+    def persist(self, event: object, handler: Handler) -> None:
         """Store `event`, then call `handler(event)`; no command is handled in between."""
         self._queue_write((event,), handler, True)
 
-    def persist_all(self, events: Iterable[Any], handler: Handler) -> None:
+    def persist_all(self, events: Iterable[object], handler: Handler) -> None:
         """Store `events` atomically, then call `handler` for each; commands wait (empty = no-op)."""
         self._queue_write(tuple(events), handler, True)
 
-    def persist_async(self, event: Any, handler: Handler) -> None:
+    def persist_async(self, event: object, handler: Handler) -> None:
         """Store `event`, then call `handler(event)`; commands keep flowing meanwhile."""
         self._queue_write((event,), handler, False)
 
-    def persist_all_async(self, events: Iterable[Any], handler: Handler) -> None:
+    def persist_all_async(self, events: Iterable[object], handler: Handler) -> None:
         """Store `events` atomically without stashing commands; handlers still run in call order."""
         self._queue_write(tuple(events), handler, False)
 
-    def defer(self, event: Any, handler: Handler) -> None:
+    def defer(self, event: object, handler: Handler) -> None:
         """Call `handler(event)` after every pending handler (now if none); commands wait."""
         self._queue_defer(event, handler, True)
 
-    def defer_async(self, event: Any, handler: Handler) -> None:
+    def defer_async(self, event: object, handler: Handler) -> None:
         """Call `handler(event)` after every pending handler (now if none); commands keep flowing."""
         self._queue_defer(event, handler, False)
 
-    def _queue_write(self, events: tuple[Any, ...], handler: Handler, stashing: bool) -> None:
+    def _queue_write(self, events: tuple[object, ...], handler: Handler, stashing: bool) -> None:
         if self._contributors:
             self._before_commit()  # what mixins gathered earlier goes first, as it was called first
         if self._recovery_running:
@@ -497,7 +503,7 @@ class PersistentActor(Actor):
             self._stashing += n
         self._coordinator.enqueue(self)
 
-    def _queue_defer(self, event: Any, handler: Handler, stashing: bool) -> None:
+    def _queue_defer(self, event: object, handler: Handler, stashing: bool) -> None:
         if self._contributors:
             self._before_commit()
         if self._recovery_running:
@@ -550,10 +556,11 @@ class PersistentActor(Actor):
             return []
         return batch
 
-    def _on_write_results(self, batch: list[_Entry], results: Any) -> None:
+    def _on_write_results(self, batch: list[_Entry], results: WriteResults) -> None:
         """Run handlers in call order for one committed batch, then let waiting commands in."""
         host = self.context
         failure = results if isinstance(results, BaseException) else None
+        per_write = cast("list[BaseException | None]", results)  # (read only when there was a write, and no failure)
         wi = 0
         for entry in batch:
             if self._replaced or self._dead:
@@ -582,7 +589,7 @@ class PersistentActor(Actor):
                                   entry.sender, failure)
                 self._die("persist failed")
                 return
-            result = results[wi]
+            result = per_write[wi]
             wi += 1
             if result is None:
                 for repr_ in atomic.payload:
@@ -614,7 +621,7 @@ class PersistentActor(Actor):
         if entry.stashing:
             self._stashing -= 1
 
-    def _invoke(self, entry: _Entry, event: Any) -> bool:
+    def _invoke(self, entry: _Entry, event: object) -> bool:
         """Run the entry's handler for one event with its command's sender; False if it failed (the actor
         is restarting)."""
         self.sender = entry.sender
@@ -629,10 +636,10 @@ class PersistentActor(Actor):
         return True
 
     # ---- snapshots and deletes ------------------------------------------------------------------
-    def _tell_self(self, message: Any) -> None:
+    def _tell_self(self, message: object) -> None:
         self.context.route(self.path, self.path, message)
 
-    def save_snapshot(self, snapshot: Any) -> None:
+    def save_snapshot(self, snapshot: object) -> None:
         """Store `snapshot` at snapshot_sequence_nr; SaveSnapshotSuccess/Failure arrives as a command."""
         md = SnapshotMetadata(self.persistence_id, self.snapshot_sequence_nr)
         try:

@@ -12,7 +12,7 @@ probability 2**-64 (Storm's argument). Confirmations are applied only when the b
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any, cast
+from typing import cast
 
 _np: ModuleType | None
 try:  # comes with pyspark's pandas; the bridge works without it, only slower
@@ -77,6 +77,6 @@ class Tree:
         self.batch_no = batch_no
         self.reply_to = reply_to
 
-    def state(self) -> list[Any]:
+    def state(self) -> list[int | str]:
         """What a snapshot keeps (the reply path is not kept: tasks ask again after a restart)."""
         return [self.tree_id, self.value, self.rows, self.feed_id, self.partition, self.batch_no]

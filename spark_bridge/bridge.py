@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -101,11 +102,11 @@ class _RowsOut:
         self.targets: list[str] = []
         self.ids: list[int] = []
         self.anchors: list[int | None] = []
-        self.values: list[Any] = []
+        self.values: list[object] = []
         self.rows: list[Row] = []
         self.columns = columns
 
-    def send(self, host: Any, sender: str, low: int) -> None:
+    def send(self, host: actors.ActorContext, sender: str, low: int) -> None:
         """Hand the rows to the host's transport (grouped by the host serving each target)."""
         if not self.targets:
             return
@@ -153,7 +154,7 @@ class SparkBridge(AtLeastOnceDelivery):
     def pre_start(self) -> None:
         """Empty state; recovery fills it from the snapshot and the journal."""
         self._batches: dict[tuple[str, int], SeenIds] = {}  # batch numbers start at 0: low -1 when none
-        self._keys: dict[str, set[Any]] = {}
+        self._keys: dict[str, set[Hashable]] = {}
         self._trees: dict[int | None, Tree] = {}  # looked up by anchor: None (no tree) finds none
         self._by_batch: dict[tuple[str, int, int], int] = {}
         self._backlog: list[_Pending] = []
@@ -446,7 +447,7 @@ class SparkBridge(AtLeastOnceDelivery):
         i = delivery_id - b.first_id
         return b if b.next_index <= i < b.size else None
 
-    def _forward(self, origin: str | None, forward_id: int, anchor: int | None, to: str, message: Any,
+    def _forward(self, origin: str | None, forward_id: int, anchor: int | None, to: str, message: object,
                  sender: str | None) -> None:
         if origin is not None:
             seen = self._forwarded.get(origin)
@@ -652,14 +653,14 @@ class SparkBridge(AtLeastOnceDelivery):
             self.save_snapshot(self._snapshot())
 
 
-def _pick(indices: list[int] | None, *columns: list[Any]) -> list[list[Any]]:
+def _pick(indices: list[int] | None, *columns: list[Any]) -> list[list[Any]]:  # Any: columns of several types
     """The entries at `indices` of each column (all of them for None): one destination host's share."""
     if indices is None:
         return list(columns)
     return [[column[k] for k in indices] for column in columns]
 
 
-def _row_dict(event: BatchStored, i: int) -> dict[str, Any]:
+def _row_dict(event: BatchStored, i: int) -> dict[str, object]:
     columns = cast("tuple[str, ...]", event.columns)  # (called for columnar batches only)
     return {c: col[i] for c, col in zip(columns, event.values, strict=True)}
 

@@ -57,10 +57,10 @@ class _HostOut:
         self.forward_ids: list[int] = []
         self.anchors: list[int | None] = []
         self.tos: list[str] = []
-        self.messages: list[Any] = []
+        self.messages: list[object] = []
         self.confirmed: list[int] = []
 
-    def send(self, host: Any) -> bool:
+    def send(self, host: actors.ActorContext) -> bool:
         if not (self.confirmed or self.senders):
             return False
         if self.senders:
@@ -71,7 +71,7 @@ class _HostOut:
         return True
 
 
-_outgoing: weakref.WeakKeyDictionary[Any, _HostOut] = weakref.WeakKeyDictionary()
+_outgoing: weakref.WeakKeyDictionary[actors.ActorContext, _HostOut] = weakref.WeakKeyDictionary()
 
 
 def _out(actor: actors.Actor) -> _HostOut:
@@ -84,9 +84,11 @@ def _out(actor: actors.Actor) -> _HostOut:
     return out
 
 
-def _send_out(ref: weakref.ref[Any]) -> bool:
+def _send_out(ref: weakref.ref[actors.ActorContext]) -> bool:
     host = ref()
-    out = _outgoing.get(host) if host is not None else None
+    if host is None:
+        return False
+    out = _outgoing.get(host)
     if out is None or not out.send(host):
         return False
     _outgoing[host] = _HostOut()
@@ -111,7 +113,7 @@ def _forward(actor: actors.Actor, f: Forward) -> None:
 _valid_paths: set[str] = set()
 
 
-def _follow_ups(follow_ups: Iterable[tuple[str, Any]]) -> list[list[Any]]:
+def _follow_ups(follow_ups: Iterable[tuple[str, object]]) -> list[list[Any]]:
     pairs = []
     for item in follow_ups:
         try:
@@ -126,7 +128,7 @@ def _follow_ups(follow_ups: Iterable[tuple[str, Any]]) -> list[list[Any]]:
     return pairs
 
 
-def ack(actor: actors.Actor, row: Row, follow_ups: Iterable[tuple[str, Any]] = ()) -> None:
+def ack(actor: actors.Actor, row: Row, follow_ups: Iterable[tuple[str, object]] = ()) -> None:
     """Confirm `row` to the bridge after sending `follow_ups` ((path, message) pairs) anchored to it.
 
     For destinations without a journal: what they did is lost with their process anyway. The bridge
@@ -157,8 +159,8 @@ class FeedReceiver(IdempotentReceiver):
         self._bridge_low = 0
         self._rows_until_trim = 0
 
-    def apply_row(self, row: Row, event: Any, handler: Callable[[Any], Any] | None = None,
-                  follow_ups: Iterable[tuple[str, Any]] = ()) -> bool:
+    def apply_row(self, row: Row, event: object, handler: Callable[[Any], object] | None = None,
+                  follow_ups: Iterable[tuple[str, object]] = ()) -> bool:
         """Persist `event` for `row` unless already applied, run `handler(event)`, send follow-ups, confirm.
 
         Returns False for a row applied before (it is confirmed again, after any write in flight, and
@@ -247,6 +249,6 @@ class FeedReceiver(IdempotentReceiver):
             offer = SnapshotOffer(offer.metadata, snap.state)
         super().mixin_recover_snapshot(offer)
 
-    def mixin_wrap_snapshot(self, snapshot: Any) -> Any:
+    def mixin_wrap_snapshot(self, snapshot: object) -> object:
         pending = [[f.forward_id, f.anchor, f.to, f.message] for f in self._unaccepted.values()]
         return ReceiverSnapshot(self._next_forward, pending, super().mixin_wrap_snapshot(snapshot))

@@ -15,9 +15,9 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import actors
 from actors import AskTimeout, RepriseError
@@ -33,6 +33,11 @@ from spark_bridge.messages import (
     IngestBatch,
 )
 from spark_bridge.progress import Poller, ProgressBar, is_terminal
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, Row
+    from pyspark.sql.streaming.query import StreamingQuery
 
 HOW_TO_START = ("start the bridge in the actor system first: "
                 "`from spark_bridge import start_bridge; start_bridge(actors.connect(PORT))`")
@@ -62,8 +67,8 @@ class _Plan:
     host: str
     port: int
     feed_id: str
-    to: Any  # column name or callable Row -> path
-    message: Callable[[Any], Any] | None
+    to: str | Callable[[Row], str]  # column name or callable Row -> path
+    message: Callable[[Row], object] | None
     key: str | None
     batch_size: int
     window: int
@@ -72,7 +77,7 @@ class _Plan:
     processed: bool
 
 
-def _address(system: Any) -> tuple[str, int]:
+def _address(system: object) -> tuple[str, int]:
     """(host, admin port) from a port, "host:port" or a System."""
     if isinstance(system, actors.System):
         return "127.0.0.1", int(cast(int, system.admin_port))
@@ -127,7 +132,7 @@ class _Publisher:
         self.incomplete: list[int] = []
 
     def send(self, batch_no: int, paths: list[str], values: list[Any], columns: tuple[str, ...] | None,
-             keys: list[Any] | None) -> bool:
+             keys: list[Hashable] | None) -> bool:
         """Send one batch once the window has room; False when the partition gave up (processed timeout)."""
         self.settle(self.plan.window - 1)
         if self.incomplete:
@@ -187,11 +192,11 @@ class _Publisher:
         return self.partition, self.rows, self.duplicates, self.dead, incomplete
 
 
-_valid_paths: set[Any] = set()  # per worker process: most feeds send to the same paths again and again
+_valid_paths: set[str] = set()  # per worker process: most feeds send to the same paths again and again
 
 
-def _check_paths(paths: list[Any]) -> None:
-    fresh: set[Any] | list[Any]
+def _check_paths(paths: list[str]) -> None:
+    fresh: set[str] | list[str]
     try:
         fresh = set(paths).difference(_valid_paths)
     except TypeError:  # an unhashable value: validate_path names it
@@ -203,7 +208,7 @@ def _check_paths(paths: list[Any]) -> None:
     _valid_paths.update(fresh)
 
 
-def _unserializable_column(bodies: list[Any], exc: Exception) -> FeedError:
+def _unserializable_column(bodies: list[object], exc: Exception) -> FeedError:
     """Find the first value msgpack cannot carry and name its column."""
     for message in bodies:
         try:
@@ -221,12 +226,12 @@ def _unserializable_column(bodies: list[Any], exc: Exception) -> FeedError:
     return FeedError(f"a batch cannot be carried by msgpack: {exc}")
 
 
-def _run_rows(plan: _Plan, partition: int, rows: Iterator[Any]) -> Iterator[tuple[int, int, int, int, str | None]]:
+def _run_rows(plan: _Plan, partition: int, rows: Iterable[Row]) -> Iterator[tuple[int, int, int, int, str | None]]:
     """A task over Row objects (a `to` or `message` callable): convert each row, send batches."""
     pub = _Publisher(plan, partition)
-    paths: list[Any] = []
-    bodies: list[Any] = []
-    keys: list[Any] | None = [] if plan.key is not None else None
+    paths: list[str] = []
+    bodies: list[object] = []
+    keys: list[Hashable] | None = [] if plan.key is not None else None
 
     def flush(batch_no: int) -> bool:
         _check_paths(paths)
@@ -254,7 +259,7 @@ def _run_rows(plan: _Plan, partition: int, rows: Iterator[Any]) -> Iterator[tupl
     yield pub.finish()
 
 
-def _run_arrow(plan: _Plan, batches: Iterator[Any]) -> Iterator[Any]:
+def _run_arrow(plan: _Plan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """A task over Arrow record batches: columns to Python lists in C, cut into batches, no row objects."""
     import pyarrow as pa
     from pyspark import TaskContext
@@ -328,7 +333,7 @@ def _has_map(data_type: Any) -> bool:
     return False
 
 
-def _check_columns(df: Any) -> None:
+def _check_columns(df: DataFrame) -> None:
     """Fail before the job when a column's values cannot travel as msgpack in the default row dict."""
     for f in df.schema.fields:
         why = _unsupported(f.dataType)
@@ -356,7 +361,7 @@ def _check_system(host: str, port: int) -> None:
                         + HOW_TO_START)
 
 
-def _progress(df: Any, host: str, port: int, feed_id: str, processed: bool, stream: Any) -> Poller | None:
+def _progress(df: DataFrame, host: str, port: int, feed_id: str, processed: bool, stream: TextIO) -> Poller | None:
     """A polling progress bar on `stream`, or None when it is not a terminal."""
     if not is_terminal(stream):
         return None
@@ -373,10 +378,10 @@ def _progress(df: Any, host: str, port: int, feed_id: str, processed: bool, stre
     return poller
 
 
-def feed(df: Any, system: Any, to: str | Callable[[Any], str] = "destination",
-         message: Callable[[Any], Any] | None = None, key: str | None = None, feed_id: str | None = None,
+def feed(df: DataFrame, system: object, to: str | Callable[[Row], str] = "destination",
+         message: Callable[[Row], object] | None = None, key: str | None = None, feed_id: str | None = None,
          ack: str = "persisted", batch_size: int = 2_000, window: int = 8, timeout: float = 60.0,
-         progress: bool | Any = True) -> FeedResult:
+         progress: bool | TextIO = True) -> FeedResult:
     """Send every row of `df` to the actor at its path through the bridge.
 
     Returns once every row is durable in the bridge (ack="persisted") or confirmed by its destination
@@ -411,7 +416,8 @@ def feed(df: Any, system: Any, to: str | Callable[[Any], str] = "destination",
     plan = _Plan(host, port, feed_id, to, message, key, batch_size, window, float(timeout),
                  resend_after=max(0.5, min(5.0, timeout / 6)), processed=ack == "processed")
     stream = sys.stderr if progress is True else progress
-    poller = _progress(df, host, port, feed_id, plan.processed, stream) if progress is not False else None
+    poller = (_progress(df, host, port, feed_id, plan.processed, cast(TextIO, stream))  # (a stream: not False)
+              if progress is not False else None)
     started = time.monotonic()
     parts: list[tuple[Any, ...]] = []
     try:
@@ -434,9 +440,9 @@ def feed(df: Any, system: Any, to: str | Callable[[Any], str] = "destination",
                       rows / seconds if seconds > 0 else 0.0)
 
 
-def feed_stream(stream_df: Any, system: Any, *, feed_id: str, checkpoint: str, to: str | Callable[[Any], str] = "destination",
-                message: Callable[[Any], Any] | None = None, key: str | None = None, ack: str = "persisted",
-                batch_size: int = 2_000, window: int = 8, timeout: float = 60.0, trigger: dict[str, Any] | None = None) -> Any:
+def feed_stream(stream_df: DataFrame, system: object, *, feed_id: str, checkpoint: str, to: str | Callable[[Row], str] = "destination",
+                message: Callable[[Row], object] | None = None, key: str | None = None, ack: str = "persisted",
+                batch_size: int = 2_000, window: int = 8, timeout: float = 60.0, trigger: dict[str, Any] | None = None) -> StreamingQuery:
     """Feed a streaming DataFrame through foreachBatch; returns the started StreamingQuery.
 
     Each micro-batch is fed as `f"{feed_id}/{batch_id}"`: Spark replays an uncommitted micro-batch with
@@ -448,7 +454,7 @@ def feed_stream(stream_df: Any, system: Any, *, feed_id: str, checkpoint: str, t
     host, port = _address(system)
     _check_system(host, port)
 
-    def each(batch_df: Any, batch_id: int) -> None:
+    def each(batch_df: DataFrame, batch_id: int) -> None:
         feed(batch_df, f"{host}:{port}", to=to, message=message, key=key, feed_id=f"{feed_id}/{batch_id}",
              ack=ack, batch_size=batch_size, window=window, timeout=timeout, progress=False)
 

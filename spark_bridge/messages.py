@@ -6,6 +6,7 @@ spark_bridge); the rest is the bridge's wire protocol and journal format, intern
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,10 +30,10 @@ class IngestBatch:
     partition: int
     batch_no: int
     paths: list[str]
-    values: list[Any]
+    values: list[Any]  # Any: per row its message, or (columnar) per column its values, indexed by row
     reply_to: str
     columns: tuple[str, ...] | None = None
-    keys: list[Any] | None = None
+    keys: list[Hashable] | None = None
     processed: bool = False
 
 
@@ -106,7 +107,7 @@ class Row:
         """The message of this row (by default the Spark row as a dict)."""
         return self.data if self.columns is None else dict(zip(self.columns, self.data, strict=False))
 
-    def __reduce__(self) -> tuple[type[Row], tuple[Any, ...]]:
+    def __reduce__(self) -> tuple[type[Row], tuple[object, ...]]:
         # Positional arguments pickle faster than the default (class, state dict) form: one per row.
         return (Row, (self.delivery_id, self.data, self.anchor, self.settled_below, self.columns))
 
@@ -121,7 +122,7 @@ class RowChunk(Scatter):
     targets: list[str]
     delivery_ids: list[int]
     anchors: list[int | None]
-    values: list[Any]
+    values: list[object]
     columns: tuple[str, ...] | None
     settled_below: int
 
@@ -151,7 +152,7 @@ class Forward:
     forward_id: int
     anchor: int | None
     to: str
-    message: Any
+    message: object
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,7 @@ class Forwards:
     forward_ids: list[int]
     anchors: list[int | None]
     tos: list[str]
-    messages: list[Any]
+    messages: list[object]
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,7 @@ class BatchStored:
     paths: list[str]
     values: list[Any]
     columns: tuple[str, ...] | None
-    keys: list[Any] | None
+    keys: list[Hashable] | None
     first_id: int
     dead: list[int]
     duplicates: int
@@ -254,7 +255,7 @@ class RowApplied:
     the bridge when this was written; `bridge_low`: every bridge delivery id below it was confirmed.
     """
 
-    event: Any
+    event: object
     anchor: int | None
     follow_ups: list[list[Any]]  # [[to, message], ...]
     first_forward: int
@@ -269,4 +270,4 @@ class ReceiverSnapshot:
 
     next_forward: int
     pending: list[list[Any]]  # [forward_id, anchor, to, message]
-    state: Any
+    state: object
