@@ -47,10 +47,12 @@ from .messages import (
     HostStats,
     InitHost,
     Scatter,
+    ShardSet,
     StopEntity,
 )
 from .paths import shard_of
 from .supervision import PARENT_WAKEUP, ParentWatch, exit_if_orphaned_before
+from .thespian_types import Address, Intent
 from .timers import Timer, TimerQueue
 from .transport import Entry, Outbox, Router, address_key, check_message, route_keys, unpack
 
@@ -88,7 +90,7 @@ class Host:
     calls of `actors.lifecycle.Lifecycle`.
     """
 
-    def __init__(self, adapter: Any, init: InitHost, my_address: Any) -> None:
+    def __init__(self, adapter: Any, init: InitHost, my_address: Address) -> None:
         spec: HostSpec = init.spec
         self.adapter = adapter
         self.spec = spec
@@ -158,7 +160,7 @@ class Host:
             self.started = True
             self.settle()
 
-    def _own_options(self, spec: HostSpec) -> dict[str, Any]:
+    def _own_options(self, spec: HostSpec) -> dict[str, object]:
         """The config with this host's own options (per shard where they say {shard}), checked here.
 
         Here, not only in the caller: the caller may never have imported the layer that owns an option
@@ -173,7 +175,7 @@ class Host:
         """Call `actor.routes_lost(prefixes)` when hosts it may have sent to die (see `update_routes`)."""
         self._route_watchers.add(actor)
 
-    def update_routes(self, routes: dict[str, Any], epoch: int, my_address: Any) -> None:
+    def update_routes(self, routes: dict[str, Address | ShardSet], epoch: int, my_address: Address) -> None:
         """Install a directory update; tell watchers which hosts died since the last one.
 
         A prefix is lost when its host's address gives way to another (the guardian holding messages for
@@ -211,7 +213,7 @@ class Host:
         return ext
 
     # ---- sending -------------------------------------------------------------------------------
-    def route(self, sender: str | None, target: str | None, message: Any) -> None:
+    def route(self, sender: str | None, target: str | None, message: object) -> None:
         """Queue `message` for `target`: local entities directly, others in the batched outbox."""
         check_message(message)
         if target is None:
@@ -220,7 +222,7 @@ class Host:
         hit = self.router.resolve(target)
         if hit is None:
             # Unknown here: the guardian has the authoritative directory (or records a dead letter).
-            hit = cast("tuple[str, Any]", self.router.resolve(GUARDIAN_PATH))
+            hit = cast("tuple[str, Address]", self.router.resolve(GUARDIAN_PATH))
         if hit[0] == self.my_key:
             self.local.append((sender, target, message))
         else:
@@ -242,9 +244,9 @@ class Host:
                 self.route(sender, target, message)
             return
         resolve = self.router.resolve
-        groups: dict[str, tuple[Any, list[int]]] = {}
+        groups: dict[str, tuple[Address, list[int]]] = {}
         for i, target in enumerate(targets):
-            hit = resolve(target) or cast("tuple[str, Any]", resolve(GUARDIAN_PATH))  # unknown here: the guardian decides
+            hit = resolve(target) or cast("tuple[str, Address]", resolve(GUARDIAN_PATH))  # unknown here: the guardian decides
             group = groups.get(hit[0])
             if group is None:
                 group = groups[hit[0]] = (hit[1], [])
@@ -258,7 +260,7 @@ class Host:
                     self.handover.note_guardian(targets[indices[0]])
                 self.outbox.add(key, address, (sender, targets[indices[0]], message))
 
-    def dead_letter(self, sender: str | None, target: str, message: Any, reason: str) -> None:
+    def dead_letter(self, sender: str | None, target: str, message: object, reason: str) -> None:
         """Report an undeliverable message to the guardian (counted, logged, observable)."""
         log.debug("dead letter to %s from %s: %s", target, sender, reason)
         self.route(self.path, GUARDIAN_PATH, DeadLetter(sender, target, message, reason))
@@ -284,7 +286,7 @@ class Host:
         self.dead_letter(sender, target, description, f"message {why}")
 
     # ---- receiving -----------------------------------------------------------------------------
-    def on_batch(self, batch: Batch, thespian_sender: Any) -> None:
+    def on_batch(self, batch: Batch, thespian_sender: Address) -> None:
         """Dispatch every entry of an incoming batch, in order, then settle."""
         if batch.origin != self.key:
             self.router.learn(batch.origin, thespian_sender)
@@ -306,7 +308,7 @@ class Host:
                 deliver(sender, target, message)
         self.settle()
 
-    def deliver(self, sender: str | None, target: str, message: Any) -> None:
+    def deliver(self, sender: str | None, target: str, message: object) -> None:
         """Hand one message to the entity at `target`, creating it on first use."""
         entity = self.entities.get(target)
         if entity is None:
@@ -318,14 +320,14 @@ class Host:
         entity._last_active = self.now
         self._invoke(entity, message, sender)
 
-    def _materialize(self, sender: str | None, target: str, message: Any) -> Actor | None:
+    def _materialize(self, sender: str | None, target: str, message: object) -> Actor | None:
         if self.spec.entities and target.startswith(self.entity_prefix):
             if "/" in target[len(self.entity_prefix):]:
                 self.dead_letter(sender, target, message, f"no entity at {target}: entity ids are one path segment")
                 return None
             if self.spec.shards > 1 and shard_of(target, self.path, self.spec.shards) != self.spec.shard:
                 # Another shard's entity (a stale route): one instance per entity, so the guardian reroutes it.
-                hit = cast("tuple[str, Any]", self.router.resolve(GUARDIAN_PATH))
+                hit = cast("tuple[str, Address]", self.router.resolve(GUARDIAN_PATH))
                 self.outbox.add(hit[0], hit[1], (sender, target, message))
                 return None
             entity = self._new_instance(target)
@@ -348,7 +350,7 @@ class Host:
             return None
         if self.failed and target == self.path:
             # Our actor failed and this host is about to be replaced: the guardian holds this for the next.
-            hit = cast("tuple[str, Any]", self.router.resolve(GUARDIAN_PATH))
+            hit = cast("tuple[str, Address]", self.router.resolve(GUARDIAN_PATH))
             self.outbox.add(hit[0], hit[1], (sender, target, message))
             return None
         if target == self.path or target.startswith(self.entity_prefix):
@@ -356,7 +358,7 @@ class Host:
             self.dead_letter(sender, target, message, f"no actor at {target}")
             return None
         # Not ours (a stale route, or a reused port): the guardian knows where it lives now.
-        hit = cast("tuple[str, Any]", self.router.resolve(GUARDIAN_PATH))
+        hit = cast("tuple[str, Address]", self.router.resolve(GUARDIAN_PATH))
         self.outbox.add(hit[0], hit[1], (sender, target, message))
         return None
 
@@ -382,7 +384,7 @@ class Host:
         if entity._stopping:
             self.stop_entity(entity, "stopped")
 
-    def report_failure(self, entity: Actor, exc: BaseException, message: Any, sender: str | None) -> None:
+    def report_failure(self, entity: Actor, exc: BaseException, message: object, sender: str | None) -> None:
         """`entity` failed with `exc` on `message`: record it, then restart it (or stop it after too many)."""
         path = entity.path
         # The traceback of `exc` itself: a layer may report a failure outside any except block.
@@ -506,7 +508,7 @@ class Host:
         self.settle(force_flush=True)
 
     # ---- timers ---------------------------------------------------------------------------------
-    def schedule(self, delay: float, interval: float | None, message: Any, owner: Actor) -> Timer:
+    def schedule(self, delay: float, interval: float | None, message: object, owner: Actor) -> Timer:
         """Schedule `message` to `owner`; one Thespian wakeup serves the earliest timer."""
         check_message(message)
         timer = self.timers.schedule(delay, interval, message, owner)
@@ -619,8 +621,8 @@ class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.host: Host | None = None
-        self._guardian = None
-        self._early: list[tuple[Batch, Any]] = []
+        self._guardian: Address | None = None
+        self._early: list[tuple[Batch, Address]] = []
         self._inflight = InFlight(self, self._settled)
         self._parent_watch: ParentWatch | None = None
         exit_if_orphaned_before(lambda: self._guardian is not None)
@@ -676,7 +678,7 @@ class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
         else:
             log.warning("host %s ignored unexpected %r", host.path if host else "?", message)
 
-    def _init(self, init: InitHost, sender: Any) -> None:
+    def _init(self, init: InitHost, sender: Address) -> None:
         self._guardian = init.guardian
         self._inflight.no_bounce = init.guardian  # (nothing to reroute a batch to the guardian to)
         self._parent_watch = ParentWatch.start(self)
@@ -695,7 +697,7 @@ class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
             self.host.on_batch(batch, batch_sender)
 
     # Callbacks used by Host.
-    def send_batch(self, address: Any, batch: Batch) -> None:
+    def send_batch(self, address: Address, batch: Batch) -> None:
         """Send one Thespian message, counted until it lands (see actors/handover.py)."""
         if self.host is None or not self._inflight.tracking:
             self.send(address, batch)
@@ -703,7 +705,7 @@ class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
         self.host.handover.sent(str(address))
         self._inflight.send(address, batch)
 
-    def _settled(self, intent: Any, how: str) -> None:
+    def _settled(self, intent: Intent, how: str) -> None:
         """A batch ended (called in send order per address, inside a transport callback: no self.send)."""
         key = str(intent.targetAddr)
         if how == BOUNCED:

@@ -11,6 +11,7 @@ from .supervision import DEFAULT_HOLD_LIMIT, Backoff
 
 if TYPE_CHECKING:
     from .error_log import ActorError
+    from .thespian_types import Address
 
 GUARDIAN_PATH = "/system/guardian"
 
@@ -44,12 +45,12 @@ class Scatter:
 
     __slots__ = ()
 
-    def items(self) -> Iterable[tuple[str, Any]]:
+    def items(self) -> Iterable[tuple[str, object]]:
         """The (target path, message) pairs, in the order they were sent."""
         raise NotImplementedError
 
 
-def public_config(config: dict[str, Any]) -> dict[str, Any]:
+def public_config(config: Mapping[str, object]) -> dict[str, object]:
     """`config` as shown to clients (SystemStatus, `reprise status`): passwords in its URLs replaced by ***."""
     from journal.urls import redact_url
 
@@ -63,8 +64,8 @@ class HostSpec:
     path: str
     factory: Any  # a class (importable by module path) or "module:Class"
     entities: bool = False
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    args: tuple[object, ...] = ()
+    kwargs: dict[str, object] = field(default_factory=dict)
     passivate_after: float | None = 120.0
     max_restarts: int = 10
     restart_window: float = 60.0
@@ -92,7 +93,7 @@ class HostSpec:
 class ShardSet:
     """A route to the shards of an entity host: `addresses[k]` serves the entities of shard k."""
 
-    addresses: tuple[Any, ...]  # Thespian addresses
+    addresses: tuple[Address, ...]
 
 
 @dataclass(frozen=True)
@@ -100,10 +101,10 @@ class InitHost:
     """Guardian -> new host: what to serve, the directory, and the system configuration."""
 
     spec: HostSpec
-    routes: dict[str, Any]  # prefix -> Thespian address or ShardSet
+    routes: dict[str, Address | ShardSet]  # prefix -> route
     epoch: int
-    config: dict[str, Any]
-    guardian: Any
+    config: dict[str, object]
+    guardian: Address
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ class ActorRestarted:
 class DirectoryUpdate:
     """Guardian -> hosts: the current routes (prefix -> Thespian address)."""
 
-    routes: dict[str, Any]  # prefix -> Thespian address or ShardSet
+    routes: dict[str, Address | ShardSet]  # prefix -> route
     epoch: int
 
 
@@ -248,7 +249,7 @@ class SystemStatus:
 
     hosts: dict[str, HostInfo]
     dead_letters: int
-    config: dict[str, Any]
+    config: dict[str, object]
     errors: tuple[ActorError, ...] = ()
     """The most recent errors inside actors (actors.error_log.ActorError), oldest first."""
 
@@ -300,4 +301,4 @@ class WhereIsGuardian:
 class GuardianIs:
     """Node agent -> client: the guardian's Thespian address (None while unknown)."""
 
-    address: Any
+    address: Address | None

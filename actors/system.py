@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict, deque
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -72,6 +73,7 @@ from .messages import (
 )
 from .paths import printable, validate_path
 from .supervision import DEFAULT_HOLD_LIMIT, Backoff, check_hold_limit
+from .thespian_types import Address
 from .transport import Entry, Router, address_key, check_message, pack, unpack
 from .validation import (
     check_ip,
@@ -224,6 +226,11 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
     return system
 
 
+def _text(value: object) -> str | None:
+    """`value` if it is a str (a config entry read back), else None."""
+    return value if isinstance(value, str) else None
+
+
 def _private_run_dir(path: str) -> None:
     """Create `path` (mode 0700), or make an existing one and the logs in it private (0700 / 0600)."""
     os.makedirs(path, mode=0o700, exist_ok=True)
@@ -328,7 +335,7 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
     system = System(asys, base="multiproc", guardian=reply.address, owner=_owner, admin_port=admin_port)
     system.admin_host = host
     system.config = system.status(timeout=timeout).config
-    system.run_dir = system.config.get("run_dir")
+    system.run_dir = _text(system.config.get("run_dir"))
     return system
 
 
@@ -448,8 +455,8 @@ class System:
     traceback; thespian.log, boot.log) on the multi-process base; None on the in-process base.
     """
 
-    def __init__(self, asys: ActorSystem, *, base: str, guardian: Any, owner: bool,
-                 admin_port: int | None = None, config: dict[str, Any] | None = None) -> None:
+    def __init__(self, asys: ActorSystem, *, base: str, guardian: Address, owner: bool,
+                 admin_port: int | None = None, config: dict[str, object] | None = None) -> None:
         self._asys = asys
         self.base = base
         self.admin_port = admin_port
@@ -545,14 +552,14 @@ class System:
             raise RepriseError(reply.error)
         self._fetched = float("-inf")
 
-    def tell(self, path: str, message: Any, sender: str | None = None) -> None:
+    def tell(self, path: str, message: object, sender: str | None = None) -> None:
         """Send `message` to the actor at `path` (fire and forget)."""
         self.tell_many([(path, message)], sender)
 
-    def tell_many(self, items: Any, sender: str | None = None) -> None:
+    def tell_many(self, items: Iterable[tuple[str, object]], sender: str | None = None) -> None:
         """Send many (path, message) pairs, one Thespian message per destination process."""
         self._check_running()
-        groups: dict[str, tuple[Any, list[Entry]]] = {}
+        groups: dict[str, tuple[Address, list[Entry]]] = {}
         guardian = address_key(self._guardian)
         for path, message in items:
             validate_path(path)
@@ -659,7 +666,7 @@ class System:
                 _wait_closed(self.admin_host, self.admin_port, max(deadline - time.monotonic(), 2.0))
             # Only a run dir we made, and only once this machine's processes of it are gone; kept when
             # something had to be killed, since its logs then explain what went wrong.
-            run_dir = self.run_dir or self.config.get("run_dir")
+            run_dir = self.run_dir or _text(self.config.get("run_dir"))
             if run_dir and self.config.get("run_dir_temporary") and not leftovers:
                 shutil.rmtree(run_dir, ignore_errors=True)
 
@@ -690,7 +697,7 @@ class System:
             self._listening_paths.discard(reply_to)
             self._mailbox.pop(reply_to, None)
 
-    def _send(self, address: Any, message: Any) -> bool:
+    def _send(self, address: Address, message: object) -> bool:
         """Hand one Thespian message over: it is on its way or held by the guardian, or MessageNotSent.
 
         Returns True when the message went to the guardian instead of `address` (its process was gone).
@@ -719,7 +726,7 @@ class System:
                 f"{type(message).__name__} to {address} was not sent ({failure}): the actor system's processes "
                 f"may be gone; check `reprise status --port {self.admin_port}`")
 
-    def _transmit(self, address: Any, message: Any) -> Any:
+    def _transmit(self, address: Address, message: object) -> Any:
         """Send through this process's Thespian transport; None when sent, else Thespian's failure status."""
         from thespian.system.transport import TransmitIntent
 
@@ -771,7 +778,7 @@ class System:
             self._registered = True
             self._fetched = float("-inf")
 
-    def _resolve(self, path: str) -> tuple[str, Any]:
+    def _resolve(self, path: str) -> tuple[str, Address]:
         now = time.monotonic()
         if now - self._fetched > DIRECTORY_TTL:
             self._refresh()
@@ -813,7 +820,7 @@ class System:
     def _unreadable(self, message: Any) -> UnpicklableMessage:
         """The error for a request the guardian's process could not unpickle, with its reason from the log."""
         reason = ""
-        run_dir = self.run_dir or self.config.get("run_dir")
+        run_dir = self.run_dir or _text(self.config.get("run_dir"))
         try:
             if run_dir:
                 with open(os.path.join(run_dir, "thespian.log"), errors="replace") as f:
@@ -903,6 +910,6 @@ class Probe:
             return
         raise AssertionError(f"probe {self.path} expected no message but got {message!r}")
 
-    def tell(self, path: str, message: Any) -> None:
+    def tell(self, path: str, message: object) -> None:
         """Send a message whose sender is this probe (so replies come here)."""
         self.system.tell(path, message, sender=self.path)

@@ -162,7 +162,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         status = system.status()
     finally:
         system.close()
-    journal_url = status.config.get("journal")
+    journal = status.config.get("journal")
+    journal_url = journal if isinstance(journal, str) else None
     size = journal_size(journal_url)
     journal_url = redact_url(journal_url)  # the guardian redacts it already; this also covers older ones
     unconfirmed = sum(h.counters.get("unconfirmed", 0) for h in status.hosts.values())

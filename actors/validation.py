@@ -8,48 +8,45 @@ from __future__ import annotations
 import ipaddress
 import logging
 import math
-from typing import Any
 
 from .errors import ConfigError
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
-def check_number(name: str, value: Any, *, minimum: float = 0.0, allow_equal: bool = False,
-                 integer: bool = False, allow_none: bool = False, hint: str = "") -> Any:
-    """Return `value` if it is a finite number above `minimum` (or equal, with allow_equal), else ConfigError."""
+def check_number(name: str, value: object, *, minimum: float = 0.0, allow_equal: bool = False,
+                 integer: bool = False, allow_none: bool = False, hint: str = "") -> None:
+    """ConfigError unless `value` is a finite number above `minimum` (or equal, with allow_equal)."""
     if value is None and allow_none:
-        return value
+        return
     kind = "an integer" if integer else "a number"
     ok_type = isinstance(value, int) if integer else isinstance(value, int | float)
-    if isinstance(value, bool) or not ok_type or not math.isfinite(value):
+    if isinstance(value, bool) or not ok_type or not isinstance(value, int | float) or not math.isfinite(value):
         raise ConfigError(f"{name} must be {kind}{' or None' if allow_none else ''}, got {value!r}"
                           f"{'; ' + hint if hint else ''}")
     if value < minimum or (value == minimum and not allow_equal):
         bound = f">= {minimum:g}" if allow_equal else f"> {minimum:g}"
         raise ConfigError(f"{name} must be {bound}, got {value!r}{'; ' + hint if hint else ''}")
-    return value
 
 
-def check_log_level(value: Any) -> str:
+def check_log_level(value: object) -> str:
     """The level name in upper case (DEBUG, INFO, WARNING, ERROR, CRITICAL), else ConfigError."""
     if isinstance(value, str) and value.upper() in LOG_LEVELS and isinstance(logging.getLevelName(value.upper()), int):
         return value.upper()
     raise ConfigError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {value!r}")
 
 
-def check_ip(name: str, value: Any, *, allow_none: bool = False) -> Any:
-    """Return `value` if it is an IPv4/IPv6 address (None too, with allow_none), else ConfigError."""
+def check_ip(name: str, value: object, *, allow_none: bool = False) -> None:
+    """ConfigError unless `value` is an IPv4/IPv6 address (or None, with allow_none)."""
     if value is None and allow_none:
-        return value
+        return
     try:
-        ipaddress.ip_address(value)
+        ipaddress.ip_address(value)  # type: ignore[arg-type]  # (it raises ValueError for any other type)
     except ValueError:
         raise ConfigError(f"{name} must be an IP address such as '10.0.0.5' (not a host name), got {value!r}") from None
-    return value
 
 
-def check_peers(peers: Any) -> tuple[str, ...]:
+def check_peers(peers: object) -> tuple[str, ...]:
     """`peers` as a tuple of IP address strings, else ConfigError naming the bad entry."""
     if isinstance(peers, str) or not isinstance(peers, list | tuple | set | frozenset):
         raise ConfigError(f"peers must be a list of IP addresses, e.g. ('10.0.0.5', '10.0.0.6'), got {peers!r}")
@@ -58,26 +55,24 @@ def check_peers(peers: Any) -> tuple[str, ...]:
     return tuple(peers)
 
 
-def check_leader(value: Any) -> Any:
-    """Return `value` if it is None or "ip:port", else ConfigError."""
+def check_leader(value: object) -> None:
+    """ConfigError unless `value` is None or "ip:port"."""
     if value is None:
-        return value
+        return
     host, sep, port = value.rpartition(":") if isinstance(value, str) else ("", "", "")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"leader must be 'IP:PORT' (the leader's admin address), e.g. '10.0.0.5:1900', got {value!r}")
     check_ip("leader's address", host.strip("[]"))
-    return value
 
 
-def check_port(name: str, value: Any) -> Any:
-    """Return `value` if it is None or a TCP port number (1..65535), else ConfigError."""
+def check_port(name: str, value: object) -> None:
+    """ConfigError unless `value` is None or a TCP port number (1..65535)."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536):
         raise ConfigError(f"{name} must be an integer in 1..65535 (or None for a free port), got {value!r}")
-    return value
 
 
-def check_spawn_options(*, passivate_after: Any = None, max_restarts: Any = 10, restart_window: Any = 60.0,
-                        linger: Any = 0.0, batch_cap: Any = 2000, timeout: Any = 60.0) -> None:
+def check_spawn_options(*, passivate_after: object = None, max_restarts: object = 10, restart_window: object = 60.0,
+                        linger: object = 0.0, batch_cap: object = 2000, timeout: object = 60.0) -> None:
     """Refuse spawn options that cannot work (a zero passivate_after pinned a host at 100% CPU)."""
     check_number("passivate_after", passivate_after, allow_none=True,
                  hint="seconds an entity may stay idle before it is passivated (None: never)")
