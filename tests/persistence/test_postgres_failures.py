@@ -77,13 +77,18 @@ def test_terminated_backends_neither_stop_actors_nor_lose_acknowledged_events(ba
 
         def terminate_the_waiting_writers() -> None:
             terminated: list[int] = []
+
+            def new_waiters() -> list[int] | None:
+                pids = [r[0] for r in admin.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock' "
+                    "AND NOT pid = ANY(%s)", (app, terminated))]
+                return pids if len(pids) >= writers else None
+
             try:
                 for _ in range(2):
-                    pids = wait_for(lambda: (pids := [r[0] for r in admin.execute(
-                        "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock' "
-                        "AND NOT pid = ANY(%s)", (app, terminated))]) and len(pids) >= writers and pids, 30)
+                    pids = wait_for(new_waiters, 30)
                     _terminate(admin, app)
-                    terminated += pids
+                    terminated.extend(pids)
             finally:
                 lock.commit()  # releases the lock, also when this failed (the local base's tell would wait forever)
 
