@@ -16,7 +16,7 @@ Dropped connections (server restart, pg_terminate_backend, idle_session_timeout)
   - writes whose connection was lost before COMMIT was sent: the server rolled the transaction back;
   - a lost COMMIT (outcome unknown) only when the write can tell: snapshot saves and deletes are
     idempotent and simply run again; an event write first reads its rows back, and counts as stored
-    if every row is there byte for byte (the record holds the write's timestamp, so it is this very
+    if every row is there byte for byte (the record holds the writer uuid and the timestamp: this very
     write). Re-inserting instead would hit the primary key and the caller would be told "sequence nr
     N already exists (another writer?)" for events that it had stored itself. If the rows are absent
     the write runs again; if other bytes are there, another writer took the sequence numbers and the
@@ -278,9 +278,19 @@ class PostgresJournal(Journal):
                 cur.executemany(self._q["insert"], batch.rows)
             if batch.tag_rows:
                 cur.executemany(self._q["insert_tag"], batch.tag_rows)
+        lost_commit = False
+
+        def landed() -> bool:
+            nonlocal lost_commit
+            lost_commit = True
+            return self._stored(batch)
         try:
-            self._db.write("write", insert, landed=lambda: self._stored(batch))
+            self._db.write("write", insert, landed=landed)
         except psycopg.errors.UniqueViolation as e:
+            # The lost COMMIT may still have been in progress when read back: running it again then waited
+            # on the primary key for it, and found it committed.
+            if lost_commit and self._stored(batch):
+                return
             raise self._duplicate_error(batch, e) from e
 
     def _stored(self, batch: EncodedBatch) -> bool:

@@ -4,6 +4,8 @@ pool itself: a terminated idle connection is discarded before use, without a rou
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
 import uuid
@@ -157,5 +159,92 @@ def test_the_pool_discards_terminated_idle_connections_before_use(pg, postgres_u
             # No operation ran on a dead connection (a failed one is returned "bad", then retried): the check
             # caught every terminated connection before it was handed out.
             assert stats.get("returns_bad", 0) == 0, stats
+    finally:
+        journal.close()
+
+
+_WAIT_AT_COMMIT = 0x7265707269736599  # advisory lock the test holds; the journal's COMMITs wait for it
+
+
+def _commits_wait_for_the_test(journal, admin: psycopg.Connection) -> None:
+    """Make every COMMIT of a journal write wait (a deferred trigger) while `admin` holds _WAIT_AT_COMMIT."""
+    journal.execute("CREATE FUNCTION {s}.wait_at_commit() RETURNS trigger LANGUAGE plpgsql AS "
+                    f"'BEGIN PERFORM pg_advisory_xact_lock_shared({_WAIT_AT_COMMIT}); RETURN NULL; END'")
+    journal.execute("CREATE CONSTRAINT TRIGGER wait_at_commit AFTER INSERT ON {s}.journal "
+                    "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {s}.wait_at_commit()")
+    admin.execute("SELECT pg_advisory_lock(%s)", (_WAIT_AT_COMMIT,))
+
+
+def _committing(admin: psycopg.Connection, app: str, not_pid: int = 0) -> int:
+    """The pid of the journal's backend waiting inside COMMIT (bounded wait)."""
+    return wait_for(lambda: (r := admin.execute(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND query = 'COMMIT' "
+        "AND wait_event = 'advisory' AND pid <> %s", (app, not_pid)).fetchone()) and r[0], 20)
+
+
+def _write_in_thread(journal, pid: str, n: int) -> tuple[threading.Thread, list[BaseException | None]]:
+    outcome: list[BaseException | None] = []
+
+    def write() -> None:
+        try:
+            _write(journal, pid, range(n, n + 1))
+            outcome.append(None)
+        except BaseException as e:  # noqa: BLE001  (reported to the test thread)
+            outcome.append(e)
+    thread = threading.Thread(target=write)
+    thread.start()
+    return thread, outcome
+
+
+@pytest.mark.parametrize("commit", ["rolled-back", "landed", "landing"])
+def test_a_write_whose_commit_was_lost_is_stored_exactly_once(pg, postgres_url, commit):
+    """The connection is lost during COMMIT: the write reads its rows back and is stored once, without error.
+
+    rolled-back: the server killed the backend (rows absent: the write runs again);
+    landed: the client lost it, the server committed before the read back (rows there);
+    landing: the server commits only after the read back; the write's second run waits on the primary key
+    for the first, hits it, and reads back again (without that, "sequence nr 3 already exists")."""
+    url, app = pg
+    journal = open_journal(url)
+    used: list[psycopg.Connection] = []
+    before_getconn: list = []
+    getconn = journal._db.pool.getconn
+
+    def spy(timeout: float | None = None) -> psycopg.Connection:
+        while before_getconn:
+            before_getconn.pop()()
+        used.append(conn := getconn(timeout))
+        return conn
+    journal._db.pool.getconn = spy
+    try:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            def unlock_and_wait_until_committed() -> None:
+                admin.execute("SELECT pg_advisory_unlock(%s)", (_WAIT_AT_COMMIT,))
+                wait_for(lambda: admin.execute(f"SELECT count(*) FROM {app}.journal WHERE sequence_nr = 3")
+                         .fetchone()[0], 20)
+
+            _write(journal, "p", range(1, 3))
+            _commits_wait_for_the_test(journal, admin)
+            thread, outcome = _write_in_thread(journal, "p", 3)
+            backend = _committing(admin, app)
+            if commit == "rolled-back":
+                admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+                _committing(admin, app, not_pid=backend)  # the second run waits in COMMIT too
+            else:
+                conn = next(c for c in reversed(used) if c.info.backend_pid == backend)
+                if commit == "landed":  # the commit lands before the write takes a connection to read back
+                    before_getconn.append(unlock_and_wait_until_committed)
+                socket.socket(fileno=os.dup(conn.fileno())).shutdown(socket.SHUT_RDWR)
+                if commit == "landing":  # the second run waits on the primary key for the first
+                    wait_for(lambda: admin.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+                        "AND wait_event = 'transactionid'", (app,)).fetchone()[0], 20)
+            if commit != "landed":
+                unlock_and_wait_until_committed()
+            thread.join(30)
+            assert not thread.is_alive()
+            assert outcome == [None], outcome
+            _write(journal, "p", range(4, 5))
+            assert [r.payload for r in journal.replay_messages("p")] == [1, 2, 3, 4]
     finally:
         journal.close()
