@@ -5,22 +5,41 @@ ours; every other query parameter goes to libpq). Tables are created in the sche
 A reused (persistence id, sequence nr) hits the primary key and raises JournalError naming both.
 Tagged writes take a transaction-scoped advisory lock so tag offsets become visible in commit order:
 without it a reader could pass offset 11 before offset 10 commits and never see 10.
+
+Dropped connections (server restart, pg_terminate_backend, idle_session_timeout):
+- The pool checks a connection when it hands it out without a round trip (`_check_idle`): an idle
+  connection whose socket is readable has been closed by the server, or is being closed (the FATAL
+  notice comes first), so it is discarded and another one handed out.
+- What that check cannot see (the server closes it a moment later, a silent network drop) fails the
+  operation; it is run once more on a new connection when that is safe:
+  - reads, always;
+  - writes whose connection was lost before COMMIT was sent: the server rolled the transaction back;
+  - a lost COMMIT (outcome unknown) only when the write can tell: snapshot saves and deletes are
+    idempotent and simply run again; an event write first reads its rows back, and counts as stored
+    if every row is there byte for byte (the record holds the writer uuid and the timestamp: this very
+    write). Re-inserting instead would hit the primary key and the caller would be told "sequence nr
+    N already exists (another writer?)" for events that it had stored itself. If the rows are absent
+    the write runs again; if other bytes are there, another writer took the sequence numbers and the
+    caller gets that duplicate error, correctly.
+  - everything else (`execute`, a second loss) raises JournalError saying the outcome is unknown; a
+    PersistentActor then stops and its recovery replays whatever was stored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+import select
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 import psycopg_pool
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 
 from journal.api import Journal, SnapshotStore, TaggedRow
 from journal.errors import JournalError
-from journal.model import PersistenceIdSummary, SnapshotMetadata, SnapshotSelectionCriteria
+from journal.model import MAX_SEQUENCE_NR, PersistenceIdSummary, SnapshotMetadata, SnapshotSelectionCriteria
 from journal.records import EncodedBatch, StoredRow
 
 __all__ = ["PostgresJournal", "PostgresSnapshotStore", "drop_schema"]
@@ -115,6 +134,33 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SET plan_cache_mode = force_generic_plan")
 
 
+def _check_idle(conn: psycopg.Connection[Any]) -> None:
+    """Raise (and close `conn`) if the server closed this idle pooled connection; no round trip."""
+    if not conn.closed and conn.pgconn.transaction_status == TransactionStatus.IDLE:
+        poller = select.poll()
+        poller.register(conn.fileno(), select.POLLIN)
+        # Nothing is sent to an idle connection unless the server is closing it (FATAL notice, then EOF);
+        # a rare harmless message (a ParameterStatus after a reload) costs one reconnect, nothing more.
+        if not poller.poll(0):
+            return
+    # Closed, so that the pool replaces it instead of putting it back as idle.
+    conn.close()
+    raise psycopg.OperationalError("pooled connection closed by the server")
+
+
+class _Pool(psycopg_pool.ConnectionPool[psycopg.Connection[Any]]):
+    """A pool whose `check()` of the idle connections also costs no round trip."""
+
+    @staticmethod
+    def check_connection(conn: psycopg.Connection[Any]) -> None:
+        """See `_check_idle`."""
+        _check_idle(conn)
+
+
+def _lost(error: BaseException, conn: psycopg.Connection[Any] | None) -> bool:
+    return isinstance(error, psycopg.OperationalError) and conn is not None and conn.closed
+
+
 class _Database:
     """A connection pool on one schema, with the schema created on first use."""
 
@@ -123,45 +169,89 @@ class _Database:
         self.schema = schema
         self.where = f"{urlsplit(conninfo).hostname or 'localhost'}/{urlsplit(conninfo).path.lstrip('/')}"
         try:
-            self.pool = psycopg_pool.ConnectionPool(
+            self.pool = _Pool(
                 conninfo, min_size=pool_min, max_size=pool_max, kwargs={"autocommit": True},
-                configure=_configure, open=True, name=f"reprise-journal-{schema}",
-                # An idle connection the server dropped (restart, pg_terminate_backend, a firewall) would
-                # fail the next write; checking it when handed out costs one round trip.
-                check=psycopg_pool.ConnectionPool.check_connection)
+                configure=_configure, open=True, name=f"reprise-journal-{schema}", check=self._check)
             self.pool.wait(timeout=10)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
             raise JournalError(f"cannot connect to PostgreSQL at {self.where}: {e}") from e
         ident = sql.Identifier(schema)
         self.q = {name: sql.SQL(text).format(s=ident).as_string(None) for name, text in _QUERIES.items()}
-        with self.transaction("create schema") as cur:
+
+        def create(cur: psycopg.Cursor[Any]) -> None:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
             for ddl in _SCHEMA:
                 cur.execute(sql.SQL(ddl).format(s=ident))
+        self.write("create schema", create, landed=_run_again)
 
-    @contextmanager
-    def transaction(self, what: str) -> Iterator[psycopg.Cursor[Any]]:
-        """A cursor inside one transaction; failures become JournalError (unknown outcome)."""
+    def _check(self, conn: psycopg.Connection[Any]) -> None:
         try:
-            with self.pool.connection() as conn, conn.transaction(), conn.cursor(binary=True) as cur:
-                yield cur
-        except psycopg.errors.UniqueViolation:
+            _check_idle(conn)
+        except psycopg.OperationalError:
+            # The server dropped one, so probably all (a restart): drop the other dead idle ones now, or
+            # the pool would back off 1 s, 2 s, 4 s ... before trying each of them in turn.
+            self.pool.check()
             raise
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
-            raise JournalError(f"{what} failed on PostgreSQL {self.where}: {e}") from e
+
+    def write(self, what: str, body: Callable[[psycopg.Cursor[Any]], object],
+              landed: Callable[[], bool] | None = None) -> None:
+        """Run `body` in one transaction, once more if its connection is lost (module doc); else JournalError.
+
+        `landed` is asked after a lost COMMIT: True = it was stored, False = run `body` again;
+        None = the outcome cannot be told, raise.
+        """
+        for attempt in (1, 2):
+            conn: psycopg.Connection[Any] | None = None
+            committing = False
+            try:
+                with self.pool.connection() as conn:
+                    with conn.transaction():
+                        with conn.cursor(binary=True) as cur:
+                            body(cur)
+                        committing = True  # leaving the block sends COMMIT
+                    return
+            except psycopg.errors.UniqueViolation:
+                raise
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
+                lost = _lost(e, conn)
+                if attempt == 1 and lost and not committing:
+                    continue
+                if attempt == 1 and lost and landed is not None:
+                    try:
+                        if landed():
+                            return
+                    except JournalError as again:
+                        raise JournalError(f"{what} on PostgreSQL {self.where}: the connection was lost at "
+                                           f"COMMIT ({e}) and reading back whether it was stored failed: "
+                                           f"{again}; outcome unknown") from e
+                    continue
+                unknown = "; outcome unknown" if committing else ""
+                retried = " (on a new connection, after one lost)" if attempt == 2 else ""
+                raise JournalError(f"{what} failed on PostgreSQL {self.where}{retried}: {e}{unknown}") from e
 
     def query(self, what: str, name: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
-        """Run a read and fetch all rows."""
-        try:
-            with self.pool.connection() as conn, conn.cursor(binary=True) as cur:
-                cur.execute(self.q[name], params, prepare=True)
-                return cur.fetchall()
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
-            raise JournalError(f"{what} failed on PostgreSQL {self.where}: {e}") from e
+        """Run a read and fetch all rows (once more on a new connection if the first one was lost)."""
+        for attempt in (1, 2):
+            conn: psycopg.Connection[Any] | None = None
+            try:
+                with self.pool.connection() as conn, conn.cursor(binary=True) as cur:
+                    cur.execute(self.q[name], params, prepare=True)
+                    return cur.fetchall()
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
+                if attempt == 1 and _lost(e, conn):
+                    continue
+                retried = " (on a new connection, after one lost)" if attempt == 2 else ""
+                raise JournalError(f"{what} failed on PostgreSQL {self.where}{retried}: {e}") from e
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         """Close every pooled connection."""
         self.pool.close()
+
+
+def _run_again() -> bool:
+    """For idempotent writes (upserts, deletes, IF NOT EXISTS): after a lost COMMIT, running them again is safe."""
+    return False
 
 
 def drop_schema(url: str) -> None:
@@ -179,18 +269,41 @@ class PostgresJournal(Journal):
         self._q = self._db.q
 
     def _store(self, batch: EncodedBatch) -> None:
+        def insert(cur: psycopg.Cursor[Any]) -> None:
+            if batch.tag_rows:
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", (_TAG_LOCK,))
+            if len(batch.rows) == 1:
+                cur.execute(self._q["insert"], batch.rows[0])
+            else:
+                cur.executemany(self._q["insert"], batch.rows)
+            if batch.tag_rows:
+                cur.executemany(self._q["insert_tag"], batch.tag_rows)
+        lost_commit = False
+
+        def landed() -> bool:
+            nonlocal lost_commit
+            lost_commit = True
+            return self._stored(batch)
         try:
-            with self._db.transaction("write") as cur:
-                if batch.tag_rows:
-                    cur.execute("SELECT pg_advisory_xact_lock(%s)", (_TAG_LOCK,))
-                if len(batch.rows) == 1:
-                    cur.execute(self._q["insert"], batch.rows[0])
-                else:
-                    cur.executemany(self._q["insert"], batch.rows)
-                if batch.tag_rows:
-                    cur.executemany(self._q["insert_tag"], batch.tag_rows)
+            self._db.write("write", insert, landed=landed)
         except psycopg.errors.UniqueViolation as e:
+            # The lost COMMIT may still have been in progress when read back: running it again then waited
+            # on the primary key for it, and found it committed.
+            if lost_commit and self._stored(batch):
+                return
             raise self._duplicate_error(batch, e) from e
+
+    def _stored(self, batch: EncodedBatch) -> bool:
+        """Whether every row of `batch` is stored byte for byte (after a COMMIT whose outcome is unknown)."""
+        by_pid: dict[str, dict[int, tuple[bytes, int]]] = {}
+        for pid, seq, record, checksum in batch.rows:
+            by_pid.setdefault(pid, {})[seq] = (bytes(record), checksum)
+        for pid, rows in by_pid.items():
+            stored = {seq: (bytes(record), checksum)
+                      for seq, record, checksum in self._read(pid, min(rows), max(rows), MAX_SEQUENCE_NR)}
+            if any(stored.get(seq) != row for seq, row in rows.items()):
+                return False
+        return True
 
     def _read(self, persistence_id: str, start: int, end: int, limit: int) -> Sequence[StoredRow]:
         return self._db.query("replay", "replay", (persistence_id, start, end, limit))
@@ -205,13 +318,14 @@ class PostgresJournal(Journal):
 
     def delete_messages_to(self, persistence_id: str, to_sequence_nr: int) -> None:
         """Delete all events with seq nr <= to (2**63 - 1 deletes all) without lowering the highest."""
-        with self._db.transaction("delete") as cur:
+        def delete(cur: psycopg.Cursor[Any]) -> None:
             cur.execute(self._q["highest"], {"p": persistence_id})
             highest = cur.fetchone()[0]  # type: ignore[index]
             if highest:
                 cur.execute(self._q["keep_highest"], (persistence_id, highest))
             cur.execute(self._q["delete_tags"], (persistence_id, to_sequence_nr))
             cur.execute(self._q["delete"], (persistence_id, to_sequence_nr))
+        self._db.write("delete", delete, landed=_run_again)
 
     def current_persistence_ids(self) -> Iterator[str]:
         """Every persistence id that has ever been written (sorted)."""
@@ -242,8 +356,8 @@ class PostgresJournal(Journal):
 
     def execute(self, statement: str, params: Sequence[Any] = ()) -> None:
         """Run a statement on the journal's schema (`{s}` stands for it); for tests and tooling."""
-        with self._db.transaction("execute") as cur:
-            cur.execute(sql.SQL(statement).format(s=sql.Identifier(self._db.schema)), params)
+        self._db.write("execute", lambda cur: cur.execute(
+            sql.SQL(statement).format(s=sql.Identifier(self._db.schema)), params))
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -258,8 +372,7 @@ class PostgresSnapshotStore(SnapshotStore):
         self._q = self._db.q
 
     def _write(self, what: str, name: str, params: Sequence[Any]) -> None:
-        with self._db.transaction(what) as cur:
-            cur.execute(self._q[name], params)
+        self._db.write(what, lambda cur: cur.execute(self._q[name], params), landed=_run_again)
 
     def _save(self, metadata: SnapshotMetadata, blob: bytes, ck: int) -> None:
         self._write("save snapshot", "save_snapshot",
@@ -285,8 +398,8 @@ class PostgresSnapshotStore(SnapshotStore):
 
     def execute(self, statement: str, params: Sequence[Any] = ()) -> None:
         """Run a statement on the store's schema (`{s}` stands for it); for tests and tooling."""
-        with self._db.transaction("execute") as cur:
-            cur.execute(sql.SQL(statement).format(s=sql.Identifier(self._db.schema)), params)
+        self._db.write("execute", lambda cur: cur.execute(
+            sql.SQL(statement).format(s=sql.Identifier(self._db.schema)), params))
 
     def close(self) -> None:
         """Close the connection pool."""
