@@ -271,6 +271,7 @@ def test_messages_held_or_rerouted_by_the_guardian_after_a_sigkill_arrive_before
     system.spawn(Echo, "/user/echo")
     probe = system.probe()
     pid = system.ask("/user/echo", "where")[1]
+    old_route = system._resolve("/user/echo")[0]
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: _gone(pid), 10)
     held = 20_000
@@ -278,7 +279,8 @@ def test_messages_held_or_rerouted_by_the_guardian_after_a_sigkill_arrive_before
     for start in range(0, held, 2000):
         system.tell_many([("/user/echo", ("fwd", probe.path, Seq("client", i))) for i in range(start, start + 2000)])
     wait_for(lambda: system.status().hosts["/user/echo"].state == "running", 30)
-    time.sleep(1.1)  # past the client's directory TTL: the next tell goes straight to the new process
+    # Once the client's directory (refreshed after its TTL) names the new process, the next tell goes straight there.
+    wait_for(lambda: system._resolve("/user/echo")[0] != old_route, 10)
     system.tell("/user/echo", ("fwd", probe.path, Seq("client", held)))
     received = probe.receive_many(held + 1, timeout=60)
     assert [m.i for m in received][-1] == held, "a newer message overtook the ones held for the restarting host"
