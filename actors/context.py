@@ -68,10 +68,11 @@ class ActorContext(Protocol):
         """
 
     def report_error(self, path: str, reason: str, asker: str | None = None,
-                     error: BaseException | None = None) -> None:
+                     error: BaseException | None = None) -> bool:
         """Record an error inside the actor at `path` (`system.errors()`, `reprise status`).
 
         With `error` and an asking client as `asker`, that ask fails at once with the error (ActorFailed).
+        False when the error was only counted: past 100 errors a second, a host reports them as a count.
         """
 
     def report_failure(self, actor: Actor, error: BaseException, message: object, sender: str | None) -> None:

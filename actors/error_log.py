@@ -27,6 +27,8 @@ class ActorError:
     host: str
     path: str
     reason: str
+    repeats: int = 0
+    """Errors of the same host that came before this one and were not reported one by one (ErrorThrottle)."""
 
 
 @dataclass(frozen=True)
@@ -70,9 +72,52 @@ def one_line(error: BaseException | str) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def make_error(host: str, path: str, reason: str) -> ActorError:
+def make_error(host: str, path: str, reason: str, repeats: int = 0) -> ActorError:
     """An ActorError stamped now."""
-    return ActorError(time.time(), host, path, one_line(reason))
+    return ActorError(time.time(), host, path, one_line(reason), repeats)
+
+
+ERROR_BURST = 100
+"""Errors a host reports (and logs with a traceback) one by one per ERROR_WINDOW; the rest are counted."""
+ERROR_WINDOW = 1.0
+
+
+class ErrorThrottle:
+    """Keeps a host that fails on every message from flooding the guardian and its log.
+
+    Up to `burst` errors per `window` seconds are reported one by one; the ones past that are only
+    counted, and the count rides on the next reported error (`ActorError.repeats`), so the guardian's
+    total stays exact. A count left when the errors stop goes out with `flush` (the host calls it when
+    it settles) once the window is over.
+    """
+
+    __slots__ = ("burst", "window", "_start", "_in_window", "suppressed")
+
+    def __init__(self, burst: int = ERROR_BURST, window: float = ERROR_WINDOW) -> None:
+        self.burst = burst
+        self.window = window
+        self._start = float("-inf")
+        self._in_window = 0
+        self.suppressed = 0
+
+    def admit(self, now: float) -> bool:
+        """True if the error happening `now` is reported one by one; False if it is only counted."""
+        if now - self._start >= self.window:
+            self._start, self._in_window = now, 0
+        if self._in_window < self.burst:
+            self._in_window += 1
+            return True
+        self.suppressed += 1
+        return False
+
+    def take_suppressed(self) -> int:
+        """The count of errors not reported one by one since the last call (to send with the next one)."""
+        n, self.suppressed = self.suppressed, 0
+        return n
+
+    def due(self, now: float) -> bool:
+        """True when counted errors wait and the window that counted them is over."""
+        return self.suppressed > 0 and now - self._start >= self.window
 
 
 class ErrorLog:
@@ -85,7 +130,7 @@ class ErrorLog:
 
     def record(self, error: ActorError) -> list[str]:
         """Keep `error`; returns the paths to publish it to."""
-        self.count += 1
+        self.count += 1 + error.repeats
         self.recent.append(error)
         return self.subscribers
 

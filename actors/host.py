@@ -27,7 +27,7 @@ from thespian.actors import (
 
 from .actor import Actor
 from .context import ActorContext
-from .error_log import ActorFailure, is_ask, make_error, one_line
+from .error_log import ActorFailure, ErrorThrottle, is_ask, make_error, one_line
 from .errors import SpawnFailed
 from .handover import POKE, Handover
 from .host_options import apply_host_options
@@ -61,6 +61,7 @@ _T = TypeVar("_T")
 
 _SWEEP = "reprise-sweep"
 _LINGER = "reprise-linger"
+_ERRORS = "reprise-errors"  # the wakeup that reports errors counted in a flood (ErrorThrottle)
 _DRAIN = "reprise-drain"
 _RESTART = "reprise-restart"
 # Local deliveries handled per Thespian message before yielding, so a chatty entity cannot starve
@@ -117,7 +118,8 @@ class Host:
         self._linger_due = 0.0
         self._restarts: dict[str, deque[float]] = {}
         self._incarnations = itertools.count(1)
-        self._settle_hooks: list[Callable[[], bool]] = []
+        self._errors = ErrorThrottle()
+        self._settle_hooks: list[Callable[[], bool]] = [self._flush_errors]
         self._extensions: dict[Any, Any] = {}
         self.now = time.monotonic()
         self.done = False
@@ -266,14 +268,39 @@ class Host:
         self.route(self.path, GUARDIAN_PATH, DeadLetter(sender, target, message, reason))
 
     def report_error(self, path: str, reason: str, asker: str | None = None,
-                     error: BaseException | None = None) -> None:
+                     error: BaseException | None = None) -> bool:
         """Record an error inside the actor at `path` with the guardian (`system.errors()`, `reprise status`).
 
         With `error` and an asking client as `asker`, that ask fails at once with the error (ActorFailed).
+        Returns False when the error was only counted (a flood of them: see ErrorThrottle).
         """
-        self.route(path, GUARDIAN_PATH, make_error(self.key, path, reason))
-        if error is not None and is_ask(asker):
+        errors = self._errors
+        reported = errors.admit(time.monotonic())
+        if reported:
+            self.route(path, GUARDIAN_PATH, make_error(self.key, path, reason, self._suppressed(errors)))
+        elif errors.suppressed == 1:  # the first one counted: report the count even if no error follows
+            self.adapter.wakeup_after(errors.window, _ERRORS)
+        if error is not None and is_ask(asker):  # an asker waits for its answer: never throttled
             self.route(path, asker, ActorFailure(path, type(error).__name__, one_line(str(error))))
+        return reported
+
+    def _suppressed(self, errors: ErrorThrottle) -> int:
+        n = errors.take_suppressed()
+        if n:
+            log.error("host %s: %d more errors inside its actors were counted, not logged one by one "
+                      "(over %d per %g s)", self.key, n, errors.burst, errors.window)
+        return n
+
+    def _flush_errors(self) -> bool:
+        """Report the errors counted in a flood that has stopped (a settle hook)."""
+        errors = self._errors
+        if not errors.due(time.monotonic()):
+            return False
+        n = self._suppressed(errors)
+        self.route(self.path, GUARDIAN_PATH, make_error(
+            self.key, self.path, f"{n} more errors inside this host's actors, counted but not reported one by one "
+                                 f"(over {errors.burst} per {errors.window:g} s; see the host's log)", n - 1))
+        return True
 
     def _unpicklable(self, entry: Entry, why: str) -> None:
         sender, target, message = entry
@@ -387,10 +414,10 @@ class Host:
     def report_failure(self, entity: Actor, exc: BaseException, message: object, sender: str | None) -> None:
         """`entity` failed with `exc` on `message`: record it, then restart it (or stop it after too many)."""
         path = entity.path
-        # The traceback of `exc` itself: a layer may report a failure outside any except block.
-        log.error("actor %s failed on %s: %s\n%s", path, type(message).__name__, exc,
-                  "".join(traceback.format_exception(exc)))
-        self.report_error(path, f"failed on {type(message).__name__}: {one_line(exc)}", sender, exc)
+        if self.report_error(path, f"failed on {type(message).__name__}: {one_line(exc)}", sender, exc):
+            # The traceback of `exc` itself: a layer may report a failure outside any except block.
+            log.error("actor %s failed on %s: %s\n%s", path, type(message).__name__, exc,
+                      "".join(traceback.format_exception(exc)))
         window = self._restarts.setdefault(path, deque())
         window.append(self.now)
         while window and window[0] < self.now - self.spec.restart_window:
@@ -539,6 +566,8 @@ class Host:
             self.outbox.flush()
         elif payload == _RESTART:
             self._restart_actor()
+        elif payload == _ERRORS:
+            pass  # settle() below runs _flush_errors
         elif isinstance(payload, tuple) and payload[0] == POKE:
             self.handover.expire(payload[1])
         else:
