@@ -114,12 +114,8 @@ def _decode_event(blob: bytes) -> tuple[Any, Any, Any, Any, Any, Any]:
         fields = _unpackb(blob, ext_hook=flat_ext_hook, list_hook=list_hook, strict_map_key=False)
         if head == _FIXARRAY_7:
             return fields[1], fields[2], fields[3], fields[4], fields[5], fields[6]
-        manifest, version = fields[6], fields[7]
-        reg = _by_manifest.get(manifest)
-        if reg is not None and version == reg.version:
-            payload = reg.make(fields[8:])
-        else:
-            payload = build(manifest, version, fields[8:])
+        reg = _by_manifest.get(fields[6])
+        payload = reg.make_record(fields) if reg is not None else build(fields[6], fields[7], fields[8:])
         return fields[1], fields[2], fields[3], fields[4], fields[5], payload
     fields = _unpackb(blob, ext_hook=ext_hook, strict_map_key=False)
     payload = fields[5] if len(fields) == 6 else build(fields[5], fields[6], fields[7:])

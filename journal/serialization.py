@@ -26,6 +26,7 @@ import dataclasses
 import inspect
 import operator
 import threading
+import types
 import zlib
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
@@ -60,6 +61,8 @@ class _Registration:
     field_names: tuple[str, ...]
     values: Callable[[Any], tuple[Any, ...]]
     make: Callable[[list[Any]], Any]  # the object from its field values: cls(*values), only faster
+    make_marked: Callable[[list[Any]], Any]  # ... from a format 2 marked array [O, manifest, version, *values]
+    make_record: Callable[[list[Any]], Any]  # ... from a format 2 record [2, writer, ..., manifest, version, *values]
 
 
 _by_class: dict[type, _Registration] = {}
@@ -79,7 +82,7 @@ def _values_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
 
 
 def _sets_fields_only(cls: type, names: tuple[str, ...]) -> bool:
-    """True when cls(*values) only sets each field in __dict__: the __init__ generated for a frozen dataclass."""
+    """True when cls(*values) only sets each field: the __init__ generated for a frozen dataclass."""
     init = cls.__init__  # type: ignore[misc]  # (this class's own __init__, inspected below)
     try:
         params = list(inspect.signature(init).parameters.values())[1:]
@@ -92,22 +95,40 @@ def _sets_fields_only(cls: type, names: tuple[str, ...]) -> bool:
             and [(p.name, p.kind) for p in params] == [(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
             and cls.__new__ is object.__new__  # type: ignore[comparison-overlap]
             and type(cls).__call__ is type.__call__
-            and cls.__getattribute__ is object.__getattribute__  # type: ignore[comparison-overlap]
-            and cls.__dictoffset__ != 0)
+            and cls.__getattribute__ is object.__getattribute__)  # type: ignore[comparison-overlap]
 
 
-def _maker(cls: type, names: tuple[str, ...]) -> Callable[[list[Any]], Any]:
+def _maker(cls: type, names: tuple[str, ...], manifest_at: int | None = None,
+           version: int = 1) -> Callable[[list[Any]], Any]:
     """cls(*values); for a plain frozen dataclass the same object built without its __init__.
 
     That __init__ sets each field with object.__setattr__ and was the largest part of decoding; filling
-    the instance's __dict__ in field order gives an equal object (with the same key-sharing dict).
+    the instance's __dict__ in field order gives an equal object (with the same key-sharing dict), and
+    a slotted one's slots are set by their descriptors directly. With `manifest_at`, the values are the
+    tail of a stored array `[..., manifest, version, *fields]` whose manifest is at that index: the
+    object is built from the fields after it, and a version other than the registered one is upcast.
     """
-    if not _sets_fields_only(cls, names):
+    at = 0 if manifest_at is None else manifest_at + 2  # where the field values start
+    namespace: dict[str, Any] = {"cls": cls, "new": object.__new__,
+                                 "build": lambda v: build(v[at - 2], v[at - 1], v[at:])}
+    if manifest_at is None:
+        check, fallback = f"len(values) != {len(names)}", "cls(*values)"
+    else:
+        check, fallback = f"len(values) != {at + len(names)} or values[{at - 1}] != {version}", "build(values)"
+    plain = _sets_fields_only(cls, names)
+    slots = [inspect.getattr_static(cls, name, None) for name in names]  # slots=True: the fields' descriptors
+    in_slots = [type(d) is types.MemberDescriptorType for d in slots]
+    if plain and cls.__dictoffset__ != 0 and not any(in_slots):
+        body = "    obj = new(cls)\n    d = obj.__dict__\n" + "".join(
+            f"    d[{name!r}] = values[{at + i}]\n" for i, name in enumerate(names))
+    elif plain and all(in_slots):
+        namespace.update({f"set{i}": d.__set__ for i, d in enumerate(slots)})
+        body = "    obj = new(cls)\n" + "".join(f"    set{i}(obj, values[{at + i}])\n" for i in range(len(names)))
+    elif manifest_at is None:
         return lambda values: cls(*values)
-    sets = "".join(f"    d[{name!r}] = values[{i}]\n" for i, name in enumerate(names))
-    source = (f"def make(values):\n    if len(values) != {len(names)}:\n        return cls(*values)\n"
-              f"    obj = new(cls)\n    d = obj.__dict__\n{sets}    return obj\n")
-    namespace: dict[str, Any] = {"cls": cls, "new": object.__new__}
+    else:
+        body = f"    obj = cls(*values[{at}:])\n"
+    source = f"def make(values):\n    if {check}:\n        return {fallback}\n{body}    return obj\n"
     exec(source, namespace)  # noqa: S102  (field names are identifiers; as dataclasses does for __init__)
     make: Callable[[list[Any]], Any] = namespace["make"]
     return make
@@ -136,7 +157,8 @@ def register_type(cls: type[T] | None = None, manifest: str | None = None,
             raise ValueError(f"version must be an int >= 1, got {version!r}")
         name = manifest or f"{klass.__module__}.{klass.__qualname__}"
         names = tuple(f.name for f in dataclasses.fields(klass) if f.init)
-        reg = _Registration(klass, name, version, names, _values_getter(names), _maker(klass, names))
+        reg = _Registration(klass, name, version, names, _values_getter(names), _maker(klass, names),
+                            _maker(klass, names, 1, version), _maker(klass, names, 6, version))
         with _registry_lock:
             other = _by_manifest.get(name)
             if other is not None and other.cls is not klass:
@@ -292,8 +314,8 @@ def list_hook(items: list[Any]) -> Any:
             return tuple(items)
         if kind is _OBJECT:
             reg = _by_manifest.get(items[1])
-            if reg is not None and items[2] == reg.version:  # the usual case of build(), without the call
-                return reg.make(items[3:])
+            if reg is not None:
+                return reg.make_marked(items)  # (which upcasts an older version)
             return build(items[1], items[2], items[3:])
         if kind is _FROZENSET:
             del items[0]
