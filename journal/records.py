@@ -3,7 +3,8 @@
 An event is stored next to its key (persistence id, sequence nr) and a crc32 checksum of its bytes seeded
 by the key, as one msgpack array (the formats are described in journal.serialization):
 
-* format 2, written today: `[2, writer_uuid, manifest, timestamp, tags, metadata, payload]`, or for a
+* format 2, written today: `[2, writer_uuid, manifest, timestamp, tags, metadata, payload]` (tags sorted,
+  nil when there are none), or for a
   registered dataclass payload `[2, ..., metadata, payload manifest, version, *field values]` (inlined:
   one marked array less on the hot paths); packed by one Packer call.
 * format 1, written before issue 16 and read forever: `[writer_uuid, manifest, timestamp, tags, metadata,
@@ -43,8 +44,6 @@ _unpackb = msgpack.unpackb
 _NO_TAGS: frozenset[str] = frozenset()
 _MASK = 0xFFFFFFFF
 _SEED_STEP = 0x9E3779B1
-_FIXARRAY_7 = 0x90 + 7  # a format 2 event without an inlined object: its first byte
-_ARRAY16 = 0xDC  # an array of 16 to 65535 items: 2 length bytes follow (then 0xDD: 4 length bytes)
 
 Row = tuple[str, int, bytes, int]
 """(persistence_id, sequence_nr, record bytes, checksum): what backends store for one event."""
@@ -86,11 +85,12 @@ def encode_writes(
                 tags = r.tags
                 payload = r.payload
                 reg = registered(type(payload))
+                # No tags are nil, not an empty array: an array costs a list hook call when replayed.
                 if reg is None:
-                    blob = pack([FORMAT_FLAT, r.writer_uuid, r.manifest, timestamp, sorted(tags) if tags else [],
+                    blob = pack([FORMAT_FLAT, r.writer_uuid, r.manifest, timestamp, sorted(tags) if tags else None,
                                  r.metadata, payload])
                 else:
-                    blob = pack([FORMAT_FLAT, r.writer_uuid, r.manifest, timestamp, sorted(tags) if tags else [],
+                    blob = pack([FORMAT_FLAT, r.writer_uuid, r.manifest, timestamp, sorted(tags) if tags else None,
                                  r.metadata, reg.manifest, reg.version, *reg.values(payload)])
                 rows.append((pid, seq, blob, crc(blob, (seed + seq * _SEED_STEP) & _MASK)))
                 if tags:
@@ -106,34 +106,35 @@ def encode_writes(
     return EncodedBatch(rows, tag_rows), results
 
 
-def _decode_event(blob: bytes) -> tuple[Any, Any, Any, Any, Any, Any]:
-    """(writer, manifest, timestamp, tags, metadata, payload) of a stored event of either format."""
-    head = blob[0]
-    first = blob[1] if head < _ARRAY16 else blob[3] if head == _ARRAY16 else blob[5]  # the first item's byte
-    if first == FORMAT_FLAT:  # (format 1 has the writer uuid's str header there)
-        fields = _unpackb(blob, ext_hook=flat_ext_hook, list_hook=list_hook, strict_map_key=False)
-        if head == _FIXARRAY_7:
-            return fields[1], fields[2], fields[3], fields[4], fields[5], fields[6]
-        reg = _by_manifest.get(fields[6])
-        payload = reg.make_record(fields) if reg is not None else build(fields[6], fields[7], fields[8:])
-        return fields[1], fields[2], fields[3], fields[4], fields[5], payload
-    fields = _unpackb(blob, ext_hook=ext_hook, strict_map_key=False)
-    payload = fields[5] if len(fields) == 6 else build(fields[5], fields[6], fields[7:])
-    return fields[0], fields[1], fields[2], fields[3], fields[4], payload
-
-
 def decode_rows(persistence_id: str, rows: Iterable[StoredRow]) -> list[PersistentRepr]:
     """Check and decode replayed rows of one persistence id (the replay hot path)."""
     seed = key_seed(persistence_id)
     out: list[PersistentRepr] = []
     append = out.append
     crc = _crc32
-    decode = _decode_event
+    unpackb = _unpackb
+    registered = _by_manifest.get
+    flat, hook, old_hook = FORMAT_FLAT, list_hook, ext_hook
     for seq, blob, ck in rows:
         if crc(blob, (seed + seq * _SEED_STEP) & _MASK) != ck:
             raise corruption(persistence_id, seq)
         try:
-            writer, manifest, ts, tags, meta, payload = decode(blob)
+            head = blob[0]
+            if (blob[1] if head < 0xDC else blob[3] if head == 0xDC else blob[5]) == flat:
+                # Format 2: the first item is the int 2 (format 1 has the writer uuid's str header there); after
+                # a fixarray header, or 0xDC and 2 length bytes (16 or more items), or 0xDD and 4.
+                fields = unpackb(blob, ext_hook=flat_ext_hook, list_hook=hook, strict_map_key=False)
+                if head == 0x97:  # 7 items: a payload that is not a registered object
+                    payload = fields[6]
+                else:
+                    reg = registered(fields[6])
+                    payload = (reg.make_record(fields) if reg is not None
+                               else build(fields[6], fields[7], fields[8:]))
+                _, writer, manifest, ts, tags, meta = fields[:6]
+            else:
+                fields = unpackb(blob, ext_hook=old_hook, strict_map_key=False)
+                writer, manifest, ts, tags, meta = fields[:5]
+                payload = fields[5] if len(fields) == 6 else build(fields[5], fields[6], fields[7:])
         except SerializationError as e:
             raise SerializationError(
                 f"cannot read persistence id {persistence_id!r}, sequence nr {seq}: {e}") from e

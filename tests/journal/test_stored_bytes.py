@@ -109,7 +109,7 @@ EVENT_BYTES_2 = bytes.fromhex(
     "9b02a177a74d652d74797065cd04d292a161a162c0af746573742e62797465732e4e6f646501a265769294c70001af7465"
     "73742e62797465732e4c656166030192c7000302c0")
 # ... and [2, writer, manifest, ts, tags, meta, payload] for anything else (here a tuple).
-TUPLE_EVENT_BYTES_2 = bytes.fromhex("9702a177a0cd04d290c093c7000201a178")
+TUPLE_EVENT_BYTES_2 = bytes.fromhex("9702a177a0cd04d2c0c093c7000201a178")  # (no tags: nil)
 
 
 def test_a_nested_registered_object_is_written_flat_and_format_1_still_reads() -> None:
@@ -150,7 +150,7 @@ def test_long_records_are_told_apart_by_their_first_item_too() -> None:
     payload = Wide(*range(9), (Leaf(1), {2}))
     aw = AtomicWrite([PersistentRepr(payload, 1, "pid", "", "w")])
     [(_, _, blob, ck)] = encode_writes([aw], 7)[0].rows
-    assert blob[0] == 0xDC and blob == reference_flat([2, "w", "", 7, [], None, "test.bytes.Wide", 1, *range(9),
+    assert blob[0] == 0xDC and blob == reference_flat([2, "w", "", 7, None, None, "test.bytes.Wide", 1, *range(9),
                                                        (Leaf(1), {2})])
     old = reference_packb(["w", "", 7, [], None, "test.bytes.Wide", 1, *range(9), (Leaf(1), {2})])
     assert old[0] == 0xDC
