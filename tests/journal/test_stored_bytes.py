@@ -232,3 +232,11 @@ def test_threads_serializing_at_once_get_their_own_bytes() -> None:
     for t in threads:
         t.join()
     assert not wrong
+
+
+def test_tuples_sets_and_objects_as_dict_keys_round_trip() -> None:
+    """Marked arrays are turned back before msgpack uses them as keys (a list would be unhashable)."""
+    value = {(1, (2, "x")): 3, frozenset({1, (2,)}): [()], Leaf(1): {Node("k", None): set()}, (): None}
+    data = serialize(value)
+    assert data == reference_flat(value) and deserialize(data) == value
+    assert deserialize(reference_packb(value)) == value
