@@ -51,6 +51,7 @@ Row = tuple[str, int, bytes, int]
 StoredRow = tuple[int, bytes, int]
 """(sequence_nr, record bytes, checksum): what backends return when replaying one persistence id."""
 
+
 @dataclass(slots=True)
 class EncodedBatch:
     """The rows of the AtomicWrites of one write_messages call that serialized fine."""
