@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 from zlib import crc32 as _crc32
 
 import msgpack
@@ -153,7 +152,7 @@ def decode_row(persistence_id: str, sequence_nr: int, blob: bytes, ck: int) -> P
     return decode_rows(persistence_id, ((sequence_nr, blob, ck),))[0]
 
 
-def encode_snapshot(persistence_id: str, sequence_nr: int, metadata: Any, snapshot: Any) -> tuple[bytes, int]:
+def encode_snapshot(persistence_id: str, sequence_nr: int, metadata: object, snapshot: object) -> tuple[bytes, int]:
     """Serialize a snapshot (and its metadata) with its checksum."""
     try:
         blob = thread_packer()([FORMAT_FLAT, metadata, snapshot])
@@ -164,7 +163,7 @@ def encode_snapshot(persistence_id: str, sequence_nr: int, metadata: Any, snapsh
     return blob, checksum(key_seed(persistence_id), sequence_nr, blob)
 
 
-def decode_snapshot(persistence_id: str, sequence_nr: int, blob: bytes, ck: int) -> tuple[Any, Any]:
+def decode_snapshot(persistence_id: str, sequence_nr: int, blob: bytes, ck: int) -> tuple[object, object]:
     """Check and decode a stored snapshot into (metadata, snapshot); never returns None for a bad one."""
     if checksum(key_seed(persistence_id), sequence_nr, blob) != ck:
         raise corruption(persistence_id, sequence_nr, "snapshot")

@@ -59,8 +59,8 @@ class _Registration:
     manifest: str
     version: int
     field_names: tuple[str, ...]
-    values: Callable[[Any], tuple[Any, ...]]
-    make: Callable[[list[Any]], Any]  # the object from its field values: cls(*values), only faster
+    values: Callable[[object], tuple[object, ...]]
+    make: Callable[[list[Any]], object]  # the object from its field values: cls(*values), only faster
     make_marked: Callable[[list[Any]], Any]  # ... from a format 2 marked array [O, manifest, version, *values]
     make_record: Callable[[list[Any]], Any]  # ... from a format 2 record [2, writer, ..., manifest, version, *values]
 
@@ -71,7 +71,7 @@ _upcasters: dict[tuple[str, int], Callable[[list[Any]], list[Any]]] = {}
 _registry_lock = threading.Lock()
 
 
-def _values_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+def _values_getter(names: tuple[str, ...]) -> Callable[[object], tuple[object, ...]]:
     # attrgetter of several names returns a tuple in one C call; of one name, a bare value.
     if not names:
         return lambda obj: ()
@@ -203,7 +203,7 @@ def manifest_of(cls: type) -> str:
     return reg.manifest
 
 
-def _unserializable(obj: Any) -> SerializationError:
+def _unserializable(obj: object) -> SerializationError:
     t = type(obj)
     name = f"{t.__module__}.{t.__qualname__}"
     if dataclasses.is_dataclass(obj):
