@@ -1,10 +1,17 @@
 """How events and snapshots become stored rows (bytes + checksum) and back; shared by every backend.
 
-An event is stored as one msgpack array `[writer_uuid, manifest, timestamp, tags, metadata, payload]`
-(or, for a registered dataclass payload, `[..., metadata, payload manifest, version, *field values]`:
-inlining the top-level payload saves an ext type and a nested pack/unpack on the hot paths),
-next to its key (persistence id, sequence nr) and a crc32 checksum of those bytes seeded by the key.
-A snapshot is stored as `[metadata, snapshot]` with a checksum seeded the same way.
+An event is stored next to its key (persistence id, sequence nr) and a crc32 checksum of its bytes seeded
+by the key, as one msgpack array (the formats are described in journal.serialization):
+
+* format 2, written today: `[2, writer_uuid, manifest, timestamp, tags, metadata, payload]` (tags sorted,
+  nil when there are none), or for a
+  registered dataclass payload `[2, ..., metadata, payload manifest, version, *field values]` (inlined:
+  one marked array less on the hot paths); packed by one Packer call.
+* format 1, written before issue 16 and read forever: `[writer_uuid, manifest, timestamp, tags, metadata,
+  payload]` or `[..., metadata, payload manifest, version, *field values]`, with nested ext values.
+
+The two are told apart by the array's first item: the int 2, or the writer uuid (a str). A snapshot is
+`[2, metadata, snapshot]` (format 2) or `[metadata, snapshot]` (format 1), with a checksum seeded the same way.
 """
 
 from __future__ import annotations
@@ -17,7 +24,20 @@ import msgpack
 
 from journal.errors import JournalCorruption, SerializationError
 from journal.model import AtomicWrite, PersistentRepr, replayed_repr
-from journal.serialization import build, checksum, corruption, ext_hook, flatten, key_seed, serialize
+from journal.serialization import (
+    FORMAT_FLAT,
+    _by_class,
+    _by_manifest,
+    _seeds,
+    build,
+    corruption,
+    ext_hook,
+    flat_ext_hook,
+    key_seed,
+    list_hook,
+    thread_packer,
+)
+from journal.serialization import checksum as checksum
 
 _unpackb = msgpack.unpackb
 _NO_TAGS: frozenset[str] = frozenset()
@@ -46,37 +66,43 @@ def encode_writes(
     results: list[BaseException | None] = [None] * len(messages)
     rows: list[Row] = []
     tag_rows: list[tuple[str, str, int]] = []
-    pack = serialize
+    pack = thread_packer()
+    registered = _by_class.get
+    seeds = _seeds
+    crc = _crc32
     for i, aw in enumerate(messages):
-        if not isinstance(aw, AtomicWrite):
+        if type(aw) is not AtomicWrite and not isinstance(aw, AtomicWrite):
             raise TypeError(f"write_messages takes AtomicWrites, got {type(aw).__qualname__}")
-        pid = aw.payload[0].persistence_id
-        seed = key_seed(pid)
-        aw_rows: list[Row] = []
-        aw_tags: list[tuple[str, str, int]] = []
+        reprs = aw.payload
+        pid = reprs[0].persistence_id
+        seed = seeds.get(pid)
+        if seed is None:
+            seed = key_seed(pid)
+        n, n_tags = len(rows), len(tag_rows)
         try:
-            for r in aw.payload:
+            for r in reprs:  # one pass: record, checksum and row (most AtomicWrites hold one event)
                 seq = r.sequence_nr
                 tags = r.tags
-                flat = flatten(r.payload)
-                if flat is None:
-                    blob = pack([r.writer_uuid, r.manifest, timestamp, sorted(tags) if tags else [],
-                                 r.metadata, r.payload])
+                payload = r.payload
+                reg = registered(type(payload))
+                # No tags are nil, not an empty array: an array costs a list hook call when replayed.
+                if reg is None:
+                    blob = pack([FORMAT_FLAT, r.writer_uuid, r.manifest, timestamp, sorted(tags) if tags else None,
+                                 r.metadata, payload])
                 else:
-                    blob = pack([r.writer_uuid, r.manifest, timestamp, sorted(tags) if tags else [],
-                                 r.metadata, flat[0], flat[1], *flat[2]])
-                aw_rows.append((pid, seq, blob, _crc32(blob, (seed + seq * _SEED_STEP) & _MASK)))
+                    blob = pack([FORMAT_FLAT, r.writer_uuid, r.manifest, timestamp, sorted(tags) if tags else None,
+                                 r.metadata, reg.manifest, reg.version, *reg.values(payload)])
+                rows.append((pid, seq, blob, crc(blob, (seed + seq * _SEED_STEP) & _MASK)))
                 if tags:
-                    aw_tags.extend((t, pid, seq) for t in tags)
-        except SerializationError as e:
+                    tag_rows.extend((t, pid, seq) for t in tags)
+        except (SerializationError, TypeError, ValueError, OverflowError) as e:
+            del rows[n:], tag_rows[n_tags:]  # the AtomicWrite is rejected whole
+            cause = e if isinstance(e, SerializationError) else SerializationError(
+                f"cannot serialize {type(r.payload).__qualname__}: {e}")
             rejection = SerializationError(
-                f"rejected write of persistence id {pid!r}, sequence nr {r.sequence_nr}: {e}")
-            rejection.__cause__ = e
+                f"rejected write of persistence id {pid!r}, sequence nr {r.sequence_nr}: {cause}")
+            rejection.__cause__ = cause
             results[i] = rejection
-            continue
-        rows.extend(aw_rows)
-        if aw_tags:
-            tag_rows.extend(aw_tags)
     return EncodedBatch(rows, tag_rows), results
 
 
@@ -86,14 +112,29 @@ def decode_rows(persistence_id: str, rows: Iterable[StoredRow]) -> list[Persiste
     out: list[PersistentRepr] = []
     append = out.append
     crc = _crc32
-    hook = ext_hook
+    unpackb = _unpackb
+    registered = _by_manifest.get
+    flat, hook, old_hook = FORMAT_FLAT, list_hook, ext_hook
     for seq, blob, ck in rows:
         if crc(blob, (seed + seq * _SEED_STEP) & _MASK) != ck:
             raise corruption(persistence_id, seq)
         try:
-            fields = _unpackb(blob, ext_hook=hook, strict_map_key=False)
-            writer, manifest, ts, tags, meta = fields[:5]
-            payload = fields[5] if len(fields) == 6 else build(fields[5], fields[6], fields[7:])
+            head = blob[0]
+            if (blob[1] if head < 0xDC else blob[3] if head == 0xDC else blob[5]) == flat:
+                # Format 2: the first item is the int 2 (format 1 has the writer uuid's str header there); after
+                # a fixarray header, or 0xDC and 2 length bytes (16 or more items), or 0xDD and 4.
+                fields = unpackb(blob, ext_hook=flat_ext_hook, list_hook=hook, strict_map_key=False)
+                if head == 0x97:  # 7 items: a payload that is not a registered object
+                    payload = fields[6]
+                else:
+                    reg = registered(fields[6])
+                    payload = (reg.make_record(fields) if reg is not None
+                               else build(fields[6], fields[7], fields[8:]))
+                _, writer, manifest, ts, tags, meta = fields[:6]
+            else:
+                fields = unpackb(blob, ext_hook=old_hook, strict_map_key=False)
+                writer, manifest, ts, tags, meta = fields[:5]
+                payload = fields[5] if len(fields) == 6 else build(fields[5], fields[6], fields[7:])
         except SerializationError as e:
             raise SerializationError(
                 f"cannot read persistence id {persistence_id!r}, sequence nr {seq}: {e}") from e
@@ -113,7 +154,12 @@ def decode_row(persistence_id: str, sequence_nr: int, blob: bytes, ck: int) -> P
 
 def encode_snapshot(persistence_id: str, sequence_nr: int, metadata: object, snapshot: object) -> tuple[bytes, int]:
     """Serialize a snapshot (and its metadata) with its checksum."""
-    blob = serialize([metadata, snapshot])
+    try:
+        blob = thread_packer()([FORMAT_FLAT, metadata, snapshot])
+    except SerializationError:
+        raise
+    except (TypeError, ValueError, OverflowError) as e:
+        raise SerializationError(f"cannot serialize {type(snapshot).__qualname__}: {e}") from e
     return blob, checksum(key_seed(persistence_id), sequence_nr, blob)
 
 
@@ -122,7 +168,11 @@ def decode_snapshot(persistence_id: str, sequence_nr: int, blob: bytes, ck: int)
     if checksum(key_seed(persistence_id), sequence_nr, blob) != ck:
         raise corruption(persistence_id, sequence_nr, "snapshot")
     try:
-        metadata, snapshot = _unpackb(blob, ext_hook=ext_hook, strict_map_key=False)
+        if blob[0] == 0x93 and blob[1] == FORMAT_FLAT:  # [2, metadata, snapshot]; format 1 is a pair
+            _, metadata, snapshot = _unpackb(blob, ext_hook=flat_ext_hook, list_hook=list_hook,
+                                             strict_map_key=False)
+        else:
+            metadata, snapshot = _unpackb(blob, ext_hook=ext_hook, strict_map_key=False)
     except SerializationError as e:
         raise SerializationError(
             f"cannot read snapshot of persistence id {persistence_id!r}, sequence nr {sequence_nr}: {e}"

@@ -6,8 +6,18 @@ Tuples come back as tuples (not lists) so registered types compare equal after a
 Anything else (including subclasses of the built-in types, e.g. an IntEnum) is refused with a
 `SerializationError` naming the type: pickle is never used.
 
-A registered dataclass is stored as msgpack ext type 1 holding `[manifest, version, *field values]`;
-reading an older version runs the upcasters registered for that manifest, one version step at a time.
+Two formats, told apart by their bytes, are read; only the flat one is written:
+
+* format 2 (flat, written since issue 16): one msgpack value packed by one Packer call. A tuple is the
+  array `[T, *items]`, a set `[S, *items]`, a frozenset `[F, *items]`, a registered dataclass
+  `[O, manifest, version, *field values]`, where T, S, F, O are empty msgpack ext values of type 2, 3, 4, 1
+  (an empty ext is a marker no other value packs to). Decoding turns marked arrays back with a list hook.
+* format 1 (nested, written before): a registered dataclass is the ext type 1 holding
+  `[manifest, version, *field values]` packed on its own, a tuple/set/frozenset the ext type 2/3/4 holding
+  the packed list of its items. Its ext values are never empty, which is how `deserialize` tells them apart.
+
+Reading an older version of a registered dataclass runs the upcasters registered for its manifest, one
+version step at a time (both formats). msgpack's own ExtType values are not supported payloads.
 """
 
 from __future__ import annotations
@@ -16,9 +26,10 @@ import dataclasses
 import inspect
 import operator
 import threading
+import types
 import zlib
 from collections.abc import Callable
-from typing import Any, TypeVar, cast, overload
+from typing import Any, TypeVar, overload
 
 import msgpack
 from msgpack import ExtType
@@ -50,6 +61,8 @@ class _Registration:
     field_names: tuple[str, ...]
     values: Callable[[object], tuple[object, ...]]
     make: Callable[[list[Any]], object]  # the object from its field values: cls(*values), only faster
+    make_marked: Callable[[list[Any]], Any]  # ... from a format 2 marked array [O, manifest, version, *values]
+    make_record: Callable[[list[Any]], Any]  # ... from a format 2 record [2, writer, ..., manifest, version, *values]
 
 
 _by_class: dict[type, _Registration] = {}
@@ -69,7 +82,7 @@ def _values_getter(names: tuple[str, ...]) -> Callable[[object], tuple[object, .
 
 
 def _sets_fields_only(cls: type, names: tuple[str, ...]) -> bool:
-    """True when cls(*values) only sets each field in __dict__: the __init__ generated for a frozen dataclass."""
+    """True when cls(*values) only sets each field: the __init__ generated for a frozen dataclass."""
     init = cls.__init__  # type: ignore[misc]  # (this class's own __init__, inspected below)
     try:
         params = list(inspect.signature(init).parameters.values())[1:]
@@ -82,24 +95,42 @@ def _sets_fields_only(cls: type, names: tuple[str, ...]) -> bool:
             and [(p.name, p.kind) for p in params] == [(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
             and cls.__new__ is object.__new__  # type: ignore[comparison-overlap]
             and type(cls).__call__ is type.__call__
-            and cls.__getattribute__ is object.__getattribute__  # type: ignore[comparison-overlap]
-            and cls.__dictoffset__ != 0)
+            and cls.__getattribute__ is object.__getattribute__)  # type: ignore[comparison-overlap]
 
 
-def _maker(cls: type, names: tuple[str, ...]) -> Callable[[list[Any]], object]:
+def _maker(cls: type, names: tuple[str, ...], manifest_at: int | None = None,
+           version: int = 1) -> Callable[[list[Any]], Any]:
     """cls(*values); for a plain frozen dataclass the same object built without its __init__.
 
     That __init__ sets each field with object.__setattr__ and was the largest part of decoding; filling
-    the instance's __dict__ in field order gives an equal object (with the same key-sharing dict).
+    the instance's __dict__ in field order gives an equal object (with the same key-sharing dict), and
+    a slotted one's slots are set by their descriptors directly. With `manifest_at`, the values are the
+    tail of a stored array `[..., manifest, version, *fields]` whose manifest is at that index: the
+    object is built from the fields after it, and a version other than the registered one is upcast.
     """
-    if not _sets_fields_only(cls, names):
+    at = 0 if manifest_at is None else manifest_at + 2  # where the field values start
+    namespace: dict[str, Any] = {"cls": cls, "new": object.__new__,
+                                 "build": lambda v: build(v[at - 2], v[at - 1], v[at:])}
+    if manifest_at is None:
+        check, fallback = f"len(values) != {len(names)}", "cls(*values)"
+    else:
+        check, fallback = f"len(values) != {at + len(names)} or values[{at - 1}] != {version}", "build(values)"
+    plain = _sets_fields_only(cls, names)
+    slots = [inspect.getattr_static(cls, name, None) for name in names]  # slots=True: the fields' descriptors
+    in_slots = [type(d) is types.MemberDescriptorType for d in slots]
+    if plain and cls.__dictoffset__ != 0 and not any(in_slots):
+        body = "    obj = new(cls)\n    d = obj.__dict__\n" + "".join(
+            f"    d[{name!r}] = values[{at + i}]\n" for i, name in enumerate(names))
+    elif plain and all(in_slots):
+        namespace.update({f"set{i}": d.__set__ for i, d in enumerate(slots)})
+        body = "    obj = new(cls)\n" + "".join(f"    set{i}(obj, values[{at + i}])\n" for i in range(len(names)))
+    elif manifest_at is None:
         return lambda values: cls(*values)
-    sets = "".join(f"    d[{name!r}] = values[{i}]\n" for i, name in enumerate(names))
-    source = (f"def make(values):\n    if len(values) != {len(names)}:\n        return cls(*values)\n"
-              f"    obj = new(cls)\n    d = obj.__dict__\n{sets}    return obj\n")
-    namespace: dict[str, object] = {"cls": cls, "new": object.__new__}
+    else:
+        body = f"    obj = cls(*values[{at}:])\n"
+    source = f"def make(values):\n    if {check}:\n        return {fallback}\n{body}    return obj\n"
     exec(source, namespace)  # noqa: S102  (field names are identifiers; as dataclasses does for __init__)
-    make = cast("Callable[[list[Any]], object]", namespace["make"])  # (defined by the exec above)
+    make: Callable[[list[Any]], Any] = namespace["make"]
     return make
 
 
@@ -126,7 +157,8 @@ def register_type(cls: type[T] | None = None, manifest: str | None = None,
             raise ValueError(f"version must be an int >= 1, got {version!r}")
         name = manifest or f"{klass.__module__}.{klass.__qualname__}"
         names = tuple(f.name for f in dataclasses.fields(klass) if f.init)
-        reg = _Registration(klass, name, version, names, _values_getter(names), _maker(klass, names))
+        reg = _Registration(klass, name, version, names, _values_getter(names), _maker(klass, names),
+                            _maker(klass, names, 1, version), _maker(klass, names, 6, version))
         with _registry_lock:
             other = _by_manifest.get(name)
             if other is not None and other.cls is not klass:
@@ -183,50 +215,56 @@ def _unserializable(obj: object) -> SerializationError:
     return SerializationError(f"cannot serialize an object of type {name}: {how}")
 
 
-_tuple_new = tuple.__new__  # ExtType.__new__ re-validates in Python; our codes and bytes are known good
+FORMAT_FLAT = 2
+"""The format `serialize` and the journal's records are written in (see the module docstring); 1 is the nested one."""
 
 
-class _Encoder:
-    """One thread's Packer for one nesting depth; what an ext type holds is packed by the next depth's.
+class _Marker:
+    """What an empty ext value decodes to: the first item of a marked array (a tuple, set, frozenset, object)."""
 
-    Packer.pack is neither thread-safe nor reentrant, hence one per thread and depth. Reusing them is the
-    point: msgpack.packb makes a new Packer, whose 256 KiB buffer glibc gets from the OS and gives back (brk)
-    on every call, which cost several times the packing itself for small nested objects.
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<{self.name} marker>"
+
+
+_OBJECT, _TUPLE, _SET, _FROZENSET = (_Marker(n) for n in ("object", "tuple", "set", "frozenset"))
+_MARKERS: dict[int, _Marker] = {_EXT_OBJECT: _OBJECT, _EXT_TUPLE: _TUPLE, _EXT_SET: _SET,
+                                _EXT_FROZENSET: _FROZENSET}
+# The encoder's side of the markers, packed natively by msgpack (no hook): ExtType(code, b"").
+_OBJECT_EXT, _TUPLE_EXT, _SET_EXT, _FROZENSET_EXT = (
+    tuple.__new__(ExtType, (code, b"")) for code in (_EXT_OBJECT, _EXT_TUPLE, _EXT_SET, _EXT_FROZENSET))
+
+
+def _default(obj: Any) -> list[Any]:  # Any: `type(obj) is tuple` (not isinstance) does not narrow
+    """msgpack's hook for what it does not pack itself: the marked array standing for `obj` (format 2).
+
+    The array is packed by the same Packer call, so a record is one call however deep its objects nest.
     """
-
-    __slots__ = ("pack", "_nested", "_depth")
-
-    def __init__(self, depth: int) -> None:
-        self.pack: Callable[[object], bytes] = msgpack.Packer(
-            default=self._default, strict_types=True, use_bin_type=True).pack
-        self._nested: _Encoder | None = None
-        self._depth = depth
-
-    def _default(self, obj: Any) -> ExtType:  # Any: `type(obj) is tuple` (not isinstance) does not narrow
-        reg = _by_class.get(type(obj))
-        if reg is not None:
-            code, items = _EXT_OBJECT, [reg.manifest, reg.version, *reg.values(obj)]
-        else:
-            t = type(obj)
-            if t is tuple:
-                code, items = _EXT_TUPLE, list(obj)
-            elif t is frozenset:
-                code, items = _EXT_FROZENSET, list(obj)
-            elif t is set:
-                code, items = _EXT_SET, list(obj)
-            elif t is int:
-                raise SerializationError(f"cannot serialize the int {obj}: outside msgpack's 64-bit range")
-            else:
-                raise _unserializable(obj)
-        nested = self._nested
-        if nested is None:
-            nested = _Encoder(self._depth + 1)
-            if self._depth < _CACHED_DEPTHS:  # deeper ones (rare) get a new Packer each time
-                self._nested = nested
-        return _tuple_new(ExtType, (code, nested.pack(items)))
+    t = type(obj)
+    if t is tuple:
+        return [_TUPLE_EXT, *obj]
+    reg = _by_class.get(t)
+    if reg is not None:
+        return [_OBJECT_EXT, reg.manifest, reg.version, *reg.values(obj)]
+    if t is frozenset:
+        return [_FROZENSET_EXT, *obj]
+    if t is set:
+        return [_SET_EXT, *obj]
+    if t is int:
+        raise SerializationError(f"cannot serialize the int {obj}: outside msgpack's 64-bit range")
+    raise _unserializable(obj)
 
 
-_CACHED_DEPTHS = 16
+def new_packer() -> Callable[[Any], bytes]:
+    """A Packer's pack writing format 2; not thread-safe (one per thread), reusable after an error."""
+    # Reused rather than msgpack.packb per call: a new Packer's 256 KiB buffer comes from the OS and goes back
+    # (brk) on every call, which cost several times the packing itself for small records.
+    pack: Callable[[Any], bytes] = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True).pack
+    return pack
 
 
 def _upcast(manifest: str, version: int, target: int, values: list[Any]) -> list[Any]:
@@ -249,7 +287,7 @@ def flatten(obj: object) -> tuple[str, int, tuple[object, ...]] | None:
     return reg.manifest, reg.version, reg.values(obj)
 
 
-def build(manifest: str, version: int, fields: list[Any]) -> object:
+def build(manifest: str, version: int, fields: list[Any]) -> Any:
     """The registered object for stored field values, upcast from `version` when it is older."""
     reg = _by_manifest.get(manifest)
     if reg is None:
@@ -267,8 +305,33 @@ def build(manifest: str, version: int, fields: list[Any]) -> object:
 _unpackb = msgpack.unpackb
 
 
-def ext_hook(code: int, data: bytes) -> object:
-    """msgpack's ext_hook for what serialize wrote: registered objects, tuples and sets."""
+def list_hook(items: list[Any]) -> Any:
+    """msgpack's list_hook for format 2: a marked array becomes its tuple, set, frozenset or object."""
+    if items:
+        kind = items[0]
+        if kind is _TUPLE:
+            del items[0]  # (cheaper than a slice for the few items of a tuple)
+            return tuple(items)
+        if kind is _OBJECT:
+            reg = _by_manifest.get(items[1])
+            if reg is not None:
+                return reg.make_marked(items)  # (which upcasts an older version)
+            return build(items[1], items[2], items[3:])
+        if kind is _FROZENSET:
+            del items[0]
+            return frozenset(items)
+        if kind is _SET:
+            del items[0]
+            return set(items)
+    return items
+
+
+flat_ext_hook = _MARKERS.get
+"""msgpack's ext_hook for format 2 (a C call: the marker of an ext type code)."""
+
+
+def ext_hook(code: int, data: bytes) -> Any:
+    """msgpack's ext_hook for format 1: registered objects, tuples and sets packed inside ext values."""
     items = _unpackb(data, ext_hook=ext_hook, strict_map_key=False)
     if code == _EXT_OBJECT:
         reg = _by_manifest.get(items[0])
@@ -284,16 +347,31 @@ def ext_hook(code: int, data: bytes) -> object:
     raise SerializationError(f"unknown msgpack extension type {code}")
 
 
-class _ThreadEncoder(threading.local):
+def _either_ext_hook(code: int, data: bytes) -> Any:
+    """ext_hook for a value of either format: format 2's markers are the only empty ext values."""
+    if data:
+        return ext_hook(code, data)
+    marker = _MARKERS.get(code)
+    if marker is None:
+        raise SerializationError(f"unknown msgpack extension type {code}")
+    return marker
+
+
+class _ThreadPacker(threading.local):
     def __init__(self) -> None:
-        self.pack = _Encoder(0).pack
+        self.pack = new_packer()
 
 
-_packer = _ThreadEncoder()
+_packer = _ThreadPacker()
+
+
+def thread_packer() -> Callable[[Any], bytes]:
+    """This thread's format 2 pack (Packer.pack is neither thread-safe nor reentrant)."""
+    return _packer.pack
 
 
 def serialize(obj: object) -> bytes:
-    """Encode `obj` with msgpack; raise SerializationError naming the type that cannot be stored."""
+    """Encode `obj` with msgpack (format 2); raise SerializationError naming the type that cannot be stored."""
     try:
         return _packer.pack(obj)
     except SerializationError:
@@ -303,9 +381,9 @@ def serialize(obj: object) -> bytes:
 
 
 def deserialize(data: bytes) -> Any:
-    """Decode bytes written by `serialize`; unknown manifests raise SerializationError."""
+    """Decode bytes written by `serialize`, today's or format 1's; unknown manifests raise SerializationError."""
     try:
-        return msgpack.unpackb(data, ext_hook=ext_hook, strict_map_key=False)
+        return _unpackb(data, ext_hook=_either_ext_hook, list_hook=list_hook, strict_map_key=False)
     except SerializationError:
         raise
     except (ValueError, TypeError, msgpack.UnpackException) as e:
@@ -317,9 +395,18 @@ def deserialize(data: bytes) -> Any:
 _crc32 = zlib.crc32
 
 
+_seeds: dict[str, int] = {}
+_SEEDS_KEPT = 1 << 16  # ids whose seed is cached (a host's entities); then the cache starts over
+
+
 def key_seed(persistence_id: str) -> int:
-    """The per-persistence-id part of a record checksum (computed once per replay)."""
-    return _crc32(persistence_id.encode())
+    """The per-persistence-id part of a record checksum: crc32 of the id, cached (it is needed per write)."""
+    seed = _seeds.get(persistence_id)
+    if seed is None:
+        if len(_seeds) >= _SEEDS_KEPT:
+            _seeds.clear()  # (a dict's operations are atomic: another thread at worst computes a seed again)
+        seed = _seeds[persistence_id] = _crc32(persistence_id.encode())
+    return seed
 
 
 def checksum(seed: int, sequence_nr: int, data: bytes) -> int:

@@ -15,6 +15,8 @@ ENTITY_RULES = [
     ("journal write: sqlite other", "SqliteJournal._store"),
     ("event encode: msgpack + ext hooks (serialize)", "serialize (journal/serialization.py"),
     ("event encode: msgpack + ext hooks (serialize)", "_Encoder._default"),
+    # format 2 (issue 16): the Packer call is C inside encode_writes (counted as framing), its hook is Python
+    ("event encode: msgpack + ext hooks (serialize)", "_default (journal/serialization.py"),
     ("event encode: record framing (flatten, crc, key_seed, rows)", "encode_writes"),
     ("journal write: api (write_messages)", "Journal.write_messages"),
     ("dedup bookkeeping (SeenIds.add)", "SeenIds.add"),

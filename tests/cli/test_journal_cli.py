@@ -111,3 +111,33 @@ def test_a_file_that_is_not_a_database(tmp_path, capsys) -> None:
     assert code == 1 and out.startswith("CORRUPT storage: ")
     code, _, err = run(capsys, "journal", "ls", f"sqlite://{path}")
     assert code == 1 and "JournalCorruption" in err and "journal verify" in err
+
+
+def test_verify_and_show_read_both_record_formats(tmp_path, capsys) -> None:
+    """A journal written before issue 16 (format 1, tests/journal/fixtures) and written on today (format 2)."""
+    import shutil
+
+    from tests.journal import fixture_types
+    from tests.journal.test_format1_fixture import FIXTURE
+
+    path = tmp_path / "format1.db"
+    shutil.copyfile(FIXTURE, path)
+    url = f"sqlite://{path}"
+    code, out, _ = run(capsys, "journal", "verify", url)
+    assert code == 0 and "checked 15 records and 3 snapshots: ok" in out
+    code, out, _ = run(capsys, "journal", "show", url, "fixture-2", "--from", "3", "--limit", "1")
+    assert code == 0 and "{Renamed(amount=8, currency='EUR')}" in out  # version 1 objects, upcast
+    with open_journal(url) as j:
+        assert j.write_messages([AtomicWrite([PersistentRepr(fixture_types.Leaf(4, b"n", 0.5), 6, "fixture-2")])]) == [None]
+    code, out, _ = run(capsys, "journal", "show", url, "fixture-2", "--from", "3")
+    lines = out.splitlines()
+    assert code == 0 and [line.split()[0] for line in lines] == ["3", "4", "5", "6"]
+    assert "Leaf(amount=4, note=b'n', ratio=0.5)" in lines[-1]
+    code, out, _ = run(capsys, "journal", "verify", url)
+    assert code == 0 and "checked 16 records and 3 snapshots: ok" in out
+    db = sqlite3.connect(path)
+    with db:  # a corrupt record of either format is named
+        db.execute("UPDATE journal SET checksum = checksum + 1 WHERE persistence_id = 'fixture-2' AND sequence_nr IN (1, 6)")
+    db.close()
+    code, out, _ = run(capsys, "journal", "verify", url)
+    assert code == 1 and "sequence_nr=1" in out and "sequence_nr=6" in out and "sequence_nr=2" not in out

@@ -92,9 +92,9 @@ def test_classes_whose_constructor_does_more_are_built_by_it() -> None:
     assert vars(deserialize(serialize(Derived(4)))) == {"a": 4, "notes": []}
     with pytest.raises(SerializationError, match="positional argument"):
         deserialize(serialize(KwOnly(a=1)))  # as before: stored fields are passed positionally
-    for cls in (Checked, Slotted, OwnInit, WithInitVar, KwOnly, Derived):
+    for cls in (Checked, OwnInit, WithInitVar, KwOnly, Derived, SlotsAndDict):
         assert _by_class[cls].make.__name__ == "<lambda>"
-    assert _by_class[Plain].make.__name__ == "make"
+    assert _by_class[Plain].make.__name__ == _by_class[Slotted].make.__name__ == "make"  # (slots set directly)
 
 
 def test_fewer_stored_fields_take_the_defaults_and_more_are_refused() -> None:
@@ -131,3 +131,26 @@ def test_fewer_stored_fields_take_the_defaults_and_more_are_refused() -> None:
             deserialize(long)
     finally:
         unregister_type(manifest)
+
+
+@dataclass(frozen=True, slots=True)
+class SlottedBase:
+    a: int
+
+
+@register_type(manifest="test.decoding.SlotsAndDict")
+@dataclass(frozen=True)
+class SlotsAndDict(SlottedBase):  # `a` in the base's slot, `b` in the instance dict
+    b: int
+
+
+def test_slotted_and_mixed_classes_come_back_equal_in_both_formats() -> None:
+    from journal import AtomicWrite, PersistentRepr
+    from journal.records import decode_rows, encode_writes
+
+    for value in (Slotted(1, "x"), SlotsAndDict(1, 2), [Slotted(2, "y"), (SlotsAndDict(3, 4),)]):
+        assert deserialize(serialize(value)) == value
+        [(pid, seq, blob, ck)] = encode_writes([AtomicWrite([PersistentRepr(value, 1, "p")])], 1)[0].rows
+        assert decode_rows(pid, [(seq, blob, ck)])[0].payload == value
+    back = deserialize(serialize(Slotted(5, "z")))
+    assert (back.a, back.b) == (5, "z") and not hasattr(back, "__dict__")

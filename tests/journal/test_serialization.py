@@ -153,3 +153,44 @@ def test_upcasters_chain_version_by_version_and_a_missing_one_is_named() -> None
         assert deserialize(serialize(Money("2.00", "USD"))) == Money("2.00", "USD")
     finally:
         unregister_type(manifest)
+
+
+@pytest.mark.parametrize("slots", [False, True])
+def test_records_of_an_older_version_are_upcast_at_the_top_and_nested(slots: bool) -> None:
+    """Format 2 records: a registered payload inlined in the record, and marked objects inside it."""
+    from journal import AtomicWrite, PersistentRepr
+    from journal.records import decode_rows, encode_writes
+
+    manifest = f"test.Fee-{uuid.uuid4().hex}"
+
+    @dataclass(frozen=True, slots=slots)
+    class FeeV1:
+        cents: int
+        inner: object = None
+
+    register_type(FeeV1, manifest=manifest)
+    aw = AtomicWrite([PersistentRepr(FeeV1(150, (FeeV1(5),)), 1, "p"), PersistentRepr(FeeV1(7), 2, "p")])
+    rows = [(seq, blob, ck) for _, seq, blob, ck in encode_writes([aw], 1)[0].rows]
+    unregister_type(FeeV1)
+
+    @register_type(manifest=manifest, version=2)
+    @dataclass(frozen=True, slots=slots)
+    class Fee:
+        cents: int
+        inner: object
+        currency: str
+
+    try:
+        with pytest.raises(SerializationError, match=rf"register_upcaster\('{manifest}', 1, fn\)"):
+            decode_rows("p", rows)
+        register_upcaster(manifest, 1, lambda f: [*f, "EUR"])
+        assert [r.payload for r in decode_rows("p", rows)] == [Fee(150, (Fee(5, None, "EUR"),), "EUR"),
+                                                              Fee(7, None, "EUR")]
+        newer = [(seq, blob, ck) for _, seq, blob, ck in encode_writes(
+            [AtomicWrite([PersistentRepr(Fee(1, None, "X"), 1, "p")])], 1)[0].rows]
+        unregister_type(Fee)
+        register_type(FeeV1, manifest=manifest)
+        with pytest.raises(SerializationError, match="newer than the registered class"):
+            decode_rows("p", newer)
+    finally:
+        unregister_type(manifest)
