@@ -614,34 +614,41 @@ class JournalSpec:
         groups = [[_fresh_pid() for _ in range(2)] for _ in range(3)]
         events = 40
         expected = {(pid, n) for g in groups for pid in g for n in range(1, events + 1, 2)}
+        processes: list[multiprocessing.process.BaseProcess] = []
+        threads: list[threading.Thread] = []
         if self.supports_multiple_processes:
             ctx = multiprocessing.get_context("spawn")
-            start: threading.Event | object = ctx.Event()
-            writers: list[threading.Thread] | list[multiprocessing.process.BaseProcess] = [
-                ctx.Process(target=write_tagged_in_child, args=(journal_url, g, events, t, start)) for g in groups]
+            start_processes = ctx.Event()
+            processes += [ctx.Process(target=write_tagged_in_child, args=(journal_url, g, events, t, start_processes))
+                          for g in groups]
+            go = start_processes.set
         else:
-            start = threading.Event()
-            writers = [threading.Thread(target=write_tagged_in_child, args=(journal_url, g, events, t, start))
-                       for g in groups]
+            start_threads = threading.Event()
+            threads += [threading.Thread(target=write_tagged_in_child, args=(journal_url, g, events, t, start_threads))
+                        for g in groups]
+            go = start_threads.set
         q = journal.events_by_tag(t, live=True, poll_interval=0.01)
         stopper = threading.Timer(90, q.close)  # bounds the wait if an event never shows up
         stopper.start()
         try:
-            for w in writers:
-                w.start()
-            start.set()  # type: ignore[attr-defined]
+            for p in processes:
+                p.start()
+            for th in threads:
+                th.start()
+            go()
             seen: list[EventEnvelope] = []
             for env in q:
                 seen.append(env)
                 if len(seen) == len(expected):
                     break
-            for w in writers:
-                w.join(60)
+            for p in processes:
+                p.join(60)
+            for th in threads:
+                th.join(60)
         finally:
             stopper.cancel()
             q.close()
-        if self.supports_multiple_processes:
-            assert [w.exitcode for w in writers] == [0] * len(writers)  # type: ignore[union-attr]
+        assert [p.exitcode for p in processes] == [0] * len(processes)
         assert len(seen) == len(expected), f"live query saw {len(seen)} of {len(expected)} events"
         assert set(_keys(seen)) == expected
         offsets = [e.offset for e in seen]
