@@ -52,9 +52,10 @@ OrderingBatch = tuple[Sequence[int], tuple[int, int] | None]
 
 _GAP_RECHECK = 0.05
 """Seconds between two looks at a gap that may still be in flight (a query waits on it, bounded)."""
-_XID_GRACE = 0.1
-"""A writer draws its offset a moment before PostgreSQL gives its transaction an id; a gap's transaction
-horizon is only taken this long after the gap was first seen (see OrderingHorizon)."""
+_XID_GRACE = 0.25
+"""A writer's INSERT draws its offset a moment (microseconds: no lock or trigger in between) before
+PostgreSQL gives its transaction an id; until then the snapshot does not list it as running. So a gap's
+transaction horizon is only taken this long after the gap was first seen (see OrderingHorizon)."""
 
 
 def now_millis() -> int:
@@ -129,12 +130,14 @@ class OrderingHorizon:
     only up to `settled`: the end of the run of offsets without a gap. A gap (a missing offset below a
     visible one) is a write still in flight, a rolled-back write, or deleted events; the horizon waits
     on it until either
-    - the transactions that were running shortly after it was first seen have all ended (the snapshot's
-      xmin passed their xmax): then the offsets still missing never will appear. This settles rolled-back
-      writes and deleted events within a few polls, where Akka waits out its timeout; or
+    - the transactions that were running _XID_GRACE after it was first seen have all ended (a later
+      snapshot's xmin passed that snapshot's xmax), and the offsets are still missing: then they never
+      will appear. This settles rolled-back writes and deleted events in about _XID_GRACE, where Akka
+      waits out its timeout. (It assumes that the INSERT that drew a missing offset got its transaction
+      id within _XID_GRACE: the two are a few function calls apart inside the server.) Or
     - `gap_timeout` passed (Akka: query-delay 1 s x max-tries 10): the gap is skipped as a rolled-back
-      write, with a warning naming it. A write transaction that takes longer than `gap_timeout` to
-      commit (while another transaction keeps the database's xmin back) is missed by the query.
+      write, with a warning naming it. So a write transaction that takes longer than `gap_timeout` to
+      commit is missed by the query (while it runs it keeps xmin back: only the timeout ends the wait).
     """
 
     def __init__(self, fetch: Callable[[int, int], OrderingBatch], start: int, gap_timeout: float,
