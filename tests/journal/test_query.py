@@ -17,6 +17,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import psycopg
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from journal import AtomicWrite, EventEnvelope, Journal, PersistentRepr, open_journal
 from journal.api import OrderingBatch, OrderingHorizon, now_millis
@@ -101,6 +103,57 @@ def test_horizon_waits_for_an_expected_offset_that_is_not_visible() -> None:
     assert h.poll() == 2 and h.waiting
     db.now = 1.0
     assert h.poll() == 4 and not h.waiting
+
+
+class SimulatedDb:
+    """Transactions that draw offsets (and xids, in the same order), then commit or roll back in any order."""
+
+    def __init__(self) -> None:
+        self.next_offset, self.next_xid = 1, 100
+        self.running: dict[int, int] = {}  # xid -> offset
+        self.committed: list[int] = []
+        self.now = 0.0
+
+    def begin(self) -> None:
+        self.running[self.next_xid] = self.next_offset
+        self.next_offset += 1
+        self.next_xid += 1
+
+    def end(self, i: int, commit: bool) -> None:
+        xid = sorted(self.running)[i % len(self.running)]
+        offset = self.running.pop(xid)
+        if commit:
+            self.committed.append(offset)
+
+    def fetch(self, after: int, limit: int) -> OrderingBatch:
+        xmin = min(self.running, default=self.next_xid)
+        return sorted(o for o in self.committed if o > after)[:limit], (xmin, self.next_xid)
+
+
+@settings(max_examples=300, deadline=None)
+@example([("begin", 0), ("begin", 0), ("commit", 1), ("poll", 0), ("wait", 30), ("poll", 0), ("poll", 0)])
+@given(st.lists(st.tuples(st.sampled_from(["begin", "commit", "rollback", "poll", "wait"]),
+                          st.integers(0, 50)), max_size=80))
+def test_horizon_never_passes_a_write_in_flight_and_settles_once_all_ended(steps) -> None:
+    db = SimulatedDb()
+    h = OrderingHorizon(db.fetch, 0, gap_timeout=3600, batch=4, clock=lambda: db.now)
+    for op, n in steps:
+        if op == "begin":
+            db.begin()
+        elif op in ("commit", "rollback") and db.running:
+            db.end(n, op == "commit")
+        elif op == "wait":
+            db.now += n / 100
+        else:
+            settled = h.poll()
+            assert all(settled < o for o in db.running.values()), "the horizon passed an offset still in flight"
+    for xid in list(db.running):
+        db.end(0, True)
+    # Each gap takes three polls (seen, horizon taken after the grace, xmin past it), one batch at a time.
+    for _ in range(3 * (len(db.committed) + 1)):
+        h.poll()
+        db.now += 0.25
+    assert h.poll() == max([0, *db.committed]) and not h.waiting
 
 
 # --- PostgreSQL: real concurrent writers ---------------------------------------------------------
