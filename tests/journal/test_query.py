@@ -147,7 +147,7 @@ def test_horizon_never_passes_a_write_in_flight_and_settles_once_all_ended(steps
         else:
             settled = h.poll()
             assert all(settled < o for o in db.running.values()), "the horizon passed an offset still in flight"
-    for xid in list(db.running):
+    while db.running:
         db.end(0, True)
     # Each gap takes three polls (seen, horizon taken after the grace, xmin past it), one batch at a time.
     for _ in range(3 * (len(db.committed) + 1)):
