@@ -3,7 +3,8 @@
     .venv/bin/python -m bench.journal [--json out.json] [--scale 1.0]
 
 Measures events/s written one per `write_messages` call (alternating with raw sqlite3, median round) and in batches of 10/100/1,000 AtomicWrites,
-and replay of a 100k-event persistence id, on SQLite and PostgreSQL; against raw `sqlite3` (one row per
+and replay of a 100k-event persistence id, on SQLite and PostgreSQL; the read side in the same run: a
+100k-event id with every other event tagged, replayed and read by events_by_tag (50k rows); against raw `sqlite3` (one row per
 transaction, and `executemany` of 1,000 rows per transaction, same durability: WAL + synchronous=FULL)
 and the `eventsourcing` library (SQLite module, one event per save and 100 per save). Targets: one event
 per call >= 0.8x raw SQLite per transaction; batches of 1,000 >= 0.5x raw executemany; replay >= 300k/s.
@@ -25,7 +26,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from journal import AtomicWrite, PersistentRepr, open_journal, register_type
+from journal import AtomicWrite, Journal, PersistentRepr, open_journal, register_type
 from journal.serialization import serialize
 
 PG_URL = os.environ.get("REPRISE_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -130,6 +131,30 @@ def bench_reprise(system: str, url: str, singles: int, scale: float) -> list[Res
         for when in ("first read", "again"):
             out.append(Result(system, f"replay one id of {n_replay:,} events ({when})",
                               *_timed(lambda: sum(1 for _ in j.replay_messages(replay_pid)))))
+        out += bench_query(system, j, scale)
+    return out
+
+
+TAG = "bench-tag"
+
+
+def bench_query(system: str, j: Journal, scale: float) -> list[Result]:
+    """The read side on one tagged journal: replay of a 100k-event id, and events_by_tag over its tagged half."""
+    total = max(1000, int(100_000 * scale) // 1000 * 1000)
+    pid = "tagged"
+    tagged, untagged = frozenset({TAG}), frozenset[str]()
+    writes = [AtomicWrite([PersistentRepr(_event(n), n, pid, writer_uuid="w", tags=tagged if n % 2 else untagged)])
+              for n in range(1, total + 1)]
+    for i in range(0, total, 1000):
+        j.write_messages(writes[i:i + 1000])
+    out: list[Result] = []
+    for when in ("first read", "again"):
+        out.append(Result(system, f"replay tagged id {total:,} ({when})",
+                          *_timed(lambda: sum(1 for _ in j.replay_messages(pid)))))
+        out.append(Result(system, f"events_by_tag {total // 2:,}/{total:,} ({when})",
+                          *_timed(lambda: sum(1 for _ in j.events_by_tag(TAG)))))
+    out.append(Result(system, f"events_by_persistence_id {total:,}",
+                      *_timed(lambda: sum(1 for _ in j.events_by_persistence_id(pid)))))
     return out
 
 
@@ -233,7 +258,7 @@ def targets(results: list[Result]) -> list[tuple[str, float, float, bool]]:
     raw1, rawmany = _find(results, "raw sqlite3", "1 row"), _find(results, "raw sqlite3", "executemany")
     for system in ("reprise sqlite", "reprise postgresql"):
         one, thousand = _find(results, system, "write, 1 event"), _find(results, system, "write, batches of 1,000")
-        replays = [r for r in results if r.system == system and r.measurement.startswith("replay")]
+        replays = [r for r in results if r.system == system and r.measurement.startswith("replay one id")]
         if system == "reprise sqlite" and one and raw1:
             rows.append((f"{system}: 1 event per call vs raw per-transaction", one.rate / raw1.rate, 0.8,
                          one.rate / raw1.rate >= 0.8))
@@ -254,8 +279,19 @@ def render(results: list[Result]) -> str:
     for r in results:
         base = raw1 if ("1 event" in r.measurement or "1 row" in r.measurement) else rawmany
         ratio = f"{r.rate / base.rate:6.2f}x" if base and "replay" not in r.measurement \
-            and "select" not in r.measurement and "read" not in r.measurement else ""
+            and "select" not in r.measurement and "read" not in r.measurement \
+            and "events_by" not in r.measurement else ""
         lines.append(f"{r.system:<26} {r.measurement:<42} {r.events:>9,} {r.seconds:>8.3f} {r.rate:>11,.0f} {ratio:>7}")
+    lines += ["", "read side (same run, same tagged journal): events_by_tag rows/s vs replay rows/s:"]
+    for system in ("reprise sqlite", "reprise postgresql"):
+        for when in ("first read", "again"):
+            replay = next((r for r in results if r.system == system
+                           and r.measurement.startswith("replay tagged id") and when in r.measurement), None)
+            by_tag = next((r for r in results if r.system == system
+                           and r.measurement.startswith("events_by_tag") and when in r.measurement), None)
+            if replay and by_tag:
+                lines.append(f"  {system} ({when}): events_by_tag {by_tag.rate:,.0f}/s, replay {replay.rate:,.0f}/s "
+                             f"({by_tag.rate / replay.rate:.2f}x)")
     lines += ["", "targets:"]
     for name, got, need, ok in targets(results):
         fmt = (lambda v: f"{v:,.0f}/s") if need > 10 else (lambda v: f"{v:.2f}x")

@@ -3,9 +3,13 @@
     from journal import open_journal, AtomicWrite, PersistentRepr
     j = open_journal("sqlite:///var/lib/app/journal.db")   # or any scheme given to register_scheme
     j.write_messages([AtomicWrite([PersistentRepr("evt", sequence_nr=1, persistence_id="p")])])
+
+Persistence query (every backend): `persistence_ids()`, `events_by_persistence_id(pid, from, to)` and
+`events_by_tag(tag, offset)` yield EventEnvelopes; with `live=True` they keep following new events
+until the returned Query is closed (`with j.events_by_tag("t", last, live=True) as q: for e in q: ...`).
 """
 
-from journal.api import Journal, SnapshotStore
+from journal.api import Journal, Query, SnapshotStore
 from journal.errors import InvalidUrl, JournalCorruption, JournalError, RepriseError, SerializationError
 from journal.model import (
     MAX_SEQUENCE_NR,
@@ -46,6 +50,7 @@ __all__ = [
     "PersistenceIdSummary",
     "PersistentRepr",
     "Problem",
+    "Query",
     "RepriseError",
     "SelectedSnapshot",
     "SerializationError",

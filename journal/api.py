@@ -7,9 +7,13 @@ snapshot selection) lives here once.
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
 
 from journal.errors import JournalCorruption, JournalError, SerializationError
 from journal.model import (
@@ -28,22 +32,182 @@ from journal.records import (
     EncodedBatch,
     StoredRow,
     check_row,
-    decode_row,
     decode_rows,
     decode_snapshot,
     encode_snapshot,
     encode_writes,
 )
 
-__all__ = ["Journal", "SnapshotStore", "now_millis"]
+__all__ = ["Journal", "OrderingHorizon", "Query", "SnapshotStore", "now_millis"]
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 TaggedRow = tuple[int, str, int, bytes, int]
 """(offset, persistence_id, sequence_nr, record bytes, checksum): one event of a tag or tail query."""
+
+OrderingBatch = tuple[Sequence[int], tuple[int, int] | None]
+"""What an OrderingHorizon fetches: the next stored offsets (ascending) and, when the database can tell,
+(xmin, xmax) of the snapshot they were read in (PostgreSQL's pg_current_snapshot())."""
+
+_GAP_RECHECK = 0.05
+"""Seconds between two looks at a gap that may still be in flight (a query waits on it, bounded)."""
+_XID_GRACE = 0.25
+"""A writer's INSERT draws its offset a moment (microseconds: no lock or trigger in between) before
+PostgreSQL gives its transaction an id; until then the snapshot does not list it as running. So a gap's
+transaction horizon is only taken this long after the gap was first seen (see OrderingHorizon)."""
 
 
 def now_millis() -> int:
     """Wall-clock milliseconds since the epoch (Akka's timestamp unit)."""
     return time.time_ns() // 1_000_000
+
+
+def _check_seconds(name: str, value: float, most: float) -> float:
+    if not 0 < value <= most:
+        raise ValueError(f"{name} must be > 0 and <= {most} seconds, got {value!r}")
+    return value
+
+
+class Query(Iterator[T]):
+    """The results of a persistence query, read lazily; `close()` ends it, from any thread.
+
+    A live query (`live=True`) never ends by itself: it waits `poll_interval` between looks for new
+    events. While it waits it holds no database connection, but it keeps the journal in use: close the
+    query before the journal. Use it as a context manager, or call `close()` from another thread to
+    stop a consumer blocked in `next()` (it returns within one poll interval, with StopIteration).
+    """
+
+    def __init__(self, body: Callable[[threading.Event], Generator[T, None, None]]):
+        self._stop = threading.Event()
+        self._body = body(self._stop)
+
+    def __iter__(self) -> Iterator[T]:
+        # The generator itself: a for loop then skips this class's __next__ (3% of a query's time).
+        # close() still ends it: the generator looks at `_stop` whenever it waits.
+        return self._body
+
+    def __next__(self) -> T:
+        if self._stop.is_set():
+            raise StopIteration
+        return next(self._body)
+
+    def close(self) -> None:
+        """End the query (idempotent); a `next()` running in another thread returns within one poll interval."""
+        self._stop.set()
+        try:
+            self._body.close()
+        except ValueError:  # the generator is running in another thread: it sees `_stop` at its next wait
+            pass
+
+    @property
+    def closed(self) -> bool:
+        """True once `close()` was called."""
+        return self._stop.is_set()
+
+    def __enter__(self) -> Query[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class _Gap:
+    """Missing offsets up to `limit`, first seen at `since` (monotonic seconds)."""
+
+    limit: int
+    since: float
+    horizon: int | None = None  # xmax of a snapshot taken >= _XID_GRACE after `since`
+
+
+class OrderingHorizon:
+    """The highest offset at or below which no event can still appear: Akka JDBC's JournalSequenceActor.
+
+    Offsets are drawn when a transaction inserts, but become visible when it commits. On PostgreSQL
+    two writers commit in any order, so a reader that saw offset 11 may later see 10 appear: reading
+    "everything after my last offset" would skip 10 forever. Like akka-persistence-jdbc, a query reads
+    only up to `settled`: the end of the run of offsets without a gap. A gap (a missing offset below a
+    visible one) is a write still in flight, a rolled-back write, or deleted events; the horizon waits
+    on it until either
+    - the transactions that were running _XID_GRACE after it was first seen have all ended (a later
+      snapshot's xmin passed that snapshot's xmax), and the offsets are still missing: then they never
+      will appear. This settles rolled-back writes and deleted events in about _XID_GRACE, where Akka
+      waits out its timeout. (It assumes that the INSERT that drew a missing offset got its transaction
+      id within _XID_GRACE: the two are a few function calls apart inside the server.) Or
+    - `gap_timeout` passed (Akka: query-delay 1 s x max-tries 10): the gap is skipped as a rolled-back
+      write, with a warning naming it. So a write transaction that takes longer than `gap_timeout` to
+      commit is missed by the query (while it runs it keeps xmin back: only the timeout ends the wait).
+    """
+
+    def __init__(self, fetch: Callable[[int, int], OrderingBatch], start: int, gap_timeout: float,
+                 batch: int = 10_000, clock: Callable[[], float] = time.monotonic):
+        self.settled = start
+        self._fetch = fetch
+        self._timeout = gap_timeout
+        self._batch = batch
+        self._clock = clock
+        self._given_up = start  # every offset <= this that is still missing never will appear
+        self._expected = start
+        self._gap: _Gap | None = None
+
+    @property
+    def waiting(self) -> bool:
+        """True while a gap holds the horizon back."""
+        return self._gap is not None
+
+    def expect(self, offset: int) -> None:
+        """`offset` was stored (a current query's target): offsets up to it that are missing are gaps too."""
+        self._expected = max(self._expected, offset)
+
+    def poll(self) -> int:
+        """Read the stored offsets after `settled` and advance it as far as no gap prevents; return it."""
+        while True:
+            orderings, snapshot = self._fetch(self.settled, self._batch)
+            self._age_gap(snapshot)
+            s = self.settled
+            blocked = False
+            for o in orderings:
+                if o != s + 1 and o - 1 > self._given_up:
+                    blocked = True
+                    break
+                s = o
+            full = len(orderings) == self._batch
+            if not blocked and not full:
+                s = max(s, self._given_up)  # nothing is visible above s: what is given up is behind us
+                blocked = self._expected > s
+            self.settled = s
+            if blocked:
+                top = max(orderings[-1] if orderings else 0, self._expected)
+                if self._gap is None or self._gap.limit <= s:
+                    self._gap = _Gap(top, self._clock())
+                return s
+            self._gap = None
+            if not full:
+                return s
+
+    def _age_gap(self, snapshot: tuple[int, int] | None) -> None:
+        gap = self._gap
+        if gap is None:
+            return
+        now = self._clock()
+        if snapshot is not None:
+            xmin, xmax = snapshot
+            if gap.horizon is None:
+                if now - gap.since >= _XID_GRACE:
+                    gap.horizon = xmax
+            elif xmin >= gap.horizon:
+                self._give_up(gap)
+                return
+        if now - gap.since >= self._timeout:
+            _log.warning("offsets after %d up to %d did not appear within gap_timeout=%ss: skipped as rolled "
+                         "back (a write transaction that commits later is missed by this query; raise "
+                         "gap_timeout if writes can take that long)", self.settled, gap.limit, self._timeout)
+            self._give_up(gap)
+
+    def _give_up(self, gap: _Gap) -> None:
+        self._given_up = max(self._given_up, gap.limit)
+        self._gap = None
 
 
 class Journal(ABC):
@@ -103,18 +267,105 @@ class Journal(ABC):
 
     # --- persistence query (read side) ------------------------------------------------------------
 
+    poll_interval: float = 1.0
+    """Seconds a live query waits between looks for new events (a query's `poll_interval` overrides it)."""
+    gap_timeout: float = 10.0
+    """Seconds a query waits on a missing offset before skipping it as a rolled-back write (OrderingHorizon)."""
+
     @abstractmethod
     def current_persistence_ids(self) -> Iterator[str]:
         """Every persistence id that has ever been written (sorted)."""
 
-    def events_by_tag(self, tag: str, offset: int = 0) -> Iterator[EventEnvelope]:
-        """Events carrying `tag` with a global offset > `offset`, in offset order; resume from the last offset."""
-        while True:
-            rows = self._read_tag(tag, offset, self.replay_chunk)
-            yield from self._envelopes(rows)
-            if len(rows) < self.replay_chunk:
-                return
-            offset = rows[-1][0]
+    def persistence_ids(self, live: bool = False, poll_interval: float | None = None) -> Query[str]:
+        """Every persistence id ever written (sorted); live: then each new one as it is first written."""
+        interval = self._interval(poll_interval)
+
+        def body(stop: threading.Event) -> Generator[str, None, None]:
+            seen: set[str] = set()
+            while True:
+                new = [p for p in self.current_persistence_ids() if p not in seen]
+                seen.update(new)
+                yield from new
+                if not live or stop.wait(interval):
+                    return
+        return Query(body)
+
+    def events_by_persistence_id(
+        self, persistence_id: str, from_sequence_nr: int = 0, to_sequence_nr: int = MAX_SEQUENCE_NR,
+        live: bool = False, poll_interval: float | None = None,
+    ) -> Query[EventEnvelope]:
+        """Events of one id with from <= seq nr <= to, ascending; live: follow new ones until `to` is reached.
+
+        Each envelope's offset is the event's global offset (as in events_by_tag). One id has one writer,
+        so its sequence numbers commit in order: resume with from = the last sequence nr + 1.
+        """
+        interval = self._interval(poll_interval)
+        chunk = self.replay_chunk
+
+        def body(stop: threading.Event) -> Generator[EventEnvelope, None, None]:
+            start = max(from_sequence_nr, 0)
+            while start <= to_sequence_nr:
+                rows = self._read_events(persistence_id, start, to_sequence_nr, chunk)
+                yield from self._envelopes(rows)
+                if rows:
+                    start = rows[-1][2] + 1
+                if len(rows) < chunk and (not live or stop.wait(interval)):
+                    return
+        return Query(body)
+
+    def events_by_tag(self, tag: str, offset: int = 0, live: bool = False, poll_interval: float | None = None,
+                      gap_timeout: float | None = None) -> Query[EventEnvelope]:
+        """Events carrying `tag` with a global offset > `offset`, in offset order; resume from the last offset.
+
+        Current (live=False): the events stored when the query starts, then the query ends. On a backend
+        whose writers can commit out of offset order (PostgreSQL) it first waits for the writes in
+        flight below the newest offset (bounded by `gap_timeout`, see OrderingHorizon), so a resumed
+        query never skips an event that committed after it read a later one.
+        Live: keeps following new events, looking every `poll_interval` seconds, until closed.
+        """
+        interval = self._interval(poll_interval)
+        timeout = _check_seconds("gap_timeout", self.gap_timeout if gap_timeout is None else gap_timeout, 86400)
+        chunk = self.replay_chunk
+
+        def body(stop: threading.Event) -> Generator[EventEnvelope, None, None]:
+            after = offset
+            horizon = self._ordering_horizon(after, timeout)
+            target = 0
+            if horizon is not None and not live:
+                target = self._max_ordering()
+                horizon.expect(target)
+            upto = horizon.poll() if horizon is not None else MAX_SEQUENCE_NR
+            while True:
+                rows = self._read_tag(tag, after, chunk, upto)
+                yield from self._envelopes(rows)
+                if rows:
+                    after = rows[-1][0]
+                if len(rows) == chunk:
+                    continue
+                if horizon is None:
+                    if not live or stop.wait(interval):
+                        return
+                    continue
+                after = max(after, upto)  # every event of the tag up to the horizon has been read
+                if not live and upto >= target:
+                    return
+                while (new := horizon.poll()) <= upto:
+                    wait = _GAP_RECHECK if horizon.waiting or not live else interval
+                    if stop.wait(wait):
+                        return
+                upto = new
+        return Query(body)
+
+    def _interval(self, poll_interval: float | None) -> float:
+        return _check_seconds("poll_interval", self.poll_interval if poll_interval is None else poll_interval, 60)
+
+    def _ordering_horizon(self, offset: int, gap_timeout: float) -> OrderingHorizon | None:
+        """None when offsets become visible in offset order (one writer at a time); else the query's horizon."""
+        return None
+
+    def _max_ordering(self) -> int:
+        """The greatest offset stored now (only asked by backends that return an OrderingHorizon)."""
+        raise NotImplementedError
 
     # --- tooling (used by `reprise journal ...`) ---------------------------------------------------
 
@@ -176,8 +427,12 @@ class Journal(ABC):
         """The highest sequence number ever stored, deletes included."""
 
     @abstractmethod
-    def _read_tag(self, tag: str, offset: int, limit: int) -> Sequence[TaggedRow]:
-        """Up to `limit` tagged events with offset > `offset`, ascending by offset."""
+    def _read_tag(self, tag: str, offset: int, limit: int, upto: int) -> Sequence[TaggedRow]:
+        """Up to `limit` tagged events with `offset` < offset <= `upto`, ascending by offset."""
+
+    @abstractmethod
+    def _read_events(self, persistence_id: str, start: int, end: int, limit: int) -> Sequence[TaggedRow]:
+        """Up to `limit` events of the id with start <= seq nr <= end, ascending, each with its offset."""
 
     @abstractmethod
     def _read_tail(self, n: int) -> Sequence[TaggedRow]:
@@ -199,9 +454,18 @@ class Journal(ABC):
 
     @staticmethod
     def _envelopes(rows: Sequence[TaggedRow]) -> Iterator[EventEnvelope]:
-        for offset, pid, seq, blob, ck in rows:
-            r = decode_row(pid, seq, blob, ck)
-            yield EventEnvelope(offset, pid, seq, r.payload, r.timestamp, r.tags)
+        # Runs of one persistence id are decoded together (decode_rows: the replay hot path, one key seed).
+        i, n = 0, len(rows)
+        while i < n:
+            pid = rows[i][1]
+            j = i + 1
+            while j < n and rows[j][1] == pid:
+                j += 1
+            run = rows[i:j]
+            for (offset, _, seq, _, _), r in zip(run, decode_rows(pid, [(s, b, c) for _, _, s, b, c in run]),
+                                                 strict=True):
+                yield EventEnvelope(offset, pid, seq, r.payload, r.timestamp, r.tags)
+            i = j
 
     def _duplicate_error(self, batch: EncodedBatch, cause: BaseException | None = None) -> JournalError:
         """Name the (pid, seq nr) that made a write fail its unique key (after the transaction rolled back)."""

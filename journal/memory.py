@@ -131,13 +131,25 @@ class MemoryJournal(Journal):
         with self._s.lock:
             return iter(sorted(self._s.events))
 
-    def _read_tag(self, tag: str, offset: int, limit: int) -> Sequence[TaggedRow]:
+    def _read_tag(self, tag: str, offset: int, limit: int, upto: int) -> Sequence[TaggedRow]:
+        # Offsets are drawn and stored under the store's lock: they appear in offset order (no horizon).
         self._check_open()
         s = self._s
         with s.lock:
             offsets = s.tags.get(tag, [])
             i = bisect.bisect_right(offsets, offset)
-            return [(o, *s.offsets[o]) for o in offsets[i:i + limit]]
+            j = min(bisect.bisect_right(offsets, upto), i + limit)
+            return [(o, *s.offsets[o]) for o in offsets[i:j]]
+
+    def _read_events(self, persistence_id: str, start: int, end: int, limit: int) -> Sequence[TaggedRow]:
+        self._check_open()
+        with self._s.lock:
+            ev = self._s.events.get(persistence_id)
+            if ev is None:
+                return []
+            i = bisect.bisect_left(ev.seqs, start)
+            j = min(bisect.bisect_right(ev.seqs, end), i + limit)
+            return [(o, persistence_id, seq, blob, ck) for seq, blob, ck, o in ev.rows[i:j]]
 
     def _read_tail(self, n: int) -> Sequence[TaggedRow]:
         self._check_open()

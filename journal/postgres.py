@@ -3,8 +3,9 @@
 URL: `postgresql://user@host:port/db?schema=reprise&pool_max=4` (`schema` and `pool_min`/`pool_max` are
 ours; every other query parameter goes to libpq). Tables are created in the schema on first use.
 A reused (persistence id, sequence nr) hits the primary key and raises JournalError naming both.
-Tagged writes take a transaction-scoped advisory lock so tag offsets become visible in commit order:
-without it a reader could pass offset 11 before offset 10 commits and never see 10.
+Writers run concurrently, so offsets (`ordering`, drawn at INSERT) become visible in commit order, not
+offset order: a reader could pass offset 11 before offset 10 commits and never see 10. events_by_tag
+reads only up to an OrderingHorizon (journal.api), as akka-persistence-jdbc does, so it never skips one.
 
 Dropped connections (server restart, pg_terminate_backend, idle_session_timeout):
 - The pool checks a connection when it hands it out without a round trip (`_check_idle`): an idle
@@ -37,14 +38,13 @@ import psycopg_pool
 from psycopg import sql
 from psycopg.pq import TransactionStatus
 
-from journal.api import Journal, SnapshotStore, TaggedRow
+from journal.api import Journal, OrderingBatch, OrderingHorizon, SnapshotStore, TaggedRow
 from journal.errors import JournalError
 from journal.model import MAX_SEQUENCE_NR, PersistenceIdSummary, SnapshotMetadata, SnapshotSelectionCriteria
 from journal.records import EncodedBatch, StoredRow
 
 __all__ = ["PostgresJournal", "PostgresSnapshotStore", "drop_schema"]
 
-_TAG_LOCK = 0x7265707269736501  # advisory lock key serializing tagged writes ("reprise\x01")
 _DDL_LOCK = 0x7265707269736502
 
 _SCHEMA = (
@@ -93,7 +93,14 @@ _QUERIES = {
            "SELECT persistence_id FROM {s}.highest_sequence_nr ORDER BY 1",
     "tagged": "SELECT j.ordering, j.persistence_id, j.sequence_nr, j.record, j.checksum "
               "FROM {s}.tags t JOIN {s}.journal j ON j.ordering = t.ordering "
-              "WHERE t.tag = %s AND t.ordering > %s ORDER BY t.ordering LIMIT %s",
+              "WHERE t.tag = %s AND t.ordering > %s AND t.ordering <= %s ORDER BY t.ordering LIMIT %s",
+    "events": "SELECT ordering, persistence_id, sequence_nr, record, checksum FROM {s}.journal "
+              "WHERE persistence_id = %s AND sequence_nr >= %s AND sequence_nr <= %s ORDER BY sequence_nr LIMIT %s",
+    # The stored offsets after one, and the statement's own snapshot (the one those offsets were read in).
+    "orderings": "SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint, "
+                 "ARRAY(SELECT ordering FROM {s}.journal WHERE ordering > %s ORDER BY ordering LIMIT %s) "
+                 "FROM pg_current_snapshot() s",
+    "max_ordering": "SELECT coalesce(max(ordering), 0) FROM {s}.journal",
     "tail": "SELECT ordering, persistence_id, sequence_nr, record, checksum "
             "FROM {s}.journal ORDER BY ordering DESC LIMIT %s",
     "ls": "SELECT p, max(h), sum(n)::bigint FROM ("
@@ -270,8 +277,6 @@ class PostgresJournal(Journal):
 
     def _store(self, batch: EncodedBatch) -> None:
         def insert(cur: psycopg.Cursor[Any]) -> None:
-            if batch.tag_rows:
-                cur.execute("SELECT pg_advisory_xact_lock(%s)", (_TAG_LOCK,))
             if len(batch.rows) == 1:
                 cur.execute(self._q["insert"], batch.rows[0])
             else:
@@ -331,8 +336,23 @@ class PostgresJournal(Journal):
         """Every persistence id that has ever been written (sorted)."""
         return (r[0] for r in self._db.query("persistence ids", "ids"))
 
-    def _read_tag(self, tag: str, offset: int, limit: int) -> Sequence[TaggedRow]:
-        return self._db.query("events by tag", "tagged", (tag, offset, limit))
+    def _read_tag(self, tag: str, offset: int, limit: int, upto: int) -> Sequence[TaggedRow]:
+        return self._db.query("events by tag", "tagged", (tag, offset, upto, limit))
+
+    def _read_events(self, persistence_id: str, start: int, end: int, limit: int) -> Sequence[TaggedRow]:
+        return self._db.query("events by persistence id", "events", (persistence_id, start, end, limit))
+
+    def _ordering_horizon(self, offset: int, gap_timeout: float) -> OrderingHorizon:
+        # The identity's sequence has CACHE 1 (the default): an offset is drawn by the INSERT that uses
+        # it, so a gap below a visible offset was drawn by a transaction running when that one committed.
+        def fetch(after: int, limit: int) -> OrderingBatch:
+            xmin, xmax, orderings = self._db.query("events by tag (stored offsets)", "orderings",
+                                                   (after, limit))[0]
+            return orderings, (xmin, xmax)
+        return OrderingHorizon(fetch, offset, gap_timeout)
+
+    def _max_ordering(self) -> int:
+        return int(self._db.query("events by tag (newest offset)", "max_ordering")[0][0])
 
     def _read_tail(self, n: int) -> Sequence[TaggedRow]:
         return self._db.query("tail", "tail", (n,))

@@ -89,6 +89,8 @@ _HIGHEST = ("SELECT max(coalesce((SELECT max(sequence_nr) FROM journal WHERE per
 _TAGGED = ("SELECT j.ordering, j.persistence_id, j.sequence_nr, j.record, j.checksum "
            "FROM tags t JOIN journal j ON j.ordering = t.ordering "
            "WHERE t.tag = ? AND t.ordering > ? ORDER BY t.ordering LIMIT ?")
+_EVENTS = ("SELECT ordering, persistence_id, sequence_nr, record, checksum FROM journal "
+           "WHERE persistence_id = ? AND sequence_nr >= ? AND sequence_nr <= ? ORDER BY sequence_nr LIMIT ?")
 
 _SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
 _CACHE_KIB = 16384  # page cache per connection (SQLite's default: 2,000 KiB)
@@ -412,8 +414,15 @@ class SqliteJournal(Journal):
                                "SELECT persistence_id FROM highest_sequence_nr ORDER BY 1"))
         return (r[0] for r in rows)
 
-    def _read_tag(self, tag: str, offset: int, limit: int) -> Sequence[TaggedRow]:
+    def _read_tag(self, tag: str, offset: int, limit: int, upto: int) -> Sequence[TaggedRow]:
+        # No OrderingHorizon needed (`upto` is always the maximum): SQLite has one writer at a time, and
+        # the offset (rowid) is drawn inside its BEGIN IMMEDIATE transaction, so offsets become visible
+        # in offset order, in every process; a rolled-back write frees its rowids for the next writer.
         return cast("list[TaggedRow]", self._h.c.query("events by tag", _TAGGED, (tag, offset, limit)))
+
+    def _read_events(self, persistence_id: str, start: int, end: int, limit: int) -> Sequence[TaggedRow]:
+        return cast("list[TaggedRow]", self._h.c.query("events by persistence id", _EVENTS,
+                                                       (persistence_id, start, end, limit)))
 
     def _read_tail(self, n: int) -> Sequence[TaggedRow]:
         return cast("list[TaggedRow]", self._h.c.query("tail", "SELECT ordering, persistence_id, sequence_nr, record, checksum "

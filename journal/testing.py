@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,6 +35,7 @@ from journal.errors import JournalCorruption, JournalError, SerializationError
 from journal.model import (
     MAX_SEQUENCE_NR,
     AtomicWrite,
+    EventEnvelope,
     PersistentRepr,
     SelectedSnapshot,
     SnapshotMetadata,
@@ -100,6 +103,22 @@ def write_in_child(url: str, pids: list[str], events: int, per_call: int, start:
             results = j.write_messages(todo[i:i + per_call])
             if any(r is not None for r in results):
                 raise SystemExit(f"unexpected rejection: {results}")
+
+
+def write_tagged_in_child(url: str, pids: list[str], events: int, tag: str, start: object) -> None:
+    """Body of a writer of the live-query case: `events` per pid, one event a call, every other one tagged."""
+    start.wait(30)  # type: ignore[attr-defined]
+    with open_journal(url) as j:
+        for n in range(1, events + 1):
+            for pid in pids:
+                tags = frozenset({tag}) if n % 2 else frozenset()
+                results = j.write_messages([AtomicWrite([PersistentRepr(f"{pid}-{n}", n, pid, tags=tags)])])
+                if results != [None]:
+                    raise SystemExit(f"unexpected rejection: {results}")
+
+
+def _keys(envelopes: Iterator[EventEnvelope] | list[EventEnvelope]) -> list[tuple[str, int]]:
+    return [(e.persistence_id, e.sequence_nr) for e in envelopes]
 
 
 class JournalSpec:
@@ -484,6 +503,157 @@ class JournalSpec:
         journal.delete_messages_to(other, MAX)
         ids = list(journal.current_persistence_ids())
         assert pid in ids and other in ids and ids == sorted(ids)
+
+    # --- Reprise: persistence query ----------------------------------------------------------------
+
+    def test_events_by_persistence_id_is_bounded_and_carries_global_offsets(
+            self, journal: Journal, pid: str, writer: str) -> None:
+        other = _fresh_pid()
+        assert journal.write_messages([AtomicWrite([_repr(other, 1, writer)])]) == [None]
+        envs = list(journal.events_by_persistence_id(pid))
+        assert _keys(envs) == [(pid, n) for n in range(1, 6)]
+        assert [e.event for e in envs] == [f"a-{n}" for n in range(1, 6)] and all(e.timestamp > 0 for e in envs)
+        assert [e.offset for e in envs] == sorted(e.offset for e in envs)
+        (newest,) = journal.events_by_persistence_id(other)
+        assert newest.offset > envs[-1].offset
+        tail = {(e.persistence_id, e.sequence_nr): e.offset for e in journal.tail(6)}
+        assert {(e.persistence_id, e.sequence_nr): e.offset for e in envs} == {k: tail[k] for k in _keys(envs)}
+        assert _keys(journal.events_by_persistence_id(pid, 2, 4)) == [(pid, 2), (pid, 3), (pid, 4)]
+        assert _keys(journal.events_by_persistence_id(pid, 5, 5)) == [(pid, 5)]
+        assert list(journal.events_by_persistence_id(pid, 4, 3)) == []
+        assert list(journal.events_by_persistence_id("never-written-" + pid)) == []
+        journal.delete_messages_to(pid, 2)
+        assert _keys(journal.events_by_persistence_id(pid, 0)) == [(pid, 3), (pid, 4), (pid, 5)]
+
+    def test_events_by_persistence_id_streams_across_chunks(self, journal: Journal, writer: str) -> None:
+        pid = _fresh_pid()
+        n = journal.replay_chunk + 13
+        writes = [AtomicWrite([_repr(pid, i, writer)]) for i in range(1, n + 1)]
+        assert journal.write_messages(writes) == [None] * n
+        got = list(journal.events_by_persistence_id(pid))
+        assert [e.sequence_nr for e in got] == list(range(1, n + 1))
+        assert len({e.offset for e in got}) == n
+
+    def test_live_events_by_persistence_id_follows_new_events_until_to(
+            self, journal: Journal, pid: str, writer: str) -> None:
+        with journal.events_by_persistence_id(pid, 4, 7, live=True, poll_interval=0.02) as q:
+            assert [next(q).sequence_nr for _ in range(2)] == [4, 5]
+            assert journal.write_messages([AtomicWrite([_repr(pid, 6, writer)]),
+                                           AtomicWrite([_repr(pid, 7, writer), _repr(pid, 8, writer)])]
+                                          ) == [None, None]
+            assert [e.sequence_nr for e in q] == [6, 7]  # ends at `to`: the iteration terminates
+
+    def test_live_events_by_tag_follows_new_events_and_close_ends_it(
+            self, journal: Journal, writer: str) -> None:
+        a, t = _fresh_pid(), f"t-{uuid.uuid4().hex[:6]}"
+
+        def ev(n: int, *tags: str) -> AtomicWrite:
+            return AtomicWrite([PersistentRepr(f"{a}-{n}", n, a, writer_uuid=writer, tags=frozenset(tags))])
+
+        assert journal.write_messages([ev(1, t), ev(2)]) == [None, None]
+        q = journal.events_by_tag(t, live=True, poll_interval=0.02)
+        first = next(q)
+        assert (first.sequence_nr, first.event) == (1, f"{a}-1")
+        assert journal.write_messages([ev(3, t), ev(4), ev(5, t)]) == [None, None, None]
+        assert [next(q).sequence_nr for _ in range(2)] == [3, 5]
+        # A consumer blocked in next() (no new events) is ended by close() from another thread.
+        closer = threading.Timer(0.2, q.close)
+        closer.start()
+        t0 = time.monotonic()
+        assert list(q) == []
+        assert time.monotonic() - t0 < 10, "close() did not end the live query within 10 s"
+        closer.join()
+        assert q.closed and list(q) == []
+        # Resuming from the last offset seen gives exactly what came after it.
+        assert journal.write_messages([ev(6, t)]) == [None]
+        with journal.events_by_tag(t, first.offset, live=True, poll_interval=0.02) as resumed:
+            assert [next(resumed).sequence_nr for _ in range(3)] == [3, 5, 6]
+
+    def test_live_persistence_ids_yields_each_id_once_then_new_ones(
+            self, journal: Journal, pid: str, writer: str) -> None:
+        assert list(journal.persistence_ids()) == list(journal.current_persistence_ids())
+        with journal.persistence_ids(live=True, poll_interval=0.02) as q:
+            before = [next(q) for _ in range(len(list(journal.current_persistence_ids())))]
+            assert pid in before and len(set(before)) == len(before)
+            new = _fresh_pid()
+            assert journal.write_messages([AtomicWrite([_repr(new, 1, writer)]),
+                                           AtomicWrite([_repr(pid, 6, writer)])]) == [None, None]
+            assert next(q) == new
+
+    def test_current_events_by_tag_reads_many_chunks_in_offset_order(self, journal: Journal, writer: str) -> None:
+        t = f"t-{uuid.uuid4().hex[:6]}"
+        pids = [_fresh_pid() for _ in range(3)]
+        n = journal.replay_chunk + 50
+        writes = [AtomicWrite([PersistentRepr(i, i, pid, writer_uuid=writer,
+                                              tags=frozenset({t}) if i % 2 else frozenset())])
+                  for i in range(1, n + 1) for pid in pids]
+        for i in range(0, len(writes), 1000):
+            assert journal.write_messages(writes[i:i + 1000]) == [None] * len(writes[i:i + 1000])
+        got = list(journal.events_by_tag(t))
+        assert sorted(_keys(got)) == sorted((pid, i) for i in range(1, n + 1, 2) for pid in pids)
+        offsets = [e.offset for e in got]
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+        middle = got[len(got) // 2]
+        assert _keys(journal.events_by_tag(t, middle.offset)) == _keys(got[len(got) // 2 + 1:])
+
+    def test_query_arguments_are_checked(self, journal: Journal, pid: str) -> None:
+        for bad in (0, -1, 61):
+            with pytest.raises(ValueError, match="poll_interval must be > 0"):
+                journal.events_by_tag("t", live=True, poll_interval=bad)
+        with pytest.raises(ValueError, match="gap_timeout must be > 0"):
+            journal.events_by_tag("t", gap_timeout=0)
+        with pytest.raises(ValueError, match="poll_interval"):
+            journal.events_by_persistence_id(pid, poll_interval=0)
+
+    @pytest.mark.timeout(120)
+    def test_live_events_by_tag_with_concurrent_writers_skips_and_repeats_nothing(
+            self, journal: Journal, journal_url: str) -> None:
+        """Writers in other processes (threads where the store is process-local) commit while a live query
+        follows the tag: it sees every tagged event once, in offset order (OrderingHorizon on PostgreSQL)."""
+        t = f"t-{uuid.uuid4().hex[:6]}"
+        groups = [[_fresh_pid() for _ in range(2)] for _ in range(3)]
+        events = 40
+        expected = {(pid, n) for g in groups for pid in g for n in range(1, events + 1, 2)}
+        processes: list[multiprocessing.process.BaseProcess] = []
+        threads: list[threading.Thread] = []
+        if self.supports_multiple_processes:
+            ctx = multiprocessing.get_context("spawn")
+            start_processes = ctx.Event()
+            processes += [ctx.Process(target=write_tagged_in_child, args=(journal_url, g, events, t, start_processes))
+                          for g in groups]
+            go = start_processes.set
+        else:
+            start_threads = threading.Event()
+            threads += [threading.Thread(target=write_tagged_in_child, args=(journal_url, g, events, t, start_threads))
+                        for g in groups]
+            go = start_threads.set
+        q = journal.events_by_tag(t, live=True, poll_interval=0.01)
+        stopper = threading.Timer(90, q.close)  # bounds the wait if an event never shows up
+        stopper.start()
+        try:
+            for p in processes:
+                p.start()
+            for th in threads:
+                th.start()
+            go()
+            seen: list[EventEnvelope] = []
+            for env in q:
+                seen.append(env)
+                if len(seen) == len(expected):
+                    break
+            for p in processes:
+                p.join(60)
+            for th in threads:
+                th.join(60)
+        finally:
+            stopper.cancel()
+            q.close()
+        assert [p.exitcode for p in processes] == [0] * len(processes)
+        assert len(seen) == len(expected), f"live query saw {len(seen)} of {len(expected)} events"
+        assert set(_keys(seen)) == expected
+        offsets = [e.offset for e in seen]
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+        assert _keys(journal.events_by_tag(t)) == _keys(seen)
 
     def test_ls_show_and_tail(self, journal: Journal, pid: str, writer: str) -> None:
         journal.delete_messages_to(pid, 2)

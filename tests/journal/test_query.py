@@ -1,0 +1,309 @@
+"""Persistence query beyond the TCK: OrderingHorizon's rules, and writers committing out of offset order.
+
+PostgreSQL: a transaction held open with an explicit BEGIN draws a smaller offset than one that commits
+first; a reader must neither skip it nor hand out the later event before it. SQLite serializes writers
+(BEGIN IMMEDIATE), so there the later writer waits and offsets appear in order: tested anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from urllib.parse import parse_qs, urlsplit
+
+import psycopg
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from journal import AtomicWrite, EventEnvelope, Journal, PersistentRepr, open_journal
+from journal.api import OrderingBatch, OrderingHorizon, now_millis
+from journal.records import encode_writes
+from tests.journal.postgres_server import SERVER, postgres_url  # noqa: F401  (fixture)
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.timeout(60)
+
+
+# --- OrderingHorizon, against a scripted database -----------------------------------------------
+
+
+class FakeDb:
+    """Stored offsets and the snapshot (xmin, xmax) the next fetch reports; a clock the test moves."""
+
+    def __init__(self, offsets: list[int], snapshot: tuple[int, int] | None = (100, 100)):
+        self.offsets = offsets
+        self.snapshot = snapshot
+        self.now = 0.0
+        self.fetches = 0
+
+    def fetch(self, after: int, limit: int) -> OrderingBatch:
+        self.fetches += 1
+        return [o for o in sorted(self.offsets) if o > after][:limit], self.snapshot
+
+    def horizon(self, start: int = 0, timeout: float = 10.0, batch: int = 10_000) -> OrderingHorizon:
+        return OrderingHorizon(self.fetch, start, timeout, batch, clock=lambda: self.now)
+
+
+def test_horizon_advances_over_offsets_without_gaps_in_batches() -> None:
+    db = FakeDb(list(range(1, 26)))
+    h = db.horizon(batch=10)
+    assert h.poll() == 25 and not h.waiting
+    assert db.fetches == 3  # two full batches, then a short one
+    assert db.horizon(start=20).poll() == 25
+
+
+def test_horizon_waits_on_a_gap_until_it_is_filled() -> None:
+    db = FakeDb([1, 2, 4, 5])
+    h = db.horizon()
+    assert h.poll() == 2 and h.waiting
+    db.now = 5.0
+    assert h.poll() == 2, "a gap younger than gap_timeout must hold the horizon while its writer may run"
+    db.offsets.append(3)  # the write in flight committed
+    assert h.poll() == 5 and not h.waiting
+
+
+def test_horizon_gives_up_a_gap_once_every_transaction_running_after_it_was_seen_has_ended() -> None:
+    db = FakeDb([1, 3], snapshot=(90, 100))
+    h = db.horizon()
+    assert h.poll() == 1
+    db.snapshot = (120, 130)
+    assert h.poll() == 1, "the first snapshot is taken too soon after the gap (its writer may lack an xid)"
+    db.now = 0.25
+    db.snapshot = (125, 140)  # its xmax, 140, is the horizon: transactions < 140 may hold offset 2
+    assert h.poll() == 1
+    db.snapshot = (139, 150)  # transaction 139 still runs
+    assert h.poll() == 1
+    db.snapshot = (140, 150)  # all transactions < 140 have ended, and 2 is still missing: rolled back
+    assert h.poll() == 3 and not h.waiting
+
+
+def test_horizon_gives_up_a_gap_after_gap_timeout_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    db = FakeDb([1, 3, 4], snapshot=None)  # a database without snapshots: only the timeout settles a gap
+    h = db.horizon(timeout=2.0)
+    assert h.poll() == 1
+    db.now = 1.9
+    assert h.poll() == 1
+    db.now = 2.0
+    with caplog.at_level(logging.WARNING, logger="journal.api"):
+        assert h.poll() == 4
+    assert "offsets after 1 up to 4 did not appear within gap_timeout=2.0s" in caplog.text
+    db.offsets += [2, 6]  # 2 is behind the horizon now (missed); 5 is a new gap
+    assert h.poll() == 4 and h.waiting
+
+
+def test_horizon_waits_for_an_expected_offset_that_is_not_visible() -> None:
+    db = FakeDb([1, 2], snapshot=None)
+    h = db.horizon(timeout=1.0)
+    h.expect(4)  # a current query's target: 3 and 4 were drawn; 4 may have been deleted since
+    assert h.poll() == 2 and h.waiting
+    db.now = 1.0
+    assert h.poll() == 4 and not h.waiting
+
+
+class SimulatedDb:
+    """Transactions that draw offsets (and xids, in the same order), then commit or roll back in any order."""
+
+    def __init__(self) -> None:
+        self.next_offset, self.next_xid = 1, 100
+        self.running: dict[int, int] = {}  # xid -> offset
+        self.committed: list[int] = []
+        self.now = 0.0
+
+    def begin(self) -> None:
+        self.running[self.next_xid] = self.next_offset
+        self.next_offset += 1
+        self.next_xid += 1
+
+    def end(self, i: int, commit: bool) -> None:
+        xid = sorted(self.running)[i % len(self.running)]
+        offset = self.running.pop(xid)
+        if commit:
+            self.committed.append(offset)
+
+    def fetch(self, after: int, limit: int) -> OrderingBatch:
+        xmin = min(self.running, default=self.next_xid)
+        return sorted(o for o in self.committed if o > after)[:limit], (xmin, self.next_xid)
+
+
+@settings(max_examples=300, deadline=None)
+@example([("begin", 0), ("begin", 0), ("commit", 1), ("poll", 0), ("wait", 30), ("poll", 0), ("poll", 0)])
+@given(st.lists(st.tuples(st.sampled_from(["begin", "commit", "rollback", "poll", "wait"]),
+                          st.integers(0, 50)), max_size=80))
+def test_horizon_never_passes_a_write_in_flight_and_settles_once_all_ended(steps) -> None:
+    db = SimulatedDb()
+    h = OrderingHorizon(db.fetch, 0, gap_timeout=3600, batch=4, clock=lambda: db.now)
+    for op, n in steps:
+        if op == "begin":
+            db.begin()
+        elif op in ("commit", "rollback") and db.running:
+            db.end(n, op == "commit")
+        elif op == "wait":
+            db.now += n / 100
+        else:
+            settled = h.poll()
+            assert all(settled < o for o in db.running.values()), "the horizon passed an offset still in flight"
+    while db.running:
+        db.end(0, True)
+    # Each gap takes three polls (seen, horizon taken after the grace, xmin past it), one batch at a time.
+    for _ in range(3 * (len(db.committed) + 1)):
+        h.poll()
+        db.now += 0.25
+    assert h.poll() == max([0, *db.committed]) and not h.waiting
+
+
+# --- PostgreSQL: real concurrent writers ---------------------------------------------------------
+
+
+def _schema(url: str) -> str:
+    return parse_qs(urlsplit(url).query)["schema"][0]
+
+
+def _ev(pid: str, tag: str) -> AtomicWrite:
+    return AtomicWrite([PersistentRepr(f"{pid}-1", 1, pid, writer_uuid="w", tags=frozenset({tag}))])
+
+
+def _begin_held_write(url: str, pid: str, tag: str) -> tuple[psycopg.Connection, int]:
+    """Insert a tagged event (rows exactly as the journal stores them) in a transaction left open."""
+    batch, _ = encode_writes([_ev(pid, tag)], now_millis())
+    s = _schema(url)
+    conn = psycopg.connect(SERVER)  # not autocommit: the INSERT opens a transaction that stays open
+    ((ordering,),) = conn.execute(
+        f"INSERT INTO {s}.journal (persistence_id, sequence_nr, record, checksum) VALUES (%s, %s, %s, %s) "
+        f"RETURNING ordering", batch.rows[0]).fetchall()
+    conn.execute(f"INSERT INTO {s}.tags (tag, ordering) VALUES (%s, %s)", (tag, ordering))
+    return conn, ordering
+
+
+def _visible_tag_offsets(url: str, tag: str) -> list[int]:
+    with psycopg.connect(SERVER, autocommit=True) as c:
+        return [r[0] for r in c.execute(f"SELECT ordering FROM {_schema(url)}.tags WHERE tag = %s ORDER BY 1",
+                                        (tag,))]
+
+
+class Reader(threading.Thread):
+    """Runs a query in a thread, collecting what it yields; `done` once the query ended."""
+
+    def __init__(self, query: Iterator[EventEnvelope]):
+        super().__init__(daemon=True)
+        self.query, self.got, self.error = query, [], None
+        self.done = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        try:
+            for e in self.query:
+                self.got.append(e)
+        except BaseException as e:  # reported by the test
+            self.error = e
+        finally:
+            self.done.set()
+
+
+@pytest.fixture
+def pg(postgres_url: str) -> Iterator[tuple[Journal, str]]:  # noqa: F811
+    with open_journal(postgres_url) as j:
+        yield j, postgres_url
+
+
+@pytest.mark.postgres
+def test_an_event_committing_after_a_later_offset_is_neither_skipped_nor_overtaken(pg) -> None:
+    j, url = pg
+    tag, early, late = f"t-{uuid.uuid4().hex[:6]}", "early-writer", "late-writer"
+    held, held_offset = _begin_held_write(url, early, tag)
+    try:
+        assert j.write_messages([_ev(late, tag)]) == [None]  # commits now, with a greater offset
+        visible = _visible_tag_offsets(url, tag)
+        assert len(visible) == 1 and visible[0] > held_offset, (
+            "the scenario needs the later offset committed while the smaller one is in flight")
+        current = Reader(j.events_by_tag(tag, gap_timeout=30))
+        live = Reader(j.events_by_tag(tag, live=True, poll_interval=0.01, gap_timeout=30))
+        # A negative can only be shown over a window: while the early write is open, neither query may
+        # hand out the later event (a reader resuming from its offset would then never see the early one).
+        assert not current.done.wait(0.5)
+        assert current.got == [] and live.got == []
+    finally:
+        held.commit()
+        held.close()
+    wait_for(lambda: current.done.is_set(), 20)
+    wait_for(lambda: len(live.got) >= 2, 20)
+    live.query.close()  # type: ignore[attr-defined]
+    assert current.error is None and live.error is None
+    for r in (current, live):
+        assert [(e.persistence_id, e.offset) for e in r.got[:2]] == [(early, held_offset), (late, visible[0])]
+    assert len(current.got) == 2
+
+
+@pytest.mark.postgres
+def test_a_rolled_back_write_is_skipped_without_waiting_out_gap_timeout(pg) -> None:
+    j, url = pg
+    tag = f"t-{uuid.uuid4().hex[:6]}"
+    held, _ = _begin_held_write(url, "rolled-back", tag)
+    assert j.write_messages([_ev("kept", tag)]) == [None]
+    current = Reader(j.events_by_tag(tag, gap_timeout=30))
+    assert not current.done.wait(0.3)
+    held.rollback()
+    held.close()
+    t0 = time.monotonic()
+    wait_for(lambda: current.done.is_set(), 40)
+    elapsed = time.monotonic() - t0
+    assert current.error is None
+    assert [e.persistence_id for e in current.got] == ["kept"]
+    # Settled by the snapshot rule (its transaction ended) unless another session kept xmin back for 30 s.
+    assert elapsed < 30, f"the gap of a rolled-back write was waited out ({elapsed:.1f} s)"
+
+
+@pytest.mark.postgres
+def test_a_write_slower_than_gap_timeout_is_skipped_with_a_warning(pg, caplog: pytest.LogCaptureFixture) -> None:
+    """The documented limit (as in akka-persistence-jdbc): gap_timeout must exceed the slowest write."""
+    j, url = pg
+    tag = f"t-{uuid.uuid4().hex[:6]}"
+    held, held_offset = _begin_held_write(url, "slow", tag)
+    try:
+        assert j.write_messages([_ev("fast", tag)]) == [None]
+        with caplog.at_level(logging.WARNING, logger="journal.api"):
+            got = list(j.events_by_tag(tag, gap_timeout=0.3))
+        assert [e.persistence_id for e in got] == ["fast"]
+        assert f"offsets after {held_offset - 1}" in caplog.text and "gap_timeout=0.3s" in caplog.text
+    finally:
+        held.commit()
+        held.close()
+    assert [e.persistence_id for e in j.events_by_tag(tag)] == ["slow", "fast"]  # a new query from 0 sees it
+
+
+# --- SQLite: the later writer waits ---------------------------------------------------------------
+
+
+def test_sqlite_writers_commit_in_offset_order_so_no_event_is_overtaken(tmp_path) -> None:
+    path = str(tmp_path / "j.db")
+    tag = f"t-{uuid.uuid4().hex[:6]}"
+    held = None
+    with open_journal(f"sqlite://{path}") as j:
+        assert j.write_messages([_ev("first", tag)]) == [None]
+        live = Reader(j.events_by_tag(tag, live=True, poll_interval=0.01))
+        wait_for(lambda: live.got, 10)
+        batch, _ = encode_writes([_ev("held", tag)], now_millis())
+        # Another connection (as another process would) takes the write lock and draws the next offset.
+        held = sqlite3.connect(path, isolation_level=None)
+        held.execute("BEGIN IMMEDIATE")
+        held.execute("INSERT INTO journal (persistence_id, sequence_nr, record, checksum) VALUES (?, ?, ?, ?)",
+                     batch.rows[0])
+        held.execute("INSERT INTO tags (tag, ordering) SELECT ?, max(ordering) FROM journal", (tag,))
+        written = threading.Event()
+        writer = threading.Thread(target=lambda: (j.write_messages([_ev("late", tag)]), written.set()),
+                                  daemon=True)
+        writer.start()
+        # The late writer waits for the write lock (busy timeout): it cannot commit before the held one.
+        assert not written.wait(0.3)
+        held.execute("COMMIT")
+        writer.join(30)
+        assert written.is_set()
+        wait_for(lambda: len(live.got) >= 3, 10)
+        live.query.close()  # type: ignore[attr-defined]
+        assert [e.persistence_id for e in live.got] == ["first", "held", "late"]
+        assert [e.offset for e in live.got] == sorted(e.offset for e in live.got)
+    held.close()  # after the journal's connection: closing a descriptor drops the process's POSIX locks
