@@ -10,7 +10,7 @@ from typing import Any, cast
 from journal import register_type
 from persistence.compact import expand, same_or_each, split_rejected
 from persistence.messages import Confirm, SnapshotOffer
-from persistence.persistent_actor import PersistentActor, _Entry
+from persistence.persistent_actor import PersistentActor, _Entry, _OneWrite
 
 
 @register_type(manifest="reprise.persistence.Applied")
@@ -215,10 +215,28 @@ class IdempotentReceiver(PersistentActor):
             return False
         if asynchronous and not self._recovery_running:
             unapplied = self._unapplied
-            if not unapplied:
+            if unapplied:  # a later application of this round: the same AppliedBatch
+                unapplied.append((origin, delivery_id, event, handler, self.sender))
+                return True
+            batch = self._batch
+            if batch and type(last := batch[-1]) is _OneWrite and type(last.payload[0].payload) is AppliedBatch:
+                # The second application of this round (nothing queued since the first): both go into one
+                # AppliedBatch, journaled where the first was, as if both had been gathered from the start.
+                self._gather(self._unqueue_one())
+                cast(_Applications, self._unapplied).append((origin, delivery_id, event, handler, self.sender))
+                return True
+            if self._contributors:
+                # Contributions made earlier (DurableDelivery's deliveries) are journaled first, as called.
                 unapplied = self._unapplied = _Applications(self)
                 self._contribute(self._journal_applied)
-            unapplied.append((origin, delivery_id, event, handler, self.sender))
+                unapplied.append((origin, delivery_id, event, handler, self.sender))
+                return True
+            # The usual case in a host of many entities: one application per entity and group commit, queued
+            # as one ready write (no _Applications, _Call or contribution; see PersistentActor._queue_one).
+            origins = self._origin_only
+            if origins[0] != origin:  # an entity mostly hears from one origin: its 1-tuple is reused
+                origins = self._origin_only = (origin,)
+            self._queue_one(AppliedBatch(origins, (delivery_id,), (event,)), event, handler)
             return True
         persist = self.persist_async if asynchronous else self.persist
         persist(Applied(origin, delivery_id, event), lambda a: handler(a.event))
@@ -272,6 +290,15 @@ class IdempotentReceiver(PersistentActor):
             applied = AppliedBatch(same_or_each(origins), delivery_ids, events)
         self._queue_write((applied,), pending, False)
 
+    def _gather(self, first: _OneWrite) -> None:
+        """Gather the application of `first` (taken back from the batch) and those that follow in this round
+        into one AppliedBatch, contributed ahead of the contributions made since (it was queued before them)."""
+        applied: AppliedBatch = first.payload[0].payload
+        unapplied = self._unapplied = _Applications(self)
+        unapplied.append((applied.origins[0], applied.delivery_ids[0], first.event, first.handler, first.sender))
+        self._contributors = [self._journal_applied, *self._contributors]
+        self._coordinator.enqueue(self)
+
     def _on_write_results(self, batch: list[_Entry], results: Any) -> None:
         if isinstance(results, list) and results.count(None) != len(results):  # rejections are rare
             batch, results = split_rejected(self, batch, results, AppliedBatch, self._requeue_one_by_one)
@@ -286,11 +313,18 @@ class IdempotentReceiver(PersistentActor):
 
     def _event_rejected(self, event: Any) -> None:
         # The id was marked when persist_applied was called; nothing was stored, so a redelivery must apply.
+        # (An AppliedBatch rejected whole holds one application: split_rejected splits larger ones.)
         if type(event) is Applied:
-            seen = self._seen.get(event.origin)
-            if seen is not None:
-                seen.discard(event.delivery_id)
+            self._forget(event.origin, event.delivery_id)
+        elif type(event) is AppliedBatch:
+            for origin, delivery_id, _ in event.entries():
+                self._forget(origin, delivery_id)
         super()._event_rejected(event)
+
+    def _forget(self, origin: str, delivery_id: int) -> None:
+        seen = self._seen.get(origin)
+        if seen is not None:
+            seen.discard(delivery_id)
 
     def mixin_recover_event(self, event: Any) -> None:
         if type(event) is AppliedBatch:
