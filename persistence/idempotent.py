@@ -10,7 +10,7 @@ from typing import Any, cast
 from journal import register_type
 from persistence.compact import expand, same_or_each, split_rejected
 from persistence.messages import Confirm, SnapshotOffer
-from persistence.persistent_actor import PersistentActor, _Entry, _OneWrite
+from persistence.persistent_actor import IllegalStateError, PersistentActor, _Entry, _OneWrite
 
 
 @register_type(manifest="reprise.persistence.Applied")
@@ -241,6 +241,40 @@ class IdempotentReceiver(PersistentActor):
         persist = self.persist_async if asynchronous else self.persist
         persist(Applied(origin, delivery_id, event), lambda a: handler(a.event))
         return True
+
+    def persist_applied_many(self, origin: str, delivery_ids: Sequence[int], events: Sequence[Any],
+                             handler: Callable[[Any], Any]) -> list[bool]:
+        """persist_applied (asynchronous) of `events[k]` for `delivery_ids[k]` from `origin`, in order, with one
+        dedup lookup and one queuing for all (for receive_batch); False at the duplicates. The handlers run
+        with `self.sender` as it is at this call."""
+        if len(delivery_ids) != len(events):
+            raise ValueError(f"persist_applied_many got {len(delivery_ids)} delivery ids for {len(events)} events "
+                             f"from {origin!r}: pass one delivery id per event")
+        for delivery_id in delivery_ids:  # all checked before any is marked seen
+            if type(delivery_id) is not int or delivery_id < 1:
+                raise ValueError(f"delivery ids start at 1 (deliver() numbers them so), got {delivery_id!r} from "
+                                 f"{origin!r}; number your own deliveries from 1")
+        if self._recovery_running:
+            raise IllegalStateError("Cannot persist during replay. Events can be persisted when receiving "
+                                    "RecoveryCompleted or later.")
+        seen = self._seen.get(origin)
+        if seen is None:
+            seen = self._seen[origin] = SeenIds()
+        add, sender = seen.add, self.sender
+        fresh = [add(i) for i in delivery_ids]
+        applications = [(origin, i, e, handler, sender) for i, e, f in zip(delivery_ids, events, fresh, strict=True) if f]
+        if applications:
+            unapplied = self._unapplied
+            if not unapplied:  # as persist_applied: the round's AppliedBatch, at its first application's place
+                batch = self._batch
+                if batch and type(last := batch[-1]) is _OneWrite and type(last.payload[0].payload) is AppliedBatch:
+                    self._gather(self._unqueue_one())
+                else:
+                    self._unapplied = _Applications(self)
+                    self._contribute(self._journal_applied)
+                unapplied = self._unapplied
+            cast(_Applications, unapplied).extend(applications)
+        return fresh
 
     def apply_and_confirm(self, origin: str, delivery_id: int, event: Any,
                           handler: Callable[[Any], Any] | None = None) -> bool:

@@ -110,6 +110,9 @@ _Entry = _Call | _OneWrite
 """An element of an actor's journal batch (what `_take_batch` returns and `_on_write_results` gets back)."""
 
 
+_NO_TAGS: frozenset[str] = frozenset()
+
+
 def _repr(payload: Any, sequence_nr: int, persistence_id: str, writer_uuid: str) -> PersistentRepr:
     """A PersistentRepr to write, without the frozen __init__ (one object.__setattr__ per field), as
     journal.model.replayed_repr does on the read side: the same fields and defaults."""
@@ -119,8 +122,6 @@ def _repr(payload: Any, sequence_nr: int, persistence_id: str, writer_uuid: str)
                          "metadata": None})
     return r
 
-
-_NO_TAGS: frozenset[str] = frozenset()
 
 
 def _atomic(reprs: tuple[PersistentRepr, ...]) -> AtomicWrite:
@@ -539,9 +540,13 @@ class PersistentActor(Actor):
         """Queue `payload` as one persist_async write whose handler gets `event` (an _OneWrite: the fast path
         of compact-event mixins). The caller checked that recovery finished and nothing is contributed."""
         seq = self._seq_alloc + 1
+        pid = self.persistence_id
+        reprs = (_repr(payload, seq, pid, self._writer_uuid),)
+        if not pid:
+            AtomicWrite(reprs)  # raises its error for an id that went empty since recovery checked it
         self._seq_alloc = seq
         write = _new(_OneWrite)
-        _set(write, "payload", (_repr(payload, seq, self.persistence_id, self._writer_uuid),))
+        _set(write, "payload", reprs)
         _set(write, "event", event)
         _set(write, "handler", handler)
         _set(write, "sender", self.sender)
