@@ -195,6 +195,7 @@ class IdempotentReceiver(PersistentActor):
         # commit (see _journal_applied). Empty: a shared (); the first call of a round makes the list.
         self._unapplied: _Applications | tuple[()] = ()
         self._origin_only: tuple[str] = ("",)  # the origins field of the last single-application batch
+        self._gathering: _OneWrite | None = None  # the fast path's write that gathers this round's (_gather)
 
     def already_applied(self, origin: str, delivery_id: int) -> bool:
         """True if delivery `delivery_id` from `origin` was applied (or is being persisted)."""
@@ -218,12 +219,11 @@ class IdempotentReceiver(PersistentActor):
             if unapplied:  # a later application of this round: the same AppliedBatch
                 unapplied.append((origin, delivery_id, event, handler, self.sender))
                 return True
-            batch = self._batch
-            if batch and type(last := batch[-1]) is _OneWrite and type(last.payload[0].payload) is AppliedBatch:
+            last = self._open_write()
+            if last is not None:
                 # The second application of this round (nothing queued since the first): both go into one
                 # AppliedBatch, journaled where the first was, as if both had been gathered from the start.
-                self._gather(self._unqueue_one())
-                cast(_Applications, self._unapplied).append((origin, delivery_id, event, handler, self.sender))
+                self._gather(last).append((origin, delivery_id, event, handler, self.sender))
                 return True
             if self._contributors:
                 # Contributions made earlier (DurableDelivery's deliveries) are journaled first, as called.
@@ -266,14 +266,13 @@ class IdempotentReceiver(PersistentActor):
         if applications:
             unapplied = self._unapplied
             if not unapplied:  # as persist_applied: the round's AppliedBatch, at its first application's place
-                batch = self._batch
-                if batch and type(last := batch[-1]) is _OneWrite and type(last.payload[0].payload) is AppliedBatch:
-                    self._gather(self._unqueue_one())
+                last = self._open_write()
+                if last is not None:
+                    unapplied = self._gather(last)
                 else:
-                    self._unapplied = _Applications(self)
+                    unapplied = self._unapplied = _Applications(self)
                     self._contribute(self._journal_applied)
-                unapplied = self._unapplied
-            cast(_Applications, unapplied).extend(applications)
+            unapplied.extend(applications)
         return fresh
 
     def apply_and_confirm(self, origin: str, delivery_id: int, event: Any,
@@ -324,14 +323,37 @@ class IdempotentReceiver(PersistentActor):
             applied = AppliedBatch(same_or_each(origins), delivery_ids, events)
         self._queue_write((applied,), pending, False)
 
-    def _gather(self, first: _OneWrite) -> None:
-        """Gather the application of `first` (taken back from the batch) and those that follow in this round
-        into one AppliedBatch, contributed ahead of the contributions made since (it was queued before them)."""
-        applied: AppliedBatch = first.payload[0].payload
+    def _open_write(self) -> _OneWrite | None:
+        """The fast path's write of one application if it is the last thing queued this round, else None."""
+        batch = self._batch
+        if batch:
+            last = batch[-1]
+            if type(last) is _OneWrite and type(applied := last.payload[0].payload) is AppliedBatch \
+                    and len(applied.delivery_ids) == 1:  # (a gathered one is not reopened once written out)
+                return last
+        return None
+
+    def _gather(self, write: _OneWrite) -> _Applications:
+        """Make `write` (one application, queued last) gather the applications that follow in this round:
+        its sequence number and place stay; its AppliedBatch is rewritten at the next flush (see
+        _contribute), when today's path would have journaled them together. Returns the gathering list."""
+        applied: AppliedBatch = write.payload[0].payload
         unapplied = self._unapplied = _Applications(self)
-        unapplied.append((applied.origins[0], applied.delivery_ids[0], first.event, first.handler, first.sender))
-        self._contributors = [self._journal_applied, *self._contributors]
-        self._coordinator.enqueue(self)
+        unapplied.append((applied.origins[0], applied.delivery_ids[0], write.event, write.handler, write.sender))
+        object.__setattr__(write, "handler", unapplied)  # (its handler until the rewrite: a failure in between)
+        self._gathering = write
+        self._contribute(self._rewrite_gathered)
+        return unapplied
+
+    def _rewrite_gathered(self) -> None:
+        """Store the gathered applications in the write of the first one, as one AppliedBatch."""
+        write, self._gathering = self._gathering, None
+        pending: _Applications = self._unapplied  # type: ignore[assignment]  # (non-empty: a list)
+        self._unapplied = ()
+        origins, delivery_ids, events, _, _ = zip(*pending, strict=True)
+        # The handler runs theirs in call order (_Applications.__call__ ignores its argument).
+        self._rewrite_one(cast(_OneWrite, write), AppliedBatch(same_or_each(origins), delivery_ids, events),
+                          None, pending)
 
     def _on_write_results(self, batch: list[_Entry], results: Any) -> None:
         if isinstance(results, list) and results.count(None) != len(results):  # rejections are rare

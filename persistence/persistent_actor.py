@@ -554,13 +554,13 @@ class PersistentActor(Actor):
         self._pending += 1
         self._coordinator.enqueue(self)
 
-    def _unqueue_one(self) -> _OneWrite:
-        """Take back the _OneWrite queued last (nothing queued after it): the caller queues its event again
-        together with more (IdempotentReceiver merges a second application of a round into one event)."""
-        write = self._batch.pop()
-        self._seq_alloc -= 1
-        self._pending -= 1
-        return cast(_OneWrite, write)
+    def _rewrite_one(self, write: _OneWrite, payload: Any, event: Any, handler: Handler) -> None:
+        """Replace what the queued (not yet taken) `write` stores and runs, keeping its sequence number: a
+        compact-event mixin gathers into it what was called later in the same round (IdempotentReceiver)."""
+        repr_ = _repr(payload, write.payload[0].sequence_nr, self.persistence_id, self._writer_uuid)
+        _set(write, "payload", (repr_,))
+        _set(write, "event", event)
+        _set(write, "handler", handler)
 
     def _queue_defer(self, event: Any, handler: Handler, stashing: bool) -> None:
         if self._contributors:
