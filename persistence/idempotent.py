@@ -219,12 +219,14 @@ class IdempotentReceiver(PersistentActor):
             if unapplied:  # a later application of this round: the same AppliedBatch
                 unapplied.append((origin, delivery_id, event, handler, self.sender))
                 return True
-            last = self._open_write()
-            if last is not None:
-                # The second application of this round (nothing queued since the first): both go into one
-                # AppliedBatch, journaled where the first was, as if both had been gathered from the start.
-                self._gather(last).append((origin, delivery_id, event, handler, self.sender))
-                return True
+            batch = self._batch
+            if batch and type(last := batch[-1]) is _OneWrite:
+                # The fast path's write of the round's first application, nothing queued after it: this one and
+                # the next go into its AppliedBatch, as if all had been gathered from the start.
+                applied = last.payload[0].payload
+                if type(applied) is AppliedBatch and len(applied.delivery_ids) == 1:  # (not gathered already)
+                    self._gather(last, applied).append((origin, delivery_id, event, handler, self.sender))
+                    return True
             if self._contributors:
                 # Contributions made earlier (DurableDelivery's deliveries) are journaled first, as called.
                 unapplied = self._unapplied = _Applications(self)
@@ -266,9 +268,11 @@ class IdempotentReceiver(PersistentActor):
         if applications:
             unapplied = self._unapplied
             if not unapplied:  # as persist_applied: the round's AppliedBatch, at its first application's place
-                last = self._open_write()
-                if last is not None:
-                    unapplied = self._gather(last)
+                batch = self._batch
+                last = batch[-1] if batch else None
+                applied = last.payload[0].payload if type(last) is _OneWrite else None
+                if type(applied) is AppliedBatch and len(applied.delivery_ids) == 1:
+                    unapplied = self._gather(cast(_OneWrite, last), applied)
                 else:
                     unapplied = self._unapplied = _Applications(self)
                     self._contribute(self._journal_applied)
@@ -323,24 +327,14 @@ class IdempotentReceiver(PersistentActor):
             applied = AppliedBatch(same_or_each(origins), delivery_ids, events)
         self._queue_write((applied,), pending, False)
 
-    def _open_write(self) -> _OneWrite | None:
-        """The fast path's write of one application if it is the last thing queued this round, else None."""
-        batch = self._batch
-        if batch:
-            last = batch[-1]
-            if type(last) is _OneWrite and type(applied := last.payload[0].payload) is AppliedBatch \
-                    and len(applied.delivery_ids) == 1:  # (a gathered one is not reopened once written out)
-                return last
-        return None
-
-    def _gather(self, write: _OneWrite) -> _Applications:
-        """Make `write` (one application, queued last) gather the applications that follow in this round:
-        its sequence number and place stay; its AppliedBatch is rewritten at the next flush (see
-        _contribute), when today's path would have journaled them together. Returns the gathering list."""
-        applied: AppliedBatch = write.payload[0].payload
+    def _gather(self, write: _OneWrite, applied: AppliedBatch) -> _Applications:
+        """Make `write`, the fast path's write of one application (`applied`), queued last, gather those that
+        follow in this round: its sequence number and place stay, and its AppliedBatch is rewritten at the
+        next flush (a contribution), when they would have been journaled together. Returns the gathering list."""
         unapplied = self._unapplied = _Applications(self)
         unapplied.append((applied.origins[0], applied.delivery_ids[0], write.event, write.handler, write.sender))
-        object.__setattr__(write, "handler", unapplied)  # (its handler until the rewrite: a failure in between)
+        # Its handler from now on runs theirs in call order (_Applications.__call__ ignores its argument).
+        object.__setattr__(write, "handler", unapplied)
         self._gathering = write
         self._contribute(self._rewrite_gathered)
         return unapplied
@@ -351,9 +345,9 @@ class IdempotentReceiver(PersistentActor):
         pending: _Applications = self._unapplied  # type: ignore[assignment]  # (non-empty: a list)
         self._unapplied = ()
         origins, delivery_ids, events, _, _ = zip(*pending, strict=True)
-        # The handler runs theirs in call order (_Applications.__call__ ignores its argument).
-        self._rewrite_one(cast(_OneWrite, write), AppliedBatch(same_or_each(origins), delivery_ids, events),
-                          None, pending)
+        # Its PersistentRepr is not taken yet (nobody else holds it): its payload is replaced in place.
+        object.__setattr__(cast(_OneWrite, write).payload[0], "payload",
+                           AppliedBatch(same_or_each(origins), delivery_ids, events))
 
     def _on_write_results(self, batch: list[_Entry], results: Any) -> None:
         if isinstance(results, list) and results.count(None) != len(results):  # rejections are rare

@@ -554,14 +554,6 @@ class PersistentActor(Actor):
         self._pending += 1
         self._coordinator.enqueue(self)
 
-    def _rewrite_one(self, write: _OneWrite, payload: Any, event: Any, handler: Handler) -> None:
-        """Replace what the queued (not yet taken) `write` stores and runs, keeping its sequence number: a
-        compact-event mixin gathers into it what was called later in the same round (IdempotentReceiver)."""
-        repr_ = _repr(payload, write.payload[0].sequence_nr, self.persistence_id, self._writer_uuid)
-        _set(write, "payload", (repr_,))
-        _set(write, "event", event)
-        _set(write, "handler", handler)
-
     def _queue_defer(self, event: Any, handler: Handler, stashing: bool) -> None:
         if self._contributors:
             self._before_commit()
