@@ -265,18 +265,26 @@ class IdempotentReceiver(PersistentActor):
         add, sender = seen.add, self.sender
         fresh = [add(i) for i in delivery_ids]
         applications = [(origin, i, e, handler, sender) for i, e, f in zip(delivery_ids, events, fresh, strict=True) if f]
-        if applications:
-            unapplied = self._unapplied
-            if not unapplied:  # as persist_applied: the round's AppliedBatch, at its first application's place
-                batch = self._batch
-                last = batch[-1] if batch else None
-                applied = last.payload[0].payload if type(last) is _OneWrite else None
-                if type(applied) is AppliedBatch and len(applied.delivery_ids) == 1:
-                    unapplied = self._gather(cast(_OneWrite, last), applied)
-                else:
-                    unapplied = self._unapplied = _Applications(self)
-                    self._contribute(self._journal_applied)
-            unapplied.extend(applications)
+        if not applications:
+            return fresh
+        unapplied = self._unapplied
+        if not unapplied:  # as persist_applied: the round's AppliedBatch, at its first application's place
+            batch = self._batch
+            last = batch[-1] if batch else None
+            applied = last.payload[0].payload if type(last) is _OneWrite else None
+            if type(applied) is AppliedBatch and len(applied.delivery_ids) == 1:
+                unapplied = self._gather(cast(_OneWrite, last), applied)
+            elif len(applications) == 1 and not self._contributors:  # persist_applied's fast path
+                _, delivery_id, event, _, _ = applications[0]
+                origins = self._origin_only
+                if origins[0] != origin:
+                    origins = self._origin_only = (origin,)
+                self._queue_one(AppliedBatch(origins, (delivery_id,), (event,)), event, handler)
+                return fresh
+            else:
+                unapplied = self._unapplied = _Applications(self)
+                self._contribute(self._journal_applied)
+        unapplied.extend(applications)
         return fresh
 
     def apply_and_confirm(self, origin: str, delivery_id: int, event: Any,
