@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .context import DETACHED, ActorContext
@@ -37,6 +37,20 @@ class Actor:
     def receive(self, message: Any, sender: str | None) -> None:
         """Handle one message; override this."""
         raise NotImplementedError(f"{type(self).__name__} must implement receive(message, sender)")
+
+    def receive_batch(self, messages: Iterator[tuple[Any, str | None]]) -> None:
+        """Handle the (message, sender) pairs one incoming host batch carries for this entity, in order.
+
+        Opt-in: an entity class that overrides this gets all its messages of a batch in one call (fewer
+        calls per message); `receive` stays what everything else calls. The host ends `messages` early
+        when the entity stopped or was replaced (the rest go to the next incarnation), and reports an
+        exception on the last message taken, as it would from `receive`: take each message when handling
+        it, as this default does. One that takes several first (to handle them together) handles them as
+        one: a failure is reported on the last one taken, and none of them is handed over again.
+        """
+        receive = self.receive
+        for message, sender in messages:
+            receive(message, sender)
 
     # Lifecycle hooks, named as in Akka.
     def pre_start(self) -> None:

@@ -10,7 +10,7 @@ import time
 import traceback
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -99,6 +99,9 @@ class Host:
         self.key = spec.key  # the path, or the path and shard number: what the guardian and peers call us
         self.config = init.config
         self.factory = resolve_factory(spec.factory)  # first: importing it registers its layer's host options
+        # Entities whose class overrides Actor.receive_batch get their messages of a batch in one call.
+        self.batching = (spec.entities and isinstance(self.factory, type) and issubclass(self.factory, Actor)
+                         and self.factory.receive_batch is not Actor.receive_batch)
         if spec.options:
             self.config = self._own_options(spec)
         self.router = Router()
@@ -330,6 +333,16 @@ class Host:
                     self.route(target, sender, message)
                 else:
                     log.warning("host %s: dropped a Barrier for %s that is not ours", self.key, target)
+        elif self.batching:
+            groups: dict[str, list[tuple[Any, str | None]]] = {}
+            for sender, target, message in unpack(batch, self._unreadable):
+                group = groups.get(target)
+                if group is None:
+                    groups[target] = [(message, sender)]
+                else:
+                    group.append((message, sender))
+            for target, messages in groups.items():
+                self.deliver_batch(target, messages)
         else:
             for sender, target, message in unpack(batch, self._unreadable):
                 deliver(sender, target, message)
@@ -346,6 +359,43 @@ class Host:
             self.entities.move_to_end(target)
         entity._last_active = self.now
         self._invoke(entity, message, sender)
+
+    def deliver_batch(self, target: str, messages: list[tuple[Any, str | None]]) -> None:
+        """Hand (message, sender) pairs in order to the entity at `target` through its receive_batch, with
+        what `deliver` does per message: a failure restarts it and the rest go to the new instance."""
+        entities = self.entities
+        n = len(messages)
+        start = 0
+        while start < n:
+            entity = entities.get(target)
+            if entity is None:
+                message, sender = messages[start]
+                entity = self._materialize(sender, target, message)
+                if entity is None:  # dead-lettered or rerouted: the next message decides again
+                    start += 1
+                    continue
+            elif self.spec.passivate_after is not None:
+                entities.move_to_end(target)
+            entity._last_active = self.now
+            taken = [start]
+            try:
+                entity.receive_batch(_feed(messages, taken, entity, entities, target))
+            except Exception as exc:
+                at = max(taken[0], start + 1) - 1  # (a failure before taking any is the first message's)
+                message, sender = messages[at]
+                self.report_failure(entity, exc, message, sender)
+                start = at + 1
+                continue
+            if entity._stopping:
+                self.stop_entity(entity, "stopped")
+            elif taken[0] < n and entities.get(target) is entity:
+                # It returned without taking them all: they must not be lost, so receive gets them.
+                log.warning("%s.receive_batch returned with %d of its messages not taken: delivered one by one",
+                            type(entity).__name__, n - taken[0])
+                for message, sender in messages[taken[0]:]:
+                    self.deliver(sender, target, message)
+                return
+            start = taken[0]
 
     def _materialize(self, sender: str | None, target: str, message: object) -> Actor | None:
         if self.spec.entities and target.startswith(self.entity_prefix):
@@ -642,6 +692,21 @@ class Host:
             self._linger_armed = True
             self._linger_due = time.monotonic() + self.spec.linger
             self.adapter.wakeup_after(self.spec.linger, _LINGER)
+
+
+def _feed(messages: list[tuple[Any, str | None]], taken: list[int], entity: Actor, entities: dict[str, Actor],
+          target: str) -> Iterator[tuple[Any, str | None]]:
+    """The messages from `taken[0]` on, counting in `taken[0]` those handed out; ends once `entity` has
+    stopped or is no longer the one at `target` (restarted by a failure it reported itself)."""
+    i = taken[0]
+    n = len(messages)
+    while i < n:
+        item = messages[i]
+        i += 1
+        taken[0] = i
+        yield item
+        if entity._stopping or entities.get(target) is not entity:
+            return
 
 
 class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type information)

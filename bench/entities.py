@@ -1,7 +1,7 @@
 """Benchmark (not a test): applied messages/s in one host of many IdempotentReceiver entities on SQLite.
 
     .venv/bin/python -m bench.entities [--entities 10000] [--messages 200000] [--base local|multiproc]
-                                       [--chunk 2000] [--rounds 1] [--json]
+                                       [--chunk 2000] [--rounds 1] [--receive-batch] [--json]
 
 The shape of `make demo`'s account host without Spark and the bridge: the driver tells `Deposit`s in
 chunks of `--chunk` (one Thespian message each, hence one group commit each) spread at random over the
@@ -118,6 +118,28 @@ class Account(IdempotentReceiver):
         _count_applied(self, self.sender)  # the sender of the Deposit (handlers run with it)
 
 
+class BatchAccount(Account):
+    """Account with receive_batch (--receive-batch): the Deposits of one host batch in one persist_applied_many."""
+
+    def receive_batch(self, messages: Any) -> None:
+        ids: list[int] = []
+        amounts: list[Deposited] = []
+        for message, sender in messages:
+            if type(message) is Deposit and not self._stash:  # (nothing here stashes: persists are async)
+                ids.append(message.delivery_id)
+                amounts.append(Deposited(message.amount))
+                self.sender = sender
+                continue
+            self._apply(ids, amounts)
+            ids, amounts = [], []
+            self.receive(message, sender)
+        self._apply(ids, amounts)
+
+    def _apply(self, ids: list[int], amounts: list[Deposited]) -> None:
+        if ids:
+            self.persist_applied_many(ORIGIN, ids, amounts, self._deposited)
+
+
 _profile: Any = None
 
 
@@ -165,7 +187,7 @@ def feed(system: actors.System, probe: actors.Probe, rows: list[tuple[int, int]]
 
 
 def run(entities: int, messages: int, base: str, chunk: int = 2000, rounds: int = 1, window: int = 4,
-        seed: int = 1) -> dict[str, float]:
+        seed: int = 1, receive_batch: bool = False) -> dict[str, float]:
     """Applied messages/s and host CPU µs per message (medians of `rounds` runs of `messages`)."""
     rng = random.Random(seed)
     next_id = 1
@@ -173,7 +195,7 @@ def run(entities: int, messages: int, base: str, chunk: int = 2000, rounds: int 
     # The journal holds every application of the run (tens of MB): removed afterwards.
     with tempfile.TemporaryDirectory(prefix="reprise-bench-entities-") as d, \
             actors.start(base, journal=f"sqlite:///{d}/j.db", snapshot_store=f"sqlite:///{d}/s.db") as system:
-        system.spawn(Account, HOST, entities=True, passivate_after=3600.0)
+        system.spawn(BatchAccount if receive_batch else Account, HOST, entities=True, passivate_after=3600.0)
         probe = system.probe()
         # Warm-up: create and recover every entity (and the journal file) before the clock starts.
         warm = [(e, next_id + e) for e in range(entities)]
@@ -206,10 +228,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base", choices=("local", "multiproc"), default="local")
     p.add_argument("--chunk", type=int, default=2000, help="deliveries per Thespian message (group commit)")
     p.add_argument("--rounds", type=int, default=1, help="measured runs in one system; the median is printed")
+    p.add_argument("--receive-batch", action="store_true",
+                   help="entities opt into receive_batch and apply with persist_applied_many")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON line at the end")
     a = p.parse_args(argv)
-    r = run(a.entities, a.messages, a.base, a.chunk, a.rounds)
-    print(f"{a.base}: {a.messages:,} applications over {a.entities:,} entities, chunks of {a.chunk:,}: "
+    r = run(a.entities, a.messages, a.base, a.chunk, a.rounds, receive_batch=a.receive_batch)
+    how = ", receive_batch" if a.receive_batch else ""
+    print(f"{a.base}: {a.messages:,} applications over {a.entities:,} entities, chunks of {a.chunk:,}{how}: "
           f"{r['applied_per_s']:,.0f} applied/s, {r['cpu_us_per_message']:.1f} CPU µs per message in the host")
     if a.json:
         print(json.dumps({f"reprise {a.base}": r}))

@@ -11,7 +11,7 @@ from journal import register_type
 from persistence.compact import expand, same_or_each, split_rejected
 from persistence.coordinator import WriteResults
 from persistence.messages import Confirm, SnapshotOffer
-from persistence.persistent_actor import PersistentActor, _Entry
+from persistence.persistent_actor import IllegalStateError, PersistentActor, _Entry, _OneWrite
 
 
 @register_type(manifest="reprise.persistence.Applied")
@@ -196,6 +196,7 @@ class IdempotentReceiver(PersistentActor):
         # commit (see _journal_applied). Empty: a shared (); the first call of a round makes the list.
         self._unapplied: _Applications | tuple[()] = ()
         self._origin_only: tuple[str] = ("",)  # the origins field of the last single-application batch
+        self._gathering: _OneWrite | None = None  # the fast path's write that gathers this round's (_gather)
 
     def already_applied(self, origin: str, delivery_id: int) -> bool:
         """True if delivery `delivery_id` from `origin` was applied (or is being persisted)."""
@@ -216,14 +217,76 @@ class IdempotentReceiver(PersistentActor):
             return False
         if asynchronous and not self._recovery_running:
             unapplied = self._unapplied
-            if not unapplied:
+            if unapplied:  # a later application of this round: the same AppliedBatch
+                unapplied.append((origin, delivery_id, event, handler, self.sender))
+                return True
+            batch = self._batch
+            if batch and type(last := batch[-1]) is _OneWrite:
+                # The fast path's write of the round's first application, nothing queued after it: this one and
+                # the next go into its AppliedBatch, as if all had been gathered from the start.
+                applied = last.payload[0].payload
+                if type(applied) is AppliedBatch and len(applied.delivery_ids) == 1:  # (not gathered already)
+                    self._gather(last, applied).append((origin, delivery_id, event, handler, self.sender))
+                    return True
+            if self._contributors:
+                # Contributions made earlier (DurableDelivery's deliveries) are journaled first, as called.
                 unapplied = self._unapplied = _Applications(self)
                 self._contribute(self._journal_applied)
-            unapplied.append((origin, delivery_id, event, handler, self.sender))
+                unapplied.append((origin, delivery_id, event, handler, self.sender))
+                return True
+            # The usual case in a host of many entities: one application per entity and group commit, queued
+            # as one ready write (no _Applications, _Call or contribution; see PersistentActor._queue_one).
+            origins = self._origin_only
+            if origins[0] != origin:  # an entity mostly hears from one origin: its 1-tuple is reused
+                origins = self._origin_only = (origin,)
+            self._queue_one(AppliedBatch(origins, (delivery_id,), (event,)), event, handler)
             return True
         persist = self.persist_async if asynchronous else self.persist
         persist(Applied(origin, delivery_id, event), lambda a: handler(a.event))
         return True
+
+    def persist_applied_many(self, origin: str, delivery_ids: Sequence[int], events: Sequence[Any],
+                             handler: Callable[[Any], Any]) -> list[bool]:
+        """persist_applied (asynchronous) of `events[k]` for `delivery_ids[k]` from `origin`, in order, with one
+        dedup lookup and one queuing for all (for receive_batch); False at the duplicates. The handlers run
+        with `self.sender` as it is at this call."""
+        if len(delivery_ids) != len(events):
+            raise ValueError(f"persist_applied_many got {len(delivery_ids)} delivery ids for {len(events)} events "
+                             f"from {origin!r}: pass one delivery id per event")
+        for delivery_id in delivery_ids:  # all checked before any is marked seen
+            if type(delivery_id) is not int or delivery_id < 1:
+                raise ValueError(f"delivery ids start at 1 (deliver() numbers them so), got {delivery_id!r} from "
+                                 f"{origin!r}; number your own deliveries from 1")
+        if self._recovery_running:
+            raise IllegalStateError("Cannot persist during replay. Events can be persisted when receiving "
+                                    "RecoveryCompleted or later.")
+        seen = self._seen.get(origin)
+        if seen is None:
+            seen = self._seen[origin] = SeenIds()
+        add, sender = seen.add, self.sender
+        fresh = [add(i) for i in delivery_ids]
+        applications = [(origin, i, e, handler, sender) for i, e, f in zip(delivery_ids, events, fresh, strict=True) if f]
+        if not applications:
+            return fresh
+        unapplied = self._unapplied
+        if not unapplied:  # as persist_applied: the round's AppliedBatch, at its first application's place
+            batch = self._batch
+            last = batch[-1] if batch else None
+            applied = last.payload[0].payload if type(last) is _OneWrite else None
+            if type(applied) is AppliedBatch and len(applied.delivery_ids) == 1:
+                unapplied = self._gather(cast(_OneWrite, last), applied)
+            elif len(applications) == 1 and not self._contributors:  # persist_applied's fast path
+                _, delivery_id, event, _, _ = applications[0]
+                origins = self._origin_only
+                if origins[0] != origin:
+                    origins = self._origin_only = (origin,)
+                self._queue_one(AppliedBatch(origins, (delivery_id,), (event,)), event, handler)
+                return fresh
+            else:
+                unapplied = self._unapplied = _Applications(self)
+                self._contribute(self._journal_applied)
+        unapplied.extend(applications)
+        return fresh
 
     def apply_and_confirm(self, origin: str, delivery_id: int, event: object,
                           handler: Callable[[Any], object] | None = None) -> bool:
@@ -273,6 +336,28 @@ class IdempotentReceiver(PersistentActor):
             applied = AppliedBatch(same_or_each(origins), delivery_ids, events)
         self._queue_write((applied,), pending, False)
 
+    def _gather(self, write: _OneWrite, applied: AppliedBatch) -> _Applications:
+        """Make `write`, the fast path's write of one application (`applied`), queued last, gather those that
+        follow in this round: its sequence number and place stay, and its AppliedBatch is rewritten at the
+        next flush (a contribution), when they would have been journaled together. Returns the gathering list."""
+        unapplied = self._unapplied = _Applications(self)
+        unapplied.append((applied.origins[0], applied.delivery_ids[0], write.event, write.handler, write.sender))
+        # Its handler from now on runs theirs in call order (_Applications.__call__ ignores its argument).
+        object.__setattr__(write, "handler", unapplied)
+        self._gathering = write
+        self._contribute(self._rewrite_gathered)
+        return unapplied
+
+    def _rewrite_gathered(self) -> None:
+        """Store the gathered applications in the write of the first one, as one AppliedBatch."""
+        write, self._gathering = self._gathering, None
+        pending: _Applications = self._unapplied  # type: ignore[assignment]  # (non-empty: a list)
+        self._unapplied = ()
+        origins, delivery_ids, events, _, _ = zip(*pending, strict=True)
+        # Its PersistentRepr is not taken yet (nobody else holds it): its payload is replaced in place.
+        object.__setattr__(cast(_OneWrite, write).payload[0], "payload",
+                           AppliedBatch(same_or_each(origins), delivery_ids, events))
+
     def _on_write_results(self, batch: list[_Entry], results: WriteResults) -> None:
         if isinstance(results, list) and results.count(None) != len(results):  # rejections are rare
             batch, results = split_rejected(self, batch, results, AppliedBatch, self._requeue_one_by_one)
@@ -287,11 +372,18 @@ class IdempotentReceiver(PersistentActor):
 
     def _event_rejected(self, event: object) -> None:
         # The id was marked when persist_applied was called; nothing was stored, so a redelivery must apply.
+        # (An AppliedBatch rejected whole holds one application: split_rejected splits larger ones.)
         if type(event) is Applied:
-            seen = self._seen.get(event.origin)
-            if seen is not None:
-                seen.discard(event.delivery_id)
+            self._forget(event.origin, event.delivery_id)
+        elif type(event) is AppliedBatch:
+            for origin, delivery_id, _ in event.entries():
+                self._forget(origin, delivery_id)
         super()._event_rejected(event)
+
+    def _forget(self, origin: str, delivery_id: int) -> None:
+        seen = self._seen.get(origin)
+        if seen is not None:
+            seen.discard(delivery_id)
 
     def mixin_recover_event(self, event: Any) -> None:
         if type(event) is AppliedBatch:

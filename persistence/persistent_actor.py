@@ -71,7 +71,7 @@ class _RestartAfterRecovery:
 _RESTART_AFTER_RECOVERY = _RestartAfterRecovery()
 
 
-class _Entry:
+class _Call:
     """One element of an actor's journal batch, with the sender and stashing mode of the call that queued it.
 
     A write holds its AtomicWrite and `handler` runs once per event (the events are the reprs' payloads:
@@ -89,6 +89,45 @@ class _Entry:
         self.handler = handler
         self.sender = sender
         self.stashing = stashing
+
+
+class _OneWrite(AtomicWrite):
+    """An AtomicWrite of one event that is also its own batch entry: `handler(event)` runs once it is stored.
+
+    The fast path of a host of many entities, where each entity persists one event per group commit
+    (IdempotentReceiver.persist_applied): one object instead of a _Call and an AtomicWrite, and `event`
+    is what the handler gets (the stored payload wraps it). The coordinator reads `atomic` (itself) and
+    hands it to the journal as any AtomicWrite. Never stashing (persist_applied is asynchronous).
+    """
+
+    __slots__ = ("event", "handler", "sender")
+    event: Any
+    handler: Handler
+    sender: str | None
+    stashing = False
+
+    @property
+    def atomic(self) -> _OneWrite:
+        """The write to journal: this object itself."""
+        return self
+
+
+_Entry = _Call | _OneWrite
+"""An element of an actor's journal batch (what `_take_batch` returns and `_on_write_results` gets back)."""
+
+
+_NO_TAGS: frozenset[str] = frozenset()
+
+
+def _repr(payload: Any, sequence_nr: int, persistence_id: str, writer_uuid: str) -> PersistentRepr:
+    """A PersistentRepr to write, without the frozen __init__ (one object.__setattr__ per field), as
+    journal.model.replayed_repr does on the read side: the same fields and defaults."""
+    r = _new(PersistentRepr)
+    _set(r, "__dict__", {"payload": payload, "sequence_nr": sequence_nr, "persistence_id": persistence_id,
+                         "manifest": "", "writer_uuid": writer_uuid, "timestamp": 0, "tags": _NO_TAGS,
+                         "metadata": None})
+    return r
+
 
 
 def _atomic(reprs: tuple[PersistentRepr, ...]) -> AtomicWrite:
@@ -497,10 +536,28 @@ class PersistentActor(Actor):
         self._seq_alloc = seq + n
         # recovery checked the persistence id; AtomicWrite still raises its own error if it went empty since.
         atomic = _atomic(reprs) if pid else AtomicWrite(reprs)
-        self._batch.append(_Entry(atomic, None, handler, self.sender, stashing))
+        self._batch.append(_Call(atomic, None, handler, self.sender, stashing))
         self._pending += n
         if stashing:
             self._stashing += n
+        self._coordinator.enqueue(self)
+
+    def _queue_one(self, payload: Any, event: Any, handler: Handler) -> None:
+        """Queue `payload` as one persist_async write whose handler gets `event` (an _OneWrite: the fast path
+        of compact-event mixins). The caller checked that recovery finished and nothing is contributed."""
+        seq = self._seq_alloc + 1
+        pid = self.persistence_id
+        reprs = (_repr(payload, seq, pid, self._writer_uuid),)
+        if not pid:
+            AtomicWrite(reprs)  # raises its error for an id that went empty since recovery checked it
+        self._seq_alloc = seq
+        write = _new(_OneWrite)
+        _set(write, "payload", reprs)
+        _set(write, "event", event)
+        _set(write, "handler", handler)
+        _set(write, "sender", self.sender)
+        self._batch.append(write)
+        self._pending += 1
         self._coordinator.enqueue(self)
 
     def _queue_defer(self, event: object, handler: Handler, stashing: bool) -> None:
@@ -512,7 +569,7 @@ class PersistentActor(Actor):
         if self._pending == 0:
             handler(event)
             return
-        self._batch.append(_Entry(None, event, handler, self.sender, stashing))
+        self._batch.append(_Call(None, event, handler, self.sender, stashing))
         self._pending += 1
         if stashing:
             self._stashing += 1
@@ -572,6 +629,19 @@ class PersistentActor(Actor):
                 self._drain_stash()
                 if self._replaced or self._dead or self.stop_requested:
                     return
+            if type(entry) is _OneWrite and failure is None and per_write[wi] is None:
+                # The fast path: one stored event, its handler gets the event it was queued with.
+                wi += 1
+                self.last_sequence_nr = entry.payload[0].sequence_nr
+                self.sender = entry.sender
+                try:
+                    entry.handler(entry.event)
+                except Exception as exc:
+                    self._pending -= 1
+                    host.report_failure(self, exc, entry.payload[0].payload, entry.sender)
+                    return
+                self._pending -= 1
+                continue
             atomic = entry.atomic
             if atomic is None:
                 if not self._invoke(entry, entry.event):

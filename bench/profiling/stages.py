@@ -36,6 +36,10 @@ ENTITY_RULES = [
         "batching: AppliedBatch + _Entry + queue (_journal_applied, _queue_write, _contribute)",
         "PersistentActor._take_batch",
     ),
+    (  # the fast path's queuing (one _OneWrite per entity and commit), called from persist_applied
+        "batching: AppliedBatch + _Entry + queue (_journal_applied, _queue_write, _contribute)",
+        "PersistentActor._queue_one",
+    ),
     ("entity receive: Account.receive_command + persist_applied", "IdempotentReceiver.persist_applied"),
     ("entity receive: Account.receive_command + persist_applied", "Account.receive_command"),
     ("entity receive: Account.receive_command + persist_applied", "PersistentActor.receive"),

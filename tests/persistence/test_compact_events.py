@@ -114,6 +114,10 @@ def test_an_unstorable_application_is_rejected_alone(psystem):
     # not taken for a duplicate of something applied.
     psystem.tell(RCV, Parcel(2, "bad"), sender=probe.path)
     assert wait_for(lambda: psystem.ask(RCV, "status")[1] == 2, 10)
+    # That redelivery was the only application of its commit (an AppliedBatch of one, rejected whole):
+    # its id is forgotten too, so the next redelivery is applied (and rejected) again.
+    psystem.tell(RCV, Parcel(2, "bad"), sender=probe.path)
+    assert wait_for(lambda: psystem.ask(RCV, "status")[1] == 3, 10)
 
 
 def test_the_journal_keeps_the_order_of_the_calls(psystem, tmp_path):
@@ -158,6 +162,43 @@ def test_batched_confirmations_go_through_an_overridden_confirm_delivery(psystem
     assert probe.receive(10) == ("shipped", (1, 2, 3, 4, 5))
     settled(psystem, applied=5)
     assert psystem.ask(SHP, "counted") == 5
+
+
+@pytest.mark.parametrize("steps, expected", [
+    # one application per commit (the fast path), two and three (gathered into one AppliedBatch)
+    ((("apply", 1),), [(1,)]),
+    ((("apply", 1), ("apply", 2)), [(1, 2)]),
+    ((("apply", 1), ("apply", 2), ("apply", 3), ("mark", "m")), [(1, 2, 3), "m"]),
+    # gathered across the other mixin's calls, not across a persist
+    ((("apply", 1), ("deliver", "a"), ("apply", 2), ("deliver", "b"), ("apply", 3)),
+     [(1, 2, 3), "DeliveriesSent"]),
+    ((("apply", 1), ("mark", "m"), ("apply", 2), ("apply", 3)), [(1,), "m", (2, 3)]),
+    ((("deliver", "a"), ("apply", 1), ("apply", 2)), ["DeliveriesSent", (1, 2)]),
+])
+def test_the_applications_of_one_commit_are_journaled_as_one_applied_batch(psystem, tmp_path, steps, expected):
+    from tests.persistence.compact_fixtures import Relay, Steps
+
+    probe = psystem.probe()
+    psystem.spawn(Relay, path="/user/relay", kwargs={"destination": probe.path})
+    assert psystem.ask("/user/relay", Steps(steps)) == "done"
+    events = journal_events(tmp_path, "/user/relay")
+    assert [e.delivery_ids if type(e) is AppliedBatch else e if isinstance(e, str) else type(e).__name__
+            for e in events] == expected
+    assert [e.events for e in events if type(e) is AppliedBatch] == [
+        tuple(f"applied-{i}" for i in group) for group in expected if isinstance(group, tuple)]
+
+
+def test_an_application_alone_in_its_commit_is_stored_as_before():
+    """The fast path's write (_OneWrite) encodes to the bytes of the AtomicWrite the general path builds."""
+    from journal.records import encode_writes
+    from persistence.persistent_actor import _OneWrite, _repr
+
+    applied = AppliedBatch(("/user/driver",), (123456,), (Parcel(7, "p"),))
+    general = AtomicWrite((PersistentRepr(applied, 42, "/user/acct-1", writer_uuid="w" * 32),))
+    fast = object.__new__(_OneWrite)
+    object.__setattr__(fast, "payload", (_repr(applied, 42, "/user/acct-1", "w" * 32),))
+    assert fast.atomic is fast and fast.payload == general.payload
+    assert encode_writes([fast], 1_700_000_000_000) == encode_writes([general], 1_700_000_000_000)
 
 
 @pytest.mark.parametrize("steps, expected", [
