@@ -355,8 +355,11 @@ class IdempotentReceiver(PersistentActor):
         self._unapplied = ()
         origins, delivery_ids, events, _, _ = zip(*pending, strict=True)
         # Its PersistentRepr is not taken yet (nobody else holds it): its payload is replaced in place.
-        object.__setattr__(cast(_OneWrite, write).payload[0], "payload",
-                           AppliedBatch(same_or_each(origins), delivery_ids, events))
+        stored = AppliedBatch(same_or_each(origins), delivery_ids, events)
+        repr_ = cast(_OneWrite, write).payload[0]
+        object.__setattr__(repr_, "payload", stored)
+        if self._tagging:  # the tags of every gathered event, not only of the first one's
+            object.__setattr__(repr_, "tags", self.mixin_tags(stored))
 
     def _on_write_results(self, batch: list[_Entry], results: WriteResults) -> None:
         if isinstance(results, list) and results.count(None) != len(results):  # rejections are rare
@@ -384,6 +387,15 @@ class IdempotentReceiver(PersistentActor):
         seen = self._seen.get(origin)
         if seen is not None:
             seen.discard(delivery_id)
+
+    def mixin_tags(self, stored: object) -> frozenset[str]:
+        # Tags are asked of the user's events, not of the batch that journals them together.
+        if type(stored) is AppliedBatch:
+            tag = super().mixin_tags
+            return frozenset().union(*[tag(e) for e in stored.events])
+        if type(stored) is Applied:
+            return super().mixin_tags(stored.event)
+        return super().mixin_tags(stored)
 
     def mixin_recover_event(self, event: Any) -> None:
         if type(event) is AppliedBatch:

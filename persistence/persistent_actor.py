@@ -222,6 +222,10 @@ class PersistentActor(Actor):
         """The journal key of this actor; defaults to its path."""
         return self.path
 
+    def tags_for(self, event: Any) -> Iterable[str]:
+        """Tags stored with `event` when it is persisted, for `Journal.events_by_tag`; none by default."""
+        return ()
+
     # ---- state ----------------------------------------------------------------------------------
     last_sequence_nr: int = 0
     sender: str | None = None
@@ -290,6 +294,15 @@ class PersistentActor(Actor):
         anything else goes to super() as it is."""
         self.receive_recover(offer)
 
+    def mixin_tags(self, stored: object) -> frozenset[str]:
+        """The tags of `stored`, an event as journaled: `tags_for` of the user's event(s) in it. A mixin that
+        journals a wrapper (IdempotentReceiver's AppliedBatch) unwraps it and calls super() per event."""
+        tags = self.tags_for(stored)
+        if isinstance(tags, str) or not all(isinstance(t, str) and t for t in tags):
+            raise TypeError(f"{type(self).__name__}.tags_for({type(stored).__name__}) must return an iterable of "
+                            f"non-empty str, got {tags!r}")
+        return frozenset(tags)
+
     def mixin_wrap_snapshot(self, snapshot: object) -> object:
         """Return what save_snapshot stores for the user's `snapshot`: the mixin's state together with
         super().mixin_wrap_snapshot(snapshot), in a wrapper that mixin_recover_snapshot recognises."""
@@ -312,6 +325,8 @@ class PersistentActor(Actor):
         self._snapshots: SnapshotStore | None = None
         self._stash_limit, self._overflow = self._stash_settings()
         self._failed_after_recovery: BaseException | None = None
+        # Checked once: an actor that tags nothing pays nothing per event.
+        self._tagging = type(self).tags_for is not PersistentActor.tags_for
 
     def _stash_settings(self) -> tuple[int | None, str | ReplyToStrategy]:
         cap = self.stash_capacity if self.stash_capacity is not None else self.config.get("stash_capacity")
@@ -529,8 +544,12 @@ class PersistentActor(Actor):
         if not n:
             return
         pid, writer, seq = self.persistence_id, self._writer_uuid, self._seq_alloc
-        if n == 1:  # persist / persist_async, and every compact event: no loop, no intermediate list
-            reprs: tuple[PersistentRepr, ...] = (PersistentRepr(events[0], seq + 1, pid, writer_uuid=writer),)
+        if self._tagging:
+            tag = self.mixin_tags
+            reprs: tuple[PersistentRepr, ...] = tuple([PersistentRepr(e, seq + k, pid, writer_uuid=writer, tags=tag(e))
+                                                       for k, e in enumerate(events, 1)])
+        elif n == 1:  # persist / persist_async, and every compact event: no loop, no intermediate list
+            reprs = (PersistentRepr(events[0], seq + 1, pid, writer_uuid=writer),)
         else:
             reprs = tuple([PersistentRepr(e, seq + k, pid, writer_uuid=writer) for k, e in enumerate(events, 1)])
         self._seq_alloc = seq + n
@@ -548,6 +567,8 @@ class PersistentActor(Actor):
         seq = self._seq_alloc + 1
         pid = self.persistence_id
         reprs = (_repr(payload, seq, pid, self._writer_uuid),)
+        if self._tagging:
+            reprs = (PersistentRepr(payload, seq, pid, writer_uuid=self._writer_uuid, tags=self.mixin_tags(payload)),)
         if not pid:
             AtomicWrite(reprs)  # raises its error for an id that went empty since recovery checked it
         self._seq_alloc = seq
