@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from journal import open_journal
-from tests.persistence.tagging_actors import AppliedMover, BadTags, Mover, Moved
+from tests.persistence.tagging_actors import AppliedMover, BadTags, Moved, Mover
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
