@@ -20,10 +20,14 @@ from journal.records import EncodedBatch, StoredRow
 __all__ = ["MemoryJournal", "MemorySnapshotStore", "drop_memory_store"]
 
 
+_Row = tuple[int, bytes, int, int]
+"""(sequence nr, record, checksum, global offset) of one stored event."""
+
+
 @dataclass
 class _Events:
     seqs: list[int] = field(default_factory=list)  # sorted, parallel to rows
-    rows: list[tuple[int, bytes, int, int]] = field(default_factory=list)  # (seq, blob, checksum, offset)
+    rows: list[_Row] = field(default_factory=list)
     highest: int = 0
 
 
@@ -96,13 +100,15 @@ class MemoryJournal(Journal):
     def _read(self, persistence_id: str, start: int, end: int, limit: int) -> Sequence[StoredRow]:
         self._check_open()
         with self._s.lock:
-            ev = self._s.events.get(persistence_id)
-            if ev is None:
-                return []
-            i = bisect.bisect_left(ev.seqs, start)
-            j = bisect.bisect_right(ev.seqs, end)
-            j = min(j, i + limit)
-            return [(seq, blob, ck) for seq, blob, ck, _ in ev.rows[i:j]]
+            return [(seq, blob, ck) for seq, blob, ck, _ in self._slice(persistence_id, start, end, limit)]
+
+    def _slice(self, persistence_id: str, start: int, end: int, limit: int) -> list[_Row]:
+        """The rows of `persistence_id` with start <= sequence nr <= end, at most `limit` (call holding the lock)."""
+        ev = self._s.events.get(persistence_id)
+        if ev is None:
+            return []
+        i = bisect.bisect_left(ev.seqs, start)
+        return ev.rows[i:min(bisect.bisect_right(ev.seqs, end), i + limit)]
 
     def _highest(self, persistence_id: str) -> int:
         self._check_open()
@@ -144,12 +150,7 @@ class MemoryJournal(Journal):
     def _read_events(self, persistence_id: str, start: int, end: int, limit: int) -> Sequence[TaggedRow]:
         self._check_open()
         with self._s.lock:
-            ev = self._s.events.get(persistence_id)
-            if ev is None:
-                return []
-            i = bisect.bisect_left(ev.seqs, start)
-            j = min(bisect.bisect_right(ev.seqs, end), i + limit)
-            return [(o, persistence_id, seq, blob, ck) for seq, blob, ck, o in ev.rows[i:j]]
+            return [(o, persistence_id, seq, blob, ck) for seq, blob, ck, o in self._slice(persistence_id, start, end, limit)]
 
     def _read_tail(self, n: int) -> Sequence[TaggedRow]:
         self._check_open()
