@@ -14,8 +14,11 @@ def journal_url(request, tmp_path):
         return f"sqlite:///{tmp_path}/tags.db"
     import uuid
 
-    url = request.getfixturevalue("postgres_url")
-    return f"{url}?schema=tags_{uuid.uuid4().hex[:8]}"
+    from journal.postgres import drop_schema
+
+    url = f"{request.getfixturevalue('postgres_url')}?schema=tags_{uuid.uuid4().hex[:8]}"
+    request.addfinalizer(lambda: drop_schema(url))  # after the system's shutdown (fixtures end in reverse order)
+    return url
 
 
 def _by_tag(url: str, tag: str) -> list[tuple[str, int, object]]:
@@ -24,7 +27,7 @@ def _by_tag(url: str, tag: str) -> list[tuple[str, int, object]]:
 
 
 @pytest.mark.timeout(120)
-def test_events_are_tagged_at_persist_time_and_queried_by_tag(make_system, base, journal_url):
+def test_events_are_tagged_at_persist_time_and_queried_by_tag(journal_url, make_system, base):
     system = make_system(base, journal=journal_url)
     system.spawn(Mover, "/user/movers", entities=True)
     assert system.ask("/user/movers/a", 5) == "done"
@@ -39,7 +42,7 @@ def test_events_are_tagged_at_persist_time_and_queried_by_tag(make_system, base,
 
 
 @pytest.mark.timeout(120)
-def test_an_idempotent_receiver_tags_its_users_events_not_its_batches(make_system, base, journal_url):
+def test_an_idempotent_receiver_tags_its_users_events_not_its_batches(journal_url, make_system, base):
     system = make_system(base, journal=journal_url)
     system.spawn(AppliedMover, "/user/applied", entities=True)
     probe = system.probe()
