@@ -30,6 +30,12 @@ def fresh_schema(base: str) -> Iterator[str]:
     drop_schema(url)
 
 
+@pytest.fixture
+def pg_url(postgres_url) -> Iterator[str]:
+    """A fresh PostgreSQL schema, dropped afterwards."""
+    yield from fresh_schema(postgres_url)
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def journal_url(request, tmp_path) -> Iterator[str]:
     """A fresh, empty journal: a SQLite file, or a PostgreSQL schema dropped afterwards."""
@@ -200,50 +206,50 @@ def test_a_stream_restarted_from_its_checkpoint_loses_and_repeats_nothing(spark,
 
 
 @pytest.mark.postgres
-def test_a_micro_batch_waits_for_a_smaller_offset_still_in_flight_on_postgres(spark, registered, postgres_url,
+def test_a_micro_batch_waits_for_a_smaller_offset_still_in_flight_on_postgres(spark, registered, pg_url,
                                                                               tmp_path) -> None:
+    url = pg_url
     import psycopg
 
     from journal.api import now_millis
     from journal.records import encode_writes
 
-    for url in fresh_schema(postgres_url):
-        # Opened (and its schema created) before the write is held: opening a PostgreSQL journal runs
-        # CREATE INDEX IF NOT EXISTS, which waits for every open write transaction on the journal table.
-        # So here the executors' own opens wait for the held write too: this test checks the outcome
-        # (nothing skipped, nothing overtaken), not which wait gave it.
-        j = open_journal(url)
-        schema = url.rsplit("schema=", 1)[1]
-        batch, _ = encode_writes([AtomicWrite([PersistentRepr("early", 1, "early", tags=frozenset({"t"}))])],
-                                 now_millis())
-        held = psycopg.connect(postgres_url)  # not autocommit: its INSERT draws an offset and stays open
+    # Opened (and its schema created) before the write is held: opening a PostgreSQL journal runs
+    # CREATE INDEX IF NOT EXISTS, which waits for every open write transaction on the journal table.
+    # So here the executors' own opens wait for the held write too: this test checks the outcome
+    # (nothing skipped, nothing overtaken), not which wait gave it.
+    j = open_journal(url)
+    schema = url.rsplit("schema=", 1)[1]
+    batch, _ = encode_writes([AtomicWrite([PersistentRepr("early", 1, "early", tags=frozenset({"t"}))])],
+                             now_millis())
+    held = psycopg.connect(url.rsplit("?", 1)[0])  # not autocommit: its INSERT draws an offset and stays open
+    try:
+        ((early,),) = held.execute(
+            f"INSERT INTO {schema}.journal (persistence_id, sequence_nr, record, checksum) "
+            f"VALUES (%s, %s, %s, %s) RETURNING ordering", batch.rows[0]).fetchall()
+        held.execute(f"INSERT INTO {schema}.tags (tag, ordering) VALUES (%s, %s)", ("t", early))
+        late = j.write_messages([AtomicWrite([PersistentRepr("late", 1, "late", tags=frozenset({"t"}))])])
+        assert late == [None]  # committed now, with a greater offset
+        seen: list[tuple[int, str]] = []
+        stream = (spark.readStream.format("reprise-journal").option("url", url).option("tag", "t")
+                  .option("gap_timeout", "60").load())
+        query = (stream.writeStream
+                 .foreachBatch(lambda df, _: seen.extend((r.offset, r.event) for r in df.collect()))
+                 .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
         try:
-            ((early,),) = held.execute(
-                f"INSERT INTO {schema}.journal (persistence_id, sequence_nr, record, checksum) "
-                f"VALUES (%s, %s, %s, %s) RETURNING ordering", batch.rows[0]).fetchall()
-            held.execute(f"INSERT INTO {schema}.tags (tag, ordering) VALUES (%s, %s)", ("t", early))
-            late = j.write_messages([AtomicWrite([PersistentRepr("late", 1, "late", tags=frozenset({"t"}))])])
-            assert late == [None]  # committed now, with a greater offset
-            seen: list[tuple[int, str]] = []
-            stream = (spark.readStream.format("reprise-journal").option("url", url).option("tag", "t")
-                      .option("gap_timeout", "60").load())
-            query = (stream.writeStream
-                     .foreachBatch(lambda df, _: seen.extend((r.offset, r.event) for r in df.collect()))
-                     .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
-            try:
-                # A negative is shown over a window: while the early write is open, no micro-batch may
-                # hand out the later event (the next one would start after it and skip the early one).
-                assert not query.awaitTermination(3)
-                assert seen == []
-                held.commit()
-                assert query.awaitTermination(120), "the query did not finish once the early write committed"
-            finally:
-                query.stop()
+            # A negative is shown over a window: while the early write is open, no micro-batch may
+            # hand out the later event (the next one would start after it and skip the early one).
+            assert not query.awaitTermination(3)
+            assert seen == []
+            held.commit()
+            assert query.awaitTermination(120), "the query did not finish once the early write committed"
         finally:
-            held.close()
-            j.close()
-        assert [o for o, _ in seen] == sorted(o for o, _ in seen) and len(seen) == 2
-        assert seen[0] == (early, '"early"') and seen[1][1] == '"late"'
+            query.stop()
+    finally:
+        held.close()
+        j.close()
+    assert [o for o, _ in seen] == sorted(o for o, _ in seen) and len(seen) == 2
+    assert seen[0] == (early, '"early"') and seen[1][1] == '"late"'
 
 
 def test_a_stream_needs_a_tag(spark, registered, tmp_path) -> None:
