@@ -18,7 +18,12 @@ Cluster recipe: run one member actor system per executor host (Thespian conventi
 (the same port on every host), keep the bridge's journal on PostgreSQL (`journal="postgresql://..."`)
 so that a bridge restarted on another host finds its state, and let executors use the driver's Python
 (PYSPARK_PYTHON, set by `feed` when missing).
+
+Reading the journal back: `register(spark)`, then `spark.read.format("reprise-journal").option("url", ...)
+.option("tag", ...).load()` or `spark.readStream...` (spark_bridge.source).
 """
+
+from typing import Any
 
 from spark_bridge.bridge import BRIDGE_PATH, SparkBridge, start_bridge
 from spark_bridge.destination import FeedReceiver, ack
@@ -27,6 +32,14 @@ from spark_bridge.messages import FeedProgress, GetFeedProgress, Row
 from spark_bridge.progress import ProgressBar
 from spark_bridge.session import local_session
 
+
+def register(spark: Any) -> None:
+    """Register Reprise's Spark data sources with `spark` (a SparkSession): "reprise-journal" (read)."""
+    from spark_bridge.source import JournalDataSource  # (imports pyspark: only when asked)
+
+    spark.dataSource.register(JournalDataSource)
+
+
 # The user API only: the other messages of spark_bridge.messages are the bridge's own protocol and events.
 __all__ = ["BRIDGE_PATH", "FeedError", "FeedProgress", "FeedReceiver", "FeedResult", "GetFeedProgress", "ProgressBar", "Row",
-           "SparkBridge", "ack", "feed", "feed_stream", "local_session", "start_bridge"]
+           "SparkBridge", "ack", "feed", "feed_stream", "local_session", "register", "start_bridge"]
