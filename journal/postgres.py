@@ -47,6 +47,10 @@ __all__ = ["PostgresJournal", "PostgresSnapshotStore", "drop_schema"]
 
 _DDL_LOCK = 0x7265707269736502
 
+_RELATIONS = ("journal", "journal_ordering", "tags", "highest_sequence_nr", "snapshot")
+"""Everything _SCHEMA creates (tables and the ordering index): when all exist, opening runs no DDL."""
+_READY = "SELECT " + " AND ".join(["to_regclass(%s) IS NOT NULL"] * len(_RELATIONS))
+
 _SCHEMA = (
     "CREATE SCHEMA IF NOT EXISTS {s}",
     """CREATE TABLE IF NOT EXISTS {s}.journal (
@@ -186,6 +190,12 @@ class _Database:
         self.q = {name: sql.SQL(text).format(s=ident).as_string(None) for name, text in _QUERIES.items()}
 
         def create(cur: psycopg.Cursor[Any]) -> None:
+            # CREATE ... IF NOT EXISTS locks its table before it looks, and CREATE INDEX then waits for every
+            # write in flight: a schema that is complete is left alone, so opening never waits on writers.
+            cur.execute(_READY, [f"{sql.Identifier(schema).as_string(None)}.{name}" for name in _RELATIONS])
+            row = cur.fetchone()
+            if row is not None and row[0]:
+                return
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
             for ddl in _SCHEMA:
                 cur.execute(sql.SQL(ddl).format(s=ident))

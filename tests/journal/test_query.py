@@ -20,7 +20,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from journal import AtomicWrite, EventEnvelope, Journal, PersistentRepr, open_journal
+from journal import AtomicWrite, EventEnvelope, Journal, PersistentRepr, open_journal, open_snapshot_store
 from journal.api import OrderingBatch, OrderingHorizon, now_millis
 from journal.records import encode_writes
 from tests.journal.postgres_server import SERVER, postgres_url  # noqa: F401  (fixture)
@@ -307,3 +307,24 @@ def test_sqlite_writers_commit_in_offset_order_so_no_event_is_overtaken(tmp_path
         assert [e.persistence_id for e in live.got] == ["first", "held", "late"]
         assert [e.offset for e in live.got] == sorted(e.offset for e in live.got)
     held.close()  # after the journal's connection: closing a descriptor drops the process's POSIX locks
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(60)
+def test_opening_a_journal_does_not_wait_for_writes_in_flight(pg) -> None:
+    # CREATE INDEX IF NOT EXISTS locks the table before it looks: run on every open, it made each new reader
+    # (a Spark partition, a restarted host) wait for every open write transaction.
+    _, url = pg
+    held, _ = _begin_held_write(url, "/held", "t")
+    try:
+        opened = threading.Event()
+
+        def open_it() -> None:
+            with open_journal(url), open_snapshot_store(url):
+                opened.set()
+
+        threading.Thread(target=open_it, daemon=True).start()
+        assert opened.wait(10), "opening the journal waited for a write transaction of another connection"
+    finally:
+        held.rollback()
+        held.close()
