@@ -566,9 +566,10 @@ class PersistentActor(Actor):
         of compact-event mixins). The caller checked that recovery finished and nothing is contributed."""
         seq = self._seq_alloc + 1
         pid = self.persistence_id
-        reprs = (_repr(payload, seq, pid, self._writer_uuid),)
         if self._tagging:
             reprs = (PersistentRepr(payload, seq, pid, writer_uuid=self._writer_uuid, tags=self.mixin_tags(payload)),)
+        else:
+            reprs = (_repr(payload, seq, pid, self._writer_uuid),)
         if not pid:
             AtomicWrite(reprs)  # raises its error for an id that went empty since recovery checked it
         self._seq_alloc = seq
