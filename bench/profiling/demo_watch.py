@@ -2,12 +2,12 @@
 
 import os
 import re
-import subprocess
 import sys
 import time
 
 import actors
 from actors.system import tagged_pids
+from bench.profiling.spy import record
 
 tag, out, spy = sys.argv[1], sys.argv[2], os.environ.get("SPY") == "1"
 
@@ -47,25 +47,7 @@ for pid, name in names.items():
     first[pid] = cpu(pid)
     if spy and ("/user/" in name or "spark-bridge" in name):
         fn = f"{out}-{name.strip('/').replace('/', '_').replace(' ', '_')}.raw"
-        procs.append(
-            subprocess.Popen(
-                [
-                    os.environ.get("PY_SPY", "py-spy"),
-                    "record",
-                    "--pid",
-                    str(pid),
-                    "--rate",
-                    "250",
-                    "--format",
-                    "raw",
-                    "-o",
-                    fn,
-                    "--nonblocking",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
+        procs.append(record(pid, fn, rate=250))
 
 
 def allcpu():

@@ -8,6 +8,7 @@ import sys
 import time
 
 from bench import entities
+from bench.profiling.spy import record
 
 OUT = os.environ.get("SPY_OUT")
 _state = {}
@@ -17,24 +18,8 @@ def toggle(system, local):
     if "pid" not in _state:
         pid = _state["pid"] = system.status().hosts[entities.HOST].pid
         if OUT:
-            _state["p"] = subprocess.Popen(
-                [
-                    os.environ.get("PY_SPY", "py-spy"),
-                    "record",
-                    "--pid",
-                    str(pid),
-                    "--rate",
-                    os.environ.get("SPY_RATE", "1000"),
-                    "--format",
-                    "raw",
-                    "-o",
-                    OUT,
-                    "--nonblocking",
-                ]
-                + (["--native"] if os.environ.get("SPY_NATIVE") else []),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-            )
+            _state["p"] = record(pid, OUT, rate=os.environ.get("SPY_RATE", "1000"),
+                                 extra=["--native"] if os.environ.get("SPY_NATIVE") else [], stderr=subprocess.PIPE)
             time.sleep(1.0)  # py-spy attaches
         open("/tmp/prof/gc-trigger", "w").write(str(time.time()))
     else:

@@ -3,11 +3,11 @@ account host and the bridge host over the measured feed only, and their CPU from
 
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 
+from bench.profiling.spy import record
 from bench.spark_feed import _system
 from spark_bridge import BRIDGE_PATH, feed, local_session
 from tests.spark_bridge.sample import DurableAccount
@@ -44,25 +44,7 @@ with tempfile.TemporaryDirectory(prefix="reprise-prof-") as tmp, _system(Durable
     procs = []
     if spy:
         for name, pid in pids.items():
-            procs.append(
-                subprocess.Popen(
-                    [
-                        os.environ.get("PY_SPY", "py-spy"),
-                        "record",
-                        "--pid",
-                        str(pid),
-                        "--rate",
-                        "500",
-                        "--format",
-                        "raw",
-                        "-o",
-                        f"{out}-{name}.raw",
-                        "--nonblocking",
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
+            procs.append(record(pid, f"{out}-{name}.raw"))
         time.sleep(1.0)
     with open(
         "/tmp/prof/gc-trigger", "w"

@@ -6,11 +6,11 @@ session: rows/s and the bridge's CPU per row; with SPY_OUT, py-spy on the bridge
 
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 
+from bench.profiling.spy import record
 from bench.spark_feed import _drained, _system
 from spark_bridge import BRIDGE_PATH, feed, local_session
 from tests.spark_bridge.sample import Account
@@ -35,9 +35,7 @@ with tempfile.TemporaryDirectory(prefix="reprise-prof-") as tmp, _system(Account
     for i in range(runs):
         spy = None
         if out and i == runs - 1:
-            spy = subprocess.Popen([os.environ.get("PY_SPY", "py-spy"), "record", "--pid", str(bridge), "--rate",
-                                    "500", "--format", "raw", "-o", out, "--nonblocking"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            spy = record(bridge, out)
             time.sleep(1.0)
         c0 = cpu(bridge)
         r = feed(df, system=system.admin_port, feed_id=f"persisted-{i}", progress=False)

@@ -1,8 +1,17 @@
 """Summaries of py-spy raw (collapsed) stacks: inclusive and self shares per function."""
 
 import collections
+import os
 import re
+import subprocess
 import sys
+
+
+def record(pid, out, rate=500, extra=(), stderr=subprocess.DEVNULL):
+    """Start `py-spy record` (raw collapsed stacks) on process `pid` into `out`; $PY_SPY names the binary."""
+    return subprocess.Popen([os.environ.get("PY_SPY", "py-spy"), "record", "--pid", str(pid), "--rate", str(rate),
+                             "--format", "raw", "-o", out, "--nonblocking", *extra],
+                            stdout=subprocess.DEVNULL, stderr=stderr)
 
 
 def load(path):
