@@ -5,8 +5,9 @@
     j.write_messages([AtomicWrite([PersistentRepr("evt", sequence_nr=1, persistence_id="p")])])
 
 Persistence query (every backend): `persistence_ids()`, `events_by_persistence_id(pid, from, to)` and
-`events_by_tag(tag, offset)` yield EventEnvelopes; with `live=True` they keep following new events
-until the returned Query is closed (`with j.events_by_tag("t", last, live=True) as q: for e in q: ...`).
+`events_by_tag(tag, offset)` and `all_events(offset)` yield EventEnvelopes; with `live=True` they keep
+following new events until the returned Query is closed (`with j.events_by_tag("t", last, live=True) as q:
+for e in q: ...`). `newest_offset(tag=None)` and `events_between(from, to, tag=None)` read offset ranges.
 """
 
 from journal.api import Journal, Query, SnapshotStore

@@ -323,20 +323,53 @@ class Journal(ABC):
         query never skips an event that committed after it read a later one.
         Live: keeps following new events, looking every `poll_interval` seconds, until closed.
         """
+        return self._by_offset(tag, offset, None, live, poll_interval, gap_timeout)
+
+    def all_events(self, offset: int = 0, live: bool = False, poll_interval: float | None = None,
+                   gap_timeout: float | None = None) -> Query[EventEnvelope]:
+        """Every event of every id with a global offset > `offset`, in offset order: events_by_tag without a tag."""
+        return self._by_offset(None, offset, None, live, poll_interval, gap_timeout)
+
+    def events_between(self, from_offset: int, to_offset: int, tag: str | None = None,
+                       gap_timeout: float | None = None) -> Query[EventEnvelope]:
+        """The events (of `tag`, or all) with from_offset < offset <= to_offset, in offset order; then it ends.
+
+        Two reads of one range give the same events: on PostgreSQL the query first waits for the writes
+        in flight below `to_offset` (as events_by_tag does; writes above it are not waited for), so a
+        range read after `newest_offset()` returned `to_offset` never misses an event that commits late.
+        """
+        return self._by_offset(tag, from_offset, to_offset, False, None, gap_timeout)
+
+    def newest_offset(self, tag: str | None = None) -> int:
+        """The greatest global offset of a stored event (carrying `tag`, if given); 0 when there is none."""
+        return self._newest(tag)
+
+    def _by_offset(self, tag: str | None, offset: int, to_offset: int | None, live: bool,
+                   poll_interval: float | None, gap_timeout: float | None) -> Query[EventEnvelope]:
+        """The events of `tag` (None: all) with offset < o <= to_offset (None: no bound), by offset."""
         interval = self._interval(poll_interval)
         timeout = _check_seconds("gap_timeout", self.gap_timeout if gap_timeout is None else gap_timeout, 86400)
         chunk = self.replay_chunk
+        end = MAX_SEQUENCE_NR if to_offset is None else to_offset
+
+        def read(after: int, limit: int, upto: int) -> Sequence[TaggedRow]:
+            rows = self._read_tag(tag, after, limit, upto) if tag is not None else self._read_ordered(after, limit, upto)
+            if rows and rows[-1][0] > upto:  # a backend may read past `upto` where it never needs a horizon
+                rows = [r for r in rows if r[0] <= upto]
+            return rows
 
         def body(stop: threading.Event) -> Generator[EventEnvelope, None, None]:
             after = offset
+            if after >= end:
+                return
             horizon = self._ordering_horizon(after, timeout)
             target = 0
             if horizon is not None and not live:
-                target = self._max_ordering()
+                target = min(self._max_ordering(), end)
                 horizon.expect(target)
-            upto = horizon.poll() if horizon is not None else MAX_SEQUENCE_NR
+            upto = min(horizon.poll(), end) if horizon is not None else end
             while True:
-                rows = self._read_tag(tag, after, chunk, upto)
+                rows = read(after, chunk, upto)
                 yield from self._envelopes(rows)
                 if rows:
                     after = rows[-1][0]
@@ -346,14 +379,14 @@ class Journal(ABC):
                     if not live or stop.wait(interval):
                         return
                     continue
-                after = max(after, upto)  # every event of the tag up to the horizon has been read
+                after = max(after, upto)  # every event up to the horizon has been read
                 if not live and upto >= target:
                     return
                 while (new := horizon.poll()) <= upto:
                     wait = _GAP_RECHECK if horizon.waiting or not live else interval
                     if stop.wait(wait):
                         return
-                upto = new
+                upto = min(new, end)
         return Query(body)
 
     def _interval(self, poll_interval: float | None) -> float:
@@ -429,6 +462,14 @@ class Journal(ABC):
     @abstractmethod
     def _read_tag(self, tag: str, offset: int, limit: int, upto: int) -> Sequence[TaggedRow]:
         """Up to `limit` tagged events with `offset` < offset <= `upto`, ascending by offset."""
+
+    @abstractmethod
+    def _read_ordered(self, offset: int, limit: int, upto: int) -> Sequence[TaggedRow]:
+        """Up to `limit` events of every id with `offset` < offset <= `upto`, ascending by offset."""
+
+    @abstractmethod
+    def _newest(self, tag: str | None) -> int:
+        """The greatest offset of a stored event (of `tag`, if given), 0 if none."""
 
     @abstractmethod
     def _read_events(self, persistence_id: str, start: int, end: int, limit: int) -> Sequence[TaggedRow]:

@@ -147,6 +147,22 @@ class MemoryJournal(Journal):
             j = min(bisect.bisect_right(offsets, upto), i + limit)
             return [(o, *s.offsets[o]) for o in offsets[i:j]]
 
+    def _read_ordered(self, offset: int, limit: int, upto: int) -> Sequence[TaggedRow]:
+        self._check_open()
+        s = self._s
+        with s.lock:
+            offsets = list(s.offsets)  # ascending: drawn and inserted in order under the lock
+            i = bisect.bisect_right(offsets, offset)
+            j = min(bisect.bisect_right(offsets, upto), i + limit)
+            return [(o, *s.offsets[o]) for o in offsets[i:j]]
+
+    def _newest(self, tag: str | None) -> int:
+        self._check_open()
+        s = self._s
+        with s.lock:
+            offsets = s.tags.get(tag, []) if tag is not None else list(s.offsets)
+            return offsets[-1] if offsets else 0
+
     def _read_events(self, persistence_id: str, start: int, end: int, limit: int) -> Sequence[TaggedRow]:
         self._check_open()
         with self._s.lock:

@@ -105,6 +105,9 @@ _QUERIES = {
                  "ARRAY(SELECT ordering FROM {s}.journal WHERE ordering > %s ORDER BY ordering LIMIT %s) "
                  "FROM pg_current_snapshot() s",
     "max_ordering": "SELECT coalesce(max(ordering), 0) FROM {s}.journal",
+    "max_tag_ordering": "SELECT coalesce(max(ordering), 0) FROM {s}.tags WHERE tag = %s",
+    "ordered": "SELECT ordering, persistence_id, sequence_nr, record, checksum FROM {s}.journal "
+               "WHERE ordering > %s AND ordering <= %s ORDER BY ordering LIMIT %s",
     "tail": "SELECT ordering, persistence_id, sequence_nr, record, checksum "
             "FROM {s}.journal ORDER BY ordering DESC LIMIT %s",
     "ls": "SELECT p, max(h), sum(n)::bigint FROM ("
@@ -348,6 +351,14 @@ class PostgresJournal(Journal):
 
     def _read_tag(self, tag: str, offset: int, limit: int, upto: int) -> Sequence[TaggedRow]:
         return self._db.query("events by tag", "tagged", (tag, offset, upto, limit))
+
+    def _read_ordered(self, offset: int, limit: int, upto: int) -> Sequence[TaggedRow]:
+        return self._db.query("events by offset", "ordered", (offset, upto, limit))
+
+    def _newest(self, tag: str | None) -> int:
+        if tag is None:
+            return self._max_ordering()
+        return int(self._db.query("newest offset of a tag", "max_tag_ordering", (tag,))[0][0])
 
     def _read_events(self, persistence_id: str, start: int, end: int, limit: int) -> Sequence[TaggedRow]:
         return self._db.query("events by persistence id", "events", (persistence_id, start, end, limit))

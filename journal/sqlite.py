@@ -91,6 +91,12 @@ _TAGGED = ("SELECT j.ordering, j.persistence_id, j.sequence_nr, j.record, j.chec
            "WHERE t.tag = ? AND t.ordering > ? ORDER BY t.ordering LIMIT ?")
 _EVENTS = ("SELECT ordering, persistence_id, sequence_nr, record, checksum FROM journal "
            "WHERE persistence_id = ? AND sequence_nr >= ? AND sequence_nr <= ? ORDER BY sequence_nr LIMIT ?")
+# Reads of the global offset range (events_between, all_events) and of the newest offset: '' is the
+# tombstone keeping the newest offset after a delete (module doc), not an event.
+_ORDERED = ("SELECT ordering, persistence_id, sequence_nr, record, checksum FROM journal "
+            "WHERE ordering > ? AND ordering <= ? AND persistence_id <> '' ORDER BY ordering LIMIT ?")
+_NEWEST = "SELECT ordering FROM journal WHERE persistence_id <> '' ORDER BY ordering DESC LIMIT 1"
+_NEWEST_TAGGED = "SELECT max(ordering) FROM tags WHERE tag = ?"
 
 _SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
 _CACHE_KIB = 16384  # page cache per connection (SQLite's default: 2,000 KiB)
@@ -419,6 +425,17 @@ class SqliteJournal(Journal):
         # the offset (rowid) is drawn inside its BEGIN IMMEDIATE transaction, so offsets become visible
         # in offset order, in every process; a rolled-back write frees its rowids for the next writer.
         return cast("list[TaggedRow]", self._h.c.query("events by tag", _TAGGED, (tag, offset, limit)))
+
+    def _read_ordered(self, offset: int, limit: int, upto: int) -> Sequence[TaggedRow]:
+        # In offset order without a horizon, for the reason given in _read_tag.
+        return cast("list[TaggedRow]", self._h.c.query("events by offset", _ORDERED, (offset, upto, limit)))
+
+    def _newest(self, tag: str | None) -> int:
+        if tag is None:
+            rows = self._h.c.query("newest offset", _NEWEST)
+        else:
+            rows = self._h.c.query("newest offset of a tag", _NEWEST_TAGGED, (tag,))
+        return int(cast(int, rows[0][0])) if rows and rows[0][0] is not None else 0
 
     def _read_events(self, persistence_id: str, start: int, end: int, limit: int) -> Sequence[TaggedRow]:
         return cast("list[TaggedRow]", self._h.c.query("events by persistence id", _EVENTS,

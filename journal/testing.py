@@ -596,6 +596,46 @@ class JournalSpec:
         middle = got[len(got) // 2]
         assert _keys(journal.events_by_tag(t, middle.offset)) == _keys(got[len(got) // 2 + 1:])
 
+    def test_newest_offset_and_events_between_read_offset_ranges(
+            self, journal: Journal, pid: str, writer: str) -> None:
+        a, b, t = _fresh_pid(), _fresh_pid(), f"t-{uuid.uuid4().hex[:6]}"
+        writes = [AtomicWrite([PersistentRepr(f"{p}-{n}", n, p, writer_uuid=writer,
+                                              tags=frozenset({t}) if p == a else frozenset())])
+                  for n in (1, 2, 3) for p in (a, b)]
+        assert journal.write_messages(writes) == [None] * 6
+        everything = list(journal.all_events())
+        offsets = [e.offset for e in everything]
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets) == 11  # the fixture's 5 too
+        assert _keys(everything[-6:]) == [(p, n) for n in (1, 2, 3) for p in (a, b)]
+        assert journal.newest_offset() == offsets[-1]
+        tagged = [e.offset for e in everything if e.persistence_id == a]
+        assert journal.newest_offset(t) == tagged[-1] and journal.newest_offset("no-such-tag") == 0
+        assert _keys(journal.events_between(0, offsets[-1])) == _keys(everything)
+        lo, hi = offsets[5], offsets[8]
+        assert _keys(journal.events_between(lo, hi)) == _keys(everything[6:9])
+        assert _keys(journal.events_between(lo, hi, tag=t)) == [
+            (e.persistence_id, e.sequence_nr) for e in everything[6:9] if e.persistence_id == a]
+        assert list(journal.events_between(hi, hi)) == [] and list(journal.events_between(hi, lo)) == []
+        assert _keys(journal.all_events(lo)) == _keys(everything[6:])
+        # A range ending mid-chunk stops at its end (backends may fetch a chunk past it).
+        journal.replay_chunk = 2
+        assert _keys(journal.events_between(0, hi)) == _keys(everything[:9])
+        assert [e.offset for e in journal.events_between(0, hi, tag=t)] == [o for o in tagged if o <= hi]
+        # Deleting the newest events lowers the newest offset to the newest event still stored.
+        journal.delete_messages_to(b, MAX)
+        journal.delete_messages_to(a, MAX)
+        assert journal.newest_offset() == offsets[4] and journal.newest_offset(t) == 0
+        assert _keys(journal.events_between(0, offsets[-1])) == _keys(everything[:5])
+
+    def test_live_all_events_follows_new_events_of_every_id(self, journal: Journal, pid: str, writer: str) -> None:
+        other = _fresh_pid()
+        with journal.all_events(journal.newest_offset(), live=True, poll_interval=0.02) as q:
+            assert journal.write_messages([AtomicWrite([_repr(other, 1, writer)]),
+                                           AtomicWrite([_repr(pid, 6, writer)])]) == [None, None]
+            got = [next(q), next(q)]
+        assert _keys(got) == [(other, 1), (pid, 6)] and got[0].offset < got[1].offset
+        assert got[1].offset == journal.newest_offset()
+
     def test_query_arguments_are_checked(self, journal: Journal, pid: str) -> None:
         for bad in (0, -1, 61):
             with pytest.raises(ValueError, match="poll_interval must be > 0"):
@@ -604,6 +644,10 @@ class JournalSpec:
             journal.events_by_tag("t", gap_timeout=0)
         with pytest.raises(ValueError, match="poll_interval"):
             journal.events_by_persistence_id(pid, poll_interval=0)
+        with pytest.raises(ValueError, match="gap_timeout must be > 0"):
+            journal.events_between(0, 10, gap_timeout=-1)
+        with pytest.raises(ValueError, match="poll_interval must be > 0"):
+            journal.all_events(live=True, poll_interval=0)
 
     @pytest.mark.timeout(120)
     def test_live_events_by_tag_with_concurrent_writers_skips_and_repeats_nothing(

@@ -328,3 +328,32 @@ def test_opening_a_journal_does_not_wait_for_writes_in_flight(pg) -> None:
     finally:
         held.rollback()
         held.close()
+
+
+@pytest.mark.postgres
+def test_a_range_read_waits_for_a_write_in_flight_below_its_end_but_not_above_it(pg) -> None:
+    j, url = pg
+    tag = f"t-{uuid.uuid4().hex[:6]}"
+    assert j.write_messages([_ev("before", tag)]) == [None]
+    before = j.newest_offset()
+    held, held_offset = _begin_held_write(url, "held", tag)
+    try:
+        assert j.write_messages([_ev("after", tag)]) == [None]
+        newest = j.newest_offset()
+        assert before < held_offset < newest == j.newest_offset(tag)
+        # Ending below the write in flight: nothing to wait for.
+        t0 = time.monotonic()
+        assert [e.persistence_id for e in j.events_between(0, held_offset - 1, gap_timeout=30)] == ["before"]
+        assert time.monotonic() - t0 < 5, "a range ending below a write in flight waited for it"
+        # Ending above it: neither the tag's range nor the all-events range hands out "after" without "held".
+        readers = [Reader(j.events_between(before, newest, tag=tag, gap_timeout=30)),
+                   Reader(j.events_between(before, newest, gap_timeout=30))]
+        assert not readers[0].done.wait(0.5)
+        assert all(r.got == [] for r in readers)
+    finally:
+        held.commit()
+        held.close()
+    for r in readers:
+        wait_for(lambda r=r: r.done.is_set(), 20)
+        assert r.error is None
+        assert [(e.persistence_id, e.offset) for e in r.got] == [("held", held_offset), ("after", newest)]
