@@ -10,43 +10,68 @@ Columns: offset (the global offset), persistence_id, sequence_nr, timestamp (ms 
 
 - url (required): the journal, `sqlite:///abs/path.db` or `postgresql://...` (any registered scheme but
   memory://, which lives in one process while Spark reads in its executors' processes).
-- tag: only the events carrying this tag; partitions are ranges of the global offset.
+- tag: only the events carrying this tag.
 - persistence_id: only this id's events; partitions are ranges of its sequence numbers.
-  Without either, every event of every id; partitions are ranges of the sorted persistence ids.
+  Without either, every event of every id. A tag's or all events' partitions are ranges of the global offset.
 - partitions (default 4): how many ranges a read is split into, read in parallel; each partition opens
   the journal itself in its executor.
 - imports: comma-separated modules the executors import before decoding, so that the types they
   register (journal.register_type) are known there; an unregistered type fails the task, naming it.
-- gap_timeout: seconds a tag read on PostgreSQL waits on a write still in flight (journal.Journal.gap_timeout).
+- gap_timeout: seconds a read on PostgreSQL waits on a write still in flight (journal.Journal.gap_timeout).
 
-A batch read is a snapshot: every event with an offset up to the newest stored when the read is planned.
-A streaming read (`readStream`, needs `tag`) has the global offset as its Spark offset: each micro-batch
-reads the tag's events in (start, end], so a query restarted from its checkpoint neither loses nor
-repeats an event. On PostgreSQL, where writers commit out of offset order, the read of (start, end]
-waits on writes still in flight below `end` like `events_by_tag` does (OrderingHorizon), so an event
-that commits late with a smaller offset is not skipped (unless its transaction outlasts gap_timeout).
+A schema given by the user (`.schema("offset long, persistence_id string, event struct<amount:int>")`)
+picks columns (any of the six, in any order) and may make `event` a struct: each event is then decoded
+to it, struct fields by name from the event's dataclass fields or dict keys, recursively (arrays from
+lists, tuples and sets, maps from dicts). An event lacking a field, or a value of another type, fails
+the task with JournalSourceError naming the field, the types and the event.
+
+A batch read is a snapshot: every event with an offset (or, for one id, a sequence number) up to the
+newest stored when the read is planned. A streaming read (`readStream`) of a tag or of all events has
+the global offset as its Spark offset, and one of a persistence id its sequence number: each micro-batch
+reads the range (start, end], so a query restarted from its checkpoint neither loses nor repeats an
+event. On PostgreSQL, where writers commit out of offset order, the read of (start, end] waits on writes
+still in flight below `end` (Journal.events_between), so an event that commits late with a smaller
+offset is not skipped (unless its transaction outlasts gap_timeout). Every partition is a closed range
+read the same way by any attempt: a retried or speculative task yields the same rows.
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
+import datetime
 import importlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampType,
+)
 
 from journal import EventEnvelope, Journal, RepriseError, SerializationError, open_journal
 from journal.serialization import manifest_of
 from journal.urls import parse_url, redact_url
 
 __all__ = ["SCHEMA", "SOURCE_NAME", "JournalDataSource", "JournalSourceError", "SourceOptions", "event_json",
-           "parse_options"]
+           "event_struct", "parse_options"]
 
 SOURCE_NAME = "reprise-journal"
 SCHEMA = ("offset long, persistence_id string, sequence_nr long, timestamp long, tags array<string>, "
@@ -55,7 +80,7 @@ DEFAULT_PARTITIONS = 4
 TYPE_KEY = "@type"
 """The key naming a registered dataclass's manifest in its JSON object (no field can be called that)."""
 
-Row = tuple[int, str, int, int, list[str], str]
+Row = tuple[Any, ...]
 
 
 class JournalSourceError(RepriseError, ValueError):
@@ -149,8 +174,207 @@ def event_json(event: object) -> str:
     return json.dumps(_jsonable(event), separators=(",", ":"), ensure_ascii=False)
 
 
-def _row(e: EventEnvelope) -> Row:
-    return e.offset, e.persistence_id, e.sequence_nr, e.timestamp, sorted(e.tags), event_json(e.event)
+# --- events as structs (a schema given by the user) -----------------------------------------------
+
+
+class _Mismatch(Exception):
+    """An event value that does not fit the schema: `path` (dotted field names), what was wrong."""
+
+    def __init__(self, path: str, problem: str):
+        super().__init__(path, problem)
+        self.path, self.problem = path, problem
+
+
+_MISSING = object()
+_INT_RANGES = {"tinyint": 2 ** 7, "smallint": 2 ** 15, "int": 2 ** 31, "bigint": 2 ** 63}
+
+
+def _type_name(value: object) -> str:
+    t = type(value)
+    if dataclasses.is_dataclass(value):
+        try:
+            return manifest_of(t)
+        except KeyError:
+            pass
+    return t.__name__
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _converter(dtype: DataType, path: str, nullable: bool) -> Callable[[Any], Any]:
+    """A function turning a decoded event value into what Spark takes for `dtype`, raising _Mismatch."""
+    convert = _non_null_converter(dtype, path)
+    name = dtype.simpleString()
+
+    def checked(value: Any) -> Any:
+        if value is None:
+            if nullable:
+                return None
+            raise _Mismatch(path, f"is None, and the schema's {name} is not nullable")
+        return convert(value)
+    return checked
+
+
+def _non_null_converter(dtype: DataType, path: str) -> Callable[[Any], Any]:
+    name = dtype.simpleString()
+
+    def wrong(value: Any) -> _Mismatch:
+        return _Mismatch(path, f"the schema says {name}, the event has {_type_name(value)} {_shown(value)}")
+
+    if isinstance(dtype, (LongType, IntegerType, ShortType, ByteType)):
+        bound = _INT_RANGES[name]
+
+        def integer(value: Any) -> Any:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise wrong(value)
+            if not -bound <= value < bound:
+                raise _Mismatch(path, f"{value} does not fit the schema's {name}")
+            return value
+        return integer
+    if isinstance(dtype, (DoubleType, FloatType)):
+        def floating(value: Any) -> Any:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise wrong(value)
+            return float(value)
+        return floating
+    simple: dict[type[DataType], tuple[type, ...]] = {
+        StringType: (str,), BooleanType: (bool,), BinaryType: (bytes,),
+        TimestampType: (datetime.datetime,), DateType: (datetime.date,)}
+    for kind, accepted in simple.items():
+        if isinstance(dtype, kind):
+            def plain(value: Any, accepted: tuple[type, ...] = accepted) -> Any:
+                if not isinstance(value, accepted):
+                    raise wrong(value)
+                return value
+            return plain
+    if isinstance(dtype, ArrayType):
+        element = _converter(dtype.elementType, path + "[]", dtype.containsNull)
+
+        def array(value: Any) -> Any:
+            if isinstance(value, (set, frozenset)):  # no order: sorted, as in event_json
+                try:
+                    value = sorted(value)
+                except TypeError:
+                    value = sorted(value, key=repr)
+            elif not isinstance(value, (list, tuple)):
+                raise wrong(value)
+            return [element(v) for v in value]
+        return array
+    if isinstance(dtype, MapType):
+        key = _converter(dtype.keyType, path + "{key}", False)
+        item = _converter(dtype.valueType, path + "{}", dtype.valueContainsNull)
+
+        def mapping(value: Any) -> Any:
+            if not isinstance(value, dict):
+                raise wrong(value)
+            return {key(k): item(v) for k, v in value.items()}
+        return mapping
+    if isinstance(dtype, StructType):
+        fields = [(f.name, _converter(f.dataType, f"{path}.{f.name}" if path else f.name, f.nullable))
+                  for f in dtype.fields]
+
+        def struct(value: Any) -> Any:
+            get: Callable[[str, object], Any]
+            if isinstance(value, dict):
+                get = value.get
+            elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+                def get(name: str, default: object) -> Any:
+                    return getattr(value, name, default)
+            else:
+                raise wrong(value)
+            out = []
+            for field_name, convert in fields:
+                v = get(field_name, _MISSING)
+                if v is _MISSING:
+                    where = f"{path}.{field_name}" if path else field_name
+                    have = sorted(value) if isinstance(value, dict) else [f.name for f in dataclasses.fields(value)]
+                    raise _Mismatch(where, f"{_type_name(value)} has no field {field_name!r} "
+                                           f"(it has {', '.join(map(str, have)) or 'none'})")
+                out.append(convert(v))
+            return tuple(out)
+        return struct
+    raise JournalSourceError(f"{SOURCE_NAME}: the schema's event field {path or 'event'!r} is {name}: not "
+                             f"supported (use long, int, double, string, boolean, binary, timestamp, date, "
+                             f"array, map or struct)")
+
+
+def event_struct(event: object, schema: StructType | str) -> tuple[Any, ...]:
+    """The event as a value of the struct `schema` (the event column's type), as the source decodes it."""
+    struct = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
+    try:
+        value = _converter(struct, "", False)(event)
+    except _Mismatch as m:
+        raise JournalSourceError(_mismatch_message(m, event, None)) from None
+    assert isinstance(value, tuple)
+    return value
+
+
+def _mismatch_message(m: _Mismatch, event: object, envelope: EventEnvelope | None) -> str:
+    at = (f" (persistence id {envelope.persistence_id!r}, sequence nr {envelope.sequence_nr}, offset "
+          f"{envelope.offset})" if envelope is not None else "")
+    return (f"{SOURCE_NAME}: event field {m.path or 'event'!r}: {m.problem}; in an event of type "
+            f"{_type_name(event)}{at}. Fix the event struct of the schema given to .schema(...), or read the "
+            f"event as JSON (event string)")
+
+
+# --- columns ---------------------------------------------------------------------------------------
+
+COLUMNS: dict[str, DataType] = {"offset": LongType(), "persistence_id": StringType(), "sequence_nr": LongType(),
+                                "timestamp": LongType(), "tags": ArrayType(StringType()), "event": StringType()}
+
+
+def check_schema(schema: StructType) -> None:
+    """Refuse a user schema naming an unknown column or giving a column another type (event: string or struct)."""
+    if not schema.fields:
+        raise JournalSourceError(f"{SOURCE_NAME}: the schema has no columns: give some of {', '.join(COLUMNS)}")
+    for f in schema.fields:
+        expected = COLUMNS.get(f.name)
+        if expected is None:
+            raise JournalSourceError(f"{SOURCE_NAME}: schema column {f.name!r} is unknown: the columns are "
+                                     f"{', '.join(COLUMNS)}")
+        if f.name == "event":
+            if not isinstance(f.dataType, (StringType, StructType)):
+                raise JournalSourceError(f"{SOURCE_NAME}: schema column 'event' is {f.dataType.simpleString()}: "
+                                         f"give string (JSON) or a struct of the event's fields")
+            if isinstance(f.dataType, StructType):
+                _converter(f.dataType, "", False)  # refuses unsupported field types before any task runs
+        elif f.dataType.simpleString() != expected.simpleString():
+            raise JournalSourceError(f"{SOURCE_NAME}: schema column {f.name!r} is {f.dataType.simpleString()}, "
+                                     f"it must be {expected.simpleString()}")
+
+
+def _row_maker(schema: StructType) -> Callable[[EventEnvelope], Row]:
+    """A function making the row of `schema`'s columns (checked by check_schema) for one event."""
+    getters: list[Callable[[EventEnvelope], Any]] = []
+    for f in schema.fields:
+        if f.name == "offset":
+            getters.append(lambda e: e.offset)
+        elif f.name == "persistence_id":
+            getters.append(lambda e: e.persistence_id)
+        elif f.name == "sequence_nr":
+            getters.append(lambda e: e.sequence_nr)
+        elif f.name == "timestamp":
+            getters.append(lambda e: e.timestamp)
+        elif f.name == "tags":
+            getters.append(lambda e: sorted(e.tags))
+        elif isinstance(f.dataType, StructType):
+            to_struct = _converter(f.dataType, "", False)
+
+            def event(e: EventEnvelope, to_struct: Callable[[Any], Any] = to_struct) -> Any:
+                try:
+                    return to_struct(e.event)
+                except _Mismatch as m:
+                    raise JournalSourceError(_mismatch_message(m, e.event, e)) from None
+            getters.append(event)
+        else:
+            getters.append(lambda e: event_json(e.event))
+    if [f.name for f in schema.fields] == list(COLUMNS) and not isinstance(schema.fields[-1].dataType, StructType):
+        return lambda e: (e.offset, e.persistence_id, e.sequence_nr, e.timestamp, sorted(e.tags),
+                          event_json(e.event))
+    return lambda e: tuple(g(e) for g in getters)
 
 
 # --- reading ---------------------------------------------------------------------------------------
@@ -165,12 +389,6 @@ def _import(options: SourceOptions) -> None:
                                      f'worker ({e}); put it on the executors\' PYTHONPATH') from e
 
 
-def _newest_offset(j: Journal) -> int:
-    """The greatest offset stored now (0 for an empty journal)."""
-    newest = j.tail(1)
-    return newest[0].offset if newest else 0
-
-
 def _splits(lo: int, hi: int, n: int) -> list[tuple[int, int]]:
     """(lo, hi] cut into at most n contiguous non-empty ranges (a, b]."""
     if hi <= lo:
@@ -181,8 +399,8 @@ def _splits(lo: int, hi: int, n: int) -> list[tuple[int, int]]:
 
 
 @dataclass(frozen=True)
-class _TagRange(InputPartition):
-    """The tag's events with lo < offset <= hi."""
+class _OffsetRange(InputPartition):
+    """The events (of the read's tag, or all) with lo < offset <= hi."""
 
     lo: int
     hi: int
@@ -190,31 +408,10 @@ class _TagRange(InputPartition):
 
 @dataclass(frozen=True)
 class _SeqRange(InputPartition):
-    """The id's events with lo <= seq nr <= hi, offset <= top."""
+    """The read's persistence id's events with lo < seq nr <= hi."""
 
     lo: int
     hi: int
-    top: int
-
-
-@dataclass(frozen=True)
-class _IdRange(InputPartition):
-    """The events of the ids first <= id <= last with offset <= top."""
-
-    first: str
-    last: str
-    top: int
-
-
-def _read_tag(j: Journal, options: SourceOptions, lo: int, hi: int) -> Iterator[Row]:
-    assert options.tag is not None
-    # A current query: on PostgreSQL it waits on the writes in flight below the newest offset, so it
-    # yields every event up to `hi` with none skipped; it reads one chunk at most beyond `hi`.
-    with j.events_by_tag(options.tag, lo, gap_timeout=options.gap_timeout) as q:
-        for e in q:
-            if e.offset > hi:
-                return
-            yield _row(e)
 
 
 @contextmanager
@@ -228,74 +425,88 @@ def _decoding(options: SourceOptions) -> Iterator[None]:
             f'registered by a module, name that module in option "imports"') from e
 
 
-def _read_partition(options: SourceOptions, partition: InputPartition) -> Iterator[Row]:
+def _read_partition(options: SourceOptions, schema: StructType, partition: InputPartition) -> Iterator[Row]:
+    if not isinstance(partition, (_OffsetRange, _SeqRange)):
+        raise JournalSourceError(f"{SOURCE_NAME}: unknown partition {partition!r}")
+    if partition.hi <= partition.lo:  # the one partition of a read with nothing to read
+        return
     _import(options)
+    row = _row_maker(schema)
     with open_journal(options.url) as j, _decoding(options):
-        if isinstance(partition, _TagRange):
-            if partition.hi <= partition.lo:  # the one partition of a read with nothing to read
-                return
-            yield from _read_tag(j, options, partition.lo, partition.hi)
-        elif isinstance(partition, _SeqRange):
+        if isinstance(partition, _OffsetRange):
+            # A bounded range: on PostgreSQL it first waits on writes in flight below `hi`, so every attempt
+            # of this partition reads the same events.
+            query = j.events_between(partition.lo, partition.hi, tag=options.tag, gap_timeout=options.gap_timeout)
+        else:
             assert options.persistence_id is not None
-            with j.events_by_persistence_id(options.persistence_id, partition.lo, partition.hi) as q:
-                yield from (_row(e) for e in q if e.offset <= partition.top)
-        elif isinstance(partition, _IdRange):
-            ids = [p for p in j.current_persistence_ids() if partition.first <= p <= partition.last]
-            for pid in ids:
-                with j.events_by_persistence_id(pid) as q:
-                    yield from (_row(e) for e in q if e.offset <= partition.top)
+            query = j.events_by_persistence_id(options.persistence_id, partition.lo + 1, partition.hi)
+        with query:
+            for e in query:
+                yield row(e)
+
+
+def _plan(j: Journal, options: SourceOptions, start: int, end: int) -> list[InputPartition]:
+    """(start, end] as ranges of offsets, or of sequence numbers for one id; one empty range if nothing."""
+    make = _SeqRange if options.persistence_id is not None else _OffsetRange
+    parts: list[InputPartition] = [make(a, b) for a, b in _splits(start, end, options.partitions)]
+    return parts or [_OffsetRange(0, 0)]
+
+
+def _newest(j: Journal, options: SourceOptions) -> int:
+    """The end of a read planned now: the newest offset (of the tag), or the id's highest sequence number."""
+    if options.persistence_id is not None:
+        return j.highest_sequence_nr(options.persistence_id)
+    return j.newest_offset(options.tag)
 
 
 class _BatchReader(DataSourceReader):
-    def __init__(self, options: SourceOptions):
+    def __init__(self, options: SourceOptions, schema: StructType):
         self.options = options
+        self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
-        """Plan the read on the driver: ranges of offsets, sequence numbers or ids, up to the newest offset."""
-        o = self.options
-        _import(o)
-        with open_journal(o.url) as j, _decoding(o):
-            top = _newest_offset(j)
-            parts: list[InputPartition]
-            if o.tag is not None:
-                parts = [_TagRange(a, b) for a, b in _splits(0, top, o.partitions)]
-            elif o.persistence_id is not None:
-                highest = j.highest_sequence_nr(o.persistence_id)
-                parts = [_SeqRange(a + 1, b, top) for a, b in _splits(0, highest, o.partitions)]
-            else:
-                ids = list(j.current_persistence_ids())
-                parts = [_IdRange(ids[a], ids[b - 1], top) for a, b in _splits(0, len(ids), o.partitions)]
-        return parts or [_TagRange(0, 0)]  # (nothing to read: one empty partition)
+        """Plan the read on the driver: ranges of offsets, or of sequence numbers, up to the newest."""
+        with open_journal(self.options.url) as j:
+            return _plan(j, self.options, 0, _newest(j, self.options))
 
     def read(self, partition: InputPartition) -> Iterator[Row]:
         """Read one partition in an executor, opening the journal there."""
-        return _read_partition(self.options, partition)
+        return _read_partition(self.options, self.schema, partition)
 
 
 class _StreamReader(DataSourceStreamReader):
-    def __init__(self, options: SourceOptions):
+    def __init__(self, options: SourceOptions, schema: StructType):
         self.options = options
+        self.schema = schema
+        self.key = "sequence_nr" if options.persistence_id is not None else "offset"
+
+    def _position(self, offset: dict[str, int]) -> int:
+        if self.key not in offset:
+            what = (f"persistence id {self.options.persistence_id!r}" if self.options.persistence_id is not None
+                    else "a tag or all events")
+            raise JournalSourceError(f"{SOURCE_NAME}: the checkpoint's offset {offset} is not one of a stream of "
+                                     f"{what}: it belongs to a query with other options; use a new checkpoint")
+        return int(offset[self.key])
 
     def initialOffset(self) -> dict[str, int]:
-        """Offsets are global offsets; a new query starts before the first event."""
-        return {"offset": 0}
+        """A new query starts before the first event: global offset 0 (or sequence nr 0 for one id)."""
+        return {self.key: 0}
 
     def latestOffset(self, start: dict[str, int], limit: object) -> dict[str, int]:
-        """The newest offset stored now: the next micro-batch reads the tag's events up to it."""
-        # The read of (start, end] settles what is in flight below `end` itself (see _read_tag), so the
-        # newest visible offset is safe as the end on PostgreSQL too.
-        _import(self.options)
-        with open_journal(self.options.url) as j, _decoding(self.options):
-            return {"offset": max(int(start["offset"]), _newest_offset(j))}
+        """The newest offset (of the tag), or the id's highest sequence nr: the next micro-batch reads up to it."""
+        # The read of (start, end] settles what is in flight below `end` itself (Journal.events_between), so
+        # the newest visible offset is safe as the end on PostgreSQL too.
+        with open_journal(self.options.url) as j:
+            return {self.key: max(self._position(start), _newest(j, self.options))}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
-        """(start, end] cut into up to `partitions` offset ranges."""
-        return [_TagRange(a, b) for a, b in _splits(int(start["offset"]), int(end["offset"]),
-                                                     self.options.partitions)]
+        """(start, end] cut into up to `partitions` ranges."""
+        make = _SeqRange if self.options.persistence_id is not None else _OffsetRange
+        return [make(a, b) for a, b in _splits(self._position(start), self._position(end), self.options.partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[Row]:
-        """Read one offset range in an executor."""
-        return _read_partition(self.options, partition)
+        """Read one range in an executor."""
+        return _read_partition(self.options, self.schema, partition)
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: the journal keeps every event, and the checkpoint holds the offset."""
@@ -319,13 +530,10 @@ class JournalDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch read of the events stored when it is planned."""
-        return _BatchReader(self.source_options)
+        check_schema(schema)
+        return _BatchReader(self.source_options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        """A micro-batch stream of one tag's events, by global offset."""
-        if self.source_options.tag is None:
-            raise JournalSourceError(f'{SOURCE_NAME}: readStream needs option "tag": a stream follows one tag '
-                                     f"by its global offset (persistence_id and all-events streams are not "
-                                     f"supported yet)")
-        return _StreamReader(self.source_options)
-
+        """A micro-batch stream of a tag's events or of all events (by global offset), or of one id's (by seq nr)."""
+        check_schema(schema)
+        return _StreamReader(self.source_options, schema)

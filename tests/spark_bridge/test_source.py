@@ -7,6 +7,9 @@ reads run in Spark's Python workers (local[2,3]), which open the journal themsel
 from __future__ import annotations
 
 import json
+import os
+import re
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,7 +17,7 @@ from dataclasses import dataclass
 import pytest
 
 from journal import AtomicWrite, PersistentRepr, open_journal, register_type, unregister_type
-from spark_bridge.source import JournalSourceError, event_json, parse_options
+from spark_bridge.source import JournalSourceError, event_json, event_struct, parse_options
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -171,38 +174,60 @@ def test_event_json_shapes() -> None:
         "b": "AAE=", "7": None, "f": 1.5}
 
 
-def test_a_stream_restarted_from_its_checkpoint_loses_and_repeats_nothing(spark, registered, journal_url,
-                                                                          tmp_path) -> None:
-    from tests.spark_bridge.sample import Deposited
-
-    seen: list[tuple[int, str, int]] = []
-
+def run_stream(spark, url: str, checkpoint: str, seen: list[tuple[int, str, int]], **options: str) -> None:
+    """One availableNow run of a stream of the journal at `url` from `checkpoint`, collecting (offset, pid, seq)."""
     def collect(batch, batch_id: int) -> None:
         seen.extend((r.offset, r.persistence_id, r.sequence_nr) for r in batch.collect())
 
-    def run() -> None:
-        stream = (spark.readStream.format("reprise-journal").option("url", journal_url).option("tag", "account")
-                  .option("imports", SAMPLE).option("partitions", "2").load())
-        query = (stream.writeStream.foreachBatch(collect).option("checkpointLocation", str(tmp_path / "ckpt"))
-                 .trigger(availableNow=True).start())
-        try:
-            assert query.awaitTermination(120), "the availableNow query did not finish within 120 s"
-        finally:
-            query.stop()
+    reader = (spark.readStream.format("reprise-journal").option("url", url).option("imports", SAMPLE)
+              .option("partitions", "2"))
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    query = (reader.load().writeStream.foreachBatch(collect).option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    try:
+        assert query.awaitTermination(120), "the availableNow query did not finish within 120 s"
+    finally:
+        query.stop()
+
+
+@pytest.mark.parametrize("stream", ["tag", "all events", "persistence_id"])
+def test_a_stream_restarted_from_its_checkpoint_loses_and_repeats_nothing(spark, registered, journal_url,
+                                                                          tmp_path, stream: str) -> None:
+    from tests.spark_bridge.sample import Deposited
+
+    options = {"tag": {"tag": "account"}, "all events": {}, "persistence_id": {"persistence_id": "acc-a"}}[stream]
+    seen: list[tuple[int, str, int]] = []
+    checkpoint = str(tmp_path / "ckpt")
+
+    def expected() -> list[tuple[int, str, int]]:
+        with open_journal(journal_url) as j:
+            query = (j.events_by_tag("account") if stream == "tag" else j.all_events() if stream == "all events"
+                     else j.events_by_persistence_id("acc-a"))
+            with query:
+                return [(e.offset, e.persistence_id, e.sequence_nr) for e in query]
 
     fill(journal_url)
-    run()
-    assert sorted(k[1:] for k in seen) == [(p, s) for p in ("acc-a", "acc-b", "acc-c") for s in range(1, 6)]
+    run_stream(spark, journal_url, checkpoint, seen, **options)
+    assert sorted(seen) == expected() and seen
     write(journal_url, "acc-a", 6, [Deposited(100 + i) for i in range(4)], tag="account")
     write(journal_url, "audit", 5, ["untagged"])
     write(journal_url, "acc-d", 1, [Deposited(1)], tag="account")
-    run()
-    offsets = [k[0] for k in seen]
-    assert len(offsets) == len(set(offsets)) == 20, f"lost or repeated events: {sorted(seen)}"
-    with open_journal(journal_url) as j, j.events_by_tag("account") as q:
-        assert sorted(offsets) == [e.offset for e in q]
-    run()  # nothing new: nothing read again
-    assert len(seen) == 20
+    run_stream(spark, journal_url, checkpoint, seen, **options)
+    assert len(seen) == len(set(seen)), f"repeated events: {sorted(seen)}"
+    assert sorted(seen) == expected(), "lost events"
+    assert len(seen) == {"tag": 20, "all events": 25, "persistence_id": 9}[stream]
+    run_stream(spark, journal_url, checkpoint, seen, **options)  # nothing new: nothing read again
+    assert len(seen) == len(set(seen))
+
+
+def test_a_checkpoint_of_another_kind_of_stream_is_refused(spark, registered, tmp_path) -> None:
+    url = f"sqlite:///{tmp_path}/j.db"
+    write(url, "p", 1, [1, 2])
+    seen: list[tuple[int, str, int]] = []
+    run_stream(spark, url, str(tmp_path / "ckpt"), seen)
+    with pytest.raises(Exception, match="belongs to a query with other options"):
+        run_stream(spark, url, str(tmp_path / "ckpt"), seen, persistence_id="p")
 
 
 @pytest.mark.postgres
@@ -252,11 +277,148 @@ def test_a_micro_batch_waits_for_a_smaller_offset_still_in_flight_on_postgres(sp
     assert seen[0] == (early, '"early"') and seen[1][1] == '"late"'
 
 
-def test_a_stream_needs_a_tag(spark, registered, tmp_path) -> None:
-    query = (spark.readStream.format("reprise-journal").option("url", f"sqlite:///{tmp_path}/j.db").load()
-             .writeStream.format("noop").start())
+# --- a user schema: columns picked, the event decoded to a struct ----------------------------------
+
+
+def test_a_schema_with_an_event_struct_decodes_each_event_by_field_name(spark, registered, journal_url) -> None:
+    from tests.spark_bridge.sample import Deposited
+
+    write(journal_url, "acc-a", 1, [Deposited(7), Deposited(8)], tag="t")
+    df = (spark.read.format("reprise-journal").schema("sequence_nr long, event struct<amount:long>, offset long")
+          .option("url", journal_url).option("tag", "t").option("imports", SAMPLE).load())
+    assert df.columns == ["sequence_nr", "event", "offset"]
+    rows = sorted(df.collect())
+    assert [(r.sequence_nr, r.event.amount) for r in rows] == [(1, 7), (2, 8)]
+    assert df.selectExpr("sum(event.amount)").first()[0] == 15
+
+    # Dicts, nested structs, arrays from tuples and sets, and maps; fields the struct leaves out are dropped.
+    write(journal_url, "orders", 1, [{"id": "o-1", "lines": ({"sku": "x", "qty": 2},), "seen": frozenset({3, 1}),
+                                      "prices": {"x": 1.5}, "note": None, "extra": b"\x00"}])
+    schema = ("persistence_id string, event struct<id:string, lines:array<struct<sku:string, qty:int>>, "
+              "seen:array<long>, prices:map<string,double>, note:string>")
+    (order,) = (spark.read.format("reprise-journal").schema(schema).option("url", journal_url)
+                .option("persistence_id", "orders").load().collect())
+    assert order.event.asDict(recursive=True) == {"id": "o-1", "lines": [{"sku": "x", "qty": 2}], "seen": [1, 3],
+                                                  "prices": {"x": 1.5}, "note": None}
+
+
+@pytest.mark.parametrize(("struct", "message"), [
+    ("struct<amount:string>", "event field 'amount': the schema says string, the event has int 7"),
+    ("struct<amount:long, memo:string>", "event field 'memo': tests.spark_bridge.Deposited has no field 'memo'"),
+    ("struct<amount:tinyint>", "event field 'amount': 300 does not fit the schema's tinyint"),
+])
+def test_an_event_that_does_not_fit_the_struct_fails_naming_field_and_types(spark, registered, tmp_path,
+                                                                            struct: str, message: str) -> None:
+    from tests.spark_bridge.sample import Deposited
+
+    url = f"sqlite:///{tmp_path}/j.db"
+    write(url, "acc", 1, [Deposited(7) if "tinyint" not in struct else Deposited(300)])
+    df = (spark.read.format("reprise-journal").schema(f"event {struct}").option("url", url)
+          .option("imports", SAMPLE).load())
+    with pytest.raises(Exception, match=re.escape(message)) as info:
+        df.collect()
+    assert "persistence id 'acc', sequence nr 1" in str(info.value) and "read the event as JSON" in str(info.value)
+
+
+@pytest.mark.parametrize(("schema", "message"), [
+    ("offset string", "schema column 'offset' is string, it must be bigint"),
+    ("offset long, amount long", "schema column 'amount' is unknown: the columns are offset, persistence_id"),
+    ("event int", "schema column 'event' is int: give string (JSON) or a struct"),
+    ("event struct<at:interval day>", "event field 'at' is interval day: not supported"),
+])
+def test_a_schema_that_cannot_be_read_is_refused_before_any_task_runs(spark, registered, tmp_path,
+                                                                       schema: str, message: str) -> None:
+    with pytest.raises(Exception, match=re.escape(message)):
+        (spark.read.format("reprise-journal").schema(schema).option("url", f"sqlite:///{tmp_path}/j.db").load()
+         .collect())
+
+
+def test_event_struct_is_the_decoding_the_source_applies() -> None:
+    from tests.spark_bridge.sample import Deposited
+
+    assert event_struct(Deposited(3), "amount long") == (3,)
+    assert event_struct({"a": [{"n": 1, "s": "x"}], "b": None}, "a array<struct<n:int, s:string>>, b double") == (
+        [(1, "x")], None)
+    with pytest.raises(JournalSourceError, match="event field 'a\\[\\].n': the schema says int, the event has str"):
+        event_struct({"a": [{"n": "1", "s": "x"}]}, "a array<struct<n:int, s:string>>")
+    with pytest.raises(JournalSourceError, match="the schema says struct<n:int>, the event has tuple"):
+        event_struct({"a": [(1,)]}, "a array<struct<n:int>>")  # a struct's fields are taken by name only
+    with pytest.raises(JournalSourceError, match="event field 'event': the schema says struct<amount:bigint>, "
+                                                 "the event has str 'login'"):
+        event_struct("login", "amount long")
+
+
+# --- task attempts: a retried or a second, later attempt reads the same rows -------------------------
+
+
+def fail_partition_0_first_attempt(marker: str):
+    """A mapPartitions function passing rows through that raises in partition 0's first attempt after 2 rows."""
+    def passing(rows):
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        for n, row in enumerate(rows):
+            if n == 2 and ctx.partitionId() == 0 and ctx.attemptNumber() == 0:
+                open(marker, "w").close()
+                raise RuntimeError("injected failure in partition 0's first attempt, after 2 rows")
+            yield row
+    return passing
+
+
+@pytest.mark.parametrize("by", ["tag", "all events", "persistence_id"])
+def test_a_failed_task_attempt_is_retried_and_its_rows_arrive_once(spark, registered, journal_url, tmp_path,
+                                                                   by: str) -> None:
+    fill(journal_url)
+    write(journal_url, "acc-a", 6, list(range(6, 13)), tag="account")
+    options = {"tag": {"tag": "account"}, "all events": {}, "persistence_id": {"persistence_id": "acc-a"}}[by]
+    df = load(spark, journal_url, partitions="2", **options)
+    marker = str(tmp_path / "failed-once")
+    rows = df.rdd.mapPartitions(fail_partition_0_first_attempt(marker)).collect()
+    assert os.path.exists(marker), "partition 0's first attempt did not fail: no retry was tested"
+    keys = [(r.offset, r.persistence_id, r.sequence_nr) for r in rows]
+    assert len(keys) == len(set(keys)) == {"tag": 22, "all events": 26, "persistence_id": 12}[by]
+    with open_journal(journal_url) as j:
+        assert sorted(keys) == [(e.offset, e.persistence_id, e.sequence_nr) for e in j.all_events()
+                                if (by != "tag" or "account" in e.tags)
+                                and (by != "persistence_id" or e.persistence_id == "acc-a")]
+
+
+def read_attempt(reader):
+    """A Spark task reading the (attempt, partition) pairs it is given, as an extra attempt of each would."""
+    def read(pairs):
+        for attempt, index, partition in pairs:
+            yield attempt, index, [tuple(r) for r in reader.read(partition)]
+    return read
+
+
+@pytest.mark.parametrize("by", ["tag", "all events", "persistence_id"])
+def test_every_attempt_of_a_planned_partition_reads_the_same_rows_while_events_are_written(
+        spark, registered, journal_url, by: str) -> None:
+    """What a speculative or retried attempt reads: planned once, read twice in executors, in two jobs with
+    writes before and while they run (local mode runs no speculative tasks itself: the reads are invoked
+    here as Spark would invoke them, in its Python workers)."""
+    from pyspark.sql.types import StructType
+
+    from spark_bridge.source import SCHEMA, JournalDataSource
+    from tests.spark_bridge.sample import Deposited
+
+    fill(journal_url)
+    options = {"tag": {"tag": "account"}, "all events": {}, "persistence_id": {"persistence_id": "acc-b"}}[by]
+    source = JournalDataSource({"url": journal_url, "imports": SAMPLE, "partitions": "3", **options})
+    reader = source.reader(StructType.fromDDL(SCHEMA))
+    parts = reader.partitions()
+    assert len(parts) == 3
+    write(journal_url, "acc-b", 6, [Deposited(6)], tag="account")  # after planning: in no partition
+    tasks = [(attempt, i, p) for attempt in (0, 1) for i, p in enumerate(parts)]
+    first = spark.sparkContext.parallelize(tasks[:3], 3).mapPartitions(read_attempt(reader)).collect()
+    writer = threading.Thread(target=lambda: [write(journal_url, "acc-e", n, [Deposited(n)], tag="account")
+                                              for n in range(1, 6)])
+    writer.start()
     try:
-        with pytest.raises(Exception, match='readStream needs option "tag"'):
-            query.awaitTermination(60)
+        second = spark.sparkContext.parallelize(tasks[3:], 3).mapPartitions(read_attempt(reader)).collect()
     finally:
-        query.stop()
+        writer.join(60)
+    assert {i: rows for _, i, rows in first} == {i: rows for _, i, rows in second}
+    keys = sorted((r[0], r[1], r[2]) for _, _, rows in first for r in rows)
+    assert len(keys) == len(set(keys)) == {"tag": 15, "all events": 19, "persistence_id": 5}[by]
+    assert all(seq <= 5 and pid != "acc-e" for _, pid, seq in keys)
