@@ -333,7 +333,7 @@ def test_a_schema_that_cannot_be_read_is_refused_before_any_task_runs(spark, reg
          .collect())
 
 
-def test_event_struct_is_the_decoding_the_source_applies() -> None:
+def test_event_struct_is_the_decoding_the_source_applies(spark) -> None:  # (Spark parses the DDL strings)
     from tests.spark_bridge.sample import Deposited
 
     assert event_struct(Deposited(3), "amount long") == (3,)
