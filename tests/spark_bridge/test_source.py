@@ -422,3 +422,15 @@ def test_every_attempt_of_a_planned_partition_reads_the_same_rows_while_events_a
     keys = sorted((r[0], r[1], r[2]) for _, _, rows in first for r in rows)
     assert len(keys) == len(set(keys)) == {"tag": 15, "all events": 19, "persistence_id": 5}[by]
     assert all(seq <= 5 and pid != "acc-e" for _, pid, seq in keys)
+
+
+def test_the_readme_block_reading_the_journal_runs_as_written(spark, tmp_path, monkeypatch) -> None:
+    """Run in this process: its local_session() is the test session's (getOrCreate), so no second JVM."""
+    import tempfile
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S)
+                if b.startswith("# reading_the_journal.py")]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the block's temporary directories
+    exec(compile(block, "README.md (reading_the_journal.py)", "exec"), {"__name__": "reading_the_journal"})
