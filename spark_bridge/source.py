@@ -341,19 +341,19 @@ def _mismatch_message(m: _Mismatch, event: object, envelope: EventEnvelope | Non
 
 # --- columns ---------------------------------------------------------------------------------------
 
-COLUMNS: dict[str, DataType] = {"offset": LongType(), "persistence_id": StringType(), "sequence_nr": LongType(),
+_COLUMNS: dict[str, DataType] = {"offset": LongType(), "persistence_id": StringType(), "sequence_nr": LongType(),
                                 "timestamp": LongType(), "tags": ArrayType(StringType()), "event": StringType()}
 
 
-def check_schema(schema: StructType) -> None:
+def _check_schema(schema: StructType) -> None:
     """Refuse a user schema naming an unknown column or giving a column another type (event: string or struct)."""
     if not schema.fields:
-        raise JournalSourceError(f"{SOURCE_NAME}: the schema has no columns: give some of {', '.join(COLUMNS)}")
+        raise JournalSourceError(f"{SOURCE_NAME}: the schema has no columns: give some of {', '.join(_COLUMNS)}")
     for f in schema.fields:
-        expected = COLUMNS.get(f.name)
+        expected = _COLUMNS.get(f.name)
         if expected is None:
             raise JournalSourceError(f"{SOURCE_NAME}: schema column {f.name!r} is unknown: the columns are "
-                                     f"{', '.join(COLUMNS)}")
+                                     f"{', '.join(_COLUMNS)}")
         if f.name == "event":
             if not isinstance(f.dataType, (StringType, StructType)):
                 raise JournalSourceError(f"{SOURCE_NAME}: schema column 'event' is {f.dataType.simpleString()}: "
@@ -366,7 +366,7 @@ def check_schema(schema: StructType) -> None:
 
 
 def _row_maker(schema: StructType) -> Callable[[EventEnvelope], Row]:
-    """A function making the row of `schema`'s columns (checked by check_schema) for one event."""
+    """A function making the row of `schema`'s columns (checked by _check_schema) for one event."""
     getters: list[Callable[[EventEnvelope], Any]] = []
     for f in schema.fields:
         if f.name == "offset":
@@ -390,7 +390,7 @@ def _row_maker(schema: StructType) -> Callable[[EventEnvelope], Row]:
             getters.append(event)
         else:
             getters.append(lambda e: event_json(e.event))
-    if [f.name for f in schema.fields] == list(COLUMNS) and not isinstance(schema.fields[-1].dataType, StructType):
+    if [f.name for f in schema.fields] == list(_COLUMNS) and not isinstance(schema.fields[-1].dataType, StructType):
         return lambda e: (e.offset, e.persistence_id, e.sequence_nr, e.timestamp, sorted(e.tags),
                           event_json(e.event))
     return lambda e: tuple(g(e) for g in getters)
@@ -464,7 +464,7 @@ def _read_partition(options: SourceOptions, schema: StructType, partition: Input
                 yield row(e)
 
 
-def _plan(j: Journal, options: SourceOptions, start: int, end: int) -> list[InputPartition]:
+def _plan(options: SourceOptions, start: int, end: int) -> list[InputPartition]:
     """(start, end] as ranges of offsets, or of sequence numbers for one id; one empty range if nothing."""
     make = _SeqRange if options.persistence_id is not None else _OffsetRange
     parts: list[InputPartition] = [make(a, b) for a, b in _splits(start, end, options.partitions)]
@@ -486,7 +486,7 @@ class _BatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         """Plan the read on the driver: ranges of offsets, or of sequence numbers, up to the newest."""
         with open_journal(self.options.url) as j:
-            return _plan(j, self.options, 0, _newest(j, self.options))
+            return _plan(self.options, 0, _newest(j, self.options))
 
     def read(self, partition: InputPartition) -> Iterator[Row]:
         """Read one partition in an executor, opening the journal there."""
@@ -520,8 +520,7 @@ class _StreamReader(DataSourceStreamReader):
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         """(start, end] cut into up to `partitions` ranges."""
-        make = _SeqRange if self.options.persistence_id is not None else _OffsetRange
-        return [make(a, b) for a, b in _splits(self._position(start), self._position(end), self.options.partitions)]
+        return _plan(self.options, self._position(start), self._position(end))
 
     def read(self, partition: InputPartition) -> Iterator[Row]:
         """Read one range in an executor."""
@@ -549,10 +548,10 @@ class JournalDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch read of the events stored when it is planned."""
-        check_schema(schema)
+        _check_schema(schema)
         return _BatchReader(self.source_options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A micro-batch stream of a tag's events or of all events (by global offset), or of one id's (by seq nr)."""
-        check_schema(schema)
+        _check_schema(schema)
         return _StreamReader(self.source_options, schema)
