@@ -434,3 +434,33 @@ def test_the_readme_block_reading_the_journal_runs_as_written(spark, tmp_path, m
                 if b.startswith("# reading_the_journal.py")]
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the block's temporary directories
     exec(compile(block, "README.md (reading_the_journal.py)", "exec"), {"__name__": "reading_the_journal"})
+
+
+def test_a_micro_batch_whose_task_fails_its_first_attempt_delivers_each_event_once(spark, registered, journal_url,
+                                                                                   tmp_path) -> None:
+    from tests.spark_bridge.sample import Deposited
+
+    marker = str(tmp_path / "failed-once")
+    seen: list[tuple[int, str, int]] = []
+
+    def collect(batch, batch_id: int) -> None:
+        rows = batch.rdd.mapPartitions(fail_partition_0_first_attempt(marker)).collect()
+        seen.extend((r.offset, r.persistence_id, r.sequence_nr) for r in rows)
+
+    def run() -> None:
+        query = (spark.readStream.format("reprise-journal").option("url", journal_url).option("imports", SAMPLE)
+                 .option("partitions", "2").load().writeStream.foreachBatch(collect)
+                 .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+        try:
+            assert query.awaitTermination(120), "the availableNow query did not finish within 120 s"
+        finally:
+            query.stop()
+
+    fill(journal_url)
+    run()
+    write(journal_url, "acc-b", 6, [Deposited(n) for n in range(6, 12)], tag="account")
+    run()
+    assert os.path.exists(marker), "no task attempt failed: no retry was tested"
+    with open_journal(journal_url) as j:
+        assert sorted(seen) == [(e.offset, e.persistence_id, e.sequence_nr) for e in j.all_events()]
+    assert len(seen) == 25
