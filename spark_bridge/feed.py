@@ -459,20 +459,20 @@ def _unsupported(data_type: Any) -> str | None:
     return cast(str, data_type.simpleString())
 
 
-def _has_map(data_type: Any) -> bool:
+def has_map(data_type: Any) -> bool:
     name = type(data_type).__name__
     if name == "MapType":
         return True
     if name == "ArrayType":
-        return _has_map(data_type.elementType)
+        return has_map(data_type.elementType)
     if name == "StructType":
-        return any(_has_map(f.dataType) for f in data_type.fields)
+        return any(has_map(f.dataType) for f in data_type.fields)
     return False
 
 
-def _check_columns(df: DataFrame) -> None:
-    """Fail before the job when a column's values cannot travel as msgpack in the default row dict."""
-    for f in df.schema.fields:
+def check_columns(schema: Any) -> None:
+    """Fail before the job when a column's values (of a StructType) cannot travel as msgpack in the row dict."""
+    for f in schema.fields:
         why = _unsupported(f.dataType)
         if why:
             raise FeedError(f"column {f.name!r} has type {why}, which msgpack cannot carry; cast it (e.g. "
@@ -480,7 +480,7 @@ def _check_columns(df: DataFrame) -> None:
                             "to build the message yourself")
 
 
-def _check_system(host: str, port: int) -> None:
+def check_system(host: str, port: int) -> None:
     """Fail fast, before any Spark job, when the system or the bridge is not there."""
     try:
         system = actors.connect(port, host=host)
@@ -543,9 +543,9 @@ def feed(df: DataFrame, system: object, to: str | Callable[[Row], str] = "destin
     if feed_id is not None and (not isinstance(feed_id, str) or not feed_id):
         raise ValueError(f"feed_id must be a non-empty string, got {feed_id!r}")
     if message is None:
-        _check_columns(df)
+        check_columns(df.schema)
     host, port = _address(system)
-    _check_system(host, port)
+    check_system(host, port)
     # Executors run the driver's Python, so that actor and message classes import the same way there.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     feed_id = feed_id or f"feed-{uuid.uuid4().hex}"
@@ -558,7 +558,7 @@ def feed(df: DataFrame, system: object, to: str | Callable[[Row], str] = "destin
     try:
         # collect() keeps one result per partition, from the attempt Spark accepted: the job's commit.
         try:
-            if message is None and not callable(target) and not any(_has_map(f.dataType) for f in df.schema.fields):
+            if message is None and not callable(target) and not any(has_map(f.dataType) for f in df.schema.fields):
                 parts = [tuple(r) for r in df.mapInArrow(lambda it: _stage_arrow_batches(plan, it),
                                                          _RESULT_SCHEMA).collect()]
             else:
@@ -609,7 +609,7 @@ def feed_stream(stream_df: DataFrame, system: object, *, feed_id: str, checkpoin
     if ack not in ACK_MODES:
         raise ValueError(f"ack must be one of {ACK_MODES}, got {ack!r}")
     host, port = _address(system)
-    _check_system(host, port)
+    check_system(host, port)
 
     def each(batch_df: DataFrame, batch_id: int) -> None:
         feed(batch_df, f"{host}:{port}", to=to, message=message, key=key, feed_id=f"{feed_id}/{batch_id}",
