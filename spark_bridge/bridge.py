@@ -477,6 +477,7 @@ class SparkBridge(AtLeastOnceDelivery):
         event = BatchStored(m.feed_id, m.partition, m.batch_no, paths, values, m.columns, keys, 0, dead,
                             len(m.paths) - len(paths), attempt)
         batches[m.batch_no] = self._staged_batch(event, -1)
+        self._feed(m.feed_id)[0] += len(m.paths)  # progress counts staged rows; discarded ones are taken back
         self._stores.append((event, m.reply_to, None))
         self._queue_flush()
 
@@ -494,6 +495,7 @@ class SparkBridge(AtLeastOnceDelivery):
             return
         attempts = self._staged.setdefault((event.feed_id, event.partition), {})
         attempts.setdefault(cast(str, event.attempt), {})[event.batch_no] = self._staged_batch(event, seq)
+        self._feed(event.feed_id)[0] += len(event.paths) + event.duplicates
 
     def _staged_stored(self, event: BatchStored, reply_to: str) -> None:
         staged = self._staged.get((event.feed_id, event.partition), {}).get(cast(str, event.attempt), {})
@@ -535,6 +537,7 @@ class SparkBridge(AtLeastOnceDelivery):
                         self._staged_rows -= b.size
                     if attempt != winner:
                         discarded += b.size + b.duplicates
+                        counts[0] -= b.size + b.duplicates
                         continue
                     b.first_id = next_id
                     next_id += b.size
@@ -545,7 +548,6 @@ class SparkBridge(AtLeastOnceDelivery):
         for b in batches:
             if b.keys is not None:
                 keys.update(b.keys)
-            counts[0] += b.size + b.duplicates
             if b.size - len(b.dead) <= 0:
                 counts[1] += b.size + b.duplicates
             else:
@@ -586,7 +588,9 @@ class SparkBridge(AtLeastOnceDelivery):
         for key in [k for k in self._staged if k[0] == feed_id]:
             attempts = self._staged[key]
             for attempt in [a for a in attempts if a.split("/", 1)[0] == run]:
-                self._staged_rows -= sum(b.size for b in attempts.pop(attempt).values() if b.event is not None)
+                for b in attempts.pop(attempt).values():
+                    self._staged_rows -= b.size if b.event is not None else 0
+                    self._feed(feed_id)[0] -= b.size + b.duplicates
             if not attempts:
                 del self._staged[key]
 

@@ -7,18 +7,20 @@ import json
 import pytest
 
 import actors
-from journal import open_journal
-from spark_bridge import BRIDGE_PATH, register, start_bridge
+from journal import SnapshotSelectionCriteria, open_journal, open_snapshot_store
+from spark_bridge import BRIDGE_PATH, GetFeedProgress, SparkBridge, register, start_bridge
 from spark_bridge.bridge import PERSISTENCE_ID
 from spark_bridge.messages import (
     BatchAccepted,
     BatchStored,
+    Discard,
+    Discarded,
     FeedProcessed,
     FeedReleased,
     IngestBatch,
     Release,
 )
-from tests.spark_bridge.sample import Account, DurableAccount, GetBalance
+from tests.spark_bridge.sample import Account, Balance, DurableAccount, GetBalance
 from tests.spark_bridge.test_feed import balances, deposits, settled, sums
 
 pytestmark = pytest.mark.spark
@@ -149,16 +151,28 @@ def stage(system, probe, feed_id: str, attempt: str, batch_no: int, amounts: lis
     return reply
 
 
+class SnapshotEveryBatch(SparkBridge):
+    """A bridge that snapshots after every stored batch: staged and released state must survive in snapshots."""
+
+    snapshot_every = 1
+
+
 @pytest.mark.timeout(60)
-def test_the_release_delivers_the_winning_attempt_only_and_survives_a_bridge_restart(base, make_system, tmp_path):
-    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db")
+@pytest.mark.parametrize("bridge", [SparkBridge, SnapshotEveryBatch])
+def test_the_release_delivers_the_winning_attempt_only_and_survives_a_bridge_restart(base, make_system, tmp_path,
+                                                                                     bridge):
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db",
+                         snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
     system.spawn(Account, path="/user/accounts", entities=True)
-    start_bridge(system)
+    system.spawn(bridge, path=BRIDGE_PATH)
     probe = system.probe("driver")
     # Two attempts of partition 0 (the original and a speculative copy) staged different rows.
     assert stage(system, probe, "spec", "run1/7", 0, [5, 5], 0).duplicates == 0
     stage(system, probe, "spec", "run1/9", 0, [100, 100, 100], 0)
     stage(system, probe, "spec", "run1/9", 1, [100], 3)
+    system.stop(BRIDGE_PATH)  # restarted with both attempts staged, not released
+    system.spawn(bridge, path=BRIDGE_PATH)
+    assert stage(system, probe, "spec", "run1/9", 1, [100], 3).duplicates == 0  # a resend: known, not again
     system.tell(BRIDGE_PATH, Release("spec", "run1", [[0, "run1/9"]], probe.path, processed=True))
     assert probe.receive(10) == FeedReleased("spec", "run1", 2)  # attempt 7's two rows were discarded
     assert probe.receive(10) == FeedProcessed("spec")
@@ -168,11 +182,39 @@ def test_the_release_delivers_the_winning_attempt_only_and_survives_a_bridge_res
     assert stage(system, probe, "spec", "run1/7", 1, [5], 9).duplicates == 1
     assert stage(system, probe, "spec", "run2/3", 0, [7, 7], 20).duplicates == 2
     system.stop(BRIDGE_PATH)
-    start_bridge(system)  # recovers staging and release from its journal
+    system.spawn(bridge, path=BRIDGE_PATH)  # recovers staging and release from its journal (or snapshot)
     system.tell(BRIDGE_PATH, Release("spec", "run1", [[0, "run1/9"]], probe.path))
     assert probe.receive(10) == FeedReleased("spec", "run1", 0)  # a repeat: answered, nothing again
     assert stage(system, probe, "spec", "run3/1", 0, [7], 30).duplicates == 1
-    assert system.ask("/user/accounts/a0", GetBalance(), timeout=10).total == 400
+    assert system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(400, 4, 0)
+    progress = system.ask(BRIDGE_PATH, GetFeedProgress("spec"), timeout=10)
+    assert (progress.accepted, progress.processed) == (4, 4)  # the discarded attempt's rows are not counted
+    if bridge is SnapshotEveryBatch:
+        with open_snapshot_store(f"sqlite:///{tmp_path}/snapshots.db") as snapshots:
+            assert snapshots.load(PERSISTENCE_ID, SnapshotSelectionCriteria.LATEST) is not None
+
+
+@pytest.mark.timeout(60)
+def test_an_aborted_run_is_discarded_and_its_feed_id_can_run_again(system_with_journal):
+    system, probe = system_with_journal
+    stage(system, probe, "retry-me", "runA/1", 0, [50], 0)
+    system.tell(BRIDGE_PATH, Discard("retry-me", "runA", probe.path))
+    assert probe.receive(10) == Discarded("retry-me", "runA")
+    assert stage(system, probe, "retry-me", "runA/2", 0, [50], 0).duplicates == 1  # a zombie of the aborted run
+    stage(system, probe, "retry-me", "runB/1", 0, [3], 0)
+    system.tell(BRIDGE_PATH, Release("retry-me", "runB", [[0, "runB/1"]], probe.path, processed=True))
+    assert probe.receive(10) == FeedReleased("retry-me", "runB", 0)
+    assert probe.receive(10) == FeedProcessed("retry-me")
+    assert system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(3, 1, 0)
+
+
+@pytest.fixture
+def system_with_journal(base, make_system, tmp_path):
+    """A system on `base` with a SQLite journal, accounts and the bridge; and a probe for the driver's side."""
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db")
+    system.spawn(Account, path="/user/accounts", entities=True)
+    start_bridge(system)
+    return system, system.probe("driver")
 
 
 # ---- streaming --------------------------------------------------------------------------------------
@@ -267,6 +309,13 @@ def test_bad_options_fail_a_stream_at_start(sink, bridged, tmp_path):
                 raise RuntimeError(str(query.exception()))
         finally:
             query.stop()
+
+
+@pytest.mark.timeout(60)
+def test_a_column_msgpack_cannot_carry_fails_the_write_naming_it(sink, bridged):
+    df = by_account(sink, 10).selectExpr("*", "current_date() as day")
+    with pytest.raises(Exception, match="column 'day' has type date, which msgpack cannot carry; cast it"):
+        write(df, bridged.admin_port, to="/user/accounts/a{account}")
 
 
 @pytest.mark.timeout(60)
