@@ -529,13 +529,16 @@ class SparkBridge(AtLeastOnceDelivery):
         batches: list[_Staged] = []
         discarded = 0
         for partition, winner in event.winners:
+            # Done by another run of the feed id since this one staged it (two runs at once): only keyed
+            # batches still count, their keys were checked when staged.
+            done = partition in released
             released.add(partition)
             attempts = self._staged.get((feed_id, partition), {})
             for attempt in [a for a in attempts if a == winner or a.split("/", 1)[0] == run]:
                 for b in sorted(attempts.pop(attempt).values(), key=lambda b: b.batch_no):
                     if b.event is not None:
                         self._staged_rows -= b.size
-                    if attempt != winner:
+                    if attempt != winner or (done and b.keys is None):
                         discarded += b.size + b.duplicates
                         counts[0] -= b.size + b.duplicates
                         continue

@@ -208,6 +208,19 @@ def test_an_aborted_run_is_discarded_and_its_feed_id_can_run_again(system_with_j
     assert system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(3, 1, 0)
 
 
+@pytest.mark.timeout(60)
+def test_two_runs_of_one_feed_id_at_once_deliver_a_partition_once(system_with_journal):
+    system, probe = system_with_journal
+    stage(system, probe, "twice", "runA/1", 0, [10], 0)
+    stage(system, probe, "twice", "runB/1", 0, [10], 0)  # the same partition, staged by a concurrent rerun
+    system.tell(BRIDGE_PATH, Release("twice", "runA", [[0, "runA/1"]], probe.path))
+    assert probe.receive(10) == FeedReleased("twice", "runA", 0)
+    system.tell(BRIDGE_PATH, Release("twice", "runB", [[0, "runB/1"]], probe.path, processed=True))
+    assert probe.receive(10) == FeedReleased("twice", "runB", 1)  # runB's rows: discarded, partition 0 was done
+    assert probe.receive(10) == FeedProcessed("twice")
+    assert system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(10, 1, 0)
+
+
 @pytest.fixture
 def system_with_journal(base, make_system, tmp_path):
     """A system on `base` with a SQLite journal, accounts and the bridge; and a probe for the driver's side."""
