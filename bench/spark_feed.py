@@ -9,7 +9,9 @@ One Spark session (local[2]), one cached DataFrame of `rows` deposits to 1,000 a
 - feed(ack="persisted") into in-memory account entities (the rate counts until every row is durable in the
   bridge's journal; the fan-out is then waited for before the next run);
 - feed(ack="processed") into in-memory accounts (each confirms its row at once);
-- feed(ack="processed") into durable accounts (FeedReceiver: one journal event per row, exactly once).
+- feed(ack="processed") into durable accounts (FeedReceiver: one journal event per row, exactly once);
+- the same two in-memory runs through the data sink, `df.write.format("reprise")` (spark_bridge.sink),
+  each right after its feed() run, with the ratio sink / feed (target >= 0.9x).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import time
 import msgpack
 
 import actors
-from spark_bridge import BRIDGE_PATH, FeedProgress, GetFeedProgress, feed, start_bridge
+from spark_bridge import BRIDGE_PATH, FeedProgress, GetFeedProgress, feed, register, start_bridge
 from tests.spark_bridge.sample import Account, DurableAccount
 
 BATCH = 2_000
@@ -107,6 +109,15 @@ def _drained(system: actors.System, feed_id: str, rows: int, timeout: float = 60
     raise RuntimeError(f"{feed_id}: the fan-out did not finish within {timeout} s")
 
 
+def _sink(df, port: int, feed_id: str, ack: str) -> float:
+    """rows/s of df.write.format("reprise") (same batch size and window as feed's defaults)."""
+    started = time.monotonic()
+    (df.write.format("reprise").mode("append").option("port", str(port)).option("feed_id", feed_id)
+     .option("ack", ack).save())
+    seconds = time.monotonic() - started
+    return int(df.count()) / seconds
+
+
 def _system(account: type, tmp: str) -> actors.System:
     system = actors.start("multiproc", journal=f"sqlite:///{tmp}/journal.db", snapshot_store=f"sqlite:///{tmp}/snapshots.db")
     system.spawn(account, path="/user/accounts", entities=True)
@@ -130,18 +141,23 @@ def main(argv: list[str] | None = None) -> dict:
         "concat('/user/accounts/a', cast(id % 1000 as string)) as destination",
         "cast(id % 97 + 1 as long) as amount", "id as txid").cache()
     df.count()
+    register(spark)
     row_floor, arrow_floor = _floors(df, rows)
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="reprise-bench-spark-") as tmp:
         with _system(Account, tmp) as system:
             feed(df.limit(10_000), system=system.admin_port, feed_id="warm-up", progress=False)
+            _sink(df.limit(10_000), system.admin_port, "warm-up-sink", "persisted")  # (its Python workers start)
             persisted = feed(df, system=system.admin_port, feed_id="bench-persisted", progress=False)
             figures["persisted"] = persisted.rows_per_second
             drain = _drained(system, "bench-persisted", rows)
             figures["persisted, then delivered"] = rows / (persisted.seconds + drain)
+            figures["sink persisted"] = _sink(df, system.admin_port, "bench-sink-persisted", "persisted")
+            _drained(system, "bench-sink-persisted", rows)
             processed = feed(df, system=system.admin_port, feed_id="bench-processed", ack="processed",
                              progress=False)
             figures["processed"] = processed.rows_per_second
+            figures["sink processed"] = _sink(df, system.admin_port, "bench-sink-processed", "processed")
     if not args.skip_durable:
         with tempfile.TemporaryDirectory(prefix="reprise-bench-spark-") as tmp, _system(DurableAccount, tmp) as system:
             feed(df.limit(10_000), system=system.admin_port, feed_id="warm-up", ack="processed", progress=False)
@@ -156,11 +172,16 @@ def main(argv: list[str] | None = None) -> dict:
     labels = {"persisted": 'feed ack="persisted" (in-memory accounts)',
               "persisted, then delivered": "  ... until every row was confirmed by its account",
               "processed": 'feed ack="processed" (in-memory accounts)',
-              "processed, durable accounts": 'feed ack="processed" (durable FeedReceiver accounts)'}
+              "processed, durable accounts": 'feed ack="processed" (durable FeedReceiver accounts)',
+              "sink persisted": 'df.write.format("reprise") ack="persisted"',
+              "sink processed": 'df.write.format("reprise") ack="processed"'}
     for name, rate in figures.items():
         print(f"| {labels[name]} | {rate:,.0f} | {rate / row_floor:.2f}x | {rate / arrow_floor:.2f}x |")
     for name, target in (("persisted", 250_000), ("processed", 100_000)):
         print(f"target {name} >= {target:,} rows/s: {'met' if figures[name] >= target else 'NOT met'}")
+    for name in ("persisted", "processed"):
+        ratio = figures[f"sink {name}"] / figures[name]
+        print(f"sink / feed, ack={name}: {ratio:.2f}x (target >= 0.9x: {'met' if ratio >= 0.9 else 'NOT met'})")
     results = [{"system": "plain TCP (Row objects)", "measurement": "rows/s", "rate": row_floor},
                {"system": "plain TCP (Arrow)", "measurement": "rows/s", "rate": arrow_floor}]
     results += [{"system": "reprise", "measurement": f"feed {name} rows/s", "rate": rate} for name, rate in figures.items()]

@@ -19,6 +19,10 @@ Cluster recipe: run one member actor system per executor host (Thespian conventi
 so that a bridge restarted on another host finds its state, and let executors use the driver's Python
 (PYSPARK_PYTHON, set by `feed` when missing).
 
+Writing the Spark way: `register(spark)`, then `df.write.format("reprise").option("port", admin_port)
+.option("to", "/user/accounts/{account}").save()` or `df.writeStream.format("reprise")...start()`, with
+feed's guarantees (spark_bridge.sink).
+
 Reading the journal back: `register(spark)`, then `spark.read.format("reprise-journal").option("url", ...)
 .option("tag", ...).load()` or `spark.readStream...` (spark_bridge.source).
 """
@@ -34,10 +38,12 @@ from spark_bridge.session import local_session
 
 
 def register(spark: Any) -> None:
-    """Register Reprise's Spark data sources with `spark` (a SparkSession): "reprise-journal" (read)."""
-    from spark_bridge.source import JournalDataSource  # (imports pyspark: only when asked)
+    """Register Reprise's Spark data sources with `spark` (a SparkSession): "reprise-journal" (read), "reprise" (write)."""
+    from spark_bridge.sink import RepriseSink  # (imports pyspark: only when asked)
+    from spark_bridge.source import JournalDataSource
 
     spark.dataSource.register(JournalDataSource)
+    spark.dataSource.register(RepriseSink)
 
 
 # The user API only: the other messages of spark_bridge.messages are the bridge's own protocol and events.

@@ -11,6 +11,14 @@ Everything the bridge knows is rebuilt from its own journal (and its latest snap
   because their path stopped being served;
 - a `BridgeSnapshot` every `snapshot_every` stored batches, so recovery replays only what came after.
 
+Spark's commit protocol (spark_bridge.sink): a batch sent by a task attempt is *staged*, a `BatchStored`
+naming the attempt, durable but not delivered, and it gets no delivery ids. When the Spark job commits,
+the driver sends `Release` with the winning attempt of each partition: one `AttemptsReleased` event
+allocates the ids of the winners' batches (in the event's order, so replay allocates the same), makes
+their trees and queues them for fan-out; the other attempts of those partitions are discarded, and the
+feed's partitions are done: a later batch for one (a rerun, a zombie attempt) is a duplicate. An aborted
+job's `Discard` forgets what its attempts staged (`AttemptsDiscarded`).
+
 The batches and the Progress of one incoming message share one commit. Rows are fanned out after their
 batch is durable, at most `fan_out_window` unconfirmed at a time (the rest wait in a backlog, read back
 from the journal when it is long), redelivered until confirmed. Each stored batch is a tree of Storm's
@@ -38,20 +46,29 @@ from persistence import (
 )
 from spark_bridge.acker import Tree, edge, edge_list, edges
 from spark_bridge.messages import (
+    AttemptsDiscarded,
+    AttemptsReleased,
     AwaitBatch,
     BatchAccepted,
     BatchProcessed,
     BatchStored,
     BridgeSnapshot,
     Confirmed,
+    Discard,
+    Discarded,
+    FeedProcessed,
     FeedProgress,
+    FeedReleased,
     Forward,
     ForwardAccepted,
     Forwards,
     ForwardsAccepted,
     GetFeedProgress,
+    GetOpenBatches,
     IngestBatch,
+    OpenBatches,
     Progress,
+    Release,
     Row,
     RowChunk,
 )
@@ -88,6 +105,29 @@ class _Pending:
         self.next_index = next_index
         self.first_id = first_id
         self.size = size
+
+
+class _Staged:
+    """A batch staged by a Spark task attempt: durable at `seq` (-1 while its write is in flight)."""
+
+    __slots__ = ("seq", "event", "partition", "batch_no", "size", "duplicates", "dead", "keys", "first_id")
+
+    def __init__(self, seq: int, event: BatchStored | None, partition: int, batch_no: int, size: int,
+                 duplicates: int, dead: list[int], keys: list[Hashable] | None) -> None:
+        self.seq = seq
+        self.event = event  # None when not kept in memory: read back from the journal
+        self.partition = partition
+        self.batch_no = batch_no
+        self.size = size
+        self.duplicates = duplicates
+        self.dead = dead
+        self.keys = keys
+        self.first_id = 0  # allocated on release
+
+    def state(self, feed_id: str, partition: int, attempt: str) -> list[Any]:
+        """What a snapshot keeps."""
+        return [self.seq, feed_id, partition, attempt, self.batch_no, self.size, self.duplicates, self.dead,
+                self.keys]
 
 
 class _RowsOut:
@@ -179,15 +219,30 @@ class SparkBridge(AtLeastOnceDelivery):
         self._low_at = 0.0
         self._persisted_ingest_at = 0.0
         self._valid_paths: set[str] = set()
+        # (feed, partition) -> attempt -> batch_no -> staged batch (see "Spark's commit protocol" above)
+        self._staged: dict[tuple[str, int], dict[str, dict[int, _Staged]]] = {}
+        self._staged_rows = 0  # rows of staged batches kept in memory
+        self._released: dict[str, set[int]] = {}
+        self._runs: OrderedDict[str, None] = OrderedDict()  # f"{feed}/{run}" released or discarded
+        self._open: dict[str, int] = {}  # feed -> trees not complete
+        self._feed_waiters: dict[str, set[str]] = {}
 
     # ---- recovery -------------------------------------------------------------------------------
     def receive_recover(self, event: Any) -> None:
         """Rebuild dedup state, trees, deliveries and backlog; fan out once recovered."""
         t = type(event)
         if t is BatchStored:
-            self._accept(event)
-            self._enqueue(self.last_sequence_nr, event)
+            if event.attempt is not None:
+                self._stage_event(event, self.last_sequence_nr)
+            else:
+                self._accept(event)
+                self._enqueue(self.last_sequence_nr, event, event.first_id)
             self._since_snapshot += 1
+        elif t is AttemptsReleased:
+            for s in self._release_attempts(event)[0]:
+                self._enqueue(s.seq, s.event, s.first_id, s.size, len(s.dead))
+        elif t is AttemptsDiscarded:
+            self._discard_run(event.feed_id, event.run)
         elif t is Progress:
             self._replay_progress(event)
         elif t is SnapshotOffer:
@@ -222,6 +277,12 @@ class SparkBridge(AtLeastOnceDelivery):
         for tree_id, value, rows, feed_id, partition, batch_no in s.trees:
             self._trees[tree_id] = Tree(tree_id, value, rows, feed_id, partition, batch_no)
             self._by_batch[(feed_id, partition, batch_no)] = tree_id
+            self._open[feed_id] = self._open.get(feed_id, 0) + 1
+        for seq, feed_id, partition, attempt, batch_no, size, duplicates, dead, keys in s.staged:
+            batches = self._staged.setdefault((feed_id, partition), {}).setdefault(attempt, {})
+            batches[batch_no] = _Staged(seq, None, partition, batch_no, size, duplicates, dead, keys)
+        self._released = {f: set(p) for f, p in s.released.items()}
+        self._runs = OrderedDict.fromkeys(s.runs)
         self.restore_unconfirmed([u[0] for u in s.unconfirmed], [u[1] for u in s.unconfirmed],
                                  [Row(d, body, anchor) for d, _, body, anchor in s.unconfirmed])
         self._backlog = [_Pending(seq, None, i, first, size) for seq, i, first, size in s.backlog]
@@ -241,6 +302,10 @@ class SparkBridge(AtLeastOnceDelivery):
             sorted(self._ahead),
             {o: [s.low, [list(r) for r in s.state()[1]]] for o, s in self._forwarded.items()},
             {f: list(c) for f, c in self._feeds.items()},
+            [b.state(f, p, attempt) for (f, p), attempts in self._staged.items() for attempt, batches in attempts.items()
+             for b in batches.values()],
+            {f: sorted(p) for f, p in self._released.items()},
+            list(self._runs),
         )
 
     # ---- commands -------------------------------------------------------------------------------
@@ -273,6 +338,13 @@ class SparkBridge(AtLeastOnceDelivery):
         elif t is _FanOut:
             self._fanout_queued = False
             self._fan_out()
+        elif t is GetOpenBatches:
+            open_ = sorted([t.partition, t.batch_no] for t in self._trees.values() if t.feed_id == message.feed_id)
+            self.tell(cast(str, sender), OpenBatches(message.feed_id, open_))
+        elif t is Release:
+            self._release(message)
+        elif t is Discard:
+            self._discard(message)
         elif t is AwaitBatch:
             self._await(message.feed_id, message.partition, message.batch_no, message.reply_to)
         elif t is GetFeedProgress:
@@ -287,6 +359,9 @@ class SparkBridge(AtLeastOnceDelivery):
             self.log.debug("spark bridge ignored %r from %s", message, sender)
 
     def _ingest(self, m: IngestBatch) -> None:
+        if m.attempt is not None:
+            self._stage(m)
+            return
         seen = self._batches.get((m.feed_id, m.partition))
         if seen is not None and m.batch_no in seen:
             # A resend, a retried task or a rerun: answer once the original is durable (it may be in flight).
@@ -335,10 +410,16 @@ class SparkBridge(AtLeastOnceDelivery):
         if n - len(event.dead) <= 0:
             counts[1] += n + event.duplicates
             return None
-        tree = Tree(event.first_id, edges(event.first_id, n, set(event.dead)), n + event.duplicates, event.feed_id,
-                    event.partition, event.batch_no, reply_to)
+        return self._plant(event.feed_id, event.partition, event.batch_no, event.first_id, n, event.dead,
+                           event.duplicates, reply_to)
+
+    def _plant(self, feed_id: str, partition: int, batch_no: int, first_id: int, n: int, dead: list[int],
+               duplicates: int, reply_to: str | None = None) -> Tree:
+        """A new tree for a batch whose rows are the deliveries first_id .. first_id + n - 1."""
+        tree = Tree(first_id, edges(first_id, n, set(dead)), n + duplicates, feed_id, partition, batch_no, reply_to)
         self._trees[tree.tree_id] = tree
-        self._by_batch[(event.feed_id, event.partition, event.batch_no)] = tree.tree_id
+        self._by_batch[(feed_id, partition, batch_no)] = tree.tree_id
+        self._open[feed_id] = self._open.get(feed_id, 0) + 1
         return tree
 
     def _feed(self, feed_id: str) -> list[int]:
@@ -350,6 +431,9 @@ class SparkBridge(AtLeastOnceDelivery):
         return counts
 
     def _stored(self, event: BatchStored, reply_to: str, tree: Tree | None) -> None:
+        if event.attempt is not None:
+            self._staged_stored(event, reply_to)
+            return
         self._allocated.pop(event.first_id, None)
         self.tell(reply_to, BatchAccepted(event.feed_id, event.partition, event.batch_no, event.duplicates,
                                           len(event.dead)))
@@ -358,9 +442,165 @@ class SparkBridge(AtLeastOnceDelivery):
             self.tell(event.paths[i], body)
         if tree is None:  # nothing to deliver: processed at once
             self.tell(reply_to, BatchProcessed(event.feed_id, event.partition, event.batch_no))
-        self._enqueue(self.last_sequence_nr, event)
+        self._enqueue(self.last_sequence_nr, event, event.first_id)
         self._since_snapshot += 1
         self._queue_fan_out()
+
+    # ---- staging and release (Spark's commit protocol) --------------------------------------------
+    def _stage(self, m: IngestBatch) -> None:
+        """Store a task attempt's batch without delivering it (a duplicate when its partition is done)."""
+        attempt = cast(str, m.attempt)
+        run = attempt.split("/", 1)[0]
+        done = (m.keys is None and m.partition in self._released.get(m.feed_id, ())) or f"{m.feed_id}/{run}" in self._runs
+        batches = None if done else self._staged.setdefault((m.feed_id, m.partition), {}).setdefault(attempt, {})
+        if batches is None or m.batch_no in batches:
+            # A rerun of a done partition, a zombie attempt of a finished run, or a resend: answer once the
+            # original is durable (it may be in flight).
+            self._flush()
+            old = None if batches is None else batches[m.batch_no]
+            accepted = BatchAccepted(m.feed_id, m.partition, m.batch_no, len(m.paths) if old is None else old.duplicates,
+                                     0 if old is None else len(old.dead))
+            self.defer_async(accepted, lambda ack: self.tell(m.reply_to, ack))
+            return
+        paths, values, keys = m.paths, m.values, m.keys
+        if keys is not None:
+            known = self._keys.get(m.feed_id, ())
+            fresh = [i for i, k in enumerate(keys) if k not in known]
+            if len(fresh) < len(paths):
+                paths = [paths[i] for i in fresh]
+                keys = [keys[i] for i in fresh]
+                values = ([[col[i] for i in fresh] for col in values] if m.columns is not None
+                          else [values[i] for i in fresh])
+        resolve = self.context.resolve
+        unserved = {p for p in set(paths) if resolve(p) is None}
+        dead = [i for i, p in enumerate(paths) if p in unserved] if unserved else []
+        event = BatchStored(m.feed_id, m.partition, m.batch_no, paths, values, m.columns, keys, 0, dead,
+                            len(m.paths) - len(paths), attempt)
+        batches[m.batch_no] = self._staged_batch(event, -1)
+        self._feed(m.feed_id)[0] += len(m.paths)  # progress counts staged rows; discarded ones are taken back
+        self._stores.append((event, m.reply_to, None))
+        self._queue_flush()
+
+    def _staged_batch(self, event: BatchStored, seq: int) -> _Staged:
+        n = len(event.paths)
+        keep = self._staged_rows + n <= self.backlog_in_memory
+        if keep:
+            self._staged_rows += n
+        return _Staged(seq, event if keep else None, event.partition, event.batch_no, n, event.duplicates, event.dead, event.keys)
+
+    def _stage_event(self, event: BatchStored, seq: int) -> None:
+        """Replay of a staged batch."""
+        run = cast(str, event.attempt).split("/", 1)[0]
+        if f"{event.feed_id}/{run}" in self._runs:  # written after its run was over: a zombie's
+            return
+        attempts = self._staged.setdefault((event.feed_id, event.partition), {})
+        attempts.setdefault(cast(str, event.attempt), {})[event.batch_no] = self._staged_batch(event, seq)
+        self._feed(event.feed_id)[0] += len(event.paths) + event.duplicates
+
+    def _staged_stored(self, event: BatchStored, reply_to: str) -> None:
+        staged = self._staged.get((event.feed_id, event.partition), {}).get(cast(str, event.attempt), {})
+        b = staged.get(event.batch_no)
+        if b is not None:
+            b.seq = self.last_sequence_nr
+        self._since_snapshot += 1
+        self.tell(reply_to, BatchAccepted(event.feed_id, event.partition, event.batch_no, event.duplicates,
+                                          len(event.dead)))
+
+    def _release(self, m: Release) -> None:
+        run_key = f"{m.feed_id}/{m.run}"
+        if run_key in self._runs:  # a repeat (the driver resends until answered)
+            self._flush()
+            self.defer_async(FeedReleased(m.feed_id, m.run, 0), lambda r: self._released_reply(m, r))
+            return
+        self._flush()  # batches buffered before it are journaled before it
+        event = AttemptsReleased(m.feed_id, m.run, m.winners, self._next_id)
+        batches, discarded = self._release_attempts(event)
+        reply = FeedReleased(m.feed_id, m.run, discarded)
+        self.persist_async(event, lambda e: self._released_now(batches, m, reply))
+
+    def _release_attempts(self, event: AttemptsReleased) -> tuple[list[_Staged], int]:
+        """Apply a release (live or replaying): ids, trees and keys of the winners' batches; drop the rest."""
+        feed_id, run = event.feed_id, event.run
+        self._remember_run(f"{feed_id}/{run}")
+        released = self._released.setdefault(feed_id, set())
+        keys = self._keys.setdefault(feed_id, set())
+        counts = self._feed(feed_id)
+        next_id = event.first_id
+        batches: list[_Staged] = []
+        discarded = 0
+        for partition, winner in event.winners:
+            # Done by another run of the feed id since this one staged it (two runs at once): only keyed
+            # batches still count, their keys were checked when staged.
+            done = partition in released
+            released.add(partition)
+            attempts = self._staged.get((feed_id, partition), {})
+            for attempt in [a for a in attempts if a == winner or a.split("/", 1)[0] == run]:
+                for b in sorted(attempts.pop(attempt).values(), key=lambda b: b.batch_no):
+                    if b.event is not None:
+                        self._staged_rows -= b.size
+                    if attempt != winner or (done and b.keys is None):
+                        discarded += b.size + b.duplicates
+                        counts[0] -= b.size + b.duplicates
+                        continue
+                    b.first_id = next_id
+                    next_id += b.size
+                    batches.append(b)
+            if not attempts:
+                self._staged.pop((feed_id, partition), None)
+        batches.sort(key=lambda b: b.first_id)
+        for b in batches:
+            if b.keys is not None:
+                keys.update(b.keys)
+            if b.size - len(b.dead) <= 0:
+                counts[1] += b.size + b.duplicates
+            else:
+                self._plant(feed_id, b.partition, b.batch_no, b.first_id, b.size, b.dead, b.duplicates)
+        if not keys:
+            self._keys.pop(feed_id, None)
+        self._next_id = max(self._next_id, next_id)
+        return batches, discarded
+
+    def _released_now(self, batches: list[_Staged], m: Release, reply: FeedReleased) -> None:
+        for b in batches:
+            event = b.event
+            if b.dead:  # dead-lettered once, when released (a losing attempt's rows are not)
+                event = event if event is not None else self._load(b.seq)
+                for i in b.dead:
+                    self.tell(event.paths[i], event.values[i] if event.columns is None else _row_dict(event, i))
+            self._enqueue(b.seq, b.event, b.first_id, b.size, len(b.dead))
+        self._queue_fan_out()
+        self._released_reply(m, reply)
+
+    def _released_reply(self, m: Release, reply: FeedReleased) -> None:
+        self.tell(m.reply_to, reply)
+        if m.processed:
+            if m.feed_id in self._open:
+                self._feed_waiters.setdefault(m.feed_id, set()).add(m.reply_to)
+            else:
+                self.tell(m.reply_to, FeedProcessed(m.feed_id))
+
+    def _discard(self, m: Discard) -> None:
+        if f"{m.feed_id}/{m.run}" not in self._runs:
+            self._flush()
+            self._discard_run(m.feed_id, m.run)
+            self.persist_async(AttemptsDiscarded(m.feed_id, m.run), lambda e: None)
+        self.defer_async(Discarded(m.feed_id, m.run), lambda d: self.tell(m.reply_to, d))
+
+    def _discard_run(self, feed_id: str, run: str) -> None:
+        self._remember_run(f"{feed_id}/{run}")
+        for key in [k for k in self._staged if k[0] == feed_id]:
+            attempts = self._staged[key]
+            for attempt in [a for a in attempts if a.split("/", 1)[0] == run]:
+                for b in attempts.pop(attempt).values():
+                    self._staged_rows -= b.size if b.event is not None else 0
+                    self._feed(feed_id)[0] -= b.size + b.duplicates
+            if not attempts:
+                del self._staged[key]
+
+    def _remember_run(self, run_key: str) -> None:
+        self._runs[run_key] = None
+        while len(self._runs) > 10_000:  # runs older than that are not recognised as repeats
+            self._runs.popitem(last=False)
 
     def _await(self, feed_id: str, partition: int, batch_no: int, reply_to: str) -> None:
         tree_id = self._by_batch.get((feed_id, partition, batch_no))
@@ -425,6 +665,11 @@ class SparkBridge(AtLeastOnceDelivery):
 
     def _complete(self, tree: Tree, replaying: bool) -> None:
         del self._trees[tree.tree_id]
+        left = self._open.get(tree.feed_id, 1) - 1
+        if left > 0:
+            self._open[tree.feed_id] = left
+        else:
+            self._open.pop(tree.feed_id, None)
         self._by_batch.pop((tree.feed_id, tree.partition, tree.batch_no), None)
         if replaying:
             self._feed(tree.feed_id)[1] += tree.rows
@@ -529,16 +774,22 @@ class SparkBridge(AtLeastOnceDelivery):
             self._feed(tree.feed_id)[1] += tree.rows
             if tree.reply_to is not None:
                 self.tell(tree.reply_to, BatchProcessed(tree.feed_id, tree.partition, tree.batch_no))
+            if tree.feed_id in self._feed_waiters and tree.feed_id not in self._open:
+                for waiter in self._feed_waiters.pop(tree.feed_id):
+                    self.tell(waiter, FeedProcessed(tree.feed_id))
 
     # ---- fan-out --------------------------------------------------------------------------------
-    def _enqueue(self, seq: int, event: BatchStored) -> None:
-        n = len(event.paths)
-        if len(event.dead) >= n:
+    def _enqueue(self, seq: int, event: BatchStored | None, first_id: int, size: int = -1,
+                 dead: int = 0) -> None:
+        """Queue a stored batch's rows `first_id ..` for fan-out (`event` None: read back when its turn comes)."""
+        if event is not None:
+            size, dead = len(event.paths), len(event.dead)
+        if dead >= size:
             return
-        keep = self._backlog_rows + n <= self.backlog_in_memory
-        self._backlog.append(_Pending(seq, event if keep else None, 0, event.first_id, n))
+        keep = event is not None and self._backlog_rows + size <= self.backlog_in_memory
+        self._backlog.append(_Pending(seq, event if keep else None, 0, first_id, size))
         if keep:
-            self._backlog_rows += n
+            self._backlog_rows += size
 
     def _fan_out(self) -> None:
         """Register (and send) the next rows of the backlog, up to the window and one chunk per turn."""
@@ -563,7 +814,7 @@ class SparkBridge(AtLeastOnceDelivery):
             start = b.next_index
             end = min(b.size, start + budget)
             dead = set(event.dead)
-            first = event.first_id
+            first = b.first_id  # (a staged batch's ids are allocated on release, not stored in it)
             paths = event.paths
             columns = event.columns
             if columns is None:

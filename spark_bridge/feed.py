@@ -1,12 +1,26 @@
 """feed(): push a Spark DataFrame's rows through the bridge to actors by path, with publisher confirms.
 
-Each Spark task attaches to the actor system (`actors.connect`, cached per Python worker), cuts its
-partition into batches and keeps up to `window` of them unconfirmed (RabbitMQ's asynchronous publisher
-confirms). With ack="persisted" a batch is confirmed once it is durable in the bridge's journal; with
-ack="processed" once every row of it, and every follow-up anchored to a row, was confirmed by its
-destination (the bridge's XOR acker). When the rows are plain columns and the message is the row as a
-dict (the default), tasks read Arrow record batches (`mapInArrow`) and send columns: no per-row Python
-objects on the Spark side.
+The machinery of both `feed()` and the `reprise` data source (spark_bridge.sink), which are thin
+entry points over it. It follows Spark's commit protocol:
+
+1. tasks (`stage_arrow`, `stage_rows`): each Spark task attempt attaches to the actor system
+   (`actors.connect`, cached per Python worker), cuts its partition into batches and keeps up to
+   `window` of them unconfirmed (RabbitMQ's asynchronous publisher confirms). The bridge *stages* each
+   batch under the attempt: durable in its journal, not delivered. A task reports (partition, attempt,
+   rows, duplicates, dead-lettered): Spark's commit message.
+2. the driver (`commit_run`): once Spark has the winning attempt of every partition (the job's commit:
+   `collect()`'s results, or `DataSourceWriter.commit`'s messages), it tells the bridge to release the
+   winners; the rows of failed and speculative attempts are discarded, even when their content
+   differed (nondeterministic input). ack="persisted" returns once the release is durable; ack="processed"
+   once every released row, and every follow-up anchored to one, was confirmed by its destination (the
+   bridge's XOR acker). `discard_run` forgets an aborted job's batches.
+
+A feed's partitions are done once released: a rerun of the feed id (or a replayed streaming micro-batch)
+stores and delivers nothing again; with `key`, rows are deduplicated by key instead (checked against
+the keys released before, when a batch is staged: two runs of one keyed feed id at the same time may
+both deliver a key). When the rows are
+plain columns and the message is the row as a dict (the default), tasks read Arrow record batches and
+send columns: no per-row Python objects on the Spark side.
 """
 
 from __future__ import annotations
@@ -25,12 +39,17 @@ from journal.errors import SerializationError
 from journal.serialization import serialize
 from spark_bridge.bridge import BRIDGE_PATH
 from spark_bridge.messages import (
-    AwaitBatch,
     BatchAccepted,
-    BatchProcessed,
+    Discard,
+    Discarded,
+    FeedProcessed,
     FeedProgress,
+    FeedReleased,
     GetFeedProgress,
+    GetOpenBatches,
     IngestBatch,
+    OpenBatches,
+    Release,
 )
 from spark_bridge.progress import Poller, ProgressBar, is_terminal
 
@@ -42,7 +61,7 @@ if TYPE_CHECKING:
 HOW_TO_START = ("start the bridge in the actor system first: "
                 "`from spark_bridge import start_bridge; start_bridge(actors.connect(PORT))`")
 ACK_MODES = ("persisted", "processed")
-_RESULT_SCHEMA = "partition int, rows long, duplicates long, dead long, incomplete string"
+_RESULT_SCHEMA = "partition int, attempt string, rows long, duplicates long, dead long"
 
 
 @dataclass(frozen=True)
@@ -54,10 +73,50 @@ class FeedResult:
     dead_lettered: int
     seconds: float
     rows_per_second: float
+    discarded: int = 0
+    """Rows staged by failed or speculative task attempts and dropped (never delivered)."""
 
 
 class FeedError(RepriseError, RuntimeError):
     """A feed could not start, or a partition could not be confirmed in time."""
+
+
+@dataclass(frozen=True)
+class PathTemplate:
+    """A destination path with {column} placeholders, e.g. "/user/accounts/{account}"."""
+
+    text: str
+    literals: tuple[str, ...]  # one more than columns: literal, column, literal, ...
+    columns: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> PathTemplate:
+        """Split `text` at its placeholders; ValueError naming the problem when it is malformed."""
+        import string
+
+        literals, columns = [""], []
+        try:
+            for literal, field_name, spec, conversion in string.Formatter().parse(text):
+                literals[-1] += literal
+                if field_name is not None:
+                    if not field_name or spec or conversion:
+                        raise ValueError(f"placeholder {{{field_name}}} must be a bare column name like {{account}}")
+                    columns.append(field_name)
+                    literals.append("")
+        except ValueError as e:
+            raise ValueError(f"path template {text!r}: {e}") from None
+        return cls(text, tuple(literals), tuple(columns))
+
+    def render(self, values: list[list[Any]]) -> list[str]:
+        """The paths of a batch, given each placeholder column's values (in `columns` order)."""
+        lits = self.literals
+        if not self.columns:
+            return [lits[0]] * (len(values[0]) if values else 0)
+        if len(self.columns) == 1:
+            a, b = lits
+            return [f"{a}{v}{b}" for v in values[0]]
+        return ["".join(p for pair in zip(lits, map(str, row), strict=False) for p in pair) + lits[-1]
+                for row in zip(*values, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -67,7 +126,7 @@ class _Plan:
     host: str
     port: int
     feed_id: str
-    to: str | Callable[[Row], str]  # column name or callable Row -> path
+    to: str | PathTemplate | Callable[[Row], str]  # column name, template or callable Row -> path
     message: Callable[[Row], object] | None
     key: str | None
     batch_size: int
@@ -75,6 +134,8 @@ class _Plan:
     timeout: float
     resend_after: float
     processed: bool
+    run: str = ""
+    """This run's id: task attempts stage under f"{run}/{task attempt id}"."""
 
 
 def _address(system: object) -> tuple[str, int]:
@@ -122,32 +183,30 @@ class _InFlight:
 class _Publisher:
     """One task's batches to the bridge: a window of unconfirmed ones, resends, timeouts."""
 
-    def __init__(self, plan: _Plan, partition: int) -> None:
+    def __init__(self, plan: _Plan, feed_id: str, partition: int, attempt: str) -> None:
         self.plan = plan
+        self.feed_id = feed_id
         self.partition = partition
+        self.attempt = attempt
         self.system = _connection(plan.host, plan.port)
         self.probe = self.system.probe(f"spark-feed-{partition}-{uuid.uuid4().hex[:8]}")
         self.inflight: dict[int, _InFlight] = {}
         self.rows = self.duplicates = self.dead = 0
-        self.incomplete: list[int] = []
 
     def send(self, batch_no: int, paths: list[str], values: list[Any], columns: tuple[str, ...] | None,
-             keys: list[Hashable] | None) -> bool:
-        """Send one batch once the window has room; False when the partition gave up (processed timeout)."""
+             keys: list[Hashable] | None) -> None:
+        """Send one batch (staged under this attempt) once the window has room."""
         self.settle(self.plan.window - 1)
-        if self.incomplete:
-            return False
-        message = IngestBatch(self.plan.feed_id, self.partition, batch_no, paths, values, self.probe.path, columns,
-                              keys, self.plan.processed)
+        message = IngestBatch(self.feed_id, self.partition, batch_no, paths, values, self.probe.path, columns,
+                              keys, attempt=self.attempt)
         self.inflight[batch_no] = _InFlight(message, time.monotonic())
         self.system.tell(BRIDGE_PATH, message)
         self.rows += len(paths)
-        return True
 
     def settle(self, limit: int) -> None:
         """Wait for confirms until at most `limit` batches are open; resend the late, time out the hopeless."""
         plan, inflight = self.plan, self.inflight
-        while len(inflight) > limit and not self.incomplete:
+        while len(inflight) > limit:
             oldest = min(e.last for e in inflight.values())
             wait = max(0.0, oldest + plan.resend_after - time.monotonic())
             try:
@@ -156,40 +215,34 @@ class _Publisher:
                 self._late(time.monotonic())
                 continue
             entry = inflight.get(getattr(reply, "batch_no", -1))
-            if entry is None or getattr(reply, "feed_id", None) != plan.feed_id:
+            if entry is None or not isinstance(reply, BatchAccepted) or reply.feed_id != self.feed_id:
                 continue
-            if isinstance(reply, BatchAccepted) and not entry.accepted:
-                entry.accepted = True
-                self.duplicates += reply.duplicates
-                self.dead += reply.dead_lettered
-            elif isinstance(reply, BatchProcessed):
-                entry.processed = True
-            if entry.accepted and (entry.processed or not plan.processed):
-                del inflight[entry.message.batch_no]
+            self.duplicates += reply.duplicates
+            self.dead += reply.dead_lettered
+            del inflight[entry.message.batch_no]
 
     def _late(self, now: float) -> None:
         plan = self.plan
         for batch_no, e in self.inflight.items():
             if now - e.first > plan.timeout:
-                if not e.accepted:
-                    raise FeedError(f"feed {plan.feed_id!r}: partition {self.partition} batch {batch_no} was not "
-                                    f"confirmed by {BRIDGE_PATH} within {plan.timeout} s")
-                # Stored but not processed in time: report it (a Spark retry would not help).
-                self.incomplete = sorted(b for b, x in self.inflight.items() if now - x.first > plan.timeout)
-                return
+                raise FeedError(f"feed {self.feed_id!r}: partition {self.partition} batch {batch_no} was not "
+                                f"confirmed by {BRIDGE_PATH} within {plan.timeout} s")
             if now - e.last >= plan.resend_after:
-                m = e.message
-                again = m if not e.accepted else AwaitBatch(m.feed_id, m.partition, m.batch_no, self.probe.path)
-                self.system.tell(BRIDGE_PATH, again)
+                self.system.tell(BRIDGE_PATH, e.message)
                 e.last = now
 
-    def finish(self) -> tuple[int, int, int, int, str | None]:
-        """Wait for the last batches; (partition, rows, duplicates, dead-lettered, incomplete batches or None)."""
+    def finish(self) -> tuple[int, str, int, int, int]:
+        """Wait for the last batches: Spark's commit message (partition, attempt, rows, duplicates, dead)."""
         self.settle(0)
-        incomplete = None
-        if self.incomplete:
-            incomplete = ",".join(str(b) for b in self.incomplete)
-        return self.partition, self.rows, self.duplicates, self.dead, incomplete
+        return self.partition, self.attempt, self.rows, self.duplicates, self.dead
+
+
+def _attempt(plan: _Plan) -> tuple[int, str]:
+    """(partition, attempt id) of the running Spark task."""
+    from pyspark import TaskContext
+
+    context = cast(TaskContext, TaskContext.get())  # (inside a task: never None)
+    return context.partitionId(), f"{plan.run}/{context.taskAttemptId()}"
 
 
 _valid_paths: set[str] = set()  # per worker process: most feeds send to the same paths again and again
@@ -226,76 +279,162 @@ def _unserializable_column(bodies: list[object], exc: Exception) -> FeedError:
     return FeedError(f"a batch cannot be carried by msgpack: {exc}")
 
 
-def _run_rows(plan: _Plan, partition: int, rows: Iterable[Row]) -> Iterator[tuple[int, int, int, int, str | None]]:
-    """A task over Row objects (a `to` or `message` callable): convert each row, send batches."""
-    pub = _Publisher(plan, partition)
+def stage_rows(plan: _Plan, rows: Iterable[Row]) -> Iterator[tuple[int, str, int, int, int]]:
+    """A task over Row objects (a `to` or `message` callable): convert each row, stage batches."""
+    pub = _Publisher(plan, plan.feed_id, *_attempt(plan))
+    template = plan.to if isinstance(plan.to, PathTemplate) else None
     paths: list[str] = []
     bodies: list[object] = []
     keys: list[Hashable] | None = [] if plan.key is not None else None
 
-    def flush(batch_no: int) -> bool:
+    def flush(batch_no: int) -> None:
         _check_paths(paths)
         try:
             serialize(bodies)
         except SerializationError as exc:
             raise _unserializable_column(bodies, exc) from None
-        return pub.send(batch_no, paths, bodies, None, keys)
+        pub.send(batch_no, paths, bodies, None, keys)
 
     batch_no = 0
     for row in rows:
-        paths.append(row[plan.to] if isinstance(plan.to, str) else plan.to(row))
+        if template is not None:
+            paths.extend(template.render([[row[c]] for c in template.columns]))
+        else:
+            paths.append(row[plan.to] if isinstance(plan.to, str) else plan.to(row))  # type: ignore[operator]
         bodies.append(row.asDict(recursive=True) if plan.message is None else plan.message(row))
         if keys is not None:
             keys.append(row[plan.key])
         if len(paths) >= plan.batch_size:
-            if not flush(batch_no):
-                break
+            flush(batch_no)
             batch_no += 1
             paths, bodies = [], []
             keys = [] if keys is not None else None
-    else:
-        if paths:
-            flush(batch_no)
+    if paths:
+        flush(batch_no)
     yield pub.finish()
 
 
-def _run_arrow(plan: _Plan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """A task over Arrow record batches: columns to Python lists in C, cut into batches, no row objects."""
-    import pyarrow as pa
-    from pyspark import TaskContext
+def stage_arrow(plan: _Plan, batches: Iterable[pa.RecordBatch], feed_id: str | None = None,
+                ) -> tuple[int, str, int, int, int]:
+    """A task over Arrow record batches: columns to Python lists in C, cut into batches, no row objects.
 
-    pub = _Publisher(plan, cast(TaskContext, TaskContext.get()).partitionId())  # (inside a task: never None)
+    Stages them under this task attempt for `feed_id` (default the plan's); returns the commit message.
+    """
+    pub = _Publisher(plan, feed_id or plan.feed_id, *_attempt(plan))
     columns: tuple[str, ...] | None = None
     pending: list[list[Any]] = []
     to = key = 0
+    template = plan.to if isinstance(plan.to, PathTemplate) else None
+    placeholders: list[int] = []
     batch_no = 0
-    going = True
     size = plan.batch_size
+
+    def paths_of(values: list[list[Any]]) -> list[str]:
+        paths = template.render([values[i] for i in placeholders]) if template is not None else values[to]
+        _check_paths(paths)
+        return paths
+
     for rb in batches:
         if columns is None:
             columns = tuple(rb.schema.names)
-            to = columns.index(plan.to)
+            if template is not None:
+                placeholders = [columns.index(c) for c in template.columns]
+            else:
+                to = columns.index(cast(str, plan.to))
             key = columns.index(plan.key) if plan.key is not None else -1
             pending = [[] for _ in columns]
         for col, values in zip(pending, rb.columns, strict=True):
             col.extend(values.to_pylist())
-        while going and len(pending[0]) >= size:
+        while len(pending[0]) >= size:
             values = [c[:size] for c in pending]
             pending = [c[size:] for c in pending]
-            _check_paths(values[to])
-            going = pub.send(batch_no, values[to], values, columns, values[key] if key >= 0 else None)
+            pub.send(batch_no, paths_of(values), values, columns, values[key] if key >= 0 else None)
             batch_no += 1
-        if not going:
-            break
-    if going and pending and pending[0]:
-        _check_paths(pending[to])
-        pub.send(batch_no, pending[to], pending, columns, pending[key] if key >= 0 else None)
-    partition, rows, duplicates, dead, incomplete = pub.finish()
-    yield pa.RecordBatch.from_pydict({"partition": [partition], "rows": [rows], "duplicates": [duplicates],
-                                      "dead": [dead], "incomplete": [incomplete]},
-                                     schema=pa.schema([("partition", pa.int32()), ("rows", pa.int64()),
-                                                       ("duplicates", pa.int64()), ("dead", pa.int64()),
-                                                       ("incomplete", pa.string())]))
+    if pending and pending[0]:
+        pub.send(batch_no, paths_of(pending), pending, columns, pending[key] if key >= 0 else None)
+    return pub.finish()
+
+
+def _stage_arrow_batches(plan: _Plan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """stage_arrow for mapInArrow: the commit message as a one-row record batch."""
+    import pyarrow as pa
+
+    partition, attempt, rows, duplicates, dead = stage_arrow(plan, batches)
+    yield pa.RecordBatch.from_pydict({"partition": [partition], "attempt": [attempt], "rows": [rows],
+                                      "duplicates": [duplicates], "dead": [dead]},
+                                     schema=pa.schema([("partition", pa.int32()), ("attempt", pa.string()),
+                                                       ("rows", pa.int64()), ("duplicates", pa.int64()),
+                                                       ("dead", pa.int64())]))
+
+
+# ---- the driver side: the job's commit --------------------------------------------------------------
+
+
+def commit_run(plan: _Plan, feed_id: str, staged: Iterable[tuple[int, str, int, int, int]],
+               started: float) -> FeedResult:
+    """Release the winning attempts (one commit message per partition) and wait as `plan.processed` asks."""
+    messages = sorted(staged)
+    winners = [[p, attempt] for p, attempt, *_ in messages]
+    system = actors.connect(plan.port, host=plan.host)
+    try:
+        probe = system.probe(f"spark-commit-{uuid.uuid4().hex[:8]}")
+        release = Release(feed_id, plan.run, winners, probe.path, plan.processed)
+        deadline = time.monotonic() + plan.timeout
+        discarded: int | None = None
+        processed = not plan.processed
+        resend = plan.resend_after
+        system.tell(BRIDGE_PATH, release)
+        while discarded is None or not processed:
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            try:
+                reply = probe.receive(min(resend, deadline - now))
+            except AskTimeout:  # the bridge may have restarted and lost the question: ask again
+                system.tell(BRIDGE_PATH, release)
+                resend = min(resend * 2, 5.0) if discarded is not None else resend
+                continue
+            if isinstance(reply, FeedReleased) and reply.run == plan.run and discarded is None:
+                discarded = reply.discarded
+            elif isinstance(reply, FeedProcessed) and reply.feed_id == feed_id:
+                processed = True
+        if discarded is None:
+            raise FeedError(f"feed {feed_id!r}: the release of its {len(winners)} partitions was not confirmed by "
+                            f"{BRIDGE_PATH} within {plan.timeout} s; nothing was delivered: run it again")
+        if not processed:
+            open_ = system.ask(BRIDGE_PATH, GetOpenBatches(feed_id), timeout=10)
+            by_partition: dict[int, list[str]] = {}
+            for p, b in cast(OpenBatches, open_).batches:
+                by_partition.setdefault(p, []).append(str(b))
+            listed = "; ".join(f"partition {p} (batches {','.join(b)})" for p, b in sorted(by_partition.items()))
+            raise FeedError(f"feed {feed_id!r}: not every row was processed within {plan.timeout} s: {listed}. "
+                            "Their rows are stored and still being delivered; feed the same feed_id again to wait "
+                            "for them")
+    finally:
+        system.close()
+    seconds = time.monotonic() - started
+    rows = sum(m[2] for m in messages)
+    return FeedResult(rows, sum(m[3] for m in messages), sum(m[4] for m in messages), seconds,
+                      rows / seconds if seconds > 0 else 0.0, discarded)
+
+
+def discard_run(plan: _Plan, feed_id: str) -> None:
+    """Forget what the attempts of an aborted run staged (best effort: a run never released stays unseen)."""
+    try:
+        system = actors.connect(plan.port, host=plan.host)
+    except actors.SystemNotRunning:
+        return
+    try:
+        probe = system.probe(f"spark-abort-{uuid.uuid4().hex[:8]}")
+        system.tell(BRIDGE_PATH, Discard(feed_id, plan.run, probe.path))
+        deadline = time.monotonic() + min(plan.timeout, 10.0)
+        while time.monotonic() < deadline:
+            if isinstance(probe.receive(deadline - time.monotonic()), Discarded):
+                return
+    except AskTimeout:
+        pass
+    finally:
+        system.close()
 
 
 # ---- the driver side --------------------------------------------------------------------------------
@@ -322,20 +461,20 @@ def _unsupported(data_type: Any) -> str | None:
     return cast(str, data_type.simpleString())
 
 
-def _has_map(data_type: Any) -> bool:
+def has_map(data_type: Any) -> bool:
     name = type(data_type).__name__
     if name == "MapType":
         return True
     if name == "ArrayType":
-        return _has_map(data_type.elementType)
+        return has_map(data_type.elementType)
     if name == "StructType":
-        return any(_has_map(f.dataType) for f in data_type.fields)
+        return any(has_map(f.dataType) for f in data_type.fields)
     return False
 
 
-def _check_columns(df: DataFrame) -> None:
-    """Fail before the job when a column's values cannot travel as msgpack in the default row dict."""
-    for f in df.schema.fields:
+def check_columns(schema: Any) -> None:
+    """Fail before the job when a column's values (of a StructType) cannot travel as msgpack in the row dict."""
+    for f in schema.fields:
         why = _unsupported(f.dataType)
         if why:
             raise FeedError(f"column {f.name!r} has type {why}, which msgpack cannot carry; cast it (e.g. "
@@ -343,7 +482,7 @@ def _check_columns(df: DataFrame) -> None:
                             "to build the message yourself")
 
 
-def _check_system(host: str, port: int) -> None:
+def check_system(host: str, port: int) -> None:
     """Fail fast, before any Spark job, when the system or the bridge is not there."""
     try:
         system = actors.connect(port, host=host)
@@ -397,9 +536,8 @@ def feed(df: DataFrame, system: object, to: str | Callable[[Row], str] = "destin
     if not isinstance(timeout, int | float) or timeout <= 0:
         raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
     if not (isinstance(to, str) or callable(to)):
-        raise TypeError(f"to must be a column name or a callable Row -> path, got {to!r}")
-    if isinstance(to, str) and to not in df.columns:
-        raise ValueError(f"to={to!r} is not a column of the DataFrame (columns: {df.columns})")
+        raise TypeError(f"to must be a column name, a path template or a callable Row -> path, got {to!r}")
+    target = check_to(to, df.columns) if isinstance(to, str) else to
     if key is not None and key not in df.columns:
         raise ValueError(f"key={key!r} is not a column of the DataFrame (columns: {df.columns})")
     if message is not None and not callable(message):
@@ -407,37 +545,58 @@ def feed(df: DataFrame, system: object, to: str | Callable[[Row], str] = "destin
     if feed_id is not None and (not isinstance(feed_id, str) or not feed_id):
         raise ValueError(f"feed_id must be a non-empty string, got {feed_id!r}")
     if message is None:
-        _check_columns(df)
+        check_columns(df.schema)
     host, port = _address(system)
-    _check_system(host, port)
+    check_system(host, port)
     # Executors run the driver's Python, so that actor and message classes import the same way there.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     feed_id = feed_id or f"feed-{uuid.uuid4().hex}"
-    plan = _Plan(host, port, feed_id, to, message, key, batch_size, window, float(timeout),
-                 resend_after=max(0.5, min(5.0, timeout / 6)), processed=ack == "processed")
+    plan = make_plan(host, port, feed_id, target, message, key, batch_size, window, float(timeout), ack)
     stream = sys.stderr if progress is True else progress
     poller = (_progress(df, host, port, feed_id, plan.processed, cast(TextIO, stream))  # (a stream: not False)
               if progress is not False else None)
     started = time.monotonic()
     parts: list[tuple[Any, ...]] = []
     try:
-        if message is None and isinstance(to, str) and not any(_has_map(f.dataType) for f in df.schema.fields):
-            parts = [tuple(r) for r in df.mapInArrow(lambda it: _run_arrow(plan, it), _RESULT_SCHEMA).collect()]
-        else:
-            parts = df.rdd.mapPartitionsWithIndex(lambda i, it: _run_rows(plan, i, it)).collect()
+        # collect() keeps one result per partition, from the attempt Spark accepted: the job's commit.
+        try:
+            if message is None and not callable(target) and not any(has_map(f.dataType) for f in df.schema.fields):
+                parts = [tuple(r) for r in df.mapInArrow(lambda it: _stage_arrow_batches(plan, it),
+                                                         _RESULT_SCHEMA).collect()]
+            else:
+                parts = df.rdd.mapPartitions(lambda it: stage_rows(plan, it)).collect()
+        except BaseException:
+            discard_run(plan, feed_id)
+            raise
+        return commit_run(plan, feed_id, parts, started)
     finally:
         if poller is not None:
-            poller.stop(sum(p[1] for p in parts))
+            poller.stop(sum(p[2] for p in parts))
             poller.system.close()  # type: ignore[attr-defined]
-    seconds = time.monotonic() - started
-    incomplete = sorted((p[0], p[4]) for p in parts if p[4])
-    if incomplete:
-        listed = "; ".join(f"partition {p} (batches {b})" for p, b in incomplete)
-        raise FeedError(f"feed {feed_id!r}: not every row was processed within {timeout} s: {listed}. Their rows "
-                        "are stored and still being delivered; feed the same feed_id again to wait for them")
-    rows = sum(p[1] for p in parts)
-    return FeedResult(rows, sum(p[2] for p in parts), sum(p[3] for p in parts), seconds,
-                      rows / seconds if seconds > 0 else 0.0)
+
+
+def make_plan(host: str, port: int, feed_id: str, to: str | PathTemplate | Callable[[Row], str],
+              message: Callable[[Row], object] | None, key: str | None, batch_size: int, window: int,
+              timeout: float, ack: str) -> _Plan:
+    """The plan of one run (a new run id: its task attempts stage under it)."""
+    return _Plan(host, port, feed_id, to, message, key, batch_size, window, timeout,
+                 resend_after=max(0.5, min(5.0, timeout / 6)), processed=ack == "processed",
+                 run=uuid.uuid4().hex[:16])
+
+
+def check_to(to: str, columns: list[str]) -> str | PathTemplate:
+    """A column name, or (starting with "/") a path template whose placeholders are columns."""
+    if not to.startswith("/"):
+        if to not in columns:
+            raise ValueError(f"to={to!r} is not a column of the DataFrame (columns: {columns}); give a column "
+                             'holding each row\'s path or a path template like "/user/accounts/{account}"')
+        return to
+    template = PathTemplate.parse(to)
+    missing = [c for c in template.columns if c not in columns]
+    if missing:
+        raise ValueError(f"to={to!r}: placeholder {{{missing[0]}}} is not a column of the DataFrame (columns: "
+                         f"{columns})")
+    return template
 
 
 def feed_stream(stream_df: DataFrame, system: object, *, feed_id: str, checkpoint: str, to: str | Callable[[Row], str] = "destination",
@@ -452,7 +611,7 @@ def feed_stream(stream_df: DataFrame, system: object, *, feed_id: str, checkpoin
     if ack not in ACK_MODES:
         raise ValueError(f"ack must be one of {ACK_MODES}, got {ack!r}")
     host, port = _address(system)
-    _check_system(host, port)
+    check_system(host, port)
 
     def each(batch_df: DataFrame, batch_id: int) -> None:
         feed(batch_df, f"{host}:{port}", to=to, message=message, key=key, feed_id=f"{feed_id}/{batch_id}",

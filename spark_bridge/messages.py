@@ -7,7 +7,7 @@ spark_bridge); the rest is the bridge's wire protocol and journal format, intern
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from actors import Scatter
@@ -35,6 +35,73 @@ class IngestBatch:
     columns: tuple[str, ...] | None = None
     keys: list[Hashable] | None = None
     processed: bool = False
+    attempt: str | None = None
+    """The Spark task attempt staging this batch (`f"{run}/{attempt id}"`): stored but not delivered until
+    a Release names the attempt as its partition's winner. None: delivered once stored (journals of old)."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """Driver -> bridge: deliver the batches staged by `winners` ([partition, attempt] each: Spark's
+    committed attempts) and discard those of every other attempt of these partitions in this run.
+
+    Answered with FeedReleased once durable (and again for a repeat); with `processed`, also with
+    FeedProcessed once every tree of the feed is complete.
+    """
+
+    feed_id: str
+    run: str
+    winners: list[list[Any]]
+    reply_to: str
+    processed: bool = False
+
+
+@dataclass(frozen=True)
+class Discard:
+    """Driver -> bridge: the run failed (Spark aborted the job): forget what its attempts staged."""
+
+    feed_id: str
+    run: str
+    reply_to: str
+
+
+@dataclass(frozen=True)
+class FeedReleased:
+    """Bridge -> driver: the run's winners are durable as released; rows of losing attempts discarded."""
+
+    feed_id: str
+    run: str
+    discarded: int
+
+
+@dataclass(frozen=True)
+class FeedProcessed:
+    """Bridge -> driver: every released row of the feed and everything anchored to it was confirmed."""
+
+    feed_id: str
+
+
+@dataclass(frozen=True)
+class Discarded:
+    """Bridge -> driver: the run's staged batches are forgotten."""
+
+    feed_id: str
+    run: str
+
+
+@dataclass(frozen=True)
+class GetOpenBatches:
+    """Driver -> bridge: which released batches of `feed_id` are not processed yet? Answered with OpenBatches."""
+
+    feed_id: str
+
+
+@dataclass(frozen=True)
+class OpenBatches:
+    """Bridge -> driver: [partition, batch_no] of each batch of the feed whose tree is not complete."""
+
+    feed_id: str
+    batches: list[list[int]]
 
 
 @dataclass(frozen=True)
@@ -211,6 +278,30 @@ class BatchStored:
     first_id: int
     dead: list[int]
     duplicates: int
+    attempt: str | None = None
+    """Staged under this Spark task attempt (delivered once AttemptsReleased names it); None: delivered."""
+
+
+@register_type(manifest="spark_bridge.AttemptsReleased")
+@dataclass(frozen=True)
+class AttemptsReleased:
+    """Bridge event: the staged batches of `winners` ([partition, attempt]) are delivered, their feed's
+    partitions are done (a later batch for one is a duplicate), other attempts of the run are discarded."""
+
+    feed_id: str
+    run: str
+    winners: list[list[Any]]
+    first_id: int
+    """The winners' batches get the delivery ids first_id .. in the order of `winners`, then of batch_no."""
+
+
+@register_type(manifest="spark_bridge.AttemptsDiscarded")
+@dataclass(frozen=True)
+class AttemptsDiscarded:
+    """Bridge event: the staged batches of the run are forgotten (its Spark job was aborted)."""
+
+    feed_id: str
+    run: str
 
 
 @register_type(manifest="spark_bridge.Progress")
@@ -241,6 +332,10 @@ class BridgeSnapshot:
     confirmed_ahead: list[int]  # confirmed ids of rows not fanned out yet (after a recovery)
     forwarded: dict[str, list[Any]]  # origin -> [low, [[start, end], ...]]
     feeds: dict[str, list[int]]  # feed_id -> [accepted, processed]
+    # (added later: snapshots written before have neither, and get the defaults)
+    staged: list[list[Any]] = field(default_factory=list)  # [seq, feed, partition, attempt, batch_no, first_id, size, dup, dead, keys]
+    released: dict[str, list[int]] = field(default_factory=dict)  # feed_id -> released partitions
+    runs: list[str] = field(default_factory=list)  # f"{feed_id}/{run}" released or discarded, oldest first
 
 
 # ---- a durable destination's journal -----------------------------------------------------------------

@@ -1,0 +1,263 @@
+"""The bridge as a Spark data sink: `df.write.format("reprise")` and `df.writeStream.format("reprise")`.
+
+    import spark_bridge
+    spark_bridge.register(spark)
+    (df.write.format("reprise").option("port", admin_port).option("to", "/user/accounts/{account}")
+       .option("feed_id", "deposits-2026-11-21").mode("append").save())
+
+Every row goes to the actor at its path as a `Row` whose body is the row as a dict, with the guarantees
+of `feed()` (spark_bridge.feed holds the one implementation both use). Spark's commit protocol: each
+task attempt stages its batches in the bridge's journal under the attempt, and the driver's job commit
+(`DataSourceWriter.commit`, which gets the commit messages of the winning attempts only) releases them;
+rows of failed or speculative attempts, whatever their content, are never delivered. An aborted job's
+batches are discarded. `save()` returns once the release is durable (ack="persisted") or once every row
+and its follow-ups were confirmed (ack="processed").
+
+A streaming query (`writeStream...start()`) feeds micro-batch `b` as the feed `f"{feed_id}/{b}"`; without
+a `feed_id` option, the query's id, which Spark keeps in the checkpoint. A micro-batch replayed after a
+restart from the checkpoint is thus a duplicate of what was released: no loss, nothing twice.
+
+Options (all strings, as Spark passes them):
+
+- port (required): the admin port of the actor system running the bridge; host (default 127.0.0.1);
+- to (default "destination"): a column holding each row's path, or a path template starting with "/"
+  whose {column} placeholders are replaced by the row's values, e.g. "/user/accounts/{account}";
+- ack: "persisted" (default) or "processed"; feed_id; key: a column of idempotency keys (rows are then
+  deduplicated by key instead of by partition); batch_size (2000); window (8); timeout (60 seconds).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from spark_bridge.feed import (
+    ACK_MODES,
+    FeedError,
+    _Plan,
+    check_columns,
+    check_system,
+    check_to,
+    commit_run,
+    discard_run,
+    has_map,
+    make_plan,
+    stage_arrow,
+    stage_rows,
+)
+
+__all__ = ["SINK_NAME", "RepriseSink", "SinkCommit", "SinkOptionError", "SinkOptions", "parse_options"]
+
+SINK_NAME = "reprise"
+_DEFAULTS = {"host": "127.0.0.1", "to": "destination", "ack": "persisted", "batch_size": "2000", "window": "8",
+             "timeout": "60"}
+_OPTIONS = ("port", "host", "to", "ack", "feed_id", "key", "batch_size", "window", "timeout")
+_SPARK_OPTIONS = ("path", "checkpointlocation")  # Spark's own, passed along to every sink
+BATCH_ID = "streaming.sql.batchId"
+QUERY_ID = "sql.streaming.queryId"
+"""Local properties Spark sets for the tasks of a micro-batch (the query's id is kept in its checkpoint)."""
+
+
+class SinkOptionError(FeedError, ValueError):
+    """A reprise sink was given a bad option: the message names it and how to fix it."""
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """The checked options of one write."""
+
+    port: int
+    host: str = "127.0.0.1"
+    to: str = "destination"
+    ack: str = "persisted"
+    feed_id: str | None = None
+    key: str | None = None
+    batch_size: int = 2_000
+    window: int = 8
+    timeout: float = 60.0
+
+
+def _number(options: Mapping[str, str], name: str, kind: type[int] | type[float], low: float) -> Any:
+    raw = options.get(name, _DEFAULTS.get(name))
+    try:
+        value = kind(str(raw).strip())
+    except ValueError:
+        value = None
+    if value is None or value < low or (kind is float and value != value):
+        what = "an integer" if kind is int else "a number of seconds"
+        raise SinkOptionError(f'{SINK_NAME}: option "{name}" must be {what} >= {low:g}, got {raw!r}, e.g. '
+                              f'.option("{name}", "{_DEFAULTS.get(name, 1)}")')
+    return value
+
+
+def parse_options(options: Mapping[str, str]) -> SinkOptions:
+    """Check a write's options; raise SinkOptionError naming the option and how to fix it."""
+    unknown = sorted(k for k in options if k.lower() not in _OPTIONS + _SPARK_OPTIONS)
+    if unknown:
+        raise SinkOptionError(f"{SINK_NAME}: unknown option {unknown[0]!r}; the options are {', '.join(_OPTIONS)}")
+    if not options.get("port"):
+        raise SinkOptionError(f'{SINK_NAME}: option "port" is required: the admin port of the actor system running '
+                              f'the bridge, e.g. .option("port", 1900)')
+    port = _number(options, "port", int, 1)
+    if port > 65535:
+        raise SinkOptionError(f'{SINK_NAME}: option "port" must be a TCP port (1..65535), got {options["port"]!r}')
+    ack = options.get("ack", "persisted")
+    if ack not in ACK_MODES:
+        raise SinkOptionError(f'{SINK_NAME}: option "ack" must be one of {ACK_MODES}, got {ack!r}')
+    for name in ("to", "feed_id", "key", "host"):
+        if name in options and not options[name]:
+            raise SinkOptionError(f'{SINK_NAME}: option "{name}" must not be empty (leave it out for the default)')
+    return SinkOptions(port, options.get("host", "127.0.0.1"), options.get("to", "destination"), ack,
+                       options.get("feed_id"), options.get("key"), _number(options, "batch_size", int, 1),
+                       _number(options, "window", int, 1), _number(options, "timeout", float, 0.001))
+
+
+def _plan(options: Mapping[str, str], schema: StructType, feed_id: str) -> tuple[_Plan, bool]:
+    """The plan of a write after every check that can fail before the job; (plan, arrow?)."""
+    o = parse_options(options)
+    columns = schema.fieldNames()
+    try:
+        to = check_to(o.to, columns)
+    except ValueError as e:
+        raise SinkOptionError(f'{SINK_NAME}: option "to": {e}') from None
+    if o.key is not None and o.key not in columns:
+        raise SinkOptionError(f'{SINK_NAME}: option "key": {o.key!r} is not a column (columns: {columns})')
+    try:
+        check_columns(schema)
+    except FeedError as e:
+        raise SinkOptionError(f"{SINK_NAME}: {e}".replace(" or pass message=... to build the message yourself", "")
+                              ) from None
+    check_system(o.host, o.port)
+    plan = make_plan(o.host, o.port, o.feed_id or feed_id, to, None, o.key, o.batch_size, o.window, o.timeout, o.ack)
+    # Arrow gives a map as a list of pairs: rows with maps go through Row objects (asDict).
+    return plan, not any(has_map(f.dataType) for f in schema.fields)
+
+
+@dataclass(frozen=True)
+class SinkCommit(WriterCommitMessage):
+    """One task attempt's commit message: what it staged for `feed_id`."""
+
+    feed_id: str
+    partition: int
+    attempt: str
+    rows: int
+    duplicates: int
+    dead: int
+
+    def staged(self) -> tuple[int, str, int, int, int]:
+        """(partition, attempt, rows, duplicates, dead), as commit_run takes them."""
+        return self.partition, self.attempt, self.rows, self.duplicates, self.dead
+
+
+def _commit(plan: _Plan, feed_id: str, messages: list[WriterCommitMessage | None]) -> None:
+    mine = [m.staged() for m in messages if isinstance(m, SinkCommit)]
+    commit_run(plan, feed_id, mine, time.monotonic())
+
+
+class _BatchWriter(DataSourceWriter):
+    """df.write: tasks stage, the job's commit releases (or its abort discards)."""
+
+    def __init__(self, plan: _Plan) -> None:
+        self.plan = plan
+
+    def write(self, iterator: Iterator[Any]) -> SinkCommit:
+        """Stage this task attempt's rows (Row objects)."""
+        return SinkCommit(self.plan.feed_id, *next(stage_rows(self.plan, iterator)))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Release the winning attempts' batches; wait as ack asks."""
+        _commit(self.plan, self.plan.feed_id, messages)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Discard what the job's attempts staged."""
+        discard_run(self.plan, self.plan.feed_id)
+
+
+class _ArrowBatchWriter(_BatchWriter, DataSourceArrowWriter):
+    def write(self, iterator: Iterator[Any]) -> SinkCommit:
+        """Stage this task attempt's rows (Arrow record batches: no row objects)."""
+        return SinkCommit(self.plan.feed_id, *stage_arrow(self.plan, iterator))
+
+
+def _micro_batch_feed(plan: _Plan) -> str:
+    """The feed id of the running task's micro-batch: f"{feed_id or query id}/{batch id}"."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    batch_id = context.getLocalProperty(BATCH_ID) if context is not None else None
+    if batch_id is None:
+        raise FeedError(f"{SINK_NAME}: a streaming write ran outside a micro-batch (no {BATCH_ID} property)")
+    base = plan.feed_id or context.getLocalProperty(QUERY_ID)  # type: ignore[union-attr]
+    return f"{base}/{batch_id}"
+
+
+class _StreamWriter(DataSourceStreamWriter):
+    """writeStream: each micro-batch is one feed, released by the batch's commit."""
+
+    def __init__(self, plan: _Plan) -> None:
+        self.plan = plan
+
+    def write(self, iterator: Iterator[Any]) -> SinkCommit:
+        """Stage this task attempt's rows of the micro-batch (Row objects)."""
+        feed_id = _micro_batch_feed(self.plan)
+        rows = next(stage_rows(_replace_feed(self.plan, feed_id), iterator))
+        return SinkCommit(feed_id, *rows)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 (Spark's name)
+        """Release the micro-batch's winning attempts."""
+        feeds = {m.feed_id for m in messages if isinstance(m, SinkCommit)}
+        for feed_id in feeds:  # one, unless the query's id changed under it (it does not)
+            if not feed_id.endswith(f"/{batchId}"):
+                raise FeedError(f"{SINK_NAME}: micro-batch {batchId} committed tasks of {feed_id!r}")
+            _commit(self.plan, feed_id, [m for m in messages if isinstance(m, SinkCommit) and m.feed_id == feed_id])
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        """Discard what the micro-batch's attempts staged (those that reported; the rest stays unseen)."""
+        for feed_id in {m.feed_id for m in messages if isinstance(m, SinkCommit)}:
+            discard_run(self.plan, feed_id)
+
+
+class _ArrowStreamWriter(_StreamWriter, DataSourceStreamArrowWriter):
+    def write(self, iterator: Iterator[Any]) -> SinkCommit:
+        """Stage this task attempt's rows of the micro-batch (Arrow record batches)."""
+        feed_id = _micro_batch_feed(self.plan)
+        return SinkCommit(feed_id, *stage_arrow(self.plan, iterator, feed_id))
+
+
+def _replace_feed(plan: _Plan, feed_id: str) -> _Plan:
+    from dataclasses import replace
+
+    return replace(plan, feed_id=feed_id)
+
+
+class RepriseSink(DataSource):
+    """The data source "reprise": write-only (batch and streaming), into actors through the bridge."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name: `df.write.format("reprise")`."""
+        return SINK_NAME
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """A batch writer, after checking the options, the columns and that the bridge is there."""
+        import uuid
+
+        plan, arrow = _plan(self.options, schema, f"feed-{uuid.uuid4().hex}")
+        return _ArrowBatchWriter(plan) if arrow else _BatchWriter(plan)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+        """A streaming writer (feed id per micro-batch: see the module's docstring)."""
+        plan, arrow = _plan(self.options, schema, "")
+        return _ArrowStreamWriter(plan) if arrow else _StreamWriter(plan)

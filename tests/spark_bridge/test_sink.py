@@ -1,0 +1,341 @@
+"""The reprise data sink: df.write / df.writeStream .format("reprise"), Spark's commit protocol, bad options."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import actors
+from journal import SnapshotSelectionCriteria, open_journal, open_snapshot_store
+from spark_bridge import BRIDGE_PATH, GetFeedProgress, SparkBridge, register, start_bridge
+from spark_bridge.bridge import PERSISTENCE_ID
+from spark_bridge.messages import (
+    BatchAccepted,
+    BatchStored,
+    Discard,
+    Discarded,
+    FeedProcessed,
+    FeedReleased,
+    IngestBatch,
+    Release,
+)
+from tests.spark_bridge.sample import Account, Balance, DurableAccount, GetBalance
+from tests.spark_bridge.test_feed import balances, deposits, settled, sums
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture
+def sink(spark):
+    """The shared session with the reprise data sources registered."""
+    register(spark)
+    return spark
+
+
+def staged(tmp_path) -> list[BatchStored]:
+    """The batches the bridge stored (each staged under its task attempt)."""
+    with open_journal(f"sqlite:///{tmp_path}/journal.db") as j:
+        return [r.payload for r in j.replay_messages(PERSISTENCE_ID) if isinstance(r.payload, BatchStored)]
+
+
+def by_account(spark, rows: int, accounts: int = 20, partitions: int = 2):
+    """Deposits with an `account` column (no path column): the sink builds the path from a template."""
+    return deposits(spark, rows, accounts, partitions).drop("destination")
+
+
+def write(df, port: int, **options):
+    """df.write.format("reprise") with `options`; returns None like save()."""
+    writer = df.write.format("reprise").mode("append").option("port", str(port))
+    for name, value in options.items():
+        writer = writer.option(name, str(value))
+    writer.save()
+
+
+def expected_by_account(df) -> dict[str, int]:
+    """The DataFrame's own sums per account path."""
+    return {f"/user/accounts/a{r['account']}": r["total"] for r in
+            df.groupBy("account").sum("amount").withColumnRenamed("sum(amount)", "total").collect()}
+
+
+def later_marker(spark, system, accounts: int, feed_id: str) -> None:
+    """A later +1 to every account: bridge -> account is FIFO, so any redelivery would arrive before it."""
+    marker = spark.range(0, accounts, numPartitions=1).selectExpr(
+        "cast(id as int) as account", "cast(1 as long) as amount", "id + 1000000000 as txid")
+    write(marker, system.admin_port, to="/user/accounts/a{account}", feed_id=feed_id)
+
+
+@pytest.mark.timeout(120)
+def test_write_persisted_delivers_every_row_once_and_a_rerun_of_the_feed_id_nothing(sink, bridged, tmp_path):
+    df = by_account(sink, 4_000).cache()
+    expected = expected_by_account(df)
+    write(df, bridged.admin_port, to="/user/accounts/a{account}", feed_id="w-1", batch_size=500)
+    got = settled(bridged, expected)
+    assert sums(got) == expected and sum(b.applied for b in got.values()) == 4_000
+    stored = len(staged(tmp_path))
+    assert stored == 8  # 2 partitions x 4 batches of 500
+    write(df, bridged.admin_port, to="/user/accounts/a{account}", feed_id="w-1", batch_size=500)
+    assert len(staged(tmp_path)) == stored  # its partitions were done: nothing staged again
+    later_marker(sink, bridged, 20, "w-1-marker")
+    after = settled(bridged, {p: t + 1 for p, t in expected.items()})
+    assert sums(after) == {p: t + 1 for p, t in expected.items()}
+    assert sum(b.repeated for b in after.values()) == 0
+    df.unpersist()
+
+
+@pytest.mark.timeout(120)
+def test_write_processed_returns_once_durable_accounts_applied_every_row(sink, make_bridged):
+    system = make_bridged(account=DurableAccount, ledger=True)
+    df = by_account(sink, 3_000, accounts=30).cache()
+    expected = expected_by_account(df)
+    write(df, system.admin_port, to="/user/accounts/a{account}", feed_id="w-processed", ack="processed",
+          batch_size=400)
+    got = balances(system, expected)  # no waiting: save() returned after every row and follow-up was confirmed
+    assert sums(got) == expected and sum(b.applied for b in got.values()) == 3_000
+    ledger = system.ask("/user/ledger", GetBalance(), timeout=10)
+    assert (ledger.total, ledger.applied) == (sum(expected.values()), 3_000)
+    df.unpersist()
+
+
+def attempt_dependent(fail_after: int):
+    """A UDF: amount 1000 in a first attempt (which fails at txid `fail_after`), 1 in the retry."""
+    def amount(txid):  # (no type hints: pyspark would take them for an Arrow UDF)
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx.attemptNumber() == 0:
+            if ctx.partitionId() == 0 and txid >= fail_after:
+                raise RuntimeError("injected failure of partition 0's first attempt")
+            return 1000
+        return 1
+    return amount
+
+
+@pytest.mark.timeout(120)
+def test_a_retried_attempt_with_different_content_is_the_only_one_delivered(sink, bridged, tmp_path):
+    from pyspark.sql.functions import col, udf
+
+    # Small Arrow batches, so that the first attempt stages batches before its failure.
+    sink.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
+    try:
+        amount = udf(attempt_dependent(fail_after=3_500), "long")
+        df = sink.range(0, 8_000, numPartitions=2).selectExpr("cast(id % 20 as int) as account", "id as txid") \
+            .withColumn("amount", amount(col("txid")))
+        write(df, bridged.admin_port, to="/user/accounts/a{account}", feed_id="nondeterministic", batch_size=250)
+    finally:
+        sink.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    batches = staged(tmp_path)
+    attempts = {b.attempt for b in batches if b.partition == 0}
+    assert len(attempts) == 2, attempts  # the failed attempt staged batches too...
+    assert any(1000 in b.values[b.columns.index("amount")] for b in batches)
+    # ...but only the winners count: partition 0's retry (amount 1), partition 1's first attempt (1000).
+    expected = {f"/user/accounts/a{a}": 200 * 1 + 200 * 1000 for a in range(20)}
+    got = settled(bridged, expected)
+    later_marker(sink, bridged, 20, "nondeterministic-marker")
+    after = settled(bridged, {p: t + 1 for p, t in expected.items()})
+    assert sums(got) == expected and sums(after) == {p: t + 1 for p, t in expected.items()}
+    assert sum(b.repeated for b in after.values()) == 0
+
+
+# ---- the protocol at the bridge: two attempts of one partition (a speculative copy), a zombie ----------
+
+
+def stage(system, probe, feed_id: str, attempt: str, batch_no: int, amounts: list[int], first_txid: int):
+    """Stage one batch of deposits to account a0 under `attempt`; the BatchAccepted."""
+    paths = ["/user/accounts/a0"] * len(amounts)
+    values = [paths, amounts, list(range(first_txid, first_txid + len(amounts)))]
+    system.tell(BRIDGE_PATH, IngestBatch(feed_id, 0, batch_no, paths, values, probe.path,
+                                         ("destination", "amount", "txid"), attempt=attempt))
+    reply = probe.receive(10)
+    assert isinstance(reply, BatchAccepted)
+    return reply
+
+
+class SnapshotEveryBatch(SparkBridge):
+    """A bridge that snapshots after every stored batch: staged and released state must survive in snapshots."""
+
+    snapshot_every = 1
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("bridge", [SparkBridge, SnapshotEveryBatch])
+def test_the_release_delivers_the_winning_attempt_only_and_survives_a_bridge_restart(base, make_system, tmp_path,
+                                                                                     bridge):
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db",
+                         snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+    system.spawn(Account, path="/user/accounts", entities=True)
+    system.spawn(bridge, path=BRIDGE_PATH)
+    probe = system.probe("driver")
+    # Two attempts of partition 0 (the original and a speculative copy) staged different rows.
+    assert stage(system, probe, "spec", "run1/7", 0, [5, 5], 0).duplicates == 0
+    stage(system, probe, "spec", "run1/9", 0, [100, 100, 100], 0)
+    stage(system, probe, "spec", "run1/9", 1, [100], 3)
+    system.stop(BRIDGE_PATH)  # restarted with both attempts staged, not released
+    system.spawn(bridge, path=BRIDGE_PATH)
+    assert stage(system, probe, "spec", "run1/9", 1, [100], 3).duplicates == 0  # a resend: known, not again
+    system.tell(BRIDGE_PATH, Release("spec", "run1", [[0, "run1/9"]], probe.path, processed=True))
+    assert probe.receive(10) == FeedReleased("spec", "run1", 2)  # attempt 7's two rows were discarded
+    assert probe.receive(10) == FeedProcessed("spec")
+    balance = system.ask("/user/accounts/a0", GetBalance(), timeout=10)
+    assert (balance.total, balance.applied) == (400, 4)
+    # A zombie attempt and a rerun after the release: duplicates, nothing stored or delivered.
+    assert stage(system, probe, "spec", "run1/7", 1, [5], 9).duplicates == 1
+    assert stage(system, probe, "spec", "run2/3", 0, [7, 7], 20).duplicates == 2
+    system.stop(BRIDGE_PATH)
+    system.spawn(bridge, path=BRIDGE_PATH)  # recovers staging and release from its journal (or snapshot)
+    system.tell(BRIDGE_PATH, Release("spec", "run1", [[0, "run1/9"]], probe.path))
+    assert probe.receive(10) == FeedReleased("spec", "run1", 0)  # a repeat: answered, nothing again
+    assert stage(system, probe, "spec", "run3/1", 0, [7], 30).duplicates == 1
+    assert system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(400, 4, 0)
+    progress = system.ask(BRIDGE_PATH, GetFeedProgress("spec"), timeout=10)
+    assert (progress.accepted, progress.processed) == (4, 4)  # the discarded attempt's rows are not counted
+    if bridge is SnapshotEveryBatch:
+        with open_snapshot_store(f"sqlite:///{tmp_path}/snapshots.db") as snapshots:
+            assert snapshots.load(PERSISTENCE_ID, SnapshotSelectionCriteria.LATEST) is not None
+
+
+@pytest.mark.timeout(60)
+def test_an_aborted_run_is_discarded_and_its_feed_id_can_run_again(system_with_journal):
+    system, probe = system_with_journal
+    stage(system, probe, "retry-me", "runA/1", 0, [50], 0)
+    system.tell(BRIDGE_PATH, Discard("retry-me", "runA", probe.path))
+    assert probe.receive(10) == Discarded("retry-me", "runA")
+    assert stage(system, probe, "retry-me", "runA/2", 0, [50], 0).duplicates == 1  # a zombie of the aborted run
+    stage(system, probe, "retry-me", "runB/1", 0, [3], 0)
+    system.tell(BRIDGE_PATH, Release("retry-me", "runB", [[0, "runB/1"]], probe.path, processed=True))
+    assert probe.receive(10) == FeedReleased("retry-me", "runB", 0)
+    assert probe.receive(10) == FeedProcessed("retry-me")
+    assert system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(3, 1, 0)
+
+
+@pytest.mark.timeout(60)
+def test_two_runs_of_one_feed_id_at_once_deliver_a_partition_once(system_with_journal):
+    system, probe = system_with_journal
+    stage(system, probe, "twice", "runA/1", 0, [10], 0)
+    stage(system, probe, "twice", "runB/1", 0, [10], 0)  # the same partition, staged by a concurrent rerun
+    system.tell(BRIDGE_PATH, Release("twice", "runA", [[0, "runA/1"]], probe.path))
+    assert probe.receive(10) == FeedReleased("twice", "runA", 0)
+    system.tell(BRIDGE_PATH, Release("twice", "runB", [[0, "runB/1"]], probe.path, processed=True))
+    assert probe.receive(10) == FeedReleased("twice", "runB", 1)  # runB's rows: discarded, partition 0 was done
+    assert probe.receive(10) == FeedProcessed("twice")
+    assert system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(10, 1, 0)
+
+
+@pytest.fixture
+def system_with_journal(base, make_system, tmp_path):
+    """A system on `base` with a SQLite journal, accounts and the bridge; and a probe for the driver's side."""
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db")
+    system.spawn(Account, path="/user/accounts", entities=True)
+    start_bridge(system)
+    return system, system.probe("driver")
+
+
+# ---- streaming --------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("ack", ["persisted", "processed"])
+def test_stream_restarted_from_its_checkpoint_loses_and_repeats_nothing(sink, make_bridged, tmp_path, ack):
+    system = make_bridged(account=DurableAccount if ack == "processed" else Account)
+    source, checkpoint = tmp_path / "in", str(tmp_path / "checkpoint")
+    source.mkdir()
+    batches = [by_account(sink, 300, accounts=10, partitions=1).selectExpr("account", "amount", f"txid + {i * 300} as txid")
+               for i in range(2)]
+    for i, b in enumerate(batches):
+        (source / f"part-{i}.json").write_text("".join(json.dumps(r.asDict()) + "\n" for r in b.collect()))
+    expected = expected_by_account(batches[0].unionByName(batches[1]))
+
+    def run():
+        stream = sink.readStream.schema("account int, amount long, txid long").option("maxFilesPerTrigger", 1) \
+            .json(str(source))
+        query = (stream.writeStream.format("reprise").option("port", str(system.admin_port))
+                 .option("to", "/user/accounts/a{account}").option("ack", ack)
+                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        query.awaitTermination(120)
+        assert query.exception() is None, query.exception()
+        return query
+
+    first = run()
+    stored = len(staged(tmp_path))
+    assert stored == 2  # one batch per micro-batch
+    assert {b.feed_id for b in staged(tmp_path)} == {f"{first.id}/0", f"{first.id}/1"}
+    commits = tmp_path / "checkpoint" / "commits"
+    for name in ("1", ".1.crc"):  # forget that micro-batch 1 was committed: it is replayed, same id, same data
+        (commits / name).unlink(missing_ok=True)
+    replayed = run()
+    assert replayed.id == first.id
+    assert [(p["batchId"], p["numInputRows"]) for p in replayed.recentProgress if p["numInputRows"]] == [(1, 300)]
+    assert len(staged(tmp_path)) == stored
+    got = settled(system, expected)
+    assert sums(got) == expected and sum(b.applied for b in got.values()) == 600
+    assert sum(b.repeated for b in got.values()) == 0
+
+
+# ---- bad options ------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("options", "match"), [
+    ({"colour": "red"}, "unknown option 'colour'; the options are port, host, to"),
+    ({"port": ""}, 'option "port" is required'),
+    ({"port": "x"}, 'option "port" must be an integer'),
+    ({"ack": "eventually"}, 'option "ack" must be one of'),
+    ({"batch_size": "0"}, 'option "batch_size" must be an integer >= 1'),
+    ({"window": "many"}, 'option "window" must be an integer >= 1'),
+    ({"timeout": "-1"}, 'option "timeout" must be a number of seconds'),
+    ({"to": "nowhere"}, "to='nowhere' is not a column"),
+    ({"to": "/user/accounts/{nobody}"}, r"placeholder \{nobody\} is not a column"),
+    ({"to": "/user/accounts/{account"}, "path template"),
+    ({"key": "nokey"}, "option \"key\": 'nokey' is not a column"),
+    ({"feed_id": ""}, 'option "feed_id" must not be empty'),
+])
+def test_bad_options_fail_the_write_naming_the_option(sink, bridged, options, match):
+    df = by_account(sink, 10)
+    args = {"port": bridged.admin_port, "to": "/user/accounts/a{account}"} | options
+    port = args.pop("port")
+    with pytest.raises(Exception, match=match):
+        writer = df.write.format("reprise").mode("append").option("port", str(port))
+        for name, value in args.items():
+            writer = writer.option(name, value)
+        writer.save()
+
+
+@pytest.mark.timeout(60)
+def test_unreachable_system_and_missing_bridge_fail_the_write_saying_how_to_start(sink, make_system):
+    df = by_account(sink, 10)
+    with pytest.raises(Exception, match="no actor system listens"):
+        write(df, actors.free_port(), to="/user/accounts/a{account}")
+    system = make_system("multiproc")
+    with pytest.raises(Exception, match="start_bridge"):
+        write(df, system.admin_port, to="/user/accounts/a{account}")
+
+
+@pytest.mark.timeout(60)
+def test_bad_options_fail_a_stream_at_start(sink, bridged, tmp_path):
+    stream = sink.readStream.format("rate").load().selectExpr("cast(value as int) as account")
+    with pytest.raises(Exception, match='option "ack" must be one of'):
+        query = (stream.writeStream.format("reprise").option("port", str(bridged.admin_port)).option("ack", "never")
+                 .option("to", "/user/accounts/a{account}").option("checkpointLocation", str(tmp_path / "cp")).start())
+        try:
+            query.awaitTermination(30)
+            if query.exception() is not None:
+                raise RuntimeError(str(query.exception()))
+        finally:
+            query.stop()
+
+
+@pytest.mark.timeout(60)
+def test_a_column_msgpack_cannot_carry_fails_the_write_naming_it(sink, bridged):
+    df = by_account(sink, 10).selectExpr("*", "current_date() as day")
+    with pytest.raises(Exception, match="column 'day' has type date, which msgpack cannot carry; cast it"):
+        write(df, bridged.admin_port, to="/user/accounts/a{account}")
+
+
+@pytest.mark.timeout(60)
+def test_feed_accepts_a_path_template(spark, bridged):
+    from spark_bridge import feed
+
+    df = by_account(spark, 500, accounts=10)
+    assert feed(df, system=bridged.admin_port, to="/user/accounts/a{account}", feed_id="templated").rows == 500
+    got = settled(bridged, expected_by_account(df))
+    assert sums(got) == expected_by_account(df)
