@@ -35,8 +35,14 @@ def record_group_to(path: str, envelopes: list[EventEnvelope]) -> None:
         db.executemany("INSERT INTO handled VALUES (?, ?, ?, ?, ?)", [_row(e, call) for e in envelopes])
 
 
-def record_in_transaction(fail_marker: str | None, conn: Any, envelopes: EventEnvelope | list[EventEnvelope]) -> None:
-    """Exactly-once: insert into the offset store's database; fail once on amount 13 when `fail_marker` is given.
+def record_in_transaction(conn: Any, envelopes: EventEnvelope | list[EventEnvelope]) -> None:
+    """Exactly-once: insert into the offset store's database, in the projection's transaction."""
+    failing_once_in_transaction(None, conn, envelopes)
+
+
+def failing_once_in_transaction(fail_marker: str | None, conn: Any,
+                                envelopes: EventEnvelope | list[EventEnvelope]) -> None:
+    """record_in_transaction, failing once on amount 13 when `fail_marker` is given (creating that file).
 
     The failure comes after the inserts: the transaction must roll them back with the offset.
     """
@@ -48,3 +54,10 @@ def record_in_transaction(fail_marker: str | None, conn: Any, envelopes: EventEn
     if fail_marker and any(e.event.amount == 13 for e in batch) and not os.path.exists(fail_marker):
         open(fail_marker, "w").close()
         raise RuntimeError("injected handler failure on amount 13")
+
+
+def record_offsets_to(path: str, envelope: EventEnvelope) -> None:
+    """At-least-once, any event: append (offset, persistence id) to `path`'s offsets table."""
+    with sqlite3.connect(path, timeout=30) as db:
+        db.execute("CREATE TABLE IF NOT EXISTS offsets (event_offset INTEGER, persistence_id TEXT)")
+        db.execute("INSERT INTO offsets VALUES (?, ?)", (envelope.offset, envelope.persistence_id))
