@@ -15,10 +15,10 @@ As in Akka Projections:
 - grouped (`group_size`): the handler gets a list of up to `group_size` envelopes, or fewer once the
   first of them waited `group_within` seconds (Akka: 20 and 500 ms).
 
-The actor never blocks on a live query: a timer drives it, and each tick reads at most `batch` events
-with a current `events_by_tag` query (which, on PostgreSQL, waits for writes still in flight below the
+The actor never blocks on a live query: a timer drives it, and each tick takes at most `batch` events
+from a current `events_by_tag` query (which, on PostgreSQL, waits for writes still in flight below the
 newest offset, bounded by the journal's gap_timeout, so no late-committing event is skipped). It ticks
-again at once while there is a backlog, else after `poll_interval`. A handler exception fails the actor;
+again at once while that query has more, else starts a new one after `poll_interval`. A handler exception fails the actor;
 the host restarts it and it resumes from the stored offset.
 `System.status()` / `reprise status` show the host's counter `projection_lag`: the greatest offset of the
 tag read so far minus the stored offset.
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from actors import Actor
-from journal import EventEnvelope, Journal, RepriseError
+from journal import EventEnvelope, Journal, Query, RepriseError
 from persistence.offset_store import OffsetStore, open_offset_store
 from persistence.plugins import journal_for
 
@@ -178,13 +178,20 @@ class Projection(Actor):
         self._saved_at = time.monotonic()
         self._group: list[EventEnvelope] = []
         self._group_since = 0.0
+        self._query: Query[EventEnvelope] | None = None
         self.schedule_once(0.0, _TICK)
+
+    def _close_query(self) -> None:
+        if self._query is not None:
+            self._query.close()
+            self._query = None
 
     def post_stop(self) -> None:
         """At-least-once: store the offset of what was handled; then close the offset store."""
         store = getattr(self, "_store", None)
         if store is None:
             return
+        self._close_query()
         try:
             if self._unsaved:
                 self._save()
@@ -211,11 +218,14 @@ class Projection(Actor):
     # --- the work ----------------------------------------------------------------------------------
 
     def _tick(self) -> None:
-        query = self._journal.events_by_tag(self.source.tag, self.read, gap_timeout=self.source.gap_timeout)
-        try:
-            envelopes = list(itertools.islice(query, self.batch))
-        finally:
-            query.close()
+        # One current query serves the ticks of a catch-up: its ordering horizon scans the journal's offsets
+        # once, not once per batch. Once it ends, the next tick starts a new one after the last offset read.
+        if self._query is None:
+            self._query = self._journal.events_by_tag(self.source.tag, self.read,
+                                                      gap_timeout=self.source.gap_timeout)
+        envelopes = list(itertools.islice(self._query, self.batch))
+        if len(envelopes) < self.batch:
+            self._close_query()
         if envelopes:
             self.read = envelopes[-1].offset
         now = time.monotonic()
