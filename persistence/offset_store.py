@@ -33,7 +33,7 @@ _TABLE = "projection_offset_store"
 _EXAMPLES = "sqlite:///abs/path.db, sqlite://relative.db, postgresql://user@host:port/db?schema=name, memory://name"
 
 
-class OffsetStoreError(RepriseError):
+class OffsetStoreError(RepriseError, ValueError):
     """An offset store URL is wrong, or the store cannot do what was asked (e.g. exactly-once in memory)."""
 
 

@@ -24,7 +24,7 @@ def record_to(path: str, envelope: EventEnvelope) -> None:
     """At-least-once: append the envelope to `path`'s handled table."""
     with sqlite3.connect(path, timeout=30) as db:
         db.execute(_CREATE)
-        db.execute("INSERT INTO handled VALUES (?, ?, ?, ?, 0)", _row(envelope, 0))
+        db.execute("INSERT INTO handled VALUES (?, ?, ?, ?, ?)", _row(envelope, 0))
 
 
 def record_group_to(path: str, envelopes: list[EventEnvelope]) -> None:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import functools
+import json
+import os
 import sqlite3
+import subprocess
+import sys
 import threading
 import uuid
 
@@ -191,3 +195,27 @@ def test_postgresql_an_event_committing_late_with_a_smaller_offset_is_handled_fi
     rows = wait_for(lambda: (lambda r: r if len(r) >= 2 else None)(handled()), timeout=30, interval=0.05)
     assert rows[0] == (early, "early"), "the late-committing smaller offset must not be skipped or reordered"
     assert [p for _, p in rows] == ["early", "later"]
+
+
+@pytest.mark.multiproc
+def test_reprise_status_shows_the_projection_lag(make_system, tmp_path):
+    journal = f"sqlite:///{tmp_path}/journal.db"
+    system = make_system("multiproc", journal=journal)
+    system.spawn(Mover, "/user/movers", entities=True)
+    move(system, {"a": [1, 2, 3]})
+    # Saved only after 100 events or a minute: the 3 handled stay unsaved, a lag of 3 offsets.
+    system.spawn(Projection, PROJECTION, kwargs=dict(
+        source=EventsByTag("moves"), handler=functools.partial(record_to, f"{tmp_path}/sink.db"),
+        offset_store=f"sqlite:///{tmp_path}/offsets.db", save_after_duration=60, poll_interval=0.1))
+    offsets = tagged_offsets(journal)
+    wait_for(lambda: state(system).handled_offset == offsets[-1], timeout=30, interval=0.05)
+    lag = offsets[-1]
+    assert system.status().hosts[PROJECTION].counters == {"projection_lag": lag}
+    reprise = os.path.join(os.path.dirname(sys.executable), "reprise")
+    out = subprocess.run([reprise, "status", "--port", str(system.admin_port)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert f"projection_lag {lag}" in out.stdout
+    doc = json.loads(subprocess.run([reprise, "status", "--port", str(system.admin_port), "--json"],
+                                    capture_output=True, text=True, timeout=60).stdout)
+    assert doc["hosts"][PROJECTION]["counters"] == {"projection_lag": lag}
