@@ -27,7 +27,7 @@ from journal import RepriseError
 from journal.urls import redact_url
 
 __all__ = ["MemoryOffsetStore", "OffsetStore", "OffsetStoreError", "PostgresOffsetStore", "SqliteOffsetStore",
-           "open_offset_store"]
+           "open_offset_store", "postgres_conninfo"]
 
 _TABLE = "projection_offset_store"
 _EXAMPLES = "sqlite:///abs/path.db, sqlite://relative.db, postgresql://user@host:port/db?schema=name, memory://name"
@@ -130,8 +130,8 @@ class SqliteOffsetStore(OffsetStore):
         self._conn.close()
 
 
-def _split_postgres(url: str) -> tuple[str, str]:
-    """(libpq URL without our `schema` parameter, schema); the journal's URL convention."""
+def postgres_conninfo(url: str) -> tuple[str, str]:
+    """(libpq URL without our `schema` parameter, schema) of a postgresql:// store URL (the journal's convention)."""
     parts = urlsplit(url)
     params = parse_qsl(parts.query, keep_blank_values=True)
     schema = dict(params).get("schema", "reprise")
@@ -147,7 +147,7 @@ class PostgresOffsetStore(OffsetStore):
         from psycopg import sql
 
         self.url = url
-        conninfo, self.schema = _split_postgres(url)
+        conninfo, self.schema = postgres_conninfo(url)
         try:
             self._conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=10)
             ident = sql.Identifier(self.schema)

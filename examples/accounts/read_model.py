@@ -18,6 +18,7 @@ from examples.accounts.model import Deposited
 from journal import EventEnvelope
 from persistence import EventsByTag
 from persistence.idempotent import Applied, AppliedBatch
+from persistence.offset_store import postgres_conninfo
 
 TAG = "deposit"
 BALANCES = "/user/balances"
@@ -51,10 +52,18 @@ def projection_kwargs(offset_store: str) -> dict[str, Any]:
 
 
 def read_balances(offset_store: str) -> dict[str, int]:
-    """The read model's table as {account id: balance} (SQLite offset stores)."""
-    path = offset_store[len("sqlite://"):]
-    with sqlite3.connect(path) as db:
+    """The read model's table as {account id: balance}; empty before the first deposit is projected."""
+    if offset_store.startswith("sqlite://"):
+        with sqlite3.connect(offset_store[len("sqlite://"):]) as db:
+            try:
+                return {a: int(b) for a, b in db.execute("SELECT account, balance FROM account_balance")}
+            except sqlite3.OperationalError:  # no table yet
+                return {}
+    import psycopg
+
+    conninfo, schema = postgres_conninfo(offset_store)
+    with psycopg.connect(conninfo) as db:
         try:
-            return {a: int(b) for a, b in db.execute("SELECT account, balance FROM account_balance")}
-        except sqlite3.OperationalError:  # no deposit projected yet
+            return {a: int(b) for a, b in db.execute(f'SELECT account, balance FROM "{schema}".account_balance')}
+        except psycopg.errors.UndefinedTable:
             return {}

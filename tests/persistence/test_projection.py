@@ -55,9 +55,9 @@ def handled_rows(store_url: str) -> list[tuple]:
     if store_url.startswith("sqlite"):
         with sqlite3.connect(store_url[len("sqlite://"):]) as db:
             return db.execute("SELECT * FROM handled ORDER BY rowid").fetchall()
-    from persistence.offset_store import _split_postgres
+    from persistence.offset_store import postgres_conninfo
 
-    conninfo, schema = _split_postgres(store_url)
+    conninfo, schema = postgres_conninfo(store_url)
     with psycopg.connect(conninfo) as db:
         return db.execute(f"SELECT * FROM {schema}.handled ORDER BY ctid").fetchall()
 
