@@ -219,3 +219,18 @@ def test_reprise_status_shows_the_projection_lag(make_system, tmp_path):
     doc = json.loads(subprocess.run([reprise, "status", "--port", str(system.admin_port), "--json"],
                                     capture_output=True, text=True, timeout=60).stdout)
     assert doc["hosts"][PROJECTION]["counters"] == {"projection_lag": lag}
+
+
+def test_at_least_once_saves_the_offset_after_save_after_duration_when_fewer_events_came(base, make_system, tmp_path):
+    journal = f"sqlite:///{tmp_path}/journal.db"
+    system = make_system(base, journal=journal)
+    system.spawn(Mover, "/user/movers", entities=True)
+    move(system, {"a": [1, 2]})
+    system.spawn(Projection, PROJECTION, kwargs=dict(
+        source=EventsByTag("moves"), handler=functools.partial(record_to, f"{tmp_path}/sink.db"),
+        offset_store=f"sqlite:///{tmp_path}/offsets.db", save_after_envelopes=1000, save_after_duration=0.2,
+        poll_interval=30))  # the save must come from its own timer, not from a poll
+    offsets = tagged_offsets(journal)
+    s = wait_for(lambda: (lambda s: s if s.stored_offset == offsets[-1] else None)(state(system)),
+                 timeout=20, interval=0.05)
+    assert s.handled_offset == s.read_offset == offsets[-1] and s.lag == 0
