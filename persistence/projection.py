@@ -244,6 +244,7 @@ class Projection(Actor):
             if self._group and now - self._group_since >= self.group_within:
                 group, self._group = self._group, []
                 self._handle(group)
+        now = time.monotonic()  # handling took time
         if self._unsaved and now - self._saved_at >= self.save_after_duration:
             self._save()
         delay = 0.0 if len(envelopes) == self.batch else self.poll_interval
