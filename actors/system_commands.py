@@ -154,7 +154,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """`reprise status`: hosts (state, restarts, pid, actors alive, unconfirmed), dead letters, journal size."""
+    """`reprise status`: hosts (state, restarts, pid, actors alive, unconfirmed, other counters), dead letters, journal size."""
     import actors
 
     system = actors.connect(args.port, host=args.host, secret_file=args.secret_file, **_tls_options(args))
@@ -192,6 +192,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             alive = "?" if h.alive is None else h.alive
             pending = h.counters.get("unconfirmed", 0) if h.alive is not None else "?"
             print(f"    {printable(path):<{width}}  {kind:<8}  {h.state:<10}  {h.restarts:>8}  {h.pid:>7}  {alive:>7}  {pending}")
+            # Other counters of the hosted actors' stats() (a projection's projection_lag, ...), by name.
+            others = sorted((k, v) for k, v in h.counters.items() if k != "unconfirmed")
+            if others and h.alive is not None:
+                print(f"    {'':<{width}}  " + "  ".join(f"{printable(k)} {v}" for k, v in others))
             if h.last_exit:
                 print(f"    {'':<{width}}  last exit: {printable(h.last_exit)}")
             if h.next_attempt is not None:

@@ -30,6 +30,7 @@ from persistence.messages import (
     UnconfirmedDelivery,
     UnconfirmedWarning,
 )
+from persistence.offset_store import OffsetStore, OffsetStoreError, open_offset_store
 from persistence.persistent_actor import (
     IllegalStateError,
     PersistentActor,
@@ -37,12 +38,22 @@ from persistence.persistent_actor import (
     StashOverflowError,
 )
 from persistence.plugins import SnapshotStoreNotConfigured, register_scheme
+from persistence.projection import (
+    EventsByTag,
+    GetProjectionState,
+    Projection,
+    ProjectionError,
+    ProjectionState,
+)
 
 __all__ = [
     "AtLeastOnceDelivery", "AtLeastOnceDeliverySnapshot", "Confirm", "ConfirmDeliveries", "ConfirmUpTo", "DeadLetteredDelivery",
     "DeleteMessagesFailure", "DeleteMessagesSuccess", "DeleteSnapshotFailure", "DeleteSnapshotSuccess",
-    "DeleteSnapshotsFailure", "DeleteSnapshotsSuccess", "DurableDelivery", "IdempotentReceiver",
-    "IllegalStateError", "MaxUnconfirmedMessagesExceeded", "PersistentActor", "Recovery", "RecoveryCompleted",
+    "DeleteSnapshotsFailure", "DeleteSnapshotsSuccess", "DurableDelivery", "EventsByTag", "GetProjectionState",
+    "IdempotentReceiver",
+    "IllegalStateError", "MaxUnconfirmedMessagesExceeded", "OffsetStore", "OffsetStoreError", "PersistentActor",
+    "Projection", "ProjectionError", "ProjectionState", "Recovery", "RecoveryCompleted",
     "RecoveryTimedOut", "RedeliveryTick", "ReplyToStrategy", "SaveSnapshotFailure", "SaveSnapshotSuccess",
-    "SeenIds", "SnapshotOffer", "SnapshotStoreNotConfigured", "StashOverflowError", "UnconfirmedDelivery", "UnconfirmedWarning", "register_scheme",
+    "SeenIds", "SnapshotOffer", "SnapshotStoreNotConfigured", "StashOverflowError", "UnconfirmedDelivery", "UnconfirmedWarning", "open_offset_store",
+    "register_scheme",
 ]

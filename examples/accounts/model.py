@@ -60,6 +60,10 @@ class Account(IdempotentReceiver):
     def _deposited(self, event: Deposited) -> None:
         self.balance += event.amount
 
+    def tags_for(self, event):
+        # For the read model's projection (read_model.py): deposits by tag, in offset order.
+        return ("deposit",) if isinstance(event, Deposited) else ()
+
     def receive_command(self, message, sender):
         if isinstance(message, Deposit):
             # Applied once, confirmed once durable; a redelivery is confirmed again without applying.

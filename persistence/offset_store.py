@@ -1,0 +1,233 @@
+"""Where a projection keeps its offset: SQLite, PostgreSQL or memory, opened by URL like a journal.
+
+    store = open_offset_store("sqlite:///var/read-model.db")
+    store.load("balances")                      # 0 when the projection never stored one
+    store.save("balances", 1234)                # at-least-once: after N events or T seconds
+    with store.transaction("balances", 1240) as conn:   # exactly-once: the handler's writes and
+        conn.execute("UPDATE balance ...")              # the offset commit together, or neither
+
+The SQL stores are Akka Projections' JDBC offset store: one row per projection id in
+`projection_offset_store`. On PostgreSQL the connection's search_path is the URL's `schema`, so the
+handler's unqualified table names land next to the offset table.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from journal import RepriseError
+from journal.urls import redact_url
+
+__all__ = ["MemoryOffsetStore", "OffsetStore", "OffsetStoreError", "PostgresOffsetStore", "SqliteOffsetStore",
+           "open_offset_store", "postgres_conninfo"]
+
+_TABLE = "projection_offset_store"
+_EXAMPLES = "sqlite:///abs/path.db, sqlite://relative.db, postgresql://user@host:port/db?schema=name, memory://name"
+
+
+class OffsetStoreError(RepriseError, ValueError):
+    """An offset store URL is wrong, or the store cannot do what was asked (e.g. exactly-once in memory)."""
+
+
+class OffsetStore(ABC):
+    """The stored offset of each projection id; `transaction` commits a handler's writes with it."""
+
+    url: str = ""
+
+    @abstractmethod
+    def load(self, projection_id: str) -> int:
+        """The offset stored for the projection (0 when none is)."""
+
+    @abstractmethod
+    def save(self, projection_id: str, offset: int) -> None:
+        """Store `offset` for the projection, replacing the one stored (durable when this returns)."""
+
+    @contextmanager
+    def transaction(self, projection_id: str, offset: int) -> Iterator[Any]:
+        """Yield the store's connection inside a transaction that also stores `offset`; commit on exit.
+
+        An exception in the block rolls back the handler's writes and the offset together.
+        """
+        raise OffsetStoreError(f"{type(self).__name__} ({redact_url(self.url)}) gives no connection for "
+                               "exactly-once projections: use a sqlite:// or postgresql:// offset store")
+        yield  # pragma: no cover  (makes this a generator)
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the connection; a closed store must not be used again."""
+
+    def __enter__(self) -> OffsetStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class SqliteOffsetStore(OffsetStore):
+    """Offsets in a SQLite file (WAL, synchronous=FULL); the handler gets its sqlite3.Connection."""
+
+    def __init__(self, path: str, url: str = ""):
+        self.url = url or f"sqlite://{path}"
+        self.path = path
+        try:
+            # isolation_level=None: no implicit transactions; transaction() opens its own BEGIN IMMEDIATE.
+            self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.execute(f"CREATE TABLE IF NOT EXISTS {_TABLE} (projection_id TEXT PRIMARY KEY, "
+                               "current_offset INTEGER NOT NULL, last_updated INTEGER NOT NULL)")
+        except sqlite3.Error as e:
+            raise OffsetStoreError(f"cannot open the SQLite offset store {path!r}: {e}") from e
+        self._lock = threading.Lock()
+
+    def load(self, projection_id: str) -> int:
+        """The offset stored for the projection (0 when none is)."""
+        with self._lock:
+            row = self._conn.execute(f"SELECT current_offset FROM {_TABLE} WHERE projection_id = ?",
+                                     (projection_id,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def save(self, projection_id: str, offset: int) -> None:
+        """Store `offset` for the projection (one autocommitted upsert)."""
+        with self._lock:
+            self._upsert(self._conn, projection_id, offset)
+
+    @staticmethod
+    def _upsert(conn: sqlite3.Connection, projection_id: str, offset: int) -> None:
+        conn.execute(f"INSERT INTO {_TABLE} VALUES (?, ?, ?) ON CONFLICT (projection_id) DO UPDATE SET "
+                     "current_offset = excluded.current_offset, last_updated = excluded.last_updated",
+                     (projection_id, offset, _now_ms()))
+
+    @contextmanager
+    def transaction(self, projection_id: str, offset: int) -> Iterator[sqlite3.Connection]:
+        """Yield the sqlite3 connection inside BEGIN IMMEDIATE; the offset is written and committed with it."""
+        with self._lock:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                self._upsert(conn, projection_id, offset)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._conn.close()
+
+
+def postgres_conninfo(url: str) -> tuple[str, str]:
+    """(libpq URL without our `schema` parameter, schema) of a postgresql:// store URL (the journal's convention)."""
+    parts = urlsplit(url)
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    schema = dict(params).get("schema", "reprise")
+    libpq = [(k, v) for k, v in params if k not in ("schema", "pool_min", "pool_max")]
+    return urlunsplit(parts._replace(scheme="postgresql", query=urlencode(libpq))), schema
+
+
+class PostgresOffsetStore(OffsetStore):
+    """Offsets in PostgreSQL (table in the URL's `schema`); the handler gets the psycopg connection."""
+
+    def __init__(self, url: str):
+        import psycopg
+        from psycopg import sql
+
+        self.url = url
+        conninfo, self.schema = postgres_conninfo(url)
+        try:
+            self._conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=10)
+            ident = sql.Identifier(self.schema)
+            self._conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+            self._conn.execute(sql.SQL("SET search_path TO {}").format(ident))
+            self._conn.execute(f"CREATE TABLE IF NOT EXISTS {_TABLE} (projection_id text PRIMARY KEY, "
+                               "current_offset bigint NOT NULL, last_updated bigint NOT NULL)")
+        except psycopg.Error as e:
+            raise OffsetStoreError(f"cannot open the PostgreSQL offset store {redact_url(url)!r}: {e}") from e
+        self._lock = threading.Lock()
+
+    def load(self, projection_id: str) -> int:
+        """The offset stored for the projection (0 when none is)."""
+        with self._lock:
+            row = self._conn.execute(f"SELECT current_offset FROM {_TABLE} WHERE projection_id = %s",
+                                     (projection_id,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def save(self, projection_id: str, offset: int) -> None:
+        """Store `offset` for the projection (one autocommitted upsert)."""
+        with self._lock:
+            self._upsert(self._conn, projection_id, offset)
+
+    @staticmethod
+    def _upsert(conn: Any, projection_id: str, offset: int) -> None:
+        conn.execute(f"INSERT INTO {_TABLE} VALUES (%s, %s, %s) ON CONFLICT (projection_id) DO UPDATE SET "
+                     "current_offset = excluded.current_offset, last_updated = excluded.last_updated",
+                     (projection_id, offset, _now_ms()))
+
+    @contextmanager
+    def transaction(self, projection_id: str, offset: int) -> Iterator[Any]:
+        """Yield the psycopg connection inside a transaction; the offset is written and committed with it."""
+        with self._lock, self._conn.transaction():
+            yield self._conn
+            self._upsert(self._conn, projection_id, offset)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._conn.close()
+
+
+_memory: dict[str, dict[str, int]] = {}
+_memory_lock = threading.Lock()
+
+
+class MemoryOffsetStore(OffsetStore):
+    """Offsets in this process's memory (`memory://name` is shared within the process); at-least-once only."""
+
+    def __init__(self, name: str):
+        self.url = f"memory://{name}"
+        with _memory_lock:
+            self._offsets = _memory.setdefault(name, {})
+
+    def load(self, projection_id: str) -> int:
+        """The offset stored for the projection (0 when none is)."""
+        with _memory_lock:
+            return self._offsets.get(projection_id, 0)
+
+    def save(self, projection_id: str, offset: int) -> None:
+        """Store `offset` for the projection."""
+        with _memory_lock:
+            self._offsets[projection_id] = offset
+
+    def close(self) -> None:
+        """Nothing to release: the offsets stay for the next store of the same name."""
+
+
+def open_offset_store(url: str) -> OffsetStore:
+    """Open the offset store at `url` (sqlite://, postgresql:// or memory://)."""
+    scheme, sep, rest = url.partition("://") if isinstance(url, str) else ("", "", "")
+    if not sep or scheme not in ("sqlite", "postgresql", "postgres", "memory"):
+        raise OffsetStoreError(f"unsupported offset store URL {redact_url(url)!r}: use one of {_EXAMPLES}")
+    if scheme == "sqlite":
+        path = rest.partition("?")[0]
+        if not path:
+            raise OffsetStoreError(f"sqlite offset store URL {url!r} names no file: use sqlite:///abs/path.db")
+        if path != ":memory:" and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise OffsetStoreError(f"sqlite offset store {url!r}: directory {os.path.dirname(path)!r} does not "
+                                   "exist (create it, or give an absolute path: sqlite:///abs/path.db)")
+        return SqliteOffsetStore(path, url)
+    if scheme == "memory":
+        return MemoryOffsetStore(rest)
+    return PostgresOffsetStore(url)

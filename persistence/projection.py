@@ -1,0 +1,277 @@
+"""Projections: an actor that feeds the events of a tag to a handler and remembers how far it got.
+
+    system.spawn(Projection, "/user/balances", kwargs=dict(
+        source=EventsByTag("deposit"),                 # the host's journal, or EventsByTag(tag, journal=URL)
+        handler="myapp.read_model:apply_deposits",     # or the function itself (importable by name)
+        offset_store="sqlite:///var/read-model.db",
+        exactly_once=True, group_size=100))
+
+As in Akka Projections:
+- at-least-once (default): `handler(envelope)`, and the offset is saved after `save_after_envelopes`
+  events or `save_after_duration` seconds, whichever comes first (Akka: 100 and 250 ms). After a crash
+  the events handled since the last save are handled again.
+- exactly-once: `handler(conn, envelope)` runs inside a transaction of the offset store's database
+  (a sqlite3 or psycopg connection) that also stores the offset: both commit, or neither.
+- grouped (`group_size`): the handler gets a list of up to `group_size` envelopes, or fewer once the
+  first of them waited `group_within` seconds (Akka: 20 and 500 ms).
+
+The actor never blocks on a live query: a timer drives it, and each tick takes at most `batch` events
+from a current `events_by_tag` query (which, on PostgreSQL, waits for writes still in flight below the
+newest offset, bounded by the journal's gap_timeout, so no late-committing event is skipped). It ticks
+again at once while that query has more, else starts a new one after `poll_interval`. A handler exception fails the actor;
+the host restarts it and it resumes from the stored offset.
+`System.status()` / `reprise status` show the host's counter `projection_lag`: the greatest offset of the
+tag read so far minus the stored offset.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from actors import Actor
+from journal import EventEnvelope, Journal, Query, RepriseError
+from persistence.offset_store import OffsetStore, open_offset_store
+from persistence.plugins import journal_for
+
+__all__ = ["EventsByTag", "GetProjectionState", "Projection", "ProjectionError", "ProjectionState"]
+
+Handler = Callable[..., object]
+
+
+class ProjectionError(RepriseError, ValueError):
+    """A projection was configured wrongly (its source, handler, offset store or options)."""
+
+
+@dataclass(frozen=True)
+class EventsByTag:
+    """A projection's source: the events tagged `tag` in the journal at `journal` (None: the host's journal).
+
+    `gap_timeout` (seconds, None: the journal's) bounds how long a read waits on a PostgreSQL write in flight.
+    """
+
+    tag: str
+    journal: str | None = None
+    gap_timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tag, str) or not self.tag:
+            raise ProjectionError(f"EventsByTag needs a non-empty tag (as returned by tags_for), got {self.tag!r}")
+        if self.journal is not None and not isinstance(self.journal, str):
+            raise ProjectionError(f"EventsByTag journal must be a journal URL or None, got {self.journal!r}")
+
+
+@dataclass(frozen=True)
+class GetProjectionState:
+    """Ask a projection for its ProjectionState."""
+
+
+@dataclass(frozen=True)
+class ProjectionState:
+    """A projection's progress: offsets stored, handled and read (the greatest offset of its tag seen)."""
+
+    projection_id: str
+    stored_offset: int
+    handled_offset: int
+    read_offset: int
+
+    @property
+    def lag(self) -> int:
+        """Offsets read but not yet stored."""
+        return self.read_offset - self.stored_offset
+
+
+@dataclass(frozen=True)
+class _Tick:
+    """The projection's own timer: read and handle the next batch."""
+
+
+_TICK = _Tick()
+
+
+def _resolve_handler(handler: Handler | str) -> Handler:
+    if callable(handler):
+        return handler
+    if not isinstance(handler, str):
+        raise ProjectionError(f"handler must be a function or 'module:function', got {handler!r}")
+    module_name, sep, name = handler.partition(":") if ":" in handler else handler.rpartition(".")
+    if not module_name or not name:
+        raise ProjectionError(f"handler {handler!r} must be written 'module:function' or 'module.function'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise ProjectionError(f"handler {handler!r} cannot be imported: {e}") from None
+    if not callable(obj):
+        raise ProjectionError(f"handler {handler!r} is not callable")
+    return cast(Handler, obj)
+
+
+def _source(source: EventsByTag | Mapping[str, Any]) -> EventsByTag:
+    if isinstance(source, EventsByTag):
+        return source
+    if isinstance(source, Mapping):  # a topology file's table: source = { tag = "deposit" }
+        try:
+            return EventsByTag(**source)
+        except TypeError as e:
+            raise ProjectionError(f"source {dict(source)!r}: {e} (keys: tag, journal, gap_timeout)") from None
+    raise ProjectionError(f"source must be EventsByTag(tag, journal=None) or a table with a tag, got {source!r}")
+
+
+def _positive(name: str, value: object, integer: bool, hint: str) -> None:
+    ok = isinstance(value, int) if integer else isinstance(value, int | float)
+    if not ok or isinstance(value, bool) or cast(float, value) <= 0:
+        raise ProjectionError(f"{name} must be a positive {'int' if integer else 'number'} ({hint}), got {value!r}")
+
+
+class Projection(Actor):
+    """Feeds the events of a tag to `handler` in offset order, storing its offset in `offset_store`."""
+
+    def __init__(self, source: EventsByTag | Mapping[str, Any], handler: Handler | str, offset_store: str, *,
+                 projection_id: str | None = None, exactly_once: bool = False,
+                 save_after_envelopes: int = 100, save_after_duration: float = 0.25,
+                 group_size: int | None = None, group_within: float = 0.5,
+                 batch: int = 1000, poll_interval: float = 1.0) -> None:
+        self.source = _source(source)
+        self.handler = _resolve_handler(handler)
+        if not isinstance(offset_store, str) or "://" not in offset_store:
+            raise ProjectionError(f"offset_store must be a URL such as sqlite:///abs/read-model.db or "
+                                  f"postgresql://user@host/db?schema=name, got {offset_store!r}")
+        self.offset_store_url = offset_store
+        if projection_id is not None and (not isinstance(projection_id, str) or not projection_id):
+            raise ProjectionError(f"projection_id must be a non-empty string (default: the actor's path), "
+                                  f"got {projection_id!r}")
+        self.projection_id = projection_id
+        self.exactly_once = bool(exactly_once)
+        _positive("save_after_envelopes", save_after_envelopes, True, "events handled between two offset saves")
+        _positive("save_after_duration", save_after_duration, False, "seconds between two offset saves")
+        if group_size is not None:
+            _positive("group_size", group_size, True, "envelopes per handler call; None: one at a time")
+        _positive("group_within", group_within, False, "seconds a partial group waits for more envelopes")
+        _positive("batch", batch, True, "events read per tick")
+        _positive("poll_interval", poll_interval, False, "seconds between two looks for new events")
+        self.save_after_envelopes = save_after_envelopes
+        self.save_after_duration = float(save_after_duration)
+        self.group_size = group_size
+        self.group_within = float(group_within)
+        self.batch = batch
+        self.poll_interval = float(poll_interval)
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    def pre_start(self) -> None:
+        """Open the journal and the offset store, load the stored offset and start reading."""
+        self.name = self.projection_id or self.path
+        url = self.source.journal or cast("str | None", self.config.get("journal"))
+        if not url:
+            raise ProjectionError(f"projection {self.name}: no journal to read: give EventsByTag(tag, journal=URL) "
+                                  "or start the system with journal=URL")
+        self._journal: Journal = journal_for(url)
+        self._store: OffsetStore | None = open_offset_store(self.offset_store_url)
+        self.stored = self.handled = self.read = self._store.load(self.name)
+        self._unsaved = 0
+        self._saved_at = time.monotonic()
+        self._group: list[EventEnvelope] = []
+        self._group_since = 0.0
+        self._query: Query[EventEnvelope] | None = None
+        self.schedule_once(0.0, _TICK)
+
+    def _close_query(self) -> None:
+        if self._query is not None:
+            self._query.close()
+            self._query = None
+
+    def post_stop(self) -> None:
+        """At-least-once: store the offset of what was handled; then close the offset store."""
+        store = getattr(self, "_store", None)
+        if store is None:
+            return
+        self._close_query()
+        try:
+            if self._unsaved:
+                self._save()
+        finally:
+            self._store = None
+            store.close()
+
+    def receive(self, message: Any, sender: str | None) -> None:
+        """Ticks of its own timer; GetProjectionState is answered with a ProjectionState."""
+        if message is _TICK or isinstance(message, _Tick):
+            self._tick()
+        elif isinstance(message, GetProjectionState):
+            if sender is not None:
+                self.tell(sender, self.state())
+
+    def state(self) -> ProjectionState:
+        """Where this projection is."""
+        return ProjectionState(self.name, self.stored, self.handled, self.read)
+
+    def stats(self) -> dict[str, int]:
+        """`projection_lag` for System.status() / `reprise status`."""
+        return {"projection_lag": max(0, self.read - self.stored)} if hasattr(self, "stored") else {}
+
+    # --- the work ----------------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        # One current query serves the ticks of a catch-up: its ordering horizon scans the journal's offsets
+        # once, not once per batch. Once it ends, the next tick starts a new one after the last offset read.
+        if self._query is None:
+            self._query = self._journal.events_by_tag(self.source.tag, self.read,
+                                                      gap_timeout=self.source.gap_timeout)
+        envelopes = list(itertools.islice(self._query, self.batch))
+        if len(envelopes) < self.batch:
+            self._close_query()
+        if envelopes:
+            self.read = envelopes[-1].offset
+        now = time.monotonic()
+        if self.group_size is None:
+            for envelope in envelopes:
+                self._handle([envelope])
+        else:
+            if envelopes and not self._group:
+                self._group_since = now
+            self._group.extend(envelopes)
+            size = self.group_size
+            while len(self._group) >= size:
+                group, self._group = self._group[:size], self._group[size:]
+                self._handle(group)
+                self._group_since = now
+            if self._group and now - self._group_since >= self.group_within:
+                group, self._group = self._group, []
+                self._handle(group)
+        now = time.monotonic()  # handling took time
+        if self._unsaved and now - self._saved_at >= self.save_after_duration:
+            self._save()
+        delay = 0.0 if len(envelopes) == self.batch else self.poll_interval
+        if self._group:
+            delay = min(delay, max(0.0, self._group_since + self.group_within - now))
+        if self._unsaved:
+            delay = min(delay, max(0.0, self._saved_at + self.save_after_duration - now))
+        self.schedule_once(delay, _TICK)
+
+    def _handle(self, envelopes: list[EventEnvelope]) -> None:
+        arg: object = envelopes if self.group_size is not None else envelopes[0]
+        offset = envelopes[-1].offset
+        if self.exactly_once:
+            assert self._store is not None
+            with self._store.transaction(self.name, offset) as conn:
+                self.handler(conn, arg)
+            self.stored = self.handled = offset
+            return
+        self.handler(arg)
+        self.handled = offset
+        self._unsaved += len(envelopes)
+        if self._unsaved >= self.save_after_envelopes:
+            self._save()
+
+    def _save(self) -> None:
+        assert self._store is not None
+        self._store.save(self.name, self.handled)
+        self.stored = self.handled
+        self._unsaved = 0
+        self._saved_at = time.monotonic()

@@ -1,0 +1,236 @@
+"""Projections on real actor systems (both bases), SQLite and PostgreSQL journals and offset stores."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import uuid
+
+import psycopg
+import pytest
+
+from actors.topology import loads, resolve_class
+from journal import open_journal
+from persistence import EventsByTag, GetProjectionState, Projection, ProjectionError, open_offset_store
+from tests.persistence.projection_fixtures import (
+    failing_once_in_transaction,
+    record_group_to,
+    record_offsets_to,
+    record_to,
+)
+from tests.persistence.tagging_actors import Mover
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+PROJECTION = "/user/projection"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request, tmp_path) -> tuple[str, str]:
+    """(journal URL, offset store URL) on one kind of database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/journal.db", f"sqlite:///{tmp_path}/read.db"
+    from journal.postgres import drop_schema
+
+    server = request.getfixturevalue("postgres_url")
+    journal, store = (f"{server}?schema=proj_{kind}_{uuid.uuid4().hex[:8]}" for kind in ("j", "r"))
+    request.addfinalizer(lambda: (drop_schema(journal), drop_schema(store)))
+    return journal, store
+
+
+def move(system, amounts_by_id: dict[str, list[int]]) -> None:
+    """Persist Moved(amount) events (tagged "moves") through Mover entities; returns once all are stored."""
+    for pid, amounts in amounts_by_id.items():
+        assert system.ask(f"/user/movers/{pid}", amounts, timeout=30) == "done"
+
+
+def handled_rows(store_url: str) -> list[tuple]:
+    """The handled table of the offset store's database: (pid, seq, offset, amount, call), in insertion order."""
+    if store_url.startswith("sqlite"):
+        with sqlite3.connect(store_url[len("sqlite://"):]) as db:
+            return db.execute("SELECT * FROM handled ORDER BY rowid").fetchall()
+    from persistence.offset_store import postgres_conninfo
+
+    conninfo, schema = postgres_conninfo(store_url)
+    with psycopg.connect(conninfo) as db:
+        return db.execute(f"SELECT * FROM {schema}.handled ORDER BY ctid").fetchall()
+
+
+def tagged_offsets(journal_url: str, tag: str = "moves") -> list[int]:
+    with open_journal(journal_url) as j:
+        return [e.offset for e in j.events_by_tag(tag)]
+
+
+def state(system):
+    return system.ask(PROJECTION, GetProjectionState(), timeout=10)
+
+
+def test_exactly_once_from_a_topology_entry_hands_every_event_once_in_offset_order(base, make_system, backend):
+    journal, store = backend
+    system = make_system(base, journal=journal)
+    system.spawn(Mover, "/user/movers", entities=True)
+    move(system, {"a": [1, 2, 3], "b": [150]})
+    topology = loads(f"""
+        [[actor]]
+        path = "{PROJECTION}"
+        class = "persistence:Projection"
+        max_restarts = 3
+        [actor.kwargs]
+        source = {{ tag = "moves" }}
+        handler = "tests.persistence.projection_fixtures:record_in_transaction"
+        offset_store = "{store}"
+        exactly_once = true
+        poll_interval = 0.1
+    """)
+    (entry,) = topology.entries
+    system.spawn(resolve_class(entry.factory), entry.path, kwargs=entry.kwargs, **entry.options)
+    move(system, {"b": [7, 8], "c": [9]})  # written while the projection runs: followed live
+    offsets = tagged_offsets(journal)
+    assert len(offsets) == 7
+    wait_for(lambda: state(system).stored_offset == offsets[-1], timeout=30, interval=0.05)
+    rows = handled_rows(store)
+    assert [r[2] for r in rows] == offsets, "each event once, in offset order"
+    assert sorted(r[3] for r in rows) == [1, 2, 3, 7, 8, 9, 150]
+    assert system.status().hosts[PROJECTION].counters["projection_lag"] == 0
+
+
+def test_exactly_once_grouped_survives_a_failing_handler_and_restarts_from_the_stored_offset(
+        base, make_system, backend, tmp_path):
+    journal, store = backend
+    system = make_system(base, journal=journal)
+    system.spawn(Mover, "/user/movers", entities=True)
+    move(system, {"a": list(range(1, 11)), "b": [11, 12]})
+    marker = str(tmp_path / "failed-once")
+    system.spawn(Projection, PROJECTION, kwargs=dict(
+        source=EventsByTag("moves"), handler=functools.partial(failing_once_in_transaction, marker),
+        offset_store=store, exactly_once=True, group_size=4, group_within=0.05, batch=5, poll_interval=0.1))
+    move(system, {"c": [13, 14, 15], "a": [16]})  # 13: the handler fails once, after its inserts
+    offsets = tagged_offsets(journal)
+    assert len(offsets) == 16
+    wait_for(lambda: state(system).stored_offset == offsets[-1], timeout=60, interval=0.05)
+    rows = handled_rows(store)
+    assert [r[2] for r in rows] == offsets, "every event exactly once: the failed group's rows rolled back"
+    assert max(r[4] for r in rows) == 4, "handled in groups of up to group_size"
+    assert (tmp_path / "failed-once").exists()
+    s = state(system)
+    assert (s.stored_offset, s.handled_offset, s.read_offset, s.lag) == (offsets[-1],) * 3 + (0,)
+
+
+def test_at_least_once_grouped_saves_the_offset_after_n_envelopes_and_resumes_there(base, make_system, tmp_path):
+    journal = f"sqlite:///{tmp_path}/journal.db"
+    sink = f"{tmp_path}/sink.db"
+    offsets_url = f"sqlite:///{tmp_path}/offsets.db"
+    system = make_system(base, journal=journal)
+    system.spawn(Mover, "/user/movers", entities=True)
+    move(system, {"a": list(range(1, 8))})
+    kwargs = dict(source=EventsByTag("moves", journal=journal), handler=functools.partial(record_group_to, sink),
+                  offset_store=offsets_url, group_size=3, group_within=0.05, save_after_envelopes=3,
+                  save_after_duration=60, poll_interval=0.1)
+    system.spawn(Projection, PROJECTION, kwargs=kwargs)
+    offsets = tagged_offsets(journal)
+    wait_for(lambda: state(system).handled_offset == offsets[-1], timeout=30, interval=0.05)
+    # 7 events in groups of 3, 3, 1; saved after 6 (the 7th waits for save_after_duration or a stop).
+    assert state(system).stored_offset == offsets[5]
+    with sqlite3.connect(sink) as db:
+        calls = [r[0] for r in db.execute("SELECT call FROM handled ORDER BY rowid")]
+    assert calls == [1, 1, 1, 2, 2, 2, 3]
+    system.stop(PROJECTION)
+    with open_offset_store(offsets_url) as s:  # the stop saved the last handled offset
+        assert s.load(PROJECTION) == offsets[-1]
+    move(system, {"b": [100]})
+    system.spawn(Projection, PROJECTION, kwargs=kwargs)
+    wait_for(lambda: state(system).handled_offset == tagged_offsets(journal)[-1], timeout=30, interval=0.05)
+    with sqlite3.connect(sink) as db:
+        assert db.execute("SELECT count(*) FROM handled").fetchone()[0] == 8, "resumed after the stored offset"
+
+
+def test_bad_configuration_is_refused_naming_the_fix():
+    ok = dict(source=EventsByTag("t"), handler=print, offset_store="sqlite:///x.db")
+    with pytest.raises(ProjectionError, match="non-empty tag"):
+        EventsByTag("")
+    with pytest.raises(ProjectionError, match="handler 'nowhere:thing' cannot be imported"):
+        Projection(**{**ok, "handler": "nowhere:thing"})
+    with pytest.raises(ProjectionError, match="offset_store must be a URL such as sqlite:///"):
+        Projection(**{**ok, "offset_store": "read.db"})
+    with pytest.raises(ProjectionError, match="group_size must be a positive int"):
+        Projection(**ok, group_size=0)
+    with pytest.raises(ProjectionError, match=r"source \{'tg': 'x'\}.*keys: tag, journal, gap_timeout"):
+        Projection(**{**ok, "source": {"tg": "x"}})
+    assert Projection(**{**ok, "handler": "tests.persistence.projection_fixtures:record_to"}).handler is record_to
+
+
+def test_postgresql_an_event_committing_late_with_a_smaller_offset_is_handled_first(
+        request, base, make_system, postgres_url, tmp_path):
+    from journal.postgres import drop_schema
+    from tests.journal.test_query import _begin_held_write, _ev
+
+    journal = f"{postgres_url}?schema=proj_late_{uuid.uuid4().hex[:8]}"
+    request.addfinalizer(lambda: drop_schema(journal))  # after the system's shutdown
+    sink = f"{tmp_path}/sink.db"
+    with open_journal(journal) as j:
+        held, early = _begin_held_write(journal, "early", "late")  # drew its offset, not committed
+        request.addfinalizer(held.close)  # before the schema is dropped (finalizers run last-in first-out)
+        j.write_messages([_ev("later", "late")])
+    system = make_system(base, journal=journal)
+    # The writer commits a second after the projection started: until then its offset is a gap.
+    committer = threading.Timer(1.0, held.commit)
+    committer.start()
+    system.spawn(Projection, PROJECTION, kwargs=dict(
+        source=EventsByTag("late", gap_timeout=30), handler=functools.partial(record_offsets_to, sink),
+        offset_store=f"sqlite:///{tmp_path}/offsets.db", poll_interval=0.1))
+    committer.join()
+
+    def handled() -> list[tuple[int, str]]:
+        try:
+            with sqlite3.connect(sink) as db:
+                return db.execute("SELECT event_offset, persistence_id FROM offsets ORDER BY rowid").fetchall()
+        except sqlite3.OperationalError:  # no table yet
+            return []
+    rows = wait_for(lambda: (lambda r: r if len(r) >= 2 else None)(handled()), timeout=30, interval=0.05)
+    assert rows[0] == (early, "early"), "the late-committing smaller offset must not be skipped or reordered"
+    assert [p for _, p in rows] == ["early", "later"]
+
+
+@pytest.mark.multiproc
+def test_reprise_status_shows_the_projection_lag(make_system, tmp_path):
+    journal = f"sqlite:///{tmp_path}/journal.db"
+    system = make_system("multiproc", journal=journal)
+    system.spawn(Mover, "/user/movers", entities=True)
+    move(system, {"a": [1, 2, 3]})
+    # Saved only after 100 events or a minute: the 3 handled stay unsaved, a lag of 3 offsets.
+    system.spawn(Projection, PROJECTION, kwargs=dict(
+        source=EventsByTag("moves"), handler=functools.partial(record_to, f"{tmp_path}/sink.db"),
+        offset_store=f"sqlite:///{tmp_path}/offsets.db", save_after_duration=60, poll_interval=0.1))
+    offsets = tagged_offsets(journal)
+    wait_for(lambda: state(system).handled_offset == offsets[-1], timeout=30, interval=0.05)
+    lag = offsets[-1]
+    assert system.status().hosts[PROJECTION].counters == {"projection_lag": lag}
+    reprise = os.path.join(os.path.dirname(sys.executable), "reprise")
+    out = subprocess.run([reprise, "status", "--port", str(system.admin_port)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert f"projection_lag {lag}" in out.stdout
+    doc = json.loads(subprocess.run([reprise, "status", "--port", str(system.admin_port), "--json"],
+                                    capture_output=True, text=True, timeout=60).stdout)
+    assert doc["hosts"][PROJECTION]["counters"] == {"projection_lag": lag}
+
+
+def test_at_least_once_saves_the_offset_after_save_after_duration_when_fewer_events_came(base, make_system, tmp_path):
+    journal = f"sqlite:///{tmp_path}/journal.db"
+    system = make_system(base, journal=journal)
+    system.spawn(Mover, "/user/movers", entities=True)
+    move(system, {"a": [1, 2]})
+    system.spawn(Projection, PROJECTION, kwargs=dict(
+        source=EventsByTag("moves"), handler=functools.partial(record_to, f"{tmp_path}/sink.db"),
+        offset_store=f"sqlite:///{tmp_path}/offsets.db", save_after_envelopes=1000, save_after_duration=0.2,
+        poll_interval=30))  # the save must come from its own timer, not from a poll
+    offsets = tagged_offsets(journal)
+    s = wait_for(lambda: (lambda s: s if s.stored_offset == offsets[-1] else None)(state(system)),
+                 timeout=20, interval=0.05)
+    assert s.handled_offset == s.read_offset == offsets[-1] and s.lag == 0

@@ -1,0 +1,85 @@
+"""The offset stores' one suite: memory, SQLite and PostgreSQL behave alike (exactly-once only on SQL)."""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+
+import pytest
+
+from persistence import OffsetStore, OffsetStoreError, open_offset_store
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+def store_url(request, tmp_path) -> str:
+    if request.param == "memory":
+        return f"memory://offsets-{uuid.uuid4().hex[:8]}"
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/offsets.db"
+    from journal.postgres import drop_schema
+
+    url = f"{request.getfixturevalue('postgres_url')}?schema=offsets_{uuid.uuid4().hex[:8]}"
+    request.addfinalizer(lambda: drop_schema(url))
+    return url
+
+
+@pytest.fixture
+def store(store_url):
+    s = open_offset_store(store_url)
+    yield s
+    s.close()
+
+
+def _sql(store: OffsetStore, text: str) -> str:
+    return text if store.url.startswith("sqlite") else text.replace("?", "%s")
+
+
+def test_an_unknown_projection_is_at_offset_zero_and_saves_replace(store, store_url):
+    assert store.load("p") == 0
+    store.save("p", 5)
+    store.save("q", 2)
+    store.save("p", 9)
+    assert (store.load("p"), store.load("q")) == (9, 2)
+    again = open_offset_store(store_url)  # another store on the same URL (a restarted projection)
+    try:
+        assert again.load("p") == 9
+    finally:
+        again.close()
+
+
+def test_exactly_once_commits_the_handlers_writes_and_the_offset_together(store):
+    if store.url.startswith("memory"):
+        with pytest.raises(OffsetStoreError, match="exactly-once.*sqlite:// or postgresql://"):
+            with store.transaction("p", 1):
+                pass
+        return
+    with store.transaction("p", 3) as conn:
+        conn.execute("CREATE TABLE model (v INTEGER)")
+        conn.execute(_sql(store, "INSERT INTO model VALUES (?)"), (1,))
+    with pytest.raises(RuntimeError, match="handler failed"):
+        with store.transaction("p", 4) as conn:
+            conn.execute(_sql(store, "INSERT INTO model VALUES (?)"), (2,))
+            raise RuntimeError("handler failed")
+    assert store.load("p") == 3, "a failed handler's offset must not be stored"
+    with store.transaction("p", 5) as conn:
+        assert [r[0] for r in conn.execute("SELECT v FROM model").fetchall()] == [1], "rolled back with it"
+
+
+def test_a_bad_url_names_the_accepted_forms(tmp_path):
+    with pytest.raises(OffsetStoreError, match="unsupported offset store URL 'mysql://x'.*sqlite:///abs/path.db"):
+        open_offset_store("mysql://x")
+    with pytest.raises(OffsetStoreError, match="does not exist"):
+        open_offset_store(f"sqlite:///{tmp_path}/no/such/dir/o.db")
+
+
+def test_sqlite_transaction_is_visible_to_other_connections_only_once_committed(tmp_path):
+    path = f"{tmp_path}/o.db"
+    with open_offset_store(f"sqlite:///{path}") as store:
+        with store.transaction("p", 7) as conn:
+            conn.execute("CREATE TABLE model (v INTEGER)")
+            other = sqlite3.connect(path)
+            assert other.execute("SELECT count(*) FROM projection_offset_store").fetchone()[0] == 0
+        assert other.execute("SELECT current_offset FROM projection_offset_store").fetchone()[0] == 7
+        other.close()
