@@ -78,8 +78,12 @@ _SCHEMA = (
 
 _INSERT = "INSERT INTO journal (persistence_id, sequence_nr, record, checksum) VALUES (?, ?, ?, ?)"
 _MULTI_ROWS = 100
-# One statement inserting 100 rows is about twice as fast as executemany of 100 (one step, one bind pass).
+# Which form of INSERT is cheapest depends on how many ids a commit holds (bench/PROFILE.md §10): rows of few
+# ids (long runs per id) cost half as much as 100-row statements as through executemany; rows of many ids
+# (one or two events per id, as a host's group commit) cost about 40% less through one executemany call
+# than through 100-row statements. The crossover is near 30 rows per id.
 _INSERT_MULTI = _INSERT + ", (?, ?, ?, ?)" * (_MULTI_ROWS - 1)
+_ROWS_PER_ID_FOR_MULTI = 32
 _INSERT_TAG = ("INSERT INTO tags (tag, ordering) "
                "SELECT ?, ordering FROM journal WHERE persistence_id = ? AND sequence_nr = ?")
 _REPLAY = ("SELECT sequence_nr, record, checksum FROM journal "
@@ -348,13 +352,16 @@ class SqliteJournal(Journal):
                 raise _as_journal_error("write (waiting for the write lock)", e, c.path) from e
             try:
                 rows = batch.rows
-                whole = len(rows) - len(rows) % _MULTI_ROWS
-                for i in range(0, whole, _MULTI_ROWS):
-                    conn.execute(_INSERT_MULTI, list(chain.from_iterable(rows[i:i + _MULTI_ROWS])))
                 if len(rows) == 1:
                     conn.execute(_INSERT, rows[0])
-                elif whole < len(rows):
-                    conn.executemany(_INSERT, rows[whole:])
+                elif len({r[0] for r in rows}) * _ROWS_PER_ID_FOR_MULTI > len(rows):
+                    conn.executemany(_INSERT, rows)
+                else:
+                    whole = len(rows) - len(rows) % _MULTI_ROWS
+                    for i in range(0, whole, _MULTI_ROWS):
+                        conn.execute(_INSERT_MULTI, list(chain.from_iterable(rows[i:i + _MULTI_ROWS])))
+                    if whole < len(rows):
+                        conn.executemany(_INSERT, rows[whole:])
                 if batch.tag_rows:
                     conn.executemany(_INSERT_TAG, batch.tag_rows)
                 conn.execute("COMMIT")
