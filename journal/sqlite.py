@@ -352,12 +352,13 @@ class SqliteJournal(Journal):
                 raise _as_journal_error("write (waiting for the write lock)", e, c.path) from e
             rows = batch.rows
             ids = c.ids
-            pids = {r[0] for r in rows}
+            one = len(rows) == 1
+            pids = {rows[0][0]} if one else {r[0] for r in rows}
             new = [p for p in pids if p not in ids]
             try:
                 if new:
                     _assign_ids(conn, ids, new)
-                if len(rows) == 1:
+                if one:
                     p, seq, blob, ck = rows[0]
                     conn.execute(_INSERT, (ids[p], seq, blob, ck))
                 else:

@@ -1,9 +1,10 @@
-"""A/B micro-benchmark of SqliteJournal.write_messages between source trees, interleaved in one run (§10).
+"""A/B micro-benchmark of SqliteJournal writes and reads between source trees, interleaved in one run (§10).
 
 One worker process per tree (PYTHONPATH=<tree>), each with its own journal file (synchronous=FULL, as
 shipped) prefilled with PREFILL events; the driver asks the workers in turn for one round of each shape,
 so the machine's load and the journals' growth hit every tree alike. Reported: median CPU and wall µs per
-event of write_messages (encoding + INSERTs + COMMIT) per shape and tree.
+event of write_messages (encoding + INSERTs + COMMIT) per shape and tree, and of three
+reads (replay, events_by_tag, events_by_persistence_id: query + decoding) of one id of 20,000 events.
 
     python bench/profiling/store_ab.py [--rounds 15] [--prefill 100000] TREE_A TREE_B ...
 """
@@ -44,9 +45,22 @@ SHAPES = {
 }
 for _ in range(prefill // 2000):
     j.write_messages(entity_round(2000))
+for n in range(1, 20_001, 1000):  # the read side: one id of 20,000 events, every other one tagged
+    j.write_messages([AtomicWrite([PersistentRepr(Deposited(k), k, "replay", writer_uuid="w",
+                                                  tags=frozenset({"t"}) if k % 2 else frozenset())])
+                      for k in range(n, n + 1000)])
+READS = {
+    "replay one id of 20,000 events": lambda: sum(1 for _ in j.replay_messages("replay")),
+    "events_by_tag, 10,000 events": lambda: sum(1 for _ in j.events_by_tag("t")),
+    "events_by_persistence_id, 20,000 events": lambda: sum(1 for _ in j.events_by_persistence_id("replay")),
+}
 print("ready", flush=True)
 for line in sys.stdin:
     out = {}
+    for name, read in READS.items():
+        c, w = time.process_time(), time.perf_counter()
+        n = read()
+        out[name] = ((time.process_time() - c) / n * 1e6, (time.perf_counter() - w) / n * 1e6)
     for name, make in SHAPES.items():
         n, cpu, wall = 0, 0.0, 0.0
         while n < 2000:
@@ -89,7 +103,7 @@ def main() -> int:
             assert w.stdin is not None
             w.stdin.close()
             w.wait(timeout=60)
-    print(f"write_messages, µs per event, median of {a.rounds} interleaved rounds "
+    print(f"µs per event, median of {a.rounds} interleaved rounds "
           f"(prefill {a.prefill:,}, load {os.getloadavg()[0]:.1f}): CPU / wall")
     print("| shape | " + " | ".join(a.trees) + " |")
     print("|---|" + "---:|" * len(a.trees))
