@@ -17,6 +17,10 @@ Schema 1 (user_version 0, a `journal` table keyed by the text persistence id) is
 opened: in one transaction (a crash or SIGKILL at any point leaves schema 1 whole, migrated at the next
 open), ids assigned in persistence id order, rows copied in offset order with their offsets, the unique
 index built after the copy (a sort, not one index page per row). A file with a newer schema is refused.
+Cost, measured: 1,000,000 events (220 MB) migrate in ~2 s, holding the write lock (other processes' writes
+wait their busy timeout); the transaction passes through the WAL (~400 MB here, kept on disk until the
+file's last connection closes), and the old table's pages stay in the file as free pages that later writes
+reuse (`VACUUM` returns them to the file system).
 """
 
 from __future__ import annotations
