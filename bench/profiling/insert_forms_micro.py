@@ -3,6 +3,7 @@
 Every form writes the same rounds (SIZES rows per commit, 5,000 persistence ids in random order, 150-byte
 records) into its own file with the journal's schema and pragmas, after PREFILL rows; forms are interleaved
 round by round so the machine's load hits each alike. synchronous=OFF: CPU only (SYNC=FULL to add fsync).
+INTPID=1: integer persistence ids (schema 2's index); IDS=n: that many persistence ids.
 
     python bench/profiling/insert_forms_micro.py [PREFILL] [ROUNDS]
 """
@@ -18,12 +19,12 @@ from itertools import chain
 
 PREFILL = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 20
-IDS = 5_000
+IDS = int(os.environ.get('IDS', 5_000))
 SIZES = (1, 7, 100, 777, 2000)
 DDL = ("CREATE TABLE journal (ordering INTEGER PRIMARY KEY, persistence_id TEXT NOT NULL, sequence_nr INTEGER "
        "NOT NULL, record BLOB NOT NULL, checksum INTEGER NOT NULL, UNIQUE (persistence_id, sequence_nr))")
 ONE = "INSERT INTO journal (persistence_id, sequence_nr, record, checksum) VALUES (?, ?, ?, ?)"
-Rows = list[tuple[str, int, bytes, int]]
+Rows = list[tuple[str | int, int, bytes, int]]
 
 
 def multi(n: int) -> str:
@@ -83,7 +84,7 @@ FORMS: dict[str, Callable[[sqlite3.Connection, Rows], None]] = {
 def main() -> None:
     rng = random.Random(1)
     seq = [0] * IDS
-    pids = [f"/user/accounts/{i}" for i in range(IDS)]
+    pids: list = list(range(IDS)) if os.environ.get("INTPID") else [f"/user/accounts/{i}" for i in range(IDS)]
     blob = os.urandom(150)
 
     def batch(n: int) -> Rows:
