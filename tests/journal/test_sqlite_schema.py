@@ -14,12 +14,21 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import threading
 from contextlib import closing
 from typing import Any
 
 import pytest
 
-from journal import AtomicWrite, JournalError, PersistentRepr, open_journal, open_snapshot_store, verify
+from journal import (
+    AtomicWrite,
+    JournalError,
+    PersistentRepr,
+    open_journal,
+    open_snapshot_store,
+    sqlite_schema,
+    verify,
+)
 from journal.api import now_millis
 from journal.records import encode_writes
 from journal.sqlite_schema import SCHEMA_VERSION
@@ -270,14 +279,44 @@ def test_a_migration_killed_midway_leaves_a_journal_that_opens_and_migrates(tmp_
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
 
 
-def test_two_processes_opening_a_schema_1_file_at_once_migrate_it_once(tmp_path) -> None:
+def test_two_connections_finding_schema_1_at_once_migrate_it_once(tmp_path, monkeypatch) -> None:
+    """Both read version 0 before either holds the write lock: the second finds the first's migration done."""
     path = str(tmp_path / "j.db")
     _write_schema_1(path, ids=20, per_id=20)
     before = _rows(path)
-    script = ("import sys, journal; j = journal.open_journal('sqlite://' + sys.argv[1]); "
-              "print(len(list(j.replay_messages('p-3')))); j.close()")
-    procs = [subprocess.Popen([sys.executable, "-c", script, path], cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    outs = [p.communicate(timeout=60) for p in procs]
-    assert [(p.returncode, out.strip()) for p, (out, _) in zip(procs, outs, strict=True)] == [(0, "20"), (0, "20")], outs
+    ran: list[str] = []
+    step = sqlite_schema._step
+    monkeypatch.setattr(sqlite_schema, "_step", lambda conn, sql: (ran.append(sql), step(conn, sql)))
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # both connections must read the version before either migrates
+    waiting = threading.Semaphore(0)
+    errors: list[BaseException] = []
+
+    def open_one() -> None:
+        with closing(sqlite3.connect(path, isolation_level=None, timeout=30)) as conn:
+            def begin() -> None:
+                waiting.release()
+                conn.execute("BEGIN IMMEDIATE")  # waits for the blocker, then for the other migration
+
+            def rollback() -> None:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            try:
+                sqlite_schema.ensure(conn, path, begin, rollback)
+            except BaseException as e:
+                errors.append(e)
+
+    threads = [threading.Thread(target=open_one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        assert waiting.acquire(timeout=30) and waiting.acquire(timeout=30), "both must reach the write lock"
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        for t in threads:
+            t.join(timeout=60)
+    assert errors == [] and ran.count("DROP TABLE journal") == 1
     assert _rows(path) == before and _tables(path)[0] == SCHEMA_VERSION
+    with open_journal(f"sqlite://{path}") as j:
+        assert [r.sequence_nr for r in j.replay_messages("p-3")] == list(range(1, 21))
