@@ -64,6 +64,7 @@ _MULTI_ROWS = 100
 # than through 100-row statements. The crossover is near 30 rows per id.
 _INSERT_MULTI = _INSERT + ", (?, ?, ?, ?)" * (_MULTI_ROWS - 1)
 _ROWS_PER_ID_FOR_MULTI = 32
+_IDS_CACHED = 200_000  # integer ids a connection remembers (~25 MB) before it starts over: one lookup each again
 _INSERT_TAG = "INSERT INTO tags (tag, ordering) SELECT ?, ordering FROM events WHERE pid = ? AND sequence_nr = ?"
 _NEW_ID = "INSERT OR IGNORE INTO persistence_ids (persistence_id) VALUES (?)"
 _REPLAY = ("SELECT sequence_nr, record, checksum FROM events "
@@ -352,6 +353,8 @@ class SqliteJournal(Journal):
                 raise _as_journal_error("write (waiting for the write lock)", e, c.path) from e
             rows = batch.rows
             ids = c.ids
+            if len(ids) > _IDS_CACHED:
+                ids.clear()
             one = len(rows) == 1
             pids = {rows[0][0]} if one else {r[0] for r in rows}
             new = [p for p in pids if p not in ids]

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+import journal.sqlite
 from journal import (
     AtomicWrite,
     JournalError,
@@ -320,3 +321,14 @@ def test_two_connections_finding_schema_1_at_once_migrate_it_once(tmp_path, monk
     assert _rows(path) == before and _tables(path)[0] == SCHEMA_VERSION
     with open_journal(f"sqlite://{path}") as j:
         assert [r.sequence_nr for r in j.replay_messages("p-3")] == list(range(1, 21))
+
+
+def test_a_writer_that_forgets_its_cached_ids_looks_them_up_again(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(journal.sqlite, "_IDS_CACHED", 3)
+    with open_journal(f"sqlite://{tmp_path}/j.db") as j:
+        for n in (1, 2):
+            writes = [AtomicWrite([PersistentRepr(n, n, f"p-{i}")]) for i in range(5)]
+            assert j.write_messages(writes) == [None] * 5
+        assert all([r.payload for r in j.replay_messages(f"p-{i}")] == [1, 2] for i in range(5))
+        with closing(sqlite3.connect(j.path)) as db:
+            assert db.execute("SELECT count(*) FROM persistence_ids").fetchone() == (6,)  # '' and p-0 .. p-4
