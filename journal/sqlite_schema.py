@@ -4,7 +4,7 @@ Schema 2 (written today): events are keyed by an integer persistence id, so the 
 writes a page of holds (integer, sequence nr) instead of (text, sequence nr): bench/PROFILE.md §10.
 
 * `persistence_ids (id INTEGER PRIMARY KEY, persistence_id TEXT UNIQUE)`: one row per persistence id ever
-  written, never deleted (ids are cached by writers for the life of their connection); id 0 is '', the
+  written, never deleted (so writers may cache them: see journal.sqlite); id 0 is '', the
   tombstone that keeps the newest offset (see journal.sqlite).
 * `events (ordering INTEGER PRIMARY KEY, pid, sequence_nr, record, checksum)` with a unique index on
   (pid, sequence_nr); `ordering` is the global offset, as before.
