@@ -23,11 +23,13 @@ What a crash leaves (an unfinished last transaction) opens normally. `?torn_wal=
 accepting SQLite's rollback to the last intact commit (e.g. right after a power loss during a write that
 was never acknowledged).
 
-Tables: `journal`, `tags`, `highest_sequence_nr` (written by deletes, so they never lower the highest)
-and `snapshot`. `journal.ordering` is the rowid and the global offset of events_by_tag and tail. It is
-not AUTOINCREMENT (that costs an extra page write per commit); instead a delete that would remove the
-newest row turns it into a tombstone (persistence id '') so SQLite's max(rowid) + 1 never hands out
-an offset twice.
+Tables (journal.sqlite_schema: schema 2, and the migration of older files): `events` keyed by an integer
+persistence id (`persistence_ids` maps the text ids; a `journal` view shows schema 1's columns), `tags`,
+`highest_sequence_nr` (written by deletes, so they never lower the highest) and `snapshot`.
+`events.ordering` is the rowid and the global offset of events_by_tag and tail. It is not AUTOINCREMENT
+(that costs an extra page write per commit); instead a delete that would remove the newest row turns it
+into a tombstone (persistence id '', integer id 0) so SQLite's max(rowid) + 1 never hands out an offset
+twice.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
 from typing import TypeVar, cast
 
-from journal import sqlite_wal
+from journal import sqlite_schema, sqlite_wal
 from journal.api import Journal, SnapshotStore, TaggedRow
 from journal.errors import JournalCorruption, JournalError
 from journal.model import PersistenceIdSummary, Problem, SnapshotMetadata, SnapshotSelectionCriteria
@@ -52,50 +54,46 @@ R = TypeVar("R")
 SqlValue = int | float | str | bytes | None
 """A value SQLite returns (its storage classes: INTEGER, REAL, TEXT, BLOB, NULL)."""
 
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS journal (
-        ordering INTEGER PRIMARY KEY,
-        persistence_id TEXT NOT NULL,
-        sequence_nr INTEGER NOT NULL,
-        record BLOB NOT NULL,
-        checksum INTEGER NOT NULL,
-        UNIQUE (persistence_id, sequence_nr))""",
-    """CREATE TABLE IF NOT EXISTS tags (
-        tag TEXT NOT NULL,
-        ordering INTEGER NOT NULL,
-        PRIMARY KEY (tag, ordering)) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS highest_sequence_nr (
-        persistence_id TEXT PRIMARY KEY,
-        sequence_nr INTEGER NOT NULL) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS snapshot (
-        persistence_id TEXT NOT NULL,
-        sequence_nr INTEGER NOT NULL,
-        timestamp INTEGER NOT NULL,
-        snapshot BLOB NOT NULL,
-        checksum INTEGER NOT NULL,
-        PRIMARY KEY (persistence_id, sequence_nr)) WITHOUT ROWID""",
-)
-
-_INSERT = "INSERT INTO journal (persistence_id, sequence_nr, record, checksum) VALUES (?, ?, ?, ?)"
+# The statements use the tables, never the `journal` view: `pid` is the integer id (see journal.sqlite_schema).
+_PID = "(SELECT id FROM persistence_ids WHERE persistence_id = ?1)"
+_INSERT = "INSERT INTO events (pid, sequence_nr, record, checksum) VALUES (?, ?, ?, ?)"
 _MULTI_ROWS = 100
-# One statement inserting 100 rows is about twice as fast as executemany of 100 (one step, one bind pass).
+# Which form of INSERT is cheapest depends on how many ids a commit holds (bench/PROFILE.md §10): rows of few
+# ids (long runs per id) cost half as much as 100-row statements as through executemany; rows of many ids
+# (one or two events per id, as a host's group commit) cost about 40% less through one executemany call
+# than through 100-row statements. The crossover is near 30 rows per id.
 _INSERT_MULTI = _INSERT + ", (?, ?, ?, ?)" * (_MULTI_ROWS - 1)
-_INSERT_TAG = ("INSERT INTO tags (tag, ordering) "
-               "SELECT ?, ordering FROM journal WHERE persistence_id = ? AND sequence_nr = ?")
-_REPLAY = ("SELECT sequence_nr, record, checksum FROM journal "
-           "WHERE persistence_id = ? AND sequence_nr >= ? AND sequence_nr <= ? ORDER BY sequence_nr LIMIT ?")
-_HIGHEST = ("SELECT max(coalesce((SELECT max(sequence_nr) FROM journal WHERE persistence_id = ?1), 0), "
+_ROWS_PER_ID_FOR_MULTI = 32
+_IDS_CACHED = 200_000  # integer ids a connection remembers (~25 MB) before it starts over: one lookup each again
+_INSERT_TAG = "INSERT INTO tags (tag, ordering) SELECT ?, ordering FROM events WHERE pid = ? AND sequence_nr = ?"
+_NEW_ID = "INSERT OR IGNORE INTO persistence_ids (persistence_id) VALUES (?)"
+_REPLAY = ("SELECT sequence_nr, record, checksum FROM events "
+           f"WHERE pid = {_PID} AND sequence_nr >= ?2 AND sequence_nr <= ?3 ORDER BY sequence_nr LIMIT ?4")
+_HIGHEST = (f"SELECT max(coalesce((SELECT max(sequence_nr) FROM events WHERE pid = {_PID}), 0), "
             "coalesce((SELECT sequence_nr FROM highest_sequence_nr WHERE persistence_id = ?1), 0))")
-_TAGGED = ("SELECT j.ordering, j.persistence_id, j.sequence_nr, j.record, j.checksum "
-           "FROM tags t JOIN journal j ON j.ordering = t.ordering "
+# CROSS JOIN: SQLite keeps the tables in the order written (events by offset, then its id's text).
+_WITH_IDS = "FROM events e CROSS JOIN persistence_ids p ON p.id = e.pid"
+_TAGGED = ("SELECT e.ordering, p.persistence_id, e.sequence_nr, e.record, e.checksum "
+           "FROM tags t CROSS JOIN events e ON e.ordering = t.ordering CROSS JOIN persistence_ids p ON p.id = e.pid "
            "WHERE t.tag = ? AND t.ordering > ? ORDER BY t.ordering LIMIT ?")
-_EVENTS = ("SELECT ordering, persistence_id, sequence_nr, record, checksum FROM journal "
-           "WHERE persistence_id = ? AND sequence_nr >= ? AND sequence_nr <= ? ORDER BY sequence_nr LIMIT ?")
-# Reads of the global offset range (events_between, all_events) and of the newest offset: '' is the
+_EVENTS = ("SELECT ordering, ?1, sequence_nr, record, checksum FROM events "
+           f"WHERE pid = {_PID} AND sequence_nr >= ?2 AND sequence_nr <= ?3 ORDER BY sequence_nr LIMIT ?4")
+_TAIL = (f"SELECT e.ordering, p.persistence_id, e.sequence_nr, e.record, e.checksum {_WITH_IDS} "
+         "WHERE e.pid <> 0 ORDER BY e.ordering DESC LIMIT ?")
+_ALL = (f"SELECT e.ordering, p.persistence_id, e.sequence_nr, e.record, e.checksum {_WITH_IDS} "
+        "WHERE e.ordering > ? ORDER BY e.ordering LIMIT 1000")
+_IDS = ("SELECT persistence_id FROM persistence_ids WHERE id <> 0 UNION "
+        "SELECT persistence_id FROM highest_sequence_nr ORDER BY 1")
+_SUMMARIES = ("SELECT p, max(h), sum(n) FROM ("
+              " SELECT i.persistence_id p, s.h h, s.n n FROM (SELECT pid, max(sequence_nr) h, count(*) n FROM events"
+              "  WHERE pid <> 0 GROUP BY pid) s CROSS JOIN persistence_ids i ON i.id = s.pid"
+              " UNION ALL SELECT persistence_id, sequence_nr, 0 FROM highest_sequence_nr)"
+              " GROUP BY p ORDER BY p")
+# Reads of the global offset range (events_between, all_events) and of the newest offset: id 0 ('') is the
 # tombstone keeping the newest offset after a delete (module doc), not an event.
-_ORDERED = ("SELECT ordering, persistence_id, sequence_nr, record, checksum FROM journal "
-            "WHERE ordering > ? AND ordering <= ? AND persistence_id <> '' ORDER BY ordering LIMIT ?")
-_NEWEST = "SELECT ordering FROM journal WHERE persistence_id <> '' ORDER BY ordering DESC LIMIT 1"
+_ORDERED = (f"SELECT e.ordering, p.persistence_id, e.sequence_nr, e.record, e.checksum {_WITH_IDS} "
+            "WHERE e.ordering > ? AND e.ordering <= ? AND e.pid <> 0 ORDER BY e.ordering LIMIT ?")
+_NEWEST = "SELECT ordering FROM events WHERE pid <> 0 ORDER BY ordering DESC LIMIT 1"
 _NEWEST_TAGGED = "SELECT max(ordering) FROM tags WHERE tag = ?"
 
 _SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
@@ -195,6 +193,9 @@ class _Connection:
         except sqlite3.Error as e:
             raise _as_journal_error("open", e, self.path) from e
         self.synchronous, self.busy_timeout = synchronous, busy_timeout
+        # persistence id -> its integer id in `persistence_ids`, as committed (ids are never reassigned); only
+        # the write path uses it, under `lock` (reads look the id up in SQL).
+        self.ids: dict[str, int] = {}
         try:
             self._with_retry(lambda: self.conn.execute("PRAGMA journal_mode=WAL").fetchone(), busy_timeout)
             self.conn.execute(f"PRAGMA synchronous={synchronous}")
@@ -204,14 +205,8 @@ class _Connection:
             # (every 1,000 WAL pages) copied them into the database file after every such commit.
             self.conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
             self.conn.execute(f"PRAGMA wal_autocheckpoint={_CHECKPOINT_PAGES}")
-            self.begin(synchronous, busy_timeout)
-            try:
-                for ddl in _SCHEMA:
-                    self.conn.execute(ddl)
-                self.conn.execute("COMMIT")
-            except BaseException:
-                self.rollback()
-                raise
+            sqlite_schema.ensure(self.conn, self.path, lambda: self.begin(synchronous, busy_timeout),
+                                 self.rollback)
         except sqlite3.Error as e:
             self.conn.close()
             raise _as_journal_error("open", e, self.path) from e
@@ -336,6 +331,16 @@ class _Handle:
             _release(c)
 
 
+def _assign_ids(conn: sqlite3.Connection, ids: dict[str, int], new: list[str]) -> None:
+    """Give each persistence id of `new` its integer id (creating it), into `ids`; inside a write transaction."""
+    conn.executemany(_NEW_ID, [(p,) for p in new])
+    for i in range(0, len(new), 500):
+        part = new[i:i + 500]
+        found = conn.execute(f"SELECT persistence_id, id FROM persistence_ids WHERE persistence_id IN "
+                             f"({', '.join('?' * len(part))})", part).fetchall()
+        ids.update(cast("list[tuple[str, int]]", found))
+
+
 class SqliteJournal(Journal):
     """A journal in one SQLite file."""
 
@@ -352,24 +357,41 @@ class SqliteJournal(Journal):
                 h.begin()
             except sqlite3.Error as e:
                 raise _as_journal_error("write (waiting for the write lock)", e, c.path) from e
+            rows = batch.rows
+            ids = c.ids
+            if len(ids) > _IDS_CACHED:
+                ids.clear()
+            one = len(rows) == 1
+            pids = {rows[0][0]} if one else {r[0] for r in rows}
+            new = [p for p in pids if p not in ids]
             try:
-                rows = batch.rows
-                whole = len(rows) - len(rows) % _MULTI_ROWS
-                for i in range(0, whole, _MULTI_ROWS):
-                    conn.execute(_INSERT_MULTI, list(chain.from_iterable(rows[i:i + _MULTI_ROWS])))
-                if len(rows) == 1:
-                    conn.execute(_INSERT, rows[0])
-                elif whole < len(rows):
-                    conn.executemany(_INSERT, rows[whole:])
+                if new:
+                    _assign_ids(conn, ids, new)
+                if one:
+                    p, seq, blob, ck = rows[0]
+                    conn.execute(_INSERT, (ids[p], seq, blob, ck))
+                else:
+                    keyed = [(ids[p], seq, blob, ck) for p, seq, blob, ck in rows]
+                    if len(pids) * _ROWS_PER_ID_FOR_MULTI > len(rows):
+                        conn.executemany(_INSERT, keyed)
+                    else:
+                        whole = len(keyed) - len(keyed) % _MULTI_ROWS
+                        for i in range(0, whole, _MULTI_ROWS):
+                            conn.execute(_INSERT_MULTI, list(chain.from_iterable(keyed[i:i + _MULTI_ROWS])))
+                        if whole < len(keyed):
+                            conn.executemany(_INSERT, keyed[whole:])
                 if batch.tag_rows:
-                    conn.executemany(_INSERT_TAG, batch.tag_rows)
+                    conn.executemany(_INSERT_TAG, [(tag, ids[p], seq) for tag, p, seq in batch.tag_rows])
                 conn.execute("COMMIT")
-            except sqlite3.IntegrityError as e:
+            except BaseException as e:
+                for p in new:  # ids drawn in a rolled-back transaction may go to other persistence ids
+                    ids.pop(p, None)
                 c.rollback()
-                raise self._duplicate_error(batch, e) from e
-            except sqlite3.Error as e:
-                c.rollback()
-                raise _as_journal_error("write", e, c.path) from e
+                if isinstance(e, sqlite3.IntegrityError):
+                    raise self._duplicate_error(batch, e) from e
+                if isinstance(e, sqlite3.Error):
+                    raise _as_journal_error("write", e, c.path) from e
+                raise
 
     def _read(self, persistence_id: str, start: int, end: int, limit: int) -> Sequence[StoredRow]:
         try:
@@ -395,17 +417,19 @@ class SqliteJournal(Journal):
                     if highest:
                         conn.execute("INSERT OR REPLACE INTO highest_sequence_nr VALUES (?, ?)",
                                      (persistence_id, highest))
-                    conn.execute("DELETE FROM tags WHERE ordering IN (SELECT ordering FROM journal "
-                                 "WHERE persistence_id = ? AND sequence_nr <= ?)",
-                                 (persistence_id, to_sequence_nr))
-                    newest = conn.execute("SELECT ordering, persistence_id, sequence_nr FROM journal "
-                                          "ORDER BY ordering DESC LIMIT 1").fetchone()
-                    if newest and newest[1] == persistence_id and newest[2] <= to_sequence_nr:
-                        conn.execute("DELETE FROM journal WHERE persistence_id = ''")
-                        conn.execute("UPDATE journal SET persistence_id = '', sequence_nr = ordering, "
-                                     "record = x'', checksum = 0 WHERE ordering = ?", (newest[0],))
-                    conn.execute("DELETE FROM journal WHERE persistence_id = ? AND sequence_nr <= ?",
-                                 (persistence_id, to_sequence_nr))
+                    known = conn.execute("SELECT id FROM persistence_ids WHERE persistence_id = ?",
+                                         (persistence_id,)).fetchone()
+                    if known is not None:
+                        pid = known[0]
+                        conn.execute("DELETE FROM tags WHERE ordering IN (SELECT ordering FROM events "
+                                     "WHERE pid = ? AND sequence_nr <= ?)", (pid, to_sequence_nr))
+                        newest = conn.execute("SELECT ordering, pid, sequence_nr FROM events "
+                                              "ORDER BY ordering DESC LIMIT 1").fetchone()
+                        if newest and newest[1] == pid and newest[2] <= to_sequence_nr:
+                            conn.execute("DELETE FROM events WHERE pid = 0")
+                            conn.execute("UPDATE events SET pid = 0, sequence_nr = ordering, record = x'', "
+                                         "checksum = 0 WHERE ordering = ?", (newest[0],))
+                        conn.execute("DELETE FROM events WHERE pid = ? AND sequence_nr <= ?", (pid, to_sequence_nr))
                     conn.execute("COMMIT")
                 except BaseException:
                     c.rollback()
@@ -415,9 +439,9 @@ class SqliteJournal(Journal):
 
     def current_persistence_ids(self) -> Iterator[str]:
         """Every persistence id that has ever been written (sorted)."""
-        rows = cast("list[tuple[str]]", self._h.c.query(
-            "persistence ids", "SELECT DISTINCT persistence_id FROM journal WHERE persistence_id <> '' UNION "
-                               "SELECT persistence_id FROM highest_sequence_nr ORDER BY 1"))
+        # persistence_ids holds exactly the ids with a committed event (rows are added with an id's first
+        # event, in its transaction, and never removed).
+        rows = cast("list[tuple[str]]", self._h.c.query("persistence ids", _IDS))
         return (r[0] for r in rows)
 
     def _read_tag(self, tag: str, offset: int, limit: int, upto: int) -> Sequence[TaggedRow]:
@@ -442,25 +466,17 @@ class SqliteJournal(Journal):
                                                        (persistence_id, start, end, limit)))
 
     def _read_tail(self, n: int) -> Sequence[TaggedRow]:
-        return cast("list[TaggedRow]", self._h.c.query("tail", "SELECT ordering, persistence_id, sequence_nr, record, checksum "
-                                     "FROM journal WHERE persistence_id <> '' ORDER BY ordering DESC LIMIT ?",
-                            (n,)))
+        return cast("list[TaggedRow]", self._h.c.query("tail", _TAIL, (n,)))
 
     def summaries(self) -> list[PersistenceIdSummary]:
         """`ls`: every persistence id with its highest sequence number and number of stored events."""
-        rows = cast("list[tuple[str, int, int]]", self._h.c.query(
-            "ls", "SELECT p, max(h), sum(n) FROM ("
-                  " SELECT persistence_id p, max(sequence_nr) h, count(*) n FROM journal WHERE persistence_id <> ''"
-                  " GROUP BY persistence_id"
-                  " UNION ALL SELECT persistence_id, sequence_nr, 0 FROM highest_sequence_nr)"
-                  " GROUP BY p ORDER BY p"))
+        rows = cast("list[tuple[str, int, int]]", self._h.c.query("ls", _SUMMARIES))
         return [PersistenceIdSummary(p, h, n) for p, h, n in rows]
 
     def _read_all(self) -> Iterator[tuple[str, int, bytes, int]]:
         last = 0
         while True:
-            rows = cast("list[tuple[int, str, int, bytes, int]]", self._h.c.query("verify", "SELECT ordering, persistence_id, sequence_nr, record, checksum "
-                                           "FROM journal WHERE ordering > ? ORDER BY ordering LIMIT 1000", (last,)))
+            rows = cast("list[tuple[int, str, int, bytes, int]]", self._h.c.query("verify", _ALL, (last,)))
             for _, pid, seq, blob, ck in rows:
                 if pid:  # '' is the tombstone keeping the newest offset (see the module doc)
                     yield pid, seq, blob, ck
