@@ -1,0 +1,101 @@
+"""Real speculative attempts on a real Spark standalone cluster (a master and 2 one-core workers, each on its own
+loopback address), against the sink and the source.
+
+Local mode never speculates, and a speculative copy is never placed on a host that already runs an attempt of
+its task: hence two workers on two addresses. The drivers run as subprocesses (tests/spark_bridge/cluster_job.py)
+because this process already holds the session's local SparkContext. Partition 0's first attempt straggles
+(stalls after some rows); the scheduler launches a copy on the other worker, which wins.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from journal import AtomicWrite, PersistentRepr, open_journal
+from spark_bridge import BRIDGE_PATH, GetFeedProgress
+from tests.spark_bridge.sample import DurableAccount, GetBalance
+from tests.spark_bridge.standalone import attempts, run_driver, start_or_skip, worker_of
+from tests.spark_bridge.test_feed import balances, sums
+from tests.spark_bridge.test_sink import staged
+
+pytestmark = [pytest.mark.spark, pytest.mark.multiproc]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A master and two workers (127.0.0.2, 127.0.0.3) for the module; every JVM is killed afterwards."""
+    started = start_or_skip(tmp_path_factory.mktemp("standalone"))
+    yield started
+    started.stop()
+    assert started.survivors() == [], "processes of the standalone cluster outlived stop()"
+
+
+def speculated(markers) -> dict:
+    """The attempts that ran, after checking that partition 0 got a speculative copy on the other worker."""
+    ran = attempts(markers)
+    assert (markers / "straggler-stalled").exists(), f"partition 0's first attempt never stalled: {sorted(ran)}"
+    assert (0, 1) in ran, f"no speculative copy of partition 0 ran (attempts: {sorted(ran)})"
+    assert worker_of(ran[0, 0]) != worker_of(ran[0, 1]), "the copy ran on the straggler's own host"
+    assert {worker_of(a) for a in ran.values()} == {"127.0.0.2", "127.0.0.3"}
+    return ran
+
+
+@pytest.mark.timeout(170)
+def test_a_speculative_copy_of_a_write_task_is_delivered_and_the_straggler_s_staged_rows_discarded(
+        cluster, make_bridged, tmp_path):
+    system = make_bridged(account=DurableAccount, ledger=True)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    rows, accounts = 4_000, 20
+    run_driver(cluster, {"job": "sink", "port": system.admin_port, "feed_id": "speculated", "rows": rows,
+                         "accounts": accounts, "stall_from": 1_500, "stall_seconds": 60, "batch_size": 100,
+                         "markers": str(markers)}, timeout=120)
+    speculated(markers)
+    batches = staged(tmp_path)
+    by_attempt: dict[str, list] = {}
+    for b in batches:
+        if b.partition == 0:
+            by_attempt.setdefault(b.attempt, []).append(b)
+    assert len(by_attempt) == 2, f"partition 0 was staged by {sorted(by_attempt)}: the straggler staged nothing"
+    straggler = next(a for a, bs in by_attempt.items() if any(1000 in b.values[b.columns.index("amount")] for b in bs))
+    assert 0 < sum(len(b.paths) for b in by_attempt[straggler]) < rows // 2  # it stalled part way
+    # Only the winners count: partition 0's copy (amount 1 each), partition 1's first attempt (1000 each).
+    expected = {f"/user/accounts/a{a}": 100 * 1 + 100 * 1000 for a in range(accounts)}
+    got = balances(system, expected)  # no waiting: save() returned once every row and follow-up was confirmed
+    assert sums(got) == expected and sum(b.applied for b in got.values()) == rows
+    assert sum(b.repeated for b in got.values()) == 0
+    ledger = system.ask("/user/ledger", GetBalance(), timeout=10)
+    assert (ledger.total, ledger.applied) == (sum(expected.values()), rows)
+    progress = system.ask(BRIDGE_PATH, GetFeedProgress("speculated"), timeout=10)
+    assert (progress.accepted, progress.processed) == (rows, rows)  # the straggler's rows are not counted
+
+
+def fill(url: str, ids: int, events: int) -> None:
+    """`ids` accounts with `events` tagged events each, and an untagged audit id."""
+    from tests.spark_bridge.sample import Deposited
+
+    with open_journal(url) as j:
+        for n in range(ids):
+            assert j.write_messages([AtomicWrite([PersistentRepr(Deposited(i), i, f"acc-{n}",
+                                                                 tags=frozenset({"account"}))])
+                                     for i in range(1, events + 1)]) == [None] * events
+        j.write_messages([AtomicWrite([PersistentRepr(("login", i), i, "audit")]) for i in range(1, 4)])
+
+
+@pytest.mark.timeout(170)
+def test_a_speculative_copy_of_a_read_task_gives_each_planned_event_exactly_once(cluster, tmp_path):
+    url = f"sqlite:///{tmp_path}/journal.db"
+    fill(url, ids=3, events=40)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    result = run_driver(cluster, {"job": "source", "url": url, "markers": str(markers), "stall_after": 10,
+                                  "stall_seconds": 60}, timeout=120)
+    speculated(markers)
+    keys = [tuple(r) for r in result["rows"]]
+    assert len(keys) == len({k[0] for k in keys}) == 120  # count, distinct offsets
+    with open_journal(url) as j:
+        events = list(j.all_events())
+    # The straggler wrote 5 tagged events while it ran: after planning, so in no partition of either attempt.
+    assert sum(1 for e in events if e.persistence_id == "late") == 5
+    assert sorted(keys) == [(e.offset, e.persistence_id, e.sequence_nr) for e in events
+                            if "account" in e.tags and e.persistence_id != "late"]
