@@ -1,9 +1,11 @@
 """A driver for the standalone cluster, run as a subprocess: `python -m tests.spark_bridge.cluster_job JSON`.
 
-JSON: {"master": "spark://...", "job": "sink" | "source", ...job arguments}. Speculation is on with low
-thresholds; partition 0's first attempt is a deliberate straggler (it stalls after some rows) so that the
-scheduler launches a speculative copy on the other worker's host. Every attempt records itself in a marker
-file `p{partition}-a{attempt}.json` (its working directory names its worker). Prints `RESULT {json}` last.
+JSON: {"master": "spark://...", "job": "sink" | "source", "speculation": true (default) | false, ...job
+arguments}. Partition 0's first attempt is a deliberate straggler: it stalls after some rows, so that with
+speculation on (low thresholds) the scheduler launches a copy on the other worker's host, or so that a test
+can kill its worker. Small socket buffers to and from Python workers let rows reach the writer before the
+stall. Every attempt records itself in a marker file `p{partition}-a{attempt}.json` (its working directory
+names its worker). Prints `RESULT {json}` last.
 """
 
 from __future__ import annotations
@@ -27,8 +29,6 @@ SPECULATION = {
     # Off: a stalled task reads no records, and the efficiency check would need a rate to compare.
     "spark.speculation.efficiency.enabled": "false",
     "spark.locality.wait": "0s",
-    # Small socket buffers to and from Python workers: rows reach the writer before the straggler stalls.
-    "spark.buffer.size": "4096",
 }
 
 
@@ -125,8 +125,9 @@ def main(argv: list[str]) -> None:
     from spark_bridge import cluster_session
 
     job = json.loads(argv[1])
+    conf = SPECULATION if job.get("speculation", True) else {}
     spark = cluster_session(job["master"], f"reprise-cluster-{job['job']}", import_paths=(ROOT,),
-                            **SPECULATION, **{"spark.task.maxFailures": "2"})
+                            **conf, **{"spark.task.maxFailures": "2", "spark.buffer.size": "4096"})
     try:
         result = {"sink": sink_job, "source": source_job}[job["job"]](spark, job)
     finally:

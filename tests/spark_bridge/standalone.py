@@ -59,6 +59,7 @@ class StandaloneCluster:
     workdir: Path
     daemons: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     groups: set[int] = field(default_factory=set)
+    peak_jvm_mb: float = 0.0
 
     def status(self) -> dict[str, Any]:
         """The master's JSON status (workers, apps)."""
@@ -104,6 +105,12 @@ class StandaloneCluster:
         """SIGKILL the worker on `host` and its executors (its whole process group): a host lost."""
         os.killpg(self.daemons[f"worker-{host}"].pid, signal.SIGKILL)
 
+    def restart_worker(self, host: str, timeout: float = 60.0) -> None:
+        """Start the worker on `host` again (after kill_worker) and wait until the master lists it alive."""
+        self.daemons.pop(f"worker-{host}").wait(10)
+        _worker(self, host)
+        _wait_registered(self, timeout)
+
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM every group (workers first), then SIGKILL what is left after `timeout` seconds."""
         for name in sorted(self.daemons, key=lambda n: n == "master"):
@@ -144,12 +151,19 @@ def _daemon(cluster: StandaloneCluster, name: str, args: list[str], host: str, e
            "SPARK_DAEMON_JAVA_OPTS": LEAN_JVM, "SPARK_LOG_DIR": str(cluster.workdir),
            "PYSPARK_PYTHON": sys.executable, **extra_env}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p)
-    with open(cluster.workdir / f"{name}.log", "wb") as log:
+    with open(cluster.workdir / f"{name}.log", "ab") as log:
         proc = subprocess.Popen([os.path.join(home, "bin", "spark-class"), *args], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cluster.workdir,
                                 start_new_session=True)
     cluster.daemons[name] = proc
     cluster.groups.add(proc.pid)
+
+
+def _worker(cluster: StandaloneCluster, host: str, memory: str = "1g") -> None:
+    _daemon(cluster, f"worker-{host}", [
+        "org.apache.spark.deploy.worker.Worker", "--host", host, "--cores", "1", "--memory", memory,
+        "--webui-port", str(actors.free_port(host)), "--work-dir", str(cluster.workdir / f"work-{host}"),
+        cluster.master_url], host, {})
 
 
 def start_cluster(workdir: Path, hosts: tuple[str, ...] = ("127.0.0.2", "127.0.0.3"), worker_memory: str = "1g",
@@ -168,10 +182,7 @@ def start_cluster(workdir: Path, hosts: tuple[str, ...] = ("127.0.0.2", "127.0.0
                                     str(port), "--webui-port", str(ui)], "127.0.0.1",
                 {"SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"})
         for host in hosts:
-            _daemon(cluster, f"worker-{host}", [
-                "org.apache.spark.deploy.worker.Worker", "--host", host, "--cores", "1", "--memory", worker_memory,
-                "--webui-port", str(actors.free_port(host)), "--work-dir", str(workdir / f"work-{host}"),
-                cluster.master_url], host, {})
+            _worker(cluster, host, worker_memory)
         _wait_registered(cluster, timeout)
     except BaseException:
         cluster.stop()
@@ -198,29 +209,46 @@ def _wait_registered(cluster: StandaloneCluster, timeout: float) -> None:
                              f"{cluster.log_tail()}")
 
 
-def run_driver(cluster: StandaloneCluster, job: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Run tests/spark_bridge/cluster_job.py with `job` as a driver process on the cluster; its RESULT dict.
+class Driver:
+    """A driver process running tests/spark_bridge/cluster_job.py on the cluster (its output goes to files)."""
 
-    Bounded: the driver's whole process group (its JVM too) is killed after `timeout` seconds.
-    """
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1",
-           "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)}
-    proc = subprocess.Popen([sys.executable, "-m", "tests.spark_bridge.cluster_job", json.dumps(
-        {"master": cluster.master_url, **job})], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT,
-        start_new_session=True)
-    cluster.track(proc.pid)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        raise AssertionError(f"the cluster driver did not finish within {timeout} s:\n{err.decode()[-3000:]}\n"
-                             f"{cluster.log_tail()}") from None
-    results = [line for line in out.decode().splitlines() if line.startswith("RESULT ")]
-    if proc.returncode != 0 or not results:
-        raise AssertionError(f"the cluster driver failed (exit {proc.returncode}):\n{err.decode()[-4000:]}")
-    result: dict[str, Any] = json.loads(results[-1][len("RESULT "):])
-    return result
+    def __init__(self, cluster: StandaloneCluster, job: dict[str, Any], name: str) -> None:
+        self.cluster = cluster
+        self.out, self.err = cluster.workdir / f"{name}.out", cluster.workdir / f"{name}.err"
+        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1",
+               "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)}
+        with open(self.out, "wb") as out, open(self.err, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.spark_bridge.cluster_job", json.dumps(
+                    {"master": cluster.master_url, **job})], stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                env=env, cwd=ROOT, start_new_session=True)
+        cluster.track(self.proc.pid)
+
+    def result(self, timeout: float) -> dict[str, Any]:
+        """Wait (bounded: the driver's group, its JVM too, is killed after `timeout` s); its RESULT dict.
+
+        Samples the resident memory of the cluster's JVMs meanwhile (cluster.peak_jvm_mb).
+        """
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None:
+            if time.monotonic() >= deadline:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+                raise AssertionError(f"the cluster driver did not finish within {timeout} s:\n"
+                                     f"{self.err.read_text(errors='replace')[-3000:]}\n{self.cluster.log_tail()}")
+            self.cluster.peak_jvm_mb = max(self.cluster.peak_jvm_mb, self.cluster.jvm_rss_mb())
+            time.sleep(0.5)
+        results = [line for line in self.out.read_text().splitlines() if line.startswith("RESULT ")]
+        if self.proc.returncode != 0 or not results:
+            raise AssertionError(f"the cluster driver failed (exit {self.proc.returncode}):\n"
+                                 f"{self.err.read_text(errors='replace')[-4000:]}")
+        result: dict[str, Any] = json.loads(results[-1][len("RESULT "):])
+        return result
+
+
+def run_driver(cluster: StandaloneCluster, job: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Run cluster_job.py with `job` as a driver process on the cluster and wait for its RESULT dict."""
+    return Driver(cluster, job, f"driver-{job['job']}-{time.monotonic_ns()}").result(timeout)
 
 
 def start_or_skip(workdir: Path) -> StandaloneCluster:

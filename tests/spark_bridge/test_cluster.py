@@ -14,9 +14,10 @@ import pytest
 from journal import AtomicWrite, PersistentRepr, open_journal
 from spark_bridge import BRIDGE_PATH, GetFeedProgress
 from tests.spark_bridge.sample import DurableAccount, GetBalance
-from tests.spark_bridge.standalone import attempts, run_driver, start_or_skip, worker_of
+from tests.spark_bridge.standalone import Driver, attempts, run_driver, start_or_skip, worker_of
 from tests.spark_bridge.test_feed import balances, sums
 from tests.spark_bridge.test_sink import staged
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.multiproc]
 
@@ -26,6 +27,8 @@ def cluster(tmp_path_factory):
     """A master and two workers (127.0.0.2, 127.0.0.3) for the module; every JVM is killed afterwards."""
     started = start_or_skip(tmp_path_factory.mktemp("standalone"))
     yield started
+    print(f"\nstandalone cluster: peak resident memory of its JVMs (master, workers, executors, drivers) "
+          f"{started.peak_jvm_mb:.0f} MiB")
     started.stop()
     assert started.survivors() == [], "processes of the standalone cluster outlived stop()"
 
@@ -99,3 +102,34 @@ def test_a_speculative_copy_of_a_read_task_gives_each_planned_event_exactly_once
     assert sum(1 for e in events if e.persistence_id == "late") == 5
     assert sorted(keys) == [(e.offset, e.persistence_id, e.sequence_nr) for e in events
                             if "account" in e.tags and e.persistence_id != "late"]
+
+
+@pytest.mark.timeout(170)
+def test_a_write_task_whose_worker_is_killed_is_retried_on_the_other_worker_and_delivered_once(
+        cluster, make_bridged, tmp_path):
+    system = make_bridged(account=DurableAccount, ledger=True)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    rows, accounts = 4_000, 20
+    driver = Driver(cluster, {"job": "sink", "speculation": False, "port": system.admin_port, "feed_id": "killed",
+                              "rows": rows, "accounts": accounts, "stall_from": 1_500, "stall_seconds": 60,
+                              "batch_size": 100, "markers": str(markers)}, "driver-killed")
+    victim = None
+    try:
+        wait_for(lambda: (markers / "straggler-stalled").exists() and (markers / "p0-a0.json").exists(), 90, 0.1)
+        wait_for(lambda: any(b.partition == 0 for b in staged(tmp_path)), 30, 0.1)  # its first rows are staged
+        victim = worker_of(attempts(markers)[0, 0])
+        cluster.kill_worker(victim)  # its executor JVM and Python workers with it: a host lost mid-write
+        driver.result(timeout=120)
+    finally:
+        if victim is not None:  # the module's other tests get both workers again
+            cluster.restart_worker(victim)
+    ran = attempts(markers)
+    assert (0, 1) in ran and worker_of(ran[0, 1]) != victim, f"partition 0 was not retried elsewhere: {ran}"
+    assert len({b.attempt for b in staged(tmp_path) if b.partition == 0}) == 2  # the killed attempt's and the retry's
+    expected = {f"/user/accounts/a{a}": 100 * 1 + 100 * 1000 for a in range(accounts)}
+    got = balances(system, expected)
+    assert sums(got) == expected and sum(b.applied for b in got.values()) == rows
+    assert sum(b.repeated for b in got.values()) == 0
+    ledger = system.ask("/user/ledger", GetBalance(), timeout=10)
+    assert (ledger.total, ledger.applied) == (sum(expected.values()), rows)
