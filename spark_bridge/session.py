@@ -66,16 +66,16 @@ def cluster_session(master_url: str, app_name: str, executor_memory: str = "512m
     to loopback unless `driver_host` names an address the workers can reach. Refuses to hand back a
     running session of another master: one SparkContext per process.
     """
-    from pyspark.sql import SparkSession
+    from pyspark import SparkContext
 
     if not master_url.startswith("spark://"):
         raise SessionError(f"cluster_session: master_url must be a standalone master's spark://host:port, got "
                            f"{master_url!r} (for local mode use local_session)")
-    running = SparkSession.getActiveSession()
-    if running is not None and running.sparkContext.master != master_url:
-        raise SessionError(f"cluster_session: this process already runs a SparkSession on "
-                           f"{running.sparkContext.master!r}; stop it first (one SparkContext per process) "
-                           f"or run the cluster's driver in another process")
+    running = SparkContext._active_spark_context
+    if running is not None and running.master != master_url:
+        raise SessionError(f"cluster_session: this process already runs a SparkContext on {running.master!r}; "
+                           f"stop it first (one SparkContext per process) or run the cluster's driver in "
+                           f"another process")
     builder = (_builder(master_url, app_name, shuffle_partitions, import_paths, driver_host)
                .config("spark.pyspark.python", sys.executable)
                .config("spark.executor.memory", executor_memory).config("spark.executor.cores", str(executor_cores)))

@@ -49,14 +49,40 @@ def record_attempt(markers: str) -> tuple[int, int]:
 
 def stall(markers: str, seconds: float) -> None:
     """The straggler waits (bounded) until Spark kills it, or until the speculative copy has started."""
-    with open(os.path.join(markers, "straggler-stalled"), "w"):
-        pass
+    with open(os.path.join(markers, "straggler-stalled"), "w") as f:
+        f.write(repr(time.time()))
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         time.sleep(0.1)
 
 
-def straggling_amount(markers: str, stall_from: int, seconds: float):
+_awaited: list[bool] = []  # per Python worker: a copy waits for the straggler once
+
+
+def await_straggler(markers: str, journal: str | None, timeout: float = 60.0) -> None:
+    """A later attempt of partition 0 starts only once the straggler stalled and, given the bridge's `journal`,
+    once some of the straggler's rows are staged there: the test then has something to discard, whatever the
+    timing of the speculative launch."""
+    if _awaited:
+        return
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(os.path.join(markers, "straggler-stalled")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if journal is not None:
+        from journal import open_journal
+        from spark_bridge.bridge import PERSISTENCE_ID
+        from spark_bridge.messages import BatchStored
+
+        def straggler_staged() -> bool:
+            with open_journal(journal) as j:
+                return any(isinstance(r.payload, BatchStored) and r.payload.partition == 0
+                           for r in j.replay_messages(PERSISTENCE_ID))
+        while not straggler_staged() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    _awaited.append(True)
+
+
+def straggling_amount(markers: str, stall_from: int, seconds: float, journal: str | None):
     """A UDF: 1000 in partition 0's first attempt, which stalls at txid `stall_from`; 1 in its other attempts."""
     def amount(txid):  # (no type hints: pyspark would take them for an Arrow UDF)
         partition, attempt = record_attempt(markers)
@@ -64,7 +90,10 @@ def straggling_amount(markers: str, stall_from: int, seconds: float):
             if txid >= stall_from:
                 stall(markers, seconds)
             return 1000
-        return 1 if partition == 0 else 1000
+        if partition == 0:
+            await_straggler(markers, journal)
+            return 1
+        return 1000
     return amount
 
 
@@ -78,7 +107,8 @@ def sink_job(spark: Any, job: dict[str, Any]) -> dict[str, Any]:
     # Small batches all along the pipeline: the straggler stages batches before it stalls.
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
     spark.conf.set("spark.sql.execution.python.udf.buffer.size", "1024")
-    amount = udf(straggling_amount(job["markers"], job["stall_from"], job["stall_seconds"]), "long")
+    amount = udf(straggling_amount(job["markers"], job["stall_from"], job["stall_seconds"], job.get("journal")),
+                 "long")
     df = spark.range(0, job["rows"], numPartitions=2).selectExpr(
         f"cast(id % {job['accounts']} as int) as account", "id as txid").withColumn("amount", amount(col("txid")))
     started = time.monotonic()
@@ -93,6 +123,8 @@ def straggling_reader(markers: str, url: str, stall_after: int, seconds: float):
     tagged events to the journal (after planning: in no partition) and stalls."""
     def passing(rows):
         partition, attempt = record_attempt(markers)
+        if partition == 0 and attempt > 0:
+            await_straggler(markers, None)  # the late events are written before the copy reads
         for n, row in enumerate(rows):
             if n == stall_after and partition == 0 and attempt == 0:
                 from journal import AtomicWrite, PersistentRepr, open_journal

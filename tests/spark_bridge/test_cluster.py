@@ -9,17 +9,30 @@ because this process already holds the session's local SparkContext. Partition 0
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from journal import AtomicWrite, PersistentRepr, open_journal
-from spark_bridge import BRIDGE_PATH, GetFeedProgress
+from spark_bridge import BRIDGE_PATH, GetFeedProgress, SessionError, cluster_session
 from tests.spark_bridge.sample import DurableAccount, GetBalance
 from tests.spark_bridge.standalone import Driver, attempts, run_driver, start_or_skip, worker_of
 from tests.spark_bridge.test_feed import balances, sums
 from tests.spark_bridge.test_sink import staged
+from tests.spark_bridge.test_source import fresh_schema
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.multiproc]
+
+
+def test_cluster_session_refuses_what_is_not_a_standalone_master_url() -> None:
+    with pytest.raises(SessionError, match=r"spark://host:port, got 'local\[2\]' \(for local mode use local_session\)"):
+        cluster_session("local[2]", "not-a-cluster")
+
+
+def test_cluster_session_refuses_a_second_master_in_a_process_running_a_local_context(spark) -> None:
+    with pytest.raises(SessionError, match=r"already runs a SparkContext on 'local\[2,3\]'; stop it first"):
+        cluster_session("spark://127.0.0.1:7077", "a-second-context")
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +64,7 @@ def test_a_speculative_copy_of_a_write_task_is_delivered_and_the_straggler_s_sta
     markers.mkdir()
     rows, accounts = 4_000, 20
     run_driver(cluster, {"job": "sink", "port": system.admin_port, "feed_id": "speculated", "rows": rows,
+                         "journal": f"sqlite:///{tmp_path}/journal.db",
                          "accounts": accounts, "stall_from": 1_500, "stall_seconds": 60, "batch_size": 100,
                          "markers": str(markers)}, timeout=120)
     speculated(markers)
@@ -85,15 +99,25 @@ def fill(url: str, ids: int, events: int) -> None:
         j.write_messages([AtomicWrite([PersistentRepr(("login", i), i, "audit")]) for i in range(1, 4)])
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def journal_url(request, tmp_path) -> Iterator[str]:
+    """A fresh, empty journal the executors open themselves: a SQLite file, or a PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/journal.db"
+        return
+    yield from fresh_schema(request.getfixturevalue("postgres_url"))
+
+
 @pytest.mark.timeout(170)
-def test_a_speculative_copy_of_a_read_task_gives_each_planned_event_exactly_once(cluster, tmp_path):
-    url = f"sqlite:///{tmp_path}/journal.db"
+def test_a_speculative_copy_of_a_read_task_gives_each_planned_event_exactly_once(cluster, journal_url, tmp_path):
+    url = journal_url
     fill(url, ids=3, events=40)
     markers = tmp_path / "markers"
     markers.mkdir()
     result = run_driver(cluster, {"job": "source", "url": url, "markers": str(markers), "stall_after": 10,
                                   "stall_seconds": 60}, timeout=120)
-    speculated(markers)
+    ran = speculated(markers)
+    assert float((markers / "straggler-stalled").read_text()) < ran[0, 1]["at"]  # the copy read after the writes
     keys = [tuple(r) for r in result["rows"]]
     assert len(keys) == len({k[0] for k in keys}) == 120  # count, distinct offsets
     with open_journal(url) as j:
