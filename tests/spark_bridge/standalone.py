@@ -251,12 +251,12 @@ def run_driver(cluster: StandaloneCluster, job: dict[str, Any], timeout: float) 
     return Driver(cluster, job, f"driver-{job['job']}-{time.monotonic_ns()}").result(timeout)
 
 
-def start_or_skip(workdir: Path) -> StandaloneCluster:
+def start_or_skip(workdir: Path, hosts: tuple[str, ...] = ("127.0.0.2", "127.0.0.3")) -> StandaloneCluster:
     """start_cluster, or skip loudly when it cannot start here (fail instead under REPRISE_REQUIRE_CLUSTER=1)."""
     import pytest
 
     try:
-        return start_cluster(workdir)
+        return start_cluster(workdir, hosts)
     except ClusterUnavailable as e:
         reason = f"SKIPPING SPARK STANDALONE CLUSTER TESTS: {e} (set {REQUIRE}=1 to make this fail)"
         if os.environ.get(REQUIRE) == "1":

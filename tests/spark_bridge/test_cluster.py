@@ -16,7 +16,7 @@ import pytest
 from journal import AtomicWrite, PersistentRepr, open_journal
 from spark_bridge import BRIDGE_PATH, GetFeedProgress, SessionError, cluster_session
 from tests.spark_bridge.sample import DurableAccount, GetBalance
-from tests.spark_bridge.standalone import Driver, attempts, run_driver, start_or_skip, worker_of
+from tests.spark_bridge.standalone import REQUIRE, Driver, attempts, run_driver, start_or_skip, worker_of
 from tests.spark_bridge.test_feed import balances, sums
 from tests.spark_bridge.test_sink import staged
 from tests.spark_bridge.test_source import fresh_schema
@@ -44,6 +44,15 @@ def cluster(tmp_path_factory):
           f"{started.peak_jvm_mb:.0f} MiB")
     started.stop()
     assert started.survivors() == [], "processes of the standalone cluster outlived stop()"
+
+
+@pytest.mark.parametrize("required", [False, True])
+def test_a_cluster_that_cannot_start_skips_loudly_or_fails_when_required(tmp_path, monkeypatch, required) -> None:
+    monkeypatch.setenv(REQUIRE, "1" if required else "0")
+    with pytest.raises(pytest.fail.Exception if required else pytest.skip.Exception,
+                       match=r"cannot bind 192\.0\.2\.123|no java|pyspark is not installed") as caught:
+        start_or_skip(tmp_path, hosts=("192.0.2.123",))  # (TEST-NET-1: no interface has it)
+    assert (REQUIRE in str(caught.value)) and ("SKIPPING" in str(caught.value)) != required
 
 
 def speculated(markers) -> dict:
