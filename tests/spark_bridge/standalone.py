@@ -60,6 +60,7 @@ class StandaloneCluster:
     daemons: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     groups: set[int] = field(default_factory=set)
     peak_jvm_mb: float = 0.0
+    peak_jvms: list[tuple[str, float]] = field(default_factory=list)
 
     def status(self) -> dict[str, Any]:
         """The master's JSON status (workers, apps)."""
@@ -89,9 +90,21 @@ class StandaloneCluster:
             found.append((int(entry), rss, cmd))
         return found
 
+    def jvms(self) -> list[tuple[str, float]]:
+        """(role, resident MiB) of the cluster's live JVMs: Master, Worker, executors, drivers."""
+        roles = {"deploy.master.Master": "master", "deploy.worker.Worker": "worker",
+                 "CoarseGrainedExecutorBackend": "executor", "SparkSubmit": "driver"}
+        return [(next((r for k, r in roles.items() if k in cmd), "other"), rss / 1024)
+                for _, rss, cmd in self.processes() if cmd.split(" ", 1)[0].endswith("/java")]
+
     def jvm_rss_mb(self) -> float:
-        """Resident memory of the cluster's live JVMs, in MiB."""
-        return sum(rss for _, rss, cmd in self.processes() if "java" in cmd.split(" ", 1)[0]) / 1024
+        """Resident memory of the cluster's live JVMs, in MiB; the largest total so far, with its parts, is kept
+        in `peak_jvm_mb` and `peak_jvms`."""
+        jvms = self.jvms()
+        total = sum(mb for _, mb in jvms)
+        if total > self.peak_jvm_mb:
+            self.peak_jvm_mb, self.peak_jvms = total, sorted(jvms)
+        return total
 
     def track(self, pid: int) -> None:
         """Count the process group of `pid` (a driver started with start_new_session) as the cluster's."""
@@ -112,7 +125,7 @@ class StandaloneCluster:
         _wait_registered(self, timeout)
 
     def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM every group (workers first), then SIGKILL what is left after `timeout` seconds."""
+        """SIGTERM every daemon's group (workers first), then SIGKILL what is left after `timeout` seconds."""
         for name in sorted(self.daemons, key=lambda n: n == "master"):
             try:
                 os.killpg(self.daemons[name].pid, signal.SIGTERM)
@@ -126,9 +139,9 @@ class StandaloneCluster:
                 pass
         while self.survivors() and time.monotonic() < deadline:
             time.sleep(0.1)
-        for group in self.groups:
+        for pid in self.survivors():  # (by pid: a group whose members all died holds nothing of ours)
             try:
-                os.killpg(group, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         for proc in self.daemons.values():
@@ -236,7 +249,7 @@ class Driver:
                 self.proc.wait(10)
                 raise AssertionError(f"the cluster driver did not finish within {timeout} s:\n"
                                      f"{self.err.read_text(errors='replace')[-3000:]}\n{self.cluster.log_tail()}")
-            self.cluster.peak_jvm_mb = max(self.cluster.peak_jvm_mb, self.cluster.jvm_rss_mb())
+            self.cluster.jvm_rss_mb()
             time.sleep(0.5)
         results = [line for line in self.out.read_text().splitlines() if line.startswith("RESULT ")]
         if self.proc.returncode != 0 or not results:

@@ -40,8 +40,8 @@ def cluster(tmp_path_factory):
     """A master and two workers (127.0.0.2, 127.0.0.3) for the module; every JVM is killed afterwards."""
     started = start_or_skip(tmp_path_factory.mktemp("standalone"))
     yield started
-    print(f"\nstandalone cluster: peak resident memory of its JVMs (master, workers, executors, drivers) "
-          f"{started.peak_jvm_mb:.0f} MiB")
+    parts = ", ".join(f"{role} {mb:.0f}" for role, mb in started.peak_jvms)
+    print(f"\nstandalone cluster: peak resident memory of its JVMs {started.peak_jvm_mb:.0f} MiB ({parts})")
     started.stop()
     assert started.survivors() == [], "processes of the standalone cluster outlived stop()"
 
