@@ -4,7 +4,9 @@ loopback address), against the sink and the source.
 Local mode never speculates, and a speculative copy is never placed on a host that already runs an attempt of
 its task: hence two workers on two addresses. The drivers run as subprocesses (tests/spark_bridge/cluster_job.py)
 because this process already holds the session's local SparkContext. Partition 0's first attempt straggles
-(stalls after some rows); the scheduler launches a copy on the other worker, which wins.
+(stalls after some rows); the scheduler launches a copy on the other worker, which wins. Last, the worker
+running the straggler is SIGKILLed (its executor and Python workers with it) and the task is retried on the
+other worker. The module's cluster is started once; every JVM it started is gone afterwards.
 """
 
 from __future__ import annotations
@@ -126,7 +128,7 @@ def test_a_speculative_copy_of_a_read_task_gives_each_planned_event_exactly_once
     result = run_driver(cluster, {"job": "source", "url": url, "markers": str(markers), "stall_after": 10,
                                   "stall_seconds": 60}, timeout=120)
     ran = speculated(markers)
-    assert float((markers / "straggler-stalled").read_text()) < ran[0, 1]["at"]  # the copy read after the writes
+    assert float((markers / "straggler-stalled").read_text()) < ran[0, 1]["at"]  # the copy started after the late writes
     keys = [tuple(r) for r in result["rows"]]
     assert len(keys) == len({k[0] for k in keys}) == 120  # count, distinct offsets
     with open_journal(url) as j:
