@@ -34,7 +34,7 @@ from spark_bridge.destination import FeedReceiver, ack
 from spark_bridge.feed import FeedError, FeedResult, feed, feed_stream
 from spark_bridge.messages import FeedProgress, GetFeedProgress, Row
 from spark_bridge.progress import ProgressBar
-from spark_bridge.session import local_session
+from spark_bridge.session import SessionError, cluster_session, local_session
 
 
 def register(spark: Any) -> None:
@@ -48,4 +48,4 @@ def register(spark: Any) -> None:
 
 # The user API only: the other messages of spark_bridge.messages are the bridge's own protocol and events.
 __all__ = ["BRIDGE_PATH", "FeedError", "FeedProgress", "FeedReceiver", "FeedResult", "GetFeedProgress", "ProgressBar", "Row",
-           "SparkBridge", "ack", "feed", "feed_stream", "local_session", "register", "start_bridge"]
+           "SessionError", "SparkBridge", "ack", "cluster_session", "feed", "feed_stream", "local_session", "register", "start_bridge"]

@@ -1,4 +1,4 @@
-"""A local SparkSession set up for feeding actors from one machine (examples, tests, benchmarks)."""
+"""SparkSessions set up for feeding actors: a local one for one machine, and one on a standalone cluster."""
 
 from __future__ import annotations
 
@@ -6,10 +6,39 @@ import os
 import sys
 from typing import Any
 
+from actors import RepriseError
+
 # The driver JVM's own start-up dominates a local job on a small machine: its JIT compilers alone took
 # ~10 s of CPU on 2 cores. C1 only (no C2) and the serial collector halved the JVM's CPU and the wall
 # time of a 1M-row local job (measured: 30 s -> 15 s of JVM CPU); the work here is in Python anyway.
 LEAN_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+class SessionError(RepriseError, ValueError):
+    """A session helper was asked for something it cannot give: the message says what to change."""
+
+
+def _builder(master: str, app_name: str, shuffle_partitions: int, import_paths: tuple[str, ...],
+             driver_host: str) -> Any:
+    """A builder whose Python workers run this interpreter with `import_paths` on PYTHONPATH."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    paths = [p for p in [*import_paths, os.environ.get("PYTHONPATH", "")] if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return (SparkSession.builder.master(master).appName(app_name)
+            .config("spark.driver.bindAddress", driver_host).config("spark.driver.host", driver_host)
+            .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+            .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"]))
+
+
+def _finish(builder: Any, conf: dict[str, str]) -> Any:
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
 
 
 def local_session(app_name: str, master: str = "local[2]", shuffle_partitions: int = 4, lean_jvm: bool = True,
@@ -20,20 +49,37 @@ def local_session(app_name: str, master: str = "local[2]", shuffle_partitions: i
     their path: `import_paths` are prepended to PYTHONPATH (driver and executors). `conf` adds Spark
     settings (dots as in Spark: pass them with `**{"spark.x": "v"}`). Reuses a running session.
     """
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    paths = [p for p in [*import_paths, os.environ.get("PYTHONPATH", "")] if p]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    builder = (SparkSession.builder.master(master).appName(app_name)
-               .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-               .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"]))
+    builder = _builder(master, app_name, shuffle_partitions, import_paths, "127.0.0.1")
     if lean_jvm:
         builder = builder.config("spark.driver.extraJavaOptions", LEAN_JVM)
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    return session
+    return _finish(builder, conf)
+
+
+def cluster_session(master_url: str, app_name: str, executor_memory: str = "512m", executor_cores: int = 1,
+                    shuffle_partitions: int = 4, lean_jvm: bool = True, import_paths: tuple[str, ...] = (),
+                    driver_host: str = "127.0.0.1", **conf: str) -> Any:
+    """A SparkSession on the standalone cluster at `master_url` (spark://host:port), its driver on `driver_host`.
+
+    As `local_session`, but executors run in the workers' JVMs: they get this interpreter
+    (spark.pyspark.python; it must exist at the same path on every worker host) and `import_paths` on
+    PYTHONPATH, `executor_memory` and `executor_cores` each, and the lean JVM options too. The driver binds
+    to loopback unless `driver_host` names an address the workers can reach. Refuses to hand back a
+    running session of another master: one SparkContext per process.
+    """
+    from pyspark import SparkContext
+
+    if not master_url.startswith("spark://"):
+        raise SessionError(f"cluster_session: master_url must be a standalone master's spark://host:port, got "
+                           f"{master_url!r} (for local mode use local_session)")
+    running = SparkContext._active_spark_context
+    if running is not None and running.master != master_url:
+        raise SessionError(f"cluster_session: this process already runs a SparkContext on {running.master!r}; "
+                           f"stop it first (one SparkContext per process) or run the cluster's driver in "
+                           f"another process")
+    builder = (_builder(master_url, app_name, shuffle_partitions, import_paths, driver_host)
+               .config("spark.pyspark.python", sys.executable)
+               .config("spark.executor.memory", executor_memory).config("spark.executor.cores", str(executor_cores)))
+    if lean_jvm:
+        builder = (builder.config("spark.driver.extraJavaOptions", LEAN_JVM)
+                   .config("spark.executor.extraJavaOptions", LEAN_JVM))
+    return _finish(builder, conf)

@@ -1,0 +1,291 @@
+"""A real Spark standalone cluster on this machine: a master and workers as separate JVMs, each worker on its
+own loopback address (127.0.0.2, 127.0.0.3, ...) so that the scheduler sees distinct hosts, and drivers run
+as subprocesses (the test session's own process already holds a local SparkContext, one per process).
+
+Every daemon starts in its own process group (its executors and their Python workers join it), so that
+stopping the cluster kills every JVM it started; `survivors()` proves it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import actors
+from spark_bridge.session import LEAN_JVM
+
+ROOT = str(Path(__file__).resolve().parents[2])
+REQUIRE = "REPRISE_REQUIRE_CLUSTER"
+
+
+class ClusterUnavailable(Exception):
+    """The standalone cluster could not start here (no Java, no pyspark, no loopback alias, a daemon died)."""
+
+
+def spark_home() -> str:
+    """The pyspark package's directory, which holds bin/spark-class and the jars."""
+    try:
+        import pyspark
+    except ImportError as e:
+        raise ClusterUnavailable(f"pyspark is not installed ({e})") from None
+    return os.path.dirname(pyspark.__file__)
+
+
+def _check_address(host: str) -> None:
+    try:
+        with socket.socket() as s:
+            s.bind((host, 0))
+    except OSError as e:
+        raise ClusterUnavailable(f"cannot bind {host} ({e}): loopback aliases are not routed here") from None
+
+
+@dataclass
+class StandaloneCluster:
+    """A running master and workers; `stop()` kills them and everything they started."""
+
+    master_url: str
+    ui_url: str
+    hosts: tuple[str, ...]
+    workdir: Path
+    daemons: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    groups: set[int] = field(default_factory=set)
+    peak_jvm_mb: float = 0.0
+    peak_jvms: list[tuple[str, float]] = field(default_factory=list)
+
+    def status(self) -> dict[str, Any]:
+        """The master's JSON status (workers, apps)."""
+        with urllib.request.urlopen(f"{self.ui_url}/json/", timeout=5) as r:
+            status: dict[str, Any] = json.load(r)
+            return status
+
+    def processes(self) -> list[tuple[int, int, str]]:
+        """(pid, RSS kB, command) of every live process in the cluster's process groups (daemons, executors,
+        their Python workers) and of any driver group registered with `track`."""
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                pgrp = int(stat.rsplit(")", 1)[1].split()[2])
+                if pgrp not in self.groups:
+                    continue
+                status = Path(f"/proc/{entry}/status").read_text()
+                if "\nState:\tZ" in status:
+                    continue
+                rss = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+            found.append((int(entry), rss, cmd))
+        return found
+
+    def jvms(self) -> list[tuple[str, float]]:
+        """(role, resident MiB) of the cluster's live JVMs: Master, Worker, executors, drivers."""
+        roles = {"deploy.master.Master": "master", "deploy.worker.Worker": "worker",
+                 "CoarseGrainedExecutorBackend": "executor", "SparkSubmit": "driver"}
+        return [(next((r for k, r in roles.items() if k in cmd), "other"), rss / 1024)
+                for _, rss, cmd in self.processes() if cmd.split(" ", 1)[0].endswith("/java")]
+
+    def jvm_rss_mb(self) -> float:
+        """Resident memory of the cluster's live JVMs, in MiB; the largest total so far, with its parts, is kept
+        in `peak_jvm_mb` and `peak_jvms`."""
+        jvms = self.jvms()
+        total = sum(mb for _, mb in jvms)
+        if total > self.peak_jvm_mb:
+            self.peak_jvm_mb, self.peak_jvms = total, sorted(jvms)
+        return total
+
+    def track(self, pid: int) -> None:
+        """Count the process group of `pid` (a driver started with start_new_session) as the cluster's."""
+        self.groups.add(os.getpgid(pid))
+
+    def survivors(self) -> list[int]:
+        """Pids of the cluster's process groups still alive."""
+        return [pid for pid, _, _ in self.processes()]
+
+    def kill_worker(self, host: str) -> None:
+        """SIGKILL the worker on `host` and its executors (its whole process group): a host lost."""
+        os.killpg(self.daemons[f"worker-{host}"].pid, signal.SIGKILL)
+
+    def restart_worker(self, host: str, timeout: float = 60.0) -> None:
+        """Start the worker on `host` again (after kill_worker) and wait until the master lists it alive."""
+        self.daemons.pop(f"worker-{host}").wait(10)
+        _worker(self, host)
+        _wait_registered(self, timeout)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM every daemon's group (workers first), then SIGKILL what is left after `timeout` seconds."""
+        for name in sorted(self.daemons, key=lambda n: n == "master"):
+            try:
+                os.killpg(self.daemons[name].pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + timeout
+        for proc in self.daemons.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        while self.survivors() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for pid in self.survivors():  # (by pid: a group whose members all died holds nothing of ours)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for proc in self.daemons.values():
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def log_tail(self, lines: int = 15) -> str:
+        """The last lines of every daemon's log, to explain a failure."""
+        out = []
+        for log in sorted(self.workdir.glob("*.log")):
+            out.append(f"--- {log.name}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:]))
+        return "\n".join(out)
+
+
+def _daemon(cluster: StandaloneCluster, name: str, args: list[str], host: str, extra_env: dict[str, str]) -> None:
+    home = spark_home()
+    env = {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": host, "SPARK_DAEMON_MEMORY": "256m",
+           "SPARK_DAEMON_JAVA_OPTS": LEAN_JVM, "SPARK_LOG_DIR": str(cluster.workdir),
+           "PYSPARK_PYTHON": sys.executable, **extra_env}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p)
+    with open(cluster.workdir / f"{name}.log", "ab") as log:
+        proc = subprocess.Popen([os.path.join(home, "bin", "spark-class"), *args], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cluster.workdir,
+                                start_new_session=True)
+    cluster.daemons[name] = proc
+    cluster.groups.add(proc.pid)
+
+
+def _worker(cluster: StandaloneCluster, host: str, memory: str = "1g") -> None:
+    _daemon(cluster, f"worker-{host}", [
+        "org.apache.spark.deploy.worker.Worker", "--host", host, "--cores", "1", "--memory", memory,
+        "--webui-port", str(actors.free_port(host)), "--work-dir", str(cluster.workdir / f"work-{host}"),
+        cluster.master_url], host, {})
+
+
+def start_cluster(workdir: Path, hosts: tuple[str, ...] = ("127.0.0.2", "127.0.0.3"), worker_memory: str = "1g",
+                  timeout: float = 60.0) -> StandaloneCluster:
+    """Start a master on 127.0.0.1 and one 1-core worker per host; wait until all are registered."""
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise ClusterUnavailable("no java on PATH and no JAVA_HOME")
+    spark_home()
+    for host in hosts:
+        _check_address(host)
+    workdir.mkdir(parents=True, exist_ok=True)
+    port, ui = actors.free_port(), actors.free_port()
+    cluster = StandaloneCluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui}", hosts, workdir)
+    try:
+        _daemon(cluster, "master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
+                                    str(port), "--webui-port", str(ui)], "127.0.0.1",
+                {"SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"})
+        for host in hosts:
+            _worker(cluster, host, worker_memory)
+        _wait_registered(cluster, timeout)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def _wait_registered(cluster: StandaloneCluster, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    seen = None
+    while time.monotonic() < deadline:
+        dead = [n for n, p in cluster.daemons.items() if p.poll() is not None]
+        if dead:
+            raise ClusterUnavailable(f"{dead} exited at start-up:\n{cluster.log_tail()}")
+        try:
+            status = cluster.status()
+            seen = sorted(w["host"] for w in status["workers"] if w["state"] == "ALIVE")
+            if seen == sorted(cluster.hosts):
+                return
+        except OSError:
+            pass  # the master's UI is not up yet
+        time.sleep(0.2)
+    raise ClusterUnavailable(f"the workers did not all register within {timeout} s (alive: {seen}):\n"
+                             f"{cluster.log_tail()}")
+
+
+class Driver:
+    """A driver process running tests/spark_bridge/cluster_job.py on the cluster (its output goes to files)."""
+
+    def __init__(self, cluster: StandaloneCluster, job: dict[str, Any], name: str) -> None:
+        self.cluster = cluster
+        self.out, self.err = cluster.workdir / f"{name}.out", cluster.workdir / f"{name}.err"
+        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1",
+               "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)}
+        with open(self.out, "wb") as out, open(self.err, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.spark_bridge.cluster_job", json.dumps(
+                    {"master": cluster.master_url, **job})], stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                env=env, cwd=ROOT, start_new_session=True)
+        cluster.track(self.proc.pid)
+
+    def result(self, timeout: float) -> dict[str, Any]:
+        """Wait (bounded: the driver's group, its JVM too, is killed after `timeout` s); its RESULT dict.
+
+        Samples the resident memory of the cluster's JVMs meanwhile (cluster.peak_jvm_mb).
+        """
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None:
+            if time.monotonic() >= deadline:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+                raise AssertionError(f"the cluster driver did not finish within {timeout} s:\n"
+                                     f"{self.err.read_text(errors='replace')[-3000:]}\n{self.cluster.log_tail()}")
+            self.cluster.jvm_rss_mb()
+            time.sleep(0.5)
+        results = [line for line in self.out.read_text().splitlines() if line.startswith("RESULT ")]
+        if self.proc.returncode != 0 or not results:
+            raise AssertionError(f"the cluster driver failed (exit {self.proc.returncode}):\n"
+                                 f"{self.err.read_text(errors='replace')[-4000:]}")
+        result: dict[str, Any] = json.loads(results[-1][len("RESULT "):])
+        return result
+
+
+def run_driver(cluster: StandaloneCluster, job: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Run cluster_job.py with `job` as a driver process on the cluster and wait for its RESULT dict."""
+    return Driver(cluster, job, f"driver-{job['job']}-{time.monotonic_ns()}").result(timeout)
+
+
+def start_or_skip(workdir: Path, hosts: tuple[str, ...] = ("127.0.0.2", "127.0.0.3")) -> StandaloneCluster:
+    """start_cluster, or skip loudly when it cannot start here (fail instead under REPRISE_REQUIRE_CLUSTER=1)."""
+    import pytest
+
+    try:
+        return start_cluster(workdir, hosts)
+    except ClusterUnavailable as e:
+        reason = f"SKIPPING SPARK STANDALONE CLUSTER TESTS: {e} (set {REQUIRE}=1 to make this fail)"
+        if os.environ.get(REQUIRE) == "1":
+            pytest.fail(f"{REQUIRE}=1 but the Spark standalone cluster did not start: {e}", pytrace=False)
+        pytest.skip(reason)
+
+
+def attempts(markers: Path) -> dict[tuple[int, int], dict[str, Any]]:
+    """The task attempts that ran, by (partition, attempt number), from cluster_job's marker files."""
+    found = {}
+    for marker in markers.glob("p*-a*.json"):
+        partition, attempt = marker.stem[1:].split("-a")
+        found[int(partition), int(attempt)] = json.loads(marker.read_text())
+    return found
+
+
+def worker_of(attempt: dict[str, Any]) -> str:
+    """The host of the worker whose executor ran the attempt (its working directory is under work-<host>)."""
+    return next(part[len("work-"):] for part in Path(attempt["cwd"]).parts if part.startswith("work-"))
