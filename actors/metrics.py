@@ -195,7 +195,7 @@ def serve(collector: StatusCollector, port: int, host: str = DEFAULT_HOST) -> En
     from prometheus_client import CollectorRegistry, start_http_server
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)  # type: ignore[arg-type]  # (a Collector by protocol: collect/describe)
+    registry.register(collector)
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
