@@ -12,10 +12,14 @@ import actors
 from actors.system import free_port, tagged_pids
 from actors.topology import TopologyError, loads
 from tests.actors.sample import Echo, Ping, Pong
+from tests.cli import test_lifecycle
+from tests.cli.test_lifecycle import reprise
 from tests.persistence.fixtures import Produce, Producer
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
+
+cli_tag = test_lifecycle.tag  # a fixture: a tag whose leak check covers the system `reprise up` starts
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -186,3 +190,19 @@ def test_each_node_serves_its_own_hosts(make_system):
     # The dead letters are the whole system's: the leader's endpoint reports them, once.
     assert sample(on_leader, "reprise_dead_letters_total") == 0
     assert sample(on_member, "reprise_dead_letters_total") is None
+
+
+@pytest.mark.multiproc
+def test_reprise_up_serves_the_topology_metrics_port(cli_tag, tmp_path):
+    port, metrics_port = free_port(), free_port()
+    topology = tmp_path / "topo.toml"
+    topology.write_text(f'[system]\nmetrics_port = {metrics_port}\n\n[[actor]]\npath = "/user/echo"\n'
+                        'class = "tests.actors.sample:Echo"\n')
+    up = reprise("up", str(topology), "--detach", "--port", str(port), "--tag", cli_tag, "--run-dir", str(tmp_path / "run"))
+    try:
+        assert up.returncode == 0, up.stderr
+        assert f"http://127.0.0.1:{metrics_port}/metrics" in up.stdout
+        assert sample(scrape(metrics_port), "reprise_host_up", host="/user/echo") == 1
+    finally:
+        down = reprise("down", "--port", str(port))
+    assert down.returncode == 0, down.stderr
