@@ -26,6 +26,7 @@ from thespian.actors import ActorExitRequest, WakeupMessage
 
 from .errors import ConfigError, SpawnFailed
 from .messages import GetStatus, SystemStatus
+from .supervision import PARENT_WAKEUP, ParentWatch
 from .thespian_types import Address
 from .validation import check_ip
 
@@ -40,6 +41,7 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 JOURNAL_WRITE = "journal_write_seconds"
 SCRAPE_WAIT = 4.0  # seconds a scrape waits for the status (the guardian waits up to 2 s for busy hosts)
 _POLL = 0.05  # seconds between checks of the multi-process server for a waiting scrape
+_POLL_WAKEUP = "reprise-metrics-poll"
 _NAME = re.compile(r"[^a-zA-Z0-9_]")
 
 HistogramData = tuple[tuple[float, ...], tuple[int, ...], float]
@@ -91,8 +93,9 @@ def _stat_name(name: str) -> str:
     return _NAME.sub("_", name)
 
 
-def families(status: SystemStatus, node: str, leader: bool) -> list[Any]:
-    """The metric families of `node`'s hosts (hosts placed nowhere in particular run on the leader)."""
+def families(status: SystemStatus, node: str | None, leader: bool) -> list[Any]:
+    """The metric families of `node`'s hosts (hosts placed nowhere in particular run on the leader); every
+    host's with `node` None (a client's endpoint: the whole system)."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
     labels = ["node", "host"]
@@ -111,10 +114,14 @@ def families(status: SystemStatus, node: str, leader: bool) -> list[Any]:
     stats = GaugeMetricFamily("reprise_actor_stat", "Every counter of the host's actors' stats(), summed per "
                               "host (e.g. projection_lag)", labels=[*labels, "stat"])
     histograms: dict[str, Any] = {}
+    leader_node = status.config.get("node") or "leader"  # (the guardian's configuration: the leader's)
     for path, info in sorted(status.hosts.items()):
-        if (info.node or (node if leader else None)) != node:
-            continue
-        values = [node, path]
+        placed = info.node or str(leader_node)
+        if node is not None:
+            if (info.node or (node if leader else None)) != node:
+                continue
+            placed = node
+        values = [placed, path]
         up.add_metric(values, 1.0 if info.state == "running" else 0.0)
         restarts.add_metric(values, info.restarts)
         if info.alive is None:
@@ -150,7 +157,7 @@ def families(status: SystemStatus, node: str, leader: bool) -> list[Any]:
 class StatusCollector:
     """A prometheus_client collector that gathers the status on every scrape."""
 
-    def __init__(self, fetch: Callable[[], SystemStatus | None], node: str, leader: bool) -> None:
+    def __init__(self, fetch: Callable[[], SystemStatus | None], node: str | None, leader: bool) -> None:
         self.fetch = fetch
         self.node = node
         self.leader = leader
@@ -264,6 +271,7 @@ class MetricsServer(ThespianActor):  # type: ignore[misc]  # (Thespian has no ty
         self.guardian: Address | None = None
         self.waiting = _Waiting()
         self.asked = 0.0  # time.monotonic() of the outstanding GetStatus (0: none)
+        self.parent_watch: ParentWatch | None = None
 
     @staticmethod
     def actorSystemCapabilityCheck(capabilities: dict[str, Any], requirements: dict[str, Any] | None) -> bool:
@@ -275,12 +283,15 @@ class MetricsServer(ThespianActor):  # type: ignore[misc]  # (Thespian has no ty
         if isinstance(message, SystemStatus):
             self.asked = 0.0
             self.waiting.publish(message)
+        elif isinstance(message, WakeupMessage) and message.payload == PARENT_WAKEUP:
+            if self.parent_watch is not None and self.parent_watch.orphaned():
+                self.send(self.myAddress, ActorExitRequest())  # the admin died: stop serving a dead system
         elif isinstance(message, WakeupMessage):
             now = time.monotonic()
             if self.waiting.wanted and (not self.asked or now - self.asked > SCRAPE_WAIT):
                 self.asked = now
                 self.send(self.guardian, GetStatus())
-            self.wakeupAfter(timedelta(seconds=_POLL))
+            self.wakeupAfter(timedelta(seconds=_POLL), _POLL_WAKEUP)
         elif isinstance(message, MetricsInit):
             self._init(message, sender)
         elif isinstance(message, ActorExitRequest):
@@ -295,5 +306,6 @@ class MetricsServer(ThespianActor):  # type: ignore[misc]  # (Thespian has no ty
         except SpawnFailed as exc:
             self.send(sender, MetricsReady(str(exc)))
             return
-        self.wakeupAfter(timedelta(seconds=_POLL))
+        self.wakeupAfter(timedelta(seconds=_POLL), _POLL_WAKEUP)
+        self.parent_watch = ParentWatch.start(self)
         self.send(sender, MetricsReady())

@@ -296,8 +296,13 @@ _FIND = object()
 
 def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, secret_file: str | None = None,
             tls: tls_module.TlsConfig | None = None, tls_cert: str | None = None, tls_key: str | None = None,
-            tls_ca: str | None = None, _owner: bool = False, _secret: Any = _FIND, _tls: Any = _FIND) -> System:
+            tls_ca: str | None = None, metrics_port: int | None = None,
+            metrics_host: str = metrics_module.DEFAULT_HOST, _owner: bool = False, _secret: Any = _FIND,
+            _tls: Any = _FIND) -> System:
     """Attach this process to a running multi-process system; never starts or shuts one down.
+
+    `metrics_port` serves the whole system's Prometheus metrics from this process while it stays attached
+    (every node's hosts, labelled by node): for a system started without metrics endpoints.
 
     The system's secret is read from the run dir of the local admin on `admin_port` (readable by the
     user that started it), or from `secret_file`. A system with TLS needs a client certificate signed
@@ -308,6 +313,10 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
     if admin_port is None:
         raise ConfigError("admin_port must be the port of a running system's admin, e.g. actors.connect(1900)")
     check_number("timeout", timeout, hint="seconds to wait for the actor system to answer")
+    metrics_module.check_options(metrics_port, metrics_host)
+    if metrics_port is not None and _listening(metrics_host, metrics_port):
+        raise SpawnFailed(f"metrics_port {metrics_port} is already in use on metrics_host {metrics_host}; "
+                          "choose a free port")
     if _tls is _FIND:
         _tls = tls_module.tls_config(tls, tls_cert, tls_key, tls_ca)
         _tls = tls_module.check(_tls) if _tls is not None else _local_tls(admin_port)
@@ -354,6 +363,13 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
     system.admin_host = host
     system.config = system.status(timeout=timeout).config
     system.run_dir = _text(system.config.get("run_dir"))
+    if metrics_port is not None:
+        try:
+            system.metrics = metrics_module.serve(metrics_module.StatusCollector(
+                lambda: system.status(metrics_module.SCRAPE_WAIT), None, True), metrics_port, metrics_host)
+        except BaseException:
+            system.close()
+            raise
     return system
 
 

@@ -139,6 +139,13 @@ def test_metrics_are_off_by_default(base, make_system):
     assert system.ask("/user/echo", Ping(1)) == Pong(1, "/user/echo")
 
 
+def test_connect_refuses_bad_metrics_options_naming_them():
+    with pytest.raises(actors.ConfigError, match="metrics_port"):
+        actors.connect(1, metrics_port=-1)
+    with pytest.raises(actors.ConfigError, match="metrics_host"):
+        actors.connect(1, metrics_port=9464, metrics_host="::1:")
+
+
 @pytest.mark.parametrize("options, named", [
     ({"metrics_port": "9100"}, "metrics_port"),
     ({"metrics_port": 0}, "metrics_port"),
@@ -176,7 +183,7 @@ def test_topology_system_section_takes_metrics_options():
 def test_each_node_serves_its_own_hosts(make_system):
     leader_port, member_port = free_port(), free_port()
     leader = make_system("multiproc", metrics_port=leader_port)
-    make_system("multiproc", leader=f"127.0.0.1:{leader.admin_port}", node="m1", metrics_port=member_port,
+    member = make_system("multiproc", leader=f"127.0.0.1:{leader.admin_port}", node="m1", metrics_port=member_port,
                 secret_file=os.path.join(leader.run_dir, "secret"))
     leader.spawn(Echo, "/user/here")
     leader.spawn(Echo, "/user/there", node="m1")
@@ -190,6 +197,18 @@ def test_each_node_serves_its_own_hosts(make_system):
     # The dead letters are the whole system's: the leader's endpoint reports them, once.
     assert sample(on_leader, "reprise_dead_letters_total") == 0
     assert sample(on_member, "reprise_dead_letters_total") is None
+    # A client's endpoint (connect(metrics_port=...)) serves the whole system, each host under its node.
+    client_port = free_port()
+    client = actors.connect(member.admin_port, metrics_port=client_port)
+    try:
+        whole = scrape(client_port)
+        assert sample(whole, "reprise_host_up", host="/user/here") == 1
+        assert sample(whole, "reprise_host_messages_in_total", host="/user/there", node="m1") == 3
+        assert sample(whole, "reprise_dead_letters_total") == 0
+    finally:
+        client.close()
+    with pytest.raises(OSError):
+        scrape(client_port)
 
 
 @pytest.mark.multiproc
