@@ -40,7 +40,7 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 """Upper bounds (seconds) of the journal write latency histogram: an fsync'd SQLite commit to a slow PostgreSQL."""
 JOURNAL_WRITE = "journal_write_seconds"
 SCRAPE_WAIT = 4.0  # seconds a scrape waits for the status (the guardian waits up to 2 s for busy hosts)
-_POLL = 0.05  # seconds between checks of the multi-process server for a waiting scrape
+_POLL = 0.2  # seconds between checks for a waiting scrape: its latency, against ~0.1% of a core idle
 _POLL_WAKEUP = "reprise-metrics-poll"
 _NAME = re.compile(r"[^a-zA-Z0-9_]")
 

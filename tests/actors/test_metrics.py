@@ -179,6 +179,15 @@ def test_topology_system_section_takes_metrics_options():
         loads('[system]\nmetrics_port = 9464\nmetrics_host = "example.org"\n')
 
 
+def test_reprise_node_takes_metrics_options():
+    from actors.cli import build_parser
+
+    node = ["node", "--leader", "127.0.0.1:1900", "--port", "1901", "--name", "m1", "--secret-file", "s"]
+    args = build_parser().parse_args([*node, "--metrics-port", "9464"])
+    assert (args.metrics_port, args.metrics_host) == (9464, "127.0.0.1")
+    assert build_parser().parse_args(node).metrics_port is None
+
+
 @pytest.mark.multiproc
 def test_each_node_serves_its_own_hosts(make_system):
     leader_port, member_port = free_port(), free_port()
