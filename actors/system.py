@@ -177,7 +177,8 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
         if metrics_port is not None:
             try:
                 system.metrics = metrics_module.serve(metrics_module.StatusCollector(
-                    lambda: system.status(metrics_module.SCRAPE_WAIT), "leader", True), metrics_port, metrics_host)
+                    lambda: system.status(metrics_module.SCRAPE_WAIT), node or "leader", True), metrics_port,
+                    metrics_host)
             except BaseException:
                 system.shutdown()
                 raise
