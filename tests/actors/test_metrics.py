@@ -122,6 +122,15 @@ def test_the_endpoint_binds_loopback_and_stops_with_the_system(base, make_system
         scrape(port)
 
 
+def test_metrics_host_names_the_interface(base, make_system):
+    port = free_port()
+    system = make_system(base, metrics_port=port, metrics_host="127.0.0.2")  # another loopback address
+    assert ("127.0.0.2", port) in listening(system_pids(system))
+    assert sample(scrape(port, "127.0.0.2"), "reprise_status_ok") == 1
+    with pytest.raises(OSError):
+        scrape(port)  # not on 127.0.0.1
+
+
 def test_metrics_are_off_by_default(base, make_system):
     ours = listening({os.getpid()})
     system = make_system(base)
