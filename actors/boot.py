@@ -31,6 +31,8 @@ class BootConfig(TypedDict, total=False):
     node: str | None
     leader: str | None  # a member's convention leader "host:port" (None: this admin leads)
     log_level: str
+    metrics_port: int | None  # this node's Prometheus endpoint (None: none)
+    metrics_host: str
 
 
 def log_defs(run_dir: str, level: str) -> dict[str, object]:
@@ -110,6 +112,19 @@ def main(argv: list[str] | None = None) -> int:
     if leader:
         # A member's own dead letters go to its agent, which forwards them to the guardian.
         asys.ask(agent, "handle-dead-letters", timeout)
+    metrics_port = config.get("metrics_port")
+    if metrics_port is not None:
+        from .metrics import DEFAULT_HOST, MetricsInit, MetricsReady
+
+        node = config.get("node") or "leader"
+        server = asys.createActor("actors.metrics.MetricsServer", globalName="reprise-metrics",
+                                  targetActorRequirements={"Reprise Node": node})
+        ready = asys.ask(server, MetricsInit(guardian, metrics_port, config.get("metrics_host") or DEFAULT_HOST,
+                                             node, not leader), timeout)
+        if not isinstance(ready, MetricsReady) or ready.error:
+            print(f"the metrics endpoint did not start: {ready.error if isinstance(ready, MetricsReady) else ready!r}",
+                  file=sys.stderr)
+            return 2
     print("ready", flush=True)
     return 0
 

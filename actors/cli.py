@@ -146,6 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bind", default="127.0.0.1", help="address to listen on (default: loopback)")
     p.add_argument("--advertise", help="address other machines reach this one at")
     p.add_argument("--detach", action="store_true", help="leave the member running and exit")
+    p.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="serve this node's Prometheus metrics on PORT (default: no metrics endpoint)")
+    p.add_argument("--metrics-host", default="127.0.0.1", metavar="IP",
+                   help="the interface the metrics endpoint listens on (default: loopback)")
     p.add_argument("--secret-file", required=True, metavar="FILE",
                    help="a copy of the leader's secret file (mode 0600): every frame is authenticated with it")
     _tls_arguments(p, "mutual TLS (the leader's system must use TLS with the same CA)")

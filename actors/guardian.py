@@ -529,7 +529,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
     def _status(self, message: GetStatus, sender: Address) -> None:
         """Ask every running host for its stats; answer when all replied or after STATUS_WAIT."""
         hosts = {path: HostInfo(r.state, r.restarts, r.pid, r.spec.entities, last_exit=r.last_exit,
-                                next_attempt=r.next_attempt) for path, r in self.hosts.items()}
+                                next_attempt=r.next_attempt, node=r.spec.node) for path, r in self.hosts.items()}
         running = {path: r.address for path, r in self.hosts.items() if _serving(r)}
         token = next(self.status_tokens)
         self.status_requests[token] = StatusRequest(sender, hosts, set(running))
@@ -547,7 +547,9 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         request.waiting.discard(message.path)
         info = request.hosts.get(message.path)
         if info is not None:
-            request.hosts[message.path] = replace(info, alive=message.alive, counters=dict(message.counters))
+            request.hosts[message.path] = replace(info, alive=message.alive, counters=dict(message.counters),
+                                                  messages_in=message.messages_in, messages_out=message.messages_out,
+                                                  histograms=dict(message.histograms))
         if not request.waiting:
             self._answer_status(message.token)
 

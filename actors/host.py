@@ -50,6 +50,7 @@ from .messages import (
     ShardSet,
     StopEntity,
 )
+from .metrics import host_histograms
 from .paths import shard_of
 from .supervision import PARENT_WAKEUP, ParentWatch, exit_if_orphaned_before
 from .thespian_types import Address, Intent
@@ -139,6 +140,9 @@ class Host:
         guardian = self.router.routes.get(GUARDIAN_PATH)
         self._guardian_key = guardian[0] if guardian else None
         self.handover = Handover(self)
+        # Messages received from / sent to other processes (metrics): one int add per message or batch.
+        self.messages_in = 0
+        self.messages_out = 0
 
     def stats(self, token: int) -> HostStats:
         """How many actors are alive here and the sums of their `stats()` counters."""
@@ -149,7 +153,8 @@ class Host:
                     counters[name] = counters.get(name, 0) + value
             except Exception:  # a broken stats() must not break the status of the whole system
                 log.exception("stats() of %s failed", entity.path)
-        return HostStats(token, self.key, len(self.entities), counters)
+        return HostStats(token, self.key, len(self.entities), counters, self.messages_in, self.messages_out,
+                         host_histograms(self._extensions))
 
     # ---- starting ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -236,6 +241,7 @@ class Host:
                 return  # its destination restarted: earlier messages to it land first (actors/handover.py)
             if hit[0] == self._guardian_key:
                 self.handover.note_guardian(target)
+            self.messages_out += 1
             self.outbox.add(hit[0], hit[1], entry)
 
     def scatter(self, sender: str | None, targets: list[str], chunk: Callable[[list[int] | None], Scatter]) -> None:
@@ -263,6 +269,7 @@ class Host:
             else:
                 if key == self._guardian_key:
                     self.handover.note_guardian(targets[indices[0]])
+                self.messages_out += len(indices)
                 self.outbox.add(key, address, (sender, targets[indices[0]], message))
 
     def dead_letter(self, sender: str | None, target: str, message: object, reason: str) -> None:
@@ -322,9 +329,11 @@ class Host:
             self.router.learn(batch.origin, thespian_sender)
         self.now = time.monotonic()
         deliver = self.deliver
+        entries = unpack(batch, self._unreadable)
+        self.messages_in += len(entries)
         if batch.origin == GUARDIAN_PATH or self.handover.barriers:
             # Held and rerouted messages; a Barrier behind them goes back to its sender, to no actor.
-            for sender, target, message in unpack(batch, self._unreadable):
+            for sender, target, message in entries:
                 if type(message) is not Barrier:
                     deliver(sender, target, message)
                 elif target == self.handover.reply_path and self.handover.barrier_back(message.token):
@@ -335,7 +344,7 @@ class Host:
                     log.warning("host %s: dropped a Barrier for %s that is not ours", self.key, target)
         elif self.batching:
             groups: dict[str, list[tuple[Any, str | None]]] = {}
-            for sender, target, message in unpack(batch, self._unreadable):
+            for sender, target, message in entries:
                 group = groups.get(target)
                 if group is None:
                     groups[target] = [(message, sender)]
@@ -344,7 +353,7 @@ class Host:
             for target, messages in groups.items():
                 self.deliver_batch(target, messages)
         else:
-            for sender, target, message in unpack(batch, self._unreadable):
+            for sender, target, message in entries:
                 deliver(sender, target, message)
         self.settle()
 

@@ -273,6 +273,14 @@ class HostInfo:
     """Why the host last died or failed (None if it never did)."""
     next_attempt: float | None = None
     """While backing off: when the next restart is due (seconds since the epoch, as time.time())."""
+    node: str | None = None
+    """The node the host was placed on (None: wherever the guardian's node put it, the leader)."""
+    messages_in: int = 0
+    """Messages the host received from other processes since it started (as of its last answer)."""
+    messages_out: int = 0
+    """Messages the host sent to other processes since it started."""
+    histograms: dict[str, tuple[tuple[float, ...], tuple[int, ...], float]] = field(default_factory=dict)
+    """Latency histograms the host's layers keep (actors.metrics.Histogram), e.g. journal_write_seconds."""
 
 
 @dataclass(frozen=True)
@@ -290,6 +298,9 @@ class HostStats:
     path: str
     alive: int
     counters: dict[str, int]
+    messages_in: int = 0
+    messages_out: int = 0
+    histograms: dict[str, tuple[tuple[float, ...], tuple[int, ...], float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from thespian.actors import (
 )
 
 from . import auth, netsec
+from . import metrics as metrics_module
 from . import tls as tls_module
 from .error_log import ActorFailure, Errors, GetErrors, SubscribeErrors
 from .errors import (
@@ -113,6 +114,7 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
           tag: str | None = None, run_dir: str | None = None, log_level: str = "WARNING",
           start_timeout: float = 60.0, secret_file: str | None = None, tls: tls_module.TlsConfig | None = None,
           tls_cert: str | None = None, tls_key: str | None = None, tls_ca: str | None = None,
+          metrics_port: int | None = None, metrics_host: str = metrics_module.DEFAULT_HOST,
           **config: Any) -> System:
     """Start an actor system and return a `System` that owns it (a context manager that shuts it down).
 
@@ -127,6 +129,10 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
 
     `tls=TlsConfig(cert, key, ca)` (or `tls_cert=`, `tls_key=`, `tls_ca=`: PEM file paths, all three)
     makes every TCP connection of the system mutual TLS (see actors/tls.py); multiproc only.
+
+    `metrics_port` serves Prometheus metrics on http://metrics_host:metrics_port/ (off by default; loopback
+    unless `metrics_host` names another interface): on multiproc every node started with one serves its
+    own hosts, on local a thread of this process serves them (see actors/metrics.py).
     """
     _refuse_inside_actor_process("actors.start()")
     if base not in BASES:
@@ -148,13 +154,17 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
     if run_dir is not None and not isinstance(run_dir, str | os.PathLike):
         raise ConfigError(f"run_dir must be a directory path, got {run_dir!r}")
     tls_files = tls_module.tls_config(tls, tls_cert, tls_key, tls_ca)
+    metrics_module.check_options(metrics_port, metrics_host)
+    if metrics_port is not None and _listening(metrics_host, metrics_port):
+        raise SpawnFailed(f"metrics_port {metrics_port} is already in use on metrics_host {metrics_host}; "
+                          "choose a free port")
     if tls_files is not None:
         if base != "multiproc":
             raise ConfigError("TLS applies to multiproc systems (the local base has no network): drop tls*= or "
                               "use base='multiproc'")
         tls_files = tls_module.check(tls_files)
     config = dict(config, journal=journal, snapshot_store=snapshot_store, node=node, leader=leader,
-                  log_level=log_level)
+                  log_level=log_level, metrics_port=metrics_port, metrics_host=metrics_host)
     if base == "local":
         asys = ActorSystem("simpleSystemBase", {"Reprise Leader": True, "Reprise Node": "leader"},
                            logDefs=False, transientUnique=True)
@@ -163,7 +173,16 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
         if not isinstance(reply, Spawned):
             asys.shutdown()
             raise SpawnFailed(f"the guardian did not start: {reply!r}")
-        return System(asys, base=base, guardian=guardian, owner=True, config=config)
+        system = System(asys, base=base, guardian=guardian, owner=True, config=config)
+        if metrics_port is not None:
+            try:
+                system.metrics = metrics_module.serve(metrics_module.StatusCollector(
+                    lambda: system.status(metrics_module.SCRAPE_WAIT), node or "leader", True), metrics_port,
+                    metrics_host)
+            except BaseException:
+                system.shutdown()
+                raise
+        return system
 
     if leader and tls_files is not None:
         # A member that cannot speak to its leader would start and never join: say why now.
@@ -278,8 +297,13 @@ _FIND = object()
 
 def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, secret_file: str | None = None,
             tls: tls_module.TlsConfig | None = None, tls_cert: str | None = None, tls_key: str | None = None,
-            tls_ca: str | None = None, _owner: bool = False, _secret: Any = _FIND, _tls: Any = _FIND) -> System:
+            tls_ca: str | None = None, metrics_port: int | None = None,
+            metrics_host: str = metrics_module.DEFAULT_HOST, _owner: bool = False, _secret: Any = _FIND,
+            _tls: Any = _FIND) -> System:
     """Attach this process to a running multi-process system; never starts or shuts one down.
+
+    `metrics_port` serves the whole system's Prometheus metrics from this process while it stays attached
+    (every node's hosts, labelled by node): for a system started without metrics endpoints.
 
     The system's secret is read from the run dir of the local admin on `admin_port` (readable by the
     user that started it), or from `secret_file`. A system with TLS needs a client certificate signed
@@ -290,6 +314,10 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
     if admin_port is None:
         raise ConfigError("admin_port must be the port of a running system's admin, e.g. actors.connect(1900)")
     check_number("timeout", timeout, hint="seconds to wait for the actor system to answer")
+    metrics_module.check_options(metrics_port, metrics_host)
+    if metrics_port is not None and _listening(metrics_host, metrics_port):
+        raise SpawnFailed(f"metrics_port {metrics_port} is already in use on metrics_host {metrics_host}; "
+                          "choose a free port")
     if _tls is _FIND:
         _tls = tls_module.tls_config(tls, tls_cert, tls_key, tls_ca)
         _tls = tls_module.check(_tls) if _tls is not None else _local_tls(admin_port)
@@ -336,6 +364,13 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
     system.admin_host = host
     system.config = system.status(timeout=timeout).config
     system.run_dir = _text(system.config.get("run_dir"))
+    if metrics_port is not None:
+        try:
+            system.metrics = metrics_module.serve(metrics_module.StatusCollector(
+                lambda: system.status(metrics_module.SCRAPE_WAIT), None, True), metrics_port, metrics_host)
+        except BaseException:
+            system.close()
+            raise
     return system
 
 
@@ -476,6 +511,7 @@ class System:
         self._detours: dict[str, str] = {}  # host name -> a path of it, for hosts we sent to via the guardian
         self._lock = threading.RLock()
         self._closed = False
+        self.metrics: metrics_module.Endpoint | None = None  # the in-process base's metrics endpoint
 
     # ---- context manager ------------------------------------------------------------------------
     def __enter__(self) -> System:
@@ -628,6 +664,7 @@ class System:
         if self._closed:
             return
         self._closed = True
+        self._close_metrics()
         try:
             if self._registered:
                 try:
@@ -651,6 +688,7 @@ class System:
         if self._closed:
             return
         self._closed = True
+        self._close_metrics()
         with self._lock:
             self._asys.shutdown()
         if self.tag:
@@ -671,6 +709,11 @@ class System:
                 shutil.rmtree(run_dir, ignore_errors=True)
 
     # ---- internals -------------------------------------------------------------------------------
+    def _close_metrics(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+            self.metrics = None
+
     def _detoured(self, paths: list[str]) -> None:
         """Note the hosts of `paths` as reached through the guardian (held while restarting, or rerouted)."""
         for path in paths:

@@ -57,7 +57,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                           snapshot_store=s.snapshot_store, bind=s.bind, advertise=s.advertise, peers=s.peers,
                           leader=s.leader, node=s.node, log_level=s.log_level, tag=args.tag,
                           run_dir=args.run_dir, secret_file=s.secret_file, tls_cert=s.tls_cert, tls_key=s.tls_key,
-                          tls_ca=s.tls_ca)
+                          tls_ca=s.tls_ca, metrics_port=s.metrics_port, metrics_host=s.metrics_host)
     try:
         for entry, cls in zip(topo.entries, classes, strict=True):
             system.spawn(cls, entry.path, entities=entry.entities, args=entry.args, kwargs=entry.kwargs,
@@ -78,9 +78,12 @@ def cmd_node(args: argparse.Namespace) -> int:
         raise CliError(f"--leader {args.leader!r} is not HOST:PORT", "e.g. --leader 10.0.0.5:1900", code=2)
     system = actors.start("multiproc", admin_port=args.port, leader=args.leader, node=args.name,
                           bind=args.bind, advertise=args.advertise, tag=args.tag, run_dir=args.run_dir,
-                          secret_file=args.secret_file, **_tls_options(args))
+                          secret_file=args.secret_file, metrics_port=args.metrics_port,
+                          metrics_host=args.metrics_host, **_tls_options(args))
     print(f"node {args.name!r} up on {args.advertise or args.bind}:{system.admin_port}, "
           f"member of {args.leader}; run dir {system.run_dir}", flush=True)
+    if args.metrics_port is not None:
+        print(f"  metrics  http://{args.metrics_host}:{args.metrics_port}/metrics", flush=True)
     return _detach_or_wait(system, args.detach)
 
 
@@ -90,6 +93,8 @@ def _print_up(system: Any, topo: Any) -> None:
           f"(run dir {system.run_dir})", flush=True)
     if topo.system.journal:
         print(f"  journal  {redact_url(topo.system.journal)}")
+    if topo.system.metrics_port is not None:
+        print(f"  metrics  http://{topo.system.metrics_host}:{topo.system.metrics_port}/metrics")
     for entry in topo.entries:
         kind = "entities" if entry.entities else "actor"
         own = entry.options.get("journal")

@@ -10,6 +10,8 @@
     tls_cert = "node.pem"             # optional: mutual TLS on every connection (all three, PEM files,
     tls_key = "node.key"              # relative to this file; the key mode 0600; every machine's
     tls_ca = "ca.pem"                 # certificate signed by this CA)
+    metrics_port = 9464               # optional: Prometheus metrics of this node's hosts (off by default)
+    metrics_host = "127.0.0.1"        # the interface it listens on (loopback by default)
 
     [[actor]]
     path = "/user/ledger"
@@ -38,6 +40,8 @@ from typing import Any
 
 from .errors import ConfigError, InvalidPath
 from .host_options import check_option
+from .metrics import DEFAULT_HOST as DEFAULT_METRICS_HOST
+from .metrics import check_options as check_metrics_options
 from .paths import validate_path
 from .supervision import Backoff, check_hold_limit
 from .tls import tls_config
@@ -55,7 +59,7 @@ __all__ = ["ActorEntry", "SystemSection", "Topology", "TopologyError", "load", "
 # Upper layers' host options (persistence's store URLs), passed on to actors.start / System.spawn as given.
 HOST_OPTIONS = ("journal", "snapshot_store")
 SYSTEM_KEYS = {"admin_port", "bind", "advertise", "journal", "snapshot_store", "leader", "node", "peers",
-               "log_level", "secret_file", "tls_cert", "tls_key", "tls_ca"}
+               "log_level", "secret_file", "tls_cert", "tls_key", "tls_ca", "metrics_port", "metrics_host"}
 # Options passed straight to System.spawn; everything else in an entry is a mistake worth reporting.
 SPAWN_OPTIONS = {"passivate_after", "max_restarts", "restart_window", "linger", "batch_cap", "node", "shards",
                  "journal", "snapshot_store", "backoff", "hold_limit"}
@@ -83,6 +87,8 @@ class SystemSection:
     tls_cert: str | None = None  # mutual TLS: this machine's certificate, its key, the system's CA (all or none)
     tls_key: str | None = None
     tls_ca: str | None = None
+    metrics_port: int | None = None  # this node's Prometheus endpoint (None: none)
+    metrics_host: str = DEFAULT_METRICS_HOST
 
 
 @dataclass(frozen=True)
@@ -175,7 +181,7 @@ def _system(table: Any, source: str, base_dir: str | None) -> SystemSection:
     if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
         raise TopologyError(f"{source}: [system] admin_port must be an integer in 1..65535, got {port!r}")
     for key in ("bind", "advertise", "journal", "snapshot_store", "leader", "node", "log_level", "secret_file",
-                "tls_cert", "tls_key", "tls_ca"):
+                "tls_cert", "tls_key", "tls_ca", "metrics_host"):
         if key in table and not isinstance(table[key], str):
             raise TopologyError(f"{source}: [system] {key} must be a string, got {table[key]!r}")
     peers = table.get("peers", [])
@@ -187,6 +193,7 @@ def _system(table: Any, source: str, base_dir: str | None) -> SystemSection:
         check_ip("advertise", table.get("advertise"), allow_none=True)
         check_leader(table.get("leader"))
         log_level = check_log_level(table.get("log_level", "WARNING"))
+        check_metrics_options(table.get("metrics_port"), table.get("metrics_host", DEFAULT_METRICS_HOST))
         tls_config(tls_cert=table.get("tls_cert"), tls_key=table.get("tls_key"), tls_ca=table.get("tls_ca"))
         for key in HOST_OPTIONS:  # checked by their owner (actors.host_options) where it is known
             if table.get(key) is not None:
@@ -201,7 +208,8 @@ def _system(table: Any, source: str, base_dir: str | None) -> SystemSection:
         log_level=log_level,
         secret_file=_relative_to(table.get("secret_file"), base_dir),
         tls_cert=_relative_to(table.get("tls_cert"), base_dir), tls_key=_relative_to(table.get("tls_key"), base_dir),
-        tls_ca=_relative_to(table.get("tls_ca"), base_dir))
+        tls_ca=_relative_to(table.get("tls_ca"), base_dir), metrics_port=table.get("metrics_port"),
+        metrics_host=table.get("metrics_host", DEFAULT_METRICS_HOST))
 
 
 def _relative_to(path: str | None, base_dir: str | None) -> str | None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, cast
+
+from actors.metrics import JOURNAL_WRITE, histogram
 
 if TYPE_CHECKING:
     from actors.context import ActorContext
@@ -32,6 +35,7 @@ class PersistenceCoordinator:
     def __init__(self, context: ActorContext) -> None:
         self.queue: dict[int, PersistentActor] = {}
         self._taking: PersistentActor | None = None
+        self._write_latency = histogram(context, JOURNAL_WRITE)  # one observation per journal and round
         context.on_settle(self.settle)
 
     def enqueue(self, actor: PersistentActor) -> None:
@@ -76,10 +80,12 @@ class PersistenceCoordinator:
         finally:
             self._taking = None
         for group in groups.values():
+            began = time.perf_counter()
             try:
                 group.results = group.journal.write_messages(group.writes)
             except Exception as exc:  # outcome unknown: every actor of this transaction fails (Akka: stop)
                 group.results = exc
+            self._write_latency.observe(time.perf_counter() - began)
         for actor, batch, n in zip(taken, batches, counts, strict=True):
             results: WriteResults = None  # deferrals only
             if n:

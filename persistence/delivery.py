@@ -57,6 +57,7 @@ class AtLeastOnceDelivery(PersistentActor):
         self._unconfirmed: dict[int, _Delivery] = {}
         self._redeliver_timer: Timer | None = None
         self._redelivered = 0  # sends of a delivery sent before, by this incarnation (for status)
+        self._delivered = 0  # new deliveries (not replayed ones) by this incarnation (for status and metrics)
         self.context.watch_routes(self)
 
     # ---- the API --------------------------------------------------------------------------------
@@ -72,6 +73,7 @@ class AtLeastOnceDelivery(PersistentActor):
         delivery_id = self._delivery_seq
         message = id_to_message(delivery_id)
         now = time.monotonic()
+        self._delivered += not self._recovery_running
         if self._recovery_running:
             # Back-dated so that it is overdue, and resent by the burst right after replay.
             self._unconfirmed[delivery_id] = _Delivery(destination, message, now - self._interval(0), 0)
@@ -120,6 +122,8 @@ class AtLeastOnceDelivery(PersistentActor):
         top = max(delivery_ids)
         if top > self._delivery_seq:
             self._delivery_seq = top
+        if not self._recovery_running:
+            self._delivered += n
         if send is not None and not self._recovery_running:
             send()
             self._ensure_timer()
@@ -197,8 +201,9 @@ class AtLeastOnceDelivery(PersistentActor):
         return len(self._unconfirmed)
 
     def stats(self) -> dict[str, int]:
-        """Reported by `reprise status`: deliveries not confirmed yet, and resends since this incarnation began."""
-        return {"unconfirmed": len(self._unconfirmed), "redelivered": self._redelivered}
+        """Reported by `reprise status` and the metrics: deliveries not confirmed yet, and new deliveries and
+        resends since this incarnation began."""
+        return {"unconfirmed": len(self._unconfirmed), "delivered": self._delivered, "redelivered": self._redelivered}
 
     def get_delivery_snapshot(self) -> AtLeastOnceDeliverySnapshot:
         """The delivery state, to embed in a snapshot."""

@@ -96,6 +96,7 @@ class DurableDelivery(AtLeastOnceDelivery):
         if "*" in destination or len(self._unconfirmed) >= self.max_unconfirmed_messages:
             return super().deliver(destination, id_to_message)  # raises "not supported" / MaxUnconfirmed...
         self._delivery_seq += 1
+        self._delivered += 1
         delivery_id = self._delivery_seq
         d = self._unconfirmed[delivery_id] = _Delivery(destination, id_to_message(delivery_id), _UNSENT, 0)
         if not self._journaling:

@@ -1,0 +1,311 @@
+"""Prometheus metrics: an opt-in endpoint per node (`metrics_port`), gathered from `System.status()` on scrape.
+
+Hosts count messages in and out with an int increment on paths that exist anyway, and layers record
+latencies in a `Histogram` per host process (persistence: one observation per group commit). Nothing is
+pushed: on each scrape the node asks the guardian for the status (host stats included) and turns it into
+metric families (`StatusCollector`). On the multi-process base a `MetricsServer` actor on every node serves
+its node's hosts (the leader's also the system's dead letters); on the in-process base a thread of the
+process that started the system does.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from thespian.actors import Actor as ThespianActor
+from thespian.actors import ActorExitRequest, WakeupMessage
+
+from .errors import ConfigError, SpawnFailed
+from .messages import GetStatus, SystemStatus
+from .supervision import PARENT_WAKEUP, ParentWatch
+from .thespian_types import Address
+from .validation import check_ip
+
+if TYPE_CHECKING:
+    from .context import ActorContext
+
+log = logging.getLogger("reprise.metrics")
+
+DEFAULT_HOST = "127.0.0.1"  # never exposed beyond this machine unless the user names an interface
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+"""Upper bounds (seconds) of the journal write latency histogram: an fsync'd SQLite commit to a slow PostgreSQL."""
+JOURNAL_WRITE = "journal_write_seconds"
+SCRAPE_WAIT = 4.0  # seconds a scrape waits for the status (the guardian waits up to 2 s for busy hosts)
+_POLL = 0.2  # seconds between checks for a waiting scrape: its latency, against ~0.1% of a core idle
+_POLL_WAKEUP = "reprise-metrics-poll"
+_NAME = re.compile(r"[^a-zA-Z0-9_]")
+
+HistogramData = tuple[tuple[float, ...], tuple[int, ...], float]
+"""(upper bounds, count per bucket with one more for +Inf, sum of the observations): what a host reports."""
+
+
+def check_options(metrics_port: object, metrics_host: object) -> None:
+    """ConfigError unless `metrics_port` is None (off) or a TCP port, and `metrics_host` an IP address."""
+    if metrics_port is not None and (isinstance(metrics_port, bool) or not isinstance(metrics_port, int)
+                                     or not 0 < metrics_port < 65536):
+        raise ConfigError(f"metrics_port must be an integer in 1..65535 (None: no metrics endpoint, the "
+                          f"default), got {metrics_port!r}")
+    check_ip("metrics_host", metrics_host)
+
+
+class Histogram:
+    """Counts per fixed bucket and their sum, filled in one process; no lock (hosts are single-threaded)."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...] = LATENCY_BUCKETS) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last: above every bound (+Inf)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        """Count one observation."""
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def data(self) -> HistogramData:
+        """The counts as plain tuples (they cross processes in HostStats)."""
+        return self.bounds, tuple(self.counts), self.total
+
+
+def histogram(context: ActorContext, name: str, bounds: tuple[float, ...] = LATENCY_BUCKETS) -> Histogram:
+    """The host's histogram `name` (made on first use), reported with its stats and exported per host."""
+    return context.extension((Histogram, name), lambda _: Histogram(bounds))
+
+
+def host_histograms(extensions: dict[Any, Any]) -> dict[str, HistogramData]:
+    """The histograms among a host's extensions (see `histogram`), by name."""
+    return {key[1]: ext.data() for key, ext in extensions.items() if isinstance(ext, Histogram)}
+
+
+# ---- turning a status into metric families ----------------------------------------------------------
+
+def _stat_name(name: str) -> str:
+    return _NAME.sub("_", name)
+
+
+def families(status: SystemStatus, node: str | None, leader: bool) -> list[Any]:
+    """The metric families of `node`'s hosts (hosts placed nowhere in particular run on the leader); every
+    host's with `node` None (a client's endpoint: the whole system)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+    labels = ["node", "host"]
+    up = GaugeMetricFamily("reprise_host_up", "1 if the host's process serves its path (state running)", labels=labels)
+    alive = GaugeMetricFamily("reprise_host_actors_alive", "Actors in memory in the host", labels=labels)
+    restarts = CounterMetricFamily("reprise_host_restarts", "Restarts of the host or of its top-level actor "
+                                   "since its spawn", labels=labels)
+    messages_in = CounterMetricFamily("reprise_host_messages_in", "Messages the host received from other "
+                                      "processes", labels=labels)
+    messages_out = CounterMetricFamily("reprise_host_messages_out", "Messages the host sent to other processes",
+                                       labels=labels)
+    unconfirmed = GaugeMetricFamily("reprise_unconfirmed_deliveries", "At-least-once deliveries not confirmed "
+                                    "yet (the host's actors' stats 'unconfirmed')", labels=labels)
+    delivered = CounterMetricFamily("reprise_deliveries", "At-least-once deliveries made since the actors "
+                                    "started (stats 'delivered'; on the Spark bridge: feed rows)", labels=labels)
+    stats = GaugeMetricFamily("reprise_actor_stat", "Every counter of the host's actors' stats(), summed per "
+                              "host (e.g. projection_lag)", labels=[*labels, "stat"])
+    histograms: dict[str, Any] = {}
+    leader_node = status.config.get("node") or "leader"  # (the guardian's configuration: the leader's)
+    for path, info in sorted(status.hosts.items()):
+        placed = info.node or str(leader_node)
+        if node is not None:
+            if (info.node or (node if leader else None)) != node:
+                continue
+            placed = node
+        values = [placed, path]
+        up.add_metric(values, 1.0 if info.state == "running" else 0.0)
+        restarts.add_metric(values, info.restarts)
+        if info.alive is None:
+            continue  # it did not answer in time: no sample rather than a counter that drops to 0
+        alive.add_metric(values, info.alive)
+        messages_in.add_metric(values, info.messages_in)
+        messages_out.add_metric(values, info.messages_out)
+        if "unconfirmed" in info.counters:
+            unconfirmed.add_metric(values, info.counters["unconfirmed"])
+        if "delivered" in info.counters:
+            delivered.add_metric(values, info.counters["delivered"])
+        for name, value in sorted(info.counters.items()):
+            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+                stats.add_metric([*values, _stat_name(name)], value)
+        for name, (bounds, counts, total) in sorted(info.histograms.items()):
+            family = histograms.get(name)
+            if family is None:
+                family = histograms[name] = HistogramMetricFamily(
+                    f"reprise_{_stat_name(name)}", f"{name} per host", labels=labels)
+            cumulative, buckets = 0, []
+            for bound, count in zip((*bounds, math.inf), counts, strict=True):
+                cumulative += count
+                buckets.append(("+Inf" if bound == math.inf else repr(float(bound)), cumulative))
+            family.add_metric(values, buckets, total)
+    out: list[Any] = [up, alive, restarts, messages_in, messages_out, unconfirmed, delivered, stats,
+                      *histograms.values()]
+    if leader:
+        out.append(CounterMetricFamily("reprise_dead_letters", "Dead letters recorded by the guardian (the "
+                                       "whole system's)", value=status.dead_letters))
+    return out
+
+
+class StatusCollector:
+    """A prometheus_client collector that gathers the status on every scrape."""
+
+    def __init__(self, fetch: Callable[[], SystemStatus | None], node: str | None, leader: bool) -> None:
+        self.fetch = fetch
+        self.node = node
+        self.leader = leader
+
+    def collect(self) -> Iterator[Any]:
+        """The families of the current status; only `reprise_status_ok 0` when it could not be had."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        try:
+            status = self.fetch()
+        except Exception:  # a scrape must answer (and say it failed) whatever the system does
+            log.exception("metrics: the status could not be gathered")
+            status = None
+        yield GaugeMetricFamily("reprise_status_ok", "1 if this scrape got the system's status",
+                                value=0.0 if status is None else 1.0)
+        if status is not None:
+            yield from families(status, self.node, self.leader)
+
+    def describe(self) -> list[Any]:
+        """Nothing: the families are only known on collect (the registry must not call collect at register)."""
+        return []
+
+
+class Endpoint:
+    """A running metrics HTTP server."""
+
+    def __init__(self, server: Any, thread: threading.Thread, host: str, port: int) -> None:
+        self._server = server
+        self._thread = thread
+        self.host = host
+        self.port = port
+
+    def close(self) -> None:
+        """Stop serving and free the port."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5.0)
+
+
+def serve(collector: StatusCollector, port: int, host: str = DEFAULT_HOST) -> Endpoint:
+    """Serve `collector` in the Prometheus text format on host:port; SpawnFailed naming the option if it cannot."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise SpawnFailed(f"metrics_port {port} on metrics_host {host} cannot be served ({exc.strerror or exc}); "
+                          "choose a free port (or another metrics_host)") from None
+    return Endpoint(server, thread, host, port)
+
+
+# ---- the multi-process base: one server actor per node ---------------------------------------------
+
+@dataclass(frozen=True)
+class MetricsInit:
+    """Boot -> metrics server: serve this node's metrics (reply MetricsReady)."""
+
+    guardian: Address
+    port: int
+    host: str
+    node: str
+    leader: bool
+
+
+@dataclass(frozen=True)
+class MetricsReady:
+    """Metrics server -> boot: serving, or why not."""
+
+    error: str | None = None
+
+
+class _Waiting:
+    """The status shared by a scrape thread and the server actor (the actor only sets, under the lock)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.wanted = 0  # scrapes waiting for a status newer than the one they saw
+        self.status: SystemStatus | None = None
+        self.generation = 0
+
+    def fetch(self) -> SystemStatus | None:
+        """A status asked for after this call began (None after SCRAPE_WAIT)."""
+        with self.cond:
+            seen = self.generation
+            self.wanted += 1
+            try:
+                self.cond.wait_for(lambda: self.generation > seen, SCRAPE_WAIT)
+                return self.status if self.generation > seen else None
+            finally:
+                self.wanted -= 1
+
+    def publish(self, status: SystemStatus) -> None:
+        with self.cond:
+            self.status = status
+            self.generation += 1
+            self.cond.notify_all()
+
+
+class MetricsServer(ThespianActor):  # type: ignore[misc]  # (Thespian has no type information)
+    """Serves its node's metrics from an HTTP thread; asks the guardian for the status when a scrape waits.
+
+    The HTTP thread cannot use Thespian (one thread per actor), so this actor looks every _POLL seconds
+    whether a scrape waits, asks the guardian and hands the reply over (a lock, a condition).
+    """
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.endpoint: Endpoint | None = None
+        self.guardian: Address | None = None
+        self.waiting = _Waiting()
+        self.asked = 0.0  # time.monotonic() of the outstanding GetStatus (0: none)
+        self.parent_watch: ParentWatch | None = None
+
+    @staticmethod
+    def actorSystemCapabilityCheck(capabilities: dict[str, Any], requirements: dict[str, Any] | None) -> bool:
+        """On the node that asks for it."""
+        wanted = (requirements or {}).get("Reprise Node")
+        return wanted is None or capabilities.get("Reprise Node") == wanted
+
+    def receiveMessage(self, message: object, sender: Address) -> None:
+        if isinstance(message, SystemStatus):
+            self.asked = 0.0
+            self.waiting.publish(message)
+        elif isinstance(message, WakeupMessage) and message.payload == PARENT_WAKEUP:
+            if self.parent_watch is not None and self.parent_watch.orphaned():
+                self.send(self.myAddress, ActorExitRequest())  # the admin died: stop serving a dead system
+        elif isinstance(message, WakeupMessage):
+            now = time.monotonic()
+            if self.waiting.wanted and (not self.asked or now - self.asked > SCRAPE_WAIT):
+                self.asked = now
+                self.send(self.guardian, GetStatus())
+            self.wakeupAfter(timedelta(seconds=_POLL), _POLL_WAKEUP)
+        elif isinstance(message, MetricsInit):
+            self._init(message, sender)
+        elif isinstance(message, ActorExitRequest):
+            if self.endpoint is not None:
+                self.endpoint.close()
+                self.endpoint = None
+
+    def _init(self, init: MetricsInit, sender: Address) -> None:
+        self.guardian = init.guardian
+        try:
+            self.endpoint = serve(StatusCollector(self.waiting.fetch, init.node, init.leader), init.port, init.host)
+        except SpawnFailed as exc:
+            self.send(sender, MetricsReady(str(exc)))
+            return
+        self.wakeupAfter(timedelta(seconds=_POLL), _POLL_WAKEUP)
+        self.parent_watch = ParentWatch.start(self)
+        self.send(sender, MetricsReady())
