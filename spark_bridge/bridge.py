@@ -222,6 +222,7 @@ class SparkBridge(AtLeastOnceDelivery):
         # (feed, partition) -> attempt -> batch_no -> staged batch (see "Spark's commit protocol" above)
         self._staged: dict[tuple[str, int], dict[str, dict[int, _Staged]]] = {}
         self._staged_rows = 0  # rows of staged batches kept in memory
+        self._rows_in = 0  # new rows taken from feeds by this incarnation (the metrics' feed rows)
         self._released: dict[str, set[int]] = {}
         self._runs: OrderedDict[str, None] = OrderedDict()  # f"{feed}/{run}" released or discarded
         self._open: dict[str, int] = {}  # feed -> trees not complete
@@ -308,6 +309,10 @@ class SparkBridge(AtLeastOnceDelivery):
             list(self._runs),
         )
 
+    def stats(self) -> dict[str, int]:
+        """The deliveries' counters, and `feed_rows`: new rows taken from feeds since this incarnation began."""
+        return {**super().stats(), "feed_rows": self._rows_in}
+
     # ---- commands -------------------------------------------------------------------------------
     def receive_command(self, message: Any, sender: str | None) -> None:
         """Ingest batches, confirmations and follow-ups; answer progress questions."""
@@ -371,19 +376,7 @@ class SparkBridge(AtLeastOnceDelivery):
             if m.processed:
                 self._await(m.feed_id, m.partition, m.batch_no, m.reply_to)
             return
-        paths, values, keys = m.paths, m.values, m.keys
-        if keys is not None:
-            known = self._keys.get(m.feed_id, ())
-            fresh = [i for i, k in enumerate(keys) if k not in known]
-            if len(fresh) < len(paths):
-                paths = [paths[i] for i in fresh]
-                keys = [keys[i] for i in fresh]
-                values = ([[col[i] for i in fresh] for col in values] if m.columns is not None
-                          else [values[i] for i in fresh])
-        resolve = self.context.resolve
-        # A path no host serves goes to dead letters once (the guardian records it), and is counted.
-        unserved = {p for p in set(paths) if resolve(p) is None}
-        dead = [i for i, p in enumerate(paths) if p in unserved] if unserved else []
+        paths, values, keys, dead = self._new_rows(m)
         event = BatchStored(m.feed_id, m.partition, m.batch_no, paths, values, m.columns, keys, self._next_id,
                             dead, len(m.paths) - len(paths))
         # State changes now, not in the handler: a copy arriving while this write is in flight is a
@@ -393,6 +386,23 @@ class SparkBridge(AtLeastOnceDelivery):
         # Written with the round's other batches and confirmations: one commit for all of them.
         self._stores.append((event, m.reply_to, tree))
         self._queue_flush()
+
+    def _new_rows(self, m: IngestBatch) -> tuple[list[str], Any, list[Hashable] | None, list[int]]:
+        """The rows of `m` whose key is new (all without keys), and which of them no host serves."""
+        paths, values, keys = m.paths, m.values, m.keys
+        if keys is not None:
+            known = self._keys.get(m.feed_id, ())
+            fresh = [i for i, k in enumerate(keys) if k not in known]
+            if len(fresh) < len(paths):
+                paths = [paths[i] for i in fresh]
+                keys = [keys[i] for i in fresh]
+                values = ([[col[i] for i in fresh] for col in values] if m.columns is not None
+                          else [values[i] for i in fresh])
+        self._rows_in += len(paths)
+        resolve = self.context.resolve
+        # A path no host serves goes to dead letters once (the guardian records it), and is counted.
+        unserved = {p for p in set(paths) if resolve(p) is None}
+        return paths, values, keys, [i for i, p in enumerate(paths) if p in unserved] if unserved else []
 
     def _accept(self, event: BatchStored, reply_to: str | None = None) -> Tree | None:
         """Dedup marks, ids and the batch's tree (live before the write, or while replaying)."""
@@ -462,18 +472,7 @@ class SparkBridge(AtLeastOnceDelivery):
                                      0 if old is None else len(old.dead))
             self.defer_async(accepted, lambda ack: self.tell(m.reply_to, ack))
             return
-        paths, values, keys = m.paths, m.values, m.keys
-        if keys is not None:
-            known = self._keys.get(m.feed_id, ())
-            fresh = [i for i, k in enumerate(keys) if k not in known]
-            if len(fresh) < len(paths):
-                paths = [paths[i] for i in fresh]
-                keys = [keys[i] for i in fresh]
-                values = ([[col[i] for i in fresh] for col in values] if m.columns is not None
-                          else [values[i] for i in fresh])
-        resolve = self.context.resolve
-        unserved = {p for p in set(paths) if resolve(p) is None}
-        dead = [i for i, p in enumerate(paths) if p in unserved] if unserved else []
+        paths, values, keys, dead = self._new_rows(m)
         event = BatchStored(m.feed_id, m.partition, m.batch_no, paths, values, m.columns, keys, 0, dead,
                             len(m.paths) - len(paths), attempt)
         batches[m.batch_no] = self._staged_batch(event, -1)

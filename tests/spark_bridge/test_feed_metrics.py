@@ -48,5 +48,6 @@ def test_scrapes_during_a_feed_count_its_rows(spark, make_system, tmp_path):
     assert rows_seen == sorted(rows_seen)  # a counter: it only grows during the feed
     final = scrape(port)
     assert sample(final, "reprise_deliveries_total", host=BRIDGE_PATH) == ROWS
+    assert sample(final, "reprise_actor_stat", host=BRIDGE_PATH, stat="feed_rows") == ROWS  # rows taken in
     assert sample(final, "reprise_host_messages_in_total", host="/user/accounts") >= ROWS
     assert (sample(final, "reprise_journal_write_seconds_count", host=BRIDGE_PATH) or 0) >= 1
