@@ -14,6 +14,7 @@ import uuid
 import psycopg
 import pytest
 
+from actors import SpawnFailed
 from actors.topology import loads, resolve_class
 from journal import open_journal
 from persistence import EventsByTag, GetProjectionState, Projection, ProjectionError, open_offset_store
@@ -164,6 +165,17 @@ def test_bad_configuration_is_refused_naming_the_fix():
     with pytest.raises(ProjectionError, match=r"source \{'tg': 'x'\}.*keys: tag, journal, gap_timeout"):
         Projection(**{**ok, "source": {"tg": "x"}})
     assert Projection(**{**ok, "handler": "tests.persistence.projection_fixtures:record_to"}).handler is record_to
+
+
+def test_a_projection_that_cannot_start_fails_its_spawn_leading_with_the_projection_error(base, make_system):
+    system = make_system(base)  # no journal: the projection has nothing to read
+    with pytest.raises(SpawnFailed) as failed:
+        system.spawn(Projection, PROJECTION, kwargs=dict(source=EventsByTag("moves"), handler=record_to,
+                                                         offset_store="memory://nowhere"))
+    first = str(failed.value).splitlines()[0]
+    assert first == (f"{PROJECTION} failed to start: ProjectionError: projection {PROJECTION}: no journal to read: "
+                     "give EventsByTag(tag, journal=URL) or start the system with journal=URL")
+    assert "Traceback" in str(failed.value)  # after it, for whoever debugs
 
 
 def test_postgresql_an_event_committing_late_with_a_smaller_offset_is_handled_first_and_never_blocks_a_tick(
