@@ -288,7 +288,9 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
                         self.send(other.address, ActorExitRequest())
             self._release_held(record, f"actor at {message.path} failed to start")
             for waiter in lead.waiters:
-                self.send(waiter, Spawned(path, f"{message.path} failed to start:\n{message.error}"))
+                # The reason on the first line, unless all there is to say is a traceback.
+                sep = "\n" if message.error.startswith("Traceback") else " "
+                self.send(waiter, Spawned(path, f"{message.path} failed to start:{sep}{message.error}"))
             lead.waiters.clear()
             return
         # The reply's sender is the host's real address (createActor returned a local placeholder).

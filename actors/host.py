@@ -28,7 +28,7 @@ from thespian.actors import (
 from .actor import Actor
 from .context import ActorContext
 from .error_log import ActorFailure, ErrorThrottle, is_ask, make_error, one_line
-from .errors import SpawnFailed
+from .errors import RepriseError, SpawnFailed
 from .handover import POKE, Handover
 from .host_options import apply_host_options
 from .inflight import BOUNCED, InFlight
@@ -790,6 +790,9 @@ class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
             self.host.start()
         except SpawnFailed as e:  # a refusal that explains itself
             self.send(sender, HostReady(init.spec.key, str(e)))
+            return
+        except RepriseError as e:  # says what to fix (a ProjectionError, ...): lead with it, the traceback after
+            self.send(sender, HostReady(init.spec.key, f"{type(e).__name__}: {e}\n\n{traceback.format_exc()}"))
             return
         except Exception:
             self.send(sender, HostReady(init.spec.key, traceback.format_exc()))

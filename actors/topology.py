@@ -17,7 +17,8 @@
     path = "/user/ledger"
     class = "myapp.ledger:Ledger"     # or "myapp.ledger.Ledger"
     args = [1]
-    kwargs = { currency = "EUR" }
+    kwargs = { currency = "EUR" }     # a relative sqlite:// URL in args or kwargs (a Projection's
+                                      # offset_store) is relative to this file too
 
     [[entities]]
     path = "/user/accounts"
@@ -229,6 +230,17 @@ def _absolute_sqlite(url: str | None, base_dir: str | None) -> str | None:
     return f"sqlite://{os.path.join(base_dir, target)}{sep}{query}"
 
 
+def _absolute_sqlite_in(value: Any, base_dir: str | None) -> Any:
+    """`value` (args, kwargs, nested tables and lists) with each relative sqlite:// URL made absolute."""
+    if isinstance(value, str):
+        return _absolute_sqlite(value, base_dir)
+    if isinstance(value, dict):
+        return {k: _absolute_sqlite_in(v, base_dir) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_absolute_sqlite_in(v, base_dir) for v in value]
+    return value
+
+
 def _entry(table: Any, entities: bool, where: str, base_dir: str | None) -> ActorEntry:
     if not isinstance(table, dict):
         raise TopologyError(f"{where} must be a table")
@@ -247,6 +259,7 @@ def _entry(table: Any, entities: bool, where: str, base_dir: str | None) -> Acto
         raise TopologyError(f"{where}: args must be a list")
     if not isinstance(kwargs, dict):
         raise TopologyError(f"{where}: kwargs must be a table")
+    args, kwargs = _absolute_sqlite_in(args, base_dir), _absolute_sqlite_in(kwargs, base_dir)
     options = {k: table[k] for k in SPAWN_OPTIONS if k in table}
     if "passivate_after" in options and not entities:
         raise TopologyError(f"{where}: passivate_after only applies to [[entities]]")

@@ -11,8 +11,11 @@
 3. With chaos (the default) an account host process (shard 0) is killed with SIGKILL once 40% of the rows
    are processed; the guardian restarts it, its accounts recover from the journal, and the bridge resends
    at once what the dead process had not confirmed.
-4. Every balance is compared with the balance Spark computes itself, and with the ledger; any mismatch
-   exits non-zero. Everything is shut down at the end.
+4. An exactly-once projection per account journal (examples.accounts.read_model, /user/balances-<shard>)
+   keeps a SQL read model next to the journal: the balance of each account in a table, updated in the
+   transaction that stores its offset. After the feed the demo waits (bounded) until it caught up.
+5. Every balance is compared with the balance Spark computes itself, with the ledger and with the read
+   model; any mismatch exits non-zero. Everything is shut down at the end.
 """
 
 from __future__ import annotations
@@ -30,11 +33,14 @@ from typing import Any
 import actors
 from examples.accounts.pipeline import ACCOUNTS_PATH, LEDGER_PATH, BankAccount, Ledger
 from examples.accounts.pipeline import balances as account_balances
+from examples.accounts.read_model import BALANCES, TAG, projection_kwargs, read_balances
+from persistence import EventsByTag, GetProjectionState, Projection, ProjectionState
 from spark_bridge import BRIDGE_PATH, FeedError, GetFeedProgress, feed, local_session, start_bridge
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FEED_ID = "demo-transactions"
 CHAOS_AT = 0.4
+CATCH_UP_TIMEOUT = 120.0
 
 
 def spark_session(partitions: int) -> Any:
@@ -83,6 +89,28 @@ def account_hosts(status: actors.SystemStatus) -> dict[str, actors.HostInfo]:
     return {k: h for k, h in status.hosts.items() if k.split(" ")[0] == ACCOUNTS_PATH}
 
 
+def start_read_model(system: actors.System, journals: list[str], store: str) -> list[str]:
+    """One exactly-once projection per account journal into the read model at `store`; their paths."""
+    paths = []
+    for i, journal in enumerate(journals):
+        path = f"{BALANCES}-{i}"
+        kwargs = projection_kwargs(store)
+        kwargs["source"] = EventsByTag(TAG, journal=journal)
+        system.spawn(Projection, path, kwargs=kwargs)
+        paths.append(path)
+    return paths
+
+
+def wait_caught_up(system: actors.System, paths: list[str], timeout: float) -> list[ProjectionState]:
+    """Wait (at most `timeout` s) until every projection stored the newest offset of its tag; their states."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = [system.ask(p, GetProjectionState(), timeout=30) for p in paths]
+        if all(s.lag == 0 for s in states) or time.monotonic() >= deadline:
+            return states
+        time.sleep(0.05)
+
+
 def expected_balances(df: Any) -> dict[str, int]:
     """What Spark itself says every account must hold."""
     return {r["account"]: int(r["total"]) for r in df.groupBy("account").agg({"amount": "sum"})
@@ -97,6 +125,8 @@ def run(n: int, accounts: int, chaos: bool, journal: str | None, partitions: int
     # wait for each other's write lock (one writer per file; the feed ran ~13% faster).
     accounts_journal = None if journal else f"sqlite:///{workdir}/accounts-{{shard}}.db"
     journal = journal or f"sqlite:///{workdir}/journal.db"
+    journals = [accounts_journal.format(shard=i) for i in range(shards)] if accounts_journal else [journal]
+    read_model = f"sqlite:///{workdir}/read-model.db"
     print(f"Reprise demo: {n:,} transactions over {accounts:,} accounts from Spark (local[2]), "
           f"ack=processed, journal {journal}" + (f" (accounts: {accounts_journal})" if accounts_journal else "")
           + f", chaos {'on' if chaos else 'off'}", flush=True)
@@ -109,6 +139,7 @@ def run(n: int, accounts: int, chaos: bool, journal: str | None, partitions: int
             # Two shards: account work is most of the job, and this way it runs on both cores.
             system.spawn(BankAccount, ACCOUNTS_PATH, entities=True, kwargs={"ledger": LEDGER_PATH}, shards=shards,
                          journal=accounts_journal, snapshot_store=accounts_journal)
+            projections = start_read_model(system, journals, read_model)
             start_bridge(system)
             df = transactions(spark, n, accounts, partitions)
             killer = Chaos(system.admin_port, n, CHAOS_AT) if chaos else None
@@ -124,6 +155,9 @@ def run(n: int, accounts: int, chaos: bool, journal: str | None, partitions: int
                 if killer:
                     killer.stopping.set()
                     killer.join(15)
+            caught_up_at = time.perf_counter()
+            projected = wait_caught_up(system, projections, CATCH_UP_TIMEOUT)
+            caught_up_s = time.perf_counter() - caught_up_at
             expected = expected_balances(df)
             balances = account_balances(system, sorted(expected))
             ledger = system.ask(LEDGER_PATH, "totals", timeout=60)
@@ -131,6 +165,9 @@ def run(n: int, accounts: int, chaos: bool, journal: str | None, partitions: int
             hosts = status.hosts
             letters = system.dead_letters()
         seconds = time.perf_counter() - started
+        table = read_balances(read_model)
+        lagging = [s for s in projected if s.lag]
+        model_off = {a: (table.get(a), want) for a, want in expected.items() if table.get(a) != want}
         mismatches = {a: (balances[a].balance if a in balances else None, want)
                       for a, want in expected.items() if a not in balances or balances[a].balance != want}
         ledger_off = {a: (ledger.per_account.get(a), want) for a, want in expected.items()
@@ -150,17 +187,25 @@ def run(n: int, accounts: int, chaos: bool, journal: str | None, partitions: int
         print(f"  ledger              {ledger.entries:,} entries, total {ledger.total:,}")
         print(f"  balances checked    {len(expected):,} against Spark's own sums, mismatches {len(mismatches):,}, "
               f"ledger mismatches {len(ledger_off):,}")
-        failed = bool(mismatches or ledger_off or ledger.entries != n or (chaos and not restarts))
+        print(f"  read model          {len(table):,} balances in {len(projected)} exactly-once projection(s), "
+              f"caught up {caught_up_s:.1f} s after the feed; read model mismatches {len(model_off):,}")
+        failed = bool(mismatches or ledger_off or model_off or lagging or ledger.entries != n
+                      or (chaos and not restarts))
         if failed:
             for account, (got, want) in list(mismatches.items())[:10]:
                 print(f"  MISMATCH account {account}: balance {got}, Spark says {want}")
             for account, (got, want) in list(ledger_off.items())[:10]:
                 print(f"  MISMATCH ledger for account {account}: {got}, Spark says {want}")
+            for account, (got, want) in list(model_off.items())[:10]:
+                print(f"  MISMATCH read model for account {account}: {got}, Spark says {want}")
+            for s in lagging:
+                print(f"  projection {s.projection_id} did not catch up within {CATCH_UP_TIMEOUT:.0f} s: "
+                      f"stored offset {s.stored_offset:,} of {s.newest_offset:,}")
             if chaos and not restarts:
                 print("  the chaos kill did not happen (the feed finished first?)")
             print("FAILED")
             return 1
-        print("OK: every balance is exact, in the accounts and in the ledger")
+        print("OK: every balance is exact, in the accounts, in the ledger and in the read model")
         return 0
     finally:
         spark.stop()

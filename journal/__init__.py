@@ -7,10 +7,11 @@
 Persistence query (every backend): `persistence_ids()`, `events_by_persistence_id(pid, from, to)` and
 `events_by_tag(tag, offset)` and `all_events(offset)` yield EventEnvelopes; with `live=True` they keep
 following new events until the returned Query is closed (`with j.events_by_tag("t", last, live=True) as q:
-for e in q: ...`). `newest_offset(tag=None)` and `events_between(from, to, tag=None)` read offset ranges.
+for e in q: ...`). `newest_offset(tag=None)` and `events_between(from, to, tag=None)` read offset ranges;
+`events_reader(offset, tag=None).read(limit)` reads what is readable now, never waiting (for timers).
 """
 
-from journal.api import Journal, Query, SnapshotStore
+from journal.api import EventReader, Journal, Query, SnapshotStore
 from journal.errors import InvalidUrl, JournalCorruption, JournalError, RepriseError, SerializationError
 from journal.model import (
     MAX_SEQUENCE_NR,
@@ -44,6 +45,7 @@ __all__ = [
     "SCHEMES",
     "AtomicWrite",
     "EventEnvelope",
+    "EventReader",
     "InvalidUrl",
     "Journal",
     "JournalCorruption",

@@ -38,7 +38,7 @@ from journal.records import (
     encode_writes,
 )
 
-__all__ = ["Journal", "OrderingHorizon", "Query", "SnapshotStore", "now_millis"]
+__all__ = ["EventReader", "Journal", "OrderingHorizon", "Query", "SnapshotStore", "now_millis"]
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -210,6 +210,46 @@ class OrderingHorizon:
         self._gap = None
 
 
+class EventReader:
+    """Reads the events (of a tag, or all) after an offset in offset order, a batch per `read()`, never waiting.
+
+    Each `read(limit)` returns what is safely readable now: on a backend whose writers commit out of
+    offset order (PostgreSQL) it stops below the first offset still in flight and remembers that gap
+    (its OrderingHorizon) for the next call, so an event that commits late with a smaller offset is
+    never skipped. A gap follows OrderingHorizon's rule: settled once the transactions that could fill
+    it have ended, or skipped with a warning after `gap_timeout`. Made by `Journal.events_reader`; one
+    consumer thread at a time, and only while its journal is open.
+    """
+
+    def __init__(self, journal: Journal, tag: str | None, offset: int, horizon: OrderingHorizon | None):
+        self.tag = tag
+        self.offset = offset
+        """The greatest offset returned so far (the start offset before the first event)."""
+        self._journal = journal
+        self._horizon = horizon
+        self._after = offset  # every event at or below this has been returned
+        self._upto = offset if horizon is not None else MAX_SEQUENCE_NR
+
+    @property
+    def waiting(self) -> bool:
+        """True while a write in flight (a gap below a visible offset) holds the reader back: read again soon."""
+        return self._horizon is not None and self._horizon.waiting
+
+    def read(self, limit: int) -> list[EventEnvelope]:
+        """Up to `limit` events after the last one returned that can be read now; [] when there are none yet."""
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ValueError(f"limit must be an int >= 1 (events per read), got {limit!r}")
+        horizon = self._horizon
+        if horizon is not None and self._after >= self._upto:
+            self._upto = horizon.poll()  # one look (more while offsets come in full batches); never a wait
+        rows = self._journal._rows_after(self.tag, self._after, limit, self._upto)
+        if rows:
+            self._after = self.offset = rows[-1][0]
+        if horizon is not None and len(rows) < limit:
+            self._after = max(self._after, self._upto)  # every event up to the horizon has been read
+        return list(self._journal._envelopes(rows))
+
+
 class Journal(ABC):
     """An event journal: write AtomicWrites, replay by persistence id, delete, and query by tag."""
 
@@ -340,6 +380,15 @@ class Journal(ABC):
         """
         return self._by_offset(tag, from_offset, to_offset, False, None, gap_timeout)
 
+    def events_reader(self, offset: int = 0, tag: str | None = None,
+                      gap_timeout: float | None = None) -> EventReader:
+        """A reader of the events (of `tag`, or all) after `offset` that never waits: see EventReader.
+
+        For a consumer driven by its own timer (a Projection), where a live query would block it.
+        """
+        timeout = _check_seconds("gap_timeout", self.gap_timeout if gap_timeout is None else gap_timeout, 86400)
+        return EventReader(self, tag, offset, self._ordering_horizon(offset, timeout))
+
     def newest_offset(self, tag: str | None = None) -> int:
         """The greatest global offset of a stored event (carrying `tag`, if given); 0 when there is none."""
         return self._newest(tag)
@@ -353,10 +402,7 @@ class Journal(ABC):
         end = MAX_SEQUENCE_NR if to_offset is None else to_offset
 
         def read(after: int, limit: int, upto: int) -> Sequence[TaggedRow]:
-            rows = self._read_tag(tag, after, limit, upto) if tag is not None else self._read_ordered(after, limit, upto)
-            if rows and rows[-1][0] > upto:  # a backend may read past `upto` where it never needs a horizon
-                rows = [r for r in rows if r[0] <= upto]
-            return rows
+            return self._rows_after(tag, after, limit, upto)
 
         def body(stop: threading.Event) -> Generator[EventEnvelope, None, None]:
             after = offset
@@ -388,6 +434,13 @@ class Journal(ABC):
                         return
                 upto = min(new, end)
         return Query(body)
+
+    def _rows_after(self, tag: str | None, after: int, limit: int, upto: int) -> Sequence[TaggedRow]:
+        """Up to `limit` events (of `tag`, or all) with after < offset <= upto, by offset."""
+        rows = self._read_tag(tag, after, limit, upto) if tag is not None else self._read_ordered(after, limit, upto)
+        if rows and rows[-1][0] > upto:  # a backend may read past `upto` where it never needs a horizon
+            rows = [r for r in rows if r[0] <= upto]
+        return rows
 
     def _interval(self, poll_interval: float | None) -> float:
         return _check_seconds("poll_interval", self.poll_interval if poll_interval is None else poll_interval, 60)

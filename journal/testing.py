@@ -627,6 +627,34 @@ class JournalSpec:
         assert journal.newest_offset() == offsets[4] and journal.newest_offset(t) == 0
         assert _keys(journal.events_between(0, offsets[-1])) == _keys(everything[:5])
 
+    def test_events_reader_reads_batches_without_waiting_and_resumes_where_it_stopped(
+            self, journal: Journal, pid: str, writer: str) -> None:
+        a, b, t = _fresh_pid(), _fresh_pid(), f"t-{uuid.uuid4().hex[:6]}"
+
+        def ev(p: str, n: int) -> AtomicWrite:
+            return AtomicWrite([PersistentRepr(n, n, p, writer_uuid=writer, tags=frozenset({t}) if p == a else frozenset())])
+
+        assert journal.write_messages([ev(p, n) for n in (1, 2, 3) for p in (a, b)]) == [None] * 6
+        tagged, start = journal.events_reader(tag=t), journal.newest_offset() - 6
+        everything = journal.events_reader(start)
+        assert (tagged.tag, tagged.offset, everything.offset) == (t, 0, start)
+        got = [tagged.read(2), tagged.read(2), tagged.read(2)]
+        assert [_keys(g) for g in got] == [[(a, 1), (a, 2)], [(a, 3)], []]
+        assert tagged.offset == got[1][0].offset == journal.newest_offset(t) and not tagged.waiting
+        assert _keys(everything.read(100)) == [(p, n) for n in (1, 2, 3) for p in (a, b)]
+        assert everything.read(100) == [] and everything.offset == journal.newest_offset()
+        # New events: each reader goes on after the last event it returned, as a fresh one from that offset would.
+        assert journal.write_messages([ev(b, 4), ev(a, 4)]) == [None, None]
+        (new,) = tagged.read(10)
+        assert (new.persistence_id, new.sequence_nr, new.tags) == (a, 4, frozenset({t})) and tagged.offset == new.offset
+        assert _keys(everything.read(1)) == [(b, 4)] and _keys(everything.read(1)) == [(a, 4)]
+        assert _keys(journal.events_reader(got[0][0].offset, tag=t).read(10)) == [(a, 2), (a, 3), (a, 4)]
+        for bad in (0, -1, 1.5, True):
+            with pytest.raises(ValueError, match="limit must be an int >= 1"):
+                tagged.read(bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="gap_timeout must be > 0"):
+            journal.events_reader(tag=t, gap_timeout=0)
+
     def test_live_all_events_follows_new_events_of_every_id(self, journal: Journal, pid: str, writer: str) -> None:
         other = _fresh_pid()
         with journal.all_events(journal.newest_offset(), live=True, poll_interval=0.02) as q:

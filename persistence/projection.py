@@ -15,26 +15,26 @@ As in Akka Projections:
 - grouped (`group_size`): the handler gets a list of up to `group_size` envelopes, or fewer once the
   first of them waited `group_within` seconds (Akka: 20 and 500 ms).
 
-The actor never blocks on a live query: a timer drives it, and each tick takes at most `batch` events
-from a current `events_by_tag` query (which, on PostgreSQL, waits for writes still in flight below the
-newest offset, bounded by the journal's gap_timeout, so no late-committing event is skipped). It ticks
-again at once while that query has more, else starts a new one after `poll_interval`. A handler exception fails the actor;
+The actor never blocks on the journal: a timer drives it, and each tick takes at most `batch` events from
+the journal's EventReader (`Journal.events_reader`), which returns what is readable now. On PostgreSQL it
+stops below a write still in flight and the projection looks again soon (no late-committing event is
+skipped; a gap older than gap_timeout is skipped with a warning, OrderingHorizon's rule). It ticks again
+at once while a tick got a full batch, else after `poll_interval`. A handler exception fails the actor;
 the host restarts it and it resumes from the stored offset.
-`System.status()` / `reprise status` show the host's counter `projection_lag`: the greatest offset of the
-tag read so far minus the stored offset.
+`System.status()` / `reprise status` show the host's counter `projection_lag`: the newest offset of the
+tag in the journal (`Journal.newest_offset(tag)`, asked once per status request) minus the stored offset.
 """
 
 from __future__ import annotations
 
 import importlib
-import itertools
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
 from actors import Actor
-from journal import EventEnvelope, Journal, Query, RepriseError
+from journal import EventEnvelope, EventReader, Journal, RepriseError
 from persistence.offset_store import OffsetStore, open_offset_store
 from persistence.plugins import journal_for
 
@@ -51,7 +51,8 @@ class ProjectionError(RepriseError, ValueError):
 class EventsByTag:
     """A projection's source: the events tagged `tag` in the journal at `journal` (None: the host's journal).
 
-    `gap_timeout` (seconds, None: the journal's) bounds how long a read waits on a PostgreSQL write in flight.
+    `gap_timeout` (seconds, None: the journal's): how long a PostgreSQL write in flight may hold the reader back
+    before its offset is skipped as rolled back (the projection never waits on it: it reads again later).
     """
 
     tag: str
@@ -72,17 +73,22 @@ class GetProjectionState:
 
 @dataclass(frozen=True)
 class ProjectionState:
-    """A projection's progress: offsets stored, handled and read (the greatest offset of its tag seen)."""
+    """A projection's progress: offsets stored, handled and read, and the newest offset of its tag in the journal.
+
+    `newest_offset` is asked of the journal when the state is (`Journal.newest_offset(tag)`): `lag` is exact,
+    including the events the projection has not read yet.
+    """
 
     projection_id: str
     stored_offset: int
     handled_offset: int
     read_offset: int
+    newest_offset: int
 
     @property
     def lag(self) -> int:
-        """Offsets read but not yet stored."""
-        return self.read_offset - self.stored_offset
+        """Offsets of the tag in the journal beyond the stored offset (0: caught up)."""
+        return max(0, self.newest_offset - self.stored_offset)
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,8 @@ class _Tick:
 
 
 _TICK = _Tick()
+_GAP_RECHECK = 0.05
+"""Seconds until the next tick while a write in flight holds the reader back (it usually commits in ms)."""
 
 
 def _resolve_handler(handler: Handler | str) -> Handler:
@@ -178,20 +186,14 @@ class Projection(Actor):
         self._saved_at = time.monotonic()
         self._group: list[EventEnvelope] = []
         self._group_since = 0.0
-        self._query: Query[EventEnvelope] | None = None
+        self._reader: EventReader = self._journal.events_reader(self.read, self.source.tag, self.source.gap_timeout)
         self.schedule_once(0.0, _TICK)
-
-    def _close_query(self) -> None:
-        if self._query is not None:
-            self._query.close()
-            self._query = None
 
     def post_stop(self) -> None:
         """At-least-once: store the offset of what was handled; then close the offset store."""
         store = getattr(self, "_store", None)
         if store is None:
             return
-        self._close_query()
         try:
             if self._unsaved:
                 self._save()
@@ -208,24 +210,21 @@ class Projection(Actor):
                 self.tell(sender, self.state())
 
     def state(self) -> ProjectionState:
-        """Where this projection is."""
-        return ProjectionState(self.name, self.stored, self.handled, self.read)
+        """Where this projection is (one query of the journal: its newest offset of the tag)."""
+        newest = max(self._journal.newest_offset(self.source.tag), self.read)
+        return ProjectionState(self.name, self.stored, self.handled, self.read, newest)
 
     def stats(self) -> dict[str, int]:
-        """`projection_lag` for System.status() / `reprise status`."""
-        return {"projection_lag": max(0, self.read - self.stored)} if hasattr(self, "stored") else {}
+        """`projection_lag` for System.status() / `reprise status`: the journal's newest offset of the tag
+        minus the stored offset (one query per status request, none per event)."""
+        return {"projection_lag": self.state().lag} if hasattr(self, "stored") else {}
 
     # --- the work ----------------------------------------------------------------------------------
 
     def _tick(self) -> None:
-        # One current query serves the ticks of a catch-up: its ordering horizon scans the journal's offsets
-        # once, not once per batch. Once it ends, the next tick starts a new one after the last offset read.
-        if self._query is None:
-            self._query = self._journal.events_by_tag(self.source.tag, self.read,
-                                                      gap_timeout=self.source.gap_timeout)
-        envelopes = list(itertools.islice(self._query, self.batch))
-        if len(envelopes) < self.batch:
-            self._close_query()
+        # One reader for the projection's life: its ordering horizon remembers a gap (and how old it is) from
+        # one tick to the next, and scans the journal's offsets once during a catch-up, not once per batch.
+        envelopes = self._reader.read(self.batch)
         if envelopes:
             self.read = envelopes[-1].offset
         now = time.monotonic()
@@ -248,6 +247,8 @@ class Projection(Actor):
         if self._unsaved and now - self._saved_at >= self.save_after_duration:
             self._save()
         delay = 0.0 if len(envelopes) == self.batch else self.poll_interval
+        if self._reader.waiting:
+            delay = min(delay, _GAP_RECHECK)
         if self._group:
             delay = min(delay, max(0.0, self._group_since + self.group_within - now))
         if self._unsaved:

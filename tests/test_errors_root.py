@@ -52,6 +52,8 @@ def test_reprise_error_is_one_class_reachable_from_every_layer() -> None:
     ("persistence.RecoveryTimedOut", RuntimeError),
     ("persistence.StashOverflowError", RuntimeError),
     ("persistence.SnapshotStoreNotConfigured", RuntimeError),
+    ("persistence.ProjectionError", ValueError),
+    ("persistence.OffsetStoreError", ValueError),
     ("spark_bridge.FeedError", RuntimeError),
     ("journal.InvalidUrl", ValueError),
     ("actors.ConfigError", ValueError),

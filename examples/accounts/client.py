@@ -1,12 +1,13 @@
 """A client for the accounts topology: feed deposits, wait until they are confirmed, check balances.
 
     python -m examples.accounts.client --port 1901 feed --count 10000 --accounts 100 [--start 0]
-    python -m examples.accounts.client --port 1901 check --deposits 10000 --accounts 100
+    python -m examples.accounts.client --port 1901 check --deposits 10000 --accounts 100 [--read-model URL]
     python -m examples.accounts.client --port 1901 balance 42
 
 Deposit number i always goes to the same account with the same amount (model.deposit), so `check`
 knows every expected balance without asking anyone. Feed each number once: the feeder dedups
-redeliveries, not a client that feeds the same numbers twice.
+redeliveries, not a client that feeds the same numbers twice. `check --read-model URL` also waits until
+the read model's projection (/user/balances) caught up and compares its table.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections import Counter
 
 import actors
 from examples.accounts.model import FeedDeposits, FeedStats, deposit
+from examples.accounts.read_model import BALANCES, read_balances
+from persistence import GetProjectionState
 
 FEEDER = "/user/feeder"
 ACCOUNTS = "/user/accounts"
@@ -58,13 +61,30 @@ def balances(system: actors.System, ids: list[str], timeout: float = 60.0) -> di
     return dict(probe.receive_many(len(ids), timeout=timeout))
 
 
-def check(system: actors.System, deposits: int, accounts: int) -> list[str]:
-    """Wait for confirms, then compare every balance; returns the mismatches as lines (empty if exact)."""
+def wait_projected(system: actors.System, timeout: float = 120.0) -> int:
+    """Wait until the read model's projection stored the newest deposit offset (or `timeout` passes); its lag."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lag = system.ask(BALANCES, GetProjectionState(), timeout=60).lag
+        if not lag or time.monotonic() >= deadline:
+            return int(lag)
+        time.sleep(0.05)
+
+
+def check(system: actors.System, deposits: int, accounts: int, read_model: str | None = None) -> list[str]:
+    """Wait for confirms, then compare every balance (and the read model's); the mismatches as lines."""
     stats = wait_confirmed(system)
     expected = expected_balances(deposits, accounts)
     got = balances(system, list(expected))
-    problems = [f"account {a}: balance {got.get(a)}, expected {want}"
-                for a, want in sorted(expected.items(), key=lambda kv: int(kv[0])) if got.get(a) != want]
+    ordered = sorted(expected.items(), key=lambda kv: int(kv[0]))
+    problems = [f"account {a}: balance {got.get(a)}, expected {want}" for a, want in ordered if got.get(a) != want]
+    if read_model is not None:
+        lag = wait_projected(system)
+        table = read_balances(read_model)
+        problems += [f"read model account {a}: balance {table.get(a)}, expected {want}"
+                     for a, want in ordered if table.get(a) != want]
+        if lag:
+            problems.insert(0, f"the read model's projection is still {lag} offsets behind")
     if stats.unconfirmed:
         problems.insert(0, f"the feeder still has {stats.unconfirmed} unconfirmed deposits")
     return problems
@@ -83,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("check", help="wait until every deposit is confirmed and compare every balance")
     p.add_argument("--deposits", type=int, required=True, help="how many deposits were fed, from number 0")
     p.add_argument("--accounts", type=int, required=True)
+    p.add_argument("--read-model", help="also check the read model's table (its offset store URL)")
     p = sub.add_parser("balance", help="print one account's balance")
     p.add_argument("account")
     args = parser.parse_args(argv)
@@ -98,13 +119,13 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "balance":
             print(system.ask(f"{ACCOUNTS}/{args.account}", "balance", timeout=30)[1])
         else:
-            problems = check(system, args.deposits, args.accounts)
+            problems = check(system, args.deposits, args.accounts, args.read_model)
             for line in problems:
                 print(f"MISMATCH {line}")
             if problems:
                 return 1
             print(f"OK: {len(expected_balances(args.deposits, args.accounts))} balances exact after "
-                  f"{args.deposits} deposits")
+                  f"{args.deposits} deposits" + (", in the read model too" if args.read_model else ""))
     finally:
         system.close()
     return 0

@@ -16,8 +16,10 @@ from typing import Any
 
 import actors
 from examples.accounts.model import Deposited
+from examples.accounts.read_model import TAG
 from journal import register_type
 from spark_bridge import FeedReceiver, Row
+from spark_bridge.messages import RowApplied
 
 LEDGER_PATH = "/user/ledger"
 ACCOUNTS_PATH = "/user/accounts"
@@ -66,6 +68,11 @@ class BankAccount(FeedReceiver):
         """Replay a deposit."""
         if isinstance(event, Deposited):
             self.balance += event.amount
+
+    def tags_for(self, event: Any) -> tuple[str, ...]:
+        """Deposits are tagged for the read model's projection (read_model.py): FeedReceiver journals each
+        one inside a RowApplied (inside IdempotentReceiver's wrappers, which ask tags per user event)."""
+        return (TAG,) if type(event) is RowApplied and type(event.event) is Deposited else ()
 
     def receive_command(self, message: Any, sender: str | None) -> None:
         """A Row is a deposit ({"amount": n, ...}); "balance" replies BalanceOf."""

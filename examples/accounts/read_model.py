@@ -19,6 +19,7 @@ from journal import EventEnvelope
 from persistence import EventsByTag
 from persistence.idempotent import Applied, AppliedBatch
 from persistence.offset_store import postgres_conninfo
+from spark_bridge.messages import RowApplied
 
 TAG = "deposit"
 BALANCES = "/user/balances"
@@ -29,8 +30,8 @@ _UPSERT = ("INSERT INTO account_balance (account, balance) VALUES ({m}, {m}) ON 
 def deposits_of(event: object) -> list[int]:
     """The amounts deposited by one journaled event of an account (an AppliedBatch holds several)."""
     if isinstance(event, AppliedBatch):
-        return [e.amount for e in event.events if isinstance(e, Deposited)]
-    if isinstance(event, Applied):
+        return [a for e in event.events for a in deposits_of(e)]
+    if isinstance(event, Applied | RowApplied):  # RowApplied: the Spark pipeline's BankAccount (pipeline.py)
         return deposits_of(event.event)
     return [event.amount] if isinstance(event, Deposited) else []
 

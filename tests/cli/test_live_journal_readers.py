@@ -53,7 +53,7 @@ def test_cli_commands_and_a_plain_sqlite_reader_on_a_live_journal_lose_no_acknow
     path = f"{tmp_path}/journal.db"
     url = f"sqlite:///{path}"
     system = make_system("multiproc", journal=url, snapshot_store=url)
-    spawn_topology(system)
+    spawn_topology(system, str(tmp_path))
     fed = feed(system, 0)
     imports = ("--import", "examples.accounts.model")
     readers = [
@@ -81,6 +81,6 @@ def test_cli_commands_and_a_plain_sqlite_reader_on_a_live_journal_lose_no_acknow
     assert stored > 0
 
     again = make_system("multiproc", journal=url, snapshot_store=url)
-    spawn_topology(again)
+    spawn_topology(again, str(tmp_path))
     expected = expected_balances(fed, N_ACCOUNTS)
     assert balances(again, sorted(expected)) == expected  # every acknowledged deposit, after a restart

@@ -44,6 +44,27 @@ def test_a_full_topology_parses() -> None:
                                               "journal": "sqlite:///srv/app/accounts-{shard}.db"}
 
 
+def test_relative_sqlite_urls_in_args_and_kwargs_are_relative_to_the_topology_file() -> None:
+    topo = loads("""
+        [[actor]]
+        path = "/user/balances"
+        class = "persistence:Projection"
+        args = ["sqlite://a.db", "not a url"]
+        [actor.kwargs]
+        offset_store = "sqlite://read-model.db?timeout=5"
+        source = { tag = "deposit", journal = "sqlite://other/journal.db" }
+        mirrors = ["sqlite:///abs/m.db", "sqlite://m.db", "postgresql://u@h/db", 3]
+        memory = "sqlite://:memory:"
+    """, base_dir="/srv/app")
+    (entry,) = topo.entries
+    assert entry.args == ("sqlite:///srv/app/a.db", "not a url")
+    assert entry.kwargs == {
+        "offset_store": "sqlite:///srv/app/read-model.db?timeout=5",
+        "source": {"tag": "deposit", "journal": "sqlite:///srv/app/other/journal.db"},
+        "mirrors": ["sqlite:///abs/m.db", "sqlite:///srv/app/m.db", "postgresql://u@h/db", 3],
+        "memory": "sqlite://:memory:"}
+
+
 def test_the_shipped_example_parses() -> None:
     topo = load("examples/topologies/echo.toml")
     assert [e.path for e in topo.entries] == ["/user/echo", "/user/echoes"]

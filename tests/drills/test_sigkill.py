@@ -48,11 +48,17 @@ N_ACCOUNTS = 20
 CHUNK = 40
 
 
-def spawn_topology(system: actors.System) -> None:
-    """Spawn what examples/accounts/topology.toml declares (its [system] table is replaced by the test's)."""
+def spawn_topology(system: actors.System, directory: str) -> None:
+    """Spawn what examples/accounts/topology.toml declares (its [system] table is replaced by the test's).
+
+    The read model's projection keeps its offset store in `directory`, not next to the shipped file.
+    """
     for entry in load(TOPOLOGY).entries:
+        kwargs = entry.kwargs
+        if "offset_store" in kwargs:
+            kwargs = {**kwargs, "offset_store": f"sqlite:///{directory}/read-model.db"}
         system.spawn(resolve_class(entry.factory), entry.path, entities=entry.entities, args=entry.args,
-                     kwargs=entry.kwargs, **entry.options)
+                     kwargs=kwargs, **entry.options)
 
 
 def feed_with_a_kill(system: actors.System, rng: random.Random, chunks: int, victim: str) -> tuple[set, set, float]:
@@ -122,7 +128,7 @@ def test_sigkill_drill(drill, make_system, tmp_path):
           f"kill {victim} host, {chunks} chunks of {CHUNK}")
     url = f"sqlite:///{tmp_path}/journal.db"
     system = make_system("multiproc", journal=url, snapshot_store=url)
-    spawn_topology(system)
+    spawn_topology(system, str(tmp_path))
     system.ask(FEEDER, "stats", timeout=30)  # the feeder has recovered and answers
 
     acked, unknown, delay = feed_with_a_kill(system, rng, chunks, victim)

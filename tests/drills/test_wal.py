@@ -37,7 +37,7 @@ def write_accounts(make_system, directory) -> actors.System:
     os.makedirs(directory)
     url = f"sqlite:///{directory}/journal.db"
     system = make_system("multiproc", journal=url, snapshot_store=url)
-    spawn_topology(system)
+    spawn_topology(system, directory)
     system.ask(FEEDER, FeedDeposits(0, DEPOSITS, N_ACCOUNTS), timeout=30)
     wait_for(lambda: system.ask(FEEDER, "stats", timeout=10).unconfirmed == 0, timeout=30, interval=0.1)
     return system

@@ -50,20 +50,23 @@ def up_detached(tmp_path, tag) -> tuple[int, subprocess.CompletedProcess]:
 
 def test_up_feed_check_down(tmp_path, tag):
     port, up = up_detached(tmp_path, tag)
-    assert "/user/accounts" in up.stdout and "/user/feeder" in up.stdout
+    assert "/user/accounts" in up.stdout and "/user/feeder" in up.stdout and "/user/balances" in up.stdout
     try:
         fed = client(port, "feed", "--count", "1500", "--accounts", "30")
         assert fed.returncode == 0, fed.stderr
         assert "feeder accepted 1500" in fed.stdout
         fed = client(port, "feed", "--start", "1500", "--count", "500", "--accounts", "30")
         assert fed.returncode == 0 and "feeder accepted 2000" in fed.stdout, fed.stderr
-        checked = client(port, "check", "--deposits", "2000", "--accounts", "30")
+        # The projection's relative offset store landed next to the topology file.
+        read_model = f"sqlite://{tmp_path}/accounts-read-model.db"
+        checked = client(port, "check", "--deposits", "2000", "--accounts", "30", "--read-model", read_model)
         assert checked.returncode == 0, checked.stdout + checked.stderr
-        assert "OK: 30 balances exact after 2000 deposits" in checked.stdout
+        assert "OK: 30 balances exact after 2000 deposits, in the read model too" in checked.stdout
         one = client(port, "balance", "7")
         assert one.returncode == 0 and int(one.stdout) > 0
         status = run(REPRISE, "status", "--port", str(port))
         assert "/user/accounts" in status.stdout and "entities" in status.stdout
+        assert "projection_lag 0" in status.stdout
     finally:
         down = run(REPRISE, "down", "--port", str(port))
     assert down.returncode == 0, down.stderr

@@ -30,6 +30,9 @@ def test_demo_with_chaos_ends_with_exact_balances():
     assert "2 shard process(es), restarted 1 time(s) (SIGKILL after" in run.stdout
     assert "ledger              20,000 entries" in run.stdout
     assert "mismatches 0, ledger mismatches 0" in run.stdout and "OK: every balance is exact" in run.stdout
+    # The read model (an exactly-once projection per account journal) is exact after the SIGKILL too.
+    assert "read model          200 balances in 2 exactly-once projection(s)" in run.stdout
+    assert "read model mismatches 0" in run.stdout and "in the ledger and in the read model" in run.stdout
 
 
 @pytest.mark.timeout(300)
@@ -37,5 +40,7 @@ def test_demo_without_chaos_and_bad_options():
     run = demo("--transactions", "3000", "--accounts", "30", "--no-chaos", "--partitions", "2")
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
     assert "restarted 0 time(s)" in run.stdout and "OK: every balance is exact" in run.stdout
+    assert "read model          30 balances in 2 exactly-once projection(s)" in run.stdout
+    assert "read model mismatches 0" in run.stdout
     bad = demo("--transactions", "0")
     assert bad.returncode == 2 and "--transactions, --accounts and --shards must be at least 1" in bad.stderr

@@ -357,3 +357,60 @@ def test_a_range_read_waits_for_a_write_in_flight_below_its_end_but_not_above_it
         wait_for(lambda r=r: r.done.is_set(), 20)
         assert r.error is None
         assert [(e.persistence_id, e.offset) for e in r.got] == [("held", held_offset), ("after", newest)]
+
+
+# --- EventReader: never waits, never skips --------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_an_events_reader_stops_below_a_write_in_flight_at_once_and_reads_it_once_committed(pg) -> None:
+    j, url = pg
+    tag = f"t-{uuid.uuid4().hex[:6]}"
+    assert j.write_messages([_ev("before", tag)]) == [None]
+    tagged, everything = j.events_reader(tag=tag, gap_timeout=30), j.events_reader(j.newest_offset(), gap_timeout=30)
+    assert [e.persistence_id for e in tagged.read(10)] == ["before"]
+    held, held_offset = _begin_held_write(url, "early", tag)
+    try:
+        assert j.write_messages([_ev("late", tag)]) == [None]  # commits now, with a greater offset
+        t0 = time.monotonic()
+        for _ in range(5):  # each read returns at once, handing out nothing past the gap
+            assert tagged.read(10) == [] and everything.read(10) == []
+        assert time.monotonic() - t0 < 5, "a read waited for the write in flight"
+        assert tagged.waiting and everything.waiting
+    finally:
+        held.commit()
+        held.close()
+    for reader in (tagged, everything):
+        got = wait_for(lambda r=reader: r.read(10), 20, interval=0.02)
+        assert [(e.persistence_id, e.offset) for e in got][:1] == [("early", held_offset)]
+        rest = got[1:] or reader.read(10)
+        assert [e.persistence_id for e in rest] == ["late"] and reader.read(10) == [] and not reader.waiting
+
+
+@pytest.mark.postgres
+def test_an_events_reader_passes_a_rolled_back_write_and_skips_a_too_slow_one_with_a_warning(
+        pg, caplog: pytest.LogCaptureFixture) -> None:
+    j, url = pg
+    tag = f"t-{uuid.uuid4().hex[:6]}"
+    rolled_back, _ = _begin_held_write(url, "rolled-back", tag)
+    assert j.write_messages([_ev("kept", tag)]) == [None]
+    reader = j.events_reader(tag=tag, gap_timeout=30)
+    assert reader.read(10) == [] and reader.waiting
+    rolled_back.rollback()
+    rolled_back.close()
+    t0 = time.monotonic()
+    assert [e.persistence_id for e in wait_for(lambda: reader.read(10), 40, interval=0.02)] == ["kept"]
+    assert time.monotonic() - t0 < 30, "the gap of a rolled-back write was waited out"
+    # A write that stays open longer than gap_timeout is skipped as rolled back, as by a query (documented).
+    slow, slow_offset = _begin_held_write(url, "slow", tag)
+    try:
+        assert j.write_messages([_ev("fast", tag)]) == [None]
+        with caplog.at_level(logging.WARNING, logger="journal.api"):
+            quick = j.events_reader(reader.offset, tag=tag, gap_timeout=0.3)
+            assert quick.read(10) == []
+            assert [e.persistence_id for e in wait_for(lambda: quick.read(10), 20, interval=0.02)] == ["fast"]
+        assert f"offsets after {slow_offset - 1}" in caplog.text and "gap_timeout=0.3s" in caplog.text
+    finally:
+        slow.commit()
+        slow.close()
+    assert [e.persistence_id for e in j.events_reader(reader.offset, tag=tag).read(10)] == ["slow", "fast"]

@@ -8,18 +8,20 @@ import os
 import sqlite3
 import subprocess
 import sys
-import threading
+import time
 import uuid
 
 import psycopg
 import pytest
 
+from actors import SpawnFailed
 from actors.topology import loads, resolve_class
 from journal import open_journal
 from persistence import EventsByTag, GetProjectionState, Projection, ProjectionError, open_offset_store
 from tests.persistence.projection_fixtures import (
     failing_once_in_transaction,
     record_group_to,
+    record_in_transaction,
     record_offsets_to,
     record_to,
 )
@@ -165,7 +167,18 @@ def test_bad_configuration_is_refused_naming_the_fix():
     assert Projection(**{**ok, "handler": "tests.persistence.projection_fixtures:record_to"}).handler is record_to
 
 
-def test_postgresql_an_event_committing_late_with_a_smaller_offset_is_handled_first(
+def test_a_projection_that_cannot_start_fails_its_spawn_leading_with_the_projection_error(base, make_system):
+    system = make_system(base)  # no journal: the projection has nothing to read
+    with pytest.raises(SpawnFailed) as failed:
+        system.spawn(Projection, PROJECTION, kwargs=dict(source=EventsByTag("moves"), handler=record_to,
+                                                         offset_store="memory://nowhere"))
+    first = str(failed.value).splitlines()[0]
+    assert first == (f"{PROJECTION} failed to start: ProjectionError: projection {PROJECTION}: no journal to read: "
+                     "give EventsByTag(tag, journal=URL) or start the system with journal=URL")
+    assert "Traceback" in str(failed.value)  # after it, for whoever debugs
+
+
+def test_postgresql_an_event_committing_late_with_a_smaller_offset_is_handled_first_and_never_blocks_a_tick(
         request, base, make_system, postgres_url, tmp_path):
     from journal.postgres import drop_schema
     from tests.journal.test_query import _begin_held_write, _ev
@@ -177,24 +190,42 @@ def test_postgresql_an_event_committing_late_with_a_smaller_offset_is_handled_fi
         held, early = _begin_held_write(journal, "early", "late")  # drew its offset, not committed
         request.addfinalizer(held.close)  # before the schema is dropped (finalizers run last-in first-out)
         j.write_messages([_ev("later", "late")])
+        later = j.newest_offset("late")
     system = make_system(base, journal=journal)
-    # The writer commits a second after the projection started: until then its offset is a gap.
-    committer = threading.Timer(1.0, held.commit)
-    committer.start()
     system.spawn(Projection, PROJECTION, kwargs=dict(
         source=EventsByTag("late", gap_timeout=30), handler=functools.partial(record_offsets_to, sink),
         offset_store=f"sqlite:///{tmp_path}/offsets.db", poll_interval=0.1))
-    committer.join()
+    # While the smaller offset is in flight the projection reads nothing, and still answers at once: its ticks
+    # do not wait on the write (on the in-process base a waiting tick would stall the whole system).
+    for _ in range(3):
+        t0 = time.monotonic()
+        s = state(system)
+        assert time.monotonic() - t0 < 2, "the projection's tick waited for a write in flight"
+        assert (s.read_offset, s.handled_offset, s.newest_offset, s.lag) == (0, 0, later, later)
+    held.commit()
+    wait_for(lambda: state(system).handled_offset == later, timeout=30, interval=0.05)
+    with sqlite3.connect(sink) as db:
+        rows = db.execute("SELECT event_offset, persistence_id FROM offsets ORDER BY rowid").fetchall()
+    assert rows == [(early, "early"), (later, "later")], "the late-committing smaller offset must not be skipped"
 
-    def handled() -> list[tuple[int, str]]:
-        try:
-            with sqlite3.connect(sink) as db:
-                return db.execute("SELECT event_offset, persistence_id FROM offsets ORDER BY rowid").fetchall()
-        except sqlite3.OperationalError:  # no table yet
-            return []
-    rows = wait_for(lambda: (lambda r: r if len(r) >= 2 else None)(handled()), timeout=30, interval=0.05)
-    assert rows[0] == (early, "early"), "the late-committing smaller offset must not be skipped or reordered"
-    assert [p for _, p in rows] == ["early", "later"]
+
+def test_the_lag_is_exact_while_catching_up_counting_events_not_read_yet(base, make_system, backend):
+    journal, store = backend
+    system = make_system(base, journal=journal)
+    system.spawn(Mover, "/user/movers", entities=True)
+    move(system, {"a": [1, 2, 3]})
+    # Grouped by 100 within a minute, looking again after a minute: the 3 events are read, not handled yet.
+    system.spawn(Projection, PROJECTION, kwargs=dict(
+        source=EventsByTag("moves"), handler=record_in_transaction, offset_store=store, exactly_once=True,
+        group_size=100, group_within=60, poll_interval=60))
+    offsets = tagged_offsets(journal)
+    s = wait_for(lambda: (lambda s: s if s.read_offset == offsets[-1] else None)(state(system)), timeout=30)
+    assert (s.stored_offset, s.newest_offset, s.lag) == (0, offsets[-1], offsets[-1])
+    move(system, {"b": [4, 5]})  # journaled, not read yet: the lag counts them too
+    newest = tagged_offsets(journal)[-1]
+    s = state(system)
+    assert (s.stored_offset, s.read_offset, s.newest_offset, s.lag) == (0, offsets[-1], newest, newest)
+    assert system.status().hosts[PROJECTION].counters == {"projection_lag": newest}
 
 
 @pytest.mark.multiproc
