@@ -451,6 +451,13 @@ def _remember(result: FeedResult) -> None:
     log.info("feed %r committed: %d rows, %d duplicates skipped, %d dead-lettered, %d of other attempts "
              "discarded, in %.2f s (%.0f rows/s)", result.feed_id, result.rows, result.duplicates_skipped,
              result.dead_lettered, result.discarded, result.seconds, result.rows_per_second)
+    try:
+        _keep(result)
+    except (OSError, FeedError) as e:  # the rows are released: failing the write now would only mislead
+        log.warning("feed %r: its result cannot be kept for last_write_result: %s", result.feed_id, e)
+
+
+def _keep(result: FeedResult) -> None:
     # Spark runs a data source's commit in a Python worker of the driver's host, not in the driver's own
     # process: a file on that host is what both see. Written whole, then renamed: readers never see half.
     path = _result_file(result.feed_id)
@@ -458,9 +465,10 @@ def _remember(result: FeedResult) -> None:
     with os.fdopen(fd, "w") as f:
         json.dump(dataclasses.asdict(result), f)
     os.replace(partial, path)
-    kept = [e for e in os.scandir(os.path.dirname(path)) if e.name.endswith(".json")]
-    if len(kept) > KEPT_RESULTS:
-        for old in sorted(kept, key=_mtime)[:-KEPT_RESULTS]:
+    # Files written within a clock tick share an mtime: the one just written is never a candidate.
+    older = [e for e in os.scandir(os.path.dirname(path)) if e.name.endswith(".json") and e.path != path]
+    if len(older) >= KEPT_RESULTS:
+        for old in sorted(older, key=_mtime)[:len(older) - KEPT_RESULTS + 1]:
             try:
                 os.unlink(old.path)
             except FileNotFoundError:  # another commit pruned it first
@@ -479,8 +487,10 @@ def last_write_result(feed_id: str) -> FeedResult | None:
 
     `df.write.format("reprise").save()` returns nothing: call this in the driver after it, with the write's
     `feed_id` option (for a stream's micro-batch: `f"{feed_id or query id}/{batch id}"`). `feed` and each
-    micro-batch of `feed_stream` are kept too; the last KEPT_RESULTS per host. Each committed write is also
-    logged at INFO on the `spark_bridge` logger, in the process that committed it.
+    micro-batch of `feed_stream` are kept too; the last KEPT_RESULTS per host, in $REPRISE_SPARK_RESULTS
+    (set it before the SparkSession starts: Spark's workers inherit its environment) or a private directory
+    in the temp dir. Each committed write is also logged at INFO on the `spark_bridge` logger, in the
+    process that committed it.
     """
     try:
         with open(_result_file(feed_id)) as f:

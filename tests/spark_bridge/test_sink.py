@@ -7,6 +7,7 @@ REPRISE_REQUIRE_POSTGRES=1).
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import uuid
@@ -388,3 +389,33 @@ def test_feed_accepts_a_path_template_and_logs_and_keeps_its_result(spark, bridg
         f"discarded, in {result.seconds:.2f} s ({result.rows_per_second:.0f} rows/s)"]
     got = settled(bridged, expected_by_account(df))
     assert sums(got) == expected_by_account(df)
+
+
+# ---- last_write_result's store ------------------------------------------------------------------------
+
+
+def test_the_results_kept_are_the_newest_and_a_full_store_never_drops_the_one_just_written(tmp_path, monkeypatch):
+    from spark_bridge import FeedResult
+    from spark_bridge.feed import RESULTS_DIR, _remember
+
+    monkeypatch.setenv(RESULTS_DIR, str(tmp_path / "results"))
+    monkeypatch.setattr(importlib.import_module("spark_bridge.feed"), "KEPT_RESULTS", 3)  # (spark_bridge.feed: the function)
+    results = [FeedResult(n, 0, 0, 1.0, float(n), feed_id=f"f/{n}") for n in range(6)]
+    for result in results:  # in one clock tick or a few: ties in mtime
+        _remember(result)
+        assert last_write_result(result.feed_id) == result
+    assert len(list((tmp_path / "results").iterdir())) == 3
+    assert last_write_result("f/0") is None and last_write_result("never") is None
+
+
+def test_a_results_directory_of_another_user_is_refused_and_does_not_fail_the_write(tmp_path, monkeypatch, caplog):
+    from spark_bridge import FeedError, FeedResult
+    from spark_bridge.feed import RESULTS_DIR, _remember
+
+    monkeypatch.setenv(RESULTS_DIR, str(tmp_path))
+    monkeypatch.setattr("os.getuid", lambda: 12345)  # (tmp_path is this user's, whoever runs the tests)
+    with caplog.at_level(logging.WARNING, logger="spark_bridge"):
+        _remember(FeedResult(1, 0, 0, 1.0, 1.0, feed_id="theirs"))  # the rows were released: no exception
+    assert "its result cannot be kept for last_write_result" in caplog.text
+    with pytest.raises(FeedError, match=f"belongs to another user: set {RESULTS_DIR} to a directory of yours"):
+        last_write_result("theirs")
