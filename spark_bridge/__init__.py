@@ -21,7 +21,8 @@ so that a bridge restarted on another host finds its state, and let executors us
 
 Writing the Spark way: `register(spark)`, then `df.write.format("reprise").option("port", admin_port)
 .option("to", "/user/accounts/{account}").save()` or `df.writeStream.format("reprise")...start()`, with
-feed's guarantees (spark_bridge.sink).
+feed's guarantees (spark_bridge.sink); `last_write_result(feed_id)` then gives the FeedResult save() cannot
+return.
 
 Reading the journal back: `register(spark)`, then `spark.read.format("reprise-journal").option("url", ...)
 .option("tag", ...).load()` or `spark.readStream...` (spark_bridge.source).
@@ -31,7 +32,7 @@ from typing import Any
 
 from spark_bridge.bridge import BRIDGE_PATH, SparkBridge, start_bridge
 from spark_bridge.destination import FeedReceiver, ack
-from spark_bridge.feed import FeedError, FeedResult, feed, feed_stream
+from spark_bridge.feed import FeedError, FeedResult, feed, feed_stream, last_write_result
 from spark_bridge.messages import FeedProgress, GetFeedProgress, Row
 from spark_bridge.progress import ProgressBar
 from spark_bridge.session import SessionError, cluster_session, local_session
@@ -48,4 +49,5 @@ def register(spark: Any) -> None:
 
 # The user API only: the other messages of spark_bridge.messages are the bridge's own protocol and events.
 __all__ = ["BRIDGE_PATH", "FeedError", "FeedProgress", "FeedReceiver", "FeedResult", "GetFeedProgress", "ProgressBar", "Row",
-           "SessionError", "SparkBridge", "ack", "cluster_session", "feed", "feed_stream", "local_session", "register", "start_bridge"]
+           "SessionError", "SparkBridge", "ack", "cluster_session", "feed", "feed_stream", "last_write_result", "local_session",
+           "register", "start_bridge"]

@@ -25,8 +25,13 @@ send columns: no per-row Python objects on the Spark side.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+import logging
 import os
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Iterator
@@ -62,6 +67,12 @@ HOW_TO_START = ("start the bridge in the actor system first: "
                 "`from spark_bridge import start_bridge; start_bridge(actors.connect(PORT))`")
 ACK_MODES = ("persisted", "processed")
 _RESULT_SCHEMA = "partition int, attempt string, rows long, duplicates long, dead long"
+KEPT_RESULTS = 1_000
+"""How many committed writes `last_write_result` remembers per host (a stream commits one per micro-batch)."""
+RESULTS_DIR = "REPRISE_SPARK_RESULTS"
+"""Environment variable: the directory keeping committed writes' results (default: one per user in the temp dir)."""
+
+log = logging.getLogger("spark_bridge")
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,8 @@ class FeedResult:
     rows_per_second: float
     discarded: int = 0
     """Rows staged by failed or speculative task attempts and dropped (never delivered)."""
+    feed_id: str = ""
+    """The feed (for a streaming write: `f"{feed_id or query id}/{batch id}"`)."""
 
 
 class FeedError(RepriseError, RuntimeError):
@@ -414,8 +427,76 @@ def commit_run(plan: _Plan, feed_id: str, staged: Iterable[tuple[int, str, int, 
         system.close()
     seconds = time.monotonic() - started
     rows = sum(m[2] for m in messages)
-    return FeedResult(rows, sum(m[3] for m in messages), sum(m[4] for m in messages), seconds,
-                      rows / seconds if seconds > 0 else 0.0, discarded)
+    result = FeedResult(rows, sum(m[3] for m in messages), sum(m[4] for m in messages), seconds,
+                        rows / seconds if seconds > 0 else 0.0, discarded, feed_id)
+    _remember(result)
+    return result
+
+
+def _results_dir() -> str:
+    """The directory of committed writes' results, created private to this user."""
+    where = os.environ.get(RESULTS_DIR) or os.path.join(tempfile.gettempdir(), f"reprise-spark-results-{os.getuid()}")
+    os.makedirs(where, mode=0o700, exist_ok=True)
+    if os.stat(where).st_uid != os.getuid():  # a shared temp dir: never trust another user's directory
+        raise FeedError(f"{where} belongs to another user: set {RESULTS_DIR} to a directory of yours")
+    return where
+
+
+def _result_file(feed_id: str) -> str:
+    return os.path.join(_results_dir(), hashlib.sha256(feed_id.encode()).hexdigest()[:32] + ".json")
+
+
+def _remember(result: FeedResult) -> None:
+    """Log a committed write at INFO and keep it for `last_write_result` (save() cannot return it)."""
+    log.info("feed %r committed: %d rows, %d duplicates skipped, %d dead-lettered, %d of other attempts "
+             "discarded, in %.2f s (%.0f rows/s)", result.feed_id, result.rows, result.duplicates_skipped,
+             result.dead_lettered, result.discarded, result.seconds, result.rows_per_second)
+    try:
+        _keep(result)
+    except (OSError, FeedError) as e:  # the rows are released: failing the write now would only mislead
+        log.warning("feed %r: its result cannot be kept for last_write_result: %s", result.feed_id, e)
+
+
+def _keep(result: FeedResult) -> None:
+    # Spark runs a data source's commit in a Python worker of the driver's host, not in the driver's own
+    # process: a file on that host is what both see. Written whole, then renamed: readers never see half.
+    path = _result_file(result.feed_id)
+    fd, partial = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".partial")
+    with os.fdopen(fd, "w") as f:
+        json.dump(dataclasses.asdict(result), f)
+    os.replace(partial, path)
+    # Files written within a clock tick share an mtime: the one just written is never a candidate.
+    older = [e for e in os.scandir(os.path.dirname(path)) if e.name.endswith(".json") and e.path != path]
+    if len(older) >= KEPT_RESULTS:
+        for old in sorted(older, key=_mtime)[:len(older) - KEPT_RESULTS + 1]:
+            try:
+                os.unlink(old.path)
+            except FileNotFoundError:  # another commit pruned it first
+                pass
+
+
+def _mtime(entry: os.DirEntry[str]) -> float:
+    try:
+        return entry.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def last_write_result(feed_id: str) -> FeedResult | None:
+    """The FeedResult of the last committed write of `feed_id` on this host, or None if there is none.
+
+    `df.write.format("reprise").save()` returns nothing: call this in the driver after it, with the write's
+    `feed_id` option (for a stream's micro-batch: `f"{feed_id or query id}/{batch id}"`). `feed` and each
+    micro-batch of `feed_stream` are kept too; the last KEPT_RESULTS per host, in $REPRISE_SPARK_RESULTS
+    (set it before the SparkSession starts: Spark's workers inherit its environment) or a private directory
+    in the temp dir. Each committed write is also logged at INFO on the `spark_bridge` logger, in the
+    process that committed it.
+    """
+    try:
+        with open(_result_file(feed_id)) as f:
+            return FeedResult(**json.load(f))
+    except FileNotFoundError:
+        return None
 
 
 def discard_run(plan: _Plan, feed_id: str) -> None:

@@ -11,7 +11,9 @@ task attempt stages its batches in the bridge's journal under the attempt, and t
 (`DataSourceWriter.commit`, which gets the commit messages of the winning attempts only) releases them;
 rows of failed or speculative attempts, whatever their content, are never delivered. An aborted job's
 batches are discarded. `save()` returns once the release is durable (ack="persisted") or once every row
-and its follow-ups were confirmed (ack="processed").
+and its follow-ups were confirmed (ack="processed"). It returns nothing: the job's commit (which Spark
+runs in a Python worker on the driver's host) keeps the write's FeedResult for `spark_bridge.last_write_result(
+feed_id)` in the driver, and logs it at INFO on the `spark_bridge` logger of that worker.
 
 A streaming query (`writeStream...start()`) feeds micro-batch `b` as the feed `f"{feed_id}/{b}"`; without
 a `feed_id` option, the query's id, which Spark keeps in the checkpoint. A micro-batch replayed after a

@@ -23,13 +23,14 @@ def spark():
 
 @pytest.fixture
 def make_bridged(make_system, tmp_path):
-    """Factory: a multiproc system with SQLite journals, account entities, optionally a ledger, and a bridge."""
+    """Factory: a multiproc system with SQLite journals (or `journal`, also its snapshot store), account entities,
+    optionally a ledger, and a bridge."""
     from spark_bridge import BRIDGE_PATH, start_bridge
     from tests.spark_bridge.sample import Account, Ledger
 
-    def make(account=Account, ledger: bool = False, bridge=None):
-        system = make_system("multiproc", journal=f"sqlite:///{tmp_path}/journal.db",
-                             snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+    def make(account=Account, ledger: bool = False, bridge=None, journal: str | None = None):
+        system = make_system("multiproc", journal=journal or f"sqlite:///{tmp_path}/journal.db",
+                             snapshot_store=journal or f"sqlite:///{tmp_path}/snapshots.db")
         kwargs = {}
         if ledger:
             system.spawn(Ledger, path="/user/ledger")

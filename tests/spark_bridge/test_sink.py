@@ -1,14 +1,24 @@
-"""The reprise data sink: df.write / df.writeStream .format("reprise"), Spark's commit protocol, bad options."""
+"""The reprise data sink: df.write / df.writeStream .format("reprise"), Spark's commit protocol, bad options.
+
+The writes, the retried attempt, the restarted stream and the bridge restarts run on SQLite and on PostgreSQL
+journals (the bridge's and the destinations'; PostgreSQL tests skip loudly when it is absent, or fail under
+REPRISE_REQUIRE_POSTGRES=1).
+"""
 
 from __future__ import annotations
 
+import importlib
 import json
+import logging
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import actors
 from journal import SnapshotSelectionCriteria, open_journal, open_snapshot_store
-from spark_bridge import BRIDGE_PATH, GetFeedProgress, SparkBridge, register, start_bridge
+from spark_bridge import BRIDGE_PATH, GetFeedProgress, SparkBridge, last_write_result, register, start_bridge
 from spark_bridge.bridge import PERSISTENCE_ID
 from spark_bridge.messages import (
     BatchAccepted,
@@ -22,6 +32,7 @@ from spark_bridge.messages import (
 )
 from tests.spark_bridge.sample import Account, Balance, DurableAccount, GetBalance
 from tests.spark_bridge.test_feed import balances, deposits, settled, sums
+from tests.spark_bridge.test_source import fresh_schema
 
 pytestmark = pytest.mark.spark
 
@@ -33,10 +44,26 @@ def sink(spark):
     return spark
 
 
-def staged(tmp_path) -> list[BatchStored]:
-    """The batches the bridge stored (each staged under its task attempt)."""
-    with open_journal(f"sqlite:///{tmp_path}/journal.db") as j:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def journal(request, tmp_path) -> Iterator[str]:
+    """The journal (and snapshot store) of the bridge and the destinations: a SQLite file or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/journal.db"
+        return
+    yield from fresh_schema(request.getfixturevalue("postgres_url"))
+
+
+def staged(journal: str | Path) -> list[BatchStored]:
+    """The batches the bridge stored (each staged under its task attempt), in `journal` (a URL, or a directory
+    holding journal.db)."""
+    url = journal if isinstance(journal, str) else f"sqlite:///{journal}/journal.db"
+    with open_journal(url) as j:
         return [r.payload for r in j.replay_messages(PERSISTENCE_ID) if isinstance(r.payload, BatchStored)]
+
+
+def unique(name: str) -> str:
+    """A feed id no other run of the tests uses."""
+    return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
 def by_account(spark, rows: int, accounts: int = 20, partitions: int = 2):
@@ -66,17 +93,25 @@ def later_marker(spark, system, accounts: int, feed_id: str) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_write_persisted_delivers_every_row_once_and_a_rerun_of_the_feed_id_nothing(sink, bridged, tmp_path):
+def test_write_persisted_delivers_every_row_once_and_a_rerun_of_the_feed_id_nothing(sink, make_bridged, journal):
+    bridged = make_bridged(journal=journal)
     df = by_account(sink, 4_000).cache()
     expected = expected_by_account(df)
-    write(df, bridged.admin_port, to="/user/accounts/a{account}", feed_id="w-1", batch_size=500)
+    feed_id = unique("w")  # (results are kept per host: other runs of this test must not answer for it)
+    assert last_write_result(feed_id) is None
+    write(df, bridged.admin_port, to="/user/accounts/a{account}", feed_id=feed_id, batch_size=500)
+    first = last_write_result(feed_id)  # what save() cannot return, kept by the job's commit
+    assert first is not None and (first.feed_id, first.rows, first.duplicates_skipped, first.discarded) == (
+        feed_id, 4_000, 0, 0)
     got = settled(bridged, expected)
     assert sums(got) == expected and sum(b.applied for b in got.values()) == 4_000
-    stored = len(staged(tmp_path))
+    stored = len(staged(journal))
     assert stored == 8  # 2 partitions x 4 batches of 500
-    write(df, bridged.admin_port, to="/user/accounts/a{account}", feed_id="w-1", batch_size=500)
-    assert len(staged(tmp_path)) == stored  # its partitions were done: nothing staged again
-    later_marker(sink, bridged, 20, "w-1-marker")
+    write(df, bridged.admin_port, to="/user/accounts/a{account}", feed_id=feed_id, batch_size=500)
+    assert len(staged(journal)) == stored  # its partitions were done: nothing staged again
+    rerun = last_write_result(feed_id)
+    assert rerun is not None and (rerun.rows, rerun.duplicates_skipped) == (4_000, 4_000), rerun
+    later_marker(sink, bridged, 20, f"{feed_id}-marker")
     after = settled(bridged, {p: t + 1 for p, t in expected.items()})
     assert sums(after) == {p: t + 1 for p, t in expected.items()}
     assert sum(b.repeated for b in after.values()) == 0
@@ -84,8 +119,8 @@ def test_write_persisted_delivers_every_row_once_and_a_rerun_of_the_feed_id_noth
 
 
 @pytest.mark.timeout(120)
-def test_write_processed_returns_once_durable_accounts_applied_every_row(sink, make_bridged):
-    system = make_bridged(account=DurableAccount, ledger=True)
+def test_write_processed_returns_once_durable_accounts_applied_every_row(sink, make_bridged, journal):
+    system = make_bridged(account=DurableAccount, ledger=True, journal=journal)
     df = by_account(sink, 3_000, accounts=30).cache()
     expected = expected_by_account(df)
     write(df, system.admin_port, to="/user/accounts/a{account}", feed_id="w-processed", ack="processed",
@@ -112,8 +147,10 @@ def attempt_dependent(fail_after: int):
 
 
 @pytest.mark.timeout(120)
-def test_a_retried_attempt_with_different_content_is_the_only_one_delivered(sink, bridged, tmp_path):
+def test_a_retried_attempt_with_different_content_is_the_only_one_delivered(sink, make_bridged, journal):
     from pyspark.sql.functions import col, udf
+
+    bridged = make_bridged(journal=journal)
 
     # Small Arrow batches, so that the first attempt stages batches before its failure.
     sink.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
@@ -121,17 +158,21 @@ def test_a_retried_attempt_with_different_content_is_the_only_one_delivered(sink
         amount = udf(attempt_dependent(fail_after=3_500), "long")
         df = sink.range(0, 8_000, numPartitions=2).selectExpr("cast(id % 20 as int) as account", "id as txid") \
             .withColumn("amount", amount(col("txid")))
-        write(df, bridged.admin_port, to="/user/accounts/a{account}", feed_id="nondeterministic", batch_size=250)
+        feed_id = unique("nondeterministic")
+        write(df, bridged.admin_port, to="/user/accounts/a{account}", feed_id=feed_id, batch_size=250)
     finally:
         sink.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-    batches = staged(tmp_path)
+    batches = staged(journal)
     attempts = {b.attempt for b in batches if b.partition == 0}
     assert len(attempts) == 2, attempts  # the failed attempt staged batches too...
     assert any(1000 in b.values[b.columns.index("amount")] for b in batches)
     # ...but only the winners count: partition 0's retry (amount 1), partition 1's first attempt (1000).
+    failed = sum(len(b.paths) for b in batches if b.partition == 0 and 1000 in b.values[b.columns.index("amount")])
+    result = last_write_result(feed_id)
+    assert result is not None and (result.rows, result.discarded) == (8_000, failed), result
     expected = {f"/user/accounts/a{a}": 200 * 1 + 200 * 1000 for a in range(20)}
     got = settled(bridged, expected)
-    later_marker(sink, bridged, 20, "nondeterministic-marker")
+    later_marker(sink, bridged, 20, f"{feed_id}-marker")
     after = settled(bridged, {p: t + 1 for p, t in expected.items()})
     assert sums(got) == expected and sums(after) == {p: t + 1 for p, t in expected.items()}
     assert sum(b.repeated for b in after.values()) == 0
@@ -159,10 +200,9 @@ class SnapshotEveryBatch(SparkBridge):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("bridge", [SparkBridge, SnapshotEveryBatch])
-def test_the_release_delivers_the_winning_attempt_only_and_survives_a_bridge_restart(base, make_system, tmp_path,
+def test_the_release_delivers_the_winning_attempt_only_and_survives_a_bridge_restart(base, make_system, journal,
                                                                                      bridge):
-    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db",
-                         snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+    system = make_system(base, journal=journal, snapshot_store=journal)
     system.spawn(Account, path="/user/accounts", entities=True)
     system.spawn(bridge, path=BRIDGE_PATH)
     probe = system.probe("driver")
@@ -190,7 +230,7 @@ def test_the_release_delivers_the_winning_attempt_only_and_survives_a_bridge_res
     progress = system.ask(BRIDGE_PATH, GetFeedProgress("spec"), timeout=10)
     assert (progress.accepted, progress.processed) == (4, 4)  # the discarded attempt's rows are not counted
     if bridge is SnapshotEveryBatch:
-        with open_snapshot_store(f"sqlite:///{tmp_path}/snapshots.db") as snapshots:
+        with open_snapshot_store(journal) as snapshots:
             assert snapshots.load(PERSISTENCE_ID, SnapshotSelectionCriteria.LATEST) is not None
 
 
@@ -235,8 +275,8 @@ def system_with_journal(base, make_system, tmp_path):
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("ack", ["persisted", "processed"])
-def test_stream_restarted_from_its_checkpoint_loses_and_repeats_nothing(sink, make_bridged, tmp_path, ack):
-    system = make_bridged(account=DurableAccount if ack == "processed" else Account)
+def test_stream_restarted_from_its_checkpoint_loses_and_repeats_nothing(sink, make_bridged, journal, tmp_path, ack):
+    system = make_bridged(account=DurableAccount if ack == "processed" else Account, journal=journal)
     source, checkpoint = tmp_path / "in", str(tmp_path / "checkpoint")
     source.mkdir()
     batches = [by_account(sink, 300, accounts=10, partitions=1).selectExpr("account", "amount", f"txid + {i * 300} as txid")
@@ -256,16 +296,20 @@ def test_stream_restarted_from_its_checkpoint_loses_and_repeats_nothing(sink, ma
         return query
 
     first = run()
-    stored = len(staged(tmp_path))
+    stored = len(staged(journal))
     assert stored == 2  # one batch per micro-batch
-    assert {b.feed_id for b in staged(tmp_path)} == {f"{first.id}/0", f"{first.id}/1"}
+    assert {b.feed_id for b in staged(journal)} == {f"{first.id}/0", f"{first.id}/1"}
+    micro_batch = last_write_result(f"{first.id}/1")
+    assert micro_batch is not None and (micro_batch.rows, micro_batch.duplicates_skipped) == (300, 0)
     commits = tmp_path / "checkpoint" / "commits"
     for name in ("1", ".1.crc"):  # forget that micro-batch 1 was committed: it is replayed, same id, same data
         (commits / name).unlink(missing_ok=True)
     replayed = run()
     assert replayed.id == first.id
     assert [(p["batchId"], p["numInputRows"]) for p in replayed.recentProgress if p["numInputRows"]] == [(1, 300)]
-    assert len(staged(tmp_path)) == stored
+    assert len(staged(journal)) == stored
+    replayed_batch = last_write_result(f"{first.id}/1")
+    assert replayed_batch is not micro_batch and replayed_batch.duplicates_skipped == 300  # type: ignore[union-attr]
     got = settled(system, expected)
     assert sums(got) == expected and sum(b.applied for b in got.values()) == 600
     assert sum(b.repeated for b in got.values()) == 0
@@ -332,10 +376,46 @@ def test_a_column_msgpack_cannot_carry_fails_the_write_naming_it(sink, bridged):
 
 
 @pytest.mark.timeout(60)
-def test_feed_accepts_a_path_template(spark, bridged):
+def test_feed_accepts_a_path_template_and_logs_and_keeps_its_result(spark, bridged, caplog):
     from spark_bridge import feed
 
     df = by_account(spark, 500, accounts=10)
-    assert feed(df, system=bridged.admin_port, to="/user/accounts/a{account}", feed_id="templated").rows == 500
+    feed_id = unique("templated")
+    with caplog.at_level(logging.INFO, logger="spark_bridge"):
+        result = feed(df, system=bridged.admin_port, to="/user/accounts/a{account}", feed_id=feed_id)
+    assert result.rows == 500 and last_write_result(feed_id) == result
+    assert [r.getMessage() for r in caplog.records if r.name == "spark_bridge"] == [
+        f"feed {feed_id!r} committed: 500 rows, 0 duplicates skipped, 0 dead-lettered, 0 of other attempts "
+        f"discarded, in {result.seconds:.2f} s ({result.rows_per_second:.0f} rows/s)"]
     got = settled(bridged, expected_by_account(df))
     assert sums(got) == expected_by_account(df)
+
+
+# ---- last_write_result's store ------------------------------------------------------------------------
+
+
+def test_the_results_kept_are_the_newest_and_a_full_store_never_drops_the_one_just_written(tmp_path, monkeypatch):
+    from spark_bridge import FeedResult
+    from spark_bridge.feed import RESULTS_DIR, _remember
+
+    monkeypatch.setenv(RESULTS_DIR, str(tmp_path / "results"))
+    monkeypatch.setattr(importlib.import_module("spark_bridge.feed"), "KEPT_RESULTS", 3)  # (spark_bridge.feed: the function)
+    results = [FeedResult(n, 0, 0, 1.0, float(n), feed_id=f"f/{n}") for n in range(6)]
+    for result in results:  # in one clock tick or a few: ties in mtime
+        _remember(result)
+        assert last_write_result(result.feed_id) == result
+    assert len(list((tmp_path / "results").iterdir())) == 3
+    assert last_write_result("f/0") is None and last_write_result("never") is None
+
+
+def test_a_results_directory_of_another_user_is_refused_and_does_not_fail_the_write(tmp_path, monkeypatch, caplog):
+    from spark_bridge import FeedError, FeedResult
+    from spark_bridge.feed import RESULTS_DIR, _remember
+
+    monkeypatch.setenv(RESULTS_DIR, str(tmp_path))
+    monkeypatch.setattr("os.getuid", lambda: 12345)  # (tmp_path is this user's, whoever runs the tests)
+    with caplog.at_level(logging.WARNING, logger="spark_bridge"):
+        _remember(FeedResult(1, 0, 0, 1.0, 1.0, feed_id="theirs"))  # the rows were released: no exception
+    assert "its result cannot be kept for last_write_result" in caplog.text
+    with pytest.raises(FeedError, match=f"belongs to another user: set {RESULTS_DIR} to a directory of yours"):
+        last_write_result("theirs")
