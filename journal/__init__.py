@@ -11,7 +11,14 @@ for e in q: ...`). `newest_offset(tag=None)` and `events_between(from, to, tag=N
 """
 
 from journal.api import Journal, Query, SnapshotStore
-from journal.errors import InvalidUrl, JournalCorruption, JournalError, RepriseError, SerializationError
+from journal.errors import (
+    InvalidQuery,
+    InvalidUrl,
+    JournalCorruption,
+    JournalError,
+    RepriseError,
+    SerializationError,
+)
 from journal.model import (
     MAX_SEQUENCE_NR,
     AtomicWrite,
@@ -44,6 +51,7 @@ __all__ = [
     "SCHEMES",
     "AtomicWrite",
     "EventEnvelope",
+    "InvalidQuery",
     "InvalidUrl",
     "Journal",
     "JournalCorruption",
