@@ -42,6 +42,7 @@ import dataclasses
 import datetime
 import importlib
 import json
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -77,6 +78,7 @@ SOURCE_NAME = "reprise-journal"
 SCHEMA = ("offset long, persistence_id string, sequence_nr long, timestamp long, tags array<string>, "
           "event string")
 DEFAULT_PARTITIONS = 4
+_OPTIONS = ("url", "tag", "persistence_id", "partitions", "imports", "gap_timeout")
 TYPE_KEY = "@type"
 """The key naming a registered dataclass's manifest in its JSON object (no field can be called that)."""
 
@@ -101,15 +103,21 @@ class SourceOptions:
 
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
     """Check a read's options; raise JournalSourceError naming the option and how to fix it."""
+    # A misspelt option (persistenceId, tags) would otherwise be ignored and the read give every event.
+    unknown = sorted(k for k in options if k.lower() not in _OPTIONS)
+    if unknown:
+        hint = ' (this source reads no path: give the journal as .option("url", ...))' if "path" in unknown else ""
+        raise JournalSourceError(f"{SOURCE_NAME}: unknown option {unknown[0]!r}{hint}; the options are "
+                                 f"{', '.join(_OPTIONS)}")
     url = options.get("url")
     if not url:
         raise JournalSourceError(f'{SOURCE_NAME}: option "url" is required, e.g. '
                                  f'.option("url", "sqlite:///abs/journal.db") or "postgresql://user@host/db"')
     try:
-        scheme = parse_url(url).scheme
+        parsed = parse_url(url)
     except ValueError as e:
         raise JournalSourceError(f'{SOURCE_NAME}: option "url": {e}') from e
-    if scheme == "memory":
+    if parsed.scheme == "memory":
         raise JournalSourceError(f'{SOURCE_NAME}: option "url" {redact_url(url)!r}: a memory:// journal lives in '
                                  f'one process and Spark reads in its executors: use sqlite:// or postgresql://')
     tag, pid = options.get("tag") or None, options.get("persistence_id") or None
@@ -133,7 +141,23 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         if not 0 < gap_timeout <= 86400:
             raise JournalSourceError(f'{SOURCE_NAME}: option "gap_timeout" must be seconds > 0 and <= 86400, '
                                      f'got {options["gap_timeout"]!r}')
+    if parsed.scheme == "sqlite":
+        url = _sqlite_url(url, parsed.target)
     return SourceOptions(url, tag, pid, partitions, imports, gap_timeout)
+
+
+def _sqlite_url(url: str, target: str) -> str:
+    """`url` with its file made absolute (executors may run elsewhere); JournalSourceError if there is no file.
+
+    Opening a SQLite journal creates the file: a misspelt path would read as an empty journal, and leave
+    an empty journal file behind in every executor's directory.
+    """
+    path = os.path.abspath(target)
+    if not os.path.isfile(path):
+        raise JournalSourceError(f'{SOURCE_NAME}: option "url" {url!r}: there is no journal file {path!r}; check '
+                                 f'the path (a relative one is taken from {os.getcwd()!r}; prefer sqlite:///abs/path.db)')
+    query = url.partition("://")[2].partition("?")[2]
+    return f"sqlite://{path}" + (f"?{query}" if query else "")
 
 
 # --- events as JSON -------------------------------------------------------------------------------
