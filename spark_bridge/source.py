@@ -142,22 +142,27 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             raise JournalSourceError(f'{SOURCE_NAME}: option "gap_timeout" must be seconds > 0 and <= 86400, '
                                      f'got {options["gap_timeout"]!r}')
     if parsed.scheme == "sqlite":
-        url = _sqlite_url(url, parsed.target)
+        url = _absolute_sqlite_url(url, parsed.target)
     return SourceOptions(url, tag, pid, partitions, imports, gap_timeout)
 
 
-def _sqlite_url(url: str, target: str) -> str:
-    """`url` with its file made absolute (executors may run elsewhere); JournalSourceError if there is no file.
+def _absolute_sqlite_url(url: str, target: str) -> str:
+    """`url` with its file made absolute: the executors open it, maybe in another directory."""
+    query = url.partition("://")[2].partition("?")[2]
+    return f"sqlite://{os.path.abspath(target)}" + (f"?{query}" if query else "")
+
+
+def _check_journal_file(options: SourceOptions) -> None:
+    """JournalSourceError if a sqlite:// url names no file (checked once the schema is, before any task runs).
 
     Opening a SQLite journal creates the file: a misspelt path would read as an empty journal, and leave
-    an empty journal file behind in every executor's directory.
+    an empty journal file behind wherever an executor opened it.
     """
-    path = os.path.abspath(target)
-    if not os.path.isfile(path):
-        raise JournalSourceError(f'{SOURCE_NAME}: option "url" {url!r}: there is no journal file {path!r}; check '
-                                 f'the path (a relative one is taken from {os.getcwd()!r}; prefer sqlite:///abs/path.db)')
-    query = url.partition("://")[2].partition("?")[2]
-    return f"sqlite://{path}" + (f"?{query}" if query else "")
+    scheme, _, rest = options.url.partition("://")
+    path = rest.partition("?")[0]
+    if scheme == "sqlite" and not os.path.isfile(path):
+        raise JournalSourceError(f'{SOURCE_NAME}: option "url" {options.url!r}: there is no journal file {path!r}; '
+                                 f'check the path (a relative one is taken from the directory Spark was started in)')
 
 
 # --- events as JSON -------------------------------------------------------------------------------
@@ -573,9 +578,11 @@ class JournalDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch read of the events stored when it is planned."""
         _check_schema(schema)
+        _check_journal_file(self.source_options)
         return _BatchReader(self.source_options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A micro-batch stream of a tag's events or of all events (by global offset), or of one id's (by seq nr)."""
         _check_schema(schema)
+        _check_journal_file(self.source_options)
         return _StreamReader(self.source_options, schema)

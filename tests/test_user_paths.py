@@ -147,10 +147,15 @@ def test_a_misspelt_source_option_is_refused_instead_of_reading_every_event(tmp_
 
 
 def test_a_source_url_naming_no_journal_file_is_refused_and_creates_none(tmp_path) -> None:
-    from spark_bridge.source import JournalSourceError, parse_options
+    from pyspark.sql.types import LongType, StructField, StructType
 
-    with pytest.raises(JournalSourceError, match=r'option "url".*there is no journal file .*jounral\.db'):
-        parse_options({"url": f"sqlite:///{tmp_path}/jounral.db"})
+    from spark_bridge.source import JournalDataSource, JournalSourceError
+
+    source = JournalDataSource({"url": f"sqlite:///{tmp_path}/jounral.db"})  # what spark.read...load() makes
+    schema = StructType([StructField("offset", LongType())])
+    for plan in (source.reader, source.streamReader):
+        with pytest.raises(JournalSourceError, match=r'option "url".*there is no journal file .*jounral\.db'):
+            plan(schema)
     assert not list(tmp_path.iterdir())
 
 
