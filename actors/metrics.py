@@ -14,12 +14,15 @@ import bisect
 import logging
 import math
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from thespian.actors import Actor as ThespianActor
 from thespian.actors import ActorExitRequest, WakeupMessage
@@ -197,17 +200,62 @@ class Endpoint:
         self._thread.join(5.0)
 
 
+METRICS_PATH = "/metrics"
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    """One thread per scrape (a scrape waits for the status), none kept at exit."""
+
+    daemon_threads = True
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+        """Nothing: a scrape every few seconds would fill stderr."""
+
+
+def _only_metrics(app: Callable[..., Any]) -> Callable[..., Any]:
+    """`app` for GET /metrics (HEAD too), 404 for any other path and 405 for any other method."""
+
+    def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        method, path = environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", "")
+        if path != METRICS_PATH:
+            body = f"not found: the metrics are at {METRICS_PATH}\n".encode()
+            start_response("404 Not Found", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+            return [body]
+        if method not in ("GET", "HEAD"):
+            body = f"method {method} not allowed: GET {METRICS_PATH}\n".encode()
+            start_response("405 Method Not Allowed", [("Content-Type", "text/plain"), ("Allow", "GET, HEAD"),
+                                                      ("Content-Length", str(len(body)))])
+            return [body]
+        if method == "HEAD":  # prometheus_client answers HEAD with 405; a HEAD is a GET without the body
+            environ = dict(environ, REQUEST_METHOD="GET")
+            return [b"" for _ in app(environ, start_response)]
+        return app(environ, start_response)
+    return guarded
+
+
 def serve(collector: StatusCollector, port: int, host: str = DEFAULT_HOST) -> Endpoint:
-    """Serve `collector` in the Prometheus text format on host:port; SpawnFailed naming the option if it cannot."""
-    from prometheus_client import CollectorRegistry, start_http_server
+    """Serve `collector` in the Prometheus text format on http://host:port/metrics (nothing else); SpawnFailed
+    naming the option if it cannot."""
+    from prometheus_client import CollectorRegistry, make_wsgi_app
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
+    # prometheus_client's start_http_server answers every path with the metrics: this one serves only
+    # /metrics, so the port shows nothing but what it is for.
     try:
-        server, thread = start_http_server(port, addr=host, registry=registry)
+        server = make_server(host, port, _only_metrics(make_wsgi_app(registry)),
+                             _Server6 if ":" in host else _Server, handler_class=_QuietHandler)
     except OSError as exc:
         raise SpawnFailed(f"metrics_port {port} on metrics_host {host} cannot be served ({exc.strerror or exc}); "
                           "choose a free port (or another metrics_host)") from None
+    thread = threading.Thread(target=server.serve_forever, args=(0.5,), name="reprise-metrics", daemon=True)
+    thread.start()
     return Endpoint(server, thread, host, port)
 
 

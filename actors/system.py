@@ -130,7 +130,7 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
     `tls=TlsConfig(cert, key, ca)` (or `tls_cert=`, `tls_key=`, `tls_ca=`: PEM file paths, all three)
     makes every TCP connection of the system mutual TLS (see actors/tls.py); multiproc only.
 
-    `metrics_port` serves Prometheus metrics on http://metrics_host:metrics_port/ (off by default; loopback
+    `metrics_port` serves Prometheus metrics on http://metrics_host:metrics_port/metrics (off by default; loopback
     unless `metrics_host` names another interface): on multiproc every node started with one serves its
     own hosts, on local a thread of this process serves them (see actors/metrics.py).
     """
@@ -155,6 +155,7 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
         raise ConfigError(f"run_dir must be a directory path, got {run_dir!r}")
     tls_files = tls_module.tls_config(tls, tls_cert, tls_key, tls_ca)
     metrics_module.check_options(metrics_port, metrics_host)
+    _check_metrics_port_is_not_admin_port(metrics_port, admin_port)
     if metrics_port is not None and _listening(metrics_host, metrics_port):
         raise SpawnFailed(f"metrics_port {metrics_port} is already in use on metrics_host {metrics_host}; "
                           "choose a free port")
@@ -315,6 +316,7 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
         raise ConfigError("admin_port must be the port of a running system's admin, e.g. actors.connect(1900)")
     check_number("timeout", timeout, hint="seconds to wait for the actor system to answer")
     metrics_module.check_options(metrics_port, metrics_host)
+    _check_metrics_port_is_not_admin_port(metrics_port, admin_port)
     if metrics_port is not None and _listening(metrics_host, metrics_port):
         raise SpawnFailed(f"metrics_port {metrics_port} is already in use on metrics_host {metrics_host}; "
                           "choose a free port")
@@ -414,6 +416,13 @@ def _wait_closed(host: str, port: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while _listening(host, port) and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def _check_metrics_port_is_not_admin_port(metrics_port: int | None, admin_port: int | None) -> None:
+    """ConfigError when the metrics endpoint is asked for on the admin's own port."""
+    if metrics_port is not None and metrics_port == admin_port:
+        raise ConfigError(f"metrics_port {metrics_port} is the admin_port: the admin listens there; give the "
+                          "metrics endpoint a port of its own (e.g. 9464)")
 
 
 def _listening(host: str, port: int) -> bool:

@@ -12,7 +12,14 @@ for e in q: ...`). `newest_offset(tag=None)` and `events_between(from, to, tag=N
 """
 
 from journal.api import EventReader, Journal, Query, SnapshotStore
-from journal.errors import InvalidUrl, JournalCorruption, JournalError, RepriseError, SerializationError
+from journal.errors import (
+    InvalidQuery,
+    InvalidUrl,
+    JournalCorruption,
+    JournalError,
+    RepriseError,
+    SerializationError,
+)
 from journal.model import (
     MAX_SEQUENCE_NR,
     AtomicWrite,
@@ -46,6 +53,7 @@ __all__ = [
     "AtomicWrite",
     "EventEnvelope",
     "EventReader",
+    "InvalidQuery",
     "InvalidUrl",
     "Journal",
     "JournalCorruption",

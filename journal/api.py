@@ -15,7 +15,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from journal.errors import JournalCorruption, JournalError, SerializationError
+from journal.errors import InvalidQuery, JournalCorruption, JournalError, SerializationError
 from journal.model import (
     MAX_SEQUENCE_NR,
     AtomicWrite,
@@ -64,9 +64,25 @@ def now_millis() -> int:
 
 
 def _check_seconds(name: str, value: float, most: float) -> float:
-    if not 0 < value <= most:
-        raise ValueError(f"{name} must be > 0 and <= {most} seconds, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= most:
+        raise InvalidQuery(f"{name} must be > 0 and <= {most} seconds, got {value!r}")
     return value
+
+
+def _check_offset(name: str, value: object) -> int:
+    """`value` if it is an int >= 0 (a global offset; 0: from the start), else InvalidQuery naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidQuery(f"{name} must be a global offset: an int >= 0 (0: from the first event; resume from "
+                           f"the offset of the last envelope handled), got {value!r}")
+    return value
+
+
+def _check_tag(value: object, optional: bool) -> str | None:
+    """`value` if it is a non-empty str (or None where `optional`), else InvalidQuery."""
+    if (value is None and optional) or (isinstance(value, str) and value):
+        return value
+    what = "a non-empty str (None: every event)" if optional else "a non-empty str, as returned by tags_for"
+    raise InvalidQuery(f"tag must be {what}, got {value!r}")
 
 
 class Query(Iterator[T]):
@@ -363,12 +379,13 @@ class Journal(ABC):
         query never skips an event that committed after it read a later one.
         Live: keeps following new events, looking every `poll_interval` seconds, until closed.
         """
-        return self._by_offset(tag, offset, None, live, poll_interval, gap_timeout)
+        return self._by_offset(_check_tag(tag, False), _check_offset("offset", offset), None, live, poll_interval,
+                               gap_timeout)
 
     def all_events(self, offset: int = 0, live: bool = False, poll_interval: float | None = None,
                    gap_timeout: float | None = None) -> Query[EventEnvelope]:
         """Every event of every id with a global offset > `offset`, in offset order: events_by_tag without a tag."""
-        return self._by_offset(None, offset, None, live, poll_interval, gap_timeout)
+        return self._by_offset(None, _check_offset("offset", offset), None, live, poll_interval, gap_timeout)
 
     def events_between(self, from_offset: int, to_offset: int, tag: str | None = None,
                        gap_timeout: float | None = None) -> Query[EventEnvelope]:
@@ -378,7 +395,8 @@ class Journal(ABC):
         in flight below `to_offset` (as events_by_tag does; writes above it are not waited for), so a
         range read after `newest_offset()` returned `to_offset` never misses an event that commits late.
         """
-        return self._by_offset(tag, from_offset, to_offset, False, None, gap_timeout)
+        return self._by_offset(_check_tag(tag, True), _check_offset("from_offset", from_offset),
+                               _check_offset("to_offset", to_offset), False, None, gap_timeout)
 
     def events_reader(self, offset: int = 0, tag: str | None = None,
                       gap_timeout: float | None = None) -> EventReader:
@@ -386,12 +404,13 @@ class Journal(ABC):
 
         For a consumer driven by its own timer (a Projection), where a live query would block it.
         """
+        offset, tag = _check_offset("offset", offset), _check_tag(tag, True)
         timeout = _check_seconds("gap_timeout", self.gap_timeout if gap_timeout is None else gap_timeout, 86400)
         return EventReader(self, tag, offset, self._ordering_horizon(offset, timeout))
 
     def newest_offset(self, tag: str | None = None) -> int:
         """The greatest global offset of a stored event (carrying `tag`, if given); 0 when there is none."""
-        return self._newest(tag)
+        return self._newest(_check_tag(tag, True))
 
     def _by_offset(self, tag: str | None, offset: int, to_offset: int | None, live: bool,
                    poll_interval: float | None, gap_timeout: float | None) -> Query[EventEnvelope]:

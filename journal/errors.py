@@ -28,5 +28,9 @@ class SerializationError(JournalError):
     """A payload could not be serialized, or a stored payload could not be deserialized."""
 
 
+class InvalidQuery(RepriseError, ValueError):
+    """A journal query was given an argument of the wrong type or range (an offset, a tag, a timeout)."""
+
+
 class InvalidUrl(RepriseError, ValueError):
     """A journal or snapshot-store URL is malformed, or its scheme is not registered."""

@@ -42,6 +42,7 @@ import dataclasses
 import datetime
 import importlib
 import json
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -77,6 +78,7 @@ SOURCE_NAME = "reprise-journal"
 SCHEMA = ("offset long, persistence_id string, sequence_nr long, timestamp long, tags array<string>, "
           "event string")
 DEFAULT_PARTITIONS = 4
+_OPTIONS = ("url", "tag", "persistence_id", "partitions", "imports", "gap_timeout")
 TYPE_KEY = "@type"
 """The key naming a registered dataclass's manifest in its JSON object (no field can be called that)."""
 
@@ -101,15 +103,21 @@ class SourceOptions:
 
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
     """Check a read's options; raise JournalSourceError naming the option and how to fix it."""
+    # A misspelt option (persistenceId, tags) would otherwise be ignored and the read give every event.
+    unknown = sorted(k for k in options if k.lower() not in _OPTIONS)
+    if unknown:
+        hint = ' (this source reads no path: give the journal as .option("url", ...))' if "path" in unknown else ""
+        raise JournalSourceError(f"{SOURCE_NAME}: unknown option {unknown[0]!r}{hint}; the options are "
+                                 f"{', '.join(_OPTIONS)}")
     url = options.get("url")
     if not url:
         raise JournalSourceError(f'{SOURCE_NAME}: option "url" is required, e.g. '
                                  f'.option("url", "sqlite:///abs/journal.db") or "postgresql://user@host/db"')
     try:
-        scheme = parse_url(url).scheme
+        parsed = parse_url(url)
     except ValueError as e:
         raise JournalSourceError(f'{SOURCE_NAME}: option "url": {e}') from e
-    if scheme == "memory":
+    if parsed.scheme == "memory":
         raise JournalSourceError(f'{SOURCE_NAME}: option "url" {redact_url(url)!r}: a memory:// journal lives in '
                                  f'one process and Spark reads in its executors: use sqlite:// or postgresql://')
     tag, pid = options.get("tag") or None, options.get("persistence_id") or None
@@ -133,7 +141,28 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         if not 0 < gap_timeout <= 86400:
             raise JournalSourceError(f'{SOURCE_NAME}: option "gap_timeout" must be seconds > 0 and <= 86400, '
                                      f'got {options["gap_timeout"]!r}')
+    if parsed.scheme == "sqlite":
+        url = _absolute_sqlite_url(url, parsed.target)
     return SourceOptions(url, tag, pid, partitions, imports, gap_timeout)
+
+
+def _absolute_sqlite_url(url: str, target: str) -> str:
+    """`url` with its file made absolute: the executors open it, maybe in another directory."""
+    query = url.partition("://")[2].partition("?")[2]
+    return f"sqlite://{os.path.abspath(target)}" + (f"?{query}" if query else "")
+
+
+def _check_journal_file(options: SourceOptions) -> None:
+    """JournalSourceError if a sqlite:// url names no file (checked once the schema is, before any task runs).
+
+    Opening a SQLite journal creates the file: a misspelt path would read as an empty journal, and leave
+    an empty journal file behind wherever an executor opened it.
+    """
+    scheme, _, rest = options.url.partition("://")
+    path = rest.partition("?")[0]
+    if scheme == "sqlite" and not os.path.isfile(path):
+        raise JournalSourceError(f'{SOURCE_NAME}: option "url" {options.url!r}: there is no journal file {path!r}; '
+                                 f'check the path (a relative one is taken from the directory Spark was started in)')
 
 
 # --- events as JSON -------------------------------------------------------------------------------
@@ -549,9 +578,11 @@ class JournalDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch read of the events stored when it is planned."""
         _check_schema(schema)
+        _check_journal_file(self.source_options)
         return _BatchReader(self.source_options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A micro-batch stream of a tag's events or of all events (by global offset), or of one id's (by seq nr)."""
         _check_schema(schema)
+        _check_journal_file(self.source_options)
         return _StreamReader(self.source_options, schema)

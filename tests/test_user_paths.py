@@ -1,0 +1,298 @@
+"""Today's new entry points fed what users get wrong, and attacked: each bad input fails with a clear error.
+
+The journal query API, the journal's Spark source options (parsed without a JVM: the Spark read fails
+with the same message, tests/spark_bridge/test_source.py), SQLite schema 2 at open, the metrics
+endpoint, Projections and their offset stores. A test marked xfail(strict) names a bug in a module this
+review could not change; the fix is described in its reason.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import shutil
+import sqlite3
+import stat
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import actors
+from actors.system import free_port, tagged_pids
+from journal import (
+    AtomicWrite,
+    EventEnvelope,
+    InvalidQuery,
+    Journal,
+    JournalError,
+    PersistentRepr,
+    open_journal,
+)
+from persistence import EventsByTag, GetProjectionState, Projection
+from tests.actors.sample import Echo, Ping, Pong
+from tests.actors.test_security import listening_sockets
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+FIXTURES = Path(__file__).parent / "journal" / "fixtures"
+
+
+# ---- handlers, importable by name in every actor process ------------------------------------------
+
+def ignore(envelope: EventEnvelope) -> None:
+    """At-least-once: handle nothing."""
+
+
+def fail_on_second(envelope: EventEnvelope) -> None:
+    """At-least-once: the second event of a tag cannot be handled."""
+    if envelope.sequence_nr == 2:
+        raise RuntimeError(f"cannot handle {envelope.persistence_id}#{envelope.sequence_nr}")
+
+
+def into_read_model(conn: sqlite3.Connection, envelope: EventEnvelope) -> None:
+    """Exactly-once: one row per event in the offset store's database."""
+    conn.execute("CREATE TABLE IF NOT EXISTS seen (event_offset INTEGER PRIMARY KEY)")
+    conn.execute("INSERT INTO seen VALUES (?)", (envelope.offset,))
+
+
+# ---- helpers ----------------------------------------------------------------------------------------
+
+def write_tagged(url: str, n: int, tag: str = "t", pid: str = "p") -> None:
+    """n events of one id, each tagged `tag`."""
+    with open_journal(url) as j:
+        j.write_messages([AtomicWrite([PersistentRepr({"n": i}, i, pid, tags=frozenset({tag}))])
+                          for i in range(1, n + 1)])
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    """The usual user umask (files 0644 unless the code says otherwise), restored after the test."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+# ---- the journal query API ------------------------------------------------------------------------
+
+@pytest.fixture(params=["memory", "sqlite"])
+def query_journal(request, tmp_path) -> Iterator[Journal]:
+    url = f"memory://user-paths-{uuid.uuid4().hex}" if request.param == "memory" \
+        else f"sqlite:///{tmp_path}/j.db"
+    write_tagged(url, 3)
+    with open_journal(url) as j:
+        yield j
+
+
+@pytest.mark.parametrize(("call", "named"), [
+    (lambda j: j.events_between("0", "3"), "from_offset"),  # offsets read from a file or a CLI as text
+    (lambda j: j.events_between(0, None), "to_offset"),
+    (lambda j: j.events_between(-1, 3), "from_offset"),
+    (lambda j: j.events_between(0.5, 3), "from_offset"),
+    (lambda j: j.events_between(True, 3), "from_offset"),
+    (lambda j: j.events_between(0, 3, tag=["t"]), "tag"),
+    (lambda j: j.events_between(0, 3, tag=""), "tag"),
+    (lambda j: j.newest_offset(tag=5), "tag"),
+    (lambda j: j.all_events("2"), "offset"),
+    (lambda j: j.events_by_tag(None), "tag"),  # read every event of every tag before the check
+    (lambda j: j.events_by_tag("t", offset=None), "offset"),
+    (lambda j: j.events_by_tag("t", gap_timeout="5"), "gap_timeout"),
+    (lambda j: j.all_events(poll_interval=0), "poll_interval"),
+    (lambda j: j.events_reader("2").read(10), "offset"),
+    (lambda j: j.events_reader(0, tag="").read(10), "tag"),
+])
+def test_query_arguments_of_the_wrong_type_are_refused_at_the_call_naming_them(query_journal, call, named) -> None:
+    with pytest.raises(InvalidQuery, match=named) as info:
+        list(call(query_journal))
+    assert isinstance(info.value, ValueError)
+    assert [e.offset for e in query_journal.events_between(0, 3, tag="t")] == [1, 2, 3]  # right ones still work
+
+
+def test_a_sqlite_journal_of_a_newer_schema_is_refused_naming_both_versions(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path}/j.db"
+    write_tagged(url, 1)
+    with sqlite3.connect(tmp_path / "j.db") as db:
+        db.execute("PRAGMA user_version = 7")
+    with pytest.raises(JournalError, match=r"schema 7, written by a newer Reprise; this one reads schemas up to 2"):
+        open_journal(url)
+
+
+def test_a_migrated_schema_1_journal_is_made_0600(tmp_path, umask_022) -> None:
+    path = tmp_path / "old.db"
+    shutil.copy(FIXTURES / "schema1.db", path)
+    path.chmod(0o644)  # as an older Reprise, or a copy, may have left it
+    with open_journal(f"sqlite:///{path}") as j:
+        assert list(j.all_events())
+        modes = {p.name: mode(p) for p in tmp_path.iterdir()}
+    assert modes and set(modes.values()) == {0o600}, modes
+
+
+# ---- the Spark source's options (the read fails with these messages: test_source.py) ----------------
+
+def test_a_misspelt_source_option_is_refused_instead_of_reading_every_event(tmp_path) -> None:
+    from spark_bridge.source import JournalSourceError, parse_options
+
+    write_tagged(f"sqlite:///{tmp_path}/j.db", 1)
+    for typo in ("persistenceid", "tags", "partition"):
+        with pytest.raises(JournalSourceError, match=f"unknown option '{typo}'.*persistence_id"):
+            parse_options({"url": f"sqlite:///{tmp_path}/j.db", typo: "x"})
+    with pytest.raises(JournalSourceError, match=r'reads no path: give the journal as \.option\("url"'):
+        parse_options({"url": f"sqlite:///{tmp_path}/j.db", "path": f"{tmp_path}/j.db"})  # .load(path)
+
+
+def test_a_source_url_naming_no_journal_file_is_refused_and_creates_none(tmp_path) -> None:
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from spark_bridge.source import JournalDataSource, JournalSourceError
+
+    source = JournalDataSource({"url": f"sqlite:///{tmp_path}/jounral.db"})  # what spark.read...load() makes
+    schema = StructType([StructField("offset", LongType())])
+    for plan in (source.reader, source.streamReader):
+        with pytest.raises(JournalSourceError, match=r'option "url".*there is no journal file .*jounral\.db'):
+            plan(schema)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_relative_source_url_is_made_absolute_for_the_executors(tmp_path, monkeypatch) -> None:
+    from spark_bridge.source import parse_options
+
+    write_tagged(f"sqlite:///{tmp_path}/j.db", 1)
+    monkeypatch.chdir(tmp_path)
+    assert parse_options({"url": "sqlite://j.db?torn_wal=accept"}).url == f"sqlite://{tmp_path}/j.db?torn_wal=accept"
+
+
+# ---- the metrics endpoint -------------------------------------------------------------------------
+
+def request(port: int, method: str, path: str) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request(method, path)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def test_the_metrics_endpoint_serves_get_of_metrics_and_nothing_else(base, make_system) -> None:
+    port = free_port("127.0.0.1")
+    make_system(base, metrics_port=port)
+    status, body = request(port, "GET", "/metrics")
+    assert status == 200 and b"reprise_status_ok 1.0" in body
+    assert request(port, "HEAD", "/metrics") == (200, b"")
+    for path in ("/", "/etc/passwd", "/../metrics", "/metrics/", "/favicon.ico"):
+        status, body = request(port, "GET", path)
+        assert (status, body) == (404, b"not found: the metrics are at /metrics\n"), path
+    for method in ("POST", "PUT", "DELETE", "OPTIONS"):
+        status, body = request(port, method, "/metrics")
+        assert status == 405 and b"reprise" not in body, method
+
+
+def test_a_metrics_port_equal_to_the_admin_port_is_refused_naming_both(base, make_system) -> None:
+    port = free_port("127.0.0.1")
+    with pytest.raises(actors.ConfigError, match=f"metrics_port {port} is the admin_port"):
+        make_system(base, admin_port=port, metrics_port=port)
+    if base == "multiproc":
+        system = make_system(base)
+        with pytest.raises(actors.ConfigError, match="is the admin_port"):
+            actors.connect(system.admin_port, metrics_port=system.admin_port)
+
+
+# ---- what a default system with a projection and a bridge listens on, and the files it makes --------
+
+def test_a_default_system_with_a_projection_and_a_bridge_opens_no_other_port(make_system, tmp_path) -> None:
+    from spark_bridge import start_bridge
+
+    system = make_system("multiproc", journal=f"sqlite:///{tmp_path}/j.db")
+    system.spawn(Echo, "/user/echo")
+    system.spawn(Projection, "/user/projection", kwargs=dict(
+        source=EventsByTag("t"), handler="tests.test_user_paths:ignore", offset_store=f"sqlite:///{tmp_path}/o.db"))
+    start_bridge(system)
+    assert system.ask("/user/echo", Ping(1)) == Pong(1, "/user/echo")
+    sockets = listening_sockets(tagged_pids(system.tag))
+    assert {ip for (ip, _), _ in sockets.values()} == {"127.0.0.1"}, sockets
+    # Thespian's own: one listening socket per process (admin, logger, guardian, node agent, each host);
+    # an endpoint opened without opt-in (metrics, HTTP) would be a second one in some process.
+    holders = [pid for _, pids in sockets.values() for pid in pids]
+    assert len(holders) == len(set(holders)) >= 7, sockets
+
+
+@pytest.mark.parametrize("base", [
+    pytest.param("local", marks=pytest.mark.xfail(strict=True, reason=(
+        "persistence/offset_store.py: SqliteOffsetStore lets sqlite3.connect create the file with the process "
+        "umask (0644 under 022; only multiproc hosts run with umask 077), so a read model and its -wal/-shm are "
+        "readable by others; fix: create the file as journal/sqlite.py does (os.open O_CREAT|O_EXCL, 0o600, "
+        "fchmod) before connecting"))),
+    "multiproc",
+])
+def test_new_sqlite_files_of_projections_are_0600_whatever_the_umask(base, make_system, tmp_path, umask_022) -> None:
+    journal = f"sqlite:///{tmp_path}/j.db"
+    write_tagged(journal, 2)
+    system = make_system(base, journal=journal)
+    system.spawn(Projection, "/user/alo", kwargs=dict(
+        source=EventsByTag("t"), handler="tests.test_user_paths:ignore", offset_store=f"sqlite:///{tmp_path}/alo.db",
+        save_after_envelopes=1))
+    system.spawn(Projection, "/user/eo", kwargs=dict(
+        source=EventsByTag("t"), handler="tests.test_user_paths:into_read_model",
+        offset_store=f"sqlite:///{tmp_path}/eo.db", exactly_once=True))
+    for path in ("/user/alo", "/user/eo"):
+        wait_for(lambda path=path: system.ask(path, GetProjectionState()).stored_offset == 2, timeout=30)
+    modes = {p.name: oct(mode(p)) for p in tmp_path.iterdir() if p.name.endswith((".db", "-wal", "-shm"))}
+    assert {"alo.db", "eo.db", "j.db"} <= set(modes)
+    assert set(modes.values()) == {"0o600"}, modes
+
+
+# ---- Projections fed what users get wrong ----------------------------------------------------------
+
+def test_a_misspelt_projection_option_fails_the_spawn_naming_it(base, make_system) -> None:
+    system = make_system(base, journal="memory://user-paths-typo")
+    with pytest.raises(actors.SpawnFailed, match="unexpected keyword argument 'save_after_envelope'"):
+        system.spawn(Projection, "/user/p", kwargs=dict(
+            source=EventsByTag("t"), handler="tests.test_user_paths:ignore", offset_store="memory://o",
+            save_after_envelope=10))
+
+
+def test_a_projection_source_journal_of_the_wrong_scheme_fails_the_spawn_naming_it(base, make_system) -> None:
+    system = make_system(base, journal="memory://user-paths-scheme")
+    with pytest.raises(actors.SpawnFailed, match=r"unsupported journal URL 'sqlite:/j\.db'.*sqlite:///abs/path\.db"):
+        system.spawn(Projection, "/user/p", kwargs=dict(
+            source=EventsByTag("t", journal="sqlite:/j.db"), handler="tests.test_user_paths:ignore",
+            offset_store="memory://o"))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "persistence/projection.py: Projection(exactly_once=True, offset_store='memory://...') spawns and only fails "
+    "when the first event arrives (OffsetStoreError from MemoryOffsetStore.transaction, then a restart loop); "
+    "fix: in Projection.__init__, refuse exactly_once with a memory:// offset_store (ProjectionError naming "
+    "offset_store and sqlite:// / postgresql://)"))
+def test_exactly_once_with_a_memory_offset_store_fails_the_spawn(base, make_system) -> None:
+    system = make_system(base, journal="memory://user-paths-eo")
+    with pytest.raises(actors.SpawnFailed, match="offset_store"):
+        system.spawn(Projection, "/user/p", kwargs=dict(
+            source=EventsByTag("t"), handler="tests.test_user_paths:into_read_model", offset_store="memory://o",
+            exactly_once=True))
+
+
+def test_a_handler_that_raises_is_reported_and_its_event_is_not_passed(base, make_system, tmp_path) -> None:
+    journal = f"sqlite:///{tmp_path}/j.db"
+    write_tagged(journal, 3)
+    system = make_system(base, journal=journal)
+    system.spawn(Projection, "/user/p", kwargs=dict(
+        source=EventsByTag("t"), handler="tests.test_user_paths:fail_on_second",
+        offset_store=f"sqlite:///{tmp_path}/o.db", save_after_envelopes=1),
+        backoff=dict(min=0.2, max=0.5, random_factor=0.0))
+    errors = wait_for(lambda: [e for e in system.errors().recent if e.path == "/user/p"], timeout=30)
+    assert "RuntimeError: cannot handle p#2" in errors[0].reason
+    with open_journal(journal) as j:
+        first, second = [e.offset for e in j.events_by_tag("t")][:2]
+    with sqlite3.connect(tmp_path / "o.db") as db:
+        stored = db.execute("SELECT current_offset FROM projection_offset_store").fetchall()
+    assert stored in ([], [(first,)]), stored  # never past the event that failed
+    assert all(offset < second for (offset,) in stored)
