@@ -48,7 +48,7 @@ from journal.errors import JournalCorruption, JournalError
 from journal.model import PersistenceIdSummary, Problem, SnapshotMetadata, SnapshotSelectionCriteria
 from journal.records import EncodedBatch, StoredRow
 
-__all__ = ["SqliteJournal", "SqliteSnapshotStore", "torn_wal_problem"]
+__all__ = ["SqliteJournal", "SqliteSnapshotStore", "create_private_file", "torn_wal_problem"]
 
 R = TypeVar("R")
 SqlValue = int | float | str | bytes | None
@@ -152,7 +152,12 @@ def _as_journal_error(what: str, e: sqlite3.Error, path: str) -> JournalError:
     return JournalError(f"{what} failed on {path}: {e}")
 
 
-def _create_private(path: str) -> None:
+def create_private_file(path: str) -> None:
+    """Create `path` (and its directory) empty and 0600 if it does not exist, so SQLite's files of it are private.
+
+    SQLite gives a database's -wal and -shm the database file's mode, and sqlite3.connect would create the
+    file with the process umask (0644 under 022).
+    """
     # Only for a file that does not exist yet, and only while no connection of this process has it open
     # (the caller holds the registry lock): closing a descriptor of a file drops every POSIX lock this
     # process holds on it, which for a live database lets another process checkpoint and unlink its WAL.
@@ -185,7 +190,7 @@ class _Connection:
                 raise JournalCorruption(
                     f"refusing to open {self.path}: {problem}. Run `reprise journal verify` to inspect it; "
                     f"open with ?torn_wal=accept to accept what SQLite keeps (the transactions before that point)")
-        _create_private(self.path)
+        create_private_file(self.path)
         self.lock = threading.RLock()
         try:
             self.conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None,

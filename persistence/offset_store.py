@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from journal import RepriseError
+from journal.sqlite import create_private_file
 from journal.urls import redact_url
 
 __all__ = ["MemoryOffsetStore", "OffsetStore", "OffsetStoreError", "PostgresOffsetStore", "SqliteOffsetStore",
@@ -82,13 +83,14 @@ class SqliteOffsetStore(OffsetStore):
         self.url = url or f"sqlite://{path}"
         self.path = path
         try:
+            create_private_file(path)  # a read model is as private as the journal it is built from
             # isolation_level=None: no implicit transactions; transaction() opens its own BEGIN IMMEDIATE.
             self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.execute(f"CREATE TABLE IF NOT EXISTS {_TABLE} (projection_id TEXT PRIMARY KEY, "
                                "current_offset INTEGER NOT NULL, last_updated INTEGER NOT NULL)")
-        except sqlite3.Error as e:
+        except (sqlite3.Error, OSError) as e:
             raise OffsetStoreError(f"cannot open the SQLite offset store {path!r}: {e}") from e
         self._lock = threading.Lock()
 

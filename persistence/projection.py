@@ -156,6 +156,10 @@ class Projection(Actor):
                                   f"got {projection_id!r}")
         self.projection_id = projection_id
         self.exactly_once = bool(exactly_once)
+        if self.exactly_once and offset_store.startswith("memory://"):
+            # Refused here, not at the first event: there is no transaction to put the handler's writes in.
+            raise ProjectionError(f"exactly_once=True needs an offset_store whose database the handler writes in "
+                                  f"(sqlite:///abs/read-model.db or postgresql://...), got {offset_store!r}")
         _positive("save_after_envelopes", save_after_envelopes, True, "events handled between two offset saves")
         _positive("save_after_duration", save_after_duration, False, "seconds between two offset saves")
         if group_size is not None:

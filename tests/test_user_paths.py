@@ -2,8 +2,7 @@
 
 The journal query API, the journal's Spark source options (parsed without a JVM: the Spark read fails
 with the same message, tests/spark_bridge/test_source.py), SQLite schema 2 at open, the metrics
-endpoint, Projections and their offset stores. A test marked xfail(strict) names a bug in a module this
-review could not change; the fix is described in its reason.
+endpoint, Projections and their offset stores.
 """
 
 from __future__ import annotations
@@ -224,14 +223,7 @@ def test_a_default_system_with_a_projection_and_a_bridge_opens_no_other_port(mak
     assert len(holders) == len(set(holders)) >= 7, sockets
 
 
-@pytest.mark.parametrize("base", [
-    pytest.param("local", marks=pytest.mark.xfail(strict=True, reason=(
-        "persistence/offset_store.py: SqliteOffsetStore lets sqlite3.connect create the file with the process "
-        "umask (0644 under 022; only multiproc hosts run with umask 077), so a read model and its -wal/-shm are "
-        "readable by others; fix: create the file as journal/sqlite.py does (os.open O_CREAT|O_EXCL, 0o600, "
-        "fchmod) before connecting"))),
-    "multiproc",
-])
+@pytest.mark.parametrize("base", ["local", "multiproc"])  # (multiproc hosts run with umask 077; local ones do not)
 def test_new_sqlite_files_of_projections_are_0600_whatever_the_umask(base, make_system, tmp_path, umask_022) -> None:
     journal = f"sqlite:///{tmp_path}/j.db"
     write_tagged(journal, 2)
@@ -267,11 +259,6 @@ def test_a_projection_source_journal_of_the_wrong_scheme_fails_the_spawn_naming_
             offset_store="memory://o"))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "persistence/projection.py: Projection(exactly_once=True, offset_store='memory://...') spawns and only fails "
-    "when the first event arrives (OffsetStoreError from MemoryOffsetStore.transaction, then a restart loop); "
-    "fix: in Projection.__init__, refuse exactly_once with a memory:// offset_store (ProjectionError naming "
-    "offset_store and sqlite:// / postgresql://)"))
 def test_exactly_once_with_a_memory_offset_store_fails_the_spawn(base, make_system) -> None:
     system = make_system(base, journal="memory://user-paths-eo")
     with pytest.raises(actors.SpawnFailed, match="offset_store"):
