@@ -28,7 +28,7 @@ import operator
 import threading
 import types
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, overload
 
 import msgpack
@@ -59,7 +59,9 @@ class _Registration:
     manifest: str
     version: int
     field_names: tuple[str, ...]
-    values: Callable[[object], tuple[object, ...]]
+    # What a record packs for the field values: the values themselves, or (pack_values_with) the same with
+    # nested tuples/objects already as format 2's marked arrays (the same bytes, fewer calls into _default).
+    values: Callable[[object], Sequence[object]]
     make: Callable[[list[Any]], object]  # the object from its field values: cls(*values), only faster
     make_marked: Callable[[list[Any]], Any]  # ... from a format 2 marked array [O, manifest, version, *values]
     make_record: Callable[[list[Any]], Any]  # ... from a format 2 record [2, writer, ..., manifest, version, *values]
@@ -284,7 +286,37 @@ def flatten(obj: object) -> tuple[str, int, tuple[object, ...]] | None:
     reg = _by_class.get(type(obj))
     if reg is None:
         return None
-    return reg.manifest, reg.version, reg.values(obj)
+    return reg.manifest, reg.version, tuple(getattr(obj, name) for name in reg.field_names)
+
+
+TUPLE_MARK = _TUPLE_EXT
+"""The first item of a tuple's marked array, `[TUPLE_MARK, *items]` (for pack_values_with functions)."""
+
+
+def marked(value: Any) -> Any:
+    """`value` as format 2 packs it, one level deep: a tuple or registered object as its marked array (its
+    items as they are), anything else unchanged. For pack_values_with functions."""
+    t = type(value)
+    if t is tuple:
+        return [_TUPLE_EXT, *value]
+    reg = _by_class.get(t)
+    if reg is not None:
+        return [_OBJECT_EXT, reg.manifest, reg.version, *reg.values(value)]
+    return value
+
+
+def pack_values_with(cls: type, values: Callable[[Any], Sequence[object]]) -> None:
+    """Have records pack the field values of registered `cls` as `values(obj)` returns them: its fields in
+    order, where a tuple or object may already be its marked array (see `marked`), so that msgpack packs them
+    without calling back into Python. The bytes must be those packing the plain values gives (tested); for
+    the journal's hottest payloads (IdempotentReceiver's AppliedBatch)."""
+    with _registry_lock:
+        reg = _by_class.get(cls)
+        if reg is None:
+            raise KeyError(f"{cls.__qualname__} is not registered: register_type it before pack_values_with")
+        new = dataclasses.replace(reg, values=values)
+        _by_class[cls] = new
+        _by_manifest[reg.manifest] = new
 
 
 def build(manifest: str, version: int, fields: list[Any]) -> Any:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from journal import register_type
+from journal.serialization import TUPLE_MARK, marked, pack_values_with
 from persistence.compact import expand, same_or_each, split_rejected
 from persistence.coordinator import WriteResults
 from persistence.messages import Confirm, SnapshotOffer
@@ -41,6 +42,31 @@ class AppliedBatch:
         """(origin, delivery id, event) of every application in the event."""
         ids = self.delivery_ids
         return list(zip(expand(self.origins, len(ids)), ids, self.events, strict=True))
+
+
+_new = object.__new__
+# The slots' descriptors (mypy sees instance attributes, hence getattr).
+_set_origins, _set_ids, _set_events = (getattr(AppliedBatch, name).__set__
+                                       for name in ("origins", "delivery_ids", "events"))
+
+
+def _applied_batch(origins: tuple[str, ...], delivery_ids: tuple[int, ...], events: tuple[object, ...]) -> AppliedBatch:
+    """AppliedBatch(origins, delivery_ids, events) without the frozen __init__ (an object.__setattr__ per
+    field: 3x the cost of setting the slots directly); made once per entity and group commit."""
+    batch = _new(AppliedBatch)
+    _set_origins(batch, origins)
+    _set_ids(batch, delivery_ids)
+    _set_events(batch, events)
+    return batch
+
+
+def _applied_batch_values(batch: AppliedBatch) -> tuple[list[object], list[object], list[object]]:
+    """AppliedBatch's fields as format 2 packs them, its tuples (and events) already marked: one record is
+    packed without msgpack calling back into Python (a call per tuple and object, ~0.2 µs per event)."""
+    return [TUPLE_MARK, *batch.origins], [TUPLE_MARK, *batch.delivery_ids], [TUPLE_MARK, *map(marked, batch.events)]
+
+
+pack_values_with(AppliedBatch, _applied_batch_values)
 
 
 @register_type(manifest="reprise.persistence.IdempotentSnapshot")
@@ -239,7 +265,7 @@ class IdempotentReceiver(PersistentActor):
             origins = self._origin_only
             if origins[0] != origin:  # an entity mostly hears from one origin: its 1-tuple is reused
                 origins = self._origin_only = (origin,)
-            self._queue_one(AppliedBatch(origins, (delivery_id,), (event,)), event, handler)
+            self._queue_one(_applied_batch(origins, (delivery_id,), (event,)), event, handler)
             return True
         persist = self.persist_async if asynchronous else self.persist
         persist(Applied(origin, delivery_id, event), lambda a: handler(a.event))
@@ -280,7 +306,7 @@ class IdempotentReceiver(PersistentActor):
                 origins = self._origin_only
                 if origins[0] != origin:
                     origins = self._origin_only = (origin,)
-                self._queue_one(AppliedBatch(origins, (delivery_id,), (event,)), event, handler)
+                self._queue_one(_applied_batch(origins, (delivery_id,), (event,)), event, handler)
                 return fresh
             else:
                 unapplied = self._unapplied = _Applications(self)
@@ -330,10 +356,10 @@ class IdempotentReceiver(PersistentActor):
             origins = self._origin_only
             if origins[0] != origin:  # an entity mostly hears from one origin: its 1-tuple is reused
                 origins = self._origin_only = (origin,)
-            applied = AppliedBatch(origins, (delivery_id,), (event,))
+            applied = _applied_batch(origins, (delivery_id,), (event,))
         else:
             origins, delivery_ids, events, _, _ = zip(*pending, strict=True)
-            applied = AppliedBatch(same_or_each(origins), delivery_ids, events)
+            applied = _applied_batch(same_or_each(origins), delivery_ids, events)
         self._queue_write((applied,), pending, False)
 
     def _gather(self, write: _OneWrite, applied: AppliedBatch) -> _Applications:
@@ -355,7 +381,7 @@ class IdempotentReceiver(PersistentActor):
         self._unapplied = ()
         origins, delivery_ids, events, _, _ = zip(*pending, strict=True)
         # Its PersistentRepr is not taken yet (nobody else holds it): its payload is replaced in place.
-        stored = AppliedBatch(same_or_each(origins), delivery_ids, events)
+        stored = _applied_batch(same_or_each(origins), delivery_ids, events)
         repr_ = cast(_OneWrite, write).payload[0]
         object.__setattr__(repr_, "payload", stored)
         if self._tagging:  # the tags of every gathered event, not only of the first one's

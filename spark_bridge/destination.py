@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import actors
+from journal.serialization import marked, pack_values_with
 from persistence import IdempotentReceiver, SnapshotOffer
 from persistence.idempotent import Applied, AppliedBatch
 from spark_bridge.bridge import BRIDGE_PATH, PERSISTENCE_ID
@@ -139,6 +140,33 @@ def ack(actor: actors.Actor, row: Row, follow_ups: Iterable[tuple[str, object]] 
     _confirm(actor, row.delivery_id)
 
 
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _row_applied(event: object, anchor: int | None, follow_ups: list[list[Any]], first_forward: int,
+                 forwarded_low: int, bridge_low: int) -> RowApplied:
+    """RowApplied(...) without the frozen __init__ (an object.__setattr__ per field: ~1.8x the cost); one per
+    applied row."""
+    applied = _new(RowApplied)
+    _set(applied, "__dict__", {"event": event, "anchor": anchor, "follow_ups": follow_ups,
+                               "first_forward": first_forward, "forwarded_low": forwarded_low,
+                               "bridge_low": bridge_low})
+    return applied
+
+
+def _row_applied_values(e: RowApplied) -> tuple[object, ...]:
+    """RowApplied's fields as records pack them, its event and follow-up messages already marked (the same
+    bytes without msgpack calling back into Python for each)."""
+    follow = e.follow_ups
+    if follow:
+        follow = [[pair[0], marked(pair[1])] if type(pair) is list and len(pair) == 2 else pair for pair in follow]
+    return marked(e.event), e.anchor, follow, e.first_forward, e.forwarded_low, e.bridge_low
+
+
+pack_values_with(RowApplied, _row_applied_values)
+
+
 _TRIM_EVERY = 16
 """Rows an entity applies between two trims of its dedup memory (at most this many ranges more are kept)."""
 
@@ -181,7 +209,7 @@ class FeedReceiver(IdempotentReceiver):
         first = self._next_forward
         self._next_forward += len(follow)
         low = min(self._unaccepted) if self._unaccepted else first
-        inner = RowApplied(event, row.anchor, follow, first, low, self._bridge_low)
+        inner = _row_applied(event, row.anchor, follow, first, low, self._bridge_low)
 
         def applied(e: RowApplied) -> None:
             if handler is not None:

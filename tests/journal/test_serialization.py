@@ -194,3 +194,33 @@ def test_records_of_an_older_version_are_upcast_at_the_top_and_nested(slots: boo
             decode_rows("p", newer)
     finally:
         unregister_type(manifest)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(values, max_size=3), st.lists(st.integers(1, 2**40), max_size=3))
+def test_applied_batch_packs_its_premarked_values_to_the_plain_values_bytes(events, ids) -> None:
+    # pack_values_with (IdempotentReceiver's AppliedBatch) must not change a stored byte.
+    import msgpack
+
+    from journal.serialization import _by_class, _default, flatten
+    from persistence.idempotent import AppliedBatch
+
+    n = min(len(events), len(ids))
+    batch = AppliedBatch(tuple(f"/o{k}" for k in range(n)), tuple(ids[:n]), tuple(events[:n]))
+    reg = _by_class[AppliedBatch]
+    pack = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True).pack
+    plain = (batch.origins, batch.delivery_ids, batch.events)
+    assert pack([*reg.values(batch)]) == pack([*plain])
+    assert flatten(batch) == (reg.manifest, reg.version, plain)
+    assert deserialize(serialize(batch)) == batch
+
+
+def test_pack_values_with_needs_a_registered_class() -> None:
+    from journal.serialization import pack_values_with
+
+    @dataclass(frozen=True)
+    class Unregistered:
+        x: int
+
+    with pytest.raises(KeyError, match="not registered"):
+        pack_values_with(Unregistered, lambda obj: (obj.x,))

@@ -52,3 +52,25 @@ def test_progress_bar_never_goes_backwards_and_ends_the_line():
     assert frames[0].startswith("rows processed [##........] 250 / 1,000 (25%)")
     assert frames[1].startswith("rows processed [##........] 250 / 1,000")
     assert frames[-1].startswith("rows processed [##########] 1,000 / 1,000 (100%)") and frames[-1].endswith("\n")
+
+
+def test_row_chunk_rows_and_row_applied_records_equal_the_plain_constructions():
+    # The hot paths build them without their frozen __init__ and pack RowApplied from pre-marked values.
+    import msgpack
+
+    from journal.serialization import _by_class, _default, deserialize, serialize
+    from persistence.idempotent import AppliedBatch
+    from spark_bridge.destination import _row_applied
+    from spark_bridge.messages import RowApplied, RowChunk
+
+    chunk = RowChunk(["/a", "/b"], [3, 4], [7, None], [(1, "x"), {"k": 2}], ("n", "s"), 2)
+    assert chunk.items() == [("/a", Row(3, (1, "x"), 7, 2, ("n", "s"))), ("/b", Row(4, {"k": 2}, None, 2, ("n", "s")))]
+    assert chunk.items()[0][1].body == {"n": 1, "s": "x"}
+    pack = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True).pack
+    reg = _by_class[RowApplied]
+    for follow in ([], [["/user/ledger", (1, 2)], ["/user/x", RowApplied(1, None, [], 1, 1, 0)]], [("/t", 5)]):
+        e = _row_applied((9, frozenset({1})), 5, follow, 3, 2, 1)
+        assert e == RowApplied((9, frozenset({1})), 5, follow, 3, 2, 1)
+        plain = [getattr(e, name) for name in reg.field_names]
+        assert pack(list(reg.values(e))) == pack(plain)
+        assert deserialize(serialize(AppliedBatch(("o",), (1,), (e,)))) == AppliedBatch(("o",), (1,), (e,))
