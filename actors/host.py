@@ -367,13 +367,7 @@ class Host:
         elif self.spec.passivate_after is not None:
             self.entities.move_to_end(target)
         entity._last_active = self.now
-        try:  # _invoke inlined: this runs once per message
-            entity.receive(message, sender)
-        except Exception as exc:
-            self.report_failure(entity, exc, message, sender)
-            return
-        if entity._stopping:
-            self.stop_entity(entity, "stopped")
+        self._invoke(entity, message, sender)
 
     def deliver_batch(self, target: str, messages: list[tuple[Any, str | None]]) -> None:
         """Hand (message, sender) pairs in order to the entity at `target` through its receive_batch, with
