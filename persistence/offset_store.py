@@ -76,7 +76,33 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class SqliteOffsetStore(OffsetStore):
+class _SqlOffsetStore(OffsetStore):
+    """What the SQLite and PostgreSQL stores share: one connection under a lock, and the offsets table."""
+
+    _conn: Any
+    _lock: threading.Lock
+    _P = "?"  # the driver's parameter placeholder
+
+    def load(self, projection_id: str) -> int:
+        """The offset stored for the projection (0 when none is)."""
+        with self._lock:
+            row = self._conn.execute(f"SELECT current_offset FROM {_TABLE} WHERE projection_id = {self._P}",
+                                     (projection_id,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def save(self, projection_id: str, offset: int) -> None:
+        """Store `offset` for the projection (one autocommitted upsert)."""
+        with self._lock:
+            self._upsert(self._conn, projection_id, offset)
+
+    def _upsert(self, conn: Any, projection_id: str, offset: int) -> None:
+        p = self._P
+        conn.execute(f"INSERT INTO {_TABLE} VALUES ({p}, {p}, {p}) ON CONFLICT (projection_id) DO UPDATE SET "
+                     "current_offset = excluded.current_offset, last_updated = excluded.last_updated",
+                     (projection_id, offset, _now_ms()))
+
+
+class SqliteOffsetStore(_SqlOffsetStore):
     """Offsets in a SQLite file (WAL, synchronous=FULL); the handler gets its sqlite3.Connection."""
 
     def __init__(self, path: str, url: str = ""):
@@ -93,24 +119,6 @@ class SqliteOffsetStore(OffsetStore):
         except (sqlite3.Error, OSError) as e:
             raise OffsetStoreError(f"cannot open the SQLite offset store {path!r}: {e}") from e
         self._lock = threading.Lock()
-
-    def load(self, projection_id: str) -> int:
-        """The offset stored for the projection (0 when none is)."""
-        with self._lock:
-            row = self._conn.execute(f"SELECT current_offset FROM {_TABLE} WHERE projection_id = ?",
-                                     (projection_id,)).fetchone()
-        return int(row[0]) if row else 0
-
-    def save(self, projection_id: str, offset: int) -> None:
-        """Store `offset` for the projection (one autocommitted upsert)."""
-        with self._lock:
-            self._upsert(self._conn, projection_id, offset)
-
-    @staticmethod
-    def _upsert(conn: sqlite3.Connection, projection_id: str, offset: int) -> None:
-        conn.execute(f"INSERT INTO {_TABLE} VALUES (?, ?, ?) ON CONFLICT (projection_id) DO UPDATE SET "
-                     "current_offset = excluded.current_offset, last_updated = excluded.last_updated",
-                     (projection_id, offset, _now_ms()))
 
     @contextmanager
     def transaction(self, projection_id: str, offset: int) -> Iterator[sqlite3.Connection]:
@@ -141,8 +149,10 @@ def postgres_conninfo(url: str) -> tuple[str, str]:
     return urlunsplit(parts._replace(scheme="postgresql", query=urlencode(libpq))), schema
 
 
-class PostgresOffsetStore(OffsetStore):
+class PostgresOffsetStore(_SqlOffsetStore):
     """Offsets in PostgreSQL (table in the URL's `schema`); the handler gets the psycopg connection."""
+
+    _P = "%s"
 
     def __init__(self, url: str):
         import psycopg
@@ -161,23 +171,6 @@ class PostgresOffsetStore(OffsetStore):
             raise OffsetStoreError(f"cannot open the PostgreSQL offset store {redact_url(url)!r}: {e}") from e
         self._lock = threading.Lock()
 
-    def load(self, projection_id: str) -> int:
-        """The offset stored for the projection (0 when none is)."""
-        with self._lock:
-            row = self._conn.execute(f"SELECT current_offset FROM {_TABLE} WHERE projection_id = %s",
-                                     (projection_id,)).fetchone()
-        return int(row[0]) if row else 0
-
-    def save(self, projection_id: str, offset: int) -> None:
-        """Store `offset` for the projection (one autocommitted upsert)."""
-        with self._lock:
-            self._upsert(self._conn, projection_id, offset)
-
-    @staticmethod
-    def _upsert(conn: Any, projection_id: str, offset: int) -> None:
-        conn.execute(f"INSERT INTO {_TABLE} VALUES (%s, %s, %s) ON CONFLICT (projection_id) DO UPDATE SET "
-                     "current_offset = excluded.current_offset, last_updated = excluded.last_updated",
-                     (projection_id, offset, _now_ms()))
 
     @contextmanager
     def transaction(self, projection_id: str, offset: int) -> Iterator[Any]:
