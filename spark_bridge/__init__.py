@@ -4,11 +4,14 @@
     start_bridge(system)
     result = feed(df, system=admin_port, to="destination", feed_id="deposits-2026-11-21")
 
-Guarantees: a batch is acknowledged once it is one event in the bridge's journal (ack="persisted");
-batches are deduplicated by (feed id, partition, batch number), or row by row with `key=`, so Spark
-task retries, speculative tasks and reruns of a feed id store and deliver nothing twice. Every row then
-goes to its destination as one at-least-once delivery (a `Row`), redelivered until the destination
-confirms it, across restarts of the bridge; rows whose path nobody serves are dead-lettered and counted.
+Guarantees (Spark's commit protocol): each task attempt's batches are staged, durable, in the bridge's
+journal under the attempt; when the job commits, the winning attempt of each partition is released, in one
+event, and only its rows are delivered, so rows of failed or speculative attempts are never delivered, even
+when their content differed. A released partition of a feed id is done: a rerun stores and delivers
+nothing again (with `key=`, rows are deduplicated by key instead). ack="persisted" returns once the release
+is durable. Every released row goes to its destination as one at-least-once delivery (a `Row`),
+redelivered until the destination confirms it, across restarts of the bridge; rows whose path nobody
+serves are dead-lettered and counted.
 Destinations confirm with `ack(self, row)` or, durably and exactly once, with `FeedReceiver.apply_row`,
 and may send follow-ups anchored to the row. With ack="processed", `feed` returns only when every row
 and everything anchored to it is confirmed (Storm's XOR acker, one 64-bit value per batch).
