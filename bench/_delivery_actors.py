@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from journal import register_type
-from persistence import Confirm, ConfirmDeliveries, DurableDelivery, IdempotentReceiver
+from persistence import Confirm, ConfirmDeliveries, DurableDelivery, IdempotentReceiver, PersistentActor
 
 
 @register_type(manifest="bench.delivery.Work")
@@ -33,6 +33,23 @@ class Run:
     chunk: int = 1000
     window: int = 20_000
     """At most this many unconfirmed deliveries (back-pressure; below max_unconfirmed_messages)."""
+
+
+@dataclass(frozen=True)
+class PersistLoop:
+    """Persist `count` events, one per command, each command sent by the previous event's handler; then
+    tell `reply_to` ("done", path)."""
+
+    count: int
+    reply_to: str
+
+
+@dataclass(frozen=True)
+class NextPersist:
+    """One command of a PersistLoop: persist one event (`left` counts down), then send the next command."""
+
+    left: int
+    reply_to: str
 
 
 def cpu_seconds() -> float:
@@ -155,3 +172,28 @@ class BenchConsumer(_Profiled, IdempotentReceiver):
         to_confirm, self._to_confirm = self._to_confirm, {}
         for origin, ids in to_confirm.items():
             self.tell(origin, ConfirmDeliveries(tuple(ids)))
+
+
+class BenchPersister(_Profiled, PersistentActor):
+    """Persists one event per command; the event's handler replies by sending the actor its next command, so
+    a command is only handled once the previous event is durable (a closed loop, no pipelining)."""
+
+    def pre_start(self) -> None:
+        self._start_profile()
+
+    def post_stop(self) -> None:
+        self._stop_profile()
+
+    def receive_recover(self, event: Any) -> None:
+        pass
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if type(message) is NextPersist:
+            if message.left <= 0:
+                self.tell(message.reply_to, ("done", self.path))
+            else:
+                self.persist(message.left, lambda left: self.tell(self.path, NextPersist(left - 1, message.reply_to)))
+        elif type(message) is PersistLoop:
+            self.tell(self.path, NextPersist(message.count, message.reply_to))
+        elif message == "cpu":
+            self.tell(sender, cpu_seconds())

@@ -1,6 +1,7 @@
 """Benchmark (not a test): confirmed at-least-once deliveries/s between two host processes on SQLite FULL.
 
     .venv/bin/python -m bench.delivery [N] [--rounds 3] [--json FILE] [--persist 5000] [--asks 2000] [--rabbitmq N]
+        [--loop 5000] [--loop-each 500] [--loop-rounds 5]
 
 A DurableDelivery producer and an IdempotentReceiver consumer run in two host processes (multiproc),
 each journaling to SQLite with synchronous=FULL: the producer's sent events are durable before a
@@ -9,7 +10,9 @@ confirmed events are durable before the run counts as done. Peers in the same ru
 round trips, and RabbitMQ through pika (persistent messages, publisher confirms, manual acks) when a
 server listens on 127.0.0.1:5672, both pipelined (the fair peer: up to 1000 messages awaiting their
 confirm, acks multiple=true every 100) and one confirm at a time (BlockingConnection). Also persist (one
-per command) and persist_async events/s through a PersistentActor.
+per command) and persist_async events/s through a PersistentActor, and (issue 16's Persist target) a closed
+loop, the next command only once the previous event's handler ran, by one actor and by 100 actors of one
+host at once (group commit), alternating with its peer, raw sqlite3 one row per transaction (WAL, FULL).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from collections import deque
 from thespian.actors import Actor as ThespianActor
 
 import actors
-from bench._delivery_actors import BenchConsumer, BenchProducer, Run
+from bench._delivery_actors import BenchConsumer, BenchPersister, BenchProducer, PersistLoop, Run
+from bench.journal import _RAW_INSERT, _raw_blob, _raw_connection
 from tests.persistence.fixtures import Ops, Scripted
 
 TARGET = 50_000
@@ -74,6 +78,56 @@ def persist_rates(n: int) -> tuple[float, float]:
             probe.receive_many(n, 600)
             out.append(n / (time.perf_counter() - t))
     return out[0], out[1]
+
+
+def persist_closed_loop(n: int, each: int, fanout: int = 100, rounds: int = 5) -> tuple[float, float, float]:
+    """Events/s persisted one per command in a closed loop (the next command only after the previous
+    event's handler ran), by one actor and by `fanout` entities of one host at once (`each` events each:
+    group commit), and raw sqlite3 rows/s one per transaction (WAL, synchronous=FULL, the journal's pragmas).
+    The three alternate over `rounds` rounds and each figure is the median round, so this machine's fsync
+    jitter hits them alike."""
+    d = tempfile.mkdtemp(prefix="reprise-bench-")
+    raw = _raw_connection(f"{d}/raw.db")
+    blob = _raw_blob()
+    rows = [0]
+
+    def raw_rows(count: int) -> float:
+        t = time.perf_counter()
+        for i in range(rows[0], rows[0] + count):
+            raw.execute("BEGIN")
+            raw.execute(_RAW_INSERT, ("single", i, blob))
+            raw.execute("COMMIT")
+        rows[0] += count
+        return count / (time.perf_counter() - t)
+
+    try:
+        with actors.start("multiproc", journal=f"sqlite:///{d}/j.db") as s:
+            s.spawn(BenchPersister, path="/user/persister")
+            s.spawn(BenchPersister, path="/user/persisters", entities=True, passivate_after=3600.0)
+            probe = s.probe()
+            paths = [f"/user/persisters/{k}" for k in range(fanout)]
+
+            def loop(targets: list[str], count: int) -> float:
+                t = time.perf_counter()
+                # One host message for all: a closed loop runs on inside its host's settle round, so actors
+                # started by separate messages would mostly run one after the other, not at once.
+                s.tell_many([(path, PersistLoop(count, probe.path)) for path in targets])
+                got = probe.receive_many(len(targets), 600)
+                elapsed = time.perf_counter() - t
+                if sorted(got) != sorted(("done", path) for path in targets):
+                    raise RuntimeError(f"persisters answered {got!r}, expected one ('done', path) each")
+                return len(targets) * count / elapsed
+
+            loop(["/user/persister"], 50)  # warm up: host processes, recovery, journal file
+            loop(paths, 5)
+            raw_rows(50)
+            per_round, each_round = max(1, n // rounds), max(1, each // rounds)
+            runs = [(raw_rows(per_round), loop(["/user/persister"], per_round), loop(paths, each_round))
+                    for _ in range(rounds)]
+    finally:
+        raw.close()
+    raw_rate, single, many = (statistics.median(r[k] for r in runs) for k in range(3))
+    return single, raw_rate, many
 
 
 class Echo(ThespianActor):
@@ -232,6 +286,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rabbitmq", type=int, default=None,
                     help="RabbitMQ messages (default: N pipelined, N/4 one confirm at a time)")
     ap.add_argument("--persist", type=int, default=5_000, help="events for the persist figures")
+    ap.add_argument("--loop", type=int, default=5_000,
+                    help="events for one actor's closed loop (and raw sqlite3 rows, one per transaction)")
+    ap.add_argument("--loop-each", type=int, default=500,
+                    help="events per actor when 100 actors persist at once (closed loop each)")
+    ap.add_argument("--loop-rounds", type=int, default=5,
+                    help="alternating rounds of raw sqlite3, one actor and 100 actors (medians reported)")
     args = ap.parse_args(argv)
     n = args.n
     notes: list[str] = []
@@ -245,6 +305,7 @@ def main(argv: list[str] | None = None) -> dict:
     elif rabbit_piped is None:
         notes.append("RabbitMQ pipelined run did not finish: not measured")
     p, pa = persist_rates(args.persist)
+    loop1, raw1, loop100 = persist_closed_loop(args.loop, args.loop_each, rounds=args.loop_rounds)
     results = [
         {"system": "reprise", "measurement": "confirmed deliveries, SQLite FULL both sides", "rate": d, "count": n},
         {"system": "raw thespian", "measurement": "ask round trips (nothing persisted)", "rate": asks,
@@ -265,8 +326,15 @@ def main(argv: list[str] | None = None) -> dict:
         {"system": "reprise", "measurement": "persist, one event per command", "rate": p, "count": args.persist},
         {"system": "reprise", "measurement": "persist_async, one event per command", "rate": pa,
          "count": args.persist},
+        {"system": "raw sqlite3", "measurement": "1 row per transaction (WAL, synchronous=FULL)", "rate": raw1,
+         "count": args.loop},
+        {"system": "reprise", "measurement": "persist closed loop, one actor, one event per command",
+         "rate": loop1, "count": args.loop},
+        {"system": "reprise", "measurement": "persist closed loop, 100 actors at once, one event per command each",
+         "rate": loop100, "count": 100 * args.loop_each},
     ]
-    ratios = {"reprise/raw_ask": d / asks}
+    ratios = {"reprise/raw_ask": d / asks, "persist_one_actor/raw_sqlite_1_row": loop1 / raw1,
+              "persist_100_actors/raw_sqlite_1_row": loop100 / raw1}
     for label, rate in peers:
         ratios[f"reprise/{label.replace(' ', '_')}"] = d / rate
     targets = [{"target": "confirmed deliveries/s", "achieved": d, "required": TARGET, "met": d >= TARGET}]
@@ -274,6 +342,10 @@ def main(argv: list[str] | None = None) -> dict:
         label, rate = peers[0]
         targets.append({"target": f"ahead of RabbitMQ end to end ({label})", "achieved": d / rate,
                         "required": 1.0, "met": d > rate})
+    targets += [{"target": "persist, one actor, vs raw sqlite3 1 row per transaction", "achieved": loop1 / raw1,
+                 "required": 1.0, "met": loop1 >= raw1},
+                {"target": "persist, 100 actors at once, vs raw sqlite3 1 row per transaction",
+                 "achieved": loop100 / raw1, "required": 10.0, "met": loop100 >= 10 * raw1}]
 
     print(f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, {os.cpu_count()} cpus, "
           f"{platform.platform()}")
@@ -287,6 +359,10 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"RabbitMQ via pika: {rabbit_note}")
     print(f"persist, one event per command:                       {p:>9,.0f} events/s")
     print(f"persist_async, one event per command:                 {pa:>9,.0f} events/s")
+    print(f"raw sqlite3, 1 row per transaction (WAL, FULL):       {raw1:>9,.0f} rows/s")
+    print(f"persist closed loop, one actor:                       {loop1:>9,.0f} events/s  -> {loop1 / raw1:.2f}x raw")
+    print(f"persist closed loop, 100 actors at once:              {loop100:>9,.0f} events/s  -> "
+          f"{loop100 / raw1:.2f}x raw")
     for t in targets:
         fmt = (lambda v: f"{v:,.0f}/s") if t["required"] > 10 else (lambda v: f"{v:.2f}x")
         print(f"  {'MET   ' if t['met'] else 'MISSED'} {t['target']}: {fmt(t['achieved'])} "
