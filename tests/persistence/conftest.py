@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from tests.conftest import BASES, start_system, stop_system
@@ -42,3 +44,16 @@ def fs(shared_psystem):
 
     shared_psystem.spawn(Endpoint, path="/user/ep", entities=True, kwargs={"client": shared_psystem.prefix})
     return shared_psystem
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def projection_stores(request, tmp_path) -> tuple[str, str]:
+    """(journal URL, offset store URL) on one kind of database, for the projection tests."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/journal.db", f"sqlite:///{tmp_path}/read-model.db"
+    from journal.postgres import drop_schema
+
+    server = request.getfixturevalue("postgres_url")
+    journal, store = (f"{server}?schema=proj_{kind}_{uuid.uuid4().hex[:8]}" for kind in ("j", "r"))
+    request.addfinalizer(lambda: (drop_schema(journal), drop_schema(store)))
+    return journal, store

@@ -33,17 +33,6 @@ pytestmark = pytest.mark.timeout(120)
 PROJECTION = "/user/projection"
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request, tmp_path) -> tuple[str, str]:
-    """(journal URL, offset store URL) on one kind of database."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/journal.db", f"sqlite:///{tmp_path}/read.db"
-    from journal.postgres import drop_schema
-
-    server = request.getfixturevalue("postgres_url")
-    journal, store = (f"{server}?schema=proj_{kind}_{uuid.uuid4().hex[:8]}" for kind in ("j", "r"))
-    request.addfinalizer(lambda: (drop_schema(journal), drop_schema(store)))
-    return journal, store
 
 
 def move(system, amounts_by_id: dict[str, list[int]]) -> None:
@@ -73,8 +62,8 @@ def state(system):
     return system.ask(PROJECTION, GetProjectionState(), timeout=10)
 
 
-def test_exactly_once_from_a_topology_entry_hands_every_event_once_in_offset_order(base, make_system, backend):
-    journal, store = backend
+def test_exactly_once_from_a_topology_entry_hands_every_event_once_in_offset_order(base, make_system, projection_stores):
+    journal, store = projection_stores
     system = make_system(base, journal=journal)
     system.spawn(Mover, "/user/movers", entities=True)
     move(system, {"a": [1, 2, 3], "b": [150]})
@@ -103,8 +92,8 @@ def test_exactly_once_from_a_topology_entry_hands_every_event_once_in_offset_ord
 
 
 def test_exactly_once_grouped_survives_a_failing_handler_and_restarts_from_the_stored_offset(
-        base, make_system, backend, tmp_path):
-    journal, store = backend
+        base, make_system, projection_stores, tmp_path):
+    journal, store = projection_stores
     system = make_system(base, journal=journal)
     system.spawn(Mover, "/user/movers", entities=True)
     move(system, {"a": list(range(1, 11)), "b": [11, 12]})
@@ -209,8 +198,8 @@ def test_postgresql_an_event_committing_late_with_a_smaller_offset_is_handled_fi
     assert rows == [(early, "early"), (later, "later")], "the late-committing smaller offset must not be skipped"
 
 
-def test_the_lag_is_exact_while_catching_up_counting_events_not_read_yet(base, make_system, backend):
-    journal, store = backend
+def test_the_lag_is_exact_while_catching_up_counting_events_not_read_yet(base, make_system, projection_stores):
+    journal, store = projection_stores
     system = make_system(base, journal=journal)
     system.spawn(Mover, "/user/movers", entities=True)
     move(system, {"a": [1, 2, 3]})

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import uuid
 
 import pytest
 
@@ -63,22 +62,11 @@ def test_the_read_model_is_exact_after_the_pipeline_runs(base, make_system, tmp_
     check_exact(system, journal, store, 6 * CHUNK)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def stores(request, tmp_path) -> tuple[str, str]:
-    """(journal URL, offset store URL) on one kind of database."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/journal.db", f"sqlite:///{tmp_path}/read-model.db"
-    from journal.postgres import drop_schema
-
-    server = request.getfixturevalue("postgres_url")
-    journal, store = (f"{server}?schema=accounts_{kind}_{uuid.uuid4().hex[:8]}" for kind in ("j", "r"))
-    request.addfinalizer(lambda: (drop_schema(journal), drop_schema(store)))
-    return journal, store
 
 
 @pytest.mark.multiproc
-def test_the_read_model_is_exact_after_its_host_is_sigkilled_mid_stream(make_system, stores):
-    journal, store = stores
+def test_the_read_model_is_exact_after_its_host_is_sigkilled_mid_stream(make_system, projection_stores):
+    journal, store = projection_stores
     system = make_system("multiproc", journal=journal, snapshot_store=journal)
     start_pipeline(system, store)
     chunks, kills = 12, 0
