@@ -69,22 +69,16 @@ class PersistenceCoordinator:
                     continue
                 taken.append(actor)
                 batches.append(batch)
-                if len(batch) == 1:  # the usual case in a host of many entities: no list of one write
-                    atomic = batch[0].atomic  # (read once: an _OneWrite's is a property)
-                    n = 0 if atomic is None else 1
-                else:
-                    writes = [atomic for entry in batch if (atomic := entry.atomic) is not None]
-                    n = len(writes)
+                # (entry.atomic read once: an _OneWrite's is a property)
+                writes = [atomic for entry in batch if (atomic := entry.atomic) is not None]
+                n = len(writes)
                 counts.append(n)
                 if n:
                     journal = actor._journal
                     group = groups.get(id(journal))
                     if group is None:
                         group = groups[id(journal)] = _Group(cast("Journal", journal))  # (opened by recovery)
-                    if len(batch) == 1:
-                        group.writes.append(atomic)  # type: ignore[arg-type]  # (n == 1: not None; no cast call)
-                    else:
-                        group.writes += writes
+                    group.writes += writes
         finally:
             self._taking = None
         for group in groups.values():

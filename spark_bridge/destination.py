@@ -140,21 +140,6 @@ def ack(actor: actors.Actor, row: Row, follow_ups: Iterable[tuple[str, object]] 
     _confirm(actor, row.delivery_id)
 
 
-_new = object.__new__
-_set = object.__setattr__
-
-
-def _row_applied(event: object, anchor: int | None, follow_ups: list[list[Any]], first_forward: int,
-                 forwarded_low: int, bridge_low: int) -> RowApplied:
-    """RowApplied(...) without the frozen __init__ (an object.__setattr__ per field: ~1.8x the cost); one per
-    applied row."""
-    applied = _new(RowApplied)
-    _set(applied, "__dict__", {"event": event, "anchor": anchor, "follow_ups": follow_ups,
-                               "first_forward": first_forward, "forwarded_low": forwarded_low,
-                               "bridge_low": bridge_low})
-    return applied
-
-
 def _row_applied_values(e: RowApplied) -> tuple[object, ...]:
     """RowApplied's fields as records pack them, its event and follow-up messages already marked (the same
     bytes without msgpack calling back into Python for each)."""
@@ -209,7 +194,7 @@ class FeedReceiver(IdempotentReceiver):
         first = self._next_forward
         self._next_forward += len(follow)
         low = min(self._unaccepted) if self._unaccepted else first
-        inner = _row_applied(event, row.anchor, follow, first, low, self._bridge_low)
+        inner = RowApplied(event, row.anchor, follow, first, low, self._bridge_low)
 
         def applied(e: RowApplied) -> None:
             if handler is not None:

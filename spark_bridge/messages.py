@@ -196,25 +196,8 @@ class RowChunk(Scatter):
     def items(self) -> list[tuple[str, Row]]:
         """One Row per target, in order."""
         low, columns = self.settled_below, self.columns
-        return [(t, _row(i, d, a, low, columns))
+        return [(t, Row(i, d, a, low, columns))
                 for t, i, a, d in zip(self.targets, self.delivery_ids, self.anchors, self.values, strict=True)]
-
-
-_new = object.__new__
-# Row's slots' descriptors (mypy sees instance attributes, hence getattr).
-_set_id, _set_data, _set_anchor, _set_low, _set_columns = (
-    getattr(Row, name).__set__ for name in ("delivery_id", "data", "anchor", "settled_below", "columns"))
-
-
-def _row(delivery_id: int, data: Any, anchor: int | None, settled_below: int, columns: tuple[str, ...] | None) -> Row:
-    """Row(...) without the frozen __init__ (an object.__setattr__ per field costs ~40% more); one per row."""
-    row = _new(Row)
-    _set_id(row, delivery_id)
-    _set_data(row, data)
-    _set_anchor(row, anchor)
-    _set_low(row, settled_below)
-    _set_columns(row, columns)
-    return row
 
 
 @dataclass(frozen=True)
