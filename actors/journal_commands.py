@@ -27,17 +27,24 @@ def _journal_url(url: str | None) -> str:
     if not url:
         raise CliError("no journal URL given", f"pass one (e.g. sqlite:///abs/path.db) or set ${JOURNAL_ENV}",
                        code=2)
-    from journal.urls import parse_url
+    from journal import JournalError, missing_journal
+    from journal.urls import parse_url, redact_url
 
     try:
         parsed = parse_url(url)
     except ValueError as e:
         raise CliError(str(e).split(": use ")[0], "journal URLs look like sqlite:///abs/path.db, "
                        "sqlite://relative.db, memory://name or postgresql://user@host:port/db", code=2) from None
-    # Opening a sqlite file that does not exist would silently create an empty journal.
+    # Opening a journal that does not exist would silently create an empty one (a misspelt path or ?schema=).
     if parsed.scheme == "sqlite" and parsed.target != ":memory:" and not os.path.isfile(parsed.target):
         raise CliError(f"no journal file at {parsed.target!r}", "check the path; sqlite:///abs/path.db has "
                        "three slashes for an absolute path", code=2)
+    try:
+        why = missing_journal(url)
+    except JournalError as e:
+        raise CliError(str(e), "check the host, port and database of the URL and that the server runs", code=2) from None
+    if why is not None:
+        raise CliError(f"{redact_url(url)}: {why}", "check the ?schema= of the URL (default: reprise)", code=2)
     return url
 
 

@@ -34,7 +34,7 @@ from journal.model import (
 )
 from journal.registry import register_scheme, registered_schemes, unregister_scheme
 from journal.serialization import register_type, register_upcaster, unregister_type
-from journal.urls import SCHEMES, open_journal, open_snapshot_store
+from journal.urls import SCHEMES, missing_journal, open_journal, open_snapshot_store
 
 
 def verify(url: str) -> VerifyReport:
@@ -69,6 +69,7 @@ __all__ = [
     "SnapshotSelectionCriteria",
     "SnapshotStore",
     "VerifyReport",
+    "missing_journal",
     "open_journal",
     "open_snapshot_store",
     "register_scheme",

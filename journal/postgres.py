@@ -43,7 +43,7 @@ from journal.errors import JournalError
 from journal.model import MAX_SEQUENCE_NR, PersistenceIdSummary, SnapshotMetadata, SnapshotSelectionCriteria
 from journal.records import EncodedBatch, StoredRow
 
-__all__ = ["PostgresJournal", "PostgresSnapshotStore", "drop_schema"]
+__all__ = ["PostgresJournal", "PostgresSnapshotStore", "drop_schema", "missing_schema"]
 
 _DDL_LOCK = 0x7265707269736502
 
@@ -272,6 +272,25 @@ class _Database:
 def _run_again() -> bool:
     """For idempotent writes (upserts, deletes, IF NOT EXISTS): after a lost COMMIT, running them again is safe."""
     return False
+
+
+def missing_schema(url: str) -> str | None:
+    """Why `url` names no existing journal schema (readers must not create one), or None if it exists."""
+    conninfo, schema, _, _ = _split_url(url)
+    where = f"{urlsplit(conninfo).hostname or 'localhost'}/{urlsplit(conninfo).path.lstrip('/')}"
+    try:
+        with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
+            ready = conn.execute(_READY, [f"{sql.Identifier(schema).as_string(None)}.{name}" for name in _RELATIONS])
+            row = ready.fetchone()
+            if row is not None and row[0]:
+                return None
+            found = [r[0] for r in conn.execute(
+                "SELECT table_schema FROM information_schema.tables WHERE table_name = 'highest_sequence_nr' "
+                "ORDER BY 1").fetchall()]
+    except psycopg.Error as e:
+        raise JournalError(f"cannot connect to PostgreSQL at {where}: {e}") from e
+    known = f"journal schemas in that database: {', '.join(found)}" if found else "that database has no journal"
+    return f"there is no journal schema {schema!r} in PostgreSQL at {where} ({known})"
 
 
 def drop_schema(url: str) -> None:

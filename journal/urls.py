@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
@@ -10,7 +11,7 @@ from journal.api import Journal, SnapshotStore
 from journal.errors import InvalidUrl
 from journal.registry import BUILTIN_SCHEMES, Backend, backend_for, registered_schemes, supported
 
-__all__ = ["open_journal", "open_snapshot_store", "parse_url", "redact_url", "SCHEMES"]
+__all__ = ["missing_journal", "open_journal", "open_snapshot_store", "parse_url", "redact_url", "SCHEMES"]
 
 SCHEMES = ("sqlite", "memory", "postgresql")
 """The schemes of the shipped backends (postgres:// is accepted as postgresql://); see `registered_schemes()`."""
@@ -85,3 +86,19 @@ def open_snapshot_store(url: str) -> SnapshotStore:
     factory = _backend(url, "snapshot_store").snapshot_store
     assert factory is not None  # _backend checked it
     return factory(url)
+
+
+def missing_journal(url: str) -> str | None:
+    """Why `url` names no existing journal, or None; for readers, since opening one creates it.
+
+    A misspelt SQLite path or PostgreSQL `?schema=` would otherwise read as an empty journal (and leave an
+    empty one behind). Registered (plugin) and memory:// journals are taken as existing.
+    """
+    parsed = parse_url(url)
+    if parsed.scheme == "sqlite" and parsed.target != ":memory:" and not os.path.isfile(parsed.target):
+        return f"there is no journal file {parsed.target!r}"
+    if parsed.scheme == "postgresql":
+        from journal.postgres import missing_schema  # (imports psycopg: only for PostgreSQL URLs)
+
+        return missing_schema(url)
+    return None

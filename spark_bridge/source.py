@@ -67,7 +67,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from journal import EventEnvelope, Journal, RepriseError, SerializationError, open_journal
+from journal import EventEnvelope, Journal, RepriseError, SerializationError, missing_journal, open_journal
 from journal.serialization import manifest_of
 from journal.urls import parse_url, redact_url
 
@@ -153,16 +153,16 @@ def _absolute_sqlite_url(url: str, target: str) -> str:
 
 
 def _check_journal_file(options: SourceOptions) -> None:
-    """JournalSourceError if a sqlite:// url names no file (checked once the schema is, before any task runs).
+    """JournalSourceError if the url names no existing journal (checked once the schema is, before any task runs).
 
-    Opening a SQLite journal creates the file: a misspelt path would read as an empty journal, and leave
-    an empty journal file behind wherever an executor opened it.
+    Opening a journal creates it: a misspelt SQLite path or PostgreSQL `?schema=` would read as an empty
+    journal, and leave an empty one behind wherever an executor opened it.
     """
-    scheme, _, rest = options.url.partition("://")
-    path = rest.partition("?")[0]
-    if scheme == "sqlite" and not os.path.isfile(path):
-        raise JournalSourceError(f'{SOURCE_NAME}: option "url" {options.url!r}: there is no journal file {path!r}; '
-                                 f'check the path (a relative one is taken from the directory Spark was started in)')
+    why = missing_journal(options.url)
+    if why is not None:
+        hint = ("check the path (a relative one is taken from the directory Spark was started in)"
+                if options.url.startswith("sqlite") else "check the ?schema= of the url (default: reprise)")
+        raise JournalSourceError(f'{SOURCE_NAME}: option "url" {redact_url(options.url)!r}: {why}; {hint}')
 
 
 # --- events as JSON -------------------------------------------------------------------------------

@@ -160,6 +160,36 @@ def test_a_source_url_naming_no_journal_file_is_refused_and_creates_none(tmp_pat
     assert not list(tmp_path.iterdir())
 
 
+def test_a_misspelt_postgresql_schema_is_refused_by_the_source_and_the_cli_and_creates_none(postgres_url,
+                                                                                           capsys) -> None:
+    import psycopg
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from actors.cli import main as reprise
+    from journal import open_journal
+    from journal.postgres import drop_schema
+    from spark_bridge.source import JournalDataSource, JournalSourceError
+
+    good = f"{postgres_url}?schema=rp_exists_{uuid.uuid4().hex[:8]}"
+    typo = f"{postgres_url}?schema=rp_exsits_{uuid.uuid4().hex[:8]}"
+    open_journal(good).close()  # a journal schema that exists, so the error can list it
+    try:
+        source = JournalDataSource({"url": typo})
+        with pytest.raises(JournalSourceError, match=r"there is no journal schema 'rp_exsits_.*journal schemas in "
+                                                     r"that database: .*rp_exists_.*check the \?schema="):
+            source.reader(StructType([StructField("offset", LongType())]))
+        assert reprise(["journal", "ls", typo]) == 2
+        err = capsys.readouterr().err
+        assert "there is no journal schema 'rp_exsits_" in err and "?schema=" in err, err
+        assert reprise(["journal", "ls", good]) == 0
+        schema = typo.rpartition("schema=")[2]
+        with psycopg.connect(postgres_url) as conn:
+            assert conn.execute("SELECT count(*) FROM information_schema.schemata WHERE schema_name = %s",
+                                (schema,)).fetchone() == (0,), "a reader created the misspelt schema"
+    finally:
+        drop_schema(good)
+
+
 def test_a_relative_source_url_is_made_absolute_for_the_executors(tmp_path, monkeypatch) -> None:
     from spark_bridge.source import parse_options
 
