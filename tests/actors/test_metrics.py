@@ -243,3 +243,22 @@ def test_reprise_up_serves_the_topology_metrics_port(cli_tag, tmp_path):
     finally:
         down = reprise("down", "--port", str(port))
     assert down.returncode == 0, down.stderr
+
+
+@pytest.mark.multiproc
+def test_the_endpoint_exits_with_a_sigkilled_admin(make_system):
+    # Nobody can reach the system once its admin is dead: its metrics server must not outlive it, serving a
+    # frozen picture and holding the port.
+    from tests.actors.test_supervision import _parent
+
+    port = free_port()
+    system = make_system("multiproc", metrics_port=port)
+    system.spawn(Echo, "/user/echo")
+    assert sample(scrape(port), "reprise_host_up", host="/user/echo") == 1
+    guardian = _parent(system.status().hosts["/user/echo"].pid)
+    admin = _parent(guardian)
+    assert ("127.0.0.1", port) in listening(set(tagged_pids(system.tag)) - {admin}), "served by another process"
+    os.kill(admin, 9)
+    wait_for(lambda: not tagged_pids(system.tag), 20)
+    with pytest.raises(OSError):
+        scrape(port)
