@@ -43,6 +43,7 @@ from persistence.projection import (
     GetProjectionState,
     Projection,
     ProjectionError,
+    ProjectionHandlerError,
     ProjectionState,
 )
 
@@ -52,7 +53,7 @@ __all__ = [
     "DeleteSnapshotsFailure", "DeleteSnapshotsSuccess", "DurableDelivery", "EventsByTag", "GetProjectionState",
     "IdempotentReceiver",
     "IllegalStateError", "MaxUnconfirmedMessagesExceeded", "OffsetStore", "OffsetStoreError", "PersistentActor",
-    "Projection", "ProjectionError", "ProjectionState", "Recovery", "RecoveryCompleted",
+    "Projection", "ProjectionError", "ProjectionHandlerError", "ProjectionState", "Recovery", "RecoveryCompleted",
     "RecoveryTimedOut", "RedeliveryTick", "ReplyToStrategy", "SaveSnapshotFailure", "SaveSnapshotSuccess",
     "SeenIds", "SnapshotOffer", "SnapshotStoreNotConfigured", "StashOverflowError", "UnconfirmedDelivery", "UnconfirmedWarning", "open_offset_store",
     "register_scheme",

@@ -47,6 +47,10 @@ class ProjectionError(RepriseError, ValueError):
     """A projection was configured wrongly (its source, handler, offset store or options)."""
 
 
+class ProjectionHandlerError(RepriseError, RuntimeError):
+    """A projection's handler raised: names the event (persistence id, sequence nr, offset); the cause is chained."""
+
+
 @dataclass(frozen=True)
 class EventsByTag:
     """A projection's source: the events tagged `tag` in the journal at `journal` (None: the host's journal).
@@ -260,6 +264,18 @@ class Projection(Actor):
         self.schedule_once(delay, _TICK)
 
     def _handle(self, envelopes: list[EventEnvelope]) -> None:
+        try:
+            self._apply(envelopes)
+        except Exception as e:
+            # The host reports the message it was handling, which is only the projection's own timer tick:
+            # say which event the handler failed on. The projection restarts from its stored offset.
+            first = envelopes[0]
+            more = f" (first of a group of {len(envelopes)})" if len(envelopes) > 1 else ""
+            raise ProjectionHandlerError(
+                f"projection {self.name}: the handler failed on event {first.persistence_id} #{first.sequence_nr} "
+                f"(offset {first.offset}){more}: {type(e).__name__}: {e}") from e
+
+    def _apply(self, envelopes: list[EventEnvelope]) -> None:
         arg: object = envelopes if self.group_size is not None else envelopes[0]
         offset = envelopes[-1].offset
         if self.exactly_once:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -111,6 +112,10 @@ def test_exactly_once_grouped_survives_a_failing_handler_and_restarts_from_the_s
     assert (tmp_path / "failed-once").exists()
     s = state(system)
     assert (s.stored_offset, s.handled_offset, s.read_offset, s.lag) == (offsets[-1],) * 3 + (0,)
+    # The error names the event the handler failed on, not the projection's timer tick.
+    reasons = [e.reason for e in system.errors().recent if e.path == PROJECTION]
+    assert any(re.search(r"ProjectionHandlerError: projection .*: the handler failed on event \S+ #\d+ \(offset "
+                         r"\d+\) \(first of a group of \d\): RuntimeError", r) for r in reasons), reasons
 
 
 def test_at_least_once_grouped_saves_the_offset_after_n_envelopes_and_resumes_there(base, make_system, tmp_path):
