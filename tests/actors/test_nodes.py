@@ -1,0 +1,122 @@
+"""Nodes: membership by heartbeats, `nodes=` placement, failover when a member dies, rebalance (issue 17).
+
+A leader and two members on 127.0.0.1 (different admin ports), entities journaled in PostgreSQL (a journal every
+node reaches), fed by an at-least-once feeder: balances must be exact after a member is SIGKILLed mid-stream and
+after a rebalance moves shards while deposits flow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+import actors
+from actors.system import kill_tagged, tagged_pids
+from examples.accounts.client import balances, expected_balances, feed, wait_confirmed
+from examples.accounts.model import Account, Feeder
+from journal.postgres import drop_schema
+from tests.actors.sample import Echo, Ping, Pong
+from tests.conftest import start_system, stop_system
+from tests.waiting import wait_for
+
+pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(60)]
+
+NODE_TIMEOUT = 1.5  # seconds: quick failover for the tests
+REPRISE = os.path.join(os.path.dirname(sys.executable), "reprise")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ACCOUNTS = "/user/accounts"
+THREE = ["leader", "m1", "m2"]
+
+
+class Cluster:
+    """A leader and members on this machine; members can be SIGKILLed and started again."""
+
+    def __init__(self, tmp_path, **leader_options) -> None:
+        self.tmp_path = tmp_path
+        self.leader = start_system("multiproc", tmp_path, node_timeout=NODE_TIMEOUT, **leader_options)
+        self.members: dict[str, actors.System] = {}
+        self.killed: list[str] = []  # tags of members killed (their processes must stay gone)
+
+    def join(self, name: str, admin_port: int | None = None) -> actors.System:
+        """Start member `name` (optionally on a given admin port) and wait until the guardian sees it up."""
+        member = start_system("multiproc", self.tmp_path, leader=f"127.0.0.1:{self.leader.admin_port}", node=name,
+                              secret_file=os.path.join(self.leader.run_dir, "secret"), admin_port=admin_port,
+                              node_timeout=NODE_TIMEOUT)
+        self.members[name] = member
+        assert self.leader.nodes()[name] == "up"  # registered before start() returned
+        return member
+
+    def kill(self, name: str) -> int:
+        """SIGKILL every process of member `name` (its admin, agent and hosts); returns its admin port."""
+        member = self.members.pop(name)
+        assert member.tag
+        pids = kill_tagged(member.tag)
+        assert pids and not tagged_pids(member.tag)
+        self.killed.append(member.tag)
+        member._closed = True  # its admin is gone: nothing to shut down or detach from
+        assert member.admin_port is not None
+        return member.admin_port
+
+    def stop(self) -> None:
+        for member in reversed(list(self.members.values())):
+            stop_system(member)
+        stop_system(self.leader)
+        for tag in self.killed:
+            assert kill_tagged(tag) == [], f"processes of killed member {tag} came back"
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    made: list[Cluster] = []
+
+    def make(*members: str, **leader_options) -> Cluster:
+        c = Cluster(tmp_path, **leader_options)
+        made.append(c)
+        for name in members:
+            c.join(name)
+        return c
+
+    yield make
+    for c in made:
+        c.stop()
+
+
+@pytest.fixture
+def pg_url(postgres_url):
+    """A journal URL with a schema of its own (every node reaches it: the journal failover needs)."""
+    name = f"reprise_nodes_{uuid.uuid4().hex[:10]}"
+    url = f"{postgres_url}?schema={name}"
+    yield url
+    drop_schema(url)
+
+
+def shard_nodes(system: actors.System, path: str) -> dict[str, str | None]:
+    """Shard key -> the node it runs on, for the running shards of `path`."""
+    return {key: info.node for key, info in system.status().hosts.items()
+            if key.startswith(path) and info.state == "running"}
+
+
+def test_shards_spread_over_three_nodes_and_status_shows_them(cluster):
+    c = cluster("m1", "m2")
+    assert c.leader.nodes() == {"leader": "up", "m1": "up", "m2": "up"}
+    c.leader.spawn(Echo, "/user/echo", entities=True, shards=3, nodes=THREE)
+    hosts = c.leader.status().hosts
+    placed = {hosts[f"/user/echo [shard {k}]"].node for k in range(3)}
+    assert placed == set(THREE)
+    # Each shard really runs in its node's processes.
+    for k, name in enumerate(THREE):
+        info = hosts[f"/user/echo [shard {k}]"]
+        assert info.node == name
+        owner = c.leader if name == "leader" else c.members[name]
+        assert info.pid in tagged_pids(owner.tag)
+    for i in range(12):
+        assert c.leader.ask(f"/user/echo/{i}", Ping(i), timeout=10) == Pong(i, f"/user/echo/{i}")
+    status = c.leader.status()
+    assert status.nodes == {"leader": "up", "m1": "up", "m2": "up"}
