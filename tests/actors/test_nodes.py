@@ -120,3 +120,95 @@ def test_shards_spread_over_three_nodes_and_status_shows_them(cluster):
         assert c.leader.ask(f"/user/echo/{i}", Ping(i), timeout=10) == Pong(i, f"/user/echo/{i}")
     status = c.leader.status()
     assert status.nodes == {"leader": "up", "m1": "up", "m2": "up"}
+
+
+def spawn_accounts(c: Cluster) -> None:
+    c.leader.spawn(Feeder, "/user/feeder")
+    c.leader.spawn(Account, ACCOUNTS, entities=True, shards=3, nodes=THREE)
+
+
+def check_exact(system: actors.System, deposits: int, accounts: int) -> None:
+    """Every deposit confirmed, and every balance exact (none lost, none applied twice)."""
+    stats = wait_confirmed(system, timeout=30)
+    assert stats.accepted == deposits and stats.unconfirmed == 0, stats
+    expected = expected_balances(deposits, accounts)
+    assert balances(system, list(expected), timeout=20) == expected
+
+
+def test_a_dead_members_shards_restart_on_the_other_nodes_with_exact_sums(cluster, pg_url):
+    c = cluster("m1", "m2", journal=pg_url)
+    spawn_accounts(c)
+    accounts = 30
+    feed(c.leader, 0, 600, accounts)  # deliveries are on their way to all three nodes when m2 dies
+    c.kill("m2")
+    killed = time.monotonic()
+    feed(c.leader, 600, 300, accounts)  # sent while m2 is down but not yet declared so: held or rerouted
+
+    def failed_over() -> dict[str, str | None] | None:
+        placed = shard_nodes(c.leader, ACCOUNTS)
+        return placed if len(placed) == 3 and "m2" not in placed.values() else None
+
+    placed = wait_for(failed_over, timeout=NODE_TIMEOUT + 15)
+    took = time.monotonic() - killed
+    assert set(placed.values()) == {"leader", "m1"}, placed
+    assert c.leader.nodes()["m2"] == "down"
+    status = c.leader.status()
+    shard2 = status.hosts[f"{ACCOUNTS} [shard 2]"]
+    assert shard2.last_exit == "node m2 is down" and shard2.restarts >= 1
+    feed(c.leader, 900, 300, accounts)
+    check_exact(c.leader, 1200, accounts)
+    print(f"failover: shards of m2 running elsewhere {took:.1f} s after its SIGKILL (node_timeout {NODE_TIMEOUT} s)")
+
+
+def test_a_pinned_host_waits_for_its_node_holding_its_messages(cluster):
+    c = cluster("m1")
+    c.leader.spawn(Echo, "/user/pinned", node="m1")
+    c.leader.spawn(Echo, "/user/roaming", nodes=["m1", "leader"])
+    assert c.leader.ask("/user/pinned", Ping(0), timeout=10) == Pong(0, "/user/pinned")
+    port = c.kill("m1")
+
+    def waiting() -> bool:
+        hosts = c.leader.status().hosts
+        return hosts["/user/pinned"].state == "backoff" and hosts["/user/roaming"].state == "running"
+
+    wait_for(waiting, timeout=NODE_TIMEOUT + 15)
+    hosts = c.leader.status().hosts
+    assert hosts["/user/pinned"].last_exit == "node m1 is down" and hosts["/user/pinned"].next_attempt is None
+    assert hosts["/user/roaming"].node == "leader"  # failed over; the pinned one did not
+    probe = c.leader.probe()
+    for n in range(1, 4):
+        probe.tell("/user/pinned", Ping(n))  # held by the guardian until m1 is back
+    probe.expect_no_message(NODE_TIMEOUT)
+    member = c.join("m1", admin_port=port)
+    assert probe.receive_many(3, timeout=20) == [Pong(n, "/user/pinned") for n in range(1, 4)]
+    hosts = c.leader.status().hosts
+    assert hosts["/user/pinned"].node == "m1" and hosts["/user/pinned"].pid in tagged_pids(member.tag)
+    # A node that comes back takes nothing until a rebalance.
+    assert hosts["/user/roaming"].node == "leader"
+    moves = c.leader.rebalance()
+    assert moves == [actors.Move("/user/roaming", "leader", "m1")]
+    assert c.leader.status().hosts["/user/roaming"].node == "m1"
+    assert c.leader.ask("/user/roaming", Ping(9), timeout=10) == Pong(9, "/user/roaming")
+    assert c.leader.rebalance() == []  # already where placement puts it
+
+
+@pytest.mark.parametrize("nodes, node, wrong", [
+    ([], None, "at least one node"),
+    ("m1", None, "must be a list of node names"),
+    (["m1", 3], None, "non-empty node names"),
+    (["m1", " "], None, "non-empty node names"),
+    (["m1", "m1"], None, "more than once"),
+    (["m1"], "m1", "both given"),
+])
+def test_bad_nodes_values_are_refused_naming_what_to_fix(nodes, node, wrong):
+    with actors.start("local") as system:
+        with pytest.raises(actors.ConfigError, match=wrong):
+            system.spawn(Echo, "/user/x", nodes=nodes, node=node)
+        with pytest.raises(actors.ConfigError, match="SQLite file on one machine"):
+            system.spawn(Echo, "/user/y", nodes=["a", "b"], journal="sqlite:///tmp/x.db")
+        # On one node (the local base's) it places and runs.
+        system.spawn(Echo, "/user/z", nodes=["leader"])
+        assert system.ask("/user/z", Ping(1)) == Pong(1, "/user/z")
+        assert system.nodes() == {"leader": "up"}
+        with pytest.raises(actors.SpawnFailed, match="none of its nodes"):
+            system.spawn(Echo, "/user/w", nodes=["elsewhere"])
