@@ -212,3 +212,67 @@ def test_bad_nodes_values_are_refused_naming_what_to_fix(nodes, node, wrong):
         assert system.nodes() == {"leader": "up"}
         with pytest.raises(actors.SpawnFailed, match="none of its nodes"):
             system.spawn(Echo, "/user/w", nodes=["elsewhere"])
+
+
+def reprise(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([REPRISE, *argv], cwd=ROOT, capture_output=True, text=True, timeout=50)
+
+
+def test_rebalance_after_nodes_join_moves_shards_while_deposits_flow_with_exact_sums(cluster, pg_url):
+    c = cluster(journal=pg_url)
+    spawn_accounts(c)
+    assert set(shard_nodes(c.leader, ACCOUNTS).values()) == {"leader"}  # the only live node of the three
+    c.join("m1")
+    c.join("m2")
+    assert set(shard_nodes(c.leader, ACCOUNTS).values()) == {"leader"}  # nodes that join take nothing by themselves
+    accounts, chunk = 40, 100
+    fed = [0]
+    stop = threading.Event()
+    failure: list[BaseException] = []
+
+    def stream() -> None:
+        client = actors.connect(c.leader.admin_port)
+        try:
+            while not stop.is_set():
+                feed(client, fed[0], chunk, accounts)
+                fed[0] += chunk
+        except BaseException as e:  # reported by the test below
+            failure.append(e)
+        finally:
+            client.close()
+
+    feeder = threading.Thread(target=stream, daemon=True)
+    feeder.start()
+    try:
+        wait_for(lambda: fed[0] >= 3 * chunk, timeout=20)
+        before = fed[0]
+        moved = reprise("rebalance", "--port", str(c.leader.admin_port), "--json")
+        assert moved.returncode == 0, moved.stderr
+        assert fed[0] > before, "the stream must flow during the rebalance"
+        wait_for(lambda: fed[0] >= before + 6 * chunk, timeout=20)
+    finally:
+        stop.set()
+        feeder.join(30)
+    assert not failure, failure
+    moves = json.loads(moved.stdout)["moves"]
+    assert sorted((m["key"], m["from"], m["to"]) for m in moves) == [
+        (f"{ACCOUNTS} [shard 1]", "leader", "m1"), (f"{ACCOUNTS} [shard 2]", "leader", "m2")]
+    assert shard_nodes(c.leader, ACCOUNTS) == {f"{ACCOUNTS} [shard {k}]": name for k, name in enumerate(THREE)}
+    check_exact(c.leader, fed[0], accounts)
+    # Status (text) shows the nodes and where each shard runs now.
+    text = reprise("status", "--port", str(c.leader.admin_port))
+    assert text.returncode == 0, text.stderr
+    assert "nodes         leader up, m1 up, m2 up" in text.stdout
+    row = next(line for line in text.stdout.splitlines() if f"{ACCOUNTS} [shard 2]" in line)
+    assert row.split()[-1] == "m2"
+    again = reprise("rebalance", "--port", str(c.leader.admin_port))
+    assert again.returncode == 0 and "0 move(s)" in again.stdout, again.stdout + again.stderr
+    print(f"rebalance: {len(moves)} moves while {fed[0]} deposits flowed; balances exact")
+
+
+def test_rebalance_cli_errors_are_one_line_with_a_hint(cluster):
+    c = cluster()
+    wrong = reprise("rebalance", "--port", str(c.leader.admin_port), "--path", "/user/nothing")
+    assert wrong.returncode == 1
+    assert "no host spawned with nodes= runs at /user/nothing" in wrong.stderr and "hint:" in wrong.stderr
+    assert c.leader.rebalance() == []
