@@ -433,8 +433,10 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         self._retire(record, key)
         record.address = None
         if record.state == "moving" and not self.shutting_down:
-            # A rebalance stopped it (its work done, its group commit flushed): start it on its new node.
+            # A rebalance stopped it (its work done, its group commit flushed): start it on its new node
+            # (as a restart: should it fail to start there, it backs off and tries again).
             record.running_since = None
+            record.restarts += 1
             self._start_host(record, "restarting")
             if record.awaiting_node:
                 self._move_failed(record, record.last_exit or "no node to move to")
@@ -563,7 +565,11 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             log.warning("a member registered as node %r, the leader's own node name; it will not be watched", name)
             return
         node = self.nodes.get(name)
-        if node is None or node.state == "down" or address_key(node.agent) != address_key(sender):
+        if node is not None and node.state == "up" and address_key(node.agent) != address_key(sender):
+            # It restarted (a new agent) before we noticed it was gone: its hosts died with the old one.
+            self._node_down(name, f"it registered again from {sender}")
+            node = self.nodes[name]
+        if node is None or node.state == "down":
             log.warning("node %s is up (agent %s)", name, sender)
             self.nodes[name] = NodeRecord(sender, "up", time.monotonic())
             self._node_up(name)
@@ -585,7 +591,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         """Ping every up node; declare down those that have not answered for node_timeout."""
         now = time.monotonic()
         for name, node in list(self.nodes.items()):
-            if node.state != "up":
+            if node.state != "up" or self.shutting_down:
                 continue  # a node declared down registers again (its agent says hello) when it is back
             if now - node.last_seen > self.node_timeout:
                 self._node_down(name, f"no answer to heartbeats for {self.node_timeout:g} s")
