@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -54,11 +55,15 @@ class Cluster:
         return member
 
     def kill(self, name: str) -> int:
-        """SIGKILL every process of member `name` (its admin, agent and hosts); returns its admin port."""
+        """SIGKILL the whole process group(s) of member `name` (its admin, agent and hosts); returns its admin port."""
         member = self.members.pop(name)
         assert member.tag
-        pids = kill_tagged(member.tag)
-        assert pids and not tagged_pids(member.tag)
+        pids = tagged_pids(member.tag)
+        groups = {os.getpgid(pid) for pid in pids} - {os.getpgid(0)}
+        assert pids and groups
+        for group in groups:
+            os.killpg(group, signal.SIGKILL)
+        wait_for(lambda: not tagged_pids(member.tag), timeout=10)
         self.killed.append(member.tag)
         member._closed = True  # its admin is gone: nothing to shut down or detach from
         assert member.admin_port is not None
@@ -276,3 +281,18 @@ def test_rebalance_cli_errors_are_one_line_with_a_hint(cluster):
     assert wrong.returncode == 1
     assert "no host spawned with nodes= runs at /user/nothing" in wrong.stderr and "hint:" in wrong.stderr
     assert c.leader.rebalance() == []
+
+
+def test_topology_files_accept_nodes_on_actor_and_entities_tables():
+    from actors.topology import TopologyError, loads
+
+    topo = loads('''
+[[entities]]
+path = "/user/accounts"
+class = "examples.accounts.model:Account"
+shards = 3
+nodes = ["a", "b", "c"]
+''')
+    assert topo.entries[0].options["nodes"] == ["a", "b", "c"]
+    with pytest.raises(TopologyError, match="node=.* and nodes=.* were both given"):
+        loads('[[actor]]\npath = "/user/x"\nclass = "tests.actors.sample:Echo"\nnode = "a"\nnodes = ["a"]\n')
