@@ -80,6 +80,10 @@ RECENT_DEAD_LETTERS = 100
 CHILD_CHECK_DELAY = 1.0  # seconds after a host's exit to look for others that died unreported
 STATUS_WAIT = 2.0  # seconds a status request waits for busy hosts before answering without them
 NODE_TIMEOUT = 5.0  # seconds without an answer to heartbeats after which a node is down (start(node_timeout=))
+# A moving host keeps serving this long after its path was routed to the guardian, so that what senders with
+# the old route still send it (hosts until their DirectoryUpdate lands, clients until their directory's 1 s TTL
+# ends) is handled there instead of arriving after its exit, where Thespian drops it.
+MOVE_GRACE = 1.2
 LIVE = ("starting", "running", "restarting", "backoff", "moving")  # states of a host that should be served
 
 
@@ -673,7 +677,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             log.warning("rebalance: moving %s from node %s to node %s", record.spec.key, job.from_node, target)
             record.state = "moving"
             self._publish()  # new messages for it come here (held) before it is asked to exit
-            self.send(record.address, ActorExitRequest())
+            self.wakeupAfter(timedelta(seconds=MOVE_GRACE), ("move", record.spec.key))
             return
         self.rebalancing = None
         self.send(job.requester, Rebalanced(tuple(job.moves), "; ".join(job.errors) or None))
@@ -821,6 +825,10 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             self._resettle(RESETTLE, None)
         elif payload == ("nodes",):
             self._heartbeat()
+        elif isinstance(payload, tuple) and payload[:1] == ("move",):
+            record = self.hosts.get(payload[1])
+            if record is not None and record.state == "moving" and record.address is not None:
+                self.send(record.address, ActorExitRequest())
         elif payload == PARENT_WAKEUP and self.parent_watch is not None and self.parent_watch.orphaned():
             # The admin died: nobody can reach this system any more. Stop the hosts (Thespian sends
             # each child an ActorExitRequest when we exit) and exit.
