@@ -132,6 +132,7 @@ class NodeRecord:
     agent: Address
     state: str = "up"  # up | down
     last_seen: float = 0.0  # time.monotonic() of its last hello or pong
+    stale: list[Address] = field(default_factory=list)  # host processes replaced elsewhere while it was down
 
 
 @dataclass
@@ -575,7 +576,10 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             node = self.nodes[name]
         if node is None or node.state == "down":
             log.warning("node %s is up (agent %s)", name, sender)
-            self.nodes[name] = NodeRecord(sender, "up", time.monotonic())
+            # Processes it kept running are stopped only if the same agent is back (a node that restarted has
+            # none left, and a new process there might have reused an old address).
+            same = node is not None and address_key(node.agent) == address_key(sender)
+            self.nodes[name] = NodeRecord(sender, "up", time.monotonic(), node.stale if node is not None and same else [])
             self._node_up(name)
         else:
             node.last_seen = time.monotonic()
@@ -585,8 +589,12 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
 
     def _node_pong(self, message: NodePong, sender: Address) -> None:
         node = self.nodes.get(message.node)
-        if node is not None and address_key(node.agent) == address_key(sender) and node.state == "up":
+        if node is not None and address_key(node.agent) == address_key(sender):
             node.last_seen = time.monotonic()
+            if node.state == "down":  # (a ping sent before we gave up on it) it was cut off, not dead
+                log.warning("node %s answers again: it is up", message.node)
+                node.state = "up"
+                self._node_up(message.node)
 
     def _get_nodes(self, message: GetNodes, sender: Address) -> None:
         self.send(sender, Nodes(self._node_states()))
@@ -621,6 +629,9 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             if record.address is not None:
                 # Whatever we sent its process may still bounce: the next process gets it first (_retire).
                 self._retire(record, address_key(record.address))
+                if record.state != "stopping":
+                    # If the node was only cut off, that process still runs: stopped when the node is back.
+                    self.nodes[name].stale.append(record.address)
                 record.address = None
             if record.state == "stopping":
                 record.state = "stopped"
@@ -644,6 +655,12 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
 
     def _node_up(self, name: str) -> None:
         """Start the hosts waiting for a node (pinned to `name`, or with no live node in their list)."""
+        node = self.nodes[name]
+        stale, node.stale = node.stale, []
+        for address in stale:
+            # A node that was cut off, not dead, still runs the processes replaced elsewhere meanwhile: two of
+            # them must not serve (and journal) the same entities. (Gone with a dead node: this bounces.)
+            self.send(address, ActorExitRequest())
         for record in list(self.hosts.values()):
             if record.awaiting_node and record.state == "backoff" and record.address is None:
                 self._start_host(record, "restarting")

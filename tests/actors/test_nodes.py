@@ -69,6 +69,13 @@ class Cluster:
         assert member.admin_port is not None
         return member.admin_port
 
+    def signal(self, name: str, sig: signal.Signals) -> None:
+        """Send `sig` to every process group of member `name` (SIGSTOP: cut off but alive)."""
+        member = self.members[name]
+        assert member.tag
+        for group in {os.getpgid(pid) for pid in tagged_pids(member.tag)} - {os.getpgid(0)}:
+            os.killpg(group, sig)
+
     def stop(self) -> None:
         for member in reversed(list(self.members.values())):
             stop_system(member)
@@ -296,3 +303,25 @@ nodes = ["a", "b", "c"]
     assert topo.entries[0].options["nodes"] == ["a", "b", "c"]
     with pytest.raises(TopologyError, match="node=.* and nodes=.* were both given"):
         loads('[[actor]]\npath = "/user/x"\nclass = "tests.actors.sample:Echo"\nnode = "a"\nnodes = ["a"]\n')
+
+
+def test_a_node_cut_off_but_alive_comes_back_up_and_its_replaced_processes_exit(cluster):
+    c = cluster("m1")
+    c.leader.spawn(Echo, "/user/roaming", nodes=["m1", "leader"])
+    before = c.leader.status().hosts["/user/roaming"]
+    assert before.node == "m1"
+    c.signal("m1", signal.SIGSTOP)  # frozen: no answer to heartbeats, yet its processes live on
+    try:
+        wait_for(lambda: c.leader.nodes()["m1"] == "down", timeout=NODE_TIMEOUT + 10)
+        wait_for(lambda: c.leader.status().hosts["/user/roaming"].state == "running", timeout=15)
+        assert c.leader.status().hosts["/user/roaming"].node == "leader"
+        assert c.leader.ask("/user/roaming", Ping(1), timeout=10) == Pong(1, "/user/roaming")
+        assert before.pid in tagged_pids(c.members["m1"].tag)  # split brain: the old process still exists
+    finally:
+        c.signal("m1", signal.SIGCONT)
+    wait_for(lambda: c.leader.nodes()["m1"] == "up", timeout=NODE_TIMEOUT + 10)
+    # Back, it is told to stop the process that was replaced meanwhile; the host stays where it failed over to.
+    wait_for(lambda: before.pid not in tagged_pids(c.members["m1"].tag), timeout=15)
+    hosts = c.leader.status().hosts
+    assert hosts["/user/roaming"].node == "leader" and hosts["/user/roaming"].state == "running"
+    assert c.leader.ask("/user/roaming", Ping(2), timeout=10) == Pong(2, "/user/roaming")
