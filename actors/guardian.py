@@ -31,6 +31,7 @@ from .messages import (
     ActorBackingOff,
     ActorRestarted,
     Batch,
+    CheckPids,
     DeadLetter,
     DeadLetters,
     DirectoryUpdate,
@@ -52,6 +53,7 @@ from .messages import (
     NodePong,
     Nodes,
     NodeWelcome,
+    PidsGone,
     Rebalance,
     Rebalanced,
     RegisterRoute,
@@ -614,6 +616,22 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             return
         self.wakeupAfter(timedelta(seconds=self.node_timeout / 5), ("nodes",))
 
+    def _ask_nodes_about(self, dead_key: str) -> None:
+        """Ask a member's agent whether the processes of its hosts at `dead_key` are gone (its /proc, not ours:
+        a dead host's exit report can be lost, see _check_children)."""
+        for record in self.hosts.values():
+            node = self.nodes.get(record.node or "")
+            if node is not None and node.state == "up" and _serving(record) and record.pid \
+                    and address_key(_address(record)) == dead_key:
+                self.send(node.agent, CheckPids((record.pid,)))
+
+    def _pids_gone(self, message: PidsGone, sender: Address) -> None:
+        for record in list(self.hosts.values()):
+            if record.node == message.node and record.pid in message.pids and _serving(record):
+                log.warning("host %s (pid %d on node %s) died unreported; handling its exit",
+                            record.spec.key, record.pid, message.node)
+                self._child_exited(_address(record))
+
     def _node_unreachable(self, agent_key: str) -> None:
         for name, node in list(self.nodes.items()):
             if node.state == "up" and address_key(node.agent) == agent_key:
@@ -889,6 +907,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
     def _dead_envelope(self, envelope: DeadEnvelope, bounced: bool = False) -> None:
         dead = envelope.deadMessage
         dead_key = address_key(envelope.deadAddress)
+        self._ask_nodes_about(dead_key)
         for record in list(self.hosts.values()):
             # Undeliverable to a running host whose process is gone: its exit went unreported (see
             # _check_children). Restart it before rerouting, so that its messages are held, not bounced.
@@ -989,6 +1008,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         NodePong: _node_pong,
         GetNodes: _get_nodes,
         Rebalance: _rebalance,
+        PidsGone: _pids_gone,
     }
 
 
@@ -1064,6 +1084,9 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
                 self.last_ping = time.monotonic()
                 self.send(self.guardian, NodeHello(self.node))
                 self.wakeupAfter(timedelta(seconds=self.node_timeout / 2), ("hello",))
+        elif isinstance(message, CheckPids):
+            if self.node is not None:
+                self.send(sender, PidsGone(self.node, tuple(p for p in message.pids if not _is_running_here(p))))
         elif isinstance(message, NodeWelcome):
             self.last_ping = time.monotonic()
             if self.booting is not None:

@@ -350,6 +350,21 @@ class NodePong:
 
 
 @dataclass(frozen=True)
+class CheckPids:
+    """Guardian -> node agent: which of these host pids are gone on your machine? (reply: PidsGone)."""
+
+    pids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PidsGone:
+    """Node agent -> guardian: the pids of a CheckPids that no live process of its machine has."""
+
+    node: str
+    pids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class GetNodes:
     """Client -> guardian: reply with Nodes."""
 

@@ -19,6 +19,7 @@ import uuid
 import pytest
 
 import actors
+from actors.messages import CheckPids, PidsGone
 from actors.system import kill_tagged, tagged_pids
 from examples.accounts.client import balances, expected_balances, feed, wait_confirmed
 from examples.accounts.model import Account, Feeder
@@ -325,3 +326,30 @@ def test_a_node_cut_off_but_alive_comes_back_up_and_its_replaced_processes_exit(
     hosts = c.leader.status().hosts
     assert hosts["/user/roaming"].node == "leader" and hosts["/user/roaming"].state == "running"
     assert c.leader.ask("/user/roaming", Ping(2), timeout=10) == Pong(2, "/user/roaming")
+
+
+def test_hosts_killed_together_on_a_member_restart_there(cluster):
+    c = cluster("m1")
+    c.leader.spawn(Echo, "/user/echo", entities=True, shards=4, nodes=["m1"])
+    hosts = c.leader.status().hosts
+    keys = [f"/user/echo [shard {k}]" for k in range(4)]
+    old = {key: hosts[key].pid for key in keys}
+    assert all(hosts[key].node == "m1" and old[key] in tagged_pids(c.members["m1"].tag) for key in keys)
+    for key in keys[:2]:
+        os.kill(old[key], signal.SIGKILL)  # two at once: Thespian may drop one of the exit reports
+    # Whether a member's host process is gone is asked of that member's node agent (its /proc, not the leader's).
+    member = c.members["m1"]
+    agent = member._asys.createActor("actors.guardian.NodeAgent", globalName="reprise-node")
+    gone = member._asys.ask(agent, CheckPids(tuple(old.values())), 10)
+    assert gone == PidsGone("m1", tuple(old[key] for key in keys[:2]))
+
+    def restarted() -> bool:
+        now = c.leader.status().hosts
+        return all(now[k].state == "running" and now[k].pid != old[k] for k in keys[:2])
+
+    wait_for(restarted, timeout=20)
+    hosts = c.leader.status().hosts
+    assert all(hosts[key].node == "m1" and hosts[key].pid in tagged_pids(c.members["m1"].tag) for key in keys)
+    assert [hosts[key].pid == old[key] for key in keys] == [False, False, True, True]
+    for i in range(8):
+        assert c.leader.ask(f"/user/echo/{i}", Ping(i), timeout=10) == Pong(i, f"/user/echo/{i}")
