@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     agent = asys.createActor("actors.guardian.NodeAgent", globalName="reprise-node")
     # A member's agent registers its node with the guardian (heartbeats, failover) before boot returns.
     node_timeout = config.get("node_timeout")
-    reply = asys.ask(agent, SetGuardian(guardian, (config.get("node") or "member") if leader else None,
+    reply = asys.ask(agent, SetGuardian(guardian, str(capabilities["Reprise Node"]) if leader else None,
                                         node_timeout if isinstance(node_timeout, float) else NODE_TIMEOUT), timeout)
     if not isinstance(reply, GuardianIs):
         print(f"node agent did not start: {reply!r}", file=sys.stderr)
