@@ -339,6 +339,8 @@ def test_hosts_killed_together_on_a_member_restart_there(cluster):
         os.kill(old[key], signal.SIGKILL)  # two at once: Thespian may drop one of the exit reports
     # Whether a member's host process is gone is asked of that member's node agent (its /proc, not the leader's).
     member = c.members["m1"]
+    killed = {old[key] for key in keys[:2]}
+    wait_for(lambda: not killed & set(tagged_pids(member.tag)), timeout=10)  # (a kill takes effect asynchronously)
     agent = member._asys.createActor("actors.guardian.NodeAgent", globalName="reprise-node")
     gone = member._asys.ask(agent, CheckPids(tuple(old.values())), 10)
     assert gone == PidsGone("m1", tuple(old[key] for key in keys[:2]))
