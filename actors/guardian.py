@@ -597,6 +597,8 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
                 log.warning("node %s answers again: it is up", message.node)
                 node.state = "up"
                 self._node_up(message.node)
+            elif message.gone:
+                self._pids_gone(PidsGone(message.node, message.gone), sender)
 
     def _get_nodes(self, message: GetNodes, sender: Address) -> None:
         self.send(sender, Nodes(self._node_states()))
@@ -610,7 +612,10 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             if now - node.last_seen > self.node_timeout:
                 self._node_down(name, f"no answer to heartbeats for {self.node_timeout:g} s")
             else:
-                self.send(node.agent, NodePing(next(self.pings)))
+                # With the pids of its hosts: a host that died there unreported (see _check_children) is
+                # found within a heartbeat.
+                pids = tuple(r.pid for r in self.hosts.values() if r.node == name and r.pid and _serving(r))
+                self.send(node.agent, NodePing(next(self.pings), pids))
         if self.shutting_down or not any(node.state == "up" for node in self.nodes.values()):
             self.ticking = False
             return
@@ -1064,7 +1069,8 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
         if isinstance(message, NodePing):
             self.last_ping = time.monotonic()
             if self.node is not None:
-                self.send(sender, NodePong(self.node, message.seq))
+                gone = tuple(pid for pid in message.pids if not _is_running_here(pid))
+                self.send(sender, NodePong(self.node, message.seq, gone))
         elif isinstance(message, WakeupMessage) and message.payload == PARENT_WAKEUP:
             if self.parent_watch is not None and self.parent_watch.orphaned():
                 self.send(self.myAddress, ActorExitRequest())  # the admin died

@@ -336,17 +336,19 @@ class NodeWelcome:
 
 @dataclass(frozen=True)
 class NodePing:
-    """Guardian -> node agent: a heartbeat (reply: NodePong)."""
+    """Guardian -> node agent: a heartbeat (reply: NodePong), with the pids of the hosts running there."""
 
     seq: int
+    pids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
 class NodePong:
-    """Node agent -> guardian: the answer to a NodePing."""
+    """Node agent -> guardian: the answer to a NodePing, with those of its pids no live process has."""
 
     node: str
     seq: int
+    gone: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

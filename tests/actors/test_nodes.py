@@ -355,3 +355,32 @@ def test_hosts_killed_together_on_a_member_restart_there(cluster):
     assert [hosts[key].pid == old[key] for key in keys] == [False, False, True, True]
     for i in range(8):
         assert c.leader.ask(f"/user/echo/{i}", Ping(i), timeout=10) == Pong(i, f"/user/echo/{i}")
+
+
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_host_dying_unreported_on_a_member_is_found_by_the_heartbeat(cluster):
+    c = cluster("m1")
+    c.leader.spawn(Echo, "/user/e", nodes=["m1"])
+    pid = c.leader.status().hosts["/user/e"].pid
+    tag = c.members["m1"].tag
+    pids = set(tagged_pids(tag))
+    admin = next(p for p in pids if parent_of(p) not in pids)  # the member's admin: the others' ancestor
+    assert pid != admin
+    quiet = c.leader.probe()  # (made now: registering its route later would push routes to the host)
+    os.kill(admin, signal.SIGSTOP)  # it would report the host's exit (ChildActorExited): now it cannot
+    try:
+        os.kill(pid, signal.SIGKILL)
+        # The member's node agent still answers heartbeats, which carry its hosts' pids: the exit is noticed
+        # within a few heartbeats, with nothing sent to the host meanwhile (a status request would be: the
+        # guardian would find it dead that way, asking the agent).
+        quiet.expect_no_message(NODE_TIMEOUT)
+        assert c.leader.status().hosts["/user/e"].last_exit == f"process exited unexpectedly (pid {pid})"
+    finally:
+        os.kill(admin, signal.SIGCONT)
+    wait_for(lambda: c.leader.status().hosts["/user/e"].state == "running", timeout=20)
+    assert c.leader.ask("/user/e", Ping(1), timeout=10) == Pong(1, "/user/e")
+    assert c.leader.status().hosts["/user/e"].pid in tagged_pids(tag)
