@@ -652,7 +652,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             if record.address is not None:
                 # Whatever we sent its process may still bounce: the next process gets it first (_retire).
                 self._retire(record, address_key(record.address))
-                if record.state != "stopping":
+                if record.state != "stopping" and record.pid:  # (pid: a real process, HostReady came)
                     # If the node was only cut off, that process still runs: stopped when the node is back.
                     self.nodes[name].stale.append(record.address)
                 record.address = None
