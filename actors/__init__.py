@@ -26,7 +26,7 @@ from .errors import (
     UnpicklableMessage,
 )
 from .lifecycle import Lifecycle
-from .messages import DeadLetter, DeadLetters, HostInfo, Scatter, SystemStatus
+from .messages import DeadLetter, DeadLetters, HostInfo, Move, Scatter, SystemStatus
 from .paths import validate_path
 from .supervision import Backoff, InvalidBackoff
 from .system import Probe, System, connect, free_port, shutdown, start
@@ -39,7 +39,7 @@ thespian_fixes.apply()
 __all__ = [
     "Actor", "ActorContext", "ActorError", "ActorFailed", "AskTimeout", "Backoff", "ConfigError",
     "DeadLetter", "DeadLetters", "Errors", "HostInfo", "InvalidBackoff", "InvalidPath", "Lifecycle",
-    "MessageNotSent", "PathTaken", "Probe", "RepriseError", "Scatter", "SendTimeout", "SpawnFailed", "System",
+    "MessageNotSent", "Move", "PathTaken", "Probe", "RepriseError", "Scatter", "SendTimeout", "SpawnFailed", "System",
     "SystemNotRunning", "SystemStatus", "Timer", "UnpicklableMessage", "connect", "free_port", "shutdown",
     "start", "validate_path", "AuthenticationFailed", "MissingSecret", "SecretUnavailable", "TlsConfig",
     "TlsError",

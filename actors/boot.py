@@ -33,6 +33,7 @@ class BootConfig(TypedDict, total=False):
     log_level: str
     metrics_port: int | None  # this node's Prometheus endpoint (None: none)
     metrics_host: str
+    node_timeout: float  # seconds without heartbeat answers after which the guardian declares a node down
 
 
 def log_defs(run_dir: str, level: str) -> dict[str, object]:
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from thespian.actors import ActorSystem
 
-    from .guardian import GuardianInit, SetGuardian
+    from .guardian import NODE_TIMEOUT, GuardianInit, SetGuardian
     from .messages import GuardianIs, Spawned
 
     capabilities = {"Admin Port": args.port, "Reprise Node": config.get("node") or "leader"}
@@ -105,7 +106,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"guardian did not start: {reply!r}", file=sys.stderr)
             return 2
     agent = asys.createActor("actors.guardian.NodeAgent", globalName="reprise-node")
-    reply = asys.ask(agent, SetGuardian(guardian), timeout)
+    # A member's agent registers its node with the guardian (heartbeats, failover) before boot returns.
+    node_timeout = config.get("node_timeout")
+    reply = asys.ask(agent, SetGuardian(guardian, str(capabilities["Reprise Node"]) if leader else None,
+                                        node_timeout if isinstance(node_timeout, float) else NODE_TIMEOUT), timeout)
     if not isinstance(reply, GuardianIs):
         print(f"node agent did not start: {reply!r}", file=sys.stderr)
         return 2

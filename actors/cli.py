@@ -1,7 +1,7 @@
 """The `reprise` command: run topologies, inspect and stop systems, inspect journals, run benchmarks.
 
     reprise up TOPOLOGY.toml [--detach]      reprise down --port N      reprise status --port N
-    reprise node --leader HOST:PORT --port N --name NAME
+    reprise node --leader HOST:PORT --port N --name NAME      reprise rebalance --port N [--path P]
     reprise journal ls|show|tail|verify [URL]   (URL defaults to $REPRISE_JOURNAL)
     reprise bench [ARGS]                        (in a checkout: runs `python -m bench ARGS`)
 """
@@ -28,7 +28,7 @@ from .journal_commands import (
     with_imports,
 )
 from .paths import printable
-from .system_commands import cmd_down, cmd_node, cmd_status, cmd_up
+from .system_commands import cmd_down, cmd_node, cmd_rebalance, cmd_status, cmd_up
 
 # This module parses the arguments and dispatches: the commands live in system_commands and
 # journal_commands, the benchmark runner in a checkout's bench/.
@@ -138,6 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("status", cmd_status, "show a running system's hosts, actors alive, unconfirmed deliveries, dead letters and journal size")
     _attach_options(p)
     p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = command("rebalance", cmd_rebalance, "move hosts spawned with nodes= (one at a time, gracefully) to where "
+                "placement over the live nodes puts them, e.g. after a node came back")
+    _attach_options(p)
+    p.add_argument("--path", help="only the host (or shards) at this path (default: every nodes= host)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for every move to finish")
+    p.add_argument("--json", action="store_true", help="print the moves as JSON")
 
     p = command("node", cmd_node, "join this machine to a system's convention as a member")
     p.add_argument("--leader", required=True, metavar="HOST:PORT", help="the leader's admin address")

@@ -31,12 +31,14 @@ from .messages import (
     ActorBackingOff,
     ActorRestarted,
     Batch,
+    CheckPids,
     DeadLetter,
     DeadLetters,
     DirectoryUpdate,
     GetDeadLetters,
     GetDirectory,
     GetHostStats,
+    GetNodes,
     GetStatus,
     GuardianIs,
     HostDone,
@@ -45,6 +47,15 @@ from .messages import (
     HostSpec,
     HostStats,
     InitHost,
+    Move,
+    NodeHello,
+    NodePing,
+    NodePong,
+    Nodes,
+    NodeWelcome,
+    PidsGone,
+    Rebalance,
+    Rebalanced,
     RegisterRoute,
     ShardSet,
     Spawned,
@@ -70,6 +81,12 @@ RESETTLE = "reprise-resettle"
 RECENT_DEAD_LETTERS = 100
 CHILD_CHECK_DELAY = 1.0  # seconds after a host's exit to look for others that died unreported
 STATUS_WAIT = 2.0  # seconds a status request waits for busy hosts before answering without them
+NODE_TIMEOUT = 5.0  # seconds without an answer to heartbeats after which a node is down (start(node_timeout=))
+# A moving host keeps serving this long after its path was routed to the guardian, so that what senders with
+# the old route still send it (hosts until their DirectoryUpdate lands, clients until their directory's 1 s TTL
+# ends) is handled there instead of arriving after its exit, where Thespian drops it.
+MOVE_GRACE = 1.2
+LIVE = ("starting", "running", "restarting", "backoff", "moving")  # states of a host that should be served
 
 
 @dataclass(frozen=True)
@@ -81,9 +98,11 @@ class GuardianInit:
 
 @dataclass(frozen=True)
 class SetGuardian:
-    """Boot -> node agent: where this system's guardian lives."""
+    """Boot -> node agent: where this system's guardian lives; a member's agent registers its `node` there."""
 
     address: Address
+    node: str | None = None  # None: the leader's agent (the guardian's own node is always up)
+    node_timeout: float = NODE_TIMEOUT
 
 
 @dataclass
@@ -104,6 +123,30 @@ class HostRecord:
     held: deque[Entry] = field(default_factory=deque)
     front: int = 0  # held entries that bounced off an earlier process: they go out before the rest
     past: dict[str, float] = field(default_factory=dict)  # address key of an earlier process -> until when to wait for it
+    node: str | None = None  # where it runs (or last ran); set by _start_host
+    awaiting_node: bool = False  # backing off until a node it may run on is up (no restart scheduled)
+
+
+@dataclass
+class NodeRecord:
+    """A member node as the guardian sees it: its agent's address and when it last answered."""
+
+    agent: Address
+    state: str = "up"  # up | down
+    last_seen: float = 0.0  # time.monotonic() of its last hello or pong
+    stale: list[Address] = field(default_factory=list)  # host processes replaced elsewhere while it was down
+
+
+@dataclass
+class RebalanceJob:
+    """A rebalance under way: the hosts still to look at, one moving at a time."""
+
+    requester: Address
+    queue: deque[str]
+    moves: list[Move] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    current: str | None = None  # the key of the host moving now
+    from_node: str = ""
 
 
 @dataclass
@@ -137,6 +180,12 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         self.status_tokens = itertools.count(1)
         self.shard_counts: dict[str, int] = {}  # path -> shards, for entity hosts of more than one
         self.parent_watch: ParentWatch | None = None
+        self.my_node = "leader"
+        self.nodes: dict[str, NodeRecord] = {}  # member nodes (the guardian's own node is always up)
+        self.node_timeout = NODE_TIMEOUT
+        self.ticking = False
+        self.pings = itertools.count(1)
+        self.rebalancing: RebalanceJob | None = None
 
     @staticmethod
     def actorSystemCapabilityCheck(capabilities: Mapping[str, object], requirements: Mapping[str, object] | None) -> bool:
@@ -157,6 +206,9 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
 
     def _init(self, message: GuardianInit, sender: Address) -> None:
         self.config = dict(message.config)
+        self.my_node = str(self.config.get("node") or "leader")
+        timeout = self.config.get("node_timeout")
+        self.node_timeout = float(timeout) if isinstance(timeout, int | float) else NODE_TIMEOUT
         self.inflight = InFlight(self, self._settled)
         self.inflight.no_bounce = self.myAddress
         self.outbox = Outbox(GUARDIAN_PATH, self.inflight.send, self._unpicklable)
@@ -177,7 +229,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             spec = record.spec
             if _serving(record):
                 address = _address(record)
-            elif record.state in ("restarting", "backoff") or (record.state == "starting" and spec.shards > 1):
+            elif record.state in ("restarting", "backoff", "moving") or (record.state == "starting" and spec.shards > 1):
                 # Served again soon: senders route to the guardian, which holds the messages meanwhile.
                 # (Without a route, a sender could not tell "restarting" from "nobody serves this path".)
                 address = self.myAddress
@@ -224,6 +276,10 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         if clash:
             self.send(sender, Spawned(spec.path, clash))
             return
+        unplaced = self._unplaceable(spec)
+        if unplaced:
+            self.send(sender, Spawned(spec.path, unplaced))
+            return
         for key in [k for k, r in self.hosts.items() if r.spec.path == spec.path]:
             del self.hosts[key]  # stopped or failed before (no clash): forget them
         if spec.shards > 1:
@@ -258,7 +314,18 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         return [r for k in range(spec.shards) if (r := self.hosts.get(shard_key(spec.path, k, spec.shards)))]
 
     def _start_host(self, record: HostRecord, state: str = "starting") -> None:
-        requirements = {"Reprise Node": record.spec.node} if record.spec.node else None
+        node = self._place(record)
+        if node is None:
+            # Nowhere to run now: wait (its messages held) until a node it may run on is up (_node_up).
+            record.state, record.address, record.pid, record.next_attempt = "backoff", None, 0, None
+            record.awaiting_node = True
+            record.last_exit = self._why_waiting(record)
+            log.warning("host %s waits: %s", record.spec.key, record.last_exit)
+            return
+        record.awaiting_node = False
+        record.node = node
+        spec = record.spec
+        requirements = {"Reprise Node": node} if spec.node or spec.nodes else None
         record.address = self.createActor("actors.host.HostActor", targetActorRequirements=requirements)
         record.state = state
         record.pid = 0  # the old process's pid until HostReady (it must not pass for the new one's)
@@ -319,6 +386,11 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             lead.waiters.clear()
         if not self._blocked(record):
             self._release_to(record)
+        job = self.rebalancing
+        if job is not None and job.current == record.spec.key:
+            job.moves.append(Move(record.spec.key, job.from_node, record.node or self.my_node))
+            job.current = None
+            self._next_move()
 
     def _host_done(self, message: HostDone, sender: Address) -> None:
         record = self.hosts.get(message.path)
@@ -367,6 +439,15 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         path, record = found[0]
         self._retire(record, key)
         record.address = None
+        if record.state == "moving" and not self.shutting_down:
+            # A rebalance stopped it (its work done, its group commit flushed): start it on its new node
+            # (as a restart: should it fail to start there, it backs off and tries again).
+            record.running_since = None
+            record.restarts += 1
+            self._start_host(record, "restarting")
+            if record.awaiting_node:
+                self._move_failed(record, record.last_exit or "no node to move to")
+            return
         if self.shutting_down or record.state in ("stopping", "stopped", "failed"):
             record.state = "failed" if record.state == "failed" else "stopped"
             self._publish()
@@ -387,6 +468,8 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         record.failure = None
         record.last_exit = reason
         key = record.spec.key
+        if self.rebalancing is not None and self.rebalancing.current == key:
+            self._move_failed(record, reason)
         if backoff.max_restarts is not None and record.in_a_row >= backoff.max_restarts:
             log.error("host %s died (%s) after %d restarts in a row: giving up (backoff max_restarts)",
                       key, reason, record.in_a_row)
@@ -413,7 +496,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
 
     def _stop(self, message: StopPath, sender: Address) -> None:
         path = message.path
-        live = ("running", "starting", "restarting", "backoff")
+        live = LIVE
         group = [r for r in self.hosts.values() if r.spec.path == path and r.state in live]
         if group:
             for record in group:
@@ -439,6 +522,214 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
                 return
         self.send(sender, Spawned(path, f"nothing runs at {path}"))
 
+    # ---- nodes: membership, placement, failover, rebalance ------------------------------------------
+    def _up(self, name: str) -> bool:
+        node = self.nodes.get(name)
+        return name == self.my_node or (node is not None and node.state == "up")
+
+    def _node_states(self) -> dict[str, str]:
+        states = {name: node.state for name, node in self.nodes.items()}
+        states[self.my_node] = "up"
+        return dict(sorted(states.items()))
+
+    def _here(self, record: HostRecord) -> bool:
+        """True if the host runs on the guardian's own node (its pid is this machine's)."""
+        return record.node in (None, self.my_node)
+
+    def _place(self, record: HostRecord) -> str | None:
+        """The node `record` should run on now (None: none it may run on is up).
+
+        `nodes=`: shard k on live[k % len(live)], live = the listed nodes that are up, in list order (a
+        single host: the first live one). `node=`: that node unless it is known to be down. Else the
+        guardian's own node.
+        """
+        spec = record.spec
+        if spec.nodes:
+            live = [name for name in spec.nodes if self._up(name)]
+            return live[spec.shard % len(live)] if live else None
+        if spec.node:
+            node = self.nodes.get(spec.node)
+            return None if node is not None and node.state == "down" and spec.node != self.my_node else spec.node
+        return self.my_node
+
+    def _why_waiting(self, record: HostRecord) -> str:
+        spec = record.spec
+        if spec.nodes:
+            return f"none of its nodes {list(spec.nodes)} is up"
+        return f"node {spec.node} is down"
+
+    def _unplaceable(self, spec: HostSpec) -> str | None:
+        """Why a spawn of `spec` cannot start now (its nodes all down), or None."""
+        if self._place(HostRecord(spec)) is not None:
+            return None
+        return (f"cannot start {spec.path}: {self._why_waiting(HostRecord(spec))} (nodes now: "
+                f"{', '.join(f'{n} {s}' for n, s in self._node_states().items())})")
+
+    def _node_hello(self, message: NodeHello, sender: Address) -> None:
+        name = message.node
+        self.send(sender, NodeWelcome(name))
+        if name == self.my_node:
+            log.warning("a member registered as node %r, the leader's own node name; it will not be watched", name)
+            return
+        node = self.nodes.get(name)
+        if node is not None and node.state == "up" and address_key(node.agent) != address_key(sender):
+            # It restarted (a new agent) before we noticed it was gone: its hosts died with the old one.
+            self._node_down(name, f"it registered again from {sender}")
+            node = self.nodes[name]
+        if node is None or node.state == "down":
+            log.warning("node %s is up (agent %s)", name, sender)
+            # Processes it kept running are stopped only if the same agent is back (a node that restarted has
+            # none left, and a new process there might have reused an old address).
+            same = node is not None and address_key(node.agent) == address_key(sender)
+            self.nodes[name] = NodeRecord(sender, "up", time.monotonic(), node.stale if node is not None and same else [])
+            self._node_up(name)
+        else:
+            node.last_seen = time.monotonic()
+        if not self.ticking:
+            self.ticking = True
+            self.wakeupAfter(timedelta(seconds=self.node_timeout / 5), ("nodes",))
+
+    def _node_pong(self, message: NodePong, sender: Address) -> None:
+        node = self.nodes.get(message.node)
+        if node is not None and address_key(node.agent) == address_key(sender):
+            node.last_seen = time.monotonic()
+            if node.state == "down":  # (a ping sent before we gave up on it) it was cut off, not dead
+                log.warning("node %s answers again: it is up", message.node)
+                node.state = "up"
+                self._node_up(message.node)
+            elif message.gone:
+                self._pids_gone(PidsGone(message.node, message.gone), sender)
+
+    def _get_nodes(self, message: GetNodes, sender: Address) -> None:
+        self.send(sender, Nodes(self._node_states()))
+
+    def _heartbeat(self) -> None:
+        """Ping every up node; declare down those that have not answered for node_timeout."""
+        now = time.monotonic()
+        for name, node in list(self.nodes.items()):
+            if node.state != "up" or self.shutting_down:
+                continue  # a node declared down registers again (its agent says hello) when it is back
+            if now - node.last_seen > self.node_timeout:
+                self._node_down(name, f"no answer to heartbeats for {self.node_timeout:g} s")
+            else:
+                # With the pids of its hosts: a host that died there unreported (see _check_children) is
+                # found within a heartbeat.
+                pids = tuple(r.pid for r in self.hosts.values() if r.node == name and r.pid and _serving(r))
+                self.send(node.agent, NodePing(next(self.pings), pids))
+        if self.shutting_down or not any(node.state == "up" for node in self.nodes.values()):
+            self.ticking = False
+            return
+        self.wakeupAfter(timedelta(seconds=self.node_timeout / 5), ("nodes",))
+
+    def _ask_nodes_about(self, dead_key: str) -> None:
+        """Ask a member's agent whether the processes of its hosts at `dead_key` are gone (its /proc, not ours:
+        a dead host's exit report can be lost, see _check_children)."""
+        for record in self.hosts.values():
+            node = self.nodes.get(record.node or "")
+            if node is not None and node.state == "up" and _serving(record) and record.pid \
+                    and address_key(_address(record)) == dead_key:
+                self.send(node.agent, CheckPids((record.pid,)))
+
+    def _pids_gone(self, message: PidsGone, sender: Address) -> None:
+        for record in list(self.hosts.values()):
+            if record.node == message.node and record.pid in message.pids and _serving(record):
+                log.warning("host %s (pid %d on node %s) died unreported; handling its exit",
+                            record.spec.key, record.pid, message.node)
+                self._child_exited(_address(record))
+
+    def _node_unreachable(self, agent_key: str) -> None:
+        for name, node in list(self.nodes.items()):
+            if node.state == "up" and address_key(node.agent) == agent_key:
+                self._node_down(name, "its node agent is unreachable")
+
+    def _node_down(self, name: str, why: str) -> None:
+        """Restart every `nodes=` host of node `name` on another live node of its list; hold its pinned ones."""
+        self.nodes[name].state = "down"
+        log.error("node %s is down (%s)", name, why)
+        for record in list(self.hosts.values()):
+            if record.node != name or record.state not in LIVE + ("stopping",):
+                continue
+            if record.address is not None:
+                # Whatever we sent its process may still bounce: the next process gets it first (_retire).
+                self._retire(record, address_key(record.address))
+                if record.state != "stopping" and record.pid:  # (pid: a real process, HostReady came)
+                    # If the node was only cut off, that process still runs: stopped when the node is back.
+                    self.nodes[name].stale.append(record.address)
+                record.address = None
+            if record.state == "stopping":
+                record.state = "stopped"
+                self._release_held(record, f"actor at {record.spec.key} stopped")
+                for waiter in record.waiters:
+                    self.send(waiter, Spawned(record.spec.path))
+                record.waiters.clear()
+                continue
+            record.running_since, record.failure = None, None
+            if record.state == "backoff" and not record.awaiting_node:
+                continue  # a restart is scheduled (_restart_due): it will be placed on a live node then
+            record.restarts += 1
+            self._start_host(record, "restarting")
+            if record.awaiting_node:
+                if self.rebalancing is not None and self.rebalancing.current == record.spec.key:
+                    self._move_failed(record, record.last_exit or why)
+            else:
+                record.last_exit = f"node {name} is down"
+                log.warning("host %s: node %s is down; starting it on node %s", record.spec.key, name, record.node)
+        self._publish()
+
+    def _node_up(self, name: str) -> None:
+        """Start the hosts waiting for a node (pinned to `name`, or with no live node in their list)."""
+        node = self.nodes[name]
+        stale, node.stale = node.stale, []
+        for address in stale:
+            # A node that was cut off, not dead, still runs the processes replaced elsewhere meanwhile: two of
+            # them must not serve (and journal) the same entities. (Gone with a dead node: this bounces.)
+            self.send(address, ActorExitRequest())
+        for record in list(self.hosts.values()):
+            if record.awaiting_node and record.state == "backoff" and record.address is None:
+                self._start_host(record, "restarting")
+        self._publish()
+
+    def _rebalance(self, message: Rebalance, sender: Address) -> None:
+        if self.rebalancing is not None:
+            self.send(sender, Rebalanced((), "a rebalance is already under way; wait for it to finish"))
+            return
+        keys = [key for key, r in self.hosts.items()
+                if r.spec.nodes and (message.path is None or r.spec.path == message.path)]
+        if message.path is not None and not keys:
+            self.send(sender, Rebalanced((), f"no host spawned with nodes= runs at {message.path}"))
+            return
+        self.rebalancing = RebalanceJob(sender, deque(keys))
+        self._next_move()
+
+    def _next_move(self) -> None:
+        """Move the next misplaced host: stop it gracefully (messages held meanwhile), then start it elsewhere."""
+        job = self.rebalancing
+        if job is None or job.current is not None:
+            return
+        while job.queue:
+            record = self.hosts.get(job.queue.popleft())
+            if record is None or record.state != "running" or record.address is None:
+                continue  # not running now: it is placed afresh when it starts
+            target = self._place(record)
+            if target is None or target == record.node:
+                continue
+            job.current, job.from_node = record.spec.key, record.node or self.my_node
+            log.warning("rebalance: moving %s from node %s to node %s", record.spec.key, job.from_node, target)
+            record.state = "moving"
+            self._publish()  # new messages for it come here (held) before it is asked to exit
+            self.wakeupAfter(timedelta(seconds=MOVE_GRACE), ("move", record.spec.key))
+            return
+        self.rebalancing = None
+        self.send(job.requester, Rebalanced(tuple(job.moves), "; ".join(job.errors) or None))
+
+    def _move_failed(self, record: HostRecord, reason: str) -> None:
+        job = self.rebalancing
+        if job is None or job.current != record.spec.key:
+            return
+        job.errors.append(f"{record.spec.key} did not move: {reason}")
+        job.current = None
+        self._next_move()
+
     # ---- routing on behalf of others --------------------------------------------------------------
     def _batch(self, batch: Batch, sender: Address) -> None:
         if batch.origin not in self.hosts and batch.origin != GUARDIAN_PATH:
@@ -461,7 +752,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
                 if _serving(record) and address_key(_address(record)) != dead_key and not self._blocked(record):
                     self._release_to(record)
                     self._queue(address_key(_address(record)), _address(record), entry)
-                elif record.state in ("starting", "restarting", "running", "backoff"):
+                elif record.state in LIVE:
                     if bounced:
                         record.held.insert(record.front, entry)
                         record.front += 1
@@ -531,7 +822,8 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
     def _status(self, message: GetStatus, sender: Address) -> None:
         """Ask every running host for its stats; answer when all replied or after STATUS_WAIT."""
         hosts = {path: HostInfo(r.state, r.restarts, r.pid, r.spec.entities, last_exit=r.last_exit,
-                                next_attempt=r.next_attempt, node=r.spec.node) for path, r in self.hosts.items()}
+                                next_attempt=r.next_attempt, node=r.node or r.spec.node)
+                 for path, r in self.hosts.items()}
         running = {path: r.address for path, r in self.hosts.items() if _serving(r)}
         token = next(self.status_tokens)
         self.status_requests[token] = StatusRequest(sender, hosts, set(running))
@@ -559,7 +851,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         request = self.status_requests.pop(token, None)
         if request is not None:
             self.send(request.requester, SystemStatus(request.hosts, self.dead_count, public_config(self.config),
-                                                         errors=tuple(self.errors.recent)))
+                                                         errors=tuple(self.errors.recent), nodes=self._node_states()))
 
     def _wakeup(self, message: WakeupMessage, sender: Address) -> None:
         payload = message.payload
@@ -571,6 +863,12 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             self._restart_due(payload[1], payload[2])
         elif payload == ("resettle",):
             self._resettle(RESETTLE, None)
+        elif payload == ("nodes",):
+            self._heartbeat()
+        elif isinstance(payload, tuple) and payload[:1] == ("move",):
+            record = self.hosts.get(payload[1])
+            if record is not None and record.state == "moving" and record.address is not None:
+                self.send(record.address, ActorExitRequest())
         elif payload == PARENT_WAKEUP and self.parent_watch is not None and self.parent_watch.orphaned():
             # The admin died: nobody can reach this system any more. Stop the hosts (Thespian sends
             # each child an ActorExitRequest when we exit) and exit.
@@ -587,8 +885,10 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         """
         me = os.getpid()
         for record in list(self.hosts.values()):
-            if record.state in ("running", "starting", "restarting", "backoff") and record.pid and record.address is not None:
-                if _is_dead_child(record.pid, me):
+            if record.state in LIVE and record.pid and record.address is not None:
+                # A host on a member is no child of ours, and its pid is not this machine's: its node's
+                # heartbeat or its admin's ChildActorExited tells of its death.
+                if self._here(record) and _is_dead_child(record.pid, me):
                     log.warning("host %s (pid %d) died unreported; handling its exit", record.spec.key, record.pid)
                     self._child_exited(record.address)
                 elif _serving(record):
@@ -612,10 +912,11 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
     def _dead_envelope(self, envelope: DeadEnvelope, bounced: bool = False) -> None:
         dead = envelope.deadMessage
         dead_key = address_key(envelope.deadAddress)
+        self._ask_nodes_about(dead_key)
         for record in list(self.hosts.values()):
             # Undeliverable to a running host whose process is gone: its exit went unreported (see
             # _check_children). Restart it before rerouting, so that its messages are held, not bounced.
-            if _serving(record) and address_key(_address(record)) == dead_key \
+            if _serving(record) and address_key(_address(record)) == dead_key and self._here(record) \
                     and not _is_running_here(record.pid):
                 log.warning("host %s (pid %d) is gone without an exit report; handling its exit",
                             record.spec.key, record.pid)
@@ -628,7 +929,9 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         if isinstance(dead, Batch):
             for entry in unpack(dead, self._unpicklable):
                 self._reroute(entry, dead_key, bounced)
-        elif not isinstance(dead, (DirectoryUpdate, InitHost, StopEntity, ActorExitRequest, GetHostStats)):
+        elif isinstance(dead, NodePing):
+            self._node_unreachable(dead_key)
+        elif not isinstance(dead, (DirectoryUpdate, InitHost, StopEntity, ActorExitRequest, GetHostStats, NodeWelcome)):
             self._dead(None, str(envelope.deadAddress), dead, "target actor process is gone")
 
     # ---- per sender FIFO across a host's restart (see actors/inflight.py) ---------------------------
@@ -706,6 +1009,11 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         GetStatus: _status,
         HostStats: _host_stats,
         WakeupMessage: _wakeup,
+        NodeHello: _node_hello,
+        NodePong: _node_pong,
+        GetNodes: _get_nodes,
+        Rebalance: _rebalance,
+        PidsGone: _pids_gone,
     }
 
 
@@ -743,22 +1051,53 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
 
     Thespian 4.0.1 hangs on the second globalName lookup forwarded through a member admin, so
     clients look up this local agent instead, which learned the guardian's address once at boot.
-    It also forwards its admin's dead letters to the guardian.
+    It also forwards its admin's dead letters to the guardian. A member's agent registers its node with
+    the guardian and answers its heartbeats; unpinged for node_timeout (declared down, or the guardian
+    lost it), it says hello again.
     """
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self.guardian: Address | None = None
         self.parent_watch: ParentWatch | None = None
+        self.node: str | None = None
+        self.node_timeout = NODE_TIMEOUT
+        self.booting: Address | None = None  # who to tell GuardianIs once the guardian welcomed us
+        self.last_ping = 0.0
 
     def receiveMessage(self, message: object, sender: Address) -> None:
-        if isinstance(message, WakeupMessage) and message.payload == PARENT_WAKEUP:
+        if isinstance(message, NodePing):
+            self.last_ping = time.monotonic()
+            if self.node is not None:
+                gone = tuple(pid for pid in message.pids if not _is_running_here(pid))
+                self.send(sender, NodePong(self.node, message.seq, gone))
+        elif isinstance(message, WakeupMessage) and message.payload == PARENT_WAKEUP:
             if self.parent_watch is not None and self.parent_watch.orphaned():
                 self.send(self.myAddress, ActorExitRequest())  # the admin died
+        elif isinstance(message, WakeupMessage) and message.payload == ("hello",):
+            if self.guardian is not None and self.node is not None:
+                if time.monotonic() - self.last_ping > self.node_timeout:
+                    self.send(self.guardian, NodeHello(self.node))
+                self.wakeupAfter(timedelta(seconds=self.node_timeout / 2), ("hello",))
         elif isinstance(message, SetGuardian):
             self.guardian = message.address
             self.parent_watch = ParentWatch.start(self)
-            self.send(sender, GuardianIs(self.guardian))
+            self.node, self.node_timeout = message.node, message.node_timeout
+            if self.node is None:
+                self.send(sender, GuardianIs(self.guardian))
+            else:
+                self.booting = sender  # answered on NodeWelcome: the node is known before boot returns
+                self.last_ping = time.monotonic()
+                self.send(self.guardian, NodeHello(self.node))
+                self.wakeupAfter(timedelta(seconds=self.node_timeout / 2), ("hello",))
+        elif isinstance(message, CheckPids):
+            if self.node is not None:
+                self.send(sender, PidsGone(self.node, tuple(p for p in message.pids if not _is_running_here(p))))
+        elif isinstance(message, NodeWelcome):
+            self.last_ping = time.monotonic()
+            if self.booting is not None:
+                self.send(self.booting, GuardianIs(self.guardian))
+                self.booting = None
         elif isinstance(message, WhereIsGuardian):
             self.send(sender, GuardianIs(self.guardian))
         elif isinstance(message, DeadEnvelope) and self.guardian is not None:

@@ -82,6 +82,9 @@ class HostSpec:
     """How the guardian restarts this host when its process dies or its top-level actor fails."""
     hold_limit: int = DEFAULT_HOLD_LIMIT
     """Messages held for this host while it is down; past it they become dead letters."""
+    nodes: tuple[str, ...] = ()
+    """The nodes the host may run on, in order of preference (empty: `node`, or the leader's node); the guardian
+    moves it to another of them when its node goes down (see Guardian._place)."""
 
     @property
     def key(self) -> str:
@@ -252,6 +255,8 @@ class SystemStatus:
     config: dict[str, object]
     errors: tuple[ActorError, ...] = ()
     """The most recent errors inside actors (actors.error_log.ActorError), oldest first."""
+    nodes: dict[str, str] = field(default_factory=dict)
+    """Every known node's name -> "up" or "down" (the leader's own node is always up)."""
 
 
 @dataclass(frozen=True)
@@ -274,7 +279,7 @@ class HostInfo:
     next_attempt: float | None = None
     """While backing off: when the next restart is due (seconds since the epoch, as time.time())."""
     node: str | None = None
-    """The node the host was placed on (None: wherever the guardian's node put it, the leader)."""
+    """The node the host runs on now (or last ran on, while it waits to be started again)."""
     messages_in: int = 0
     """Messages the host received from other processes since it started (as of its last answer)."""
     messages_out: int = 0
@@ -313,3 +318,85 @@ class GuardianIs:
     """Node agent -> client: the guardian's Thespian address (None while unknown)."""
 
     address: Address | None
+
+
+@dataclass(frozen=True)
+class NodeHello:
+    """Node agent -> guardian: node `node` is up, its agent at the sender's address (reply: NodeWelcome)."""
+
+    node: str
+
+
+@dataclass(frozen=True)
+class NodeWelcome:
+    """Guardian -> node agent: registered."""
+
+    node: str
+
+
+@dataclass(frozen=True)
+class NodePing:
+    """Guardian -> node agent: a heartbeat (reply: NodePong), with the pids of the hosts running there."""
+
+    seq: int
+    pids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodePong:
+    """Node agent -> guardian: the answer to a NodePing, with those of its pids no live process has."""
+
+    node: str
+    seq: int
+    gone: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class CheckPids:
+    """Guardian -> node agent: which of these host pids are gone on your machine? (reply: PidsGone)."""
+
+    pids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PidsGone:
+    """Node agent -> guardian: the pids of a CheckPids that no live process of its machine has."""
+
+    node: str
+    pids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class GetNodes:
+    """Client -> guardian: reply with Nodes."""
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """Guardian -> client: every known node's name -> "up" / "down"."""
+
+    nodes: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Move:
+    """One host (or shard) moved by a rebalance: its key (path, or path#shard) and the nodes it went from/to."""
+
+    key: str
+    from_node: str
+    to_node: str
+
+
+@dataclass(frozen=True)
+class Rebalance:
+    """Client -> guardian: move every `nodes=` host (of `path`, or all) to where placement puts it (reply: Rebalanced)."""
+
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class Rebalanced:
+    """Guardian -> client: the moves made, in order; `error` if some could not be made."""
+
+    moves: tuple[Move, ...]
+    error: str | None = None

@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -47,7 +47,7 @@ from .errors import (
     SystemNotRunning,
     UnpicklableMessage,
 )
-from .guardian import Guardian, GuardianInit
+from .guardian import NODE_TIMEOUT, Guardian, GuardianInit
 from .host_options import check_option
 from .local_systems import boot_option
 from .main_module import adopt_main_classes
@@ -60,9 +60,14 @@ from .messages import (
     DirectoryUpdate,
     GetDeadLetters,
     GetDirectory,
+    GetNodes,
     GetStatus,
     GuardianIs,
     HostSpec,
+    Move,
+    Nodes,
+    Rebalance,
+    Rebalanced,
     RegisterRoute,
     Spawned,
     SpawnHost,
@@ -80,9 +85,11 @@ from .validation import (
     check_ip,
     check_leader,
     check_log_level,
+    check_nodes,
     check_number,
     check_peers,
     check_port,
+    check_shared_stores,
     check_spawn_options,
 )
 
@@ -115,7 +122,7 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
           start_timeout: float = 60.0, secret_file: str | None = None, tls: tls_module.TlsConfig | None = None,
           tls_cert: str | None = None, tls_key: str | None = None, tls_ca: str | None = None,
           metrics_port: int | None = None, metrics_host: str = metrics_module.DEFAULT_HOST,
-          **config: Any) -> System:
+          node_timeout: float = NODE_TIMEOUT, **config: Any) -> System:
     """Start an actor system and return a `System` that owns it (a context manager that shuts it down).
 
     `base="local"` runs every actor in this process (Thespian's simpleSystemBase: deterministic,
@@ -133,6 +140,10 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
     `metrics_port` serves Prometheus metrics on http://metrics_host:metrics_port/metrics (off by default; loopback
     unless `metrics_host` names another interface): on multiproc every node started with one serves its
     own hosts, on local a thread of this process serves them (see actors/metrics.py).
+
+    `node` names this system's node (default "leader" for a leader; a member must be named). The guardian
+    pings every member node each `node_timeout`/5 seconds and declares it down after `node_timeout`
+    seconds without an answer: hosts spawned with `nodes=` then restart on another live node.
     """
     _refuse_inside_actor_process("actors.start()")
     if base not in BASES:
@@ -150,6 +161,7 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
     if node is not None and (not isinstance(node, str) or not node.strip()):
         raise ConfigError(f"node must be a non-empty name such as 'worker-1', got {node!r}")
     log_level = check_log_level(log_level)
+    check_number("node_timeout", node_timeout, hint="seconds without heartbeat answers before a node is down")
     check_number("start_timeout", start_timeout, hint="seconds to wait for the actor system to start")
     if run_dir is not None and not isinstance(run_dir, str | os.PathLike):
         raise ConfigError(f"run_dir must be a directory path, got {run_dir!r}")
@@ -165,9 +177,10 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
                               "use base='multiproc'")
         tls_files = tls_module.check(tls_files)
     config = dict(config, journal=journal, snapshot_store=snapshot_store, node=node, leader=leader,
-                  log_level=log_level, metrics_port=metrics_port, metrics_host=metrics_host)
+                  log_level=log_level, metrics_port=metrics_port, metrics_host=metrics_host,
+                  node_timeout=float(node_timeout))
     if base == "local":
-        asys = ActorSystem("simpleSystemBase", {"Reprise Leader": True, "Reprise Node": "leader"},
+        asys = ActorSystem("simpleSystemBase", {"Reprise Leader": True, "Reprise Node": node or "leader"},
                            logDefs=False, transientUnique=True)
         guardian = asys.createActor(Guardian)
         reply = asys.ask(guardian, GuardianInit(config), start_timeout)
@@ -539,7 +552,7 @@ class System:
               linger: float = 0.0, batch_cap: int = 2000, node: str | None = None, shards: int = 1,
               journal: str | None = None, snapshot_store: str | None = None,
               backoff: Backoff | tuple[float, ...] | dict[str, float | None] | None = None,
-              hold_limit: int = DEFAULT_HOLD_LIMIT,
+              hold_limit: int = DEFAULT_HOLD_LIMIT, nodes: Sequence[str] | None = None,
               timeout: float = 60.0) -> str:
         """Start `cls` at `path` (or, with entities=True, one `cls` per path below it, on demand).
 
@@ -554,6 +567,10 @@ class System:
         actors.Backoff: how the guardian restarts the host when its process dies or its top-level actor
         fails (default (0.2, 10, 0.2), never giving up); up to `hold_limit` messages for it are held
         meanwhile. `max_restarts` / `restart_window` are about entities restarted inside the host.
+        `node` pins the host to one node (it waits for that node when it is down); `nodes` lists the nodes
+        it may run on instead: one host runs on the first of them that is up, shard k of `shards` on
+        live[k % len(live)], and when a node goes down its hosts restart on another live one (see
+        `rebalance` to spread them again). Its stores must then be reachable from every node (PostgreSQL).
         """
         validate_path(path)
         if type(shards) is not int or shards < 1 or (shards > 1 and not entities):
@@ -565,6 +582,8 @@ class System:
                    if value is not None}
         for name, value in options.items():
             check_option(name, value, per_host=True)
+        placement = check_nodes(nodes, node) if nodes is not None else ()
+        check_shared_stores(placement, options)
         backoff = Backoff.of(backoff)
         check_hold_limit(hold_limit)
         check_spawn_options(passivate_after=passivate_after, max_restarts=max_restarts,
@@ -577,7 +596,7 @@ class System:
         spec = HostSpec(path, cls, entities, tuple(args), dict(kwargs or {}),
                         passivate_after if entities else None, max_restarts, restart_window, linger,
                         batch_cap, node, shards, options=options,
-                        backoff=backoff, hold_limit=hold_limit)
+                        backoff=backoff, hold_limit=hold_limit, nodes=placement)
         reply = self._request(SpawnHost(spec), Spawned, timeout)
         if reply.error:
             raise (PathTaken if "already served" in reply.error else SpawnFailed)(reply.error)
@@ -666,6 +685,22 @@ class System:
     def status(self, timeout: float = 10.0) -> SystemStatus:
         """Hosts with their state, restarts and pid; the dead-letter count; the configuration."""
         return self._request(GetStatus(), SystemStatus, timeout)
+
+    def nodes(self, timeout: float = 10.0) -> dict[str, str]:
+        """Every known node's name -> "up" or "down" (the leader's own node is always up)."""
+        return self._request(GetNodes(), Nodes, timeout).nodes
+
+    def rebalance(self, path: str | None = None, timeout: float = 60.0) -> list[Move]:
+        """Move every `nodes=` host or shard (of `path`, or all) that is not where placement over the live nodes
+        puts it, one at a time, gracefully (its work finishes, messages for it are held meanwhile)."""
+        if path is not None:
+            validate_path(path)
+        check_number("timeout", timeout, hint="seconds to wait for the rebalance to finish")
+        reply = self._request(Rebalance(path), Rebalanced, timeout)
+        self._fetched = float("-inf")
+        if reply.error:
+            raise RepriseError(f"rebalance: {reply.error} (moved: {[m.key for m in reply.moves]})")
+        return list(reply.moves)
 
     # ---- ending --------------------------------------------------------------------------------
     def close(self) -> None:

@@ -1,4 +1,5 @@
-"""`reprise up|node|down|status`: start a system from a topology, join one, shut one down, show its state."""
+"""`reprise up|node|down|status|rebalance`: start a system from a topology, join one, shut one down, show its
+state, move its hosts back to where placement puts them."""
 
 from __future__ import annotations
 
@@ -175,11 +176,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({
             "port": args.port, "dead_letters": status.dead_letters, "journal": journal_url, "journal_bytes": size,
-            "unconfirmed": unconfirmed, "run_dir": status.config.get("run_dir"),
+            "unconfirmed": unconfirmed, "run_dir": status.config.get("run_dir"), "nodes": status.nodes,
             "errors": [{"time": e.time, "host": e.host, "path": printable(e.path), "reason": printable(e.reason)} for e in status.errors],
             "hosts": {printable(p): {"state": h.state, "restarts": h.restarts, "pid": h.pid, "entities": h.entities,
                           "alive": h.alive, "counters": h.counters, "last_exit": printable(h.last_exit) if h.last_exit else h.last_exit,
-                          "next_attempt": h.next_attempt}
+                          "next_attempt": h.next_attempt, "node": h.node}
                       for p, h in sorted(status.hosts.items())},
         }, indent=2))
         return 0
@@ -188,15 +189,19 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"  unconfirmed   {unconfirmed} deliveries")
     if journal_url:
         print(f"  journal       {journal_url}" + (f"  ({_human(size)})" if size is not None else ""))
+    if status.nodes:
+        print("  nodes         " + ", ".join(f"{printable(n)} {state}" for n, state in status.nodes.items()))
     print(f"  hosts         {len(status.hosts)}")
     if status.hosts:
         width = max(len(printable(p)) for p in status.hosts)
-        print(f"    {'PATH':<{width}}  {'KIND':<8}  {'STATE':<10}  {'RESTARTS':>8}  {'PID':>7}  {'ALIVE':>7}  UNCONFIRMED")
+        print(f"    {'PATH':<{width}}  {'KIND':<8}  {'STATE':<10}  {'RESTARTS':>8}  {'PID':>7}  {'ALIVE':>7}  "
+              f"{'UNCONFIRMED':>11}  NODE")
         for path, h in sorted(status.hosts.items()):
             kind = "entities" if h.entities else "actor"
             alive = "?" if h.alive is None else h.alive
             pending = h.counters.get("unconfirmed", 0) if h.alive is not None else "?"
-            print(f"    {printable(path):<{width}}  {kind:<8}  {h.state:<10}  {h.restarts:>8}  {h.pid:>7}  {alive:>7}  {pending}")
+            print(f"    {printable(path):<{width}}  {kind:<8}  {h.state:<10}  {h.restarts:>8}  {h.pid:>7}  {alive:>7}  "
+                  f"{pending:>11}  {printable(h.node or '-')}")
             # Other counters of the hosted actors' stats() (a projection's projection_lag, ...), by name.
             others = sorted((k, v) for k, v in h.counters.items() if k != "unconfirmed")
             if others and h.alive is not None:
@@ -209,6 +214,26 @@ def cmd_status(args: argparse.Namespace) -> int:
     _print_errors(status.errors)
     if status.config.get("run_dir"):
         print(f"  logs          {status.config['run_dir']}  (actors.log has each error's traceback)")
+    return 0
+
+
+def cmd_rebalance(args: argparse.Namespace) -> int:
+    """`reprise rebalance`: move `nodes=` hosts and shards, one at a time, to where placement over the live nodes puts them."""
+    import actors
+
+    system = actors.connect(args.port, host=args.host, secret_file=args.secret_file, **_tls_options(args))
+    try:
+        moves = system.rebalance(args.path, timeout=args.timeout)
+    finally:
+        system.close()
+    if args.json:
+        print(json.dumps({"moves": [{"key": printable(m.key), "from": m.from_node, "to": m.to_node} for m in moves]},
+                         indent=2))
+        return 0
+    for m in moves:
+        print(f"moved {printable(m.key)} from node {printable(m.from_node)} to node {printable(m.to_node)}")
+    print(f"{len(moves)} move(s); every nodes= host{' of ' + printable(args.path) if args.path else ''} "
+          "is where placement over the live nodes puts it")
     return 0
 
 

@@ -50,6 +50,7 @@ from .validation import (
     check_ip,
     check_leader,
     check_log_level,
+    check_nodes,
     check_number,
     check_peers,
     check_spawn_options,
@@ -63,7 +64,7 @@ SYSTEM_KEYS = {"admin_port", "bind", "advertise", "journal", "snapshot_store", "
                "log_level", "secret_file", "tls_cert", "tls_key", "tls_ca", "metrics_port", "metrics_host"}
 # Options passed straight to System.spawn; everything else in an entry is a mistake worth reporting.
 SPAWN_OPTIONS = {"passivate_after", "max_restarts", "restart_window", "linger", "batch_cap", "node", "shards",
-                 "journal", "snapshot_store", "backoff", "hold_limit"}
+                 "journal", "snapshot_store", "backoff", "hold_limit", "nodes"}
 ENTRY_KEYS = {"path", "class", "args", "kwargs"} | SPAWN_OPTIONS
 
 
@@ -268,6 +269,8 @@ def _entry(table: Any, entities: bool, where: str, base_dir: str | None) -> Acto
             if key == "node":
                 if not isinstance(value, str):
                     raise ConfigError(f"node must be a string, got {value!r}")
+            elif key == "nodes":
+                options[key] = list(check_nodes(value, options.get("node")))
             elif key == "backoff":
                 options[key] = Backoff.of(value)
             elif key == "hold_limit":
@@ -279,7 +282,7 @@ def _entry(table: Any, entities: bool, where: str, base_dir: str | None) -> Acto
                 check_number("shards", value, minimum=1, allow_equal=True, integer=True,
                              hint="how many host processes share the entities")
         check_spawn_options(**{k: v for k, v in options.items()
-                                if k not in {"node", "shards", "backoff", "hold_limit", *HOST_OPTIONS}})
+                                if k not in {"node", "nodes", "shards", "backoff", "hold_limit", *HOST_OPTIONS}})
     except ConfigError as e:
         raise TopologyError(f"{where}: {e}") from None
     return ActorEntry(table["path"], table["class"], entities, tuple(args), dict(kwargs), options)

@@ -84,3 +84,34 @@ def check_spawn_options(*, passivate_after: object = None, max_restarts: object 
     check_number("batch_cap", batch_cap, minimum=1, allow_equal=True, integer=True,
                  hint="most messages carried in one batch")
     check_number("timeout", timeout, hint="seconds to wait for the spawn to complete")
+
+
+def check_nodes(nodes: object, node: object = None) -> tuple[str, ...]:
+    """`nodes` (spawn's list of nodes a host may run on) as a tuple of names, else ConfigError saying what to fix."""
+    if node is not None:
+        raise ConfigError(f"node={node!r} and nodes={nodes!r} were both given: node= pins a host to one node (no "
+                          "failover), nodes= lists the nodes it may run on and fail over to; give one of them")
+    if isinstance(nodes, str) or not isinstance(nodes, list | tuple):
+        raise ConfigError(f"nodes must be a list of node names such as ['a', 'b'], got {nodes!r}")
+    if not nodes:
+        raise ConfigError("nodes must name at least one node, e.g. nodes=['a', 'b'] (or leave it out: the host then "
+                          "runs on the leader's node)")
+    for name in nodes:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"nodes must hold non-empty node names (strings), got {name!r} in {nodes!r}")
+    duplicates = sorted({name for name in nodes if nodes.count(name) > 1})
+    if duplicates:
+        raise ConfigError(f"nodes lists {', '.join(map(repr, duplicates))} more than once in {nodes!r}; name each "
+                          "node once")
+    return tuple(nodes)
+
+
+def check_shared_stores(nodes: tuple[str, ...], options: dict[str, str]) -> None:
+    """ConfigError if a host that may fail over between machines has its own store in a SQLite file (one node's disk)."""
+    if len(nodes) < 2:
+        return
+    for name, url in options.items():
+        if isinstance(url, str) and url.startswith("sqlite:"):
+            raise ConfigError(f"{name}={url.split('?')[0]!r} is a SQLite file on one machine's disk, but nodes={list(nodes)!r} "
+                              "lets the host fail over to other machines, which would not see its events: use a "
+                              "PostgreSQL URL every node reaches (or a single node)")

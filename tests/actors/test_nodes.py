@@ -1,0 +1,386 @@
+"""Nodes: membership by heartbeats, `nodes=` placement, failover when a member dies, rebalance (issue 17).
+
+A leader and two members on 127.0.0.1 (different admin ports), entities journaled in PostgreSQL (a journal every
+node reaches), fed by an at-least-once feeder: balances must be exact after a member is SIGKILLed mid-stream and
+after a rebalance moves shards while deposits flow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+import actors
+from actors.messages import CheckPids, PidsGone
+from actors.system import kill_tagged, tagged_pids
+from examples.accounts.client import balances, expected_balances, feed, wait_confirmed
+from examples.accounts.model import Account, Feeder
+from journal.postgres import drop_schema
+from tests.actors.sample import Echo, Ping, Pong
+from tests.conftest import start_system, stop_system
+from tests.waiting import wait_for
+
+pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(60)]
+
+NODE_TIMEOUT = 1.5  # seconds: quick failover for the tests
+REPRISE = os.path.join(os.path.dirname(sys.executable), "reprise")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ACCOUNTS = "/user/accounts"
+THREE = ["leader", "m1", "m2"]
+
+
+class Cluster:
+    """A leader and members on this machine; members can be SIGKILLed and started again."""
+
+    def __init__(self, tmp_path, **leader_options) -> None:
+        self.tmp_path = tmp_path
+        self.leader = start_system("multiproc", tmp_path, node_timeout=NODE_TIMEOUT, **leader_options)
+        self.members: dict[str, actors.System] = {}
+        self.killed: list[str] = []  # tags of members killed (their processes must stay gone)
+
+    def join(self, name: str, admin_port: int | None = None) -> actors.System:
+        """Start member `name` (optionally on a given admin port) and wait until the guardian sees it up."""
+        member = start_system("multiproc", self.tmp_path, leader=f"127.0.0.1:{self.leader.admin_port}", node=name,
+                              secret_file=os.path.join(self.leader.run_dir, "secret"), admin_port=admin_port,
+                              node_timeout=NODE_TIMEOUT)
+        self.members[name] = member
+        assert self.leader.nodes()[name] == "up"  # registered before start() returned
+        return member
+
+    def kill(self, name: str) -> int:
+        """SIGKILL the whole process group(s) of member `name` (its admin, agent and hosts); returns its admin port."""
+        member = self.members.pop(name)
+        assert member.tag
+        pids = tagged_pids(member.tag)
+        groups = {os.getpgid(pid) for pid in pids} - {os.getpgid(0)}
+        assert pids and groups
+        for group in groups:
+            os.killpg(group, signal.SIGKILL)
+        wait_for(lambda: not tagged_pids(member.tag), timeout=10)
+        self.killed.append(member.tag)
+        member._closed = True  # its admin is gone: nothing to shut down or detach from
+        assert member.admin_port is not None
+        return member.admin_port
+
+    def signal(self, name: str, sig: signal.Signals) -> None:
+        """Send `sig` to every process group of member `name` (SIGSTOP: cut off but alive)."""
+        member = self.members[name]
+        assert member.tag
+        for group in {os.getpgid(pid) for pid in tagged_pids(member.tag)} - {os.getpgid(0)}:
+            os.killpg(group, sig)
+
+    def stop(self) -> None:
+        for member in reversed(list(self.members.values())):
+            stop_system(member)
+        stop_system(self.leader)
+        for tag in self.killed:
+            assert kill_tagged(tag) == [], f"processes of killed member {tag} came back"
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    made: list[Cluster] = []
+
+    def make(*members: str, **leader_options) -> Cluster:
+        c = Cluster(tmp_path, **leader_options)
+        made.append(c)
+        for name in members:
+            c.join(name)
+        return c
+
+    yield make
+    for c in made:
+        c.stop()
+
+
+@pytest.fixture
+def pg_url(postgres_url):
+    """A journal URL with a schema of its own (every node reaches it: the journal failover needs)."""
+    name = f"reprise_nodes_{uuid.uuid4().hex[:10]}"
+    url = f"{postgres_url}?schema={name}"
+    yield url
+    drop_schema(url)
+
+
+def shard_nodes(system: actors.System, path: str) -> dict[str, str | None]:
+    """Shard key -> the node it runs on, for the running shards of `path`."""
+    return {key: info.node for key, info in system.status().hosts.items()
+            if key.startswith(path) and info.state == "running"}
+
+
+def test_shards_spread_over_three_nodes_and_status_shows_them(cluster):
+    c = cluster("m1", "m2")
+    assert c.leader.nodes() == {"leader": "up", "m1": "up", "m2": "up"}
+    c.leader.spawn(Echo, "/user/echo", entities=True, shards=3, nodes=THREE)
+    hosts = c.leader.status().hosts
+    placed = {hosts[f"/user/echo [shard {k}]"].node for k in range(3)}
+    assert placed == set(THREE)
+    # Each shard really runs in its node's processes.
+    for k, name in enumerate(THREE):
+        info = hosts[f"/user/echo [shard {k}]"]
+        assert info.node == name
+        owner = c.leader if name == "leader" else c.members[name]
+        assert info.pid in tagged_pids(owner.tag)
+    for i in range(12):
+        assert c.leader.ask(f"/user/echo/{i}", Ping(i), timeout=10) == Pong(i, f"/user/echo/{i}")
+    status = c.leader.status()
+    assert status.nodes == {"leader": "up", "m1": "up", "m2": "up"}
+
+
+def spawn_accounts(c: Cluster) -> None:
+    c.leader.spawn(Feeder, "/user/feeder")
+    c.leader.spawn(Account, ACCOUNTS, entities=True, shards=3, nodes=THREE)
+
+
+def check_exact(system: actors.System, deposits: int, accounts: int) -> None:
+    """Every deposit confirmed, and every balance exact (none lost, none applied twice)."""
+    stats = wait_confirmed(system, timeout=30)
+    assert stats.accepted == deposits and stats.unconfirmed == 0, stats
+    expected = expected_balances(deposits, accounts)
+    assert balances(system, list(expected), timeout=20) == expected
+
+
+def test_a_dead_members_shards_restart_on_the_other_nodes_with_exact_sums(cluster, pg_url):
+    c = cluster("m1", "m2", journal=pg_url)
+    spawn_accounts(c)
+    accounts = 30
+    feed(c.leader, 0, 600, accounts)  # deliveries are on their way to all three nodes when m2 dies
+    c.kill("m2")
+    killed = time.monotonic()
+    feed(c.leader, 600, 300, accounts)  # sent while m2 is down but not yet declared so: held or rerouted
+
+    def failed_over() -> dict[str, str | None] | None:
+        placed = shard_nodes(c.leader, ACCOUNTS)
+        return placed if len(placed) == 3 and "m2" not in placed.values() else None
+
+    placed = wait_for(failed_over, timeout=NODE_TIMEOUT + 15)
+    took = time.monotonic() - killed
+    assert set(placed.values()) == {"leader", "m1"}, placed
+    assert c.leader.nodes()["m2"] == "down"
+    status = c.leader.status()
+    shard2 = status.hosts[f"{ACCOUNTS} [shard 2]"]
+    assert shard2.last_exit == "node m2 is down" and shard2.restarts >= 1
+    feed(c.leader, 900, 300, accounts)
+    check_exact(c.leader, 1200, accounts)
+    print(f"failover: shards of m2 running elsewhere {took:.1f} s after its SIGKILL (node_timeout {NODE_TIMEOUT} s)")
+
+
+def test_a_pinned_host_waits_for_its_node_holding_its_messages(cluster):
+    c = cluster("m1")
+    c.leader.spawn(Echo, "/user/pinned", node="m1")
+    c.leader.spawn(Echo, "/user/roaming", nodes=["m1", "leader"])
+    assert c.leader.ask("/user/pinned", Ping(0), timeout=10) == Pong(0, "/user/pinned")
+    port = c.kill("m1")
+
+    def waiting() -> bool:
+        hosts = c.leader.status().hosts
+        return hosts["/user/pinned"].state == "backoff" and hosts["/user/roaming"].state == "running"
+
+    wait_for(waiting, timeout=NODE_TIMEOUT + 15)
+    hosts = c.leader.status().hosts
+    assert hosts["/user/pinned"].last_exit == "node m1 is down" and hosts["/user/pinned"].next_attempt is None
+    assert hosts["/user/roaming"].node == "leader"  # failed over; the pinned one did not
+    probe = c.leader.probe()
+    for n in range(1, 4):
+        probe.tell("/user/pinned", Ping(n))  # held by the guardian until m1 is back
+    probe.expect_no_message(NODE_TIMEOUT)
+    member = c.join("m1", admin_port=port)
+    assert probe.receive_many(3, timeout=20) == [Pong(n, "/user/pinned") for n in range(1, 4)]
+    hosts = c.leader.status().hosts
+    assert hosts["/user/pinned"].node == "m1" and hosts["/user/pinned"].pid in tagged_pids(member.tag)
+    # A node that comes back takes nothing until a rebalance.
+    assert hosts["/user/roaming"].node == "leader"
+    moves = c.leader.rebalance()
+    assert moves == [actors.Move("/user/roaming", "leader", "m1")]
+    assert c.leader.status().hosts["/user/roaming"].node == "m1"
+    assert c.leader.ask("/user/roaming", Ping(9), timeout=10) == Pong(9, "/user/roaming")
+    assert c.leader.rebalance() == []  # already where placement puts it
+
+
+@pytest.mark.parametrize("nodes, node, wrong", [
+    ([], None, "at least one node"),
+    ("m1", None, "must be a list of node names"),
+    (["m1", 3], None, "non-empty node names"),
+    (["m1", " "], None, "non-empty node names"),
+    (["m1", "m1"], None, "more than once"),
+    (["m1"], "m1", "both given"),
+])
+def test_bad_nodes_values_are_refused_naming_what_to_fix(nodes, node, wrong):
+    with actors.start("local") as system:
+        with pytest.raises(actors.ConfigError, match=wrong):
+            system.spawn(Echo, "/user/x", nodes=nodes, node=node)
+        with pytest.raises(actors.ConfigError, match="SQLite file on one machine"):
+            system.spawn(Echo, "/user/y", nodes=["a", "b"], journal="sqlite:///tmp/x.db")
+        # On one node (the local base's) it places and runs.
+        system.spawn(Echo, "/user/z", nodes=["leader"])
+        assert system.ask("/user/z", Ping(1)) == Pong(1, "/user/z")
+        assert system.nodes() == {"leader": "up"}
+        with pytest.raises(actors.SpawnFailed, match="none of its nodes"):
+            system.spawn(Echo, "/user/w", nodes=["elsewhere"])
+
+
+def reprise(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([REPRISE, *argv], cwd=ROOT, capture_output=True, text=True, timeout=50)
+
+
+def test_rebalance_after_nodes_join_moves_shards_while_deposits_flow_with_exact_sums(cluster, pg_url):
+    c = cluster(journal=pg_url)
+    spawn_accounts(c)
+    assert set(shard_nodes(c.leader, ACCOUNTS).values()) == {"leader"}  # the only live node of the three
+    c.join("m1")
+    c.join("m2")
+    assert set(shard_nodes(c.leader, ACCOUNTS).values()) == {"leader"}  # nodes that join take nothing by themselves
+    accounts, chunk = 40, 100
+    fed = [0]
+    stop = threading.Event()
+    failure: list[BaseException] = []
+
+    def stream() -> None:
+        client = actors.connect(c.leader.admin_port)
+        try:
+            while not stop.wait(0.05):  # a steady stream, at most ~2,000 deposits/s: all confirmed in seconds
+                feed(client, fed[0], chunk, accounts)
+                fed[0] += chunk
+        except BaseException as e:  # reported by the test below
+            failure.append(e)
+        finally:
+            client.close()
+
+    feeder = threading.Thread(target=stream, daemon=True)
+    feeder.start()
+    try:
+        wait_for(lambda: fed[0] >= 3 * chunk, timeout=20)
+        before = fed[0]
+        moved = reprise("rebalance", "--port", str(c.leader.admin_port), "--json")
+        assert moved.returncode == 0, moved.stderr
+        assert fed[0] > before, "the stream must flow during the rebalance"
+        wait_for(lambda: fed[0] >= before + 6 * chunk, timeout=20)
+    finally:
+        stop.set()
+        feeder.join(30)
+    assert not failure, failure
+    moves = json.loads(moved.stdout)["moves"]
+    assert sorted((m["key"], m["from"], m["to"]) for m in moves) == [
+        (f"{ACCOUNTS} [shard 1]", "leader", "m1"), (f"{ACCOUNTS} [shard 2]", "leader", "m2")]
+    assert shard_nodes(c.leader, ACCOUNTS) == {f"{ACCOUNTS} [shard {k}]": name for k, name in enumerate(THREE)}
+    check_exact(c.leader, fed[0], accounts)
+    # Status (text) shows the nodes and where each shard runs now.
+    text = reprise("status", "--port", str(c.leader.admin_port))
+    assert text.returncode == 0, text.stderr
+    assert "nodes         leader up, m1 up, m2 up" in text.stdout
+    row = next(line for line in text.stdout.splitlines() if f"{ACCOUNTS} [shard 2]" in line)
+    assert row.split()[-1] == "m2"
+    again = reprise("rebalance", "--port", str(c.leader.admin_port))
+    assert again.returncode == 0 and "0 move(s)" in again.stdout, again.stdout + again.stderr
+    print(f"rebalance: {len(moves)} moves while {fed[0]} deposits flowed; balances exact")
+
+
+def test_rebalance_cli_errors_are_one_line_with_a_hint(cluster):
+    c = cluster()
+    wrong = reprise("rebalance", "--port", str(c.leader.admin_port), "--path", "/user/nothing")
+    assert wrong.returncode == 1
+    assert "no host spawned with nodes= runs at /user/nothing" in wrong.stderr and "hint:" in wrong.stderr
+    assert c.leader.rebalance() == []
+
+
+def test_topology_files_accept_nodes_on_actor_and_entities_tables():
+    from actors.topology import TopologyError, loads
+
+    topo = loads('''
+[[entities]]
+path = "/user/accounts"
+class = "examples.accounts.model:Account"
+shards = 3
+nodes = ["a", "b", "c"]
+''')
+    assert topo.entries[0].options["nodes"] == ["a", "b", "c"]
+    with pytest.raises(TopologyError, match="node=.* and nodes=.* were both given"):
+        loads('[[actor]]\npath = "/user/x"\nclass = "tests.actors.sample:Echo"\nnode = "a"\nnodes = ["a"]\n')
+
+
+def test_a_node_cut_off_but_alive_comes_back_up_and_its_replaced_processes_exit(cluster):
+    c = cluster("m1")
+    c.leader.spawn(Echo, "/user/roaming", nodes=["m1", "leader"])
+    before = c.leader.status().hosts["/user/roaming"]
+    assert before.node == "m1"
+    c.signal("m1", signal.SIGSTOP)  # frozen: no answer to heartbeats, yet its processes live on
+    try:
+        wait_for(lambda: c.leader.nodes()["m1"] == "down", timeout=NODE_TIMEOUT + 10)
+        wait_for(lambda: c.leader.status().hosts["/user/roaming"].state == "running", timeout=15)
+        assert c.leader.status().hosts["/user/roaming"].node == "leader"
+        assert c.leader.ask("/user/roaming", Ping(1), timeout=10) == Pong(1, "/user/roaming")
+        assert before.pid in tagged_pids(c.members["m1"].tag)  # split brain: the old process still exists
+    finally:
+        c.signal("m1", signal.SIGCONT)
+    wait_for(lambda: c.leader.nodes()["m1"] == "up", timeout=NODE_TIMEOUT + 10)
+    # Back, it is told to stop the process that was replaced meanwhile; the host stays where it failed over to.
+    wait_for(lambda: before.pid not in tagged_pids(c.members["m1"].tag), timeout=15)
+    hosts = c.leader.status().hosts
+    assert hosts["/user/roaming"].node == "leader" and hosts["/user/roaming"].state == "running"
+    assert c.leader.ask("/user/roaming", Ping(2), timeout=10) == Pong(2, "/user/roaming")
+
+
+def test_hosts_killed_together_on_a_member_restart_there(cluster):
+    c = cluster("m1")
+    c.leader.spawn(Echo, "/user/echo", entities=True, shards=4, nodes=["m1"])
+    hosts = c.leader.status().hosts
+    keys = [f"/user/echo [shard {k}]" for k in range(4)]
+    old = {key: hosts[key].pid for key in keys}
+    assert all(hosts[key].node == "m1" and old[key] in tagged_pids(c.members["m1"].tag) for key in keys)
+    for key in keys[:2]:
+        os.kill(old[key], signal.SIGKILL)  # two at once: Thespian may drop one of the exit reports
+    # Whether a member's host process is gone is asked of that member's node agent (its /proc, not the leader's).
+    member = c.members["m1"]
+    killed = {old[key] for key in keys[:2]}
+    wait_for(lambda: not killed & set(tagged_pids(member.tag)), timeout=10)  # (a kill takes effect asynchronously)
+    agent = member._asys.createActor("actors.guardian.NodeAgent", globalName="reprise-node")
+    gone = member._asys.ask(agent, CheckPids(tuple(old.values())), 10)
+    assert gone == PidsGone("m1", tuple(old[key] for key in keys[:2]))
+
+    def restarted() -> bool:
+        now = c.leader.status().hosts
+        return all(now[k].state == "running" and now[k].pid != old[k] for k in keys[:2])
+
+    wait_for(restarted, timeout=20)
+    hosts = c.leader.status().hosts
+    assert all(hosts[key].node == "m1" and hosts[key].pid in tagged_pids(c.members["m1"].tag) for key in keys)
+    assert [hosts[key].pid == old[key] for key in keys] == [False, False, True, True]
+    for i in range(8):
+        assert c.leader.ask(f"/user/echo/{i}", Ping(i), timeout=10) == Pong(i, f"/user/echo/{i}")
+
+
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_host_dying_unreported_on_a_member_is_found_by_the_heartbeat(cluster):
+    c = cluster("m1")
+    c.leader.spawn(Echo, "/user/e", nodes=["m1"])
+    pid = c.leader.status().hosts["/user/e"].pid
+    tag = c.members["m1"].tag
+    pids = set(tagged_pids(tag))
+    admin = next(p for p in pids if parent_of(p) not in pids)  # the member's admin: the others' ancestor
+    assert pid != admin
+    quiet = c.leader.probe()  # (made now: registering its route later would push routes to the host)
+    os.kill(admin, signal.SIGSTOP)  # it would report the host's exit (ChildActorExited): now it cannot
+    try:
+        os.kill(pid, signal.SIGKILL)
+        # The member's node agent still answers heartbeats, which carry its hosts' pids: the exit is noticed
+        # within a few heartbeats, with nothing sent to the host meanwhile (a status request would be: the
+        # guardian would find it dead that way, asking the agent).
+        quiet.expect_no_message(NODE_TIMEOUT)
+        assert c.leader.status().hosts["/user/e"].last_exit == f"process exited unexpectedly (pid {pid})"
+    finally:
+        os.kill(admin, signal.SIGCONT)
+    wait_for(lambda: c.leader.status().hosts["/user/e"].state == "running", timeout=20)
+    assert c.leader.ask("/user/e", Ping(1), timeout=10) == Pong(1, "/user/e")
+    assert c.leader.status().hosts["/user/e"].pid in tagged_pids(tag)
