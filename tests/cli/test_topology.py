@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from actors.cluster_node import choose_node, local_address
 from actors.topology import TopologyError, load, loads, resolve_class
 from tests.actors.sample import Echo
 
@@ -95,3 +98,146 @@ def test_resolve_class_both_spellings() -> None:
                         ("Echo", "module:Class"), ("tests.actors.sample:dataclass", "not a class")):
         with pytest.raises(TopologyError, match=needle):
             resolve_class(bad)
+
+
+CLUSTER = """
+[cluster]
+leader = "a"
+journal = "postgresql://reprise@10.0.0.1:5432/reprise"
+secret_file = "cluster.secret"
+node_timeout = 2
+peers = ["10.0.0.9"]
+metrics_host = "0.0.0.0"
+
+[[node]]
+name = "a"
+bind = "10.0.0.1"
+admin_port = 1900
+metrics_port = 9464
+
+[[node]]
+name = "b"
+bind = "0.0.0.0"
+advertise = "10.0.0.2"
+admin_port = 1901
+metrics_port = 9465
+metrics_host = "10.0.0.2"
+
+[[node]]
+name = "c"
+bind = "10.0.0.3"
+admin_port = 1900
+
+[spark]
+bridges = true
+
+[[entities]]
+path = "/user/accounts"
+class = "tests.actors.sample:Echo"
+shards = 6
+nodes = ["a", "b", "c"]
+
+[[actor]]
+path = "/user/feeder"
+class = "tests.actors.sample:Echo"
+node = "b"
+"""
+
+
+def test_a_cluster_file_parses() -> None:
+    topo = loads(CLUSTER, base_dir="/srv/app")
+    c = topo.cluster
+    assert c is not None and c.leader == "a" and c.node_timeout == 2.0 and c.join_timeout == 60.0
+    assert c.secret_file == "/srv/app/cluster.secret" and c.spark_bridges
+    assert [(n.name, n.address, n.admin_port, n.metrics_port, n.metrics_host) for n in c.nodes] == [
+        ("a", "10.0.0.1", 1900, 9464, "0.0.0.0"), ("b", "10.0.0.2", 1901, 9465, "10.0.0.2"),
+        ("c", "10.0.0.3", 1900, None, "0.0.0.0")]
+    # Members join the leader's admin; each node accepts the others (by their advertised address) and the extras.
+    assert c.leader_address == "10.0.0.1:1900"
+    assert c.peers_of("a") == ("10.0.0.2", "10.0.0.3", "10.0.0.9")
+    assert c.peers_of("b") == ("10.0.0.1", "10.0.0.3", "10.0.0.9")
+    feeder, accounts = topo.entries  # ([[actor]] tables come first)
+    assert accounts.options == {"shards": 6, "nodes": ("a", "b", "c")} and feeder.options == {"node": "b"}
+
+
+def test_the_shipped_cluster_example_parses() -> None:
+    topo = load("examples/cluster/cluster.toml")
+    c = topo.cluster
+    assert c is not None and [n.name for n in c.nodes] == ["a", "b", "c"] and c.leader == "a"
+    assert c.spark_bridges and (c.journal or "").startswith("postgresql://")
+    (accounts,) = topo.entries
+    assert accounts.entities and accounts.options["nodes"] == ("a", "b", "c") and accounts.options["shards"] >= 3
+
+
+def _cluster(edit: str) -> str:
+    """CLUSTER with one line replaced ("old => new") or appended."""
+    if " => " in edit:
+        old, new = edit.split(" => ")
+        assert old in CLUSTER, old
+        return CLUSTER.replace(old, new, 1)
+    return CLUSTER + edit
+
+
+@pytest.mark.parametrize("edit, needle", [
+    ('leader = "a" => leader = "z"', "[cluster] leader must name one of the [[node]]s ['a', 'b', 'c'], got 'z'"),
+    ('secret_file = "cluster.secret" => ', "[cluster] secret_file is required"),
+    ('node_timeout = 2 => node_timeout = 0', "[cluster] node_timeout must be > 0"),
+    ('node_timeout = 2 => join_timeout = "x"', "[cluster] join_timeout must be a number"),
+    ('node_timeout = 2 => nodes_timeout = 2', "[cluster] has unknown key(s) ['nodes_timeout']"),
+    ('peers = ["10.0.0.9"] => peers = ["nowhere"]', "[cluster] peers entry 'nowhere'"),
+    ('journal = "postgresql://reprise@10.0.0.1:5432/reprise" => journal = 5', "[cluster] journal must be a string"),
+    ('name = "c" => name = "b"', "[[node]] name declared twice: ['b']"),
+    ('name = "c" => name = ""', "[[node]] #3 needs a non-empty string 'name'"),
+    ('admin_port = 1901 => admin_port = "1901"', "[[node]] #2 ('b') admin_port must be an integer"),
+    ('bind = "10.0.0.3" => bind = "ten"', "[[node]] #3 ('c') bind"),
+    ('bind = "10.0.0.3" => bind = "10.0.0.1"', "[[node]] address and admin_port declared twice"),
+    ('metrics_port = 9464 => metrics_port = 1900', "[[node]] #1 ('a') metrics_port and admin_port are both 1900"),
+    ('metrics_port = 9464 => metric_port = 9464', "[[node]] #1 ('a') has unknown key(s) ['metric_port']"),
+    ('bridges = true => bridges = "yes"', "[spark] bridges must be true or false"),
+    ('bridges = true => bridge = true', "[spark] has unknown key(s) ['bridge']"),
+    ('nodes = ["a", "b", "c"] => nodes = ["a", "d"]', "[[entities]] /user/accounts nodes names ['d'], which no"),
+    ('node = "b" => node = "x"', "[[actor]] /user/feeder node names ['x']"),
+    ('nodes = ["a", "b", "c"] => nodes = []', "nodes must be a non-empty list of node names"),
+    ('nodes = ["a", "b", "c"] => nodes = ["a", "a"]', "nodes lists a node twice"),
+    ('nodes = ["a", "b", "c"] => nodes = "a"', "nodes must be a non-empty list"),
+    ('node = "b" => node = "b"\nnodes = ["b"]', "node (pinned, no failover) and nodes (failover over a list) exclude"),
+    ("[system]\nbind = '127.0.0.1'\n", "a cluster file has no [system] table"),
+    ("[[nodes]]\nname = 'd'\n", "unknown top-level table(s) ['nodes']"),
+])
+def test_cluster_mistakes_are_named(edit, needle) -> None:
+    with pytest.raises(TopologyError) as e:
+        loads(_cluster(edit))
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("[[node]]\nname = 'a'\nadmin_port = 1900\n", "needs a [cluster] table"),
+    ("[spark]\nbridges = true\n", "needs a [cluster] table"),
+    ("[cluster]\nleader = 'a'\nsecret_file = 's'\n", "needs its nodes as [[node]] tables"),
+])
+def test_cluster_tables_need_each_other(text, needle) -> None:
+    with pytest.raises(TopologyError, match=re.escape(needle)):
+        loads(text)
+
+
+def test_nodes_is_accepted_in_a_single_system_file() -> None:
+    (entry,) = loads("[[entities]]\npath = '/user/a'\nclass = 'm:C'\nnodes = ['m1', 'm2']\nshards = 2").entries
+    assert entry.options == {"nodes": ("m1", "m2"), "shards": 2}
+
+
+def test_choose_node_by_name_or_by_this_machines_address() -> None:
+    cluster = loads(CLUSTER.replace('bind = "10.0.0.3"', 'bind = "127.0.0.1"')).cluster
+    assert cluster is not None
+    assert choose_node(cluster, "b", "c.toml").name == "b"
+    # 10.0.0.x are not this machine's; 127.0.0.1 is.
+    assert choose_node(cluster, None, "c.toml").name == "c" or local_address("10.0.0.1")
+    with pytest.raises(TopologyError, match=re.escape("--node 'x' is not one of its [[node]]s ['a', 'b', 'c']")):
+        choose_node(cluster, "x", "c.toml")
+    everywhere = loads(CLUSTER.replace('"10.0.0.', '"127.0.0.')).cluster
+    assert everywhere is not None
+    with pytest.raises(TopologyError, match="several .* pass --node NAME"):
+        choose_node(everywhere, None, "c.toml")
+    nowhere = loads(CLUSTER.replace('"10.0.0.', '"198.51.100.').replace('"0.0.0.0"', '"198.51.100.2"')).cluster
+    assert nowhere is not None
+    with pytest.raises(TopologyError, match=re.escape("no [[node]] has an address of this machine (a=198.51.100.1")):
+        choose_node(nowhere, None, "c.toml")
