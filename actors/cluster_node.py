@@ -100,8 +100,8 @@ def start_node(topo: Topology, name: str | None = None, *, tag: str | None = Non
             system.spawn(cls, entry.path, entities=entry.entities, args=entry.args, kwargs=entry.kwargs,
                          **entry.options)
             kind = "entities" if entry.entities else "actor"
-            where = entry.options.get("nodes") or entry.options.get("node") or node.name
-            out(f"  {kind:<8} {printable(entry.path)}  {printable(entry.factory)}  on {printable(str(where))}")
+            where = entry.options.get("nodes") or [entry.options.get("node") or node.name]
+            out(f"  {kind:<8} {printable(entry.path)}  {printable(entry.factory)}  on {printable(', '.join(where))}")
         for function in bridges:
             function(system)
         if bridges:

@@ -415,6 +415,26 @@ def _check_placement(entries: list[ActorEntry], cluster: ClusterSection, source:
                                 f"declares (declared: {declared})")
 
 
+def _check_nodes(nodes: object, node: object = None) -> tuple[str, ...]:
+    """`nodes` as a tuple of names, else ConfigError (the same checks as System.spawn's nodes=, issue 17)."""
+    if node is not None:
+        raise ConfigError(f"node={node!r} and nodes={nodes!r} were both given: node= pins a host to one node (no "
+                          "failover), nodes= lists the nodes it may run on and fail over to; give one of them")
+    if isinstance(nodes, str) or not isinstance(nodes, list | tuple):
+        raise ConfigError(f"nodes must be a list of node names such as ['a', 'b'], got {nodes!r}")
+    if not nodes:
+        raise ConfigError("nodes must name at least one node, e.g. nodes=['a', 'b'] (or leave it out: the host then "
+                          "runs on the leader's node)")
+    for name in nodes:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"nodes must hold non-empty node names (strings), got {name!r} in {nodes!r}")
+    duplicates = sorted({name for name in nodes if nodes.count(name) > 1})
+    if duplicates:
+        raise ConfigError(f"nodes lists {', '.join(map(repr, duplicates))} more than once in {nodes!r}; name each "
+                          "node once")
+    return tuple(nodes)
+
+
 def _entry_name(entry: ActorEntry) -> str:
     """How errors name an entry: `[[entities]] /user/accounts`."""
     return f"[[{'entities' if entry.entities else 'actor'}]] {entry.path}"
@@ -475,17 +495,8 @@ def _entry(table: Any, entities: bool, where: str, base_dir: str | None) -> Acto
             if key == "node":
                 if not isinstance(value, str):
                     raise ConfigError(f"node must be a string, got {value!r}")
-                if "nodes" in options:
-                    raise ConfigError("node (pinned, no failover) and nodes (failover over a list) exclude "
-                                      "each other: keep one")
             elif key == "nodes":
-                if (not isinstance(value, list) or not value
-                        or not all(isinstance(n, str) and n.strip() for n in value)):
-                    raise ConfigError(f"nodes must be a non-empty list of node names, e.g. [\"a\", \"b\"], "
-                                      f"got {value!r}")
-                if len(set(value)) != len(value):
-                    raise ConfigError(f"nodes lists a node twice: {value!r}")
-                options[key] = tuple(value)
+                options[key] = list(_check_nodes(value, options.get("node")))
             elif key == "backoff":
                 options[key] = Backoff.of(value)
             elif key == "hold_limit":

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
+import subprocess
+import sys
+import uuid
 
 import pytest
 
+import actors
 from actors.cluster_node import choose_node, local_address
+from actors.system import kill_tagged
 from actors.topology import TopologyError, load, loads, resolve_class
-from tests.actors.sample import Echo
+from tests.actors.sample import Echo, Ping, Pong
+from tests.conftest import SESSION_TOKEN
+from tests.waiting import wait_for
 
 GOOD = """
 [system]
@@ -157,7 +166,7 @@ def test_a_cluster_file_parses() -> None:
     assert c.peers_of("a") == ("10.0.0.2", "10.0.0.3", "10.0.0.9")
     assert c.peers_of("b") == ("10.0.0.1", "10.0.0.3", "10.0.0.9")
     feeder, accounts = topo.entries  # ([[actor]] tables come first)
-    assert accounts.options == {"shards": 6, "nodes": ("a", "b", "c")} and feeder.options == {"node": "b"}
+    assert accounts.options == {"shards": 6, "nodes": ["a", "b", "c"]} and feeder.options == {"node": "b"}
 
 
 def test_the_shipped_cluster_example_parses() -> None:
@@ -166,7 +175,7 @@ def test_the_shipped_cluster_example_parses() -> None:
     assert c is not None and [n.name for n in c.nodes] == ["a", "b", "c"] and c.leader == "a"
     assert c.spark_bridges and (c.journal or "").startswith("postgresql://")
     (accounts,) = topo.entries
-    assert accounts.entities and accounts.options["nodes"] == ("a", "b", "c") and accounts.options["shards"] >= 3
+    assert accounts.entities and accounts.options["nodes"] == ["a", "b", "c"] and accounts.options["shards"] >= 3
 
 
 def _cluster(edit: str) -> str:
@@ -197,10 +206,10 @@ def _cluster(edit: str) -> str:
     ('bridges = true => bridge = true', "[spark] has unknown key(s) ['bridge']"),
     ('nodes = ["a", "b", "c"] => nodes = ["a", "d"]', "[[entities]] /user/accounts nodes names ['d'], which no"),
     ('node = "b" => node = "x"', "[[actor]] /user/feeder node names ['x']"),
-    ('nodes = ["a", "b", "c"] => nodes = []', "nodes must be a non-empty list of node names"),
-    ('nodes = ["a", "b", "c"] => nodes = ["a", "a"]', "nodes lists a node twice"),
-    ('nodes = ["a", "b", "c"] => nodes = "a"', "nodes must be a non-empty list"),
-    ('node = "b" => node = "b"\nnodes = ["b"]', "node (pinned, no failover) and nodes (failover over a list) exclude"),
+    ('nodes = ["a", "b", "c"] => nodes = []', "[[entities]] #1: nodes must name at least one node"),
+    ('nodes = ["a", "b", "c"] => nodes = ["a", "a"]', "nodes lists 'a' more than once"),
+    ('nodes = ["a", "b", "c"] => nodes = "a"', "nodes must be a list of node names"),
+    ('node = "b" => node = "b"\nnodes = ["b"]', "node='b' and nodes=['b'] were both given"),
     ("[system]\nbind = '127.0.0.1'\n", "a cluster file has no [system] table"),
     ("[[nodes]]\nname = 'd'\n", "unknown top-level table(s) ['nodes']"),
 ])
@@ -222,7 +231,7 @@ def test_cluster_tables_need_each_other(text, needle) -> None:
 
 def test_nodes_is_accepted_in_a_single_system_file() -> None:
     (entry,) = loads("[[entities]]\npath = '/user/a'\nclass = 'm:C'\nnodes = ['m1', 'm2']\nshards = 2").entries
-    assert entry.options == {"nodes": ("m1", "m2"), "shards": 2}
+    assert entry.options == {"nodes": ["m1", "m2"], "shards": 2}
 
 
 def test_choose_node_by_name_or_by_this_machines_address() -> None:
@@ -241,3 +250,108 @@ def test_choose_node_by_name_or_by_this_machines_address() -> None:
     assert nowhere is not None
     with pytest.raises(TopologyError, match=re.escape("no [[node]] has an address of this machine (a=198.51.100.1")):
         choose_node(nowhere, None, "c.toml")
+
+
+# ---- `reprise up cluster.toml` on loopback (nodes on one address, told apart by --node and their ports) ----
+
+REPRISE = os.path.join(os.path.dirname(sys.executable), "reprise")
+
+
+def loopback_cluster(tmp_path, journal: str, join_timeout: float) -> tuple[str, dict[str, int]]:
+    """A cluster file of nodes a (leader), b, c on 127.0.0.1, /user/echoes sharded over them; its admin ports."""
+    ports = {name: actors.free_port() for name in "abc"}
+    nodes = "".join(f'[[node]]\nname = "{n}"\nadmin_port = {p}\n' for n, p in ports.items())
+    path = tmp_path / "cluster.toml"
+    path.write_text(f'[cluster]\nleader = "a"\njournal = "{journal}"\nsecret_file = "cluster.secret"\n'
+                    f"node_timeout = 2.0\njoin_timeout = {join_timeout}\n{nodes}"
+                    '[[entities]]\npath = "/user/echoes"\nclass = "tests.actors.sample:Echo"\nshards = 3\n'
+                    'nodes = ["a", "b", "c"]\n')
+    return str(path), ports
+
+
+def up(path: str, node: str, tag: str, tmp_path, wait: bool = True) -> subprocess.Popen[str]:
+    """`reprise up path --node node --detach` (waited for unless `wait` is False)."""
+    proc = subprocess.Popen([REPRISE, "up", path, "--node", node, "--detach", "--tag", tag, "--run-dir",
+                             str(tmp_path / f"run-{node}")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    if wait:
+        proc.wait(90)
+    return proc
+
+
+@pytest.fixture
+def cluster_tags():
+    tags = {name: f"{SESSION_TOKEN}-topo-{name}-{next(_n)}-" for name in "abc"}
+    yield tags
+    for tag in tags.values():
+        assert kill_tagged(tag) == [], f"processes tagged {tag} were left behind"
+
+
+_n = itertools.count(1)
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(180)
+def test_up_a_cluster_file_leader_waits_for_its_members_then_spreads_the_shards(tmp_path, postgres_url,
+                                                                                   cluster_tags) -> None:
+    path, ports = loopback_cluster(tmp_path, f"{postgres_url}?schema=topo_{uuid.uuid4().hex[:8]}", 60.0)
+    leader = up(path, "a", cluster_tags["a"], tmp_path, wait=False)
+    try:
+        wait_for(lambda: (tmp_path / "cluster.secret").exists() or leader.poll() is not None, timeout=60)
+        for name in "bc":
+            member = up(path, name, cluster_tags[name], tmp_path)
+            out = member.communicate()[0]
+            assert member.returncode == 0, out
+            assert f"cluster node '{name}' (member of 127.0.0.1:{ports['a']}) up on 127.0.0.1:{ports[name]}" in out
+        out = leader.communicate(timeout=90)[0]
+        assert leader.returncode == 0, out
+        assert "cluster node 'a' (leader)" in out and "entities /user/echoes" in out and "WARNING" not in out, out
+        system = actors.connect(ports["a"])
+        try:
+            assert system.nodes() == {"a": "up", "b": "up", "c": "up"}
+            nodes = sorted(h.node for p, h in system.status().hosts.items() if p.startswith("/user/echoes"))
+            assert nodes == ["a", "b", "c"]
+            assert system.ask("/user/echoes/x", Ping(7), timeout=20) == Pong(7, "/user/echoes/x")
+        finally:
+            system.close()
+    finally:
+        if leader.poll() is None:
+            os.killpg(leader.pid, 9)
+            leader.wait(10)
+        for name in "cba":
+            subprocess.run([REPRISE, "down", "--port", str(ports[name])], capture_output=True, timeout=60)
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(120)
+def test_a_leader_whose_members_do_not_come_says_so_and_starts_on_what_is_up(tmp_path, postgres_url,
+                                                                             cluster_tags) -> None:
+    path, ports = loopback_cluster(tmp_path, f"{postgres_url}?schema=topo_{uuid.uuid4().hex[:8]}", 1.0)
+    leader = up(path, "a", cluster_tags["a"], tmp_path)
+    try:
+        out = leader.communicate()[0]
+        assert leader.returncode == 0, out
+        assert "WARNING: node(s) ['b', 'c'] did not join within 1 s ([cluster] join_timeout)" in out, out
+        system = actors.connect(ports["a"])
+        try:
+            nodes = [h.node for p, h in system.status().hosts.items() if p.startswith("/user/echoes")]
+            assert nodes == ["a", "a", "a"]
+        finally:
+            system.close()
+    finally:
+        subprocess.run([REPRISE, "down", "--port", str(ports["a"])], capture_output=True, timeout=60)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--node", "a"], "--node applies to cluster files"),
+    (["--port", "1900"], "--port does not apply to a cluster file"),
+    (["--node", "x"], "--node 'x' is not one of its [[node]]s ['a', 'b', 'c']"),
+])
+def test_up_refuses_mixed_options_in_one_line(tmp_path, argv, needle) -> None:
+    cluster = tmp_path / "cluster.toml"
+    cluster.write_text(CLUSTER)
+    target = "examples/topologies/echo.toml" if argv[:2] == ["--node", "a"] else str(cluster)
+    done = subprocess.run([REPRISE, "up", target, *argv], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    (line,) = done.stderr.splitlines()
+    assert needle in line, line
