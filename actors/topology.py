@@ -85,14 +85,16 @@ HOST_OPTIONS = ("journal", "snapshot_store")
 SYSTEM_KEYS = {"admin_port", "bind", "advertise", "journal", "snapshot_store", "leader", "node", "peers",
                "log_level", "secret_file", "tls_cert", "tls_key", "tls_ca", "metrics_port", "metrics_host"}
 # Options passed straight to System.spawn; everything else in an entry is a mistake worth reporting.
-SPAWN_OPTIONS = {"passivate_after", "max_restarts", "restart_window", "linger", "batch_cap", "node", "nodes",
-                 "shards", "journal", "snapshot_store", "backoff", "hold_limit"}
+SPAWN_OPTIONS = {"passivate_after", "max_restarts", "restart_window", "linger", "batch_cap", "node", "shards",
+                 "journal", "snapshot_store", "backoff", "hold_limit", "nodes"}
+ENTRY_KEYS = {"path", "class", "args", "kwargs"} | SPAWN_OPTIONS
+
+# Cluster files (one file for every node).
 CLUSTER_KEYS = {"leader", "journal", "snapshot_store", "secret_file", "node_timeout", "join_timeout", "log_level",
                 "tls_cert", "tls_key", "tls_ca", "peers", "metrics_host"}
 NODE_KEYS = {"name", "bind", "advertise", "admin_port", "metrics_port", "metrics_host"}
 SPARK_KEYS = {"bridges"}
 TOP_LEVEL = ("system", "cluster", "node", "spark", "actor", "entities")
-ENTRY_KEYS = {"path", "class", "args", "kwargs"} | SPAWN_OPTIONS
 
 
 class TopologyError(ConfigError):
@@ -490,13 +492,16 @@ def _entry(table: Any, entities: bool, where: str, base_dir: str | None) -> Acto
     options = {k: table[k] for k in SPAWN_OPTIONS if k in table}
     if "passivate_after" in options and not entities:
         raise TopologyError(f"{where}: passivate_after only applies to [[entities]]")
+    if "nodes" in options:  # (checked as System.spawn checks it)
+        try:
+            options["nodes"] = list(_check_nodes(options["nodes"], options.get("node")))
+        except ConfigError as e:
+            raise TopologyError(f"{where}: {e}") from None
     try:
         for key, value in options.items():
             if key == "node":
                 if not isinstance(value, str):
                     raise ConfigError(f"node must be a string, got {value!r}")
-            elif key == "nodes":
-                options[key] = list(_check_nodes(value, options.get("node")))
             elif key == "backoff":
                 options[key] = Backoff.of(value)
             elif key == "hold_limit":
