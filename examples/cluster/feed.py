@@ -50,7 +50,8 @@ def check(system: Any, rows: int, accounts: int, timeout: float = 30.0) -> dict[
     applied = 0
     for account in range(accounts):
         balance = system.ask(f"{ACCOUNTS_PATH}/a{account}", GetBalance(), timeout=timeout)
-        assert isinstance(balance, Balance), balance
+        if not isinstance(balance, Balance):
+            raise RuntimeError(f"a{account} answered {balance!r} instead of a Balance")
         applied += balance.rows
         for bridge, n in balance.via.items():
             via[bridge] = via.get(bridge, 0) + n
