@@ -129,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("topology", metavar="TOPOLOGY.toml")
     p.add_argument("--detach", action="store_true", help="leave the system running and exit")
     p.add_argument("--port", type=int, help="admin port (overrides [system] admin_port)")
+    p.add_argument("--node", metavar="NAME", help="cluster files: the [[node]] to start here (default: the one "
+                   "whose address is this machine's)")
     _hidden_start_options(p)
 
     p = command("down", cmd_down, "shut a running actor system down")

@@ -52,6 +52,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     for extra in (os.getcwd(), os.path.dirname(os.path.abspath(args.topology))):
         if extra not in sys.path:
             sys.path.insert(0, extra)
+    if topo.cluster is not None or args.node is not None:
+        return _up_cluster_node(topo, args)
     classes = [resolve_class(e.factory) for e in topo.entries]  # fail before starting anything
     s = topo.system
     system = actors.start("multiproc", admin_port=args.port or s.admin_port, journal=s.journal,
@@ -67,6 +69,21 @@ def cmd_up(args: argparse.Namespace) -> int:
     except BaseException:
         system.shutdown()
         raise
+    return _detach_or_wait(system, args.detach)
+
+
+def _up_cluster_node(topo: Any, args: argparse.Namespace) -> int:
+    """`reprise up cluster.toml [--node NAME]`: this machine's node of a cluster file."""
+    from .cluster_node import start_node
+
+    if topo.cluster is None:
+        raise CliError(f"--node applies to cluster files; {args.topology} has no [cluster] table",
+                       "drop --node, or describe the nodes with [cluster] and [[node]] tables", code=2)
+    if args.port is not None:
+        raise CliError("--port does not apply to a cluster file", "set admin_port in the node's [[node]] table",
+                       code=2)
+    system = start_node(topo, args.node, tag=args.tag, run_dir=args.run_dir,
+                        out=lambda line: print(line, flush=True))
     return _detach_or_wait(system, args.detach)
 
 

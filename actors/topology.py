@@ -29,6 +29,28 @@
     backoff = [0.2, 10, 0.2]          # restart after min..max s (exponential, random factor); or a table
                                       # { min = 0.2, max = 10, random_factor = 0.2, max_restarts = 20 }
     hold_limit = 100000               # messages held while the host is down; past it, dead letters
+    nodes = ["a", "b", "c"]           # cluster: the nodes it may run on (shards spread over the live ones)
+
+A cluster file describes every node of a multi-host system instead of one `[system]`; each machine runs
+`reprise up cluster.toml [--node NAME]` (NAME defaults to the node whose address is this machine's):
+
+    [cluster]
+    leader = "a"                      # the [[node]] that runs the guardian and spawns every actor
+    journal = "postgresql://reprise@10.0.0.1:5432/reprise"   # one journal every node reaches
+    secret_file = "cluster.secret"    # the leader creates it; copy it to every machine (mode 0600)
+    node_timeout = 5.0                # a node silent this long is down: its nodes= hosts fail over
+    join_timeout = 60.0               # the leader waits this long for every [[node]] before spawning
+    # also: snapshot_store, log_level, tls_cert/tls_key/tls_ca, peers (extra addresses, e.g. a
+    # Spark driver elsewhere), metrics_host (the default of the nodes' metrics_host)
+
+    [[node]]
+    name = "a"
+    bind = "10.0.0.1"                 # its address (and advertise, when others reach it at another)
+    admin_port = 1900
+    metrics_port = 9464               # optional: this node's Prometheus endpoint
+
+    [spark]
+    bridges = true                    # the leader starts one spark_bridge bridge per node
 """
 
 from __future__ import annotations
@@ -56,7 +78,8 @@ from .validation import (
     check_spawn_options,
 )
 
-__all__ = ["ActorEntry", "SystemSection", "Topology", "TopologyError", "load", "loads", "resolve_class"]
+__all__ = ["ActorEntry", "ClusterSection", "NodeSection", "SystemSection", "Topology", "TopologyError", "load",
+           "loads", "resolve_class"]
 
 # Upper layers' host options (persistence's store URLs), passed on to actors.start / System.spawn as given.
 HOST_OPTIONS = ("journal", "snapshot_store")
@@ -66,6 +89,13 @@ SYSTEM_KEYS = {"admin_port", "bind", "advertise", "journal", "snapshot_store", "
 SPAWN_OPTIONS = {"passivate_after", "max_restarts", "restart_window", "linger", "batch_cap", "node", "shards",
                  "journal", "snapshot_store", "backoff", "hold_limit", "nodes"}
 ENTRY_KEYS = {"path", "class", "args", "kwargs"} | SPAWN_OPTIONS
+
+# Cluster files (one file for every node).
+CLUSTER_KEYS = {"leader", "journal", "snapshot_store", "secret_file", "node_timeout", "join_timeout", "log_level",
+                "tls_cert", "tls_key", "tls_ca", "peers", "metrics_host"}
+NODE_KEYS = {"name", "bind", "advertise", "admin_port", "metrics_port", "metrics_host"}
+SPARK_KEYS = {"bridges"}
+TOP_LEVEL = ("system", "cluster", "node", "spark", "actor", "entities")
 
 
 class TopologyError(ConfigError):
@@ -94,6 +124,61 @@ class SystemSection:
 
 
 @dataclass(frozen=True)
+class NodeSection:
+    """One `[[node]]` table of a cluster file: a machine (or network namespace) running part of the system."""
+
+    name: str
+    admin_port: int
+    bind: str = "127.0.0.1"
+    advertise: str | None = None
+    metrics_port: int | None = None
+    metrics_host: str = DEFAULT_METRICS_HOST
+
+    @property
+    def address(self) -> str:
+        """The address the other nodes reach this one at."""
+        return self.advertise or self.bind
+
+
+@dataclass(frozen=True)
+class ClusterSection:
+    """The `[cluster]` table with its `[[node]]`s and `[spark]`: how to start every node of a cluster."""
+
+    leader: str
+    nodes: tuple[NodeSection, ...]
+    secret_file: str
+    journal: str | None = None
+    snapshot_store: str | None = None
+    node_timeout: float = 5.0
+    join_timeout: float = 60.0
+    log_level: str = "WARNING"
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
+    peers: tuple[str, ...] = ()  # addresses allowed besides the nodes' own (a Spark driver elsewhere, ...)
+    spark_bridges: bool = False
+
+    def node(self, name: str) -> NodeSection:
+        """The [[node]] called `name` (KeyError if none)."""
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    @property
+    def leader_address(self) -> str:
+        """The leader's admin address "ip:port", which members join."""
+        leader = self.node(self.leader)
+        return f"{leader.address}:{leader.admin_port}"
+
+    def peers_of(self, name: str) -> tuple[str, ...]:
+        """The addresses node `name` accepts connections from: the other nodes' and the extra peers."""
+        own = self.node(name).address
+        found = [n.address for n in self.nodes if n.address != own] + list(self.peers)
+        return tuple(dict.fromkeys(found))
+
+
+@dataclass(frozen=True)
 class ActorEntry:
     """One `[[actor]]` or `[[entities]]` table: what to spawn where."""
 
@@ -112,6 +197,7 @@ class Topology:
     system: SystemSection
     entries: tuple[ActorEntry, ...]
     source: str = "<string>"
+    cluster: ClusterSection | None = None  # a cluster file: [cluster], [[node]]s, [spark] instead of [system]
 
 
 def load(path: str) -> Topology:
@@ -131,10 +217,14 @@ def loads(text: str, *, source: str = "<string>", base_dir: str | None = None) -
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise TopologyError(f"{source}: invalid TOML: {e}") from None
-    unknown = set(doc) - {"system", "actor", "entities"}
+    unknown = set(doc) - set(TOP_LEVEL)
     if unknown:
         raise TopologyError(f"{source}: unknown top-level table(s) {sorted(unknown)}; "
-                            "expected [system], [[actor]] and [[entities]]")
+                            "expected [system] (or [cluster], [[node]], [spark]), [[actor]] and [[entities]]")
+    cluster = _cluster(doc, source, base_dir) if {"cluster", "node", "spark"} & set(doc) else None
+    if cluster is not None and "system" in doc:
+        raise TopologyError(f"{source}: a cluster file has no [system] table: [cluster] and each [[node]] say how "
+                            "to start the nodes; move its keys there")
     system = _system(doc.get("system", {}), source, base_dir)
     entries = []
     for kind in ("actor", "entities"):
@@ -147,7 +237,9 @@ def loads(text: str, *, source: str = "<string>", base_dir: str | None = None) -
     dupes = sorted({p for p in paths if paths.count(p) > 1})
     if dupes:
         raise TopologyError(f"{source}: path(s) declared twice: {dupes}")
-    return Topology(system, tuple(entries), source)
+    if cluster is not None:
+        _check_placement(entries, cluster, source)
+    return Topology(system, tuple(entries), source, cluster)
 
 
 def resolve_class(spec: str) -> type:
@@ -214,6 +306,143 @@ def _system(table: Any, source: str, base_dir: str | None) -> SystemSection:
         metrics_host=table.get("metrics_host", DEFAULT_METRICS_HOST))
 
 
+def _cluster(doc: dict[str, Any], source: str, base_dir: str | None) -> ClusterSection:
+    table, nodes, spark = doc.get("cluster"), doc.get("node"), doc.get("spark", {})
+    if table is None:
+        raise TopologyError(f"{source}: [[node]] and [spark] belong to a cluster file, which needs a [cluster] "
+                            "table (leader = the name of the leader's [[node]], journal, secret_file, ...)")
+    if not isinstance(table, dict):
+        raise TopologyError(f"{source}: [cluster] must be a table")
+    unknown = set(table) - CLUSTER_KEYS
+    if unknown:
+        raise TopologyError(f"{source}: [cluster] has unknown key(s) {sorted(unknown)}; known: {sorted(CLUSTER_KEYS)}")
+    if not isinstance(nodes, list) or not nodes:
+        raise TopologyError(f"{source}: a cluster file needs its nodes as [[node]] tables (name, bind, admin_port)")
+    sections = tuple(_node(n, f"{source}: [[node]] #{i + 1}") for i, n in enumerate(nodes))
+    names = [n.name for n in sections]
+    addresses = [f"{n.address}:{n.admin_port}" for n in sections]
+    for what, values in (("name", names), ("address and admin_port", addresses)):
+        dupes = sorted({v for v in values if values.count(v) > 1})
+        if dupes:
+            raise TopologyError(f"{source}: [[node]] {what} declared twice: {dupes}")
+    for key in ("leader", "journal", "snapshot_store", "secret_file", "log_level", "tls_cert", "tls_key", "tls_ca",
+                "metrics_host"):
+        if key in table and not isinstance(table[key], str):
+            raise TopologyError(f"{source}: [cluster] {key} must be a string, got {table[key]!r}")
+    leader = table.get("leader")
+    if leader not in names:
+        raise TopologyError(f"{source}: [cluster] leader must name one of the [[node]]s {names}, got {leader!r}")
+    if "secret_file" not in table:
+        raise TopologyError(f"{source}: [cluster] secret_file is required: the secret every node authenticates "
+                            "with (the leader creates it; copy it to each machine), e.g. secret_file = \"cluster.secret\"")
+    if not isinstance(spark, dict):
+        raise TopologyError(f"{source}: [spark] must be a table")
+    unknown = set(spark) - SPARK_KEYS
+    if unknown:
+        raise TopologyError(f"{source}: [spark] has unknown key(s) {sorted(unknown)}; known: {sorted(SPARK_KEYS)}")
+    if not isinstance(spark.get("bridges", False), bool):
+        raise TopologyError(f"{source}: [spark] bridges must be true or false, got {spark['bridges']!r}")
+    peers = table.get("peers", [])
+    try:
+        check_peers(peers)
+        for key, default in (("node_timeout", 5.0), ("join_timeout", 60.0)):
+            check_number(key, table.get(key, default), hint="seconds")
+        log_level = check_log_level(table.get("log_level", "WARNING"))
+        tls_config(tls_cert=table.get("tls_cert"), tls_key=table.get("tls_key"), tls_ca=table.get("tls_ca"))
+        for key in HOST_OPTIONS:
+            if table.get(key) is not None:
+                check_option(key, table[key], per_host=False)
+    except ConfigError as e:
+        raise TopologyError(f"{source}: [cluster] {e}") from None
+    # A node's metrics_host defaults to the cluster's, which defaults to loopback.
+    metrics_host = table.get("metrics_host")
+    if metrics_host is not None:
+        sections = tuple(n if "metrics_host" in raw else _with_metrics_host(n, metrics_host, source)
+                         for n, raw in zip(sections, nodes, strict=True))
+    return ClusterSection(
+        leader=leader, nodes=sections, secret_file=_relative_to(table["secret_file"], base_dir) or "",
+        journal=_absolute_sqlite(table.get("journal"), base_dir),
+        snapshot_store=_absolute_sqlite(table.get("snapshot_store"), base_dir),
+        node_timeout=float(table.get("node_timeout", 5.0)), join_timeout=float(table.get("join_timeout", 60.0)),
+        log_level=log_level, tls_cert=_relative_to(table.get("tls_cert"), base_dir),
+        tls_key=_relative_to(table.get("tls_key"), base_dir), tls_ca=_relative_to(table.get("tls_ca"), base_dir),
+        peers=tuple(peers), spark_bridges=spark.get("bridges", False))
+
+
+def _with_metrics_host(node: NodeSection, host: str, source: str) -> NodeSection:
+    try:
+        check_metrics_options(node.metrics_port, host)
+    except ConfigError as e:
+        raise TopologyError(f"{source}: [cluster] {e}") from None
+    return NodeSection(node.name, node.admin_port, node.bind, node.advertise, node.metrics_port, host)
+
+
+def _node(table: Any, where: str) -> NodeSection:
+    if not isinstance(table, dict):
+        raise TopologyError(f"{where} must be a table")
+    name = table.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise TopologyError(f"{where} needs a non-empty string 'name' (the node name nodes = [...] refers to)")
+    where = f"{where} ({name!r})"
+    unknown = set(table) - NODE_KEYS
+    if unknown:
+        raise TopologyError(f"{where} has unknown key(s) {sorted(unknown)}; known: {sorted(NODE_KEYS)}")
+    port = table.get("admin_port")
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+        raise TopologyError(f"{where} admin_port must be an integer in 1..65535 (the port its admin listens on), "
+                            f"got {port!r}")
+    for key in ("bind", "advertise", "metrics_host"):
+        if key in table and not isinstance(table[key], str):
+            raise TopologyError(f"{where} {key} must be a string, got {table[key]!r}")
+    try:
+        check_ip("bind", table.get("bind", "127.0.0.1"))
+        check_ip("advertise", table.get("advertise"), allow_none=True)
+        check_metrics_options(table.get("metrics_port"), table.get("metrics_host", DEFAULT_METRICS_HOST))
+    except ConfigError as e:
+        raise TopologyError(f"{where} {e}") from None
+    if table.get("metrics_port") == port:
+        raise TopologyError(f"{where} metrics_port and admin_port are both {port}: give them different ports")
+    return NodeSection(name, port, table.get("bind", "127.0.0.1"), table.get("advertise"), table.get("metrics_port"),
+                       table.get("metrics_host", DEFAULT_METRICS_HOST))
+
+
+def _check_placement(entries: list[ActorEntry], cluster: ClusterSection, source: str) -> None:
+    """Every node an entry names is a declared [[node]]."""
+    declared = [n.name for n in cluster.nodes]
+    for entry in entries:
+        named = [entry.options["node"]] if "node" in entry.options else list(entry.options.get("nodes", ()))
+        missing = [n for n in named if n not in declared]
+        if missing:
+            key = "node" if "node" in entry.options else "nodes"
+            raise TopologyError(f"{source}: {_entry_name(entry)} {key} names {missing}, which no [[node]] "
+                                f"declares (declared: {declared})")
+
+
+def _check_nodes(nodes: object, node: object = None) -> tuple[str, ...]:
+    """`nodes` as a tuple of names, else ConfigError (the same checks as System.spawn's nodes=, issue 17)."""
+    if node is not None:
+        raise ConfigError(f"node={node!r} and nodes={nodes!r} were both given: node= pins a host to one node (no "
+                          "failover), nodes= lists the nodes it may run on and fail over to; give one of them")
+    if isinstance(nodes, str) or not isinstance(nodes, list | tuple):
+        raise ConfigError(f"nodes must be a list of node names such as ['a', 'b'], got {nodes!r}")
+    if not nodes:
+        raise ConfigError("nodes must name at least one node, e.g. nodes=['a', 'b'] (or leave it out: the host then "
+                          "runs on the leader's node)")
+    for name in nodes:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"nodes must hold non-empty node names (strings), got {name!r} in {nodes!r}")
+    duplicates = sorted({name for name in nodes if nodes.count(name) > 1})
+    if duplicates:
+        raise ConfigError(f"nodes lists {', '.join(map(repr, duplicates))} more than once in {nodes!r}; name each "
+                          "node once")
+    return tuple(nodes)
+
+
+def _entry_name(entry: ActorEntry) -> str:
+    """How errors name an entry: `[[entities]] /user/accounts`."""
+    return f"[[{'entities' if entry.entities else 'actor'}]] {entry.path}"
+
+
 def _relative_to(path: str | None, base_dir: str | None) -> str | None:
     """`path` relative to the topology file's directory (like the SQLite URLs in it)."""
     if path is None or base_dir is None or os.path.isabs(path):
@@ -264,6 +493,11 @@ def _entry(table: Any, entities: bool, where: str, base_dir: str | None) -> Acto
     options = {k: table[k] for k in SPAWN_OPTIONS if k in table}
     if "passivate_after" in options and not entities:
         raise TopologyError(f"{where}: passivate_after only applies to [[entities]]")
+    if "nodes" in options:  # (checked as System.spawn checks it)
+        try:
+            options["nodes"] = list(_check_nodes(options["nodes"], options.get("node")))
+        except ConfigError as e:
+            raise TopologyError(f"{where}: {e}") from None
     try:
         for key, value in options.items():
             if key == "node":

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
+import os
+import re
+import subprocess
+import sys
+import uuid
+
 import pytest
 
+import actors
+from actors.cluster_node import choose_node, local_address
+from actors.system import kill_tagged
 from actors.topology import TopologyError, load, loads, resolve_class
-from tests.actors.sample import Echo
+from tests.actors.sample import Echo, Ping, Pong
+from tests.conftest import SESSION_TOKEN
+from tests.waiting import wait_for
 
 GOOD = """
 [system]
@@ -95,3 +107,251 @@ def test_resolve_class_both_spellings() -> None:
                         ("Echo", "module:Class"), ("tests.actors.sample:dataclass", "not a class")):
         with pytest.raises(TopologyError, match=needle):
             resolve_class(bad)
+
+
+CLUSTER = """
+[cluster]
+leader = "a"
+journal = "postgresql://reprise@10.0.0.1:5432/reprise"
+secret_file = "cluster.secret"
+node_timeout = 2
+peers = ["10.0.0.9"]
+metrics_host = "0.0.0.0"
+
+[[node]]
+name = "a"
+bind = "10.0.0.1"
+admin_port = 1900
+metrics_port = 9464
+
+[[node]]
+name = "b"
+bind = "0.0.0.0"
+advertise = "10.0.0.2"
+admin_port = 1901
+metrics_port = 9465
+metrics_host = "10.0.0.2"
+
+[[node]]
+name = "c"
+bind = "10.0.0.3"
+admin_port = 1900
+
+[spark]
+bridges = true
+
+[[entities]]
+path = "/user/accounts"
+class = "tests.actors.sample:Echo"
+shards = 6
+nodes = ["a", "b", "c"]
+
+[[actor]]
+path = "/user/feeder"
+class = "tests.actors.sample:Echo"
+node = "b"
+"""
+
+
+def test_a_cluster_file_parses() -> None:
+    topo = loads(CLUSTER, base_dir="/srv/app")
+    c = topo.cluster
+    assert c is not None and c.leader == "a" and c.node_timeout == 2.0 and c.join_timeout == 60.0
+    assert c.secret_file == "/srv/app/cluster.secret" and c.spark_bridges
+    assert [(n.name, n.address, n.admin_port, n.metrics_port, n.metrics_host) for n in c.nodes] == [
+        ("a", "10.0.0.1", 1900, 9464, "0.0.0.0"), ("b", "10.0.0.2", 1901, 9465, "10.0.0.2"),
+        ("c", "10.0.0.3", 1900, None, "0.0.0.0")]
+    # Members join the leader's admin; each node accepts the others (by their advertised address) and the extras.
+    assert c.leader_address == "10.0.0.1:1900"
+    assert c.peers_of("a") == ("10.0.0.2", "10.0.0.3", "10.0.0.9")
+    assert c.peers_of("b") == ("10.0.0.1", "10.0.0.3", "10.0.0.9")
+    feeder, accounts = topo.entries  # ([[actor]] tables come first)
+    assert accounts.options == {"shards": 6, "nodes": ["a", "b", "c"]} and feeder.options == {"node": "b"}
+
+
+def test_the_shipped_cluster_example_parses() -> None:
+    topo = load("examples/cluster/cluster.toml")
+    c = topo.cluster
+    assert c is not None and [n.name for n in c.nodes] == ["a", "b", "c"] and c.leader == "a"
+    assert c.spark_bridges and (c.journal or "").startswith("postgresql://")
+    (accounts,) = topo.entries
+    assert accounts.entities and accounts.options["nodes"] == ["a", "b", "c"] and accounts.options["shards"] >= 3
+
+
+def _cluster(edit: str) -> str:
+    """CLUSTER with one line replaced ("old => new") or appended."""
+    if " => " in edit:
+        old, new = edit.split(" => ")
+        assert old in CLUSTER, old
+        return CLUSTER.replace(old, new, 1)
+    return CLUSTER + edit
+
+
+@pytest.mark.parametrize("edit, needle", [
+    ('leader = "a" => leader = "z"', "[cluster] leader must name one of the [[node]]s ['a', 'b', 'c'], got 'z'"),
+    ('secret_file = "cluster.secret" => ', "[cluster] secret_file is required"),
+    ('node_timeout = 2 => node_timeout = 0', "[cluster] node_timeout must be > 0"),
+    ('node_timeout = 2 => join_timeout = "x"', "[cluster] join_timeout must be a number"),
+    ('node_timeout = 2 => nodes_timeout = 2', "[cluster] has unknown key(s) ['nodes_timeout']"),
+    ('peers = ["10.0.0.9"] => peers = ["nowhere"]', "[cluster] peers entry 'nowhere'"),
+    ('journal = "postgresql://reprise@10.0.0.1:5432/reprise" => journal = 5', "[cluster] journal must be a string"),
+    ('name = "c" => name = "b"', "[[node]] name declared twice: ['b']"),
+    ('name = "c" => name = ""', "[[node]] #3 needs a non-empty string 'name'"),
+    ('admin_port = 1901 => admin_port = "1901"', "[[node]] #2 ('b') admin_port must be an integer"),
+    ('bind = "10.0.0.3" => bind = "ten"', "[[node]] #3 ('c') bind"),
+    ('bind = "10.0.0.3" => bind = "10.0.0.1"', "[[node]] address and admin_port declared twice"),
+    ('metrics_port = 9464 => metrics_port = 1900', "[[node]] #1 ('a') metrics_port and admin_port are both 1900"),
+    ('metrics_port = 9464 => metric_port = 9464', "[[node]] #1 ('a') has unknown key(s) ['metric_port']"),
+    ('bridges = true => bridges = "yes"', "[spark] bridges must be true or false"),
+    ('bridges = true => bridge = true', "[spark] has unknown key(s) ['bridge']"),
+    ('nodes = ["a", "b", "c"] => nodes = ["a", "d"]', "[[entities]] /user/accounts nodes names ['d'], which no"),
+    ('node = "b" => node = "x"', "[[actor]] /user/feeder node names ['x']"),
+    ('nodes = ["a", "b", "c"] => nodes = []', "[[entities]] #1: nodes must name at least one node"),
+    ('nodes = ["a", "b", "c"] => nodes = ["a", "a"]', "nodes lists 'a' more than once"),
+    ('nodes = ["a", "b", "c"] => nodes = "a"', "nodes must be a list of node names"),
+    ('node = "b" => node = "b"\nnodes = ["b"]', "node='b' and nodes=['b'] were both given"),
+    ("[system]\nbind = '127.0.0.1'\n", "a cluster file has no [system] table"),
+    ("[[nodes]]\nname = 'd'\n", "unknown top-level table(s) ['nodes']"),
+])
+def test_cluster_mistakes_are_named(edit, needle) -> None:
+    with pytest.raises(TopologyError) as e:
+        loads(_cluster(edit))
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("[[node]]\nname = 'a'\nadmin_port = 1900\n", "needs a [cluster] table"),
+    ("[spark]\nbridges = true\n", "needs a [cluster] table"),
+    ("[cluster]\nleader = 'a'\nsecret_file = 's'\n", "needs its nodes as [[node]] tables"),
+])
+def test_cluster_tables_need_each_other(text, needle) -> None:
+    with pytest.raises(TopologyError, match=re.escape(needle)):
+        loads(text)
+
+
+def test_nodes_is_accepted_in_a_single_system_file() -> None:
+    (entry,) = loads("[[entities]]\npath = '/user/a'\nclass = 'm:C'\nnodes = ['m1', 'm2']\nshards = 2").entries
+    assert entry.options == {"nodes": ["m1", "m2"], "shards": 2}
+
+
+def test_choose_node_by_name_or_by_this_machines_address() -> None:
+    cluster = loads(CLUSTER.replace('bind = "10.0.0.3"', 'bind = "127.0.0.1"')).cluster
+    assert cluster is not None
+    assert choose_node(cluster, "b", "c.toml").name == "b"
+    # 10.0.0.x are not this machine's; 127.0.0.1 is.
+    assert choose_node(cluster, None, "c.toml").name == "c" or local_address("10.0.0.1")
+    with pytest.raises(TopologyError, match=re.escape("--node 'x' is not one of its [[node]]s ['a', 'b', 'c']")):
+        choose_node(cluster, "x", "c.toml")
+    everywhere = loads(CLUSTER.replace('"10.0.0.', '"127.0.0.')).cluster
+    assert everywhere is not None
+    with pytest.raises(TopologyError, match="several .* pass --node NAME"):
+        choose_node(everywhere, None, "c.toml")
+    nowhere = loads(CLUSTER.replace('"10.0.0.', '"198.51.100.').replace('"0.0.0.0"', '"198.51.100.2"')).cluster
+    assert nowhere is not None
+    with pytest.raises(TopologyError, match=re.escape("no [[node]] has an address of this machine (a=198.51.100.1")):
+        choose_node(nowhere, None, "c.toml")
+
+
+# ---- `reprise up cluster.toml` on loopback (nodes on one address, told apart by --node and their ports) ----
+
+REPRISE = os.path.join(os.path.dirname(sys.executable), "reprise")
+
+
+def loopback_cluster(tmp_path, journal: str, join_timeout: float) -> tuple[str, dict[str, int]]:
+    """A cluster file of nodes a (leader), b, c on 127.0.0.1, /user/echoes sharded over them; its admin ports."""
+    ports = {name: actors.free_port() for name in "abc"}
+    nodes = "".join(f'[[node]]\nname = "{n}"\nadmin_port = {p}\n' for n, p in ports.items())
+    path = tmp_path / "cluster.toml"
+    path.write_text(f'[cluster]\nleader = "a"\njournal = "{journal}"\nsecret_file = "cluster.secret"\n'
+                    f"node_timeout = 2.0\njoin_timeout = {join_timeout}\n{nodes}"
+                    '[[entities]]\npath = "/user/echoes"\nclass = "tests.actors.sample:Echo"\nshards = 3\n'
+                    'nodes = ["a", "b", "c"]\n')
+    return str(path), ports
+
+
+def up(path: str, node: str, tag: str, tmp_path, wait: bool = True) -> subprocess.Popen[str]:
+    """`reprise up path --node node --detach` (waited for unless `wait` is False)."""
+    proc = subprocess.Popen([REPRISE, "up", path, "--node", node, "--detach", "--tag", tag, "--run-dir",
+                             str(tmp_path / f"run-{node}")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    if wait:
+        proc.wait(90)
+    return proc
+
+
+@pytest.fixture
+def cluster_tags():
+    tags = {name: f"{SESSION_TOKEN}-topo-{name}-{next(_n)}-" for name in "abc"}
+    yield tags
+    for tag in tags.values():
+        assert kill_tagged(tag) == [], f"processes tagged {tag} were left behind"
+
+
+_n = itertools.count(1)
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(180)
+def test_up_a_cluster_file_leader_waits_for_its_members_then_spreads_the_shards(tmp_path, postgres_url,
+                                                                                   cluster_tags) -> None:
+    path, ports = loopback_cluster(tmp_path, f"{postgres_url}?schema=topo_{uuid.uuid4().hex[:8]}", 60.0)
+    leader = up(path, "a", cluster_tags["a"], tmp_path, wait=False)
+    try:
+        wait_for(lambda: (tmp_path / "cluster.secret").exists() or leader.poll() is not None, timeout=60)
+        for name in "bc":
+            member = up(path, name, cluster_tags[name], tmp_path)
+            out = member.communicate()[0]
+            assert member.returncode == 0, out
+            assert f"cluster node '{name}' (member of 127.0.0.1:{ports['a']}) up on 127.0.0.1:{ports[name]}" in out
+        out = leader.communicate(timeout=90)[0]
+        assert leader.returncode == 0, out
+        assert "cluster node 'a' (leader)" in out and "entities /user/echoes" in out and "WARNING" not in out, out
+        system = actors.connect(ports["a"])
+        try:
+            assert system.nodes() == {"a": "up", "b": "up", "c": "up"}
+            nodes = sorted(h.node for p, h in system.status().hosts.items() if p.startswith("/user/echoes"))
+            assert nodes == ["a", "b", "c"]
+            assert system.ask("/user/echoes/x", Ping(7), timeout=20) == Pong(7, "/user/echoes/x")
+        finally:
+            system.close()
+    finally:
+        if leader.poll() is None:
+            os.killpg(leader.pid, 9)
+            leader.wait(10)
+        for name in "cba":
+            subprocess.run([REPRISE, "down", "--port", str(ports[name])], capture_output=True, timeout=60)
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(120)
+def test_a_leader_whose_members_do_not_come_says_so_and_starts_on_what_is_up(tmp_path, postgres_url,
+                                                                             cluster_tags) -> None:
+    path, ports = loopback_cluster(tmp_path, f"{postgres_url}?schema=topo_{uuid.uuid4().hex[:8]}", 1.0)
+    leader = up(path, "a", cluster_tags["a"], tmp_path)
+    try:
+        out = leader.communicate()[0]
+        assert leader.returncode == 0, out
+        assert "WARNING: node(s) ['b', 'c'] did not join within 1 s ([cluster] join_timeout)" in out, out
+        system = actors.connect(ports["a"])
+        try:
+            nodes = [h.node for p, h in system.status().hosts.items() if p.startswith("/user/echoes")]
+            assert nodes == ["a", "a", "a"]
+        finally:
+            system.close()
+    finally:
+        subprocess.run([REPRISE, "down", "--port", str(ports["a"])], capture_output=True, timeout=60)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--node", "a"], "--node applies to cluster files"),
+    (["--port", "1900"], "--port does not apply to a cluster file"),
+    (["--node", "x"], "--node 'x' is not one of its [[node]]s ['a', 'b', 'c']"),
+])
+def test_up_refuses_mixed_options_in_one_line(tmp_path, argv, needle) -> None:
+    cluster = tmp_path / "cluster.toml"
+    cluster.write_text(CLUSTER)
+    target = "examples/topologies/echo.toml" if argv[:2] == ["--node", "a"] else str(cluster)
+    done = subprocess.run([REPRISE, "up", target, *argv], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    (line,) = done.stderr.splitlines()
+    assert needle in line, line
