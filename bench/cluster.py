@@ -134,6 +134,11 @@ class Setup:
         self.probe = leader.probe()
         status = leader.status().hosts
         self.host_pids = [status[path].pid for path in HOSTS]
+        # The figures mean something only if each host runs where it was placed: check it by pid.
+        places = [tagged_pids(m.tag) for m in self.members] or [tagged_pids(leader.tag)] * len(HOSTS)
+        for path, pid, pids in zip(HOSTS, self.host_pids, places, strict=True):
+            if pid not in pids:
+                raise RuntimeError(f"{name}: host {path} (pid {pid}) does not run on its node")
 
     def pids(self) -> list[int]:
         """Every process of the system (leader and members)."""
