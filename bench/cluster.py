@@ -346,6 +346,31 @@ def _cpu_during(others: Sequence[int], hosts: Sequence[int], seconds: float) -> 
     return (sum(_cpu(p) for p in others) - a) / seconds, (sum(_cpu(p) for p in hosts) - b) / seconds
 
 
+def bridge_row_bytes(rows: int = 1000, seed: int = 1) -> dict[str, float]:
+    """Bytes per row of the bridge's own wire format to a destination host (a RowChunk of the demo's rows:
+    account, amount, transaction id) and back (Confirmed), as framed by the transport: what a row costs the
+    network when its destination shard runs on another node than the bridge that took it."""
+    import random
+
+    from actors.messages import Batch
+    from spark_bridge.messages import Confirmed, RowChunk
+
+    rng = random.Random(seed)
+    key, me = os.urandom(32), _address(1900)
+    accounts = [rng.randrange(10_000) for _ in range(rows)]
+    ids = list(range(10_000_000, 10_000_000 + rows))
+    out: dict[str, float] = {}
+    for ack, anchors in (("persisted", [None] * rows), ("processed", ids)):
+        chunk = RowChunk([f"/user/accounts/{a}" for a in accounts], ids, list(anchors),
+                         [(a, rng.randrange(1, 1000), 5_000_000 + k) for k, a in enumerate(accounts)],
+                         ("account", "amount", "txn"), ids[0])
+        batch = Batch("/system/spark-bridge", pickle.dumps([("/system/spark-bridge", "/user/accounts", chunk)]))
+        out[f"bridge_to_destination_{ack}"] = len(sign(key, (me, batch))) / rows
+    reply = Batch("/user/accounts", pickle.dumps([("/user/accounts", "/system/spark-bridge", Confirmed(ids))]))
+    out["destination_to_bridge"] = len(sign(key, (me, reply))) / rows
+    return out
+
+
 def publish_real(setup: Setup, extra_hosts: int, publishes: int = 400) -> list[dict[str, float]]:
     """The guardian's CPU per publish in a live system with its two hosts, then with `extra_hosts` Idle hosts
     more: publishes forced by registering and unregistering a route (each a publish to every host)."""
@@ -413,7 +438,7 @@ def run(rows: int, entities: int, rounds: int, chunk: int, journal: str | None,
             real = publish_real(setups[0], publish_hosts)
     medians = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in figures.items()}
     return {"systems": medians, "rounds": figures, "postgres": connections, "publish_real": real,
-            "publish_micro": publish_micro(), "rows": rows, "entities": entities, "chunk": chunk}
+            "publish_micro": publish_micro(), "bridge_row_bytes": bridge_row_bytes(), "rows": rows, "entities": entities, "chunk": chunk}
 
 
 def report(doc: dict[str, Any]) -> None:
@@ -439,6 +464,11 @@ def report(doc: dict[str, Any]) -> None:
                   f"(max_connections {c['max_connections']}); {c['rows']:,} rows in {c['events']:,} events, "
                   f"{c['record_bytes_per_row']:.0f} record bytes per row, "
                   f"{c['table_bytes_per_row']:.0f} bytes per row in the journal table with its indexes")
+    b = doc["bridge_row_bytes"]
+    print(f"the bridge's rows on the wire (RowChunk of 1,000 demo rows, framed): "
+          f"{b['bridge_to_destination_persisted']:.1f} bytes per row (ack=persisted), "
+          f"{b['bridge_to_destination_processed']:.1f} (ack=processed), "
+          f"{b['destination_to_bridge']:.1f} back (Confirmed)")
     print("directory publish (micro-benchmark: one HMAC-signed pickle per running host):")
     print(f"{'routes':>7} {'shape':<10}{'frame bytes':>12}{'sign µs':>10}{'publish ms':>12}{'publish MB':>12}"
           f"{'host µs':>10}")
