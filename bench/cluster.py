@@ -142,6 +142,13 @@ def _self_cpu() -> float:
     return t.user + t.system
 
 
+def _url_params(url: str) -> dict[str, str]:
+    """The query parameters of a journal URL."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    return dict(parse_qsl(urlsplit(url).query))
+
+
 # ---- the two systems ---------------------------------------------------------------------------------
 class Setup:
     """One system under test: its leader, its members, and the pids of its entity hosts."""
@@ -166,11 +173,11 @@ class Setup:
 
     def postgres_pids(self) -> list[int]:
         """The PostgreSQL server processes (backends) serving this system's connections (none on SQLite)."""
-        if not self.url.startswith("postgresql"):
+        app = _url_params(self.url).get("application_name")
+        if not self.url.startswith("postgresql") or app is None:
             return []
         import psycopg
 
-        app = dict(p.split("=", 1) for p in self.url.split("?", 1)[1].split("&"))["application_name"]
         with psycopg.connect(PG_URL) as conn:
             return [int(r[0]) for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
                                                     (app,))]
@@ -286,19 +293,20 @@ def measure(setup: Setup, rows: Sequence[tuple[int, int, int]], chunk: int) -> d
 def postgres_figures(setup: Setup, rows: int) -> dict[str, float] | None:
     """The system's PostgreSQL connections (by application_name) against max_connections, and the journal's
     bytes per row (record and index entries excluded: what the rows cost the server's disk is more)."""
-    if not setup.url.startswith("postgresql"):
-        return None
+    params = _url_params(setup.url)
+    if not setup.url.startswith("postgresql") or "application_name" not in params:
+        return None  # (a --journal URL without application_name: its connections cannot be told apart)
+    schema = params.get("schema", "reprise")  # journal.postgres's default
     import psycopg
     from psycopg import sql
 
-    params = dict(p.split("=", 1) for p in setup.url.split("?", 1)[1].split("&"))
     with psycopg.connect(PG_URL) as conn:
         used = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
                             (params["application_name"],)).fetchone()
         limit = conn.execute("SHOW max_connections").fetchone()
         size = conn.execute(sql.SQL("SELECT count(*), sum(octet_length(record)), pg_total_relation_size({t}) "
-                                    "FROM {s}.journal").format(s=sql.Identifier(params["schema"]),
-                                                               t=sql.Literal(params["schema"] + ".journal"))
+                                    "FROM {s}.journal").format(s=sql.Identifier(schema),
+                                                               t=sql.Literal(schema + ".journal"))
                             ).fetchone()
     assert used is not None and limit is not None and size is not None
     return {"connections": int(used[0]), "host_processes": len(HOSTS), "max_connections": int(limit[0]),
@@ -516,7 +524,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5, help="rounds per system, alternating; medians printed")
     p.add_argument("--chunk", type=int, default=1000, help="rows per Thespian message per host")
     p.add_argument("--journal", help="journal URL for both systems instead of a fresh PostgreSQL schema each "
-                                     "({kind} becomes one/three)")
+                                     "({kind} becomes one/three; kept afterwards; PostgreSQL figures need "
+                                     "application_name={kind}-something in it)")
     p.add_argument("--publish-hosts", type=int, default=10,
                    help="extra idle hosts for the live publish measurement (0: skip it)")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON line at the end")
