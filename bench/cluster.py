@@ -399,7 +399,7 @@ def bridge_row_bytes(rows: int = 1000, seed: int = 1) -> dict[str, float]:
     return out
 
 
-def publish_real(setup: Setup, extra_hosts: int, publishes: int = 400) -> list[dict[str, float]]:
+def publish_real(setup: Setup, extra_hosts: int, publishes: int = 200) -> list[dict[str, float]]:
     """The guardian's CPU per publish in a live system with its two hosts, then with `extra_hosts` Idle hosts
     more: publishes forced by registering and unregistering a route (each a publish to every host)."""
     system = setup.leader
@@ -412,7 +412,7 @@ def publish_real(setup: Setup, extra_hosts: int, publishes: int = 400) -> list[d
         others = [p for p in tagged_pids(system.tag) if p not in host_pids]  # guardian, admin, logger ...
         guardian_pid = _listening_pid(system._guardian.addressDetails.sockname[1], others)
         # What the processes burn meanwhile without publishes (timers, Thespian's polling) is subtracted.
-        idle = _cpu_during(others, host_pids, 1.0)
+        idle = _cpu_during(others, host_pids, 0.5)
         cpu0 = sum(_cpu(p) for p in others)
         guardian0 = _cpu(guardian_pid) if guardian_pid else 0.0
         hosts_cpu0 = sum(_cpu(p) for p in host_pids)
