@@ -11,7 +11,8 @@ Two systems run side by side on this machine, rounds alternating between them:
 The feeder (this process, attached to the leader's node like the Spark bridge) sends the same rows,
 `--chunk` per Thespian message per host, at most 4 chunks per host unconfirmed; each row is applied
 once and journaled, and counted back when durable. Both journal into one PostgreSQL schema per system
-(a cluster shares its journal), or `--journal` (SQLite only for a quick look).
+(a cluster shares its journal; REPRISE_BENCH_POSTGRES_URL names the server), or `--journal`; without a
+reachable PostgreSQL, into a SQLite file per system (said on stderr and in the rows' names).
 
 Reported per system (medians of the rounds): wall µs per row; CPU µs per row of all the system's
 processes plus the feeder; bytes per row the feeder wrote and read (all of it crosses nodes in the
@@ -35,6 +36,7 @@ import hmac
 import json
 import os
 import pickle
+import shutil
 import statistics
 import sys
 import tempfile
@@ -56,6 +58,7 @@ from actors.messages import (
 )
 from actors.system import tagged_pids
 from bench.entities import Account, Applied, Deposit
+from journal.urls import redact_url
 
 PG_URL = os.environ.get("REPRISE_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 HOSTS = ("/user/a", "/user/b")
@@ -190,12 +193,20 @@ class Setup:
 
 @contextlib.contextmanager
 def systems(journal: str | None) -> Iterator[tuple[Setup, Setup]]:
-    """The one-node and the three-node systems, each with its own journal (a fresh PostgreSQL schema)."""
+    """The one-node and the three-node systems, each with its own journal (a fresh PostgreSQL schema, or a
+    SQLite file shared by the system's nodes when PostgreSQL cannot be reached)."""
     urls: list[str] = []
+    scratch = tempfile.mkdtemp(prefix="reprise-bench-cluster-")
+    postgres = journal is None and _postgres_reachable()
+    if journal is None and not postgres:
+        print(f"PostgreSQL is not reachable at {redact_url(PG_URL)}: both systems journal in SQLite files instead "
+              "(set REPRISE_BENCH_POSTGRES_URL)", file=sys.stderr)
 
     def url(kind: str) -> str:
         if journal is not None:
             return journal.replace("{kind}", kind)
+        if not postgres:
+            return f"sqlite:///{scratch}/{kind}.db"
         u = f"{PG_URL}?schema=reprise_bench_cluster_{kind}_{uuid.uuid4().hex[:8]}" \
             f"&application_name=reprise-bench-cluster-{kind}"
         urls.append(u)
@@ -208,8 +219,7 @@ def systems(journal: str | None) -> Iterator[tuple[Setup, Setup]]:
             _count_frames()  # (after the first start: it wraps what actors.auth installed)
             for path in HOSTS:
                 one.spawn(Account, path, entities=True, passivate_after=3600.0)
-            run_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="reprise-bench-cluster-"))
-            secret = os.path.join(run_dir, "secret")
+            secret = os.path.join(scratch, "secret")
             three_url = url("three")
             leader = stack.enter_context(actors.start("multiproc", journal=three_url, snapshot_store=three_url,
                                                       secret_file=secret))
@@ -219,12 +229,24 @@ def systems(journal: str | None) -> Iterator[tuple[Setup, Setup]]:
                 leader.spawn(Account, path, entities=True, passivate_after=3600.0, node=node)
             yield Setup("one node", one, [], one_url), Setup("three nodes", leader, members, three_url)
     finally:
+        shutil.rmtree(scratch, ignore_errors=True)
         if urls:
             from journal.postgres import drop_schema
 
             for u in urls:
                 with contextlib.suppress(Exception):
                     drop_schema(u)
+
+
+def _postgres_reachable() -> bool:
+    """Whether the benchmark's PostgreSQL server answers."""
+    import psycopg
+
+    try:
+        psycopg.connect(PG_URL, connect_timeout=3).close()
+    except psycopg.Error:
+        return False
+    return True
 
 
 def feed(setup: Setup, rows: Sequence[tuple[int, int, int]], chunk: int) -> None:
@@ -468,8 +490,10 @@ def run(rows: int, entities: int, rounds: int, chunk: int, journal: str | None,
             connections[setup.name] = postgres_figures(setup, len(warm) + rounds * rows)
         if publish_hosts:
             real = publish_real(setups[0], publish_hosts)
+        setups_journal = setups[0].url.partition(":")[0]
     medians = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in figures.items()}
     return {"systems": medians, "rounds": figures, "postgres": connections, "publish_real": real,
+            "journal": setups_journal,
             "publish_micro": publish_micro(), "bridge_row_bytes": bridge_row_bytes(), "rows": rows, "entities": entities, "chunk": chunk}
 
 
@@ -534,7 +558,8 @@ def main(argv: list[str] | None = None) -> int:
     report(doc)
     if a.json:
         one, three = doc["systems"]["one node"], doc["systems"]["three nodes"]
-        results = [{"system": f"reprise {name}", "measurement": "rows/s, durable entities (PostgreSQL)",
+        store = "PostgreSQL" if doc["postgres"]["one node"] else doc["journal"]
+        results = [{"system": f"reprise {name}", "measurement": f"rows/s, durable entities ({store})",
                     "rate": doc["systems"][name]["rows_per_s"]} for name in ("one node", "three nodes")]
         doc["ratio_us_per_row"] = three["us_per_row"] / one["us_per_row"]
         print(json.dumps({"results": results, **doc}))
