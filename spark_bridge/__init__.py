@@ -33,7 +33,14 @@ Reading the journal back: `register(spark)`, then `spark.read.format("reprise-jo
 
 from typing import Any
 
-from spark_bridge.bridge import BRIDGE_PATH, SparkBridge, start_bridge
+from spark_bridge.bridge import (
+    BRIDGE_PATH,
+    BRIDGES_PATH,
+    SparkBridge,
+    bridge_path,
+    start_bridge,
+    start_bridges,
+)
 from spark_bridge.destination import FeedReceiver, ack
 from spark_bridge.feed import FeedError, FeedResult, feed, feed_stream, last_write_result
 from spark_bridge.messages import FeedProgress, GetFeedProgress, Row
@@ -51,6 +58,6 @@ def register(spark: Any) -> None:
 
 
 # The user API only: the other messages of spark_bridge.messages are the bridge's own protocol and events.
-__all__ = ["BRIDGE_PATH", "FeedError", "FeedProgress", "FeedReceiver", "FeedResult", "GetFeedProgress", "ProgressBar", "Row",
+__all__ = ["BRIDGES_PATH", "BRIDGE_PATH", "FeedError", "FeedProgress", "FeedReceiver", "FeedResult", "GetFeedProgress", "ProgressBar", "Row",
            "SessionError", "SparkBridge", "ack", "cluster_session", "feed", "feed_stream", "last_write_result", "local_session",
-           "register", "start_bridge"]
+           "bridge_path", "register", "start_bridge", "start_bridges"]
