@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import signal
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -219,6 +222,43 @@ def test_in_local_mode_the_spark_conf_names_the_node_whose_bridge_the_tasks_use(
     assert {n: last[n] - after[n] for n in NODES} == {"alpha": more, "beta": 0, "gamma": 0}
     added = expected_sums(rows + more, start)
     assert sums(balances(convention.leader, accounts)) == {p: held[p] + added[p] for p in accounts}
+
+
+@pytest.mark.timeout(120)
+def test_a_node_bridge_killed_after_staging_recovers_its_batches_and_the_commit_releases_them_once(convention):
+    from spark_bridge.feed import commit_run, make_plan
+    from spark_bridge.messages import BatchAccepted, IngestBatch
+
+    leader, path = convention.leader, bridge_path("beta")
+    accounts = list(expected_sums(0))
+    held = sums(balances(leader, accounts))
+    start, rows = 20 * ROWS, 100
+    plan = make_plan("127.0.0.1", leader.admin_port, "restarted", "to", None, None, 50, 8, 60.0, "processed",
+                     bridges=tuple(bridge_path(n) for n in NODES))
+    attempt = f"{plan.run}/7"
+    task = actors.connect(convention.systems["beta"].admin_port)  # a task on beta's host stages at beta's bridge
+    try:
+        probe = task.probe()
+        for batch_no, first in enumerate(range(start, start + rows, 50)):
+            txids = range(first, first + 50)
+            task.tell(path, IngestBatch("restarted", 0, batch_no, [f"/user/accounts/a{i % ACCOUNTS}" for i in txids],
+                                        [{"account": i % ACCOUNTS, "txid": i, "amount": 1 + i % 3} for i in txids],
+                                        probe.path, attempt=attempt))
+        assert sorted(type(m).__name__ for m in probe.receive_many(2, timeout=20)) == [BatchAccepted.__name__] * 2
+    finally:
+        task.close()
+    victim = leader.status().hosts[path]
+    os.kill(victim.pid, signal.SIGKILL)  # staged, durable, not released: the commit comes while it restarts
+    staged = [(0, attempt, rows, 0, 0, path)]
+    result = commit_run(plan, "restarted", staged, time.monotonic())
+    assert (result.rows, result.duplicates_skipped, result.discarded) == (rows, 0, 0)
+    info = leader.status().hosts[path]
+    assert info.restarts > victim.restarts and info.pid != victim.pid and info.node == "beta"
+    added = expected_sums(rows, start)
+    assert sums(balances(leader, accounts)) == {p: held[p] + added[p] for p in accounts}
+    # The driver's commit again (its Release resent): answered, nothing delivered twice.
+    commit_run(plan, "restarted", staged, time.monotonic())
+    assert sums(balances(leader, accounts)) == {p: held[p] + added[p] for p in accounts}
 
 
 if __name__ == "__main__":
