@@ -17,10 +17,12 @@ and may send follow-ups anchored to the row. With ack="processed", `feed` return
 and everything anchored to it is confirmed (Storm's XOR acker, one 64-bit value per batch).
 
 Cluster recipe: run one member actor system per executor host (Thespian convention: `actors.start(
-"multiproc", leader="leader-ip:port", node=...)`), pass each executor's local admin port as `system`
-(the same port on every host), keep the bridge's journal on PostgreSQL (`journal="postgresql://..."`)
-so that a bridge restarted on another host finds its state, and let executors use the driver's Python
-(PYSPARK_PYTHON, set by `feed` when missing).
+"multiproc", leader="leader-ip:port", node=...)`), `start_bridges(system, nodes=[...])` for a bridge per
+node (at `bridge_path(node)`; /system/spark-bridge coordinates their releases), set REPRISE_PORT (and
+REPRISE_HOST) in each Spark worker's environment to its host's admin port, or the Spark conf keys
+spark.reprise.port/host, so that its executors stage at their own node's bridge; keep the journal on
+PostgreSQL (`journal="postgresql://..."`) so that a bridge restarted on another host finds its state,
+and let executors use the driver's Python (PYSPARK_PYTHON, set by `feed` when missing).
 
 Writing the Spark way: `register(spark)`, then `df.write.format("reprise").option("port", admin_port)
 .option("to", "/user/accounts/{account}").save()` or `df.writeStream.format("reprise")...start()`, with

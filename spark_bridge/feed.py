@@ -16,9 +16,10 @@ entry points over it. It follows Spark's commit protocol:
    bridge's XOR acker). `discard_run` forgets an aborted job's batches.
 
 A feed's partitions are done once released: a rerun of the feed id (or a replayed streaming micro-batch)
-stores and delivers nothing again; with `key`, rows are deduplicated by key instead (checked against
-the keys released before, when a batch is staged: two runs of one keyed feed id at the same time may
-both deliver a key). When the rows are
+stores and delivers nothing again, even at another node's bridge (the coordinator decides each release);
+with `key`, rows are deduplicated by key instead (checked against the keys released before by the same
+bridge, when a batch is staged: two runs of one keyed feed id at the same time, or through two bridges,
+may both deliver a key). When the rows are
 plain columns and the message is the row as a dict (the default), tasks read Arrow record batches and
 send columns: no per-row Python objects on the Spark side.
 """
