@@ -236,17 +236,23 @@ def test_a_node_bridge_killed_after_staging_recovers_its_batches_and_the_commit_
     plan = make_plan("127.0.0.1", leader.admin_port, "restarted", "to", None, None, 50, 8, 60.0, "processed",
                      bridges=tuple(bridge_path(n) for n in NODES))
     attempt = f"{plan.run}/7"
-    task = actors.connect(convention.systems["beta"].admin_port)  # a task on beta's host stages at beta's bridge
-    try:
-        probe = task.probe()
-        for batch_no, first in enumerate(range(start, start + rows, 50)):
-            txids = range(first, first + 50)
-            task.tell(path, IngestBatch("restarted", 0, batch_no, [f"/user/accounts/a{i % ACCOUNTS}" for i in txids],
-                                        [{"account": i % ACCOUNTS, "txid": i, "amount": 1 + i % 3} for i in txids],
-                                        probe.path, attempt=attempt))
-        assert sorted(type(m).__name__ for m in probe.receive_many(2, timeout=20)) == [BatchAccepted.__name__] * 2
-    finally:
-        task.close()
+
+    def stage(node: str, attempt: str) -> None:
+        """What a task on `node`'s host does: stage partition 0's rows at that node's bridge."""
+        task = actors.connect(convention.systems[node].admin_port)
+        try:
+            probe = task.probe()
+            for batch_no, first in enumerate(range(start, start + rows, 50)):
+                txids = range(first, first + 50)
+                task.tell(bridge_path(node), IngestBatch(
+                    "restarted", 0, batch_no, [f"/user/accounts/a{i % ACCOUNTS}" for i in txids],
+                    [{"account": i % ACCOUNTS, "txid": i, "amount": 1 + i % 3} for i in txids], probe.path,
+                    attempt=attempt))
+            assert [type(m) for m in probe.receive_many(2, timeout=20)] == [BatchAccepted] * 2
+        finally:
+            task.close()
+
+    stage("beta", attempt)
     victim = leader.status().hosts[path]
     os.kill(victim.pid, signal.SIGKILL)  # staged, durable, not released: the commit comes while it restarts
     staged = [(0, attempt, rows, 0, 0, path)]
@@ -258,6 +264,16 @@ def test_a_node_bridge_killed_after_staging_recovers_its_batches_and_the_commit_
     assert sums(balances(leader, accounts)) == {p: held[p] + added[p] for p in accounts}
     # The driver's commit again (its Release resent): answered, nothing delivered twice.
     commit_run(plan, "restarted", staged, time.monotonic())
+    assert sums(balances(leader, accounts)) == {p: held[p] + added[p] for p in accounts}
+    # A rerun staging partition 0 at gamma, committed while the coordinator restarts: its journal still
+    # says partition 0 is released, so gamma drops the rows.
+    rerun = dataclasses.replace(plan, run="rerun0000000000")
+    stage("gamma", f"{rerun.run}/3")
+    os.kill(leader.status().hosts[BRIDGE_PATH].pid, signal.SIGKILL)
+    again = commit_run(rerun, "restarted", [(0, f"{rerun.run}/3", rows, 0, 0, bridge_path("gamma"))],
+                       time.monotonic())
+    assert (again.rows, again.duplicates_skipped, again.discarded) == (rows, rows, 0)
+    assert leader.status().hosts[BRIDGE_PATH].restarts >= 1
     assert sums(balances(leader, accounts)) == {p: held[p] + added[p] for p in accounts}
 
 
