@@ -1003,12 +1003,12 @@ def bridge_path(node: str) -> str:
 
 
 def start_bridges(system: actors.System, nodes: list[str] | None = None, timeout: float = 60.0,
-                  **options: Any) -> list[str]:
+                  cls: type[SparkBridge] | None = None, **options: Any) -> list[str]:
     """Spawn the coordinator (start_bridge) and one bridge per node, each placed on its node; their paths.
 
     `nodes` default: every live node (System.nodes()). A bridge already running is left alone. Each node's
     bridge fails over to the other nodes when the actors layer places with `nodes=`; its journal must then
-    be one every node reaches (PostgreSQL).
+    be one every node reaches (PostgreSQL). `cls`: as for start_bridge.
     """
     if nodes is None:
         listing = getattr(system, "nodes", None)
@@ -1019,25 +1019,29 @@ def start_bridges(system: actors.System, nodes: list[str] | None = None, timeout
     if isinstance(nodes, str) or not nodes or len(set(nodes)) != len(nodes):
         raise ValueError(f"start_bridges: nodes must be a non-empty list of distinct node names, got {nodes!r}")
     paths = [bridge_path(n) for n in nodes]
-    start_bridge(system, timeout, **options)
+    cls = cls or SparkBridge
+    start_bridge(system, timeout, cls, **options)
     failover = "nodes" in inspect.signature(system.spawn).parameters
     for node, path in zip(nodes, paths, strict=True):
         placement: dict[str, Any] = {"node": node}
         if failover:  # nodes=: placed on its node, failing over to the others in order
             placement = {"nodes": [node, *(n for n in nodes if n != node)]}
         try:
-            system.spawn(SparkBridge, path=path, timeout=timeout, **placement, **options)
+            system.spawn(cls, path=path, timeout=timeout, **placement, **options)
         except PathTaken:
             pass
     return paths
 
 
-def start_bridge(system: actors.System, timeout: float = 60.0, **options: Any) -> str:
+def start_bridge(system: actors.System, timeout: float = 60.0, cls: type[SparkBridge] | None = None,
+                 **options: Any) -> str:
     """Spawn the bridge at /system/spark-bridge (no-op if it is already there); returns its path.
 
-    `options` are spawn options of its host, e.g. `backoff=(min, max, random_factor)`.
+    `options` are spawn options of its host, e.g. `backoff=(min, max, random_factor)`. `cls`: a SparkBridge
+    subclass, e.g. one defined in the module that registers the types of the destinations' follow-up
+    messages: the bridge's journal holds them, and a restarted bridge must import them to recover.
     """
     try:
-        return system.spawn(SparkBridge, path=BRIDGE_PATH, timeout=timeout, **options)
+        return system.spawn(cls or SparkBridge, path=BRIDGE_PATH, timeout=timeout, **options)
     except PathTaken:
         return BRIDGE_PATH

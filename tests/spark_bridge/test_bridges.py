@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 import actors
-from spark_bridge import BRIDGE_PATH, GetFeedProgress, bridge_path, feed, start_bridges
+from spark_bridge import BRIDGE_PATH, GetFeedProgress, SparkBridge, bridge_path, feed, start_bridges
 from tests.conftest import start_system, stop_system
 from tests.spark_bridge.sample import DurableAccount, GetBalance, Ledger
 from tests.spark_bridge.standalone import run_driver, start_or_skip
@@ -40,6 +40,11 @@ NODES = ("alpha", "beta", "gamma")
 ACCOUNTS = 12
 ROWS = 2_000
 WORKERS = {"127.0.0.2": "beta", "127.0.0.3": "gamma"}
+
+
+class SampleBridge(SparkBridge):
+    """The bridge, from a module that imports the sample's types: a restarted bridge replays the ledger's
+    follow-ups (LedgerEntry) from its journal, so its process must know them."""
 
 
 @dataclass
@@ -112,7 +117,7 @@ def convention(tmp_path_factory, postgres_url) -> Iterator[Convention]:
             started.append(systems[node])
         leader.spawn(Ledger, path="/user/ledger")
         leader.spawn(DurableAccount, path="/user/accounts", entities=True, kwargs={"ledger": "/user/ledger"})
-        assert start_bridges(leader, nodes=list(NODES)) == [bridge_path(n) for n in NODES]
+        assert start_bridges(leader, nodes=list(NODES), cls=SampleBridge) == [bridge_path(n) for n in NODES]
         yield Convention(systems, url)
     finally:
         for system in reversed(started):
