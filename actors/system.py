@@ -534,6 +534,7 @@ class System:
         self._lock = threading.RLock()
         self._closed = False
         self.metrics: metrics_module.Endpoint | None = None  # the in-process base's metrics endpoint
+        self._node: str | None = None
 
     # ---- context manager ------------------------------------------------------------------------
     def __enter__(self) -> System:
@@ -701,6 +702,36 @@ class System:
         if reply.error:
             raise RepriseError(f"rebalance: {reply.error} (moved: {[m.key for m in reply.moves]})")
         return list(reply.moves)
+
+    @property
+    def node(self) -> str:
+        """The name of the node whose admin this handle is attached to ("leader" unless started with node=)."""
+        if self._node is None:
+            if self.base == "local":
+                self._node = _text(self.config.get("node")) or "leader"
+            else:
+                self._node = self._admin_node()
+        return self._node
+
+    def _admin_node(self) -> str:
+        # The node's name is its admin's "Reprise Node" capability (actors.boot), which Thespian's admin
+        # reports in its status: no Reprise actor needs to know it.
+        from thespian.system.messages.status import Thespian_StatusReq, Thespian_SystemStatus
+
+        self._check_running()
+        with self._lock:
+            try:
+                reply = self._asys.ask(self._asys._systemBase.adminAddr, Thespian_StatusReq(), 10.0)
+            except ActorSystemException as exc:
+                raise MessageNotSent(f"the status request to the admin was not sent: {exc}") from None
+            deadline = time.monotonic() + 10.0
+            while not isinstance(reply, Thespian_SystemStatus):
+                remaining = deadline - time.monotonic()
+                if reply is None or remaining <= 0:
+                    raise AskTimeout("the admin did not report its node's name within 10 s")
+                self._accept(reply)
+                reply = self._listen(remaining)
+        return str(reply.capabilities.get("Reprise Node") or "leader")
 
     # ---- ending --------------------------------------------------------------------------------
     def close(self) -> None:

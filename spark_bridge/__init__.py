@@ -17,10 +17,12 @@ and may send follow-ups anchored to the row. With ack="processed", `feed` return
 and everything anchored to it is confirmed (Storm's XOR acker, one 64-bit value per batch).
 
 Cluster recipe: run one member actor system per executor host (Thespian convention: `actors.start(
-"multiproc", leader="leader-ip:port", node=...)`), pass each executor's local admin port as `system`
-(the same port on every host), keep the bridge's journal on PostgreSQL (`journal="postgresql://..."`)
-so that a bridge restarted on another host finds its state, and let executors use the driver's Python
-(PYSPARK_PYTHON, set by `feed` when missing).
+"multiproc", leader="leader-ip:port", node=...)`), `start_bridges(system, nodes=[...])` for a bridge per
+node (at `bridge_path(node)`; /system/spark-bridge coordinates their releases), set REPRISE_PORT (and
+REPRISE_HOST) in each Spark worker's environment to its host's admin port, or the Spark conf keys
+spark.reprise.port/host, so that its executors stage at their own node's bridge; keep the journal on
+PostgreSQL (`journal="postgresql://..."`) so that a bridge restarted on another host finds its state,
+and let executors use the driver's Python (PYSPARK_PYTHON, set by `feed` when missing).
 
 Writing the Spark way: `register(spark)`, then `df.write.format("reprise").option("port", admin_port)
 .option("to", "/user/accounts/{account}").save()` or `df.writeStream.format("reprise")...start()`, with
@@ -33,7 +35,14 @@ Reading the journal back: `register(spark)`, then `spark.read.format("reprise-jo
 
 from typing import Any
 
-from spark_bridge.bridge import BRIDGE_PATH, SparkBridge, start_bridge
+from spark_bridge.bridge import (
+    BRIDGE_PATH,
+    BRIDGES_PATH,
+    SparkBridge,
+    bridge_path,
+    start_bridge,
+    start_bridges,
+)
 from spark_bridge.destination import FeedReceiver, ack
 from spark_bridge.feed import FeedError, FeedResult, feed, feed_stream, last_write_result
 from spark_bridge.messages import FeedProgress, GetFeedProgress, Row
@@ -51,6 +60,6 @@ def register(spark: Any) -> None:
 
 
 # The user API only: the other messages of spark_bridge.messages are the bridge's own protocol and events.
-__all__ = ["BRIDGE_PATH", "FeedError", "FeedProgress", "FeedReceiver", "FeedResult", "GetFeedProgress", "ProgressBar", "Row",
+__all__ = ["BRIDGES_PATH", "BRIDGE_PATH", "FeedError", "FeedProgress", "FeedReceiver", "FeedResult", "GetFeedProgress", "ProgressBar", "Row",
            "SessionError", "SparkBridge", "ack", "cluster_session", "feed", "feed_stream", "last_write_result", "local_session",
-           "register", "start_bridge"]
+           "bridge_path", "register", "start_bridge", "start_bridges"]

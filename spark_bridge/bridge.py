@@ -27,6 +27,7 @@ XOR acker (acker.py): ack="processed" feeds are told when theirs is complete.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections import OrderedDict
 from collections.abc import Hashable
@@ -54,6 +55,7 @@ from spark_bridge.messages import (
     BatchStored,
     BridgeSnapshot,
     Confirmed,
+    Coordinate,
     Discard,
     Discarded,
     FeedProcessed,
@@ -69,12 +71,18 @@ from spark_bridge.messages import (
     OpenBatches,
     Progress,
     Release,
+    ReleaseDecided,
+    ReleasePlan,
     Row,
     RowChunk,
 )
 
 BRIDGE_PATH = "/system/spark-bridge"
 PERSISTENCE_ID = "spark-bridge"
+BRIDGES_PATH = "/system/spark-bridges"
+"""The bridge of node X is at f"{BRIDGES_PATH}/{X}" (bridge_path); its persistence id is its path."""
+KEPT_PLANS = 10_000
+"""Multi-bridge runs whose plan the coordinator keeps to answer a resent Coordinate with the same plan."""
 
 
 @dataclass(frozen=True)
@@ -136,24 +144,25 @@ class _RowsOut:
     `rows` are the same deliveries as Row messages: what redelivery resends one by one.
     """
 
-    __slots__ = ("targets", "ids", "anchors", "values", "rows", "columns")
+    __slots__ = ("targets", "ids", "anchors", "values", "rows", "columns", "bridge")
 
-    def __init__(self, columns: tuple[str, ...] | None = None) -> None:
+    def __init__(self, columns: tuple[str, ...] | None = None, bridge: str | None = None) -> None:
         self.targets: list[str] = []
         self.ids: list[int] = []
         self.anchors: list[int | None] = []
         self.values: list[object] = []
         self.rows: list[Row] = []
         self.columns = columns
+        self.bridge = bridge
 
     def send(self, host: actors.ActorContext, sender: str, low: int) -> None:
         """Hand the rows to the host's transport (grouped by the host serving each target)."""
         if not self.targets:
             return
-        t, i, a, v, columns = self.targets, self.ids, self.anchors, self.values, self.columns
+        t, i, a, v, columns, bridge = self.targets, self.ids, self.anchors, self.values, self.columns, self.bridge
 
         # (mypy cannot match the unpacked columns to RowChunk's fields)
-        host.scatter(sender, t, lambda idx: RowChunk(*_pick(idx, t, i, a, v), columns, low))  # type: ignore[call-arg, arg-type]
+        host.scatter(sender, t, lambda idx: RowChunk(*_pick(idx, t, i, a, v), columns, low, bridge))  # type: ignore[call-arg, arg-type]
 
 
 class SparkBridge(AtLeastOnceDelivery):
@@ -161,8 +170,8 @@ class SparkBridge(AtLeastOnceDelivery):
 
     @property
     def persistence_id(self) -> str:
-        """Fixed, so the bridge finds its journal again whatever host serves it."""
-        return PERSISTENCE_ID
+        """Fixed per path, so the bridge finds its journal again whatever host (or node) serves it."""
+        return PERSISTENCE_ID if self.path == BRIDGE_PATH else self.path
 
     # Deliveries wait in destinations' queues behind up to a window of rows: resend late, and back off.
     redeliver_interval = 10.0
@@ -227,6 +236,10 @@ class SparkBridge(AtLeastOnceDelivery):
         self._runs: OrderedDict[str, None] = OrderedDict()  # f"{feed}/{run}" released or discarded
         self._open: dict[str, int] = {}  # feed -> trees not complete
         self._feed_waiters: dict[str, set[str]] = {}
+        self._me: str | None = None if self.path == BRIDGE_PATH else self.path  # Row.bridge
+        # The coordinator's (BRIDGE_PATH): partitions released by any bridge, and the plans of multi-bridge runs.
+        self._decided: dict[str, dict[int, str]] = {}  # feed -> partition -> the run deciding it ("": released here)
+        self._plans: OrderedDict[str, ReleaseDecided] = OrderedDict()
 
     # ---- recovery -------------------------------------------------------------------------------
     def receive_recover(self, event: Any) -> None:
@@ -244,6 +257,8 @@ class SparkBridge(AtLeastOnceDelivery):
                 self._enqueue(s.seq, s.event, s.first_id, s.size, len(s.dead))
         elif t is AttemptsDiscarded:
             self._discard_run(event.feed_id, event.run)
+        elif t is ReleaseDecided:
+            self._decide(event)
         elif t is Progress:
             self._replay_progress(event)
         elif t is SnapshotOffer:
@@ -265,7 +280,7 @@ class SparkBridge(AtLeastOnceDelivery):
                     tree.value ^= edge(delivery_id)
                 ids.append(delivery_id)
                 tos.append(to)
-                rows.append(Row(delivery_id, message, anchor))
+                rows.append(Row(delivery_id, message, anchor, bridge=self._me))
             self.restore_unconfirmed(ids, tos, rows)
         for ids in (p.confirmed, p.abandoned):  # disjoint: each id is settled once
             for delivery_id, row in zip(ids, self.confirm_deliveries(ids), strict=True):
@@ -284,8 +299,11 @@ class SparkBridge(AtLeastOnceDelivery):
             batches[batch_no] = _Staged(seq, None, partition, batch_no, size, duplicates, dead, keys)
         self._released = {f: set(p) for f, p in s.released.items()}
         self._runs = OrderedDict.fromkeys(s.runs)
+        self._decided = {f: {p: run for p, run in d} for f, d in s.decided.items()}
+        for feed_id, run, winners, excluded in s.plans:
+            self._plans[f"{feed_id}/{run}"] = ReleaseDecided(feed_id, run, winners, excluded)
         self.restore_unconfirmed([u[0] for u in s.unconfirmed], [u[1] for u in s.unconfirmed],
-                                 [Row(d, body, anchor) for d, _, body, anchor in s.unconfirmed])
+                                 [Row(d, body, anchor, bridge=self._me) for d, _, body, anchor in s.unconfirmed])
         self._backlog = [_Pending(seq, None, i, first, size) for seq, i, first, size in s.backlog]
         self._ahead = set(s.confirmed_ahead)
         self._forwarded = {o: SeenIds(low, ranges) for o, (low, ranges) in s.forwarded.items()}
@@ -307,6 +325,8 @@ class SparkBridge(AtLeastOnceDelivery):
              for b in batches.values()],
             {f: sorted(p) for f, p in self._released.items()},
             list(self._runs),
+            {f: [[p, run] for p, run in sorted(d.items())] for f, d in self._decided.items()},
+            [[d.feed_id, d.run, d.winners, d.excluded] for d in self._plans.values()],
         )
 
     def stats(self) -> dict[str, int]:
@@ -348,6 +368,8 @@ class SparkBridge(AtLeastOnceDelivery):
             self.tell(cast(str, sender), OpenBatches(message.feed_id, open_))
         elif t is Release:
             self._release(message)
+        elif t is Coordinate:
+            self._coordinate(message)
         elif t is Discard:
             self._discard(message)
         elif t is AwaitBatch:
@@ -461,7 +483,9 @@ class SparkBridge(AtLeastOnceDelivery):
         """Store a task attempt's batch without delivering it (a duplicate when its partition is done)."""
         attempt = cast(str, m.attempt)
         run = attempt.split("/", 1)[0]
-        done = (m.keys is None and m.partition in self._released.get(m.feed_id, ())) or f"{m.feed_id}/{run}" in self._runs
+        done = ((m.keys is None and (m.partition in self._released.get(m.feed_id, ())
+                                     or m.partition in self._decided.get(m.feed_id, ())))
+                or f"{m.feed_id}/{run}" in self._runs)
         batches = None if done else self._staged.setdefault((m.feed_id, m.partition), {}).setdefault(attempt, {})
         if batches is None or m.batch_no in batches:
             # A rerun of a done partition, a zombie attempt of a finished run, or a resend: answer once the
@@ -509,12 +533,12 @@ class SparkBridge(AtLeastOnceDelivery):
         run_key = f"{m.feed_id}/{m.run}"
         if run_key in self._runs:  # a repeat (the driver resends until answered)
             self._flush()
-            self.defer_async(FeedReleased(m.feed_id, m.run, 0), lambda r: self._released_reply(m, r))
+            self.defer_async(FeedReleased(m.feed_id, m.run, 0, self.path), lambda r: self._released_reply(m, r))
             return
         self._flush()  # batches buffered before it are journaled before it
-        event = AttemptsReleased(m.feed_id, m.run, m.winners, self._next_id)
+        event = AttemptsReleased(m.feed_id, m.run, m.winners, self._next_id, m.planned)
         batches, discarded = self._release_attempts(event)
-        reply = FeedReleased(m.feed_id, m.run, discarded)
+        reply = FeedReleased(m.feed_id, m.run, discarded, self.path)
         self.persist_async(event, lambda e: self._released_now(batches, m, reply))
 
     def _release_attempts(self, event: AttemptsReleased) -> tuple[list[_Staged], int]:
@@ -527,11 +551,17 @@ class SparkBridge(AtLeastOnceDelivery):
         next_id = event.first_id
         batches: list[_Staged] = []
         discarded = 0
+        # The coordinator knows the partitions every bridge released; a planned release was checked against them.
+        decided = self._decided.setdefault(feed_id, {}) if self.path == BRIDGE_PATH else None
+        elsewhere: dict[int, str] = decided if decided is not None and not event.planned else {}
         for partition, winner in event.winners:
-            # Done by another run of the feed id since this one staged it (two runs at once): only keyed
-            # batches still count, their keys were checked when staged.
-            done = partition in released
+            # Done by another run of the feed id since this one staged it (two runs at once), here or (known
+            # to the coordinator) at another bridge: only keyed batches still count, their keys were checked
+            # when staged.
+            done = partition in released or partition in elsewhere
             released.add(partition)
+            if decided is not None:
+                decided.setdefault(partition, "")
             attempts = self._staged.get((feed_id, partition), {})
             for attempt in [a for a in attempts if a == winner or a.split("/", 1)[0] == run]:
                 for b in sorted(attempts.pop(attempt).values(), key=lambda b: b.batch_no):
@@ -546,6 +576,7 @@ class SparkBridge(AtLeastOnceDelivery):
                     batches.append(b)
             if not attempts:
                 self._staged.pop((feed_id, partition), None)
+        discarded += self._drop_run(feed_id, run)  # the run's attempts of partitions whose winner staged elsewhere
         batches.sort(key=lambda b: b.first_id)
         for b in batches:
             if b.keys is not None:
@@ -576,7 +607,7 @@ class SparkBridge(AtLeastOnceDelivery):
             if m.feed_id in self._open:
                 self._feed_waiters.setdefault(m.feed_id, set()).add(m.reply_to)
             else:
-                self.tell(m.reply_to, FeedProcessed(m.feed_id))
+                self.tell(m.reply_to, FeedProcessed(m.feed_id, self.path))
 
     def _discard(self, m: Discard) -> None:
         if f"{m.feed_id}/{m.run}" not in self._runs:
@@ -587,14 +618,62 @@ class SparkBridge(AtLeastOnceDelivery):
 
     def _discard_run(self, feed_id: str, run: str) -> None:
         self._remember_run(f"{feed_id}/{run}")
+        self._drop_run(feed_id, run)
+
+    def _drop_run(self, feed_id: str, run: str) -> int:
+        """Forget every batch the attempts of `run` staged for `feed_id`; the rows dropped."""
+        dropped = 0
         for key in [k for k in self._staged if k[0] == feed_id]:
             attempts = self._staged[key]
             for attempt in [a for a in attempts if a.split("/", 1)[0] == run]:
                 for b in attempts.pop(attempt).values():
                     self._staged_rows -= b.size if b.event is not None else 0
                     self._feed(feed_id)[0] -= b.size + b.duplicates
+                    dropped += b.size + b.duplicates
             if not attempts:
                 del self._staged[key]
+        return dropped
+
+    # ---- the coordinator of multi-bridge feeds ----------------------------------------------------
+    def _coordinate(self, m: Coordinate) -> None:
+        """Decide, durably and once per run, which winners their bridges release: none of a partition
+        released before by any bridge (unless the feed is keyed: keys are checked by each bridge)."""
+        known = self._plans.get(f"{m.feed_id}/{m.run}")
+        if known is not None:  # a repeat: the same plan, once it is durable (it may be in flight)
+            plan = ReleasePlan(known.feed_id, known.run, known.winners, known.excluded, self._earlier(known))
+            self.defer_async(plan, lambda p: self.tell(m.reply_to, p))
+            return
+        decided = self._decided.get(m.feed_id, {})
+        winners: list[list[Any]] = []
+        excluded: list[list[Any]] = []
+        for partition, attempt, bridge in m.winners:
+            (excluded if not m.keyed and partition in decided else winners).append([partition, attempt, bridge])
+        event = ReleaseDecided(m.feed_id, m.run, winners, excluded)
+        reply = ReleasePlan(m.feed_id, m.run, winners, excluded, self._earlier(event))
+        self._decide(event)  # now: a repeat or a direct release arriving meanwhile sees the decision
+        self.persist_async(event, lambda e: self.tell(m.reply_to, reply))
+
+    def _earlier(self, event: ReleaseDecided) -> list[list[Any]]:
+        """The releases of the earlier runs that decided `event`'s excluded partitions (those still kept)."""
+        decided = self._decided.get(event.feed_id, {})
+        earlier: list[list[Any]] = []
+        for run in dict.fromkeys(decided.get(p, "") for p, _, _ in event.excluded):
+            plan = self._plans.get(f"{event.feed_id}/{run}") if run and run != event.run else None
+            if plan is None:
+                continue
+            by_bridge: dict[str, list[list[Any]]] = {}
+            for partition, attempt, bridge in plan.winners:
+                by_bridge.setdefault(bridge, []).append([partition, attempt])
+            earlier.extend([run, bridge, w] for bridge, w in by_bridge.items())
+        return earlier
+
+    def _decide(self, event: ReleaseDecided) -> None:
+        decided = self._decided.setdefault(event.feed_id, {})
+        for partition, _, _ in event.winners:
+            decided.setdefault(partition, event.run)
+        self._plans[f"{event.feed_id}/{event.run}"] = event
+        while len(self._plans) > KEPT_PLANS:
+            self._plans.popitem(last=False)
 
     def _remember_run(self, run_key: str) -> None:
         self._runs[run_key] = None
@@ -755,11 +834,11 @@ class SparkBridge(AtLeastOnceDelivery):
         low = self._low
         if event.forwards:
             # Delivered together, sent as one RowChunk per host.
-            out = _RowsOut()
+            out = _RowsOut(bridge=self._me)
             allocated = self._allocated
             for _, _, anchor, delivery_id, to, message in event.forwards:
                 allocated.pop(delivery_id, None)
-                out.rows.append(Row(delivery_id, message, anchor, low))
+                out.rows.append(Row(delivery_id, message, anchor, low, bridge=self._me))
                 out.targets.append(to)
                 out.ids.append(delivery_id)
                 out.anchors.append(anchor)
@@ -775,7 +854,7 @@ class SparkBridge(AtLeastOnceDelivery):
                 self.tell(tree.reply_to, BatchProcessed(tree.feed_id, tree.partition, tree.batch_no))
             if tree.feed_id in self._feed_waiters and tree.feed_id not in self._open:
                 for waiter in self._feed_waiters.pop(tree.feed_id):
-                    self.tell(waiter, FeedProcessed(tree.feed_id))
+                    self.tell(waiter, FeedProcessed(tree.feed_id, self.path))
 
     # ---- fan-out --------------------------------------------------------------------------------
     def _enqueue(self, seq: int, event: BatchStored | None, first_id: int, size: int = -1,
@@ -804,7 +883,8 @@ class SparkBridge(AtLeastOnceDelivery):
             self._refresh_low(now)
         low = self._low
         ahead = self._ahead
-        out = _RowsOut()
+        me = self._me
+        out = _RowsOut(bridge=me)
         while budget > 0 and self._backlog_head < len(backlog):
             b = backlog[self._backlog_head]
             event = b.event
@@ -822,7 +902,7 @@ class SparkBridge(AtLeastOnceDelivery):
                 datas = list(zip(*(c[start:end] for c in event.values), strict=True))
             if columns != out.columns:
                 self._deliver_rows(out, low)
-                out = _RowsOut(columns)
+                out = _RowsOut(columns, me)
             targets, ids, anchors, values, rows = out.targets, out.ids, out.anchors, out.values, out.rows
             for i, data in enumerate(datas, start):
                 if dead and i in dead:
@@ -831,7 +911,7 @@ class SparkBridge(AtLeastOnceDelivery):
                 if ahead and delivery_id in ahead:
                     ahead.discard(delivery_id)
                     continue
-                rows.append(Row(delivery_id, data, first, low, columns))
+                rows.append(Row(delivery_id, data, first, low, columns, me))
                 targets.append(paths[i])
                 ids.append(delivery_id)
                 anchors.append(first)
@@ -915,12 +995,53 @@ def _row_dict(event: BatchStored, i: int) -> dict[str, object]:
     return {c: col[i] for c, col in zip(columns, event.values, strict=True)}
 
 
-def start_bridge(system: actors.System, timeout: float = 60.0, **options: Any) -> str:
+def bridge_path(node: str) -> str:
+    """The path of node `node`'s bridge: /system/spark-bridges/<node>."""
+    if not isinstance(node, str) or not node or "/" in node:
+        raise ValueError(f"a node name is a non-empty string without '/', got {node!r}")
+    return actors.validate_path(f"{BRIDGES_PATH}/{node}", what="bridge path")
+
+
+def start_bridges(system: actors.System, nodes: list[str] | None = None, timeout: float = 60.0,
+                  cls: type[SparkBridge] | None = None, **options: Any) -> list[str]:
+    """Spawn the coordinator (start_bridge) and one bridge per node, each placed on its node; their paths.
+
+    `nodes` default: every live node (System.nodes()). A bridge already running is left alone. Each node's
+    bridge fails over to the other nodes when the actors layer places with `nodes=`; its journal must then
+    be one every node reaches (PostgreSQL). `cls`: as for start_bridge.
+    """
+    if nodes is None:
+        listing = getattr(system, "nodes", None)
+        if listing is None:
+            raise ValueError("start_bridges: this actors version cannot list the nodes; pass nodes=[...] (the "
+                             "names given to actors.start(node=...))")
+        nodes = [n for n, state in listing().items() if state == "up"]
+    if isinstance(nodes, str) or not nodes or len(set(nodes)) != len(nodes):
+        raise ValueError(f"start_bridges: nodes must be a non-empty list of distinct node names, got {nodes!r}")
+    paths = [bridge_path(n) for n in nodes]
+    cls = cls or SparkBridge
+    start_bridge(system, timeout, cls, **options)
+    failover = "nodes" in inspect.signature(system.spawn).parameters
+    for node, path in zip(nodes, paths, strict=True):
+        placement: dict[str, Any] = {"node": node}
+        if failover:  # nodes=: placed on its node, failing over to the others in order
+            placement = {"nodes": [node, *(n for n in nodes if n != node)]}
+        try:
+            system.spawn(cls, path=path, timeout=timeout, **placement, **options)
+        except PathTaken:
+            pass
+    return paths
+
+
+def start_bridge(system: actors.System, timeout: float = 60.0, cls: type[SparkBridge] | None = None,
+                 **options: Any) -> str:
     """Spawn the bridge at /system/spark-bridge (no-op if it is already there); returns its path.
 
-    `options` are spawn options of its host, e.g. `backoff=(min, max, random_factor)`.
+    `options` are spawn options of its host, e.g. `backoff=(min, max, random_factor)`. `cls`: a SparkBridge
+    subclass, e.g. one defined in the module that registers the types of the destinations' follow-up
+    messages: the bridge's journal holds them, and a restarted bridge must import them to recover.
     """
     try:
-        return system.spawn(SparkBridge, path=BRIDGE_PATH, timeout=timeout, **options)
+        return system.spawn(cls or SparkBridge, path=BRIDGE_PATH, timeout=timeout, **options)
     except PathTaken:
         return BRIDGE_PATH

@@ -42,8 +42,18 @@ from spark_bridge.messages import (
 )
 
 
+def _origin(bridge: str | None) -> str:
+    """The persistence id of the bridge that sent a Row (Row.bridge): the origin receivers dedup it by."""
+    return PERSISTENCE_ID if bridge is None else bridge
+
+
+def _bridge_of(origin: str) -> str | None:
+    """Row.bridge of a bridge's persistence id (_origin's inverse)."""
+    return None if origin == PERSISTENCE_ID else origin
+
+
 class _HostOut:
-    """What the destinations of one host send the bridge in a round: their follow-ups, then their confirms.
+    """What the destinations of one host send one bridge in a round: their follow-ups, then their confirms.
 
     Sent as one Forwards and one Confirmed message when the host settles, instead of a message per row.
     Follow-ups go first, so a follow-up sent before its row's confirmation reaches the bridge first (the
@@ -61,27 +71,31 @@ class _HostOut:
         self.messages: list[object] = []
         self.confirmed: list[int] = []
 
-    def send(self, host: actors.ActorContext) -> bool:
+    def send(self, host: actors.ActorContext, bridge: str) -> bool:
         if not (self.confirmed or self.senders):
             return False
         if self.senders:
-            host.route(host.path, BRIDGE_PATH, Forwards(self.senders, self.origins, self.forward_ids, self.anchors,
-                                                        self.tos, self.messages))
+            host.route(host.path, bridge, Forwards(self.senders, self.origins, self.forward_ids, self.anchors,
+                                                   self.tos, self.messages))
         if self.confirmed:
-            host.route(host.path, BRIDGE_PATH, Confirmed(self.confirmed))
+            host.route(host.path, bridge, Confirmed(self.confirmed))
         return True
 
 
-_outgoing: weakref.WeakKeyDictionary[actors.ActorContext, _HostOut] = weakref.WeakKeyDictionary()
+# Per host: the round's messages for each bridge (None: /system/spark-bridge).
+_outgoing: weakref.WeakKeyDictionary[actors.ActorContext, dict[str | None, _HostOut]] = weakref.WeakKeyDictionary()
 
 
-def _out(actor: actors.Actor) -> _HostOut:
+def _out(actor: actors.Actor, bridge: str | None) -> _HostOut:
     host = actor.context
-    out = _outgoing.get(host)
-    if out is None:
-        out = _outgoing[host] = _HostOut()
+    outs = _outgoing.get(host)
+    if outs is None:
+        outs = _outgoing[host] = {}
         ref = weakref.ref(host)
         host.on_settle(lambda: _send_out(ref))
+    out = outs.get(bridge)
+    if out is None:
+        out = outs[bridge] = _HostOut()
     return out
 
 
@@ -89,19 +103,23 @@ def _send_out(ref: weakref.ref[actors.ActorContext]) -> bool:
     host = ref()
     if host is None:
         return False
-    out = _outgoing.get(host)
-    if out is None or not out.send(host):
+    outs = _outgoing.get(host)
+    if not outs:
         return False
-    _outgoing[host] = _HostOut()
-    return True
+    sent = False
+    for bridge, out in list(outs.items()):
+        if out.send(host, BRIDGE_PATH if bridge is None else bridge):
+            sent = True
+    outs.clear()
+    return sent
 
 
-def _confirm(actor: actors.Actor, delivery_id: int) -> None:
-    _out(actor).confirmed.append(delivery_id)
+def _confirm(actor: actors.Actor, delivery_id: int, bridge: str | None) -> None:
+    _out(actor, bridge).confirmed.append(delivery_id)
 
 
-def _forward(actor: actors.Actor, f: Forward) -> None:
-    out = _out(actor)
+def _forward(actor: actors.Actor, f: Forward, bridge: str | None) -> None:
+    out = _out(actor, bridge)
     out.senders.append(actor.path)
     out.origins.append(f.origin)
     out.forward_ids.append(f.forward_id)
@@ -136,8 +154,8 @@ def ack(actor: actors.Actor, row: Row, follow_ups: Iterable[tuple[str, object]] 
     delivers each follow-up at least once from the moment it has it.
     """
     for to, message in _follow_ups(follow_ups) if follow_ups else ():
-        _forward(actor, Forward(None, 0, row.anchor, to, message))
-    _confirm(actor, row.delivery_id)
+        _forward(actor, Forward(None, 0, row.anchor, to, message), row.bridge)
+    _confirm(actor, row.delivery_id, row.bridge)
 
 
 def _row_applied_values(e: RowApplied) -> tuple[object, ...]:
@@ -168,8 +186,8 @@ class FeedReceiver(IdempotentReceiver):
     def mixin_init(self) -> None:
         super().mixin_init()
         self._next_forward = 1
-        self._unaccepted: dict[int, Forward] = {}
-        self._bridge_low = 0
+        self._unaccepted: dict[int, tuple[Forward, str | None]] = {}  # forward id -> (follow-up, its bridge)
+        self._bridge_low: dict[str, int] = {}  # per bridge (origin): every delivery id below it is settled
         self._rows_until_trim = 0
 
     def apply_row(self, row: Row, event: object, handler: Callable[[Any], object] | None = None,
@@ -185,8 +203,9 @@ class FeedReceiver(IdempotentReceiver):
         if self._rows_until_trim <= 0:
             # Forgetting settled ids bounds memory; doing it every row cost ~5% of a busy host's CPU.
             self._rows_until_trim = _TRIM_EVERY
-            self._trim(row.settled_below - 1)
-        if self.already_applied(PERSISTENCE_ID, row.delivery_id):
+            self._trim(_origin(row.bridge), row.settled_below - 1)
+        origin = _origin(row.bridge)
+        if self.already_applied(origin, row.delivery_id):
             # After the pending handlers: the first copy's follow-ups must reach the bridge before this.
             self.defer_async(row, self._reconfirm)
             return False
@@ -194,16 +213,16 @@ class FeedReceiver(IdempotentReceiver):
         first = self._next_forward
         self._next_forward += len(follow)
         low = min(self._unaccepted) if self._unaccepted else first
-        inner = RowApplied(event, row.anchor, follow, first, low, self._bridge_low)
+        inner = RowApplied(event, row.anchor, follow, first, low, self._bridge_low.get(origin, 0))
 
         def applied(e: RowApplied) -> None:
             if handler is not None:
                 handler(e.event)
             if e.follow_ups:
-                self._send_follow_ups(e)
-            _confirm(self, row.delivery_id)
+                self._send_follow_ups(e, row.bridge)
+            _confirm(self, row.delivery_id, row.bridge)
 
-        return self.persist_applied(PERSISTENCE_ID, row.delivery_id, inner, applied)
+        return self.persist_applied(origin, row.delivery_id, inner, applied)
 
     @property
     def unaccepted_follow_ups(self) -> int:
@@ -211,21 +230,22 @@ class FeedReceiver(IdempotentReceiver):
         return len(self._unaccepted)
 
     # ---- internals ------------------------------------------------------------------------------
-    def _send_follow_ups(self, e: RowApplied) -> None:
+    def _send_follow_ups(self, e: RowApplied, bridge: str | None) -> None:
         pid = self.persistence_id
         for k, (to, message) in enumerate(e.follow_ups):
-            f = self._unaccepted[e.first_forward + k] = Forward(pid, e.first_forward + k, e.anchor, to, message)
-            _forward(self, f)
+            f = Forward(pid, e.first_forward + k, e.anchor, to, message)
+            self._unaccepted[f.forward_id] = (f, bridge)
+            _forward(self, f, bridge)
 
     def _reconfirm(self, row: Row) -> None:
-        for f in list(self._unaccepted.values()):
-            _forward(self, f)
-        _confirm(self, row.delivery_id)
+        for f, bridge in list(self._unaccepted.values()):
+            _forward(self, f, bridge)
+        _confirm(self, row.delivery_id, row.bridge)
 
-    def _trim(self, low: int) -> None:
-        if low > self._bridge_low:
-            self._bridge_low = low
-            self.forget_applied_up_to(PERSISTENCE_ID, low)  # the bridge never delivers them again
+    def _trim(self, origin: str, low: int) -> None:
+        if low > self._bridge_low.get(origin, 0):
+            self._bridge_low[origin] = low
+            self.forget_applied_up_to(origin, low)  # the bridge never delivers them again
 
     def mixin_command(self, message: Any, sender: str | None) -> None:
         if type(message) is ForwardAccepted:
@@ -242,14 +262,15 @@ class FeedReceiver(IdempotentReceiver):
         if type(event) is Applied and type(event.event) is RowApplied:
             inner = event.event
             pid = self.persistence_id
+            bridge = _bridge_of(event.origin)
             for k, (to, message) in enumerate(inner.follow_ups):
                 fid = inner.first_forward + k
-                self._unaccepted[fid] = Forward(pid, fid, inner.anchor, to, message)
+                self._unaccepted[fid] = (Forward(pid, fid, inner.anchor, to, message), bridge)
             self._next_forward = max(self._next_forward, inner.first_forward + len(inner.follow_ups))
             for fid in [f for f in self._unaccepted if f < inner.forwarded_low]:
                 del self._unaccepted[fid]
             super().mixin_recover_event(Applied(event.origin, event.delivery_id, inner.event))
-            self._trim(inner.bridge_low)
+            self._trim(event.origin, inner.bridge_low)
             return
         super().mixin_recover_event(event)
 
@@ -258,10 +279,13 @@ class FeedReceiver(IdempotentReceiver):
         if isinstance(snap, ReceiverSnapshot):
             self._next_forward = snap.next_forward
             pid = self.persistence_id
-            self._unaccepted = {fid: Forward(pid, fid, anchor, to, m) for fid, anchor, to, m in snap.pending}
+            # [forward_id, anchor, to, message] and, for a node bridge's row, its path
+            self._unaccepted = {p[0]: (Forward(pid, p[0], p[1], p[2], p[3]), p[4] if len(p) > 4 else None)
+                                for p in snap.pending}
             offer = SnapshotOffer(offer.metadata, snap.state)
         super().mixin_recover_snapshot(offer)
 
     def mixin_wrap_snapshot(self, snapshot: object) -> object:
-        pending = [[f.forward_id, f.anchor, f.to, f.message] for f in self._unaccepted.values()]
+        pending = [[f.forward_id, f.anchor, f.to, f.message, *([] if b is None else [b])]
+                   for f, b in self._unaccepted.values()]
         return ReceiverSnapshot(self._next_forward, pending, super().mixin_wrap_snapshot(snapshot))

@@ -16,9 +16,10 @@ entry points over it. It follows Spark's commit protocol:
    bridge's XOR acker). `discard_run` forgets an aborted job's batches.
 
 A feed's partitions are done once released: a rerun of the feed id (or a replayed streaming micro-batch)
-stores and delivers nothing again; with `key`, rows are deduplicated by key instead (checked against
-the keys released before, when a batch is staged: two runs of one keyed feed id at the same time may
-both deliver a key). When the rows are
+stores and delivers nothing again, even at another node's bridge (the coordinator decides each release);
+with `key`, rows are deduplicated by key instead (checked against the keys released before by the same
+bridge, when a batch is staged: two runs of one keyed feed id at the same time, or through two bridges,
+may both deliver a key). When the rows are
 plain columns and the message is the row as a dict (the default), tasks read Arrow record batches and
 send columns: no per-row Python objects on the Spark side.
 """
@@ -42,9 +43,10 @@ import actors
 from actors import AskTimeout, RepriseError
 from journal.errors import SerializationError
 from journal.serialization import serialize
-from spark_bridge.bridge import BRIDGE_PATH
+from spark_bridge.bridge import BRIDGE_PATH, BRIDGES_PATH, bridge_path
 from spark_bridge.messages import (
     BatchAccepted,
+    Coordinate,
     Discard,
     Discarded,
     FeedProcessed,
@@ -55,6 +57,7 @@ from spark_bridge.messages import (
     IngestBatch,
     OpenBatches,
     Release,
+    ReleasePlan,
 )
 from spark_bridge.progress import Poller, ProgressBar, is_terminal
 
@@ -66,7 +69,12 @@ if TYPE_CHECKING:
 HOW_TO_START = ("start the bridge in the actor system first: "
                 "`from spark_bridge import start_bridge; start_bridge(actors.connect(PORT))`")
 ACK_MODES = ("persisted", "processed")
-_RESULT_SCHEMA = "partition int, attempt string, rows long, duplicates long, dead long"
+_RESULT_SCHEMA = "partition int, attempt string, rows long, duplicates long, dead long, bridge string"
+HOST_ENV, PORT_ENV = "REPRISE_HOST", "REPRISE_PORT"
+"""A worker's environment: the address of its node's actor system, where its executors attach (default host
+127.0.0.1)."""
+HOST_CONF, PORT_CONF = "spark.reprise.host", "spark.reprise.port"
+"""Spark conf keys read by the driver: where every executor attaches, unless its environment says otherwise."""
 KEPT_RESULTS = 1_000
 """How many committed writes `last_write_result` remembers per host (a stream commits one per micro-batch)."""
 RESULTS_DIR = "REPRISE_SPARK_RESULTS"
@@ -149,6 +157,11 @@ class _Plan:
     processed: bool
     run: str = ""
     """This run's id: task attempts stage under f"{run}/{task attempt id}"."""
+    bridges: tuple[str, ...] = ()
+    """The node bridges running when the feed started (BRIDGES_PATH/<node>): a task stages at its node's."""
+    attach_host: str | None = None
+    attach_port: int | None = None
+    """From the Spark conf (HOST_CONF / PORT_CONF): where tasks attach instead of host/port."""
 
 
 def _address(system: object) -> tuple[str, int]:
@@ -179,6 +192,27 @@ def _connection(host: str, port: int) -> actors.System:
     return system
 
 
+def _attach_address(plan: _Plan) -> tuple[str, int]:
+    """Where this task attaches: its worker's REPRISE_HOST/REPRISE_PORT, else the Spark conf's, else the feed's."""
+    port_text = os.environ.get(PORT_ENV)
+    if port_text:
+        if not port_text.strip().isdigit() or not 0 < int(port_text) < 65536:
+            raise FeedError(f"{PORT_ENV}={port_text!r} in this Spark worker's environment is not a TCP port; set it "
+                            "to the admin port of this host's actor system, e.g. 1900")
+        return os.environ.get(HOST_ENV) or "127.0.0.1", int(port_text)
+    if plan.attach_port is not None:
+        return plan.attach_host or plan.host, plan.attach_port
+    return plan.host, plan.port
+
+
+def _bridge_at(plan: _Plan, system: actors.System) -> str:
+    """The bridge this task stages at: its node's if that was running when the feed started, else the single one."""
+    if not plan.bridges:
+        return BRIDGE_PATH
+    path = bridge_path(system.node)
+    return path if path in plan.bridges else BRIDGE_PATH
+
+
 # ---- the task side ----------------------------------------------------------------------------------
 
 
@@ -201,7 +235,8 @@ class _Publisher:
         self.feed_id = feed_id
         self.partition = partition
         self.attempt = attempt
-        self.system = _connection(plan.host, plan.port)
+        self.system = _connection(*_attach_address(plan))
+        self.bridge = _bridge_at(plan, self.system)
         self.probe = self.system.probe(f"spark-feed-{partition}-{uuid.uuid4().hex[:8]}")
         self.inflight: dict[int, _InFlight] = {}
         self.rows = self.duplicates = self.dead = 0
@@ -213,7 +248,7 @@ class _Publisher:
         message = IngestBatch(self.feed_id, self.partition, batch_no, paths, values, self.probe.path, columns,
                               keys, attempt=self.attempt)
         self.inflight[batch_no] = _InFlight(message, time.monotonic())
-        self.system.tell(BRIDGE_PATH, message)
+        self.system.tell(self.bridge, message)
         self.rows += len(paths)
 
     def settle(self, limit: int) -> None:
@@ -239,15 +274,15 @@ class _Publisher:
         for batch_no, e in self.inflight.items():
             if now - e.first > plan.timeout:
                 raise FeedError(f"feed {self.feed_id!r}: partition {self.partition} batch {batch_no} was not "
-                                f"confirmed by {BRIDGE_PATH} within {plan.timeout} s")
+                                f"confirmed by {self.bridge} within {plan.timeout} s")
             if now - e.last >= plan.resend_after:
-                self.system.tell(BRIDGE_PATH, e.message)
+                self.system.tell(self.bridge, e.message)
                 e.last = now
 
-    def finish(self) -> tuple[int, str, int, int, int]:
-        """Wait for the last batches: Spark's commit message (partition, attempt, rows, duplicates, dead)."""
+    def finish(self) -> tuple[int, str, int, int, int, str]:
+        """Wait for the last batches: Spark's commit message (partition, attempt, rows, duplicates, dead, bridge)."""
         self.settle(0)
-        return self.partition, self.attempt, self.rows, self.duplicates, self.dead
+        return self.partition, self.attempt, self.rows, self.duplicates, self.dead, self.bridge
 
 
 def _attempt(plan: _Plan) -> tuple[int, str]:
@@ -292,7 +327,7 @@ def _unserializable_column(bodies: list[object], exc: Exception) -> FeedError:
     return FeedError(f"a batch cannot be carried by msgpack: {exc}")
 
 
-def stage_rows(plan: _Plan, rows: Iterable[Row]) -> Iterator[tuple[int, str, int, int, int]]:
+def stage_rows(plan: _Plan, rows: Iterable[Row]) -> Iterator[tuple[int, str, int, int, int, str]]:
     """A task over Row objects (a `to` or `message` callable): convert each row, stage batches."""
     pub = _Publisher(plan, plan.feed_id, *_attempt(plan))
     template = plan.to if isinstance(plan.to, PathTemplate) else None
@@ -328,7 +363,7 @@ def stage_rows(plan: _Plan, rows: Iterable[Row]) -> Iterator[tuple[int, str, int
 
 
 def stage_arrow(plan: _Plan, batches: Iterable[pa.RecordBatch], feed_id: str | None = None,
-                ) -> tuple[int, str, int, int, int]:
+                ) -> tuple[int, str, int, int, int, str]:
     """A task over Arrow record batches: columns to Python lists in C, cut into batches, no row objects.
 
     Stages them under this task attempt for `feed_id` (default the plan's); returns the commit message.
@@ -372,65 +407,136 @@ def _stage_arrow_batches(plan: _Plan, batches: Iterator[pa.RecordBatch]) -> Iter
     """stage_arrow for mapInArrow: the commit message as a one-row record batch."""
     import pyarrow as pa
 
-    partition, attempt, rows, duplicates, dead = stage_arrow(plan, batches)
+    partition, attempt, rows, duplicates, dead, bridge = stage_arrow(plan, batches)
     yield pa.RecordBatch.from_pydict({"partition": [partition], "attempt": [attempt], "rows": [rows],
-                                      "duplicates": [duplicates], "dead": [dead]},
+                                      "duplicates": [duplicates], "dead": [dead], "bridge": [bridge]},
                                      schema=pa.schema([("partition", pa.int32()), ("attempt", pa.string()),
                                                        ("rows", pa.int64()), ("duplicates", pa.int64()),
-                                                       ("dead", pa.int64())]))
+                                                       ("dead", pa.int64()), ("bridge", pa.string())]))
 
 
 # ---- the driver side: the job's commit --------------------------------------------------------------
 
 
-def commit_run(plan: _Plan, feed_id: str, staged: Iterable[tuple[int, str, int, int, int]],
-               started: float) -> FeedResult:
-    """Release the winning attempts (one commit message per partition) and wait as `plan.processed` asks."""
-    messages = sorted(staged)
-    winners = [[p, attempt] for p, attempt, *_ in messages]
+def commit_run(plan: _Plan, feed_id: str, staged: Iterable[tuple[Any, ...]], started: float) -> FeedResult:
+    """Release the winning attempts and wait as `plan.processed` asks.
+
+    `staged` holds one commit message per partition: (partition, attempt, rows, duplicates, dead[, bridge]).
+    With node bridges, the coordinator decides first which partitions each bridge releases (ReleasePlan).
+    """
+    messages = sorted((m[0], m[1], m[2], m[3], m[4], m[5] if len(m) > 5 else BRIDGE_PATH) for m in staged)
     system = actors.connect(plan.port, host=plan.host)
+    excluded: set[tuple[int, str]] = set()
     try:
         probe = system.probe(f"spark-commit-{uuid.uuid4().hex[:8]}")
-        release = Release(feed_id, plan.run, winners, probe.path, plan.processed)
-        deadline = time.monotonic() + plan.timeout
-        discarded: int | None = None
-        processed = not plan.processed
-        resend = plan.resend_after
-        system.tell(BRIDGE_PATH, release)
-        while discarded is None or not processed:
-            now = time.monotonic()
-            if now >= deadline:
-                break
-            try:
-                reply = probe.receive(min(resend, deadline - now))
-            except AskTimeout:  # the bridge may have restarted and lost the question: ask again
-                system.tell(BRIDGE_PATH, release)
-                resend = min(resend * 2, 5.0) if discarded is not None else resend
-                continue
-            if isinstance(reply, FeedReleased) and reply.run == plan.run and discarded is None:
-                discarded = reply.discarded
-            elif isinstance(reply, FeedProcessed) and reply.feed_id == feed_id:
-                processed = True
-        if discarded is None:
-            raise FeedError(f"feed {feed_id!r}: the release of its {len(winners)} partitions was not confirmed by "
-                            f"{BRIDGE_PATH} within {plan.timeout} s; nothing was delivered: run it again")
-        if not processed:
-            open_ = system.ask(BRIDGE_PATH, GetOpenBatches(feed_id), timeout=10)
-            by_partition: dict[int, list[str]] = {}
-            for p, b in cast(OpenBatches, open_).batches:
-                by_partition.setdefault(p, []).append(str(b))
-            listed = "; ".join(f"partition {p} (batches {','.join(b)})" for p, b in sorted(by_partition.items()))
-            raise FeedError(f"feed {feed_id!r}: not every row was processed within {plan.timeout} s: {listed}. "
-                            "Their rows are stored and still being delivered; feed the same feed_id again to wait "
-                            "for them")
+        bridges = sorted({m[5] for m in messages})
+        releases: dict[tuple[str, str], Release] = {}
+        if not plan.bridges and bridges in ([], [BRIDGE_PATH]):  # one bridge: it checks everything itself
+            winners = [[p, attempt] for p, attempt, *_ in messages]
+            releases[BRIDGE_PATH, plan.run] = Release(feed_id, plan.run, winners, probe.path, plan.processed)
+        else:
+            decision = _coordinate(system, probe, plan, feed_id, messages)
+            excluded = {(p, attempt) for p, attempt, _ in decision.excluded}
+            for bridge in bridges:  # (a bridge whose winners were all excluded drops what the run staged there)
+                winners = [[p, attempt] for p, attempt, b in decision.winners if b == bridge]
+                releases[bridge, plan.run] = Release(feed_id, plan.run, winners, probe.path, plan.processed, True)
+            for run, bridge, winners in decision.earlier:
+                releases.setdefault((bridge, run), Release(feed_id, run, winners, probe.path, plan.processed, True))
+        for other in sorted({BRIDGE_PATH, *plan.bridges}.difference(b for b, _ in releases)):
+            system.tell(other, Discard(feed_id, plan.run, probe.path))  # losing attempts may have staged there
+        discarded = _release(system, probe, plan, feed_id, releases)
     finally:
         system.close()
     seconds = time.monotonic() - started
     rows = sum(m[2] for m in messages)
-    result = FeedResult(rows, sum(m[3] for m in messages), sum(m[4] for m in messages), seconds,
-                        rows / seconds if seconds > 0 else 0.0, discarded, feed_id)
+    duplicates = dead = 0
+    for p, attempt, n, dup, d, _ in messages:
+        if (p, attempt) in excluded:  # its partition was released before, at another bridge: all duplicates
+            duplicates += n
+            discarded -= n - dup  # (what its bridge staged and has now dropped)
+        else:
+            duplicates += dup
+            dead += d
+    result = FeedResult(rows, duplicates, dead, seconds, rows / seconds if seconds > 0 else 0.0, discarded, feed_id)
     _remember(result)
     return result
+
+
+def _ask_bridge(system: actors.System, probe: actors.Probe, plan: _Plan, path: str, message: object,
+                expect: Callable[[object], bool]) -> object | None:
+    """Send `message` to `path` until a reply `expect` accepts arrives (resent as plan.resend_after says)."""
+    deadline = time.monotonic() + plan.timeout
+    system.tell(path, message)
+    while (now := time.monotonic()) < deadline:
+        try:
+            reply: object = probe.receive(min(plan.resend_after, deadline - now))
+        except AskTimeout:  # the bridge may have restarted and lost the question: ask again
+            system.tell(path, message)
+            continue
+        if expect(reply):
+            return reply
+    return None
+
+
+def _coordinate(system: actors.System, probe: actors.Probe, plan: _Plan, feed_id: str,
+                messages: list[tuple[int, str, int, int, int, str]]) -> ReleasePlan:
+    """The coordinator's durable decision on which bridge releases which partition."""
+    ask = Coordinate(feed_id, plan.run, [[p, attempt, bridge] for p, attempt, _, _, _, bridge in messages],
+                     plan.key is not None, probe.path)
+    reply = _ask_bridge(system, probe, plan, BRIDGE_PATH, ask,
+                        lambda r: isinstance(r, ReleasePlan) and r.feed_id == feed_id and r.run == plan.run)
+    if reply is None:
+        raise FeedError(f"feed {feed_id!r}: the coordinator {BRIDGE_PATH} did not answer within {plan.timeout} s; "
+                        "nothing was delivered: run it again")
+    return cast(ReleasePlan, reply)
+
+
+def _release(system: actors.System, probe: actors.Probe, plan: _Plan, feed_id: str,
+             releases: dict[tuple[str, str], Release]) -> int:
+    """Send each bridge its Release, resending until it answers (and, with ack="processed", until each bridge
+    reports the feed processed); the rows of other attempts the bridges discarded."""
+    deadline = time.monotonic() + plan.timeout
+    released: dict[tuple[str, str], int] = {}
+    processed: set[str] = set()
+    involved = {bridge for bridge, _ in releases}
+    resend = plan.resend_after
+    for (bridge, _), release in releases.items():
+        system.tell(bridge, release)
+    while len(released) < len(releases) or (plan.processed and processed != involved):
+        now = time.monotonic()
+        if now >= deadline:
+            break
+        try:
+            reply = probe.receive(min(resend, deadline - now))
+        except AskTimeout:  # a bridge may have restarted (or failed over) and lost the question: ask again
+            for (bridge, run), release in releases.items():
+                if (bridge, run) not in released or (plan.processed and bridge not in processed):
+                    system.tell(bridge, release)
+            resend = min(resend * 2, 5.0) if len(released) == len(releases) else resend
+            continue
+        bridge = getattr(reply, "bridge", "") or BRIDGE_PATH
+        if isinstance(reply, FeedReleased) and reply.feed_id == feed_id and (bridge, reply.run) in releases:
+            released.setdefault((bridge, reply.run), reply.discarded)
+        elif isinstance(reply, FeedProcessed) and reply.feed_id == feed_id and bridge in involved:
+            processed.add(bridge)
+    missing = sorted({b for b, run in releases if (b, run) not in released})
+    if missing:
+        done = "nothing was delivered" if len(missing) == len(involved) else "the other bridges released theirs"
+        raise FeedError(f"feed {feed_id!r}: the release of its partitions was not confirmed by {', '.join(missing)} "
+                        f"within {plan.timeout} s; {done}: run it again (released partitions are not delivered "
+                        "twice, and a rerun resends the releases of this run)")
+    if plan.processed and processed != involved:
+        listed = []
+        for bridge in sorted(involved - processed):
+            open_ = system.ask(bridge, GetOpenBatches(feed_id), timeout=10)
+            by_partition: dict[int, list[str]] = {}
+            for p, b in cast(OpenBatches, open_).batches:
+                by_partition.setdefault(p, []).append(str(b))
+            listed += [f"partition {p} (batches {','.join(b)}) at {bridge}" for p, b in sorted(by_partition.items())]
+        raise FeedError(f"feed {feed_id!r}: not every row was processed within {plan.timeout} s: {'; '.join(listed)}. "
+                        "Their rows are stored and still being delivered; feed the same feed_id again to wait "
+                        "for them")
+    return sum(released.values())
 
 
 def _results_dir() -> str:
@@ -507,11 +613,15 @@ def discard_run(plan: _Plan, feed_id: str) -> None:
         return
     try:
         probe = system.probe(f"spark-abort-{uuid.uuid4().hex[:8]}")
-        system.tell(BRIDGE_PATH, Discard(feed_id, plan.run, probe.path))
+        waiting = len({BRIDGE_PATH, *plan.bridges})
+        for bridge in sorted({BRIDGE_PATH, *plan.bridges}):
+            system.tell(bridge, Discard(feed_id, plan.run, probe.path))
         deadline = time.monotonic() + min(plan.timeout, 10.0)
         while time.monotonic() < deadline:
             if isinstance(probe.receive(deadline - time.monotonic()), Discarded):
-                return
+                waiting -= 1  # (each bridge answers once)
+                if not waiting:
+                    return
     except AskTimeout:
         pass
     finally:
@@ -563,35 +673,43 @@ def check_columns(schema: Any) -> None:
                             "to build the message yourself")
 
 
-def check_system(host: str, port: int) -> None:
-    """Fail fast, before any Spark job, when the system or the bridge is not there."""
+def check_system(host: str, port: int) -> tuple[str, ...]:
+    """Fail fast, before any Spark job, when the system or the bridge is not there; the node bridges' paths."""
     try:
         system = actors.connect(port, host=host)
     except actors.SystemNotRunning as exc:
         raise FeedError(f"cannot feed: {exc}") from None
     try:
-        info = system.status().hosts.get(BRIDGE_PATH)
+        hosts = system.status().hosts
     finally:
         system.close()
+    info = hosts.get(BRIDGE_PATH)
     # A bridge that is (re)starting or backing off comes back by itself, and the guardian holds what the
     # tasks send it meanwhile: only one that is gone for good fails the feed.
     if info is None or info.state not in ("running", "starting", "restarting", "backoff"):
         state = "not started" if info is None else info.state
         raise FeedError(f"cannot feed: the bridge {BRIDGE_PATH} is {state} in the actor system on {host}:{port}; "
                         + HOW_TO_START)
+    # Node bridges that stopped for good are left out: their nodes' tasks stage at the coordinator.
+    return tuple(sorted(path for path, h in hosts.items() if path.startswith(BRIDGES_PATH + "/")
+                        and h.state in ("running", "starting", "restarting", "backoff")))
 
 
-def _progress(df: DataFrame, host: str, port: int, feed_id: str, processed: bool, stream: TextIO) -> Poller | None:
+def _progress(df: DataFrame, plan: _Plan, stream: TextIO) -> Poller | None:
     """A polling progress bar on `stream`, or None when it is not a terminal."""
     if not is_terminal(stream):
         return None
     total = df.count()
+    processed = plan.processed
     label = "rows processed" if processed else "rows persisted"
-    system = actors.connect(port, host=host)
+    system = actors.connect(plan.port, host=plan.host)
 
     def fetch() -> int:
-        p = system.ask(BRIDGE_PATH, GetFeedProgress(feed_id), timeout=5)
-        return p.processed if processed and isinstance(p, FeedProgress) else p.accepted
+        done = 0
+        for bridge in (BRIDGE_PATH, *plan.bridges):
+            p = system.ask(bridge, GetFeedProgress(plan.feed_id), timeout=5)
+            done += p.processed if processed and isinstance(p, FeedProgress) else p.accepted
+        return done
 
     poller = Poller(ProgressBar(total, stream, label), fetch).start()
     poller.system = system  # type: ignore[attr-defined]  # closed with the poller
@@ -628,13 +746,14 @@ def feed(df: DataFrame, system: object, to: str | Callable[[Row], str] = "destin
     if message is None:
         check_columns(df.schema)
     host, port = _address(system)
-    check_system(host, port)
+    bridges = check_system(host, port)
     # Executors run the driver's Python, so that actor and message classes import the same way there.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     feed_id = feed_id or f"feed-{uuid.uuid4().hex}"
-    plan = make_plan(host, port, feed_id, target, message, key, batch_size, window, float(timeout), ack)
+    plan = make_plan(host, port, feed_id, target, message, key, batch_size, window, float(timeout), ack,
+                     bridges=bridges, attach=spark_attach(df.sparkSession))
     stream = sys.stderr if progress is True else progress
-    poller = (_progress(df, host, port, feed_id, plan.processed, cast(TextIO, stream))  # (a stream: not False)
+    poller = (_progress(df, plan, cast(TextIO, stream))  # (a stream: not False)
               if progress is not False else None)
     started = time.monotonic()
     parts: list[tuple[Any, ...]] = []
@@ -658,11 +777,26 @@ def feed(df: DataFrame, system: object, to: str | Callable[[Row], str] = "destin
 
 def make_plan(host: str, port: int, feed_id: str, to: str | PathTemplate | Callable[[Row], str],
               message: Callable[[Row], object] | None, key: str | None, batch_size: int, window: int,
-              timeout: float, ack: str) -> _Plan:
+              timeout: float, ack: str, bridges: tuple[str, ...] = (),
+              attach: tuple[str | None, int | None] = (None, None)) -> _Plan:
     """The plan of one run (a new run id: its task attempts stage under it)."""
     return _Plan(host, port, feed_id, to, message, key, batch_size, window, timeout,
                  resend_after=max(0.5, min(5.0, timeout / 6)), processed=ack == "processed",
-                 run=uuid.uuid4().hex[:16])
+                 run=uuid.uuid4().hex[:16], bridges=bridges, attach_host=attach[0], attach_port=attach[1])
+
+
+def spark_attach(session: Any) -> tuple[str | None, int | None]:
+    """(host, port) from the Spark conf keys spark.reprise.host / spark.reprise.port, (None, None) when unset."""
+    if session is None:
+        return None, None
+    host = session.conf.get(HOST_CONF, None) or None
+    raw = session.conf.get(PORT_CONF, None)
+    if not raw:
+        return host, None
+    if not str(raw).strip().isdigit() or not 0 < int(raw) < 65536:
+        raise FeedError(f"Spark conf {PORT_CONF}={raw!r} is not a TCP port; set it to the admin port of the actor "
+                        f"system the executors attach to, e.g. .config({PORT_CONF!r}, '1900')")
+    return host, int(raw)
 
 
 def check_to(to: str, columns: list[str]) -> str | PathTemplate:

@@ -54,6 +54,40 @@ class Release:
     winners: list[list[Any]]
     reply_to: str
     processed: bool = False
+    planned: bool = False
+    """Sent as the coordinator's plan says (a multi-bridge feed): the coordinator already left out the
+    partitions released by any bridge; this bridge checks only its own."""
+
+
+@dataclass(frozen=True)
+class Coordinate:
+    """Driver -> the coordinator (/system/spark-bridge): which of these winners may each bridge release?
+
+    `winners` are [partition, attempt, bridge path] (Spark's committed attempts and where they staged).
+    Answered with ReleasePlan, the same one for a repeat (the driver resends until answered).
+    """
+
+    feed_id: str
+    run: str
+    winners: list[list[Any]]
+    keyed: bool
+    reply_to: str
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    """Coordinator -> driver: durable decision: release `winners` ([partition, attempt, bridge]), each at its
+    bridge; `excluded` winners' partitions were released before (by any bridge): their rows are duplicates.
+
+    `earlier` ([run, bridge, [[partition, attempt], ...]]) are the releases of earlier runs that decided the
+    excluded partitions: sent again (a repeat is answered at once), in case their driver never sent them.
+    """
+
+    feed_id: str
+    run: str
+    winners: list[list[Any]]
+    excluded: list[list[Any]]
+    earlier: list[list[Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -72,6 +106,8 @@ class FeedReleased:
     feed_id: str
     run: str
     discarded: int
+    bridge: str = field(default="", compare=False)
+    """The bridge answering (its path)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +115,8 @@ class FeedProcessed:
     """Bridge -> driver: every released row of the feed and everything anchored to it was confirmed."""
 
     feed_id: str
+    bridge: str = field(default="", compare=False)
+    """The bridge answering (its path)."""
 
 
 @dataclass(frozen=True)
@@ -168,6 +206,9 @@ class Row:
     settled_below: int = 0
     """Every delivery id below it is settled at the bridge: receivers may forget them (bounded dedup)."""
     columns: tuple[str, ...] | None = None
+    bridge: str | None = None
+    """The path of the node bridge that delivered it (None: /system/spark-bridge): delivery ids are per bridge,
+    and confirmations and follow-ups go back to it."""
 
     @property
     def body(self) -> Any:
@@ -176,14 +217,16 @@ class Row:
 
     def __reduce__(self) -> tuple[type[Row], tuple[object, ...]]:
         # Positional arguments pickle faster than the default (class, state dict) form: one per row.
-        return (Row, (self.delivery_id, self.data, self.anchor, self.settled_below, self.columns))
+        if self.bridge is None:
+            return (Row, (self.delivery_id, self.data, self.anchor, self.settled_below, self.columns))
+        return (Row, (self.delivery_id, self.data, self.anchor, self.settled_below, self.columns, self.bridge))
 
 
 @dataclass(frozen=True)
 class RowChunk(Scatter):
     """Bridge -> a destination host: many Rows in columns (one pickle for thousands of rows).
 
-    Row k goes to `targets[k]` as Row(delivery_ids[k], values[k], anchors[k], settled_below, columns).
+    Row k goes to `targets[k]` as Row(delivery_ids[k], values[k], anchors[k], settled_below, columns, bridge).
     """
 
     targets: list[str]
@@ -192,11 +235,12 @@ class RowChunk(Scatter):
     values: list[object]
     columns: tuple[str, ...] | None
     settled_below: int
+    bridge: str | None = None
 
     def items(self) -> list[tuple[str, Row]]:
         """One Row per target, in order."""
-        low, columns = self.settled_below, self.columns
-        return [(t, Row(i, d, a, low, columns))
+        low, columns, bridge = self.settled_below, self.columns, self.bridge
+        return [(t, Row(i, d, a, low, columns, bridge))
                 for t, i, a, d in zip(self.targets, self.delivery_ids, self.anchors, self.values, strict=True)]
 
 
@@ -293,6 +337,19 @@ class AttemptsReleased:
     winners: list[list[Any]]
     first_id: int
     """The winners' batches get the delivery ids first_id .. in the order of `winners`, then of batch_no."""
+    planned: bool = False
+    """Released as the coordinator's plan said (Release.planned)."""
+
+
+@register_type(manifest="spark_bridge.ReleaseDecided")
+@dataclass(frozen=True)
+class ReleaseDecided:
+    """Coordinator event: the plan of a multi-bridge run (ReleasePlan); its winners' partitions are released."""
+
+    feed_id: str
+    run: str
+    winners: list[list[Any]]  # [partition, attempt, bridge]
+    excluded: list[list[Any]]
 
 
 @register_type(manifest="spark_bridge.AttemptsDiscarded")
@@ -336,6 +393,9 @@ class BridgeSnapshot:
     staged: list[list[Any]] = field(default_factory=list)  # [seq, feed, partition, attempt, batch_no, first_id, size, dup, dead, keys]
     released: dict[str, list[int]] = field(default_factory=dict)  # feed_id -> released partitions
     runs: list[str] = field(default_factory=list)  # f"{feed_id}/{run}" released or discarded, oldest first
+    # (the coordinator's, added later)
+    decided: dict[str, list[list[Any]]] = field(default_factory=dict)  # feed_id -> [[partition, deciding run]]
+    plans: list[list[Any]] = field(default_factory=list)  # [feed_id, run, winners, excluded], oldest first
 
 
 # ---- a durable destination's journal -----------------------------------------------------------------

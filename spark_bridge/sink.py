@@ -45,6 +45,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from spark_bridge.bridge import BRIDGE_PATH
 from spark_bridge.feed import (
     ACK_MODES,
     FeedError,
@@ -56,6 +57,7 @@ from spark_bridge.feed import (
     discard_run,
     has_map,
     make_plan,
+    spark_attach,
     stage_arrow,
     stage_rows,
 )
@@ -141,15 +143,23 @@ def _plan(options: Mapping[str, str], schema: StructType, feed_id: str) -> tuple
     except FeedError as e:
         raise SinkOptionError(f"{SINK_NAME}: {e}".replace(" or pass message=... to build the message yourself", "")
                               ) from None
-    check_system(o.host, o.port)
-    plan = make_plan(o.host, o.port, o.feed_id or feed_id, to, None, o.key, o.batch_size, o.window, o.timeout, o.ack)
+    bridges = check_system(o.host, o.port)
+    plan = make_plan(o.host, o.port, o.feed_id or feed_id, to, None, o.key, o.batch_size, o.window, o.timeout, o.ack,
+                     bridges=bridges, attach=spark_attach(_active_session()))
     # Arrow gives a map as a list of pairs: rows with maps go through Row objects (asDict).
     return plan, not any(has_map(f.dataType) for f in schema.fields)
 
 
+def _active_session() -> Any:
+    """The SparkSession of this process if there is one (the writer may be built in a Python worker: none)."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession()
+
+
 @dataclass(frozen=True)
 class SinkCommit(WriterCommitMessage):
-    """One task attempt's commit message: what it staged for `feed_id`."""
+    """One task attempt's commit message: what it staged for `feed_id`, and at which bridge."""
 
     feed_id: str
     partition: int
@@ -157,10 +167,11 @@ class SinkCommit(WriterCommitMessage):
     rows: int
     duplicates: int
     dead: int
+    bridge: str = BRIDGE_PATH
 
-    def staged(self) -> tuple[int, str, int, int, int]:
-        """(partition, attempt, rows, duplicates, dead), as commit_run takes them."""
-        return self.partition, self.attempt, self.rows, self.duplicates, self.dead
+    def staged(self) -> tuple[int, str, int, int, int, str]:
+        """(partition, attempt, rows, duplicates, dead, bridge), as commit_run takes them."""
+        return self.partition, self.attempt, self.rows, self.duplicates, self.dead, self.bridge
 
 
 def _commit(plan: _Plan, feed_id: str, messages: list[WriterCommitMessage | None]) -> None:

@@ -61,6 +61,8 @@ class StandaloneCluster:
     groups: set[int] = field(default_factory=set)
     peak_jvm_mb: float = 0.0
     peak_jvms: list[tuple[str, float]] = field(default_factory=list)
+    worker_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Extra environment per worker host (its executors and their Python workers inherit it)."""
 
     def status(self) -> dict[str, Any]:
         """The master's JSON status (workers, apps)."""
@@ -121,7 +123,7 @@ class StandaloneCluster:
     def restart_worker(self, host: str, timeout: float = 60.0) -> None:
         """Start the worker on `host` again (after kill_worker) and wait until the master lists it alive."""
         self.daemons.pop(f"worker-{host}").wait(10)
-        _worker(self, host)
+        _worker(self, host, env=self.worker_env.get(host, {}))
         _wait_registered(self, timeout)
 
     def stop(self, timeout: float = 15.0) -> None:
@@ -172,16 +174,19 @@ def _daemon(cluster: StandaloneCluster, name: str, args: list[str], host: str, e
     cluster.groups.add(proc.pid)
 
 
-def _worker(cluster: StandaloneCluster, host: str, memory: str = "1g") -> None:
+def _worker(cluster: StandaloneCluster, host: str, memory: str = "1g", env: dict[str, str] | None = None) -> None:
     _daemon(cluster, f"worker-{host}", [
         "org.apache.spark.deploy.worker.Worker", "--host", host, "--cores", "1", "--memory", memory,
         "--webui-port", str(actors.free_port(host)), "--work-dir", str(cluster.workdir / f"work-{host}"),
-        cluster.master_url], host, {})
+        cluster.master_url], host, env or {})
 
 
 def start_cluster(workdir: Path, hosts: tuple[str, ...] = ("127.0.0.2", "127.0.0.3"), worker_memory: str = "1g",
-                  timeout: float = 60.0) -> StandaloneCluster:
-    """Start a master on 127.0.0.1 and one 1-core worker per host; wait until all are registered."""
+                  timeout: float = 60.0, worker_env: dict[str, dict[str, str]] | None = None) -> StandaloneCluster:
+    """Start a master on 127.0.0.1 and one 1-core worker per host; wait until all are registered.
+
+    `worker_env` maps a worker's host to extra environment variables for it (e.g. its REPRISE_PORT).
+    """
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise ClusterUnavailable("no java on PATH and no JAVA_HOME")
     spark_home()
@@ -189,13 +194,14 @@ def start_cluster(workdir: Path, hosts: tuple[str, ...] = ("127.0.0.2", "127.0.0
         _check_address(host)
     workdir.mkdir(parents=True, exist_ok=True)
     port, ui = actors.free_port(), actors.free_port()
-    cluster = StandaloneCluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui}", hosts, workdir)
+    cluster = StandaloneCluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui}", hosts, workdir,
+                                worker_env=dict(worker_env or {}))
     try:
         _daemon(cluster, "master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
                                     str(port), "--webui-port", str(ui)], "127.0.0.1",
                 {"SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"})
         for host in hosts:
-            _worker(cluster, host, worker_memory)
+            _worker(cluster, host, worker_memory, cluster.worker_env.get(host, {}))
         _wait_registered(cluster, timeout)
     except BaseException:
         cluster.stop()
@@ -225,14 +231,15 @@ def _wait_registered(cluster: StandaloneCluster, timeout: float) -> None:
 class Driver:
     """A driver process running tests/spark_bridge/cluster_job.py on the cluster (its output goes to files)."""
 
-    def __init__(self, cluster: StandaloneCluster, job: dict[str, Any], name: str) -> None:
+    def __init__(self, cluster: StandaloneCluster, job: dict[str, Any], name: str,
+                 module: str = "tests.spark_bridge.cluster_job") -> None:
         self.cluster = cluster
         self.out, self.err = cluster.workdir / f"{name}.out", cluster.workdir / f"{name}.err"
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1",
                "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)}
         with open(self.out, "wb") as out, open(self.err, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.spark_bridge.cluster_job", json.dumps(
+                [sys.executable, "-m", module, json.dumps(
                     {"master": cluster.master_url, **job})], stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                 env=env, cwd=ROOT, start_new_session=True)
         cluster.track(self.proc.pid)
@@ -259,17 +266,19 @@ class Driver:
         return result
 
 
-def run_driver(cluster: StandaloneCluster, job: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Run cluster_job.py with `job` as a driver process on the cluster and wait for its RESULT dict."""
-    return Driver(cluster, job, f"driver-{job['job']}-{time.monotonic_ns()}").result(timeout)
+def run_driver(cluster: StandaloneCluster, job: dict[str, Any], timeout: float,
+               module: str = "tests.spark_bridge.cluster_job") -> dict[str, Any]:
+    """Run `module` (cluster_job.py) with `job` as a driver process on the cluster and wait for its RESULT dict."""
+    return Driver(cluster, job, f"driver-{job['job']}-{time.monotonic_ns()}", module).result(timeout)
 
 
-def start_or_skip(workdir: Path, hosts: tuple[str, ...] = ("127.0.0.2", "127.0.0.3")) -> StandaloneCluster:
+def start_or_skip(workdir: Path, hosts: tuple[str, ...] = ("127.0.0.2", "127.0.0.3"),
+                  worker_env: dict[str, dict[str, str]] | None = None) -> StandaloneCluster:
     """start_cluster, or skip loudly when it cannot start here (fail instead under REPRISE_REQUIRE_CLUSTER=1)."""
     import pytest
 
     try:
-        return start_cluster(workdir, hosts)
+        return start_cluster(workdir, hosts, worker_env=worker_env)
     except ClusterUnavailable as e:
         reason = f"SKIPPING SPARK STANDALONE CLUSTER TESTS: {e} (set {REQUIRE}=1 to make this fail)"
         if os.environ.get(REQUIRE) == "1":
