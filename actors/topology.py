@@ -84,7 +84,8 @@ __all__ = ["ActorEntry", "ClusterSection", "NodeSection", "SystemSection", "Topo
 # Upper layers' host options (persistence's store URLs), passed on to actors.start / System.spawn as given.
 HOST_OPTIONS = ("journal", "snapshot_store")
 SYSTEM_KEYS = {"admin_port", "bind", "advertise", "journal", "snapshot_store", "leader", "node", "peers",
-               "log_level", "secret_file", "tls_cert", "tls_key", "tls_ca", "metrics_port", "metrics_host"}
+               "log_level", "secret_file", "tls_cert", "tls_key", "tls_ca", "metrics_port", "metrics_host",
+               "node_timeout"}
 # Options passed straight to System.spawn; everything else in an entry is a mistake worth reporting.
 SPAWN_OPTIONS = {"passivate_after", "max_restarts", "restart_window", "linger", "batch_cap", "node", "shards",
                  "journal", "snapshot_store", "backoff", "hold_limit", "nodes"}
@@ -121,6 +122,7 @@ class SystemSection:
     tls_ca: str | None = None
     metrics_port: int | None = None  # this node's Prometheus endpoint (None: none)
     metrics_host: str = DEFAULT_METRICS_HOST
+    node_timeout: float = 5.0  # leader: seconds of silence after which a member node is down
 
 
 @dataclass(frozen=True)
@@ -292,6 +294,8 @@ def _system(table: Any, source: str, base_dir: str | None) -> SystemSection:
         for key in HOST_OPTIONS:  # checked by their owner (actors.host_options) where it is known
             if table.get(key) is not None:
                 check_option(key, table[key], per_host=False)
+        check_number("node_timeout", table.get("node_timeout", 5.0),
+                     hint="seconds without heartbeat answers before a member node is down")
     except ConfigError as e:
         raise TopologyError(f"{source}: [system] {e}") from None
     return SystemSection(
@@ -303,7 +307,8 @@ def _system(table: Any, source: str, base_dir: str | None) -> SystemSection:
         secret_file=_relative_to(table.get("secret_file"), base_dir),
         tls_cert=_relative_to(table.get("tls_cert"), base_dir), tls_key=_relative_to(table.get("tls_key"), base_dir),
         tls_ca=_relative_to(table.get("tls_ca"), base_dir), metrics_port=table.get("metrics_port"),
-        metrics_host=table.get("metrics_host", DEFAULT_METRICS_HOST))
+        metrics_host=table.get("metrics_host", DEFAULT_METRICS_HOST),
+        node_timeout=float(table.get("node_timeout", 5.0)))
 
 
 def _cluster(doc: dict[str, Any], source: str, base_dir: str | None) -> ClusterSection:
@@ -418,26 +423,6 @@ def _check_placement(entries: list[ActorEntry], cluster: ClusterSection, source:
                                 f"declares (declared: {declared})")
 
 
-def _check_nodes(nodes: object, node: object = None) -> tuple[str, ...]:
-    """`nodes` as a tuple of names, else ConfigError (the same checks as System.spawn's nodes=, issue 17)."""
-    if node is not None:
-        raise ConfigError(f"node={node!r} and nodes={nodes!r} were both given: node= pins a host to one node (no "
-                          "failover), nodes= lists the nodes it may run on and fail over to; give one of them")
-    if isinstance(nodes, str) or not isinstance(nodes, list | tuple):
-        raise ConfigError(f"nodes must be a list of node names such as ['a', 'b'], got {nodes!r}")
-    if not nodes:
-        raise ConfigError("nodes must name at least one node, e.g. nodes=['a', 'b'] (or leave it out: the host then "
-                          "runs on the leader's node)")
-    for name in nodes:
-        if not isinstance(name, str) or not name.strip():
-            raise ConfigError(f"nodes must hold non-empty node names (strings), got {name!r} in {nodes!r}")
-    duplicates = sorted({name for name in nodes if nodes.count(name) > 1})
-    if duplicates:
-        raise ConfigError(f"nodes lists {', '.join(map(repr, duplicates))} more than once in {nodes!r}; name each "
-                          "node once")
-    return tuple(nodes)
-
-
 def _entry_name(entry: ActorEntry) -> str:
     """How errors name an entry: `[[entities]] /user/accounts`."""
     return f"[[{'entities' if entry.entities else 'actor'}]] {entry.path}"
@@ -493,11 +478,6 @@ def _entry(table: Any, entities: bool, where: str, base_dir: str | None) -> Acto
     options = {k: table[k] for k in SPAWN_OPTIONS if k in table}
     if "passivate_after" in options and not entities:
         raise TopologyError(f"{where}: passivate_after only applies to [[entities]]")
-    if "nodes" in options:  # (checked as System.spawn checks it)
-        try:
-            options["nodes"] = list(_check_nodes(options["nodes"], options.get("node")))
-        except ConfigError as e:
-            raise TopologyError(f"{where}: {e}") from None
     try:
         for key, value in options.items():
             if key == "node":

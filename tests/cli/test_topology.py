@@ -234,6 +234,13 @@ def test_nodes_is_accepted_in_a_single_system_file() -> None:
     assert entry.options == {"nodes": ["m1", "m2"], "shards": 2}
 
 
+def test_system_node_timeout_is_read_and_checked() -> None:
+    assert loads('[system]\nnode_timeout = 2.5\n').system.node_timeout == 2.5
+    assert loads('[system]\n').system.node_timeout == 5.0
+    with pytest.raises(TopologyError, match=r"\[system\] node_timeout must be"):
+        loads('[system]\nnode_timeout = 0\n')
+
+
 def test_choose_node_by_name_or_by_this_machines_address() -> None:
     cluster = loads(CLUSTER.replace('bind = "10.0.0.3"', 'bind = "127.0.0.1"')).cluster
     assert cluster is not None
