@@ -23,8 +23,11 @@ version step at a time (both formats). msgpack's own ExtType values are not supp
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
+import logging
 import operator
+import re
 import threading
 import types
 import zlib
@@ -35,6 +38,8 @@ import msgpack
 from msgpack import ExtType
 
 from journal.errors import JournalCorruption, SerializationError
+
+log = logging.getLogger("reprise.journal")
 
 __all__ = [
     "register_type",
@@ -319,9 +324,36 @@ def pack_values_with(cls: type, values: Callable[[Any], Sequence[object]]) -> No
         _by_manifest[reg.manifest] = new
 
 
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+_imported_for: set[str] = set()
+
+
+def _import_for(manifest: str) -> _Registration | None:
+    """The registration of a default-form manifest ("module.QualName") after importing its module, once.
+
+    A process that replays events (a restarted bridge, a projection, `reprise journal show`) may never have
+    imported the module that registers their type, which the process that wrote them had. Only a module that
+    is importable here is imported, and only what it registers is used: no class is built from stored data.
+    """
+    if manifest in _imported_for or not _DOTTED.fullmatch(manifest):
+        return _by_manifest.get(manifest)
+    _imported_for.add(manifest)
+    parts = manifest.split(".")
+    for end in range(len(parts) - 1, 0, -1):  # "a.b.C" -> a.b; "a.b.Outer.Inner" -> a.b.Outer, then a.b
+        try:
+            importlib.import_module(".".join(parts[:end]))
+        except ImportError:
+            continue
+        except Exception as e:  # the module exists but fails to import: that is worth seeing
+            log.warning("importing %s for stored type %r failed: %r", ".".join(parts[:end]), manifest, e)
+            return None
+        break
+    return _by_manifest.get(manifest)
+
+
 def build(manifest: str, version: int, fields: list[Any]) -> Any:
     """The registered object for stored field values, upcast from `version` when it is older."""
-    reg = _by_manifest.get(manifest)
+    reg = _by_manifest.get(manifest) or _import_for(manifest)
     if reg is None:
         raise SerializationError(
             f"unknown manifest {manifest!r}: no class is registered for it "

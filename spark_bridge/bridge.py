@@ -27,7 +27,6 @@ XOR acker (acker.py): ack="processed" feeds are told when theirs is complete.
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections import OrderedDict
 from collections.abc import Hashable
@@ -1011,23 +1010,15 @@ def start_bridges(system: actors.System, nodes: list[str] | None = None, timeout
     be one every node reaches (PostgreSQL). `cls`: as for start_bridge.
     """
     if nodes is None:
-        listing = getattr(system, "nodes", None)
-        if listing is None:
-            raise ValueError("start_bridges: this actors version cannot list the nodes; pass nodes=[...] (the "
-                             "names given to actors.start(node=...))")
-        nodes = [n for n, state in listing().items() if state == "up"]
+        nodes = [n for n, state in system.nodes().items() if state == "up"]
     if isinstance(nodes, str) or not nodes or len(set(nodes)) != len(nodes):
         raise ValueError(f"start_bridges: nodes must be a non-empty list of distinct node names, got {nodes!r}")
     paths = [bridge_path(n) for n in nodes]
     cls = cls or SparkBridge
     start_bridge(system, timeout, cls, **options)
-    failover = "nodes" in inspect.signature(system.spawn).parameters
     for node, path in zip(nodes, paths, strict=True):
-        placement: dict[str, Any] = {"node": node}
-        if failover:  # nodes=: placed on its node, failing over to the others in order
-            placement = {"nodes": [node, *(n for n in nodes if n != node)]}
-        try:
-            system.spawn(cls, path=path, timeout=timeout, **placement, **options)
+        try:  # placed on its node, failing over to the others in order
+            system.spawn(cls, path=path, timeout=timeout, nodes=[node, *(n for n in nodes if n != node)], **options)
         except PathTaken:
             pass
     return paths
@@ -1039,7 +1030,8 @@ def start_bridge(system: actors.System, timeout: float = 60.0, cls: type[SparkBr
 
     `options` are spawn options of its host, e.g. `backoff=(min, max, random_factor)`. `cls`: a SparkBridge
     subclass, e.g. one defined in the module that registers the types of the destinations' follow-up
-    messages: the bridge's journal holds them, and a restarted bridge must import them to recover.
+    messages: the bridge's journal holds them, and a restarted bridge must know them to recover (a type
+    registered under its default manifest, module.QualName, is imported on demand; a custom manifest is not).
     """
     try:
         return system.spawn(cls or SparkBridge, path=BRIDGE_PATH, timeout=timeout, **options)

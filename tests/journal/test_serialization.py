@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import os
 import uuid
 from dataclasses import dataclass, field
 
@@ -224,3 +225,31 @@ def test_pack_values_with_needs_a_registered_class() -> None:
 
     with pytest.raises(KeyError, match="not registered"):
         pack_values_with(Unregistered, lambda obj: (obj.x,))
+
+
+READ_BACK = """
+import sys
+from journal import open_journal
+assert "tests.journal.lazy_types" not in sys.modules
+with open_journal(sys.argv[1]) as j:
+    events = [r.payload for r in j.replay_messages("p", 1, 10)]
+print(type(events[0]).__module__, type(events[0]).__name__, events[0].amount, len(events))
+"""
+
+
+def test_a_reader_imports_the_module_of_a_default_manifest_it_has_not_imported(tmp_path) -> None:
+    # A restarted bridge or a projection replays events whose type only the writer's process had imported.
+    import subprocess
+    import sys
+
+    from journal import AtomicWrite, PersistentRepr, open_journal
+    from tests.journal.lazy_types import Lazy
+
+    url = f"sqlite:///{tmp_path}/j.db"
+    with open_journal(url) as j:
+        j.write_messages([AtomicWrite([PersistentRepr(Lazy(7), 1, "p"), PersistentRepr(Lazy(8), 2, "p")])])
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", READ_BACK, url], capture_output=True, text=True, timeout=60,
+                         cwd=root, env={**os.environ, "PYTHONPATH": root})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["tests.journal.lazy_types", "Lazy", "7", "2"]
