@@ -123,12 +123,13 @@ _Entry = _Call | _OneWrite
 _NO_TAGS: frozenset[str] = frozenset()
 
 
-def _repr(payload: Any, sequence_nr: int, persistence_id: str, writer_uuid: str) -> PersistentRepr:
-    """A PersistentRepr to write, without the frozen __init__ (one object.__setattr__ per field), as
-    journal.model.replayed_repr does on the read side: the same fields and defaults."""
+def _repr(payload: Any, sequence_nr: int, persistence_id: str, writer_uuid: str,
+          tags: frozenset[str] = _NO_TAGS) -> PersistentRepr:
+    """A PersistentRepr to write, without the frozen __init__ (one object.__setattr__ per field: half the
+    cost), as journal.model.replayed_repr does on the read side: the same fields and defaults."""
     r = _new(PersistentRepr)
     _set(r, "__dict__", {"payload": payload, "sequence_nr": sequence_nr, "persistence_id": persistence_id,
-                         "manifest": "", "writer_uuid": writer_uuid, "timestamp": 0, "tags": _NO_TAGS,
+                         "manifest": "", "writer_uuid": writer_uuid, "timestamp": 0, "tags": tags,
                          "metadata": None})
     return r
 
@@ -550,12 +551,12 @@ class PersistentActor(Actor):
         pid, writer, seq = self.persistence_id, self._writer_uuid, self._seq_alloc
         if self._tagging:
             tag = self.mixin_tags
-            reprs: tuple[PersistentRepr, ...] = tuple([PersistentRepr(e, seq + k, pid, writer_uuid=writer, tags=tag(e))
+            reprs: tuple[PersistentRepr, ...] = tuple([_repr(e, seq + k, pid, writer, tag(e))
                                                        for k, e in enumerate(events, 1)])
         elif n == 1:  # persist / persist_async, and every compact event: no loop, no intermediate list
-            reprs = (PersistentRepr(events[0], seq + 1, pid, writer_uuid=writer),)
+            reprs = (_repr(events[0], seq + 1, pid, writer),)
         else:
-            reprs = tuple([PersistentRepr(e, seq + k, pid, writer_uuid=writer) for k, e in enumerate(events, 1)])
+            reprs = tuple([_repr(e, seq + k, pid, writer) for k, e in enumerate(events, 1)])
         self._seq_alloc = seq + n
         # recovery checked the persistence id; AtomicWrite still raises its own error if it went empty since.
         atomic = _atomic(reprs) if pid else AtomicWrite(reprs)
@@ -571,7 +572,7 @@ class PersistentActor(Actor):
         seq = self._seq_alloc + 1
         pid = self.persistence_id
         if self._tagging:
-            reprs = (PersistentRepr(payload, seq, pid, writer_uuid=self._writer_uuid, tags=self.mixin_tags(payload)),)
+            reprs = (_repr(payload, seq, pid, self._writer_uuid, self.mixin_tags(payload)),)
         else:
             reprs = (_repr(payload, seq, pid, self._writer_uuid),)
         if not pid:
