@@ -112,9 +112,19 @@ class _OneWrite(AtomicWrite):
         return self
 
 
+class _OneEvent(_OneWrite):
+    """An _OneWrite queued by persist or persist_async of one event (the common call): one object instead of
+    a _Call and an AtomicWrite per event, handled by the same fast path. A class of its own, so that mixins
+    that gather their compact events into the last _OneWrite of a batch (IdempotentReceiver) never take it
+    for one of theirs; `stashing` as the call says."""
+
+    __slots__ = ("stashing",)  # (a slot where _OneWrite has its class attribute False)
+
+
 # Its slots' descriptors: setting a slot through them costs ~2/3 of object.__setattr__ by name (4 per _OneWrite).
 _set_payload, _set_event, _set_handler, _set_sender = (getattr(_OneWrite, name).__set__
                                                        for name in ("payload", "event", "handler", "sender"))
+_set_stashing = getattr(_OneEvent, "stashing").__set__  # noqa: B009  (the slot's descriptor, not the inherited False)
 
 _Entry = _Call | _OneWrite
 """An element of an actor's journal batch (what `_take_batch` returns and `_on_write_results` gets back)."""
@@ -553,8 +563,21 @@ class PersistentActor(Actor):
             tag = self.mixin_tags
             reprs: tuple[PersistentRepr, ...] = tuple([_repr(e, seq + k, pid, writer, tag(e))
                                                        for k, e in enumerate(events, 1)])
-        elif n == 1:  # persist / persist_async, and every compact event: no loop, no intermediate list
-            reprs = (_repr(events[0], seq + 1, pid, writer),)
+        elif n == 1 and pid:  # persist / persist_async, and every compact event: one _OneEvent, no _Call
+            event = events[0]
+            self._seq_alloc = seq + 1
+            write = _new(_OneEvent)
+            _set_payload(write, (_repr(event, seq + 1, pid, writer),))
+            _set_event(write, event)
+            _set_handler(write, handler)
+            _set_sender(write, self.sender)
+            _set_stashing(write, stashing)
+            self._batch.append(write)
+            self._pending += 1
+            if stashing:
+                self._stashing += 1
+            self._coordinator.enqueue(self)
+            return
         else:
             reprs = tuple([_repr(e, seq + k, pid, writer) for k, e in enumerate(events, 1)])
         self._seq_alloc = seq + n
@@ -656,7 +679,7 @@ class PersistentActor(Actor):
                 self._drain_stash()
                 if self._replaced or self._dead or self.stop_requested:
                     return
-            if type(entry) is _OneWrite and failure is None and per_write[wi] is None:
+            if isinstance(entry, _OneWrite) and failure is None and per_write[wi] is None:
                 # The fast path: one stored event, its handler gets the event it was queued with.
                 wi += 1
                 self.last_sequence_nr = entry.payload[0].sequence_nr
@@ -664,10 +687,13 @@ class PersistentActor(Actor):
                 try:
                     entry.handler(entry.event)
                 except Exception as exc:
-                    self._pending -= 1
+                    self._done(entry)
                     host.report_failure(self, exc, entry.payload[0].payload, entry.sender)
                     return
+                # Popped after the handler ran, as in _invoke.
                 self._pending -= 1
+                if entry.stashing:
+                    self._stashing -= 1
                 continue
             atomic = entry.atomic
             if atomic is None:
