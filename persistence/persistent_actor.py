@@ -679,7 +679,7 @@ class PersistentActor(Actor):
                 self._drain_stash()
                 if self._replaced or self._dead or self.stop_requested:
                     return
-            if isinstance(entry, _OneWrite) and failure is None and per_write[wi] is None:
+            if (type(entry) is _OneWrite or type(entry) is _OneEvent) and failure is None and per_write[wi] is None:
                 # The fast path: one stored event, its handler gets the event it was queued with.
                 wi += 1
                 self.last_sequence_nr = entry.payload[0].sequence_nr
