@@ -69,6 +69,9 @@ _RESTART = "reprise-restart"
 # host's mailbox: an entity that keeps telling itself (or a handler loop persisting one event per command)
 # must not hold back other senders' batches, timers, status requests or exit requests.
 _SETTLE_SLICE = 0.05
+# The slice of a settle that starts while an earlier one waits to resume (a message arrived in between):
+# short, so that what that message caused (a reply) leaves soon, not after a whole slice of the loop.
+_SHORT_SLICE = 0.005
 # The yield's wakeup delay. Thespian (TCP) handles a wakeup already due before it polls its sockets again, so
 # the delay must outlast the way back to its poll (tens of µs); the poll then waits at most this long when
 # nothing else arrived: <= 1% of a busy host's time.
@@ -694,7 +697,7 @@ class Host:
         if self._armed or self._sweep_armed or self._linger_armed or self._drain_armed:
             self._rearm_lost_wakeups()
         clock = time.monotonic
-        slice_end = clock() + _SETTLE_SLICE
+        slice_end = clock() + (_SHORT_SLICE if self._drain_armed else _SETTLE_SLICE)
         local = self.local
         count = 0
         while True:
