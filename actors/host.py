@@ -724,7 +724,6 @@ class Host:
             self._linger_due = time.monotonic() + self.spec.linger
             self.adapter.wakeup_after(self.spec.linger, _LINGER)
 
-
     def _yield_to_mailbox(self) -> None:
         """Resume this settle's work after what waits in the mailbox: a wakeup, not a message to self.
 
