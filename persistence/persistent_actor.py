@@ -113,10 +113,10 @@ class _OneWrite(AtomicWrite):
 
 
 class _OneEvent(_OneWrite):
-    """An _OneWrite queued by persist or persist_async of one untagged event (the common call): one object instead of
-    a _Call and an AtomicWrite per event, handled by the same fast path. A class of its own, so that mixins
-    that gather their compact events into the last _OneWrite of a batch (IdempotentReceiver) never take it
-    for one of theirs; `stashing` as the call says."""
+    """An _OneWrite queued by persist or persist_async of one untagged event (the common call): one object
+    instead of a _Call and an AtomicWrite per event, handled by the same fast path. A class of its own, so
+    that mixins that gather their compact events into the last _OneWrite of a batch (IdempotentReceiver)
+    never take it for one of theirs; `stashing` as the call says."""
 
     __slots__ = ("stashing",)  # (a slot where _OneWrite has its class attribute False)
 
