@@ -11,7 +11,8 @@ RULES = [
     ("journal Python (_store, begin, ids)", lambda f, n: f.endswith("journal/sqlite.py") or f.endswith("journal/api.py")),
     ("encode (encode_writes, pack, crc)", lambda f, n: f.endswith("journal/records.py") or "crc32" in n or "Packer" in n or "msgpack" in f or f.endswith("serialization.py")),
     ("coordinator (settle, take_batch)", lambda f, n: f.endswith("persistence/coordinator.py") or n == "_take_batch"),
-    ("persist: queue the write (persist, _queue_write, _repr, _atomic, _Call, enqueue)", lambda f, n: n in ("persist", "_queue_write", "_repr", "_atomic", "__init__", "persistence_id", "<built-in method __new__ of type object at", ) or n.startswith("<built-in method __new__")),
+    ("persist: queue the write (persist, _queue_write, _repr, _atomic, _Call, enqueue)", lambda f, n: n in ("persist", "_queue_write", "_repr", "_atomic", "__init__", "persistence_id")
+     or n.startswith("<built-in method __new__") or "__set__" in n),
     ("handlers after commit (_on_write_results, _invoke, _done)", lambda f, n: f.endswith("persistent_actor.py") and n in ("_on_write_results", "_invoke", "_done", "stop_requested")),
     ("entity receive (receive, mixin_command)", lambda f, n: f.endswith("persistent_actor.py") and n in ("receive", "mixin_command")),
     ("bench actor (receive_command, handler lambda, NextPersist)", lambda f, n: "bench/" in f),
