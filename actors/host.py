@@ -63,11 +63,21 @@ _T = TypeVar("_T")
 _SWEEP = "reprise-sweep"
 _LINGER = "reprise-linger"
 _ERRORS = "reprise-errors"  # the wakeup that reports errors counted in a flood (ErrorThrottle)
-_DRAIN = "reprise-drain"
+_DRAIN = "reprise-drain"  # the wakeup that resumes a settle that yielded (Host.settle)
 _RESTART = "reprise-restart"
-# Local deliveries handled per Thespian message before yielding, so a chatty entity cannot starve
-# the host's own mailbox (exit requests, directory updates).
-_LOCAL_BUDGET = 200_000
+# Seconds one settle may run local deliveries and settle hooks (group commits) before it yields to the
+# host's mailbox: an entity that keeps telling itself (or a handler loop persisting one event per command)
+# must not hold back other senders' batches, timers, status requests or exit requests.
+_SETTLE_SLICE = 0.05
+# The slice of a settle that starts while an earlier one waits to resume (a message arrived in between):
+# short, so that what that message caused (a reply) leaves soon, not after a whole slice of the loop.
+_SHORT_SLICE = 0.005
+# The yield's wakeup delay. Thespian (TCP) handles a wakeup already due before it polls its sockets again, so
+# the delay must outlast the way back to its poll (tens of µs); the poll then waits at most this long when
+# nothing else arrived: <= 1% of a busy host's time.
+_YIELD_WAIT = 0.0005
+# The clock is read once per this many local deliveries in a row (and once per round of settle hooks).
+_CLOCK_EVERY = 256
 # A wakeup this late (s) is taken as lost (see Host._rearm_lost_wakeups); Thespian's are ~1 ms late.
 _WAKEUP_GRACE = 1.0
 # Why a top-level actor stopped when it was not a failure (any other reason is one: its host restarts).
@@ -120,6 +130,8 @@ class Host:
         self._sweep_due = 0.0
         self._linger_armed = False
         self._linger_due = 0.0
+        self._drain_armed = False
+        self._drain_due = 0.0
         self._restarts: dict[str, deque[float]] = {}
         self._incarnations = itertools.count(1)
         self._errors = ErrorThrottle()
@@ -625,6 +637,8 @@ class Host:
             self.outbox.flush()
         elif payload == _RESTART:
             self._restart_actor()
+        elif payload == _DRAIN:
+            self._drain_armed = False  # settle() below resumes the local work that yielded
         elif payload == _ERRORS:
             pass  # settle() below runs _flush_errors
         elif isinstance(payload, tuple) and payload[0] == POKE:
@@ -658,6 +672,8 @@ class Host:
         if self._linger_armed and self._linger_due < late:
             self._linger_armed = False
             self.outbox.flush()
+        if self._drain_armed and self._drain_due < late:
+            self._drain_armed = False  # settle() goes on with the local work now
 
     def _passivate_idle(self) -> None:
         deadline = self.now - cast(float, self.spec.passivate_after)  # (a sweep is armed only with one)
@@ -677,30 +693,48 @@ class Host:
 
     # ---- settling -------------------------------------------------------------------------------
     def settle(self, force_flush: bool = False) -> None:
-        """Run local deliveries and settle hooks until quiet, then send (or linger)."""
-        if self._armed or self._sweep_armed or self._linger_armed:
+        """Run local deliveries and settle hooks until quiet (or for one time slice), then send (or linger)."""
+        if self._armed or self._sweep_armed or self._linger_armed or self._drain_armed:
             self._rearm_lost_wakeups()
-        budget = _LOCAL_BUDGET
+        clock = time.monotonic
+        slice_end = clock() + (_SHORT_SLICE if self._drain_armed else _SETTLE_SLICE)
         local = self.local
+        count = 0
         while True:
-            while local and budget:
+            while local:
                 sender, target, message = local.popleft()
                 self.deliver(sender, target, message)
-                budget -= 1
-            if not budget:
-                self.adapter.send_self(_DRAIN)
-                break
-            worked = False
-            for hook in self._settle_hooks:
-                worked = bool(hook()) or worked
-            if not worked and not local:
-                break
+                count += 1
+                if not count % _CLOCK_EVERY and clock() >= slice_end:
+                    break
+            else:
+                worked = False
+                for hook in self._settle_hooks:
+                    worked = bool(hook()) or worked
+                if not worked and not local:
+                    break
+                if clock() < slice_end:
+                    continue
+            self._yield_to_mailbox()
+            break
         if force_flush or self.spec.linger <= 0:
             self.outbox.flush()
         elif self.outbox and not self._linger_armed:
             self._linger_armed = True
             self._linger_due = time.monotonic() + self.spec.linger
             self.adapter.wakeup_after(self.spec.linger, _LINGER)
+
+    def _yield_to_mailbox(self) -> None:
+        """Resume this settle's work after what waits in the mailbox: a wakeup, not a message to self.
+
+        Thespian's TCP transport handles a message to self, and a wakeup already due, before it reads its
+        sockets again, so neither would let other senders in; a wakeup due shortly is delivered after the
+        transport's next pass over its sockets (on the in-process base: behind what is already queued).
+        """
+        if not self._drain_armed:
+            self._drain_armed = True
+            self._drain_due = time.monotonic() + _YIELD_WAIT
+            self.adapter.wakeup_after(_YIELD_WAIT, _DRAIN)
 
 
 def _feed(messages: list[tuple[Any, str | None]], taken: list[int], entity: Actor, entities: dict[str, Actor],
@@ -751,9 +785,6 @@ class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
                     self.send(self.myAddress, ActorExitRequest())
             elif host is not None:
                 host.on_wakeup(message.payload)
-        elif isinstance(message, str) and message == _DRAIN:
-            if host is not None:
-                host.settle()
         elif isinstance(message, str) and message == POKE:
             if host is not None:
                 host.handover.poke()

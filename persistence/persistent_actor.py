@@ -112,9 +112,19 @@ class _OneWrite(AtomicWrite):
         return self
 
 
+class _OneEvent(_OneWrite):
+    """An _OneWrite queued by persist or persist_async of one untagged event (the common call): one object
+    instead of a _Call and an AtomicWrite per event, handled by the same fast path. A class of its own, so
+    that mixins that gather their compact events into the last _OneWrite of a batch (IdempotentReceiver)
+    never take it for one of theirs; `stashing` as the call says."""
+
+    __slots__ = ("stashing",)  # (a slot where _OneWrite has its class attribute False)
+
+
 # Its slots' descriptors: setting a slot through them costs ~2/3 of object.__setattr__ by name (4 per _OneWrite).
 _set_payload, _set_event, _set_handler, _set_sender = (getattr(_OneWrite, name).__set__
                                                        for name in ("payload", "event", "handler", "sender"))
+_set_stashing = getattr(_OneEvent, "stashing").__set__  # noqa: B009  (the slot's descriptor, not the inherited False)
 
 _Entry = _Call | _OneWrite
 """An element of an actor's journal batch (what `_take_batch` returns and `_on_write_results` gets back)."""
@@ -123,12 +133,13 @@ _Entry = _Call | _OneWrite
 _NO_TAGS: frozenset[str] = frozenset()
 
 
-def _repr(payload: Any, sequence_nr: int, persistence_id: str, writer_uuid: str) -> PersistentRepr:
-    """A PersistentRepr to write, without the frozen __init__ (one object.__setattr__ per field), as
-    journal.model.replayed_repr does on the read side: the same fields and defaults."""
+def _repr(payload: Any, sequence_nr: int, persistence_id: str, writer_uuid: str,
+          tags: frozenset[str] = _NO_TAGS) -> PersistentRepr:
+    """A PersistentRepr to write, without the frozen __init__ (one object.__setattr__ per field: half the
+    cost), as journal.model.replayed_repr does on the read side: the same fields and defaults."""
     r = _new(PersistentRepr)
     _set(r, "__dict__", {"payload": payload, "sequence_nr": sequence_nr, "persistence_id": persistence_id,
-                         "manifest": "", "writer_uuid": writer_uuid, "timestamp": 0, "tags": _NO_TAGS,
+                         "manifest": "", "writer_uuid": writer_uuid, "timestamp": 0, "tags": tags,
                          "metadata": None})
     return r
 
@@ -550,12 +561,25 @@ class PersistentActor(Actor):
         pid, writer, seq = self.persistence_id, self._writer_uuid, self._seq_alloc
         if self._tagging:
             tag = self.mixin_tags
-            reprs: tuple[PersistentRepr, ...] = tuple([PersistentRepr(e, seq + k, pid, writer_uuid=writer, tags=tag(e))
+            reprs: tuple[PersistentRepr, ...] = tuple([_repr(e, seq + k, pid, writer, tag(e))
                                                        for k, e in enumerate(events, 1)])
-        elif n == 1:  # persist / persist_async, and every compact event: no loop, no intermediate list
-            reprs = (PersistentRepr(events[0], seq + 1, pid, writer_uuid=writer),)
+        elif n == 1 and pid:  # persist / persist_async, and every compact event: one _OneEvent, no _Call
+            event = events[0]
+            self._seq_alloc = seq + 1
+            write = _new(_OneEvent)
+            _set_payload(write, (_repr(event, seq + 1, pid, writer),))
+            _set_event(write, event)
+            _set_handler(write, handler)
+            _set_sender(write, self.sender)
+            _set_stashing(write, stashing)
+            self._batch.append(write)
+            self._pending += 1
+            if stashing:
+                self._stashing += 1
+            self._coordinator.enqueue(self)
+            return
         else:
-            reprs = tuple([PersistentRepr(e, seq + k, pid, writer_uuid=writer) for k, e in enumerate(events, 1)])
+            reprs = tuple([_repr(e, seq + k, pid, writer) for k, e in enumerate(events, 1)])
         self._seq_alloc = seq + n
         # recovery checked the persistence id; AtomicWrite still raises its own error if it went empty since.
         atomic = _atomic(reprs) if pid else AtomicWrite(reprs)
@@ -571,7 +595,7 @@ class PersistentActor(Actor):
         seq = self._seq_alloc + 1
         pid = self.persistence_id
         if self._tagging:
-            reprs = (PersistentRepr(payload, seq, pid, writer_uuid=self._writer_uuid, tags=self.mixin_tags(payload)),)
+            reprs = (_repr(payload, seq, pid, self._writer_uuid, self.mixin_tags(payload)),)
         else:
             reprs = (_repr(payload, seq, pid, self._writer_uuid),)
         if not pid:
@@ -655,7 +679,7 @@ class PersistentActor(Actor):
                 self._drain_stash()
                 if self._replaced or self._dead or self.stop_requested:
                     return
-            if type(entry) is _OneWrite and failure is None and per_write[wi] is None:
+            if (type(entry) is _OneWrite or type(entry) is _OneEvent) and failure is None and per_write[wi] is None:
                 # The fast path: one stored event, its handler gets the event it was queued with.
                 wi += 1
                 self.last_sequence_nr = entry.payload[0].sequence_nr
@@ -663,10 +687,13 @@ class PersistentActor(Actor):
                 try:
                     entry.handler(entry.event)
                 except Exception as exc:
-                    self._pending -= 1
+                    self._done(entry)
                     host.report_failure(self, exc, entry.payload[0].payload, entry.sender)
                     return
+                # Popped after the handler ran, as in _invoke.
                 self._pending -= 1
+                if entry.stashing:
+                    self._stashing -= 1
                 continue
             atomic = entry.atomic
             if atomic is None:
