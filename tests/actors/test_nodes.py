@@ -342,8 +342,17 @@ def test_hosts_killed_together_on_a_member_restart_there(cluster):
     killed = {old[key] for key in keys[:2]}
     wait_for(lambda: not killed & set(tagged_pids(member.tag)), timeout=10)  # (a kill takes effect asynchronously)
     agent = member._asys.createActor("actors.guardian.NodeAgent", globalName="reprise-node")
-    gone = member._asys.ask(agent, CheckPids(tuple(old.values())), 10)
-    assert gone == PidsGone("m1", tuple(old[key] for key in keys[:2]))
+    expected = PidsGone("m1", tuple(old[key] for key in keys[:2]))
+    answers: list[object] = []
+
+    def agent_sees_them_gone() -> bool:  # (bounded: under load the agent's /proc may lag the kill's effect)
+        answers.append(member._asys.ask(agent, CheckPids(tuple(old.values())), 10))
+        return answers[-1] == expected
+
+    try:
+        wait_for(agent_sees_them_gone, timeout=10, interval=0.1)
+    except AssertionError:
+        raise AssertionError(f"the agent's last answers: {answers[-3:]}, expected {expected}") from None
 
     def restarted() -> bool:
         now = c.leader.status().hosts
