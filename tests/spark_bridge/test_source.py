@@ -124,10 +124,11 @@ def test_an_empty_journal_reads_as_an_empty_dataframe(spark, registered, tmp_pat
     assert load(spark, url).count() == 0
 
 
-@register_type(manifest="tests.spark_bridge.test_source.Unknown")
+@register_type(manifest="nowhere.test_source.Unknown")
 @dataclass(frozen=True)
 class Unknown:
-    """A type written here and unregistered again: the executors can never decode it."""
+    """A type written here and unregistered again: the executors can never decode it (its manifest names no
+    importable module: a default-form one would be imported on demand, see journal.serialization)."""
 
     n: int
 
@@ -139,9 +140,9 @@ def test_an_event_of_a_type_no_executor_knows_fails_naming_the_imports_option(sp
     try:
         with pytest.raises(Exception, match='option "imports"') as info:
             load(spark, url, tag="t").collect()
-        assert "tests.spark_bridge.test_source.Unknown" in str(info.value)
+        assert "nowhere.test_source.Unknown" in str(info.value)
     finally:
-        register_type(Unknown, manifest="tests.spark_bridge.test_source.Unknown")
+        register_type(Unknown, manifest="nowhere.test_source.Unknown")
 
 
 @pytest.mark.parametrize(("options", "message"), [
