@@ -17,9 +17,9 @@ entry points over it. It follows Spark's commit protocol:
 
 A feed's partitions are done once released: a rerun of the feed id (or a replayed streaming micro-batch)
 stores and delivers nothing again, even at another node's bridge (the coordinator decides each release);
-with `key`, rows are deduplicated by key instead (checked against the keys released before by the same
-bridge, when a batch is staged: two runs of one keyed feed id at the same time, or through two bridges,
-may both deliver a key). When the rows are
+with `key`, rows are deduplicated by key instead (checked against the keys released before, when a batch
+is staged; a keyed feed therefore passes through the single bridge /system/spark-bridge even where every
+node has one, and two runs of one keyed feed id at the same time may both deliver a key). When the rows are
 plain columns and the message is the row as a dict (the default), tasks read Arrow record batches and
 send columns: no per-row Python objects on the Spark side.
 """
@@ -206,8 +206,12 @@ def _attach_address(plan: _Plan) -> tuple[str, int]:
 
 
 def _bridge_at(plan: _Plan, system: actors.System) -> str:
-    """The bridge this task stages at: its node's if that was running when the feed started, else the single one."""
-    if not plan.bridges:
+    """The bridge this task stages at: its node's if that was running when the feed started, else the single one.
+
+    A keyed feed always stages at the single bridge (the coordinator): keys are checked against the keys one
+    bridge released before, so through several bridges a key could be delivered once per bridge.
+    """
+    if not plan.bridges or plan.key is not None:
         return BRIDGE_PATH
     path = bridge_path(system.node)
     return path if path in plan.bridges else BRIDGE_PATH

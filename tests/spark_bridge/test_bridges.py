@@ -79,10 +79,10 @@ def deposits(spark: Any, rows: int, start: int = 0, partitions: int = 8) -> Any:
         f"cast(id % {ACCOUNTS} as int) as account", "id as txid", "cast(1 + id % 3 as long) as amount")
 
 
-def fed(spark: Any, port: int, rows: int, feed_id: str, start: int = 0) -> dict[str, Any]:
+def fed(spark: Any, port: int, rows: int, feed_id: str, start: int = 0, key: str | None = None) -> dict[str, Any]:
     """feed() the deposits through the bridges with ack="processed"; the FeedResult as a dict."""
     result = feed(deposits(spark, rows, start), port, to="/user/accounts/a{account}", feed_id=feed_id,
-                  ack="processed", batch_size=100, timeout=90, progress=False)
+                  ack="processed", batch_size=100, timeout=90, progress=False, key=key)
     return dataclasses.asdict(result)
 
 
@@ -225,7 +225,18 @@ def test_in_local_mode_the_spark_conf_names_the_node_whose_bridge_the_tasks_use(
     assert (result["rows"], result["duplicates_skipped"]) == (more, 0)
     last = convention.feed_rows()
     assert {n: last[n] - after[n] for n in NODES} == {"alpha": more, "beta": 0, "gamma": 0}
-    added = expected_sums(rows + more, start)
+    # A keyed feed stages at the coordinator even where the tasks' node has a bridge: keys stay exact.
+    keyed = 200
+    coordinator = convention.leader.status().hosts[BRIDGE_PATH].counters.get("feed_rows", 0)
+    spark.conf.set("spark.reprise.port", str(convention.systems["gamma"].admin_port))
+    try:
+        result = fed(spark, convention.leader.admin_port, keyed, "local-keyed", start=start + rows + more, key="txid")
+    finally:
+        spark.conf.unset("spark.reprise.port")
+    assert (result["rows"], result["duplicates_skipped"]) == (keyed, 0)
+    assert convention.feed_rows() == last, "a keyed feed went through a node's bridge"
+    assert convention.leader.status().hosts[BRIDGE_PATH].counters["feed_rows"] - coordinator == keyed
+    added = expected_sums(rows + more + keyed, start)
     assert sums(balances(convention.leader, accounts)) == {p: held[p] + added[p] for p in accounts}
 
 
