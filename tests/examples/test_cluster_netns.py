@@ -8,7 +8,7 @@ member, worker, executors, bridge, shards). The feed must still finish with ever
 (exact sums, as many applications as rows), and no single bridge may have carried every row.
 
 Skips loudly where namespaces cannot be made (not root, no iproute2); REPRISE_REQUIRE_NETNS=1 (set by
-.ci/run) makes that a failure.
+.ci/run) or CI=true makes that a failure.
 """
 
 from __future__ import annotations
@@ -36,6 +36,11 @@ pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(300)]
 EXAMPLE = Path(ROOT) / "examples" / "cluster"
 REPRISE = os.path.join(os.path.dirname(sys.executable), "reprise")
 REQUIRE = "REPRISE_REQUIRE_NETNS"
+
+
+def required() -> bool:
+    """True where this test must run, not skip: REPRISE_REQUIRE_NETNS=1 (set by .ci/run) or CI=true."""
+    return os.environ.get(REQUIRE) == "1" or os.environ.get("CI") == "true"
 ROWS, ACCOUNTS, PARTITIONS = 200_000, 60, 8
 PORTS = {"a": 1900, "b": 1901, "c": 1902}  # the example's admin ports
 # Systems started in this pytest process leave their bind settings in os.environ; a machine's shell has none.
@@ -77,8 +82,8 @@ def spaces():
     """Namespaces a, b, c (10.78.0.1-3) on a bridge; skipped loudly where they cannot be made."""
     why = unavailable()
     if why is not None:
-        if os.environ.get(REQUIRE) == "1":
-            pytest.fail(f"{REQUIRE}=1 but network namespaces cannot be made here: {why}", pytrace=False)
+        if required():
+            pytest.fail(f"{REQUIRE}=1 or CI=true but network namespaces cannot be made here: {why}", pytrace=False)
         pytest.skip(f"3-NODE CLUSTER IN NETWORK NAMESPACES NOT RUN: {why} (set {REQUIRE}=1 to make this fail)")
     with namespaces(3) as made:
         names = [ns.name for ns in made]
@@ -126,7 +131,7 @@ def start_spark(tmp_path: Path, a: Namespace, members: list[Namespace]) -> Stand
     try:
         return spark_in(tmp_path / "spark", a, workers)
     except ClusterUnavailable as e:
-        if os.environ.get(REQUIRE) == "1" or os.environ.get("REPRISE_REQUIRE_CLUSTER") == "1":
+        if required() or os.environ.get("REPRISE_REQUIRE_CLUSTER") == "1":
             pytest.fail(f"the Spark standalone cluster did not start in the namespaces: {e}", pytrace=False)
         pytest.skip(f"3-NODE CLUSTER IN NETWORK NAMESPACES NOT RUN: the Spark cluster did not start: {e}")
 
