@@ -183,6 +183,9 @@ class _Database:
         self.schema = schema
         self.where = f"{urlsplit(conninfo).hostname or 'localhost'}/{urlsplit(conninfo).path.lstrip('/')}"
         try:
+            # One plain connection first: the pool would retry a refused server for its whole wait (10 s)
+            # before saying so; a server that is down or unreachable is named at once.
+            psycopg.connect(conninfo, autocommit=True, connect_timeout=10).close()
             self.pool = _Pool(
                 conninfo, min_size=pool_min, max_size=pool_max, kwargs={"autocommit": True},
                 configure=_configure, open=True, name=f"reprise-journal-{schema}", check=self._check)

@@ -24,11 +24,11 @@ cli_tag = test_lifecycle.tag  # a fixture: a tag whose leak check covers the sys
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def scrape(port: int, host: str = "127.0.0.1") -> Samples:
+def scrape(port: int, host: str = "127.0.0.1", timeout: float = 10.0) -> Samples:
     """Every sample served on host:port, parsed by prometheus_client's parser: (name, labels) -> value."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout) as response:
         assert response.status == 200
         text = response.read().decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
@@ -142,8 +142,8 @@ def test_metrics_are_off_by_default(base, make_system):
     ports = {port for _, port in listening(system_pids(system))}
     assert system.admin_port in ports
     for port in ports - {system.admin_port}:
-        with pytest.raises(OSError):
-            scrape(port)
+        with pytest.raises(OSError):  # (a Thespian socket reads the request and never answers: 1 s is plenty)
+            scrape(port, timeout=1.0)
     system.spawn(Echo, "/user/echo")  # probing its ports left the system working
     assert system.ask("/user/echo", Ping(1)) == Pong(1, "/user/echo")
 

@@ -10,7 +10,7 @@ from tests.actors.fairness_sample import Measure, Pinger, SelfSender, Spin
 
 pytestmark = pytest.mark.timeout(60)
 
-SPIN = 3.0  # seconds the self-sender loops; far above the bounded waits below
+SPIN = 2.0  # seconds the self-sender loops; twice the bound below (before the fix, a reply came at its end)
 BOUND = 1.0  # what another entity's reply or a status answer may take meanwhile
 
 

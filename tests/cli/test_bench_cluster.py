@@ -1,4 +1,4 @@
-"""bench/cluster.py through the bench runner at a tiny size: both systems measured, hosts where placed."""
+"""bench/cluster.py at a tiny size: both systems measured, bytes, commits, connections and the directory counted."""
 
 from __future__ import annotations
 
@@ -9,20 +9,7 @@ import sys
 
 import pytest
 
-from actors.cli import main
-
 pytestmark = [pytest.mark.timeout(180), pytest.mark.multiproc]
-
-
-def test_the_cluster_benchmark_runs_under_the_bench_runner(tmp_path, capsys, monkeypatch, postgres_url) -> None:
-    monkeypatch.setenv("REPRISE_BENCH_POSTGRES_URL", postgres_url)
-    args = ["--rows=600", "--entities=20", "--rounds=1", "--chunk=100", "--publish-hosts=1"]
-    code = main(["bench", "--only", "cluster", "--out", str(tmp_path),
-                 *[x for a in args for x in ("--arg", f"cluster:{a}")]])
-    assert code == 0, capsys.readouterr().err
-    md = (tmp_path / "RESULTS.md").read_text()
-    assert "| reprise one node | rows/s, durable entities (PostgreSQL) |" in md
-    assert "| reprise three nodes | rows/s, durable entities (PostgreSQL) |" in md
 
 
 def test_the_cluster_benchmark_counts_the_bytes_and_the_directory(tmp_path, postgres_url) -> None:
