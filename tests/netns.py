@@ -32,7 +32,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.spark_bridge.standalone import ROOT, ClusterUnavailable, StandaloneCluster, spark_home
+from tests.spark_bridge.standalone import (
+    ROOT,
+    ClusterUnavailable,
+    StandaloneCluster,
+    spark_home,
+    wait_registered,
+)
 
 SUBNET = "10.78.0"
 BRIDGE_HOST = f"{SUBNET}.254"
@@ -259,29 +265,11 @@ def spark_in(workdir: Path, master: Namespace, workers: list[tuple[Namespace, di
                 "org.apache.spark.deploy.worker.Worker", "--host", ns.address, "--cores", "1", "--memory",
                 worker_memory, "--webui-port", "8081", "--work-dir", str(workdir / f"work-{ns.address}"),
                 cluster.master_url], env)
-        _wait_registered(cluster, timeout)
+        wait_registered(cluster, timeout)
     except BaseException:
         cluster.stop()
         raise
     return cluster
-
-
-def _wait_registered(cluster: StandaloneCluster, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    seen = None
-    while time.monotonic() < deadline:
-        dead = [n for n, p in cluster.daemons.items() if p.poll() is not None]
-        if dead:
-            raise ClusterUnavailable(f"{dead} exited at start-up:\n{cluster.log_tail()}")
-        try:
-            seen = sorted(w["host"] for w in cluster.status()["workers"] if w["state"] == "ALIVE")
-            if seen == sorted(cluster.hosts):
-                return
-        except OSError:
-            pass  # the master's UI is not up yet
-        time.sleep(0.3)
-    raise ClusterUnavailable(f"the workers did not all register within {timeout} s (alive: {seen}):\n"
-                             f"{cluster.log_tail()}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ import itertools
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from actors.system import kill_tagged, tagged_pids
 from tests.actors.test_security import SEND_FRAME, attack_payload, listening_addresses
 from tests.actors.test_tls import pki  # noqa: F401 - the session's test certificates (a fixture)
 from tests.conftest import SESSION_TOKEN
+from tests.netns import unavailable as netns_unavailable
 
 pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(180)]
 
@@ -199,20 +199,6 @@ class Sniffing:
 
 def test_leader_and_member_on_this_machine(tmp_path, tags):
     scenario(tmp_path, tags, "127.0.0.1", "127.0.0.1", [], [])
-
-
-def netns_unavailable() -> str | None:
-    """Why two network namespaces cannot be made here, or None if they can."""
-    if os.geteuid() != 0:
-        return "not root"
-    if shutil.which("ip") is None:
-        return "no `ip` command (iproute2)"
-    probe = f"rp-probe-{uuid.uuid4().hex[:6]}"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if made.returncode != 0:
-        return f"`ip netns add` failed: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None
 
 
 @pytest.fixture

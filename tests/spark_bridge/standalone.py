@@ -124,7 +124,7 @@ class StandaloneCluster:
         """Start the worker on `host` again (after kill_worker) and wait until the master lists it alive."""
         self.daemons.pop(f"worker-{host}").wait(10)
         _worker(self, host, env=self.worker_env.get(host, {}))
-        _wait_registered(self, timeout)
+        wait_registered(self, timeout)
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM every daemon's group (workers first), then SIGKILL what is left after `timeout` seconds."""
@@ -202,14 +202,15 @@ def start_cluster(workdir: Path, hosts: tuple[str, ...] = ("127.0.0.2", "127.0.0
                 {"SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"})
         for host in hosts:
             _worker(cluster, host, worker_memory, cluster.worker_env.get(host, {}))
-        _wait_registered(cluster, timeout)
+        wait_registered(cluster, timeout)
     except BaseException:
         cluster.stop()
         raise
     return cluster
 
 
-def _wait_registered(cluster: StandaloneCluster, timeout: float) -> None:
+def wait_registered(cluster: StandaloneCluster, timeout: float) -> None:
+    """Wait until every worker of `cluster` is ALIVE at its master; ClusterUnavailable if one exits or time runs out."""
     deadline = time.monotonic() + timeout
     seen = None
     while time.monotonic() < deadline:
