@@ -266,13 +266,17 @@ def resolve_class(spec: str) -> type:
     return obj
 
 
-def _system(table: Any, source: str, base_dir: str | None) -> SystemSection:
+def _check_table(table: Any, name: str, known: set[str], source: str) -> None:
+    """TopologyError unless `table` is a TOML table whose keys are all `known`."""
     if not isinstance(table, dict):
-        raise TopologyError(f"{source}: [system] must be a table")
-    unknown = set(table) - SYSTEM_KEYS
+        raise TopologyError(f"{source}: {name} must be a table")
+    unknown = set(table) - known
     if unknown:
-        raise TopologyError(f"{source}: [system] has unknown key(s) {sorted(unknown)}; "
-                            f"known: {sorted(SYSTEM_KEYS)}")
+        raise TopologyError(f"{source}: {name} has unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
+
+
+def _system(table: Any, source: str, base_dir: str | None) -> SystemSection:
+    _check_table(table, "[system]", SYSTEM_KEYS, source)
     port = table.get("admin_port")
     if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
         raise TopologyError(f"{source}: [system] admin_port must be an integer in 1..65535, got {port!r}")
@@ -316,11 +320,7 @@ def _cluster(doc: dict[str, Any], source: str, base_dir: str | None) -> ClusterS
     if table is None:
         raise TopologyError(f"{source}: [[node]] and [spark] belong to a cluster file, which needs a [cluster] "
                             "table (leader = the name of the leader's [[node]], journal, secret_file, ...)")
-    if not isinstance(table, dict):
-        raise TopologyError(f"{source}: [cluster] must be a table")
-    unknown = set(table) - CLUSTER_KEYS
-    if unknown:
-        raise TopologyError(f"{source}: [cluster] has unknown key(s) {sorted(unknown)}; known: {sorted(CLUSTER_KEYS)}")
+    _check_table(table, "[cluster]", CLUSTER_KEYS, source)
     if not isinstance(nodes, list) or not nodes:
         raise TopologyError(f"{source}: a cluster file needs its nodes as [[node]] tables (name, bind, admin_port)")
     sections = tuple(_node(n, f"{source}: [[node]] #{i + 1}") for i, n in enumerate(nodes))
@@ -340,11 +340,7 @@ def _cluster(doc: dict[str, Any], source: str, base_dir: str | None) -> ClusterS
     if "secret_file" not in table:
         raise TopologyError(f"{source}: [cluster] secret_file is required: the secret every node authenticates "
                             "with (the leader creates it; copy it to each machine), e.g. secret_file = \"cluster.secret\"")
-    if not isinstance(spark, dict):
-        raise TopologyError(f"{source}: [spark] must be a table")
-    unknown = set(spark) - SPARK_KEYS
-    if unknown:
-        raise TopologyError(f"{source}: [spark] has unknown key(s) {sorted(unknown)}; known: {sorted(SPARK_KEYS)}")
+    _check_table(spark, "[spark]", SPARK_KEYS, source)
     if not isinstance(spark.get("bridges", False), bool):
         raise TopologyError(f"{source}: [spark] bridges must be true or false, got {spark['bridges']!r}")
     peers = table.get("peers", [])
