@@ -120,6 +120,7 @@ def journal_url(request, tmp_path) -> Iterator[str]:
 
 
 @pytest.mark.timeout(170)
+@pytest.mark.parametrize("journal_url", ["postgresql"], indirect=True)  # (SQLite's reads are checked in local mode)
 def test_a_speculative_copy_of_a_read_task_gives_each_planned_event_exactly_once(cluster, journal_url, tmp_path):
     url = journal_url
     fill(url, ids=3, events=40)

@@ -154,7 +154,7 @@ def test_a_retried_attempt_with_different_content_is_the_only_one_delivered(sink
     from pyspark.sql.functions import col, udf
 
     bridged = make_bridged(journal=journal)
-    ROWS = 20_000  # noqa: N806 (partition 0's 10,000 leave the writer room to stage before the UDF fails)
+    ROWS = 12_000  # noqa: N806 (partition 0's 6,000 leave the writer room to stage before the UDF fails)
 
     # Small Arrow batches, so that the first attempt stages batches before its failure. Whether it did is up to
     # Spark's pipelining under load (rarely it stages none): then the scenario is run again, up to 3 times.

@@ -124,16 +124,16 @@ def test_an_empty_journal_reads_as_an_empty_dataframe(spark, registered, tmp_pat
     assert load(spark, url).count() == 0
 
 
-@register_type(manifest="nowhere.test_source.Unknown")
-@dataclass(frozen=True)
-class Unknown:
-    """A type written here and unregistered again: the executors can never decode it (its manifest names no
-    importable module: a default-form one would be imported on demand, see journal.serialization)."""
-
-    n: int
-
-
 def test_an_event_of_a_type_no_executor_knows_fails_naming_the_imports_option(spark, registered, tmp_path) -> None:
+    @dataclass(frozen=True)
+    class Unknown:
+        """Registered only here, for the write, and unregistered again: no executor ever registers it (a module
+        that registered it at import would, once a worker imported it), and its manifest names no importable
+        module (a default-form one would be imported on demand, see journal.serialization)."""
+
+        n: int
+
+    register_type(Unknown, manifest="nowhere.test_source.Unknown")
     url = f"sqlite:///{tmp_path}/unknown.db"
     write(url, "p", 1, [Unknown(1)], tag="t")
     unregister_type(Unknown)
@@ -142,7 +142,7 @@ def test_an_event_of_a_type_no_executor_knows_fails_naming_the_imports_option(sp
             load(spark, url, tag="t").collect()
         assert "nowhere.test_source.Unknown" in str(info.value)
     finally:
-        register_type(Unknown, manifest="nowhere.test_source.Unknown")
+        unregister_type("nowhere.test_source.Unknown")
 
 
 @pytest.mark.parametrize(("options", "message"), [
