@@ -439,6 +439,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         path, record = found[0]
         self._retire(record, key)
         record.address = None
+        self._status_without(path)
         if record.state == "moving" and not self.shutting_down:
             # A rebalance stopped it (its work done, its group commit flushed): start it on its new node
             # (as a restart: should it fail to start there, it backs off and tries again).
@@ -847,11 +848,20 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         if not request.waiting:
             self._answer_status(message.token)
 
+    def _status_without(self, path: str) -> None:
+        """Status requests stop waiting for a host whose process exited: they answer now, not after STATUS_WAIT."""
+        for token, request in list(self.status_requests.items()):
+            if path in request.waiting:
+                request.waiting.discard(path)
+                if not request.waiting:
+                    self._answer_status(token)
+
     def _answer_status(self, token: int) -> None:
         request = self.status_requests.pop(token, None)
         if request is not None:
             self.send(request.requester, SystemStatus(request.hosts, self.dead_count, public_config(self.config),
-                                                         errors=tuple(self.errors.recent), nodes=self._node_states()))
+                                                         errors=tuple(self.errors.recent), nodes=self._node_states(),
+                                                         guardian_pid=os.getpid()))
 
     def _wakeup(self, message: WakeupMessage, sender: Address) -> None:
         payload = message.payload

@@ -257,6 +257,8 @@ class SystemStatus:
     """The most recent errors inside actors (actors.error_log.ActorError), oldest first."""
     nodes: dict[str, str] = field(default_factory=dict)
     """Every known node's name -> "up" or "down" (the leader's own node is always up)."""
+    guardian_pid: int | None = None
+    """The process id of the guardian that answered (the client's own with the in-process base)."""
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from thespian.actors import (
     PoisonMessage,
 )
 
-from . import auth, netsec
+from . import admin_probe, auth, netsec
 from . import metrics as metrics_module
 from . import tls as tls_module
 from .error_log import ActorFailure, Errors, GetErrors, SubscribeErrors
@@ -89,6 +89,7 @@ from .validation import (
     check_number,
     check_peers,
     check_port,
+    check_process_local_stores,
     check_shared_stores,
     check_spawn_options,
 )
@@ -154,6 +155,7 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
     for name, value in (("journal", journal), ("snapshot_store", snapshot_store)):
         if value is not None:
             check_option(name, value, per_host=False)
+    check_process_local_stores(base, {"journal": journal, "snapshot_store": snapshot_store})
     check_ip("bind", bind)
     check_ip("advertise", advertise, allow_none=True)
     peers = check_peers(peers)
@@ -163,6 +165,9 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
     log_level = check_log_level(log_level)
     check_number("node_timeout", node_timeout, hint="seconds without heartbeat answers before a node is down")
     check_number("start_timeout", start_timeout, hint="seconds to wait for the actor system to start")
+    if tag is not None and (not isinstance(tag, str) or not tag or any(c.isspace() or c == "\0" for c in tag)):
+        raise ConfigError(f"tag must be a non-empty string without spaces (it marks the system's processes), "
+                          f"got {tag!r}")
     if run_dir is not None and not isinstance(run_dir, str | os.PathLike):
         raise ConfigError(f"run_dir must be a directory path, got {run_dir!r}")
     tls_files = tls_module.tls_config(tls, tls_cert, tls_key, tls_ca)
@@ -220,9 +225,9 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
         port_tag = tag or f"reprise-system-{port}-{uuid.uuid4().hex[:8]}"
         port_dir = os.fspath(run_dir) if run_dir else tempfile.mkdtemp(prefix=f"reprise-{port}-")
         _private_run_dir(port_dir)
+        if not run_dir:  # ours is removed on a clean shutdown; a directory the user named is theirs to keep
+            open(os.path.join(port_dir, TEMPORARY_MARK), "w").close()
         config["run_dir"] = port_dir
-        # Ours is removed on a clean shutdown; a directory the user named is theirs to keep.
-        config["run_dir_temporary"] = not run_dir
         if secret is not None:
             auth.write_secret(os.path.join(port_dir, auth.SECRET_NAME), secret)
         tls_module.write_config(port_dir, tls_files)
@@ -262,6 +267,10 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
 def _text(value: object) -> str | None:
     """`value` if it is a str (a config entry read back), else None."""
     return value if isinstance(value, str) else None
+
+
+TEMPORARY_MARK = ".temporary"
+"""A file in a run dir that actors.start made (and a clean shutdown removes); a run dir the user named has none."""
 
 
 def _private_run_dir(path: str) -> None:
@@ -350,7 +359,17 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
     source = "the secret actors.start made"
     if _secret is _FIND:
         source = secret_file or _find_secret_file(host, admin_port)
-        auth.use_secret(auth.read_secret(source))
+        secret = auth.read_secret(source)
+        # A wrong secret (or a plain client of a TLS admin) is otherwise told only after Thespian's ~12 s of
+        # retried queries: one signed frame tells at once. No verdict (a busy admin): attach as usual.
+        verdict = admin_probe.signed_probe(host, admin_port, secret, _tls, min(timeout, admin_probe.WAIT))
+        if verdict is False:
+            raise _not_our_admin(host, admin_port, source)
+        if verdict is None and _tls is None:
+            why = tls_module.probe(host, admin_port, None)
+            if why is not None:
+                raise tls_module.TlsError(why)
+        auth.use_secret(secret)
     elif _secret is None:
         auth.allow_unauthenticated()
     else:
@@ -367,9 +386,7 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
         if why is not None:
             raise tls_module.TlsError(why) from None
         # An admin drops every frame whose HMAC does not verify, so a wrong secret looks like silence.
-        raise auth.AuthenticationFailed(
-            f"the process on {host}:{admin_port} did not answer as a Reprise admin: it is not one, or {source} "
-            "is not that system's secret (pass secret_file= the system's <run dir>/secret)") from None
+        raise _not_our_admin(host, admin_port, source) from None
     agent = asys.createActor("actors.guardian.NodeAgent", globalName="reprise-node")
     reply = asys.ask(agent, WhereIsGuardian(), timeout)
     if not isinstance(reply, GuardianIs) or reply.address is None:
@@ -387,6 +404,13 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
             system.close()
             raise
     return system
+
+
+def _not_our_admin(host: str, admin_port: int, source: str) -> auth.AuthenticationFailed:
+    """The error for an admin that would not read our frames: not a Reprise admin, or another secret."""
+    return auth.AuthenticationFailed(
+        f"the process on {host}:{admin_port} did not answer as a Reprise admin: it is not one, or {source} "
+        "is not that system's secret (pass secret_file= the system's <run dir>/secret)")
 
 
 def _find_secret_file(host: str, admin_port: int, settle: float = 3.0) -> str:
@@ -455,8 +479,13 @@ def _configure_process_env(bind: str, advertise: str | None, peers: tuple[str, .
     netsec.apply()
 
 
-def tagged_pids(tag: str) -> list[int]:
-    """Pids of live processes whose command line carries `tag` (every process of one system)."""
+def tagged_pids(tag: str, *, prefix: bool = False) -> list[int]:
+    """Pids of the live processes of the system tagged `tag` (with `prefix`: of every system whose tag starts so).
+
+    A process counts when its command line is `... -m actors.boot ... --tag <tag> ...`, as every admin and actor
+    process of a system keeps it: never another process that merely mentions the tag (a wrapper such as
+    `timeout`, an editor, `tail -f`), which shutdown would otherwise kill with the system.
+    """
     found = []
     needle = tag.encode()
     for entry in os.listdir("/proc"):
@@ -464,18 +493,31 @@ def tagged_pids(tag: str) -> list[int]:
             continue
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if needle in f.read():
-                    with open(f"/proc/{entry}/stat") as st:
-                        if st.read().split(")")[-1].split()[0] != "Z":
-                            found.append(int(entry))
+                argv = f.read().split(b"\0")
+            if not _carries_tag(argv, needle, prefix):
+                continue
+            with open(f"/proc/{entry}/stat") as st:
+                if st.read().split(")")[-1].split()[0] != "Z":
+                    found.append(int(entry))
         except OSError:
             continue
     return found
 
 
-def kill_tagged(tag: str, wait: float = 5.0) -> list[int]:
-    """SIGKILL every process carrying `tag` and wait (bounded) until they are gone; returns their pids."""
-    pids = tagged_pids(tag)
+def _carries_tag(argv: list[bytes], tag: bytes, prefix: bool) -> bool:
+    """Whether `argv` is an actors.boot command line whose `--tag` value is `tag` (or starts with it)."""
+    if b"actors.boot" not in argv:
+        return False
+    for option, value in itertools.pairwise(argv):
+        if option == b"--tag":
+            return value.startswith(tag) if prefix else value == tag
+    return False
+
+
+def kill_tagged(tag: str, wait: float = 5.0, *, prefix: bool = False) -> list[int]:
+    """SIGKILL every process of the system tagged `tag` (see tagged_pids) and wait (bounded) until they are gone;
+    returns their pids."""
+    pids = tagged_pids(tag, prefix=prefix)
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -483,7 +525,7 @@ def kill_tagged(tag: str, wait: float = 5.0) -> list[int]:
             pass
     # The kill is asynchronous: a caller checking right after would still see them running.
     deadline = time.monotonic() + wait
-    while pids and set(pids) & set(tagged_pids(tag)) and time.monotonic() < deadline:
+    while pids and set(pids) & set(tagged_pids(tag, prefix=prefix)) and time.monotonic() < deadline:
         time.sleep(0.01)
     return pids
 
@@ -500,8 +542,13 @@ def shutdown(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 20.0,
     `connect()` hands out non-owner handles that refuse to shut the shared system down; this is the
     explicit, deliberate way. Local processes of that system are waited for, and killed if they linger.
     """
+    own_run_dir = boot_option(admin_port, "--run-dir")  # (a local admin's, from its command line)
     system = connect(admin_port, host=host, secret_file=secret_file, _owner=True, **tls_options)
     system.tag = find_tag(admin_port)
+    if own_run_dir:
+        # The handle has its guardian's configuration: on a cluster member, the leader's run dir, which the
+        # still running leader needs (its secret). Only this admin's own run dir is removed, if start made it.
+        system.run_dir = own_run_dir
     system.shutdown(timeout=timeout)
 
 
@@ -585,6 +632,7 @@ class System:
             check_option(name, value, per_host=True)
         placement = check_nodes(nodes, node) if nodes is not None else ()
         check_shared_stores(placement, options)
+        check_process_local_stores(self.base, options)
         backoff = Backoff.of(backoff)
         check_hold_limit(hold_limit)
         check_spawn_options(passivate_after=passivate_after, max_restarts=max_restarts,
@@ -687,6 +735,21 @@ class System:
         """Hosts with their state, restarts and pid; the dead-letter count; the configuration."""
         return self._request(GetStatus(), SystemStatus, timeout)
 
+    def directory(self, timeout: float = 10.0) -> DirectoryUpdate:
+        """The guardian's routes (path prefix -> address or shard set) and their epoch, fetched now."""
+        return self._request(GetDirectory(), DirectoryUpdate, timeout)
+
+    def publish_directory(self, pairs: int = 1, timeout: float = 30.0) -> None:
+        """Make the guardian publish its directory to every host 2 x `pairs` times, as any route change does (a
+        temporary route of this client registered, then unregistered), to measure what a publish costs.
+        Returns once the guardian has sent the last one."""
+        check_number("pairs", pairs, integer=True, hint="how many register/unregister pairs to force")
+        prefix = f"{self.prefix}-publish"
+        for _ in range(pairs):
+            self._request(RegisterRoute(prefix), Spawned, timeout)
+            self._send(self._guardian, UnregisterRoute(prefix))  # (no reply: the next request orders it)
+        self.directory(timeout)  # the guardian handles its mailbox in order: the last publish was sent
+
     def nodes(self, timeout: float = 10.0) -> dict[str, str]:
         """Every known node's name -> "up" or "down" (the leader's own node is always up)."""
         return self._request(GetNodes(), Nodes, timeout).nodes
@@ -780,7 +843,7 @@ class System:
             # Only a run dir we made, and only once this machine's processes of it are gone; kept when
             # something had to be killed, since its logs then explain what went wrong.
             run_dir = self.run_dir or _text(self.config.get("run_dir"))
-            if run_dir and self.config.get("run_dir_temporary") and not leftovers:
+            if run_dir and os.path.exists(os.path.join(run_dir, TEMPORARY_MARK)) and not leftovers:
                 shutil.rmtree(run_dir, ignore_errors=True)
 
     # ---- internals -------------------------------------------------------------------------------

@@ -84,6 +84,11 @@ class _Contexts:
         self.client = _context(config, ssl.PROTOCOL_TLS_CLIENT)
 
 
+def client_context(config: TlsConfig) -> ssl.SSLContext:
+    """The SSLContext a client of a system with `config` connects with (its certificate, the CA's trust)."""
+    return _context(config, ssl.PROTOCOL_TLS_CLIENT)
+
+
 def _context(config: TlsConfig, protocol: int) -> ssl.SSLContext:
     ctx = ssl.SSLContext(protocol)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2

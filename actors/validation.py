@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import math
+from collections.abc import Mapping
 
 from .errors import ConfigError
 
@@ -115,3 +116,17 @@ def check_shared_stores(nodes: tuple[str, ...], options: dict[str, str]) -> None
             raise ConfigError(f"{name}={url.split('?')[0]!r} is a SQLite file on one machine's disk, but nodes={list(nodes)!r} "
                               "lets the host fail over to other machines, which would not see its events: use a "
                               "PostgreSQL URL every node reaches (or a single node)")
+
+
+def check_process_local_stores(base: str, options: Mapping[str, object]) -> None:
+    """ConfigError if a multi-process system is given a store that lives in one process's memory (memory://)."""
+    if base != "multiproc":
+        return
+    for name, url in options.items():
+        if isinstance(url, str) and url.startswith("memory:"):
+            raise ConfigError(
+                f"{name}={url!r} lives in one process's memory, but on the multiproc base every host is a process of "
+                "its own: each would get its own empty store (a projection or a query would read nothing of what "
+                "the others wrote) and lose it when the host restarts. Use sqlite:///abs/path.db or "
+                "postgresql://user@host:port/db, or the local base for in-memory tests")
+

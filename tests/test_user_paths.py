@@ -274,7 +274,7 @@ def test_new_sqlite_files_of_projections_are_0600_whatever_the_umask(base, make_
 # ---- Projections fed what users get wrong ----------------------------------------------------------
 
 def test_a_misspelt_projection_option_fails_the_spawn_naming_it(base, make_system) -> None:
-    system = make_system(base, journal="memory://user-paths-typo")
+    system = make_system(base)
     with pytest.raises(actors.SpawnFailed, match="unexpected keyword argument 'save_after_envelope'"):
         system.spawn(Projection, "/user/p", kwargs=dict(
             source=EventsByTag("t"), handler="tests.test_user_paths:ignore", offset_store="memory://o",
@@ -282,7 +282,7 @@ def test_a_misspelt_projection_option_fails_the_spawn_naming_it(base, make_syste
 
 
 def test_a_projection_source_journal_of_the_wrong_scheme_fails_the_spawn_naming_it(base, make_system) -> None:
-    system = make_system(base, journal="memory://user-paths-scheme")
+    system = make_system(base)
     with pytest.raises(actors.SpawnFailed, match=r"unsupported journal URL 'sqlite:/j\.db'.*sqlite:///abs/path\.db"):
         system.spawn(Projection, "/user/p", kwargs=dict(
             source=EventsByTag("t", journal="sqlite:/j.db"), handler="tests.test_user_paths:ignore",
@@ -290,7 +290,7 @@ def test_a_projection_source_journal_of_the_wrong_scheme_fails_the_spawn_naming_
 
 
 def test_exactly_once_with_a_memory_offset_store_fails_the_spawn(base, make_system) -> None:
-    system = make_system(base, journal="memory://user-paths-eo")
+    system = make_system(base)
     with pytest.raises(actors.SpawnFailed, match="offset_store"):
         system.spawn(Projection, "/user/p", kwargs=dict(
             source=EventsByTag("t"), handler="tests.test_user_paths:into_read_model", offset_store="memory://o",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import actors
-from tests.actors.sample import Counting, Echo
+from tests.actors.sample import Counting, Echo, Ping, Pong
 
 
 def test_status_reports_alive_actors_and_summed_counters(system):
@@ -36,3 +36,26 @@ def test_connected_client_sees_the_same_status(make_system):
         assert client.status().hosts["/user/counters"].counters == {"pending": 7}
     finally:
         client.close()
+
+
+def test_guardian_pid_directory_and_forced_publishes(system):
+    """status() names the guardian's process; directory() is the guardian's routes; publish_directory(n) makes
+    2 n publishes (the epoch counts them) and leaves the routes as they were (both bases)."""
+    import os
+
+    system.spawn(Echo, path="/user/echo")
+    status = system.status()
+    if system.base == "local":
+        assert status.guardian_pid == os.getpid()
+    else:
+        assert status.guardian_pid not in (os.getpid(), status.hosts["/user/echo"].pid)
+        assert os.path.exists(f"/proc/{status.guardian_pid}")
+    before = system.directory()
+    assert "/user/echo" in before.routes
+
+    system.publish_directory(3)
+
+    after = system.directory()
+    assert after.epoch == before.epoch + 6
+    assert after.routes.keys() == before.routes.keys()
+    assert system.ask("/user/echo", Ping(1)) == Pong(1, "/user/echo")  # the host took them and still answers

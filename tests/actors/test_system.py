@@ -108,6 +108,42 @@ def test_connected_client_cannot_shut_down_the_shared_system(make_system):
     assert owner.ask("/user/echo", Ping(10)) == Pong(10, "/user/echo")
 
 
+def test_shutdown_kills_only_the_system_s_processes_not_others_that_mention_its_tag(make_system):
+    import subprocess
+    import sys
+
+    owner = make_system("multiproc")
+    owner.spawn(Echo, "/user/echo")
+    # Bystanders: a wrapper with the system's `--tag` (as `timeout ... --tag T` has), one naming the tag inside
+    # a longer argument (a `tail -f T.log`), and a system tagged with a longer tag that starts with this one.
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    bystanders = [subprocess.Popen([*sleeper, "--tag", owner.tag]),
+                  subprocess.Popen([*sleeper, f"/tmp/{owner.tag}.log"])]
+    longer = make_system("multiproc", tag=f"{owner.tag}x")
+    longer.spawn(Echo, "/user/echo")
+    try:
+        system_pids = tagged_pids(owner.tag)
+        assert system_pids and not {p.pid for p in bystanders} & set(system_pids)
+        assert not set(tagged_pids(longer.tag)) & set(system_pids)
+        assert set(tagged_pids(owner.tag, prefix=True)) >= set(system_pids) | set(tagged_pids(longer.tag))
+
+        actors.shutdown(owner.admin_port)
+
+        assert tagged_pids(owner.tag) == []
+        assert all(p.poll() is None for p in bystanders), "shutdown killed a process that only mentions the tag"
+        assert longer.ask("/user/echo", Ping(3)) == Pong(3, "/user/echo")  # the other system runs on
+    finally:
+        for p in bystanders:
+            p.kill()
+            p.wait()
+
+
+def test_a_tag_must_be_a_non_empty_string_without_spaces():
+    for bad in ("", " ", "a b", 7):
+        with pytest.raises(actors.ConfigError, match="tag"):
+            actors.start("multiproc", tag=bad)
+
+
 def test_shutdown_by_port_stops_every_process_of_the_system(make_system):
     owner = make_system("multiproc")
     owner.spawn(Echo, "/user/echo")

@@ -58,6 +58,28 @@ def test_start_refuses_bad_configuration(base, tmp_path, kwargs, expected) -> No
         assert text in str(error)
 
 
+@pytest.mark.parametrize("name", ["journal", "snapshot_store"])
+def test_an_in_memory_store_is_refused_on_the_multiproc_base_and_kept_on_the_local_one(tmp_path, name) -> None:
+    """Each host process would get its own empty memory:// store: a query or projection elsewhere reads nothing."""
+    url = f"memory://refused-{uuid.uuid4().hex[:6]}"
+    error = _must_refuse("multiproc", tmp_path, **{name: url})
+    for text in (f"{name}={url!r}", "one process's memory", "sqlite:///abs/path.db", "local base"):
+        assert text in str(error)
+    system = start_system("multiproc", tmp_path)
+    try:
+        with pytest.raises(ConfigError, match=f"{name}='memory://x' lives in one process's memory"):
+            system.spawn(Echo, "/user/echo", **{name: "memory://x"})
+        assert system.status().hosts.get("/user/echo") is None  # nothing was started
+    finally:
+        stop_system(system)
+    local = start_system("local", tmp_path, **{name: url})
+    try:
+        local.spawn(Echo, "/user/echo", **{name: "memory://x"})  # one process: its memory is shared
+        assert local.ask("/user/echo", Ping(1), timeout=10) == Pong(1, "/user/echo")
+    finally:
+        stop_system(local)
+
+
 def test_start_error_never_shows_a_password(base, tmp_path) -> None:
     error = _must_refuse(base, tmp_path, journal="postgresq://app:hunter2@db/test")
     assert "hunter2" not in str(error) and "app:***@db" in str(error)

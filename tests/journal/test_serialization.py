@@ -253,3 +253,17 @@ def test_a_reader_imports_the_module_of_a_default_manifest_it_has_not_imported(t
                          cwd=root, env={**os.environ, "PYTHONPATH": root})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["tests.journal.lazy_types", "Lazy", "7", "2"]
+
+
+def test_a_stored_manifest_naming_a_function_builds_nothing() -> None:
+    # The on-demand import may import the module a stored manifest names, but only what that module
+    # registers is used: "os.system" in a journal is an unknown manifest, never a callable.
+    @dataclass(frozen=True)
+    class Command:
+        line: str
+
+    register_type(Command, manifest="os.system")
+    data = serialize(Command("touch /tmp/never"))
+    unregister_type(Command)
+    with pytest.raises(SerializationError, match="unknown manifest 'os.system'"):
+        deserialize(data)

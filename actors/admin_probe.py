@@ -1,0 +1,104 @@
+"""Whether an admin reads frames signed with our secret: one Thespian frame, answered at once.
+
+A wrong secret is otherwise told only after Thespian's attach has retried its query for ~12 s (the admin
+drops a frame whose HMAC fails; to Thespian's client that is silence). This speaks Thespian 4.0.1's TCP
+framing (`<length>>` + body, answered by an ACK or ACK+DATAERR), like `tls.probe` does for the handshake.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from thespian.actors import ActorAddress
+
+from . import auth
+from . import tls as tls_module
+
+WAIT = 5.0
+"""At most this long (or connect's timeout) for the admin's ACK of the signed probe; then Thespian's attach."""
+
+
+def signed_probe(host: str, admin_port: int, secret: bytes, tls: tls_module.TlsConfig | None,
+                 wait: float) -> bool | None:
+    """Whether the admin on host:port reads a frame signed with `secret`: True, False, or None (no verdict).
+
+    Thespian's transport ACKs every frame it reads and answers one it cannot read (here: its HMAC fails)
+    with ACK+DATAERR, at once; Thespian's own attach instead retries its query for ~12 s when the answer
+    never comes. The probe is Thespian's QueryExists from a throwaway listening address; the admin's
+    QueryAck (on the same connection or a new one) is read and ACKed so its send succeeds. No answer
+    in `wait` (a busy admin, or not a Thespian one) is no verdict: the caller then attaches as usual.
+    """
+    from thespian.system.messages.admin import QueryExists
+    from thespian.system.transport.IPBase import TCPv4ActorAddress
+    from thespian.system.transport.streamBuffer import ackDataErrMsg, ackMsg
+
+    deadline = time.monotonic() + wait
+    with socket.socket() as listener:
+        try:
+            listener.bind((host, 0))  # (an IPv6 host: no verdict; Thespian's attach is IPv4 anyway)
+            listener.listen(1)
+            conn = socket.create_connection((host, admin_port), timeout=wait)
+        except OSError:
+            return None
+        me = ActorAddress(TCPv4ActorAddress(host, listener.getsockname()[1], external=True))
+        body = auth.sign(secret, (me, QueryExists()))
+        try:
+            if tls is not None:
+                conn = tls_module.client_context(tls).wrap_socket(conn)
+            conn.sendall(b"%d>" % len(body) + body)
+            ack = _read_frame(conn, deadline)
+            if ack is None or ack not in (ackMsg, ackDataErrMsg):
+                return None
+            if ack == ackDataErrMsg:
+                return False
+            _answer_query_ack(conn, listener, ackMsg, min(deadline, time.monotonic() + 1.0))
+            return True
+        except OSError:
+            return None
+        finally:
+            conn.close()
+
+
+def _answer_query_ack(conn: socket.socket, listener: socket.socket, ack: bytes, deadline: float) -> None:
+    """ACK the admin's QueryAck to the probe (best effort), so the admin logs no failed send."""
+    import select
+    import ssl
+
+    pending = isinstance(conn, ssl.SSLSocket) and conn.pending() > 0  # (already decrypted: select cannot see it)
+    ready = [conn] if pending else select.select([conn, listener], [], [], max(0.0, deadline - time.monotonic()))[0]
+    if listener in ready:
+        back, _ = listener.accept()
+        with back:
+            if _read_frame(back, deadline) is not None:
+                back.sendall(ack)
+    elif ready and _read_frame(conn, deadline) is not None:
+        conn.sendall(ack)
+
+
+def _read_frame(sock: socket.socket, deadline: float) -> bytes | None:
+    """One whole Thespian frame (`<length>>` + body) as sent, or None if it does not arrive by `deadline`.
+
+    Reads no further than the frame: the admin may send its next one right behind it.
+    """
+    data = b""
+    size: int | None = None
+    while size is None or len(data) < size:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(1 if size is None else size - len(data))
+        except OSError:  # (TimeoutError, and a TLS socket's SSLError)
+            return None
+        if not chunk:
+            return None
+        data += chunk
+        if size is None and chunk == b">":
+            if not data[:-1].isdigit():
+                return None
+            size = len(data) + int(data[:-1])
+        elif size is None and len(data) > 20:
+            return None  # no Thespian frame header
+    return data
