@@ -37,6 +37,7 @@ from tests.spark_bridge.standalone import (
     ClusterUnavailable,
     StandaloneCluster,
     spark_home,
+    wait_master_alive,
     wait_registered,
 )
 
@@ -260,6 +261,7 @@ def spark_in(workdir: Path, master: Namespace, workers: list[tuple[Namespace, di
         _daemon(cluster, "master", master, ["org.apache.spark.deploy.master.Master", "--host", master.address,
                                             "--port", str(port), "--webui-port", str(ui)],
                 {"SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"})
+        wait_master_alive(cluster, timeout)  # (a worker registering with a standby master retries 5-15 s later)
         for ns, env in workers:
             _daemon(cluster, f"worker-{ns.address}", ns, [
                 "org.apache.spark.deploy.worker.Worker", "--host", ns.address, "--cores", "1", "--memory",

@@ -1,11 +1,12 @@
 """A driver for the standalone cluster, run as a subprocess: `python -m tests.spark_bridge.cluster_job JSON`.
 
-JSON: {"master": "spark://...", "job": "sink" | "source", "speculation": true (default) | false, ...job
-arguments}. Partition 0's first attempt is a deliberate straggler: it stalls after some rows, so that with
-speculation on (low thresholds) the scheduler launches a copy on the other worker's host, or so that a test
-can kill its worker. Small socket buffers to and from Python workers let rows reach the writer before the
-stall. Every attempt records itself in a marker file `p{partition}-a{attempt}.json` (its working directory
-names its worker). Prints `RESULT {json}` last.
+JSON: {"master": "spark://...", "job": "sink" | "source" | "serve", "speculation": true (default) | false,
+...job arguments}; "serve" runs the jobs a DriverServer sends (tests/spark_bridge/standalone.py) in turn.
+Partition 0's first attempt is a deliberate straggler: it stalls after some rows, so that with speculation on
+(low thresholds) the scheduler launches a copy on the other worker's host, or so that a test can kill its
+worker. Small socket buffers to and from Python workers let rows reach the writer before the stall. Every
+attempt records itself in a marker file `p{partition}-a{attempt}.json` (its working directory names its
+worker). Prints `RESULT {json}` last.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ SAMPLE = "tests.spark_bridge.sample"
 SPECULATION = {
     "spark.speculation": "true",
     "spark.speculation.interval": "100ms",
-    "spark.speculation.multiplier": "1.5",
+    # A copy is due as soon as half the tasks finished and the straggler ran 1 s (minTaskRuntime), not after
+    # 1.5 times the median task's run.
+    "spark.speculation.multiplier": "0.01",
     "spark.speculation.quantile": "0.5",
     "spark.speculation.minTaskRuntime": "1s",
     # Off: a stalled task reads no records, and the efficiency check would need a rate to compare.
@@ -56,14 +59,14 @@ def stall(markers: str, seconds: float) -> None:
         time.sleep(0.1)
 
 
-_awaited: list[bool] = []  # per Python worker: a copy waits for the straggler once
+_awaited: set[str] = set()  # per Python worker (reused across a DriverServer's jobs): a copy waits once per job
 
 
 def await_straggler(markers: str, journal: str | None, timeout: float = 60.0) -> None:
     """A later attempt of partition 0 starts only once the straggler stalled and, given the bridge's `journal`,
     once some of the straggler's rows are staged there: the test then has something to discard, whatever the
     timing of the speculative launch."""
-    if _awaited:
+    if markers in _awaited:
         return
     deadline = time.monotonic() + timeout
     while not os.path.exists(os.path.join(markers, "straggler-stalled")) and time.monotonic() < deadline:
@@ -79,11 +82,17 @@ def await_straggler(markers: str, journal: str | None, timeout: float = 60.0) ->
                            for r in j.replay_messages(PERSISTENCE_ID))
         while not straggler_staged() and time.monotonic() < deadline:
             time.sleep(0.1)
-    _awaited.append(True)
+    _awaited.add(markers)
 
 
-def straggling_amount(markers: str, stall_from: int, seconds: float, journal: str | None):
-    """A UDF: 1000 in partition 0's first attempt, which stalls at txid `stall_from`; 1 in its other attempts."""
+_released: set[str] = set()  # per Python worker: the held partitions that saw their release file
+
+
+def straggling_amount(markers: str, stall_from: int, seconds: float, journal: str | None, hold: bool = False):
+    """A UDF: 1000 in partition 0's first attempt, which stalls at txid `stall_from`; 1 in its other attempts.
+
+    With `hold`, the other partition waits (bounded) for the file `released` in `markers` before its first row:
+    no task finishes before the test lets it, so speculation (quantile 0.5) launches no copy meanwhile."""
     def amount(txid):  # (no type hints: pyspark would take them for an Arrow UDF)
         partition, attempt = record_attempt(markers)
         if partition == 0 and attempt == 0:
@@ -93,6 +102,11 @@ def straggling_amount(markers: str, stall_from: int, seconds: float, journal: st
         if partition == 0:
             await_straggler(markers, journal)
             return 1
+        if hold and markers not in _released:
+            deadline = time.monotonic() + 90
+            while not os.path.exists(os.path.join(markers, "released")) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            _released.add(markers)
         return 1000
     return amount
 
@@ -107,8 +121,8 @@ def sink_job(spark: Any, job: dict[str, Any]) -> dict[str, Any]:
     # Small batches all along the pipeline: the straggler stages batches before it stalls.
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
     spark.conf.set("spark.sql.execution.python.udf.buffer.size", "1024")
-    amount = udf(straggling_amount(job["markers"], job["stall_from"], job["stall_seconds"], job.get("journal")),
-                 "long")
+    amount = udf(straggling_amount(job["markers"], job["stall_from"], job["stall_seconds"], job.get("journal"),
+                                   job.get("hold", False)), "long")
     df = spark.range(0, job["rows"], numPartitions=2).selectExpr(
         f"cast(id % {job['accounts']} as int) as account", "id as txid").withColumn("amount", amount(col("txid")))
     started = time.monotonic()
@@ -125,6 +139,8 @@ def straggling_reader(markers: str, url: str, stall_after: int, seconds: float):
         partition, attempt = record_attempt(markers)
         if partition == 0 and attempt > 0:
             await_straggler(markers, None)  # the late events are written before the copy reads
+            with open(os.path.join(markers, f"reading-a{attempt}"), "w") as f:
+                f.write(repr(time.time()))
         for n, row in enumerate(rows):
             if n == stall_after and partition == 0 and attempt == 0:
                 from journal import AtomicWrite, PersistentRepr, open_journal
@@ -155,13 +171,20 @@ def source_job(spark: Any, job: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str]) -> None:
     """Run the job named in the JSON argument on its master; print RESULT and the result as JSON."""
     from spark_bridge import cluster_session
+    from tests.spark_bridge.standalone import serve
 
     job = json.loads(argv[1])
     conf = SPECULATION if job.get("speculation", True) else {}
+    # (killTimeout: a killed straggler's Python worker, asleep in stall(), goes at once and frees its core.)
     spark = cluster_session(job["master"], f"reprise-cluster-{job['job']}", import_paths=(ROOT,),
-                            **conf, **{"spark.task.maxFailures": "2", "spark.buffer.size": "4096"})
+                            **conf, **{"spark.task.maxFailures": "2", "spark.buffer.size": "4096",
+                                       "spark.python.task.killTimeout": "100ms"})
+    jobs = {"sink": sink_job, "source": source_job}
     try:
-        result = {"sink": sink_job, "source": source_job}[job["job"]](spark, job)
+        if job["job"] == "serve":  # a DriverServer: jobs one after another in this SparkContext
+            serve(Path(job["inbox"]), lambda each: jobs[each["job"]](spark, each))
+            return
+        result = jobs[job["job"]](spark, job)
     finally:
         spark.stop()
     print("RESULT " + json.dumps(result), flush=True)

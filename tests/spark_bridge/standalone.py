@@ -16,13 +16,16 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import actors
 from spark_bridge.session import LEAN_JVM
+from tests.ports import free_ports
 
 ROOT = str(Path(__file__).resolve().parents[2])
 REQUIRE = "REPRISE_REQUIRE_CLUSTER"
@@ -193,13 +196,16 @@ def start_cluster(workdir: Path, hosts: tuple[str, ...] = ("127.0.0.2", "127.0.0
     for host in hosts:
         _check_address(host)
     workdir.mkdir(parents=True, exist_ok=True)
-    port, ui = actors.free_port(), actors.free_port()
+    port, ui = free_ports(2)
     cluster = StandaloneCluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui}", hosts, workdir,
                                 worker_env=dict(worker_env or {}))
     try:
         _daemon(cluster, "master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
                                     str(port), "--webui-port", str(ui)], "127.0.0.1",
                 {"SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"})
+        # Workers start once the master leads: one registering while it is still in standby is turned away and
+        # retries only 5 to 15 s later (seen under load: a cluster start 13 s longer).
+        wait_master_alive(cluster, timeout)
         for host in hosts:
             _worker(cluster, host, worker_memory, cluster.worker_env.get(host, {}))
         wait_registered(cluster, timeout)
@@ -207,6 +213,21 @@ def start_cluster(workdir: Path, hosts: tuple[str, ...] = ("127.0.0.2", "127.0.0
         cluster.stop()
         raise
     return cluster
+
+
+def wait_master_alive(cluster: StandaloneCluster, timeout: float) -> None:
+    """Wait until the master leads (status ALIVE); ClusterUnavailable if it exits or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cluster.daemons["master"].poll() is not None:
+            raise ClusterUnavailable(f"the master exited at start-up:\n{cluster.log_tail()}")
+        try:
+            if cluster.status().get("status") == "ALIVE":
+                return
+        except OSError:
+            pass  # its UI is not up yet
+        time.sleep(0.1)
+    raise ClusterUnavailable(f"the master did not become ALIVE within {timeout} s:\n{cluster.log_tail()}")
 
 
 def wait_registered(cluster: StandaloneCluster, timeout: float) -> None:
@@ -245,32 +266,91 @@ class Driver:
                 env=env, cwd=ROOT, start_new_session=True)
         cluster.track(self.proc.pid)
 
-    def result(self, timeout: float) -> dict[str, Any]:
-        """Wait (bounded: the driver's group, its JVM too, is killed after `timeout` s); its RESULT dict.
 
-        Samples the resident memory of the cluster's JVMs meanwhile (cluster.peak_jvm_mb).
-        """
+class DriverServer:
+    """One driver process that runs jobs one after another (see `serve`): its SparkContext and executors stay up
+    between jobs, so a job pays no driver, executor or Python worker start. Started at its first job."""
+
+    def __init__(self, cluster: StandaloneCluster, name: str, module: str = "tests.spark_bridge.cluster_job",
+                 **options: Any) -> None:
+        self.cluster, self.name, self.module, self.options = cluster, name, module, options
+        self.inbox = cluster.workdir / f"{name}.jobs"
+        self.driver: Driver | None = None
+        self.sent = 0
+
+    def run(self, job: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Run `job` in the driver and wait (bounded; the driver is killed after `timeout` s) for its result."""
+        return self.result(self.submit(job), timeout)
+
+    def submit(self, job: dict[str, Any]) -> int:
+        """Send `job` to the driver (starting it first if need be); its number, for `result`."""
+        if self.driver is None:
+            self.inbox.mkdir(parents=True, exist_ok=True)
+            self.driver = Driver(self.cluster, {**self.options, "job": "serve", "inbox": str(self.inbox)},
+                                 self.name, self.module)
+        self.sent += 1
+        _write_json(self.inbox / f"job-{self.sent}.json", job)
+        return self.sent
+
+    def result(self, number: int, timeout: float) -> dict[str, Any]:
+        """Wait (bounded; the driver is killed after `timeout` s) for the result of job `number`."""
+        assert self.driver is not None, "no job was submitted"
+        answer = self.inbox / f"result-{number}.json"
         deadline = time.monotonic() + timeout
-        while self.proc.poll() is None:
+        while not answer.exists():
+            if self.driver.proc.poll() is not None:
+                raise AssertionError(f"the cluster driver exited (code {self.driver.proc.returncode}) during a job:\n"
+                                     f"{self.driver.err.read_text(errors='replace')[-4000:]}")
             if time.monotonic() >= deadline:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-                raise AssertionError(f"the cluster driver did not finish within {timeout} s:\n"
-                                     f"{self.err.read_text(errors='replace')[-3000:]}\n{self.cluster.log_tail()}")
+                driver = self.driver
+                self.close(0)
+                err = driver.err.read_text(errors="replace")[-3000:]
+                raise AssertionError(f"the cluster driver did not finish a job within {timeout} s:\n"
+                                     f"{err}\n{self.cluster.log_tail()}")
             self.cluster.jvm_rss_mb()
-            time.sleep(0.5)
-        results = [line for line in self.out.read_text().splitlines() if line.startswith("RESULT ")]
-        if self.proc.returncode != 0 or not results:
-            raise AssertionError(f"the cluster driver failed (exit {self.proc.returncode}):\n"
-                                 f"{self.err.read_text(errors='replace')[-4000:]}")
-        result: dict[str, Any] = json.loads(results[-1][len("RESULT "):])
+            time.sleep(0.1)
+        reply: dict[str, Any] = json.loads(answer.read_text())
+        if "error" in reply:
+            raise AssertionError(f"the job failed in the cluster driver:\n{reply['error']}")
+        result: dict[str, Any] = reply["result"]
         return result
 
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop the driver (its application and executors end): bounded, then its process group is killed."""
+        if self.driver is None:
+            return
+        (self.inbox / "stop").touch()
+        try:
+            self.driver.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.driver.proc.pid, signal.SIGKILL)
+            self.driver.proc.wait(10)
+        self.driver = None
 
-def run_driver(cluster: StandaloneCluster, job: dict[str, Any], timeout: float,
-               module: str = "tests.spark_bridge.cluster_job") -> dict[str, Any]:
-    """Run `module` (cluster_job.py) with `job` as a driver process on the cluster and wait for its RESULT dict."""
-    return Driver(cluster, job, f"driver-{job['job']}-{time.monotonic_ns()}", module).result(timeout)
+
+def _write_json(path: Path, value: Any) -> None:
+    with open(path.with_suffix(".tmp"), "w") as f:
+        json.dump(value, f)
+    os.replace(path.with_suffix(".tmp"), path)  # (the reader never sees half a file)
+
+
+def serve(inbox: Path, run: Callable[[dict[str, Any]], dict[str, Any]], idle: float = 600.0) -> None:
+    """The driver's side of DriverServer: run job-1.json, job-2.json, ... of `inbox` in turn with `run`, writing
+    result-N.json, until `stop` appears (or the test process is gone, or nothing came for `idle` seconds)."""
+    parent, n, last = os.getppid(), 1, time.monotonic()
+    while os.getppid() == parent and time.monotonic() - last < idle:
+        job_file = inbox / f"job-{n}.json"
+        if not job_file.exists():
+            if (inbox / "stop").exists():
+                return
+            time.sleep(0.05)
+            continue
+        try:
+            reply: dict[str, Any] = {"result": run(json.loads(job_file.read_text()))}
+        except Exception:
+            reply = {"error": traceback.format_exc()}
+        _write_json(inbox / f"result-{n}.json", reply)
+        n, last = n + 1, time.monotonic()
 
 
 def start_or_skip(workdir: Path, hosts: tuple[str, ...] = ("127.0.0.2", "127.0.0.3"),

@@ -6,7 +6,8 @@ Three actor systems on this machine form one convention: the leader "alpha" and 
 each node. A Spark standalone cluster's two workers (127.0.0.2, 127.0.0.3) get REPRISE_PORT = beta's and
 gamma's admin port in their environment, so their executors attach to those nodes. The driver runs as a
 subprocess (this process holds the session's local SparkContext): `python -m tests.spark_bridge.test_bridges
-JSON` runs `main` below. Local-mode feeds name the executors' node with the Spark conf key spark.reprise.port.
+JSON` runs `main` below, which feeds what the test sends it (a DriverServer), one job after another, in one
+application. Local-mode feeds name the executors' node with the Spark conf key spark.reprise.port.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import actors
 from spark_bridge import BRIDGE_PATH, GetFeedProgress, SparkBridge, bridge_path, feed, start_bridges
 from tests.conftest import start_system, stop_system
 from tests.spark_bridge.sample import DurableAccount, GetBalance, Ledger
-from tests.spark_bridge.standalone import run_driver, start_or_skip
+from tests.spark_bridge.standalone import DriverServer, serve, start_or_skip
 from tests.spark_bridge.test_feed import balances, sums
 from tests.spark_bridge.test_source import fresh_schema
 
@@ -87,16 +88,15 @@ def fed(spark: Any, port: int, rows: int, feed_id: str, start: int = 0, key: str
 
 
 def main(argv: list[str]) -> None:
-    """The cluster's driver: feed the job's deposits; print RESULT and the FeedResult as JSON."""
+    """The cluster's driver (a DriverServer's): feed each job's deposits; its result is the FeedResult as a dict."""
     from spark_bridge import cluster_session
 
     job = json.loads(argv[1])
     spark = cluster_session(job["master"], "reprise-bridges", import_paths=(ROOT,), **{"spark.locality.wait": "0s"})
     try:
-        result = fed(spark, job["port"], job["rows"], job["feed_id"])
+        serve(Path(job["inbox"]), lambda each: fed(spark, each["port"], each["rows"], each["feed_id"]))
     finally:
         spark.stop()
-    print("RESULT " + json.dumps(result), flush=True)
 
 
 @pytest.fixture(scope="module")
@@ -175,18 +175,14 @@ def test_executors_stage_at_their_node_s_bridge_and_a_rerun_on_other_bridges_del
         convention, cluster, spark):
     before = convention.feed_rows()
     job = {"job": "feed", "port": convention.leader.admin_port, "feed_id": "bridged", "rows": ROWS}
-    result = run_driver(cluster, job, timeout=150, module=MODULE)
-    assert (result["rows"], result["duplicates_skipped"], result["dead_lettered"]) == (ROWS, 0, 0)
-    took = {n: rows - before[n] for n, rows in convention.feed_rows().items()}
-    # Each worker's executor staged at its node's bridge; nothing went through the leader's.
-    assert took["beta"] > 0 and took["gamma"] > 0 and took["alpha"] == 0, took
-    assert took["beta"] + took["gamma"] == ROWS
-    expected = expected_sums(ROWS)
-    check_balances(convention, expected, ROWS)
-    assert progress(convention, "bridged") == (ROWS, ROWS)
-
-    # A rerun on the cluster: every partition is done (at whichever bridge it lands now).
-    again = run_driver(cluster, job, timeout=150, module=MODULE)
+    driver = DriverServer(cluster, "driver-bridges", module=MODULE)  # one application runs the feed and its rerun
+    try:
+        result = driver.run(job, timeout=150)
+        took, expected = check_first_feed(convention, result, before)
+        # A rerun on the cluster: every partition is done (at whichever bridge it lands now).
+        again = driver.run(job, timeout=150)
+    finally:
+        driver.close()
     assert (again["rows"], again["duplicates_skipped"], again["discarded"]) == (ROWS, ROWS, 0)
     check_balances(convention, expected, ROWS)
 
@@ -203,6 +199,21 @@ def test_executors_stage_at_their_node_s_bridge_and_a_rerun_on_other_bridges_del
     assert after["beta"] - before["beta"] == took["gamma"]  # gamma's partitions, new to beta: staged, not released
     assert after["gamma"] == before["gamma"] and after["alpha"] == before["alpha"]
     check_balances(convention, expected, ROWS)
+
+
+def check_first_feed(convention: Convention, result: dict[str, Any],
+                     before: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """The cluster's first feed: all rows delivered once, staged at beta's and gamma's bridges; (rows each node's
+    bridge took, the expected sums)."""
+    assert (result["rows"], result["duplicates_skipped"], result["dead_lettered"]) == (ROWS, 0, 0)
+    took = {n: rows - before[n] for n, rows in convention.feed_rows().items()}
+    # Each worker's executor staged at its node's bridge; nothing went through the leader's.
+    assert took["beta"] > 0 and took["gamma"] > 0 and took["alpha"] == 0, took
+    assert took["beta"] + took["gamma"] == ROWS
+    expected = expected_sums(ROWS)
+    check_balances(convention, expected, ROWS)
+    assert progress(convention, "bridged") == (ROWS, ROWS)
+    return took, expected
 
 
 @pytest.mark.timeout(120)

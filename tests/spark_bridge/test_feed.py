@@ -46,10 +46,17 @@ def balances(system: actors.System, paths) -> dict[str, Balance]:
 
 def settled(system: actors.System, expected: dict[str, int], timeout: float = 60.0) -> dict[str, Balance]:
     """Wait until every account applied as much as expected (fan-out follows the acks); return the balances."""
+    last: dict[str, Balance] = {}
+
     def check():
-        got = balances(system, expected)
+        last.update(got := balances(system, expected))
         return got if all(got[p].total >= expected[p] for p in expected) else None
-    return wait_for(check, timeout=timeout, interval=0.2)
+    try:
+        return wait_for(check, timeout=timeout, interval=0.2)
+    except AssertionError:
+        short = {p: (last[p].total, want) for p, want in expected.items() if last[p].total < want}
+        raise AssertionError(f"after {timeout} s {len(short)} account(s) hold less than expected "
+                             f"(path: (total, expected)): {dict(list(short.items())[:5])}") from None
 
 
 def bridge_events(tmp_path) -> int:

@@ -162,9 +162,11 @@ def test_a_retried_attempt_with_different_content_is_the_only_one_delivered(sink
     try:
         for tries in range(1, 4):  # noqa: B007 (the count of runs is used after the loop)
             feed_id = unique("nondeterministic")
-            amount = udf(attempt_dependent(last=ROWS // 2 - 1, journal=journal, feed_id=feed_id), "long")
-            df = sink.range(0, ROWS, numPartitions=2).selectExpr("cast(id % 20 as int) as account", "id as txid") \
-                .withColumn("amount", amount(col("txid")))
+            # Each run its own txids: the accounts skip a txid they have seen, so a rerun's rows must be new ones.
+            start = (tries - 1) * ROWS
+            amount = udf(attempt_dependent(last=start + ROWS // 2 - 1, journal=journal, feed_id=feed_id), "long")
+            df = sink.range(start, start + ROWS, numPartitions=2) \
+                .selectExpr("cast(id % 20 as int) as account", "id as txid").withColumn("amount", amount(col("txid")))
             write(df, bridged.admin_port, to="/user/accounts/a{account}", feed_id=feed_id, batch_size=250)
             batches = [b for b in staged(journal) if b.feed_id == feed_id]
             attempts = {b.attempt for b in batches if b.partition == 0}
