@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
+import tempfile
 import uuid
 
 import pytest
@@ -11,8 +13,13 @@ import pytest
 import actors
 from actors.system import kill_tagged, tagged_pids
 
-# Every multiproc system started by this test session carries this token in its command line.
-SESSION_TOKEN = f"reprise-test-{uuid.uuid4().hex[:10]}"
+# Every multiproc system started by this test run carries RUN_TOKEN in its tag, and by this process (one
+# pytest-xdist worker, or the whole serial run) SESSION_TOKEN. Workers inherit RUN_TOKEN from the controller's
+# environment (it imports this file first), and write their leaks to LEAKS_DIR for the controller to report:
+# a worker's own exit status does not reach the run's.
+RUN_TOKEN = os.environ.setdefault("REPRISE_TEST_RUN", f"reprise-test-{uuid.uuid4().hex[:10]}")
+SESSION_TOKEN = f"{RUN_TOKEN}-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+LEAKS_DIR = os.path.join(tempfile.gettempdir(), f"{RUN_TOKEN}-leaks")
 _counter = itertools.count(1)
 _leaks: list[str] = []
 
@@ -25,7 +32,8 @@ def start_system(base: str, tmp_path, **kwargs) -> actors.System:
         return actors.start("local", **kwargs)
     n = next(_counter)
     run_dir = tmp_path / f"run-{n}"
-    return actors.start("multiproc", tag=f"{SESSION_TOKEN}-{n}-", run_dir=str(run_dir), **kwargs)
+    kwargs.setdefault("tag", f"{SESSION_TOKEN}-{n}-")  # (a test's own tag should start with SESSION_TOKEN too)
+    return actors.start("multiproc", run_dir=str(run_dir), **kwargs)
 
 
 def stop_system(system: actors.System) -> None:
@@ -84,11 +92,26 @@ def postgres_url() -> str:
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Fail the run if any actor-system process of this session survived."""
-    survivors = tagged_pids(SESSION_TOKEN)
+    """Fail the run if any actor-system process of this run survived (under xdist: the controller reports)."""
+    survivors = tagged_pids(f"{SESSION_TOKEN}-", prefix=True)
     if survivors:
-        kill_tagged(SESSION_TOKEN)
+        kill_tagged(f"{SESSION_TOKEN}-", prefix=True)
         _leaks.append(f"at session end: {survivors}")
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller reads it after every worker ended
+        if _leaks:
+            os.makedirs(LEAKS_DIR, exist_ok=True)
+            with open(os.path.join(LEAKS_DIR, SESSION_TOKEN), "w") as f:
+                f.write("\n".join(_leaks))
+        return
+    survivors = tagged_pids(f"{RUN_TOKEN}-", prefix=True)  # (any worker's, too)
+    if survivors:
+        kill_tagged(f"{RUN_TOKEN}-", prefix=True)
+        _leaks.append(f"at the end of the run: {survivors}")
+    if os.path.isdir(LEAKS_DIR):
+        for name in sorted(os.listdir(LEAKS_DIR)):
+            with open(os.path.join(LEAKS_DIR, name)) as f:
+                _leaks.append(f"{name}: {f.read()}")
+        shutil.rmtree(LEAKS_DIR, ignore_errors=True)
     if _leaks:
         print("\nLEAKED actor-system processes (killed now):\n  " + "\n  ".join(_leaks))
         session.exitstatus = 1

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+import actors
 from tests.actors.fairness_sample import Measure, Pinger, SelfSender, Spin
 
 pytestmark = pytest.mark.timeout(60)
@@ -22,19 +23,25 @@ def outcome(probe) -> dict[str, object]:
     return got
 
 
+def neighbour_latencies(system: actors.System, looper_cls: type, path: str) -> tuple[list[float], int]:
+    """Spawns looper_cls's entities at `path`, has another host ping `path`/other while `path`/spinner loops for
+    SPIN s: the pong latencies (seconds) and the loop's count."""
+    system.spawn(looper_cls, path=path, entities=True)
+    system.spawn(Pinger, path="/user/pinger")
+    assert system.ask(f"{path}/other", ("ping", -1)) == ("pong", -1)
+    probe = system.probe()
+    system.tell("/user/pinger", Measure(f"{path}/spinner", f"{path}/other", time.time() + SPIN, probe.path))
+    got = outcome(probe)
+    return got["latencies"][1], got["spun"][1]
+
+
 def test_self_sending_entity_does_not_block_another_entitys_replies(system):
     """Another host pings an entity whose neighbour in its host keeps telling itself: each pong comes back
     within BOUND, and the self-sender's loop goes on meanwhile (both bases)."""
-    system.spawn(SelfSender, path="/user/loop", entities=True)
-    system.spawn(Pinger, path="/user/pinger")
-    assert system.ask("/user/loop/other", ("ping", -1)) == ("pong", -1)
-    probe = system.probe()
-    system.tell("/user/pinger", Measure("/user/loop/spinner", "/user/loop/other", time.time() + SPIN, probe.path))
-    got = outcome(probe)
-    latencies = got["latencies"][1]
-    assert len(latencies) >= 3, f"only {len(latencies)} pings answered during a {SPIN} s spin: {latencies}"
-    assert max(latencies) < BOUND, f"pongs took {latencies} s while the neighbour told itself"
-    assert got["spun"][1] > 1000  # the loop ran all along
+    latencies, spun = neighbour_latencies(system, SelfSender, "/user/loop")
+    assert len(latencies) >= 3, f"only {len(latencies)} pings answered during a {SPIN} s loop: {latencies}"
+    assert max(latencies) < BOUND, f"pongs took {latencies} s while the neighbour looped"
+    assert spun > 1000  # the loop ran all along
 
 
 def test_client_replies_and_status_while_an_entity_tells_itself(base, make_system):

@@ -18,6 +18,8 @@ from journal.errors import JournalError
 from tests.torture.actors import FED, FEEDER, SINKS, STORES, FedSink, Feeder, Sink, Store, Unconfirmed
 
 # Errors that name what went wrong on purpose (anything else reaching a user is an unclear error).
+STORE_BACKOFF: tuple[float, float, float] | None = None
+"""The stores' host's backoff (min, max, random_factor); None: the default (0.2 s doubling up to 10 s)."""
 CLEAR_ERRORS: tuple[type[BaseException], ...] = (actors.RepriseError, JournalError)
 
 
@@ -99,7 +101,10 @@ class World:
         system = actors.start("multiproc", tag=tag, run_dir=os.path.join(self.workdir, f"run-{self._starts}"),
                               journal=self.url, snapshot_store=self.url)
         self.system = system
-        system.spawn(Store, STORES, entities=True)
+        if STORE_BACKOFF is None:
+            system.spawn(Store, STORES, entities=True)
+        else:
+            system.spawn(Store, STORES, entities=True, backoff=STORE_BACKOFF)
         system.spawn(Feeder, FEEDER)
         system.spawn(Sink, SINKS, entities=True)
         if self.spark is not None:
