@@ -50,11 +50,7 @@ import actors
 from actors.messages import (
     GUARDIAN_PATH,
     DirectoryUpdate,
-    GetDirectory,
-    RegisterRoute,
     ShardSet,
-    Spawned,
-    UnregisterRoute,
 )
 from actors.system import tagged_pids
 from bench.entities import Account, Applied, Deposit
@@ -118,26 +114,6 @@ def _count_frames() -> None:
     tcp.TCPTransport.serializer = counted_serializer
     tcp.serializer = type("CountedSerializer", (), {"loads": staticmethod(counted_loads),
                                                    "dumps": staticmethod(tcp.serializer.dumps)})
-
-
-def _listening_pid(port: int, among: Sequence[int]) -> int | None:
-    """The process of `among` that listens on TCP `port` on IPv4 (how the guardian's own process is found)."""
-    inodes = set()
-    with open("/proc/net/tcp") as f:
-        for line in f.read().splitlines()[1:]:
-            fields = line.split()
-            if int(fields[1].split(":")[1], 16) == port and fields[3] == "0A":  # 0A: LISTEN
-                inodes.add(f"socket:[{fields[9]}]")
-    for pid in among:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
-                    return pid
-    return None
 
 
 def _self_cpu() -> float:
@@ -429,22 +405,18 @@ def publish_real(setup: Setup, extra_hosts: int, publishes: int = 200) -> list[d
     for add in (0, extra_hosts):
         for k in range(add):
             system.spawn(Idle, f"/user/idle-{k}")
-        hosts = system.status().hosts
+        status = system.status()
+        hosts = status.hosts
         host_pids = {info.pid for info in hosts.values()}
         others = [p for p in tagged_pids(system.tag) if p not in host_pids]  # guardian, admin, logger ...
-        guardian_pid = _listening_pid(system._guardian.addressDetails.sockname[1], others)
+        guardian_pid = status.guardian_pid
         # What the processes burn meanwhile without publishes (timers, Thespian's polling) is subtracted.
         idle = _cpu_during(others, host_pids, 0.5)
         cpu0 = sum(_cpu(p) for p in others)
         guardian0 = _cpu(guardian_pid) if guardian_pid else 0.0
         hosts_cpu0 = sum(_cpu(p) for p in host_pids)
         t = time.perf_counter()
-        for i in range(publishes // 2):
-            prefix = f"/client/bench-publish-{i}"
-            reply = system._request(RegisterRoute(prefix), Spawned, 30.0)
-            assert reply.error is None, reply
-            system._send(system._guardian, UnregisterRoute(prefix))  # (no reply: the next request orders it)
-        system.status()  # the last unregistration was handled
+        system.publish_directory(publishes // 2)  # (returns once the last was sent)
         time.sleep(0.2)  # and the last updates read by the hosts
         elapsed = time.perf_counter() - t
         guardian = sum(_cpu(p) for p in others) - cpu0 - idle[0] * elapsed
@@ -455,7 +427,7 @@ def publish_real(setup: Setup, extra_hosts: int, publishes: int = 200) -> list[d
         fetch0 = sum(_cpu(p) for p in others)
         t = time.perf_counter()
         for _ in range(publishes):
-            live = system._request(GetDirectory(), DirectoryUpdate, 30.0)
+            live = system.directory(30.0)
         fetch = sum(_cpu(p) for p in others) - fetch0 - idle[0] * (time.perf_counter() - t)
         out.append({"hosts": len(hosts), "publishes": publishes, "routes": len(live.routes),
                     "frame_bytes": len(sign(os.urandom(32), (_address(1900), live))),

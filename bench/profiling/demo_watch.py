@@ -9,7 +9,11 @@ import actors
 from actors.system import tagged_pids
 from bench.profiling.spy import record
 
+# TAG "-": the tag is read from $DEMO_TAG, so that it is not on this process's command line (the demo kills the
+# processes left with its tag on theirs when it shuts down).
 tag, out, spy = sys.argv[1], sys.argv[2], os.environ.get("SPY") == "1"
+if tag == "-":
+    tag = os.environ["DEMO_TAG"]
 
 
 def cpu(pid):
@@ -20,6 +24,8 @@ def cpu(pid):
         return None
 
 
+# The demo's Spark JVM is told its workers' PYTHONPATH: the checkout the demo runs from (this one).
+spark_mark = "spark.executorEnv.PYTHONPATH=" + os.environ.get("SPARK_MARK", os.getcwd())
 names, last, first, procs = {}, {}, {}, []
 deadline = time.monotonic() + 600
 while time.monotonic() < deadline and not names:
@@ -57,7 +63,9 @@ def allcpu():
             c = cpu(int(d))
             if c is not None:
                 try:
-                    out[int(d)] = (c, open(f"/proc/{d}/cmdline").read().replace("\0", " ")[:80])
+                    cmd = open(f"/proc/{d}/cmdline").read().replace("\0", " ")
+                    ppid = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
+                    out[int(d)] = (c, cmd[:80], ppid, spark_mark in cmd)
                 except OSError:
                     pass
     return out
@@ -86,3 +94,10 @@ for d, p, cmd in sorted(((alast[p][0] - a0.get(p, (0,))[0], p, alast[p][1]) for 
     :10
 ]:
     print(f"  {d:6.2f} s  pid {p} {names.get(p, '')} {cmd}")
+# The demo's Spark: its JVM (app name reprise-demo) and the pyspark daemon and workers under it (their CPU
+# while the hosts were up; a worker that exited between two samples is missed).
+spark = {p for p, v in alast.items() if v[3] and "java" in v[1]}
+workers = {p for p, v in alast.items() if v[2] in spark}
+workers |= {p for p, v in alast.items() if v[2] in workers}
+for what, pids in (("Spark JVM", spark), ("pyspark daemon + workers", workers)):
+    print(f"  {sum(alast[p][0] - a0.get(p, (0,))[0] for p in pids):6.2f} s  {what} ({len(pids)} processes)")

@@ -8,10 +8,14 @@ from spy import load, short
 
 ENTITY_RULES = [
     # innermost-first wins, so specific rules are listed as they nest (any order works: innermost frame decides)
-    ("journal write: sqlite INSERT (multi-row)", "sqlite.py:348"),
-    ("journal write: sqlite INSERT (multi-row)", "sqlite.py:350"),
-    ("journal write: sqlite INSERT (multi-row)", "sqlite.py:352"),
-    ("journal write: sqlite COMMIT (fsync, WAL)", "sqlite.py:355"),
+    # journal/sqlite.py's _store as of 46ab1e7 (line numbers move with the file: check them when it changes)
+    ("journal write: sqlite INSERT (multi-row)", "sqlite.py:377"),
+    ("journal write: sqlite INSERT (multi-row)", "sqlite.py:381"),
+    ("journal write: sqlite INSERT (multi-row)", "sqlite.py:385"),
+    ("journal write: sqlite INSERT (multi-row)", "sqlite.py:387"),
+    ("journal write: sqlite INSERT tags", "sqlite.py:389"),
+    ("journal write: sqlite COMMIT (fsync, WAL)", "sqlite.py:390"),
+    ("journal write: sqlite BEGIN IMMEDIATE", "sqlite.py:249"),
     ("journal write: sqlite other", "SqliteJournal._store"),
     ("event encode: msgpack + ext hooks (serialize)", "serialize (journal/serialization.py"),
     ("event encode: msgpack + ext hooks (serialize)", "_Encoder._default"),
@@ -74,6 +78,17 @@ FEED_RULES = [
     ("entity receive: apply_row (RowApplied, dedup check, persist_applied)", "FeedReceiver.mixin_command"),
 ] + ENTITY_RULES
 
+BRIDGE_RULES = [  # the Spark bridge's host (§14)
+    ("redelivery scan (_redeliver_overdue)", "_redeliver_overdue"),
+    ("fan-out of feed rows (_fan_out, deliver_many)", "SparkBridge._fan_out"),
+    ("follow-ups in (_forward)", "SparkBridge._forward"),
+    ("confirms in (_confirm_many)", "SparkBridge._confirm_many"),
+    ("after commit: follow-up rows out, ForwardsAccepted, completed trees (_progressed)", "SparkBridge._progressed"),
+    ("ingest (_ingest, _stored)", "SparkBridge._ingest"),
+    ("ingest (_ingest, _stored)", "SparkBridge._stored"),
+    ("flush: Progress event built (_flush)", "SparkBridge._flush"),
+] + ENTITY_RULES
+
 
 def classify(stacks, rules):
     out = collections.Counter()
@@ -97,7 +112,8 @@ if __name__ == "__main__":
     stacks = load(sys.argv[1])
     us = float(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2] else None
     total = sum(n for _, n in stacks)
-    rules = FEED_RULES if len(sys.argv) > 3 and sys.argv[3] == "feed" else ENTITY_RULES
+    kind = sys.argv[3] if len(sys.argv) > 3 else ""
+    rules = FEED_RULES if kind == "feed" else BRIDGE_RULES if kind == "bridge" else ENTITY_RULES
     c = classify(stacks, rules)
     total = sum(c.values())
     commit = "journal write: sqlite COMMIT (fsync, WAL)"
