@@ -15,6 +15,7 @@ from tests.actors.sample import Echo, Ping, Pong
 from tests.cli import test_lifecycle
 from tests.cli.test_lifecycle import reprise
 from tests.persistence.fixtures import Produce, Producer
+from tests.ports import free_ports
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -199,7 +200,7 @@ def test_reprise_node_takes_metrics_options():
 
 @pytest.mark.multiproc
 def test_each_node_serves_its_own_hosts(make_system):
-    leader_port, member_port = free_port(), free_port()
+    leader_port, member_port = free_ports(2)
     leader = make_system("multiproc", metrics_port=leader_port)
     member = make_system("multiproc", leader=f"127.0.0.1:{leader.admin_port}", node="m1", metrics_port=member_port,
                 secret_file=os.path.join(leader.run_dir, "secret"))
@@ -231,7 +232,7 @@ def test_each_node_serves_its_own_hosts(make_system):
 
 @pytest.mark.multiproc
 def test_reprise_up_serves_the_topology_metrics_port(cli_tag, tmp_path):
-    port, metrics_port = free_port(), free_port()
+    port, metrics_port = free_ports(2)
     topology = tmp_path / "topo.toml"
     topology.write_text(f'[system]\nmetrics_port = {metrics_port}\n\n[[actor]]\npath = "/user/echo"\n'
                         'class = "tests.actors.sample:Echo"\n')

@@ -17,6 +17,7 @@ from actors.system import kill_tagged
 from actors.topology import TopologyError, load, loads, resolve_class
 from tests.actors.sample import Echo, Ping, Pong
 from tests.conftest import SESSION_TOKEN
+from tests.ports import free_ports
 from tests.waiting import wait_for
 
 GOOD = """
@@ -266,7 +267,7 @@ REPRISE = os.path.join(os.path.dirname(sys.executable), "reprise")
 
 def loopback_cluster(tmp_path, journal: str, join_timeout: float) -> tuple[str, dict[str, int]]:
     """A cluster file of nodes a (leader), b, c on 127.0.0.1, /user/echoes sharded over them; its admin ports."""
-    ports = {name: actors.free_port() for name in "abc"}
+    ports = dict(zip("abc", free_ports(3), strict=True))
     nodes = "".join(f'[[node]]\nname = "{n}"\nadmin_port = {p}\n' for n, p in ports.items())
     path = tmp_path / "cluster.toml"
     path.write_text(f'[cluster]\nleader = "a"\njournal = "{journal}"\nsecret_file = "cluster.secret"\n'

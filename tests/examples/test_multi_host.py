@@ -19,12 +19,12 @@ import uuid
 
 import pytest
 
-import actors
 from actors.system import kill_tagged, tagged_pids
 from tests.actors.test_security import SEND_FRAME, attack_payload, listening_addresses
 from tests.actors.test_tls import pki  # noqa: F401 - the session's test certificates (a fixture)
 from tests.conftest import SESSION_TOKEN
 from tests.netns import unavailable as netns_unavailable
+from tests.ports import free_ports
 
 pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(180)]
 
@@ -94,7 +94,7 @@ def scenario(tmp_path, tags, leader_ip: str, member_ip: str, in_leader: list[str
 
     With `sniff` (a namespace prefix), returns the TCP payload bytes a sniffer there saw during the feed.
     """
-    leader_port, member_port = actors.free_port(), actors.free_port()
+    leader_port, member_port = free_ports(2)
     peers = [] if leader_ip == member_ip else None
     leader_toml = configure("leader.toml", tmp_path, bind=leader_ip, tls=tls,
                             peers=peers if peers is not None else [member_ip])
