@@ -15,8 +15,13 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# Two workers, one test file each at a time: most of the suite waits on subprocesses, sockets and Spark (the
+# cores are ~55% idle in a serial run), and a file's fixtures (a SparkSession, a cluster) stay in one worker.
+# TEST_WORKERS=0 runs it serially.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 demo: $(STAMP)
 	$(PY) -m examples.demo
