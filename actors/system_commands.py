@@ -217,8 +217,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         for path, h in sorted(status.hosts.items()):
             kind = "entities" if h.entities else "actor"
             alive = "?" if h.alive is None else h.alive
+            pid = "-" if h.pid is None else h.pid  # (no process now: exited, or its new one not ready yet)
             pending = h.counters.get("unconfirmed", 0) if h.alive is not None else "?"
-            print(f"    {printable(path):<{width}}  {kind:<8}  {h.state:<10}  {h.restarts:>8}  {h.pid:>7}  {alive:>7}  "
+            print(f"    {printable(path):<{width}}  {kind:<8}  {h.state:<10}  {h.restarts:>8}  {pid:>7}  {alive:>7}  "
                   f"{pending:>11}  {printable(h.node or '-')}")
             # Other counters of the hosted actors' stats() (a projection's projection_lag, ...), by name.
             others = sorted((k, v) for k, v in h.counters.items() if k != "unconfirmed")
