@@ -322,7 +322,7 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
             tls: tls_module.TlsConfig | None = None, tls_cert: str | None = None, tls_key: str | None = None,
             tls_ca: str | None = None, metrics_port: int | None = None,
             metrics_host: str = metrics_module.DEFAULT_HOST, _owner: bool = False, _secret: Any = _FIND,
-            _tls: Any = _FIND) -> System:
+            _tls: Any = _FIND, _leaderless: list[tuple[str, str]] | None = None) -> System:
     """Attach this process to a running multi-process system; never starts or shuts one down.
 
     `metrics_port` serves the whole system's Prometheus metrics from this process while it stays attached
@@ -394,7 +394,20 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
                                "start systems with actors.start or `reprise up`")
     system = System(asys, base="multiproc", guardian=reply.address, owner=_owner, admin_port=admin_port)
     system.admin_host = host
-    system.config = system.status(timeout=timeout).config
+    try:
+        system.config = system.status(timeout=timeout).config
+    except (AskTimeout, MessageNotSent):
+        # A member's guardian is its leader's: a leader that is gone leaves a member whose admin answers.
+        gone = system._member_of()
+        if gone is None or _leaderless is None:
+            system.close()
+            if gone is None:
+                raise
+            raise SystemNotRunning(
+                f"member node {gone[0]!r} on {host}:{admin_port}: its leader {gone[1]} does not answer (it is down "
+                "or unreachable from here), and nothing can be done through a member without it: start the leader "
+                f"again at {gone[1]}, or shut this member down with `reprise down --port {admin_port}`") from None
+        _leaderless.append(gone)  # (actors.shutdown: a member can be shut down by itself, through its own admin)
     system.run_dir = _text(system.config.get("run_dir"))
     if metrics_port is not None:
         try:
@@ -541,9 +554,16 @@ def shutdown(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 20.0,
 
     `connect()` hands out non-owner handles that refuse to shut the shared system down; this is the
     explicit, deliberate way. Local processes of that system are waited for, and killed if they linger.
+    On a cluster member it shuts that member down, even when its leader is gone (with a warning saying so).
     """
     own_run_dir = boot_option(admin_port, "--run-dir")  # (a local admin's, from its command line)
-    system = connect(admin_port, host=host, secret_file=secret_file, _owner=True, **tls_options)
+    leaderless: list[tuple[str, str]] = []
+    system = connect(admin_port, host=host, secret_file=secret_file, _owner=True, _leaderless=leaderless,
+                     **tls_options)
+    if leaderless:
+        node, leader = leaderless[0]
+        log.warning("member node %r on %s:%d: its leader %s does not answer (it is down or unreachable from here); "
+                    "shutting this member down by itself", node, host, admin_port, leader)
     system.tag = find_tag(admin_port)
     if own_run_dir:
         # The handle has its guardian's configuration: on a cluster member, the leader's run dir, which the
@@ -779,6 +799,20 @@ class System:
     def _admin_node(self) -> str:
         # The node's name is its admin's "Reprise Node" capability (actors.boot), which Thespian's admin
         # reports in its status: no Reprise actor needs to know it.
+        return str(self._admin_capabilities().get("Reprise Node") or "leader")
+
+    def _member_of(self) -> tuple[str, str] | None:
+        """(node name, leader "host:port") if the admin of this handle is a member node; None for a leader, or
+        an admin that does not answer either."""
+        try:
+            capabilities = self._admin_capabilities()
+        except RepriseError:
+            return None
+        leader = capabilities.get("Convention Address.IPv4")
+        return (str(capabilities.get("Reprise Node")), str(leader)) if leader else None
+
+    def _admin_capabilities(self) -> dict[str, Any]:
+        """The capabilities of the admin this handle is attached to (Thespian's status request)."""
         from thespian.system.messages.status import Thespian_StatusReq, Thespian_SystemStatus
 
         self._check_running()
@@ -791,10 +825,10 @@ class System:
             while not isinstance(reply, Thespian_SystemStatus):
                 remaining = deadline - time.monotonic()
                 if reply is None or remaining <= 0:
-                    raise AskTimeout("the admin did not report its node's name within 10 s")
+                    raise AskTimeout("the admin did not report its capabilities within 10 s")
                 self._accept(reply)
                 reply = self._listen(remaining)
-        return str(reply.capabilities.get("Reprise Node") or "leader")
+        return dict(reply.capabilities)
 
     # ---- ending --------------------------------------------------------------------------------
     def close(self) -> None:
