@@ -361,14 +361,19 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
         source = secret_file or _find_secret_file(host, admin_port)
         secret = auth.read_secret(source)
         # A wrong secret (or a plain client of a TLS admin) is otherwise told only after Thespian's ~12 s of
-        # retried queries: one signed frame tells at once. No verdict (a busy admin): attach as usual.
-        verdict = admin_probe.signed_probe(host, admin_port, secret, _tls, min(timeout, admin_probe.WAIT))
-        if verdict is False:
-            raise _not_our_admin(host, admin_port, source)
-        if verdict is None and _tls is None:
+        # retried queries, whatever `timeout`: one signed frame tells at once, or within `timeout` from a
+        # busy admin. Only when it could not be sent does Thespian's own attach decide.
+        verdict = admin_probe.signed_probe(host, admin_port, secret, _tls, timeout)
+        if verdict is admin_probe.Verdict.SILENT:
+            raise AskTimeout(
+                f"the process on {host}:{admin_port} accepted a connection but did not answer within {timeout} s: "
+                "its admin is busy, or stopped (SIGSTOP, a debugger); try again, or with a longer timeout")
+        if verdict in (admin_probe.Verdict.FOREIGN, admin_probe.Verdict.UNTRIED) and _tls is None:
             why = tls_module.probe(host, admin_port, None)
             if why is not None:
                 raise tls_module.TlsError(why)
+        if verdict in (admin_probe.Verdict.REFUSES, admin_probe.Verdict.FOREIGN):
+            raise _not_our_admin(host, admin_port, source)
         auth.use_secret(secret)
     elif _secret is None:
         auth.allow_unauthenticated()
