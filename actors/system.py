@@ -413,7 +413,7 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
                 "or unreachable from here), and nothing can be done through a member without it: start the leader "
                 f"again at {gone[1]}, or shut this member down with `reprise down --port {admin_port}`") from None
         _leaderless.append(gone)  # (actors.shutdown: a member can be shut down by itself, through its own admin)
-    system.run_dir = _text(system.config.get("run_dir"))
+    system.run_dir = _attached_run_dir(system, host)
     if metrics_port is not None:
         try:
             system.metrics = metrics_module.serve(metrics_module.StatusCollector(
@@ -422,6 +422,35 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
             system.close()
             raise
     return system
+
+
+def _attached_run_dir(system: System, host: str) -> str | None:
+    """The run dir of the admin `system` is attached to, if it is on this machine; else the guardian's (the
+    system's config) when that admin is the guardian's own, else None.
+
+    The configuration comes from the guardian, which runs on the leader: for a member node, its run dir is the
+    leader's. A local admin's own is on its boot command line (see actors.local_systems).
+    """
+    if _is_local_address(host):
+        own = boot_option(system.admin_port or 0, "--run-dir")
+        if own:
+            return own
+    guardian_node = _text(system.config.get("node")) or "leader"
+    try:
+        same = system.node == guardian_node
+    except RepriseError:
+        same = False
+    return _text(system.config.get("run_dir")) if same else None
+
+
+def _is_local_address(host: str) -> bool:
+    """True if `host` is an address of this machine (of this network namespace): a socket can bind to it."""
+    try:
+        with socket.socket() as s:
+            s.bind((host, 0))
+        return True
+    except OSError:
+        return False
 
 
 def _not_our_admin(host: str, admin_port: int, source: str) -> auth.AuthenticationFailed:
@@ -561,7 +590,6 @@ def shutdown(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 20.0,
     explicit, deliberate way. Local processes of that system are waited for, and killed if they linger.
     On a cluster member it shuts that member down, even when its leader is gone (with a warning saying so).
     """
-    own_run_dir = boot_option(admin_port, "--run-dir")  # (a local admin's, from its command line)
     leaderless: list[tuple[str, str]] = []
     system = connect(admin_port, host=host, secret_file=secret_file, _owner=True, _leaderless=leaderless,
                      **tls_options)
@@ -570,10 +598,7 @@ def shutdown(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 20.0,
         log.warning("member node %r on %s:%d: its leader %s does not answer (it is down or unreachable from here); "
                     "shutting this member down by itself", node, host, admin_port, leader)
     system.tag = find_tag(admin_port)
-    if own_run_dir:
-        # The handle has its guardian's configuration: on a cluster member, the leader's run dir, which the
-        # still running leader needs (its secret). Only this admin's own run dir is removed, if start made it.
-        system.run_dir = own_run_dir
+    # (system.run_dir is this admin's own, not the guardian's: only it is removed, if start made it)
     system.shutdown(timeout=timeout)
 
 
@@ -581,7 +606,9 @@ class System:
     """A handle on an actor system: spawn, tell, ask, stop, probes, dead letters, errors, shutdown.
 
     `run_dir` is the directory of the system's logs (actors.log holds every error inside an actor with its
-    traceback; thespian.log, boot.log) on the multi-process base; None on the in-process base.
+    traceback; thespian.log, boot.log) on the multi-process base; None on the in-process base. For a handle
+    attached to a cluster member, it is that member's own run dir (its hosts' logs), not the leader's; None
+    when that admin is on another machine.
     """
 
     def __init__(self, asys: ActorSystem, *, base: str, guardian: Address, owner: bool,
@@ -1040,7 +1067,7 @@ class System:
     def _unreadable(self, message: Any) -> UnpicklableMessage:
         """The error for a request the guardian's process could not unpickle, with its reason from the log."""
         reason = ""
-        run_dir = self.run_dir or _text(self.config.get("run_dir"))
+        run_dir = _text(self.config.get("run_dir")) or self.run_dir  # (the guardian's, whose process logged it)
         try:
             if run_dir:
                 with open(os.path.join(run_dir, "thespian.log"), errors="replace") as f:

@@ -194,7 +194,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({
             "port": args.port, "dead_letters": status.dead_letters, "journal": journal_url, "journal_bytes": size,
-            "unconfirmed": unconfirmed, "run_dir": status.config.get("run_dir"), "nodes": status.nodes,
+            "unconfirmed": unconfirmed, "run_dir": system.run_dir, "nodes": status.nodes,
             "errors": [{"time": e.time, "host": e.host, "path": printable(e.path), "reason": printable(e.reason)} for e in status.errors],
             "hosts": {printable(p): {"state": h.state, "restarts": h.restarts, "pid": h.pid, "entities": h.entities,
                           "alive": h.alive, "counters": h.counters, "last_exit": printable(h.last_exit) if h.last_exit else h.last_exit,
