@@ -7,6 +7,7 @@ framing (`<length>>` + body, answered by an ACK or ACK+DATAERR), like `tls.probe
 
 from __future__ import annotations
 
+import enum
 import socket
 import time
 
@@ -15,19 +16,26 @@ from thespian.actors import ActorAddress
 from . import auth
 from . import tls as tls_module
 
-WAIT = 5.0
-"""At most this long (or connect's timeout) for the admin's ACK of the signed probe; then Thespian's attach."""
+
+class Verdict(enum.Enum):
+    """What the process on an admin port did with a frame signed with our secret."""
+
+    READS = "reads"  # ACKed it: a Thespian admin of the system that secret belongs to
+    REFUSES = "refuses"  # ACK+DATAERR: a Thespian admin that cannot read it (another secret, not Reprise's)
+    SILENT = "silent"  # accepted the connection, answered nothing within the wait (busy, stopped, or hung)
+    FOREIGN = "foreign"  # answered, or hung up, as no Thespian admin does (another program; a TLS server)
+    UNTRIED = "untried"  # the probe could not be made (e.g. an IPv6 host): Thespian's attach decides
 
 
 def signed_probe(host: str, admin_port: int, secret: bytes, tls: tls_module.TlsConfig | None,
-                 wait: float) -> bool | None:
-    """Whether the admin on host:port reads a frame signed with `secret`: True, False, or None (no verdict).
+                 wait: float) -> Verdict:
+    """Whether the admin on host:port reads a frame signed with `secret` (see Verdict), within `wait` seconds.
 
     Thespian's transport ACKs every frame it reads and answers one it cannot read (here: its HMAC fails)
-    with ACK+DATAERR, at once; Thespian's own attach instead retries its query for ~12 s when the answer
-    never comes. The probe is Thespian's QueryExists from a throwaway listening address; the admin's
-    QueryAck (on the same connection or a new one) is read and ACKed so its send succeeds. No answer
-    in `wait` (a busy admin, or not a Thespian one) is no verdict: the caller then attaches as usual.
+    with ACK+DATAERR, at once, once it gets to it; Thespian's own attach instead retries its query for
+    ~12 s whatever the answer (or its absence), then says nothing of why. The probe is Thespian's
+    QueryExists from a throwaway listening address; the admin's QueryAck (on the same connection or a new
+    one) is read and ACKed so its send succeeds.
     """
     from thespian.system.messages.admin import QueryExists
     from thespian.system.transport.IPBase import TCPv4ActorAddress
@@ -36,11 +44,11 @@ def signed_probe(host: str, admin_port: int, secret: bytes, tls: tls_module.TlsC
     deadline = time.monotonic() + wait
     with socket.socket() as listener:
         try:
-            listener.bind((host, 0))  # (an IPv6 host: no verdict; Thespian's attach is IPv4 anyway)
+            listener.bind((host, 0))  # (an IPv6 host: untried; Thespian's attach is IPv4 anyway)
             listener.listen(1)
             conn = socket.create_connection((host, admin_port), timeout=wait)
         except OSError:
-            return None
+            return Verdict.UNTRIED
         me = ActorAddress(TCPv4ActorAddress(host, listener.getsockname()[1], external=True))
         body = auth.sign(secret, (me, QueryExists()))
         try:
@@ -48,14 +56,16 @@ def signed_probe(host: str, admin_port: int, secret: bytes, tls: tls_module.TlsC
                 conn = tls_module.client_context(tls).wrap_socket(conn)
             conn.sendall(b"%d>" % len(body) + body)
             ack = _read_frame(conn, deadline)
+            if ack is None and time.monotonic() >= deadline:
+                return Verdict.SILENT  # (a frame, or a refusal, would have come back already)
             if ack is None or ack not in (ackMsg, ackDataErrMsg):
-                return None
+                return Verdict.FOREIGN
             if ack == ackDataErrMsg:
-                return False
+                return Verdict.REFUSES
             _answer_query_ack(conn, listener, ackMsg, min(deadline, time.monotonic() + 1.0))
-            return True
+            return Verdict.READS
         except OSError:
-            return None
+            return Verdict.UNTRIED
         finally:
             conn.close()
 

@@ -822,7 +822,14 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
 
     def _status(self, message: GetStatus, sender: Address) -> None:
         """Ask every running host for its stats; answer when all replied or after STATUS_WAIT."""
-        hosts = {path: HostInfo(r.state, r.restarts, r.pid, r.spec.entities, last_exit=r.last_exit,
+        for record in list(self.hosts.values()):
+            # A host of this machine killed a moment ago is running here until its exit report comes (or
+            # never, see _check_children): the answer must not show its dead process as serving.
+            if _serving(record) and self._here(record) and record.pid and not _is_running_here(record.pid):
+                log.warning("host %s (pid %d) is gone without an exit report; handling its exit",
+                            record.spec.key, record.pid)
+                self._child_exited(_address(record))
+        hosts = {path: HostInfo(r.state, r.restarts, _current_pid(r), r.spec.entities, last_exit=r.last_exit,
                                 next_attempt=r.next_attempt, node=r.node or r.spec.node)
                  for path, r in self.hosts.items()}
         running = {path: r.address for path, r in self.hosts.items() if _serving(r)}
@@ -1030,6 +1037,12 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
 def _serving(record: HostRecord) -> bool:
     """True if the host's process serves its path: running, or restarting its failed actor in-process."""
     return record.state == "running" or (record.state == "backoff" and record.address is not None)
+
+
+def _current_pid(record: HostRecord) -> int | None:
+    """The pid of the host's process as clients see it: None while it has none (exited, not yet started again)
+    or its new process has not reported ready (record.pid is then 0)."""
+    return record.pid if record.pid and record.address is not None else None
 
 
 def _address(record: HostRecord) -> Address:

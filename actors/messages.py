@@ -270,7 +270,10 @@ class HostInfo:
     stopped | failed (gave up: backoff max_restarts, or its spawn failed)."""
     restarts: int
     """Restarts of the host or of its top-level actor since the spawn."""
-    pid: int
+    pid: int | None
+    """The process id of the host's current process (on the machine of its `node`), or None while it has none:
+    from the exit of its process (then backoff, stopped or failed) until a new one has reported ready (starting,
+    restarting). Never the pid of a process known to be gone, which the machine may give to another process."""
     entities: bool
     alive: int | None = None
     """Actors alive in the host (entities currently in memory); None when the host did not answer."""

@@ -322,7 +322,7 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
             tls: tls_module.TlsConfig | None = None, tls_cert: str | None = None, tls_key: str | None = None,
             tls_ca: str | None = None, metrics_port: int | None = None,
             metrics_host: str = metrics_module.DEFAULT_HOST, _owner: bool = False, _secret: Any = _FIND,
-            _tls: Any = _FIND) -> System:
+            _tls: Any = _FIND, _leaderless: list[tuple[str, str]] | None = None) -> System:
     """Attach this process to a running multi-process system; never starts or shuts one down.
 
     `metrics_port` serves the whole system's Prometheus metrics from this process while it stays attached
@@ -361,14 +361,19 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
         source = secret_file or _find_secret_file(host, admin_port)
         secret = auth.read_secret(source)
         # A wrong secret (or a plain client of a TLS admin) is otherwise told only after Thespian's ~12 s of
-        # retried queries: one signed frame tells at once. No verdict (a busy admin): attach as usual.
-        verdict = admin_probe.signed_probe(host, admin_port, secret, _tls, min(timeout, admin_probe.WAIT))
-        if verdict is False:
-            raise _not_our_admin(host, admin_port, source)
-        if verdict is None and _tls is None:
+        # retried queries, whatever `timeout`: one signed frame tells at once, or within `timeout` from a
+        # busy admin. Only when it could not be sent does Thespian's own attach decide.
+        verdict = admin_probe.signed_probe(host, admin_port, secret, _tls, timeout)
+        if verdict is admin_probe.Verdict.SILENT:
+            raise AskTimeout(
+                f"the process on {host}:{admin_port} accepted a connection but did not answer within {timeout} s: "
+                "its admin is busy, or stopped (SIGSTOP, a debugger); try again, or with a longer timeout")
+        if verdict in (admin_probe.Verdict.FOREIGN, admin_probe.Verdict.UNTRIED) and _tls is None:
             why = tls_module.probe(host, admin_port, None)
             if why is not None:
                 raise tls_module.TlsError(why)
+        if verdict in (admin_probe.Verdict.REFUSES, admin_probe.Verdict.FOREIGN):
+            raise _not_our_admin(host, admin_port, source)
         auth.use_secret(secret)
     elif _secret is None:
         auth.allow_unauthenticated()
@@ -394,8 +399,21 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
                                "start systems with actors.start or `reprise up`")
     system = System(asys, base="multiproc", guardian=reply.address, owner=_owner, admin_port=admin_port)
     system.admin_host = host
-    system.config = system.status(timeout=timeout).config
-    system.run_dir = _text(system.config.get("run_dir"))
+    try:
+        system.config = system.status(timeout=timeout).config
+    except (AskTimeout, MessageNotSent):
+        # A member's guardian is its leader's: a leader that is gone leaves a member whose admin answers.
+        gone = system._member_of()
+        if gone is None or _leaderless is None:
+            system.close()
+            if gone is None:
+                raise
+            raise SystemNotRunning(
+                f"member node {gone[0]!r} on {host}:{admin_port}: its leader {gone[1]} does not answer (it is down "
+                "or unreachable from here), and nothing can be done through a member without it: start the leader "
+                f"again at {gone[1]}, or shut this member down with `reprise down --port {admin_port}`") from None
+        _leaderless.append(gone)  # (actors.shutdown: a member can be shut down by itself, through its own admin)
+    system.run_dir = _attached_run_dir(system, host)
     if metrics_port is not None:
         try:
             system.metrics = metrics_module.serve(metrics_module.StatusCollector(
@@ -404,6 +422,35 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
             system.close()
             raise
     return system
+
+
+def _attached_run_dir(system: System, host: str) -> str | None:
+    """The run dir of the admin `system` is attached to, if it is on this machine; else the guardian's (the
+    system's config) when that admin is the guardian's own, else None.
+
+    The configuration comes from the guardian, which runs on the leader: for a member node, its run dir is the
+    leader's. A local admin's own is on its boot command line (see actors.local_systems).
+    """
+    if _is_local_address(host):
+        own = boot_option(system.admin_port or 0, "--run-dir")
+        if own:
+            return own
+    guardian_node = _text(system.config.get("node")) or "leader"
+    try:
+        same = system.node == guardian_node
+    except RepriseError:
+        same = False
+    return _text(system.config.get("run_dir")) if same else None
+
+
+def _is_local_address(host: str) -> bool:
+    """True if `host` is an address of this machine (of this network namespace): a socket can bind to it."""
+    try:
+        with socket.socket() as s:
+            s.bind((host, 0))
+        return True
+    except OSError:
+        return False
 
 
 def _not_our_admin(host: str, admin_port: int, source: str) -> auth.AuthenticationFailed:
@@ -541,14 +588,17 @@ def shutdown(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 20.0,
 
     `connect()` hands out non-owner handles that refuse to shut the shared system down; this is the
     explicit, deliberate way. Local processes of that system are waited for, and killed if they linger.
+    On a cluster member it shuts that member down, even when its leader is gone (with a warning saying so).
     """
-    own_run_dir = boot_option(admin_port, "--run-dir")  # (a local admin's, from its command line)
-    system = connect(admin_port, host=host, secret_file=secret_file, _owner=True, **tls_options)
+    leaderless: list[tuple[str, str]] = []
+    system = connect(admin_port, host=host, secret_file=secret_file, _owner=True, _leaderless=leaderless,
+                     **tls_options)
+    if leaderless:
+        node, leader = leaderless[0]
+        log.warning("member node %r on %s:%d: its leader %s does not answer (it is down or unreachable from here); "
+                    "shutting this member down by itself", node, host, admin_port, leader)
     system.tag = find_tag(admin_port)
-    if own_run_dir:
-        # The handle has its guardian's configuration: on a cluster member, the leader's run dir, which the
-        # still running leader needs (its secret). Only this admin's own run dir is removed, if start made it.
-        system.run_dir = own_run_dir
+    # (system.run_dir is this admin's own, not the guardian's: only it is removed, if start made it)
     system.shutdown(timeout=timeout)
 
 
@@ -556,7 +606,9 @@ class System:
     """A handle on an actor system: spawn, tell, ask, stop, probes, dead letters, errors, shutdown.
 
     `run_dir` is the directory of the system's logs (actors.log holds every error inside an actor with its
-    traceback; thespian.log, boot.log) on the multi-process base; None on the in-process base.
+    traceback; thespian.log, boot.log) on the multi-process base; None on the in-process base. For a handle
+    attached to a cluster member, it is that member's own run dir (its hosts' logs), not the leader's; None
+    when that admin is on another machine.
     """
 
     def __init__(self, asys: ActorSystem, *, base: str, guardian: Address, owner: bool,
@@ -779,6 +831,20 @@ class System:
     def _admin_node(self) -> str:
         # The node's name is its admin's "Reprise Node" capability (actors.boot), which Thespian's admin
         # reports in its status: no Reprise actor needs to know it.
+        return str(self._admin_capabilities().get("Reprise Node") or "leader")
+
+    def _member_of(self) -> tuple[str, str] | None:
+        """(node name, leader "host:port") if the admin of this handle is a member node; None for a leader, or
+        an admin that does not answer either."""
+        try:
+            capabilities = self._admin_capabilities()
+        except RepriseError:
+            return None
+        leader = capabilities.get("Convention Address.IPv4")
+        return (str(capabilities.get("Reprise Node")), str(leader)) if leader else None
+
+    def _admin_capabilities(self) -> dict[str, Any]:
+        """The capabilities of the admin this handle is attached to (Thespian's status request)."""
         from thespian.system.messages.status import Thespian_StatusReq, Thespian_SystemStatus
 
         self._check_running()
@@ -791,10 +857,10 @@ class System:
             while not isinstance(reply, Thespian_SystemStatus):
                 remaining = deadline - time.monotonic()
                 if reply is None or remaining <= 0:
-                    raise AskTimeout("the admin did not report its node's name within 10 s")
+                    raise AskTimeout("the admin did not report its capabilities within 10 s")
                 self._accept(reply)
                 reply = self._listen(remaining)
-        return str(reply.capabilities.get("Reprise Node") or "leader")
+        return dict(reply.capabilities)
 
     # ---- ending --------------------------------------------------------------------------------
     def close(self) -> None:
@@ -1001,7 +1067,7 @@ class System:
     def _unreadable(self, message: Any) -> UnpicklableMessage:
         """The error for a request the guardian's process could not unpickle, with its reason from the log."""
         reason = ""
-        run_dir = self.run_dir or _text(self.config.get("run_dir"))
+        run_dir = _text(self.config.get("run_dir")) or self.run_dir  # (the guardian's, whose process logged it)
         try:
             if run_dir:
                 with open(os.path.join(run_dir, "thespian.log"), errors="replace") as f:

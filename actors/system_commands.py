@@ -194,7 +194,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({
             "port": args.port, "dead_letters": status.dead_letters, "journal": journal_url, "journal_bytes": size,
-            "unconfirmed": unconfirmed, "run_dir": status.config.get("run_dir"), "nodes": status.nodes,
+            "unconfirmed": unconfirmed, "run_dir": system.run_dir, "nodes": status.nodes,
             "errors": [{"time": e.time, "host": e.host, "path": printable(e.path), "reason": printable(e.reason)} for e in status.errors],
             "hosts": {printable(p): {"state": h.state, "restarts": h.restarts, "pid": h.pid, "entities": h.entities,
                           "alive": h.alive, "counters": h.counters, "last_exit": printable(h.last_exit) if h.last_exit else h.last_exit,
@@ -217,8 +217,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         for path, h in sorted(status.hosts.items()):
             kind = "entities" if h.entities else "actor"
             alive = "?" if h.alive is None else h.alive
+            pid = "-" if h.pid is None else h.pid  # (no process now: exited, or its new one not ready yet)
             pending = h.counters.get("unconfirmed", 0) if h.alive is not None else "?"
-            print(f"    {printable(path):<{width}}  {kind:<8}  {h.state:<10}  {h.restarts:>8}  {h.pid:>7}  {alive:>7}  "
+            print(f"    {printable(path):<{width}}  {kind:<8}  {h.state:<10}  {h.restarts:>8}  {pid:>7}  {alive:>7}  "
                   f"{pending:>11}  {printable(h.node or '-')}")
             # Other counters of the hosted actors' stats() (a projection's projection_lag, ...), by name.
             others = sorted((k, v) for k, v in h.counters.items() if k != "unconfirmed")

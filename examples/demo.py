@@ -75,6 +75,8 @@ class Chaos(threading.Thread):
                 if progress.processed >= self.total * self.fraction:
                     # One process: Thespian 4.0.1 mishandles two children dying at the same instant.
                     name, host = sorted(account_hosts(system.status()).items())[0]
+                    if host.pid is None:  # between two processes (restarting): try again in a moment
+                        continue
                     os.kill(host.pid, signal.SIGKILL)
                     self.killed_pids, self.killed_at = [host.pid], progress.processed
                     sys.stderr.write(f"\n  chaos: killed {name} (pid {host.pid}) with SIGKILL after "

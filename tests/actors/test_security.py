@@ -11,6 +11,8 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
+import time
 import uuid
 
 import pytest
@@ -333,3 +335,91 @@ def test_another_user_cannot_read_the_secret_and_is_told_why(make_system):
     os.waitpid(pid, 0)
     assert message.startswith("SecretUnavailable: cannot read the secret file"), message
     assert "permission denied" in message and "secret_file=" in message
+
+
+# ---- connect(): an admin port that does not answer the signed probe at once ------------------------
+
+def _admin_of(system) -> int:
+    pids = tagged_pids(system.tag)
+    admins = [pid for pid in pids if parent_of(pid) not in pids]
+    assert len(admins) == 1, admins
+    return admins[0]
+
+
+@pytest.mark.timeout(90)
+def test_connect_to_a_stopped_admin_fails_within_its_timeout_and_says_why(make_system):
+    """A frozen admin (SIGSTOP: the kernel still accepts connections) used to cost ~22 s whatever the timeout,
+    then blamed the secret: Thespian's attach retried after the probe had no verdict."""
+    system = make_system("multiproc")
+    admin = _admin_of(system)
+    os.kill(admin, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        with pytest.raises(actors.AskTimeout, match=r"accepted a connection but did not answer within 2 s: its "
+                                                    r"admin is busy, or stopped"):
+            actors.connect(system.admin_port, timeout=2)
+        assert time.monotonic() - started < 5
+    finally:
+        os.kill(admin, signal.SIGCONT)
+    client = actors.connect(system.admin_port, timeout=10)  # thawed, it answers again
+    client.close()
+
+
+@pytest.mark.timeout(90)
+def test_connect_waits_for_a_busy_admin_up_to_its_timeout(make_system):
+    """An admin that answers only after several seconds (here: stopped, resumed 6 s later, past the probe's
+    old 5 s limit) is attached to as soon as it answers, within connect's timeout."""
+    system = make_system("multiproc")
+    system.spawn(Echo, "/user/a")
+    admin = _admin_of(system)
+    os.kill(admin, signal.SIGSTOP)
+    resume = threading.Timer(6.0, os.kill, (admin, signal.SIGCONT))
+    resume.start()
+    try:
+        started = time.monotonic()
+        client = actors.connect(system.admin_port, timeout=30)
+        took = time.monotonic() - started
+    finally:
+        resume.join()
+    try:
+        assert 5.5 < took < 15, took
+        assert client.ask("/user/a", Ping(1)) == Pong(1, "/user/a")
+    finally:
+        client.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("answer", [b"HTTP/1.1 400 Bad Request\r\n\r\n", b""])
+def test_connect_to_a_port_of_another_program_fails_at_once(tmp_path, answer):
+    """A program that is no Thespian admin (it answers something else, or hangs up) is told at once, not after
+    Thespian's ~14 s of retried queries."""
+    secret = auth.write_secret(str(tmp_path / "secret"), auth.new_secret())
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        port = server.getsockname()[1]
+        stop = threading.Event()
+
+        def serve() -> None:
+            while not stop.is_set():
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    return
+                with conn:
+                    if answer:
+                        conn.recv(64)
+                        conn.sendall(answer)
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        started = time.monotonic()
+        try:
+            with pytest.raises(auth.AuthenticationFailed, match=f"the process on 127.0.0.1:{port} did not answer as "
+                                                                "a Reprise admin"):
+                actors.connect(port, secret_file=secret, timeout=10)
+        finally:
+            stop.set()
+            server.shutdown(socket.SHUT_RDWR)
+        assert time.monotonic() - started < 5
+        thread.join(5)

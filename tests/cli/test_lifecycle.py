@@ -191,3 +191,38 @@ def test_status_shows_a_host_backing_off(tmp_path, tag) -> None:
         assert "next attempt in 2" in text or "next attempt in 1" in text, text  # ~30 s from now
     finally:
         assert reprise("down", "--port", str(port)).returncode == 0
+
+
+@pytest.mark.parametrize("leader_end", ["sigkill", "down"])
+def test_down_of_a_member_whose_leader_is_gone(topology, tag, tmp_path, leader_end) -> None:
+    """`reprise down` on a member after its leader was SIGKILLed (or shut down) shuts the member down and says
+    that its leader did not answer (it used to claim the member's admin did not answer, and killed it)."""
+    leader_port, member_port = actors.free_port(), actors.free_port()
+    leader_tag, member_tag = f"{tag}leader-", f"{tag}member-"
+    up = reprise("up", topology, "--detach", "--port", str(leader_port), "--tag", leader_tag, "--run-dir",
+                 str(tmp_path / "leader"))
+    assert up.returncode == 0, up.stderr
+    node = reprise("node", "--leader", f"127.0.0.1:{leader_port}", "--port", str(member_port), "--name", "m1",
+                   "--detach", "--tag", member_tag, "--secret-file", str(tmp_path / "leader" / "secret"))
+    assert node.returncode == 0, node.stderr
+    if leader_end == "sigkill":
+        assert kill_tagged(leader_tag)
+    else:
+        assert reprise("down", "--port", str(leader_port)).returncode == 0
+    members = tagged_pids(member_tag)
+    assert members  # the member outlives its leader (it waits for it to come back)
+
+    status = reprise("status", "--port", str(member_port), timeout=60)
+    assert status.returncode == 1
+    assert (f"member node 'm1' on 127.0.0.1:{member_port}: its leader 127.0.0.1:{leader_port} does not answer"
+            in status.stderr), status.stderr
+    assert f"reprise down --port {member_port}" in status.stderr
+
+    down = reprise("down", "--port", str(member_port), timeout=60)
+    assert down.returncode == 0, down.stderr
+    assert (f"member node 'm1' on 127.0.0.1:{member_port}: its leader 127.0.0.1:{leader_port} does not answer"
+            in down.stderr), down.stderr
+    assert "shutting this member down by itself" in down.stderr
+    assert f"system on 127.0.0.1:{member_port} shut down" in down.stdout
+    assert "left behind" not in down.stdout  # a clean shutdown: nothing had to be killed
+    assert tagged_pids(member_tag) == [] and tagged_pids(leader_tag) == []
