@@ -23,6 +23,7 @@ from thespian.actors import (
     WakeupMessage,
 )
 
+from . import thespian_fixes
 from .error_log import ActorError, ErrorLog, GetErrors, SubscribeErrors
 from .handover import HANDOVER_WAIT
 from .inflight import BOUNCED, InFlight
@@ -826,9 +827,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             # A host of this machine killed a moment ago is running here until its exit report comes (or
             # never, see _check_children): the answer must not show its dead process as serving.
             if _serving(record) and self._here(record) and record.pid and not _is_running_here(record.pid):
-                log.warning("host %s (pid %d) is gone without an exit report; handling its exit",
-                            record.spec.key, record.pid)
-                self._child_exited(_address(record))
+                self._unreported_exit(record)
         hosts = {path: HostInfo(r.state, r.restarts, _current_pid(r), r.spec.entities, last_exit=r.last_exit,
                                 next_attempt=r.next_attempt, node=r.node or r.spec.node)
                  for path, r in self.hosts.items()}
@@ -906,12 +905,19 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
                 # A host on a member is no child of ours, and its pid is not this machine's: its node's
                 # heartbeat or its admin's ChildActorExited tells of its death.
                 if self._here(record) and _is_dead_child(record.pid, me):
-                    log.warning("host %s (pid %d) died unreported; handling its exit", record.spec.key, record.pid)
-                    self._child_exited(record.address)
+                    self._unreported_exit(record)
                 elif _serving(record):
                     # Thespian may have reaped it already: a message to a gone process comes back as a
                     # DeadEnvelope (handled in _dead_envelope).
                     self.send(record.address, GetHostStats(0))
+
+    def _unreported_exit(self, record: HostRecord) -> None:
+        """Handle the exit of a host of this machine whose process is gone without a ChildActorExited."""
+        log.warning("host %s (pid %d) is gone without an exit report; handling its exit", record.spec.key, record.pid)
+        address = _address(record)
+        self._child_exited(address)
+        # Thespian may still count it among this process's children, and would wait for it when it exits.
+        thespian_fixes.forget_child(self, address)
 
     def _system_message(self, message: object, sender: Address) -> None:
         if isinstance(message, ActorExitRequest):
@@ -935,9 +941,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             # _check_children). Restart it before rerouting, so that its messages are held, not bounced.
             if _serving(record) and address_key(_address(record)) == dead_key and self._here(record) \
                     and not _is_running_here(record.pid):
-                log.warning("host %s (pid %d) is gone without an exit report; handling its exit",
-                            record.spec.key, record.pid)
-                self._child_exited(_address(record))
+                self._unreported_exit(record)
         # Whoever lived there is gone: clients' routes die with them, hosts get restarted.
         for prefix, address in list(self.temp_routes.items()):
             if address_key(address) == dead_key:
