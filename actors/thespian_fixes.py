@@ -172,8 +172,10 @@ def forget_child(actor: Any, address: Address) -> None:
     after two shards were SIGKILLed together took 30 s in about 1 of 4 tries: Thespian's 10 s, then
     `shutdown` killed the admin, the guardian and the logger). This is what the lost message would have done.
     """
-    manager = getattr(actor, "_myRef", None)
-    for child in list(getattr(manager, "childAddresses", ())):
+    manager: Any = getattr(actor, "_myRef", None)
+    if manager is None:
+        return
+    for child in list(manager.childAddresses):
         if str(child) == str(address):  # (ActorAddress is not hashable; its str is its identity)
             manager._handleChildExited(child)
 
