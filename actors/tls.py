@@ -269,7 +269,13 @@ def probe(host: str, port: int, config: TlsConfig | None, timeout: float = 3.0,
                     f"({e.verify_message})")
         except (ssl.SSLError, TimeoutError, ConnectionResetError) as e:
             # A Thespian admin without TLS answers a ClientHello in clear, or waits for the rest of a "frame".
-            if isinstance(e, TimeoutError | ConnectionResetError | ssl.SSLEOFError) or any(
+            if isinstance(e, TimeoutError):
+                # Silence is either a plain admin waiting for the rest of a "frame", or a TLS admin that is
+                # busy or stopped (SIGSTOP): both are possible, so both are said.
+                return (f"the system on {host}:{port} did not complete a TLS handshake within {timeout} s: it does "
+                        "not use TLS (then connect without tls_cert/tls_key/tls_ca), or its admin is busy or "
+                        "stopped (then try again)")
+            if isinstance(e, ConnectionResetError | ssl.SSLEOFError) or any(
                     s in str(e) for s in ("WRONG_VERSION_NUMBER", "wrong version number", "record layer")):
                 return (f"the system on {host}:{port} does not use TLS (it did not complete a TLS handshake); "
                         "connect without tls_cert/tls_key/tls_ca")

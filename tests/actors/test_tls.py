@@ -7,6 +7,7 @@ import json
 import os
 import pickle
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -22,7 +23,7 @@ from actors.errors import ConfigError
 from actors.system import tagged_pids
 from actors.topology import TopologyError, loads
 from tests.actors.sample import Echo, Ping, Pong
-from tests.actors.test_security import listening_addresses
+from tests.actors.test_security import _admin_of, listening_addresses
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -271,6 +272,21 @@ def test_a_tls_client_of_a_plain_system_gets_a_clear_error(make_system, pki):
     system = make_system("multiproc")
     with pytest.raises(actors.TlsError, match="does not use TLS"):
         actors.connect(system.admin_port, **options(pki["client"]))
+
+
+@pytest.mark.multiproc
+def test_a_tls_client_of_a_stopped_tls_admin_is_told_it_may_be_busy_or_stopped(make_system, pki):
+    """A TLS admin that does not answer the handshake (SIGSTOP) was reported as "does not use TLS"."""
+    system = make_system("multiproc", tls=pki["node"])
+    admin = _admin_of(system)
+    os.kill(admin, signal.SIGSTOP)
+    try:
+        with pytest.raises(actors.TlsError, match="did not complete a TLS handshake within .*busy or stopped"):
+            actors.connect(system.admin_port, **options(pki["client"]))
+    finally:
+        os.kill(admin, signal.SIGCONT)
+    client = actors.connect(system.admin_port, **options(pki["client"]))  # thawed, it answers again
+    client.close()
 
 
 @pytest.mark.multiproc
