@@ -71,7 +71,7 @@ def _classify(e: BaseException) -> tuple[int, str]:
     """Exit code and hint for exceptions raised by the libraries below the CLI."""
     from journal.errors import JournalCorruption
 
-    from .errors import ConfigError, SystemNotRunning
+    from .errors import ConfigError, LeaderUnreachable, SystemNotRunning
     from .topology import TopologyError
 
     if isinstance(e, TopologyError):
@@ -80,6 +80,8 @@ def _classify(e: BaseException) -> tuple[int, str]:
         return 2, "fix the value named above"
     if isinstance(e, FileNotFoundError):
         return 2, "check the file name and the working directory"
+    if isinstance(e, LeaderUnreachable):
+        return 1, "the member runs without its leader: start the leader again, or stop the member with `reprise down`"
     if isinstance(e, SystemNotRunning):
         return 1, "check --port/--host, or start a system with `reprise up TOPOLOGY.toml`"
     if isinstance(e, JournalCorruption):

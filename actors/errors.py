@@ -27,6 +27,13 @@ class SystemNotRunning(RepriseError, ConnectionError):
     """Nothing listens on the admin port that `actors.connect` was given."""
 
 
+class LeaderUnreachable(SystemNotRunning):
+    """The admin `actors.connect` was given is a member node whose leader does not answer (down or unreachable).
+
+    The member itself runs: `actors.shutdown` (`reprise down`) still stops it.
+    """
+
+
 class AskTimeout(RepriseError, TimeoutError):
     """No reply arrived within the `ask` timeout."""
 

@@ -39,6 +39,7 @@ from .errors import (
     ActorFailed,
     AskTimeout,
     ConfigError,
+    LeaderUnreachable,
     MessageNotSent,
     PathTaken,
     RepriseError,
@@ -408,7 +409,7 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
             system.close()
             if gone is None:
                 raise
-            raise SystemNotRunning(
+            raise LeaderUnreachable(
                 f"member node {gone[0]!r} on {host}:{admin_port}: its leader {gone[1]} does not answer (it is down "
                 "or unreachable from here), and nothing can be done through a member without it: start the leader "
                 f"again at {gone[1]}, or shut this member down with `reprise down --port {admin_port}`") from None

@@ -15,6 +15,7 @@ import actors
 from actors.system import kill_tagged, tagged_pids
 from tests.actors.sample import Ping
 from tests.conftest import SESSION_TOKEN
+from tests.ports import free_ports
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(120)]
@@ -197,7 +198,7 @@ def test_status_shows_a_host_backing_off(tmp_path, tag) -> None:
 def test_down_of_a_member_whose_leader_is_gone(topology, tag, tmp_path, leader_end) -> None:
     """`reprise down` on a member after its leader was SIGKILLed (or shut down) shuts the member down and says
     that its leader did not answer (it used to claim the member's admin did not answer, and killed it)."""
-    leader_port, member_port = actors.free_port(), actors.free_port()
+    leader_port, member_port = free_ports(2)
     leader_tag, member_tag = f"{tag}leader-", f"{tag}member-"
     up = reprise("up", topology, "--detach", "--port", str(leader_port), "--tag", leader_tag, "--run-dir",
                  str(tmp_path / "leader"))
@@ -217,6 +218,7 @@ def test_down_of_a_member_whose_leader_is_gone(topology, tag, tmp_path, leader_e
     assert (f"member node 'm1' on 127.0.0.1:{member_port}: its leader 127.0.0.1:{leader_port} does not answer"
             in status.stderr), status.stderr
     assert f"reprise down --port {member_port}" in status.stderr
+    assert "start the leader again" in status.stderr and "start a system with" not in status.stderr  # (the hint)
 
     down = reprise("down", "--port", str(member_port), timeout=60)
     assert down.returncode == 0, down.stderr
