@@ -909,7 +909,8 @@ class System:
                 _wait_closed(self.admin_host, self.admin_port, max(deadline - time.monotonic(), 2.0))
             # Only a run dir we made, and only once this machine's processes of it are gone; kept when
             # something had to be killed, since its logs then explain what went wrong.
-            run_dir = self.run_dir or _text(self.config.get("run_dir"))
+            # (self.run_dir is this admin's own: on a member never the leader's, which the config names)
+            run_dir = self.run_dir
             if run_dir and os.path.exists(os.path.join(run_dir, TEMPORARY_MARK)) and not leftovers:
                 shutil.rmtree(run_dir, ignore_errors=True)
 

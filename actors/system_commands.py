@@ -231,8 +231,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 wait = max(0.0, h.next_attempt - time.time())
                 print(f"    {'':<{width}}  next attempt in {wait:.1f} s ({time.strftime('%H:%M:%S', time.localtime(h.next_attempt))})")
     _print_errors(status.errors)
-    if status.config.get("run_dir"):
-        print(f"  logs          {status.config['run_dir']}  (actors.log has each error's traceback)")
+    if system.run_dir:  # (the attached admin's own, as in --json: a member's, not its leader's)
+        print(f"  logs          {system.run_dir}  (actors.log has each error's traceback)")
     return 0
 
 

@@ -60,3 +60,6 @@ def test_a_client_of_a_member_has_the_members_run_dir(make_system):
                                text=True, timeout=60)
         assert shown.returncode == 0, shown.stderr
         assert json.loads(shown.stdout)["run_dir"] == system.run_dir
+        text = subprocess.run([REPRISE, "status", "--port", str(system.admin_port)], capture_output=True, text=True,
+                              timeout=60)
+        assert f"logs          {system.run_dir}  " in text.stdout, text.stdout  # the same as --json

@@ -9,6 +9,7 @@ import time
 import pytest
 
 import actors
+from actors.guardian import _is_running_here
 from tests.actors.sample import Counting, Echo, Ping, Pong
 from tests.waiting import wait_for
 
@@ -48,8 +49,6 @@ def test_connected_client_sees_the_same_status(make_system):
 def test_guardian_pid_directory_and_forced_publishes(system):
     """status() names the guardian's process; directory() is the guardian's routes; publish_directory(n) makes
     2 n publishes (the epoch counts them) and leaves the routes as they were (both bases)."""
-    import os
-
     system.spawn(Echo, path="/user/echo")
     status = system.status()
     if system.base == "local":
@@ -70,11 +69,7 @@ def test_guardian_pid_directory_and_forced_publishes(system):
 
 def _dead(pid: int) -> bool:
     """True once `pid` has exited (gone from /proc, or a zombie its parent has not reaped yet)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
+    return not _is_running_here(pid)
 
 
 def test_a_stopped_host_has_no_pid(system):
