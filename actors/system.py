@@ -792,7 +792,7 @@ class System:
         """The guardian's routes (path prefix -> address or shard set) and their epoch, fetched now."""
         return self._request(GetDirectory(), DirectoryUpdate, timeout)
 
-    def publish_directory(self, pairs: int = 1, timeout: float = 30.0) -> None:
+    def _publish_directory(self, pairs: int = 1, timeout: float = 30.0) -> None:
         """Make the guardian publish its directory to every host 2 x `pairs` times, as any route change does (a
         temporary route of this client registered, then unregistered), to measure what a publish costs.
         Returns once the guardian has sent the last one."""

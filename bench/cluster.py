@@ -416,7 +416,7 @@ def publish_real(setup: Setup, extra_hosts: int, publishes: int = 200) -> list[d
         guardian0 = _cpu(guardian_pid) if guardian_pid else 0.0
         hosts_cpu0 = sum(_cpu(p) for p in host_pids)
         t = time.perf_counter()
-        system.publish_directory(publishes // 2)  # (returns once the last was sent)
+        system._publish_directory(publishes // 2)  # (returns once the last was sent)
         time.sleep(0.2)  # and the last updates read by the hosts
         elapsed = time.perf_counter() - t
         guardian = sum(_cpu(p) for p in others) - cpu0 - idle[0] * elapsed

@@ -47,8 +47,9 @@ def test_connected_client_sees_the_same_status(make_system):
 
 
 def test_guardian_pid_directory_and_forced_publishes(system):
-    """status() names the guardian's process; directory() is the guardian's routes; publish_directory(n) makes
-    2 n publishes (the epoch counts them) and leaves the routes as they were (both bases)."""
+    """status() names the guardian's process; directory() is the guardian's routes; _publish_directory(n)
+    (bench.cluster's, not public) makes 2 n publishes (the epoch counts them) and leaves the routes as they
+    were (both bases)."""
     system.spawn(Echo, path="/user/echo")
     status = system.status()
     if system.base == "local":
@@ -59,7 +60,7 @@ def test_guardian_pid_directory_and_forced_publishes(system):
     before = system.directory()
     assert "/user/echo" in before.routes
 
-    system.publish_directory(3)
+    system._publish_directory(3)
 
     after = system.directory()
     assert after.epoch == before.epoch + 6
