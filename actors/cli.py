@@ -3,6 +3,7 @@
     reprise up TOPOLOGY.toml [--detach]      reprise down --port N      reprise status --port N
     reprise node --leader HOST:PORT --port N --name NAME      reprise rebalance --port N [--path P]
     reprise journal ls|show|tail|verify [URL]   (URL defaults to $REPRISE_JOURNAL)
+    reprise spark staged --port N      reprise spark discard --port N (--feed-id F --run R | --idle-for 2h)
     reprise bench [ARGS]                        (in a checkout: runs `python -m bench ARGS`)
 """
 
@@ -28,6 +29,7 @@ from .journal_commands import (
     with_imports,
 )
 from .paths import printable
+from .spark_commands import cmd_spark_discard, cmd_spark_help, cmd_spark_staged, duration
 from .system_commands import cmd_down, cmd_node, cmd_rebalance, cmd_status, cmd_up
 
 # This module parses the arguments and dispatches: the commands live in system_commands and
@@ -191,6 +193,27 @@ def build_parser() -> argparse.ArgumentParser:
     q = jcommand("verify", cmd_journal_verify,
                  "re-read every record and checksum; exit 1 naming each corrupt record")
     q.add_argument("url", nargs="?", metavar="URL", help=url_help)
+
+    sp = command("spark", cmd_spark_help, "the Spark bridges' staged runs: list them, discard those a dead driver left")
+    ssub = sp.add_subparsers(title="spark commands", metavar="COMMAND", parser_class=_Parser)
+
+    def scommand(name: str, func: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:  # noqa: A002
+        q = ssub.add_parser(name, help=help, description=help, parents=[common])
+        q.set_defaults(func=func)
+        _attach_options(q)
+        q.add_argument("--bridge", action="append", metavar="PATH", help="only this bridge (repeatable; default: "
+                       "every bridge, /system/spark-bridge and /system/spark-bridges/*)")
+        q.add_argument("--json", action="store_true", help="print JSON")
+        return q
+
+    scommand("staged", cmd_spark_staged, "list the runs staged at the bridges and neither released nor discarded: "
+             "per feed id and run, batches, rows, partitions and how long idle (a driver that died leaves them)")
+    q = scommand("discard", cmd_spark_discard, "discard, durably, one staged run (--feed-id and --run) or every "
+                 "run idle for at least --idle-for; a late release of a discarded run fails its feed, clearly")
+    q.add_argument("--feed-id", metavar="FEED_ID", help="the feed id of the run(s) to discard")
+    q.add_argument("--run", metavar="RUN", help="the run to discard (as `reprise spark staged` lists it)")
+    q.add_argument("--idle-for", type=duration, metavar="DURATION",
+                   help="discard every run (of --feed-id, if given) idle at least this long: seconds, or 30m, 2h, 1d")
 
     # The runner parses its own options: '+' as the only prefix lets every '-' option through untouched.
     p = sub.add_parser("bench", help=BENCH_HELP, description=BENCH_HELP, add_help=False, prefix_chars="+")

@@ -103,9 +103,13 @@ def start_node(topo: Topology, name: str | None = None, *, tag: str | None = Non
             where = entry.options.get("nodes") or [entry.options.get("node") or node.name]
             out(f"  {kind:<8} {printable(entry.path)}  {printable(entry.factory)}  on {printable(', '.join(where))}")
         for function in bridges:
-            function(system)
+            function(system, **cluster.spark_options)
         if bridges:
-            out(f"  spark    one bridge per node ({', '.join(n.name for n in cluster.nodes)})")
+            ttl = cluster.spark_options.get("staged_ttl", "default")
+            kept = ("kept until discarded by hand" if ttl is None else "discarded after the default idle time"
+                    if ttl == "default" else f"discarded after {ttl:g} s idle")
+            out(f"  spark    one bridge per node ({', '.join(n.name for n in cluster.nodes)}); runs staged but "
+                f"never released {kept}")
     except BaseException:
         system.shutdown()
         raise

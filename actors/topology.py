@@ -51,6 +51,8 @@ A cluster file describes every node of a multi-host system instead of one `[syst
 
     [spark]
     bridges = true                    # the leader starts one spark_bridge bridge per node
+    staged_ttl = 86400                # optional: seconds a run staged but never released is kept (false: kept
+                                      # until discarded by hand); spark_bridge.start_bridge's staged_ttl
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ ENTRY_KEYS = {"path", "class", "args", "kwargs"} | SPAWN_OPTIONS
 CLUSTER_KEYS = {"leader", "journal", "snapshot_store", "secret_file", "node_timeout", "join_timeout", "log_level",
                 "tls_cert", "tls_key", "tls_ca", "peers", "metrics_host"}
 NODE_KEYS = {"name", "bind", "advertise", "admin_port", "metrics_port", "metrics_host"}
-SPARK_KEYS = {"bridges"}
+SPARK_KEYS = {"bridges", "staged_ttl"}
 TOP_LEVEL = ("system", "cluster", "node", "spark", "actor", "entities")
 
 
@@ -159,6 +161,7 @@ class ClusterSection:
     tls_ca: str | None = None
     peers: tuple[str, ...] = ()  # addresses allowed besides the nodes' own (a Spark driver elsewhere, ...)
     spark_bridges: bool = False
+    spark_options: dict[str, Any] = field(default_factory=dict)  # start_bridge(s)'s keyword arguments ([spark])
 
     def node(self, name: str) -> NodeSection:
         """The [[node]] called `name` (KeyError if none)."""
@@ -343,6 +346,7 @@ def _cluster(doc: dict[str, Any], source: str, base_dir: str | None) -> ClusterS
     _check_table(spark, "[spark]", SPARK_KEYS, source)
     if not isinstance(spark.get("bridges", False), bool):
         raise TopologyError(f"{source}: [spark] bridges must be true or false, got {spark['bridges']!r}")
+    spark_options = _spark_options(spark, source)
     peers = table.get("peers", [])
     try:
         check_peers(peers)
@@ -367,7 +371,23 @@ def _cluster(doc: dict[str, Any], source: str, base_dir: str | None) -> ClusterS
         node_timeout=float(table.get("node_timeout", 5.0)), join_timeout=float(table.get("join_timeout", 60.0)),
         log_level=log_level, tls_cert=_relative_to(table.get("tls_cert"), base_dir),
         tls_key=_relative_to(table.get("tls_key"), base_dir), tls_ca=_relative_to(table.get("tls_ca"), base_dir),
-        peers=tuple(peers), spark_bridges=spark.get("bridges", False))
+        peers=tuple(peers), spark_bridges=spark.get("bridges", False), spark_options=spark_options)
+
+
+def _spark_options(spark: dict[str, Any], source: str) -> dict[str, Any]:
+    """[spark]'s options for start_bridge(s): `staged_ttl` seconds > 0, or false for None (kept until discarded)."""
+    if "staged_ttl" not in spark:
+        return {}
+    if not spark.get("bridges", False):
+        raise TopologyError(f"{source}: [spark] staged_ttl is for the bridges: add bridges = true, or remove it")
+    ttl = spark["staged_ttl"]
+    if ttl is False:
+        return {"staged_ttl": None}
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < float("inf"):
+        raise TopologyError(f"{source}: [spark] staged_ttl must be a number of seconds > 0 (a run staged but never "
+                            f"released is discarded after that long idle; default 86400, a day), or false to keep "
+                            f"such runs until discarded by hand (reprise spark discard); got {ttl!r}")
+    return {"staged_ttl": float(ttl)}
 
 
 def _with_metrics_host(node: NodeSection, host: str, source: str) -> NodeSection:

@@ -29,6 +29,12 @@ Writing the Spark way: `register(spark)`, then `df.write.format("reprise").optio
 feed's guarantees (spark_bridge.sink); `last_write_result(feed_id)` then gives the FeedResult save() cannot
 return.
 
+Staged but never released (the driver died between its tasks and its commit): `staged_runs(system)` lists
+such runs, `discard_staged(system, feed_id, run)` or `discard_staged(system, idle_for=SECONDS)` discards them,
+and each bridge discards a run idle for its `staged_ttl` (start_bridge; a day by default) by itself. A late
+release of a discarded run fails its feed with a FeedError: nothing acknowledged is lost silently. A node
+bridge (start_bridges) asks the coordinator first: a run it had decided is released, not discarded.
+
 Reading the journal back: `register(spark)`, then `spark.read.format("reprise-journal").option("url", ...)
 .option("tag", ...).load()` or `spark.readStream...` (spark_bridge.source).
 """
@@ -38,6 +44,7 @@ from typing import Any
 from spark_bridge.bridge import (
     BRIDGE_PATH,
     BRIDGES_PATH,
+    STAGED_TTL,
     SparkBridge,
     bridge_path,
     start_bridge,
@@ -45,9 +52,10 @@ from spark_bridge.bridge import (
 )
 from spark_bridge.destination import FeedReceiver, ack
 from spark_bridge.feed import FeedError, FeedResult, feed, feed_stream, last_write_result
-from spark_bridge.messages import FeedProgress, GetFeedProgress, Row
+from spark_bridge.messages import FeedProgress, GetFeedProgress, Row, StagedRun
 from spark_bridge.progress import ProgressBar
 from spark_bridge.session import SessionError, cluster_session, local_session
+from spark_bridge.staged import discard_staged, staged_runs
 
 
 def register(spark: Any) -> None:
@@ -61,5 +69,5 @@ def register(spark: Any) -> None:
 
 # The user API only: the other messages of spark_bridge.messages are the bridge's own protocol and events.
 __all__ = ["BRIDGES_PATH", "BRIDGE_PATH", "FeedError", "FeedProgress", "FeedReceiver", "FeedResult", "GetFeedProgress", "ProgressBar", "Row",
-           "SessionError", "SparkBridge", "ack", "cluster_session", "feed", "feed_stream", "last_write_result", "local_session",
-           "bridge_path", "register", "start_bridge", "start_bridges"]
+           "STAGED_TTL", "SessionError", "StagedRun", "SparkBridge", "ack", "cluster_session", "feed", "feed_stream", "last_write_result", "local_session",
+           "bridge_path", "discard_staged", "register", "staged_runs", "start_bridge", "start_bridges"]

@@ -19,6 +19,21 @@ their trees and queues them for fan-out; the other attempts of those partitions 
 feed's partitions are done: a later batch for one (a rerun, a zombie attempt) is a duplicate. An aborted
 job's `Discard` forgets what its attempts staged (`AttemptsDiscarded`).
 
+A run whose driver died between staging and release (SIGKILL, OOM, a lost cluster) sends neither: its
+batches would stay staged forever. `GetStagedRuns` lists the staged runs (and `stats()` sums them); a run
+with no staging activity for `staged_ttl` seconds is discarded (`AttemptsDiscarded`, reason "ttl"), and
+`DiscardStaged` discards one run, or every run idle that long, for an operator (reason "operator"). The
+bridge remembers a run as released (`_runs`) or discarded (`_discarded`), journaled and in snapshots: a late `Release` of a
+discarded run (a driver that was merely slow) is answered with `ReleaseRefused`, which the driver turns into
+a FeedError, never with FeedReleased: its rows are gone, and saying "released" would lose them silently.
+
+With a bridge per node, only the coordinator knows whether a run was decided (ReleaseDecided): a node bridge
+whose TTL (or an operator) finds a run idle asks it first (PlanOf, resent every _Expire tick until answered).
+A decided run the node bridge releases itself, as its dead driver's planned Release would (AttemptsReleased,
+planned); an undecided one the coordinator first records abandoned (RunAbandoned: its Coordinate is refused
+with ReleaseRefused from then on), and only then the node bridge discards it. The coordinator releases its own
+decided runs likewise, and refuses the Coordinate of a run it discarded.
+
 The batches and the Progress of one incoming message share one commit. Rows are fanned out after their
 batch is durable, at most `fan_out_window` unconfirmed at a time (the rest wait in a backlog, read back
 from the journal when it is long), redelivered until confirmed. Each stored batch is a tree of Storm's
@@ -57,6 +72,7 @@ from spark_bridge.messages import (
     Coordinate,
     Discard,
     Discarded,
+    DiscardStaged,
     FeedProcessed,
     FeedProgress,
     FeedReleased,
@@ -66,14 +82,22 @@ from spark_bridge.messages import (
     ForwardsAccepted,
     GetFeedProgress,
     GetOpenBatches,
+    GetStagedRuns,
     IngestBatch,
     OpenBatches,
+    PlanOf,
     Progress,
     Release,
     ReleaseDecided,
     ReleasePlan,
+    ReleaseRefused,
     Row,
     RowChunk,
+    RunAbandoned,
+    RunPlan,
+    StagedDiscarded,
+    StagedRun,
+    StagedRuns,
 )
 
 BRIDGE_PATH = "/system/spark-bridge"
@@ -82,6 +106,27 @@ BRIDGES_PATH = "/system/spark-bridges"
 """The bridge of node X is at f"{BRIDGES_PATH}/{X}" (bridge_path); its persistence id is its path."""
 KEPT_PLANS = 10_000
 """Multi-bridge runs whose plan the coordinator keeps to answer a resent Coordinate with the same plan."""
+KEPT_RUNS = 10_000
+"""Released runs the bridge remembers (to answer a repeated Release, and to ignore a zombie's batches)."""
+KEPT_DISCARDED = 100_000
+"""Discarded runs it remembers, to refuse their late Release: more, since forgetting one would let a late
+Release pass as a new run releasing nothing (rare, and small: a dead driver's run id)."""
+STAGED_TTL = 24 * 3600.0
+"""Default staged_ttl: a run idle (no batch staged) this long is discarded. Spark stages a run's batches while
+its write tasks run and releases them as soon as the last one finishes: a live run is idle for seconds, or for
+as long as its retried or pending tasks wait for executors. A day is far beyond that (a job stuck waiting for
+resources that long has been given up), yet bounds what a dead driver leaves behind to a day's worth. Even when
+a slow driver is discarded after all, its late Release is refused with a clear error, never lost silently."""
+
+
+def check_staged_ttl(value: object) -> float | None:
+    """`value` as a staged_ttl (seconds > 0, or None: off); ValueError naming it otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+        raise ValueError(f"staged_ttl must be a number of seconds > 0 (default {STAGED_TTL:.0f}, a day), or None to "
+                         f"keep staged runs until released or discarded by hand; got {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -96,7 +141,13 @@ class _FanOut:
     """Self-message (through a timer, so that ingest gets its turn): fan out the next chunk."""
 
 
+@dataclass(frozen=True)
+class _Expire:
+    """Self-message (a repeating timer): discard the staged runs idle for staged_ttl."""
+
+
 _FLUSH = _Flush()
+_EXPIRE = _Expire()
 _LAZY_FLUSH = _Flush(lazy=True)
 _FANOUT = _FanOut()
 
@@ -199,6 +250,11 @@ class SparkBridge(AtLeastOnceDelivery):
     snapshot_every: int = 500
     """Stored batches between snapshots."""
 
+    def __init__(self, staged_ttl: float | None = STAGED_TTL) -> None:
+        # (spawn kwargs: start_bridge(staged_ttl=...); checked there too, so a bad value fails in the caller)
+        self.staged_ttl = check_staged_ttl(staged_ttl)
+        """Seconds without staging activity after which a run's staged batches are discarded; None: never."""
+
     def pre_start(self) -> None:
         """Empty state; recovery fills it from the snapshot and the journal."""
         self._batches: dict[tuple[str, int], SeenIds] = {}  # batch numbers start at 0: low -1 when none
@@ -232,13 +288,26 @@ class SparkBridge(AtLeastOnceDelivery):
         self._staged_rows = 0  # rows of staged batches kept in memory
         self._rows_in = 0  # new rows taken from feeds by this incarnation (the metrics' feed rows)
         self._released: dict[str, set[int]] = {}
-        self._runs: OrderedDict[str, None] = OrderedDict()  # f"{feed}/{run}" released or discarded
+        self._runs: OrderedDict[str, None] = OrderedDict()  # f"{feed}/{run}" released
+        # f"{feed}/{run}" discarded -> (reason, idle seconds) as in AttemptsDiscarded: a late Release is refused
+        self._discarded: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        # (feed, run) staged -> [monotonic, wall-clock time] of its last staging activity: the staged_ttl clock
+        # runs on the monotonic one, restarted at recovery (a restarted bridge cannot know how long it was down)
+        self._activity: dict[tuple[str, str], list[float]] = {}
+        self._expired = 0  # runs discarded by staged_ttl in this incarnation
         self._open: dict[str, int] = {}  # feed -> trees not complete
         self._feed_waiters: dict[str, set[str]] = {}
         self._me: str | None = None if self.path == BRIDGE_PATH else self.path  # Row.bridge
         # The coordinator's (BRIDGE_PATH): partitions released by any bridge, and the plans of multi-bridge runs.
         self._decided: dict[str, dict[int, str]] = {}  # feed -> partition -> the run deciding it ("": released here)
         self._plans: OrderedDict[str, ReleaseDecided] = OrderedDict()
+        # f"{feed}/{run}" a node bridge found idle, undecided -> [bridge, reason, idle s]: its Coordinate is refused
+        self._abandoned_runs: OrderedDict[str, list[Any]] = OrderedDict()
+        # A node bridge's: (feed, run) asked of the coordinator (PlanOf) -> [reason, idle s], resent every _Expire
+        # tick until answered; the operators waiting, each [sender, {(feed, run) asked}, discarded, released].
+        self._asking: dict[tuple[str, str], list[Any]] = {}
+        self._discard_waits: list[list[Any]] = []
+        self._plan_asks = 0  # PlanOf sent by this incarnation
 
     # ---- recovery -------------------------------------------------------------------------------
     def receive_recover(self, event: Any) -> None:
@@ -255,14 +324,21 @@ class SparkBridge(AtLeastOnceDelivery):
             for s in self._release_attempts(event)[0]:
                 self._enqueue(s.seq, s.event, s.first_id, s.size, len(s.dead))
         elif t is AttemptsDiscarded:
-            self._discard_run(event.feed_id, event.run)
+            self._discard_run(event.feed_id, event.run, event.reason, event.idle_seconds)
         elif t is ReleaseDecided:
             self._decide(event)
+        elif t is RunAbandoned:
+            self._abandon(event)
         elif t is Progress:
             self._replay_progress(event)
         elif t is SnapshotOffer:
             self._restore(event.snapshot)
         elif t is RecoveryCompleted:
+            if self.staged_ttl is not None:  # checked often enough to discard within a tenth of the TTL late
+                self.schedule_repeatedly(min(60.0, max(0.05, self.staged_ttl / 10)), _EXPIRE)
+            else:
+                self.log.warning("spark bridge %s: staged_ttl is off: runs whose driver died before releasing "
+                                 "them stay staged until discarded by hand (reprise spark discard)", self.path)
             self._fan_out()
 
     def _replay_progress(self, p: Progress) -> None:
@@ -293,14 +369,20 @@ class SparkBridge(AtLeastOnceDelivery):
             self._trees[tree_id] = Tree(tree_id, value, rows, feed_id, partition, batch_no)
             self._by_batch[(feed_id, partition, batch_no)] = tree_id
             self._open[feed_id] = self._open.get(feed_id, 0) + 1
+        wall = {(f, run): at for f, run, at in s.staged_at}
+        now = time.monotonic()
         for seq, feed_id, partition, attempt, batch_no, size, duplicates, dead, keys in s.staged:
             batches = self._staged.setdefault((feed_id, partition), {}).setdefault(attempt, {})
             batches[batch_no] = _Staged(seq, None, partition, batch_no, size, duplicates, dead, keys)
+            run = (feed_id, attempt.split("/", 1)[0])
+            self._activity[run] = [now, wall.get(run, 0.0)]  # the idle clock restarts at recovery
         self._released = {f: set(p) for f, p in s.released.items()}
         self._runs = OrderedDict.fromkeys(s.runs)
+        self._discarded = OrderedDict((run_key, (reason, idle)) for run_key, reason, idle in s.discarded)
         self._decided = {f: {p: run for p, run in d} for f, d in s.decided.items()}
         for feed_id, run, winners, excluded in s.plans:
             self._plans[f"{feed_id}/{run}"] = ReleaseDecided(feed_id, run, winners, excluded)
+        self._abandoned_runs = OrderedDict((run_key, list(why)) for run_key, *why in s.abandoned)
         self.restore_unconfirmed([u[0] for u in s.unconfirmed], [u[1] for u in s.unconfirmed],
                                  [Row(d, body, anchor, bridge=self._me) for d, _, body, anchor in s.unconfirmed])
         self._backlog = [_Pending(seq, None, i, first, size) for seq, i, first, size in s.backlog]
@@ -326,11 +408,41 @@ class SparkBridge(AtLeastOnceDelivery):
             list(self._runs),
             {f: [[p, run] for p, run in sorted(d.items())] for f, d in self._decided.items()},
             [[d.feed_id, d.run, d.winners, d.excluded] for d in self._plans.values()],
+            [[k, *why] for k, why in self._discarded.items()],
+            [[f, run, a[1]] for (f, run), a in self._activity.items() if a[1]],
+            [[k, *why] for k, why in self._abandoned_runs.items()],
         )
 
     def stats(self) -> dict[str, int]:
-        """The deliveries' counters, and `feed_rows`: new rows taken from feeds since this incarnation began."""
-        return {**super().stats(), "feed_rows": self._rows_in}
+        """The deliveries' counters, `feed_rows` (new rows taken from feeds since this incarnation began), and
+        the staged runs: `staged_runs`, `staged_batches`, `staged_rows`, `staged_idle_seconds` (the longest
+        idle), `staged_ttl_seconds` (0: off), `staged_expired` (runs discarded by the TTL since it began),
+        `staged_plan_asks` (a node bridge's questions to the coordinator about idle runs since it began)."""
+        runs = self.staged_runs()
+        return {**super().stats(), "feed_rows": self._rows_in, "staged_runs": len(runs),
+                "staged_batches": sum(r.batches for r in runs), "staged_rows": sum(r.rows for r in runs),
+                "staged_idle_seconds": int(max((r.idle_seconds for r in runs), default=0)),
+                "staged_ttl_seconds": int(self.staged_ttl or 0), "staged_expired": self._expired,
+                "staged_plan_asks": self._plan_asks}
+
+    def staged_runs(self) -> list[StagedRun]:
+        """The runs with staged batches (neither released nor discarded), the longest idle first."""
+        per: dict[tuple[str, str], list[Any]] = {}  # [batches, rows, partitions, attempts]
+        for (feed_id, partition), attempts in self._staged.items():
+            for attempt, batches in attempts.items():
+                e = per.setdefault((feed_id, attempt.split("/", 1)[0]), [0, 0, set(), 0])
+                e[0] += len(batches)
+                e[1] += sum(b.size for b in batches.values())
+                e[2].add(partition)
+                e[3] += 1
+        now = time.monotonic()
+        runs = []
+        for (feed_id, run), (batches, rows, partitions, attempts) in per.items():
+            mono, wall = self._activity.get((feed_id, run), (now, 0.0))
+            runs.append(StagedRun(feed_id, run, batches, rows, len(partitions), attempts, round(now - mono, 3),
+                                  wall or None, self.path))
+        runs.sort(key=lambda r: (-r.idle_seconds, r.feed_id, r.run))
+        return runs
 
     # ---- commands -------------------------------------------------------------------------------
     def receive_command(self, message: Any, sender: str | None) -> None:
@@ -369,8 +481,18 @@ class SparkBridge(AtLeastOnceDelivery):
             self._release(message)
         elif t is Coordinate:
             self._coordinate(message)
+        elif t is PlanOf:
+            self._plan_of(message)
+        elif t is RunPlan:
+            self._run_plan(message)
         elif t is Discard:
             self._discard(message)
+        elif t is GetStagedRuns:
+            self.tell(cast(str, sender), StagedRuns(self.path, self.staged_runs(), self.staged_ttl))
+        elif t is DiscardStaged:
+            self._discard_staged(message, sender)
+        elif t is _Expire:
+            self._expire()
         elif t is AwaitBatch:
             self._await(message.feed_id, message.partition, message.batch_no, message.reply_to)
         elif t is GetFeedProgress:
@@ -484,8 +606,10 @@ class SparkBridge(AtLeastOnceDelivery):
         run = attempt.split("/", 1)[0]
         done = ((m.keys is None and (m.partition in self._released.get(m.feed_id, ())
                                      or m.partition in self._decided.get(m.feed_id, ())))
-                or f"{m.feed_id}/{run}" in self._runs)
+                or f"{m.feed_id}/{run}" in self._runs or f"{m.feed_id}/{run}" in self._discarded)
         batches = None if done else self._staged.setdefault((m.feed_id, m.partition), {}).setdefault(attempt, {})
+        if batches is not None:  # (a resend too: its task is alive)
+            self._touch(m.feed_id, run, time.time())
         if batches is None or m.batch_no in batches:
             # A rerun of a done partition, a zombie attempt of a finished run, or a resend: answer once the
             # original is durable (it may be in flight).
@@ -497,7 +621,7 @@ class SparkBridge(AtLeastOnceDelivery):
             return
         paths, values, keys, dead = self._new_rows(m)
         event = BatchStored(m.feed_id, m.partition, m.batch_no, paths, values, m.columns, keys, 0, dead,
-                            len(m.paths) - len(paths), attempt)
+                            len(m.paths) - len(paths), attempt, round(time.time(), 3))
         batches[m.batch_no] = self._staged_batch(event, -1)
         self._feed(m.feed_id)[0] += len(m.paths)  # progress counts staged rows; discarded ones are taken back
         self._stores.append((event, m.reply_to, None))
@@ -513,11 +637,21 @@ class SparkBridge(AtLeastOnceDelivery):
     def _stage_event(self, event: BatchStored, seq: int) -> None:
         """Replay of a staged batch."""
         run = cast(str, event.attempt).split("/", 1)[0]
-        if f"{event.feed_id}/{run}" in self._runs:  # written after its run was over: a zombie's
+        if f"{event.feed_id}/{run}" in self._runs or f"{event.feed_id}/{run}" in self._discarded:  # a zombie's
             return
         attempts = self._staged.setdefault((event.feed_id, event.partition), {})
         attempts.setdefault(cast(str, event.attempt), {})[event.batch_no] = self._staged_batch(event, seq)
         self._feed(event.feed_id)[0] += len(event.paths) + event.duplicates
+        self._touch(event.feed_id, run, event.staged_at)  # (the idle clock restarts at recovery)
+
+    def _touch(self, feed_id: str, run: str, wall: float) -> None:
+        """Staging activity of the run now (its staged_ttl clock starts again)."""
+        a = self._activity.get((feed_id, run))
+        if a is None:
+            self._activity[(feed_id, run)] = [time.monotonic(), wall]
+        else:
+            a[0] = time.monotonic()
+            a[1] = max(a[1], wall)
 
     def _staged_stored(self, event: BatchStored, reply_to: str) -> None:
         staged = self._staged.get((event.feed_id, event.partition), {}).get(cast(str, event.attempt), {})
@@ -530,8 +664,16 @@ class SparkBridge(AtLeastOnceDelivery):
 
     def _release(self, m: Release) -> None:
         run_key = f"{m.feed_id}/{m.run}"
-        if run_key in self._runs:  # a repeat (the driver resends until answered)
+        why = self._discarded.get(run_key)
+        if why is not None or run_key in self._runs:
             self._flush()
+            if why is not None:  # discarded (staged_ttl, an operator, its own Discard): its rows are gone
+                self.log.warning("spark bridge %s: refused the Release of run %s of feed %r: it was discarded "
+                                 "before (%s)", self.path, m.run, m.feed_id, why[0] or "the driver's Discard")
+                refused = ReleaseRefused(m.feed_id, m.run, why[0], why[1], self.path)
+                self.defer_async(refused, lambda r: self.tell(m.reply_to, r))
+                return
+            # a repeat (the driver resends until answered)
             self.defer_async(FeedReleased(m.feed_id, m.run, 0, self.path), lambda r: self._released_reply(m, r))
             return
         self._flush()  # batches buffered before it are journaled before it
@@ -609,15 +751,150 @@ class SparkBridge(AtLeastOnceDelivery):
                 self.tell(m.reply_to, FeedProcessed(m.feed_id, self.path))
 
     def _discard(self, m: Discard) -> None:
-        if f"{m.feed_id}/{m.run}" not in self._runs:
+        if f"{m.feed_id}/{m.run}" not in self._runs and f"{m.feed_id}/{m.run}" not in self._discarded:
             self._flush()
-            self._discard_run(m.feed_id, m.run)
+            self._discard_run(m.feed_id, m.run, "", 0.0)
             self.persist_async(AttemptsDiscarded(m.feed_id, m.run), lambda e: None)
         self.defer_async(Discarded(m.feed_id, m.run), lambda d: self.tell(m.reply_to, d))
 
-    def _discard_run(self, feed_id: str, run: str) -> None:
-        self._remember_run(f"{feed_id}/{run}")
+    def _discard_run(self, feed_id: str, run: str, reason: str, idle: float) -> None:
+        self._discarded[f"{feed_id}/{run}"] = (reason, idle)
+        while len(self._discarded) > KEPT_DISCARDED:
+            self._discarded.popitem(last=False)
         self._drop_run(feed_id, run)
+
+    def _discard_staged(self, m: DiscardStaged, sender: str | None) -> None:
+        """An operator's discard: the run named, or every run (of the feed, if named) idle for `idle_for` s.
+
+        A run the coordinator decided is released as planned instead (Spark committed its rows): the
+        coordinator releases its own at once, a node bridge asks the coordinator first and answers the
+        operator once every run asked about is settled (not at all while the coordinator does not answer).
+        """
+        chosen = [r for r in self.staged_runs()
+                  if (m.feed_id is None or r.feed_id == m.feed_id) and (m.run is None or r.run == m.run)
+                  and (m.idle_for is None or r.idle_seconds >= m.idle_for)]
+        if self.path != BRIDGE_PATH and chosen:
+            self._discard_waits.append([sender, {(r.feed_id, r.run) for r in chosen}, [], []])
+            self._ask_plans(chosen, "operator")
+            return
+        released = self._release_decided(chosen)
+        chosen = [r for r in chosen if r not in released]
+        self._discard_runs(chosen, "operator")
+        done = StagedDiscarded(self.path, chosen, released)
+        self.defer_async(done, lambda d: self.tell(cast(str, sender), d))
+
+    def _discard_runs(self, runs: list[StagedRun], reason: str) -> None:
+        """Discard the staged batches of `runs`, durably (one AttemptsDiscarded each, in one write)."""
+        if not runs:
+            return
+        self._flush()  # batches buffered before are journaled before the discard
+        for r in runs:
+            self.log.warning("spark bridge %s: discarded run %s of feed %r (%s): %d batches, %d rows staged, "
+                             "never released, idle %.0f s", self.path, r.run, r.feed_id,
+                             "staged_ttl" if reason == "ttl" else reason, r.batches, r.rows, r.idle_seconds)
+            self._discard_run(r.feed_id, r.run, reason, r.idle_seconds)
+        self.persist_all_async([AttemptsDiscarded(r.feed_id, r.run, reason, r.idle_seconds) for r in runs],
+                               lambda e: None)
+
+    def _expire(self) -> None:
+        """Discard the runs idle for staged_ttl (their driver is presumably gone)."""
+        ttl = self.staged_ttl
+        if ttl is None or self.recovery_running or not self._activity:
+            return
+        now = time.monotonic()
+        if all(now - a[0] < ttl for a in self._activity.values()):
+            return
+        staged = self._staged_keys()
+        for key in [k for k, a in self._activity.items() if now - a[0] >= ttl and k not in staged]:
+            del self._activity[key]  # (nothing of it staged any more)
+        idle = [r for r in self.staged_runs() if r.idle_seconds >= ttl]
+        if self.path != BRIDGE_PATH:
+            # Only the coordinator knows whether the run was decided (its driver may have died between its
+            # Coordinate and its Release here): ask, and act on the answer (_run_plan); resent every tick.
+            self._ask_plans(idle, "ttl")
+            return
+        released = self._release_decided(idle)
+        idle = [r for r in idle if r not in released]
+        self._expired += len(idle)
+        self._discard_runs(idle, "ttl")
+
+    def _release_decided(self, runs: list[StagedRun]) -> list[StagedRun]:
+        """The coordinator's: release its share of the `runs` it decided, as their driver would have; those."""
+        done = []
+        for r in runs:
+            plan = self._plans.get(f"{r.feed_id}/{r.run}")
+            if plan is not None:
+                self._release_planned(r, [[p, a] for p, a, b in plan.winners if b == self.path])
+                done.append(r)
+        return done
+
+    def _release_planned(self, r: StagedRun, winners: list[list[Any]]) -> None:
+        """Release the decided run `r` here as its (dead) driver's planned Release would: delivered once."""
+        self.log.warning("spark bridge %s: released run %s of feed %r itself (%d batches, %d rows staged, idle "
+                         "%.0f s): the coordinator had decided it, but its driver never sent the release here "
+                         "(it died)", self.path, r.run, r.feed_id, r.batches, r.rows, r.idle_seconds)
+        self._release(Release(r.feed_id, r.run, winners, self.path, planned=True))  # (its reply comes here)
+
+    def _ask_plans(self, runs: list[StagedRun], reason: str) -> None:
+        """A node bridge's: ask the coordinator whether `runs` (and those still unanswered) were decided."""
+        for r in runs:
+            asked = self._asking.setdefault((r.feed_id, r.run), [reason, r.idle_seconds])
+            if reason == "operator":
+                asked[0] = reason
+            asked[1] = r.idle_seconds
+        staged = self._staged_keys()
+        for key in [k for k in self._asking if k not in staged]:  # released or discarded meanwhile
+            self._asking.pop(key)
+            self._settle_waits(key, None, "")
+        for (feed_id, run), (why, idle) in self._asking.items():
+            self._plan_asks += 1
+            self.tell(BRIDGE_PATH, PlanOf(feed_id, run, self.path, why, idle))
+
+    def _staged_keys(self) -> set[tuple[str, str]]:
+        """(feed id, run) of every run with batches staged here."""
+        return {(f, attempt.split("/", 1)[0]) for (f, _), attempts in self._staged.items() for attempt in attempts}
+
+    def _run_plan(self, m: RunPlan) -> None:
+        """A node bridge's: the coordinator answered a PlanOf: release the run as decided, or discard it."""
+        key = (m.feed_id, m.run)
+        asked = self._asking.pop(key, None)
+        if asked is None:  # a second answer (the question was resent): settled by the first
+            return
+        r = next((r for r in self.staged_runs() if (r.feed_id, r.run) == key), None)
+        outcome = ""
+        if r is None:  # released or discarded meanwhile
+            pass
+        elif m.winners is not None:
+            self._release_planned(r, m.winners)
+            outcome = "released"
+        elif m.abandoned:  # durable at the coordinator: never decided now, so nothing of it can be released
+            if asked[0] == "ttl":
+                self._expired += 1
+            self._discard_runs([r], asked[0])
+            outcome = "discarded"
+        else:
+            self.log.error("spark bridge %s: run %s of feed %r is idle (%.0f s), but the coordinator no longer "
+                           "keeps its plan (it decided %d later runs since): it stays staged; check whether its "
+                           "feed was delivered, then discard it by hand (reprise spark discard)", self.path, m.run,
+                           m.feed_id, r.idle_seconds, KEPT_PLANS)
+        self._settle_waits(key, r, outcome)
+
+    def _settle_waits(self, key: tuple[str, str], r: StagedRun | None, outcome: str) -> None:
+        """Answer the operators whose runs are all settled now (once what was done is durable)."""
+        for wait in list(self._discard_waits):
+            sender, keys, discarded, released = wait
+            if key not in keys:
+                continue
+            keys.discard(key)
+            if outcome:
+                (discarded if outcome == "discarded" else released).append(r)
+            if not keys:
+                self._discard_waits.remove(wait)
+                self._answer_operator(sender, StagedDiscarded(self.path, discarded, released))
+
+    def _answer_operator(self, sender: str | None, done: StagedDiscarded) -> None:
+        """Tell the operator (a DiscardStaged's sender) what was done, once it is durable."""
+        self.defer_async(done, lambda d: self.tell(cast(str, sender), d))
 
     def _drop_run(self, feed_id: str, run: str) -> int:
         """Forget every batch the attempts of `run` staged for `feed_id`; the rows dropped."""
@@ -631,6 +908,7 @@ class SparkBridge(AtLeastOnceDelivery):
                     dropped += b.size + b.duplicates
             if not attempts:
                 del self._staged[key]
+        self._activity.pop((feed_id, run), None)
         return dropped
 
     # ---- the coordinator of multi-bridge feeds ----------------------------------------------------
@@ -641,6 +919,21 @@ class SparkBridge(AtLeastOnceDelivery):
         if known is not None:  # a repeat: the same plan, once it is durable (it may be in flight)
             plan = ReleasePlan(known.feed_id, known.run, known.winners, known.excluded, self._earlier(known))
             self.defer_async(plan, lambda p: self.tell(m.reply_to, p))
+            return
+        abandoned = self._abandoned_runs.get(f"{m.feed_id}/{m.run}")
+        why = self._discarded.get(f"{m.feed_id}/{m.run}")  # (what it staged here is gone)
+        if abandoned is not None or why is not None:
+            # A bridge found it idle and discarded it, undecided: deciding it now would have rows of it released
+            # at the other bridges but not there, and a rerun would skip those partitions: refused.
+            if abandoned is not None:
+                bridge, reason, idle = cast(str, abandoned[0]), cast(str, abandoned[1]), cast(float, abandoned[2])
+            else:
+                bridge, (reason, idle) = self.path, cast(tuple[str, float], why)
+            self.log.warning("spark bridge %s: refused the Coordinate of run %s of feed %r: %s discarded it "
+                             "before (%s)", self.path, m.run, m.feed_id, bridge, reason or "the driver's Discard")
+            self._flush()
+            refused = ReleaseRefused(m.feed_id, m.run, reason, idle, bridge)
+            self.defer_async(refused, lambda r: self.tell(m.reply_to, r))
             return
         decided = self._decided.get(m.feed_id, {})
         winners: list[list[Any]] = []
@@ -666,6 +959,34 @@ class SparkBridge(AtLeastOnceDelivery):
             earlier.extend([run, bridge, w] for bridge, w in by_bridge.items())
         return earlier
 
+    def _plan_of(self, m: PlanOf) -> None:
+        """A node bridge asks about its idle run: its share of the plan, or (undecided) abandoned, durably."""
+        if self.path != BRIDGE_PATH:  # (node bridges ask the coordinator; they know no plans)
+            self.log.error("spark bridge %s got %r: only the coordinator %s answers it", self.path, m, BRIDGE_PATH)
+            return
+        run_key = f"{m.feed_id}/{m.run}"
+        plan = self._plans.get(run_key)
+        if plan is not None:  # (durable once any write in flight is: the plan may be)
+            reply = RunPlan(m.feed_id, m.run, [[p, a] for p, a, b in plan.winners if b == m.bridge])
+        elif run_key in self._abandoned_runs:
+            reply = RunPlan(m.feed_id, m.run, None, abandoned=True)
+        elif m.run in self._decided.get(m.feed_id, {}).values():  # decided, but its plan is no longer kept
+            reply = RunPlan(m.feed_id, m.run, None)
+        else:
+            event = RunAbandoned(m.feed_id, m.run, m.bridge, m.reason, m.idle_seconds)
+            self._abandon(event)  # now: a Coordinate arriving meanwhile is refused
+            self.log.warning("spark bridge: run %s of feed %r was never decided and is idle at %s (%s): abandoned, "
+                             "its Coordinate will be refused", m.run, m.feed_id, m.bridge, m.reason)
+            self.persist_async(event, lambda e: self.tell(m.bridge, RunPlan(m.feed_id, m.run, None, True)))
+            return
+        self._flush()
+        self.defer_async(reply, lambda r: self.tell(m.bridge, r))
+
+    def _abandon(self, event: RunAbandoned) -> None:
+        self._abandoned_runs[f"{event.feed_id}/{event.run}"] = [event.bridge, event.reason, event.idle_seconds]
+        while len(self._abandoned_runs) > KEPT_DISCARDED:
+            self._abandoned_runs.popitem(last=False)
+
     def _decide(self, event: ReleaseDecided) -> None:
         decided = self._decided.setdefault(event.feed_id, {})
         for partition, _, _ in event.winners:
@@ -676,7 +997,7 @@ class SparkBridge(AtLeastOnceDelivery):
 
     def _remember_run(self, run_key: str) -> None:
         self._runs[run_key] = None
-        while len(self._runs) > 10_000:  # runs older than that are not recognised as repeats
+        while len(self._runs) > KEPT_RUNS:  # runs older than that are not recognised as repeats
             self._runs.popitem(last=False)
 
     def _await(self, feed_id: str, partition: int, batch_no: int, reply_to: str) -> None:
@@ -1002,12 +1323,13 @@ def bridge_path(node: str) -> str:
 
 
 def start_bridges(system: actors.System, nodes: list[str] | None = None, timeout: float = 60.0,
-                  cls: type[SparkBridge] | None = None, **options: Any) -> list[str]:
+                  cls: type[SparkBridge] | None = None, staged_ttl: float | None = STAGED_TTL,
+                  **options: Any) -> list[str]:
     """Spawn the coordinator (start_bridge) and one bridge per node, each placed on its node; their paths.
 
     `nodes` default: every live node (System.nodes()). A bridge already running is left alone. Each node's
     bridge fails over to the other nodes when the actors layer places with `nodes=`; its journal must then
-    be one every node reaches (PostgreSQL). `cls`: as for start_bridge.
+    be one every node reaches (PostgreSQL). `cls`, `staged_ttl`: as for start_bridge (every bridge gets it).
     """
     if nodes is None:
         nodes = [n for n, state in system.nodes().items() if state == "up"]
@@ -1015,7 +1337,8 @@ def start_bridges(system: actors.System, nodes: list[str] | None = None, timeout
         raise ValueError(f"start_bridges: nodes must be a non-empty list of distinct node names, got {nodes!r}")
     paths = [bridge_path(n) for n in nodes]
     cls = cls or SparkBridge
-    start_bridge(system, timeout, cls, **options)
+    start_bridge(system, timeout, cls, staged_ttl, **options)
+    options = _with_ttl(options, staged_ttl)
     for node, path in zip(nodes, paths, strict=True):
         try:  # placed on its node, failing over to the others in order
             system.spawn(cls, path=path, timeout=timeout, nodes=[node, *(n for n in nodes if n != node)], **options)
@@ -1025,15 +1348,26 @@ def start_bridges(system: actors.System, nodes: list[str] | None = None, timeout
 
 
 def start_bridge(system: actors.System, timeout: float = 60.0, cls: type[SparkBridge] | None = None,
-                 **options: Any) -> str:
+                 staged_ttl: float | None = STAGED_TTL, **options: Any) -> str:
     """Spawn the bridge at /system/spark-bridge (no-op if it is already there); returns its path.
+
+    `staged_ttl`: seconds after which a run with batches staged but no staging activity (its driver died
+    before releasing or discarding them) is discarded, durably; a late Release of it fails its feed with a
+    FeedError. Default STAGED_TTL (a day); None keeps staged runs until released or discarded by hand
+    (`reprise spark discard`, spark_bridge.discard_staged).
 
     `options` are spawn options of its host, e.g. `backoff=(min, max, random_factor)`. `cls`: a SparkBridge
     subclass, e.g. one defined in the module that registers the types of the destinations' follow-up
     messages: the bridge's journal holds them, and a restarted bridge must know them to recover (a type
     registered under its default manifest, module.QualName, is imported on demand; a custom manifest is not).
     """
+    options = _with_ttl(options, staged_ttl)
     try:
         return system.spawn(cls or SparkBridge, path=BRIDGE_PATH, timeout=timeout, **options)
     except PathTaken:
         return BRIDGE_PATH
+
+
+def _with_ttl(options: dict[str, Any], staged_ttl: float | None) -> dict[str, Any]:
+    """Spawn options whose constructor kwargs carry `staged_ttl` (checked now: a bad one fails the caller)."""
+    return {**options, "kwargs": {**(options.get("kwargs") or {}), "staged_ttl": check_staged_ttl(staged_ttl)}}

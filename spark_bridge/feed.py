@@ -58,6 +58,7 @@ from spark_bridge.messages import (
     OpenBatches,
     Release,
     ReleasePlan,
+    ReleaseRefused,
 )
 from spark_bridge.progress import Poller, ProgressBar, is_terminal
 
@@ -488,10 +489,13 @@ def _coordinate(system: actors.System, probe: actors.Probe, plan: _Plan, feed_id
     ask = Coordinate(feed_id, plan.run, [[p, attempt, bridge] for p, attempt, _, _, _, bridge in messages],
                      plan.key is not None, probe.path)
     reply = _ask_bridge(system, probe, plan, BRIDGE_PATH, ask,
-                        lambda r: isinstance(r, ReleasePlan) and r.feed_id == feed_id and r.run == plan.run)
+                        lambda r: isinstance(r, ReleasePlan | ReleaseRefused) and r.feed_id == feed_id
+                        and r.run == plan.run)
     if reply is None:
         raise FeedError(f"feed {feed_id!r}: the coordinator {BRIDGE_PATH} did not answer within {plan.timeout} s; "
                         "nothing was delivered: run it again")
+    if isinstance(reply, ReleaseRefused):  # a bridge discarded the run, undecided, before this Coordinate came
+        raise FeedError(refused_message(reply, reply.bridge or BRIDGE_PATH, [], plan.run))
     return cast(ReleasePlan, reply)
 
 
@@ -521,6 +525,8 @@ def _release(system: actors.System, probe: actors.Probe, plan: _Plan, feed_id: s
         bridge = getattr(reply, "bridge", "") or BRIDGE_PATH
         if isinstance(reply, FeedReleased) and reply.feed_id == feed_id and (bridge, reply.run) in releases:
             released.setdefault((bridge, reply.run), reply.discarded)
+        elif isinstance(reply, ReleaseRefused) and reply.feed_id == feed_id and (bridge, reply.run) in releases:
+            raise FeedError(refused_message(reply, bridge, [b for b, _ in released if b != bridge], plan.run))
         elif isinstance(reply, FeedProcessed) and reply.feed_id == feed_id and bridge in involved:
             processed.add(bridge)
     missing = sorted({b for b, run in releases if (b, run) not in released})
@@ -541,6 +547,22 @@ def _release(system: actors.System, probe: actors.Probe, plan: _Plan, feed_id: s
                         "Their rows are stored and still being delivered; feed the same feed_id again to wait "
                         "for them")
     return sum(released.values())
+
+
+def refused_message(reply: ReleaseRefused, bridge: str, others: list[str], run: str) -> str:
+    """Why a Release was refused and what to do: the FeedError of a run discarded before its commit."""
+    if reply.run != run:  # an earlier run's release, resent by this one (a bridge per node): it stays refused
+        return (f"feed {reply.feed_id!r}: the earlier run {reply.run}, whose release this run resent, was "
+                f"discarded by the bridge {bridge} {reply.explain()}: the coordinator had decided its partitions, "
+                "but their rows staged there are gone and were never delivered, and a rerun of this feed_id "
+                "skips those partitions. Feed their rows again under a new feed_id")
+    done = (f"{', '.join(sorted(set(others)))} released theirs" if others
+            else "nothing of this run was delivered")
+    return (f"feed {reply.feed_id!r}: run {reply.run} was discarded by the bridge {bridge} {reply.explain()} "
+            f"before its release arrived: the rows it had staged there are gone and were not delivered "
+            f"({done}). Run the feed again with the same feed_id: its released partitions are not delivered "
+            "twice, the others are staged again (a rerun is a new run). If this driver was merely slow, raise the bridge's staged_ttl "
+            "(start_bridge(..., staged_ttl=SECONDS))")
 
 
 def _results_dir() -> str:

@@ -1,7 +1,7 @@
 """Messages between feeding Spark tasks, the bridge and destinations; the journal events of both sides.
 
-Users meet only `Row` (what destinations receive) and `GetFeedProgress`/`FeedProgress` (exported by
-spark_bridge); the rest is the bridge's wire protocol and journal format, internal to spark_bridge.
+Users meet only `Row` (what destinations receive), `GetFeedProgress`/`FeedProgress` and `StagedRun` (exported
+by spark_bridge); the rest is the bridge's wire protocol and journal format, internal to spark_bridge.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ class Coordinate:
     """Driver -> the coordinator (/system/spark-bridge): which of these winners may each bridge release?
 
     `winners` are [partition, attempt, bridge path] (Spark's committed attempts and where they staged).
-    Answered with ReleasePlan, the same one for a repeat (the driver resends until answered).
+    Answered with ReleasePlan, the same one for a repeat (the driver resends until answered); with
+    ReleaseRefused if the run was abandoned before (a bridge discarded it, undecided, after its staged_ttl).
     """
 
     feed_id: str
@@ -72,6 +73,35 @@ class Coordinate:
     winners: list[list[Any]]
     keyed: bool
     reply_to: str
+
+
+@dataclass(frozen=True)
+class PlanOf:
+    """Node bridge -> the coordinator: run `run` of `feed_id` staged at `bridge` is idle past its staged_ttl
+    (reason "ttl") or an operator discards it ("operator"): was it decided? Answered with RunPlan (to `bridge`).
+    An undecided run is first recorded abandoned (RunAbandoned, durably), so that its Coordinate is refused."""
+
+    feed_id: str
+    run: str
+    bridge: str
+    reason: str
+    idle_seconds: float
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """The coordinator -> a node bridge: what was decided for the run (PlanOf).
+
+    `winners` ([partition, attempt]): decided, these are the bridge's (what its driver's planned Release
+    names): the bridge releases them itself. None: not decided; `abandoned`: recorded so (durable), the
+    bridge discards the run; not `abandoned`: the coordinator no longer keeps the run's plan (KEPT_PLANS
+    later runs), the bridge keeps it staged for an operator.
+    """
+
+    feed_id: str
+    run: str
+    winners: list[list[Any]] | None
+    abandoned: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,6 +155,90 @@ class Discarded:
 
     feed_id: str
     run: str
+
+
+DISCARD_REASONS = {"": "because its Spark job was aborted (the driver's Discard)",
+                   "ttl": "after {idle:.0f} s without staging activity (the bridge's staged_ttl)",
+                   "operator": "by an operator ({idle:.0f} s after its last staging activity)"}
+"""Why a run's staged batches were discarded (AttemptsDiscarded.reason), worded for messages."""
+
+
+@dataclass(frozen=True)
+class ReleaseRefused:
+    """Bridge -> driver: the run's staged batches were discarded before this Release came: nothing of the run
+    is delivered by this bridge (a real repeat of a released run is answered with FeedReleased instead)."""
+
+    feed_id: str
+    run: str
+    reason: str
+    """As AttemptsDiscarded.reason: "ttl", "operator", or "" (the driver's own Discard)."""
+    idle_seconds: float
+    bridge: str = field(default="", compare=False)
+
+    def explain(self) -> str:
+        """Why, in words: "after 3600 s without staging activity (the bridge's staged_ttl)"."""
+        return DISCARD_REASONS.get(self.reason, self.reason).format(idle=self.idle_seconds)
+
+
+@dataclass(frozen=True)
+class StagedRun:
+    """A run of a feed with batches staged at a bridge, neither released nor discarded yet."""
+
+    feed_id: str
+    run: str
+    batches: int
+    rows: int
+    """New rows of its batches (duplicates skipped when staged are not counted)."""
+    partitions: int
+    attempts: int
+    idle_seconds: float
+    """Since its last staging activity, or since the bridge recovered if that is later: the staged_ttl clock."""
+    last_staged_at: float | None
+    """Wall-clock time (time.time()) of its newest staged batch; None if it was staged by an older version."""
+    bridge: str = ""
+
+
+@dataclass(frozen=True)
+class GetStagedRuns:
+    """Anyone -> bridge: which runs have batches staged here? Answered with StagedRuns."""
+
+
+@dataclass(frozen=True)
+class StagedRuns:
+    """Bridge -> asker: its staged runs, oldest activity first, and its staged_ttl (None: off)."""
+
+    bridge: str
+    runs: list[StagedRun]
+    staged_ttl: float | None
+
+
+@dataclass(frozen=True)
+class DiscardStaged:
+    """Operator -> bridge: discard the staged batches of the run (`feed_id`, `run`), or of every run idle for
+    at least `idle_for` s (of `feed_id` only, if given). Answered with StagedDiscarded once durable."""
+
+    feed_id: str | None = None
+    run: str | None = None
+    idle_for: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.idle_for is None and (self.feed_id is None or self.run is None):
+            raise ValueError("DiscardStaged needs a feed_id and a run, or idle_for (seconds): it never discards "
+                             f"every staged run at once; got feed_id={self.feed_id!r}, run={self.run!r}")
+        if self.idle_for is not None and (isinstance(self.idle_for, bool) or not isinstance(self.idle_for, int | float)
+                                          or not self.idle_for >= 0):
+            raise ValueError(f"idle_for must be a number of seconds >= 0, got {self.idle_for!r}")
+
+
+@dataclass(frozen=True)
+class StagedDiscarded:
+    """Bridge -> operator: the runs whose staged batches it discarded (durably); empty when none matched."""
+
+    bridge: str
+    runs: list[StagedRun]
+    released: list[StagedRun] = field(default_factory=list)
+    """Runs asked for that the coordinator had decided (their driver died before releasing them here): the
+    bridge released them, as planned, instead of discarding rows Spark had committed."""
 
 
 @dataclass(frozen=True)
@@ -324,6 +438,9 @@ class BatchStored:
     duplicates: int
     attempt: str | None = None
     """Staged under this Spark task attempt (delivered once AttemptsReleased names it); None: delivered."""
+    staged_at: float = 0.0
+    """Wall-clock time a staged batch was stored (shown in the staged runs; 0: not staged, or stored by an
+    older version)."""
 
 
 @register_type(manifest="spark_bridge.AttemptsReleased")
@@ -352,13 +469,31 @@ class ReleaseDecided:
     excluded: list[list[Any]]
 
 
-@register_type(manifest="spark_bridge.AttemptsDiscarded")
+@register_type(manifest="spark_bridge.RunAbandoned")
 @dataclass(frozen=True)
-class AttemptsDiscarded:
-    """Bridge event: the staged batches of the run are forgotten (its Spark job was aborted)."""
+class RunAbandoned:
+    """Coordinator event: a node bridge asked (PlanOf) about a run not decided: it is never decided now, and
+    its Coordinate is refused (ReleaseRefused with this reason, bridge and idle time): the bridge discards it."""
 
     feed_id: str
     run: str
+    bridge: str
+    reason: str
+    idle_seconds: float
+
+
+@register_type(manifest="spark_bridge.AttemptsDiscarded")
+@dataclass(frozen=True)
+class AttemptsDiscarded:
+    """Bridge event: the staged batches of the run are forgotten: its Spark job was aborted, or it was idle
+    past the bridge's staged_ttl, or an operator discarded it. A later Release of the run is refused."""
+
+    feed_id: str
+    run: str
+    reason: str = ""
+    """"" (the driver's Discard), "ttl" or "operator": see DISCARD_REASONS."""
+    idle_seconds: float = 0.0
+    """How long the run had been idle (its staged_ttl clock) when discarded by "ttl" or "operator"."""
 
 
 @register_type(manifest="spark_bridge.Progress")
@@ -392,10 +527,15 @@ class BridgeSnapshot:
     # (added later: snapshots written before have neither, and get the defaults)
     staged: list[list[Any]] = field(default_factory=list)  # [seq, feed, partition, attempt, batch_no, first_id, size, dup, dead, keys]
     released: dict[str, list[int]] = field(default_factory=dict)  # feed_id -> released partitions
-    runs: list[str] = field(default_factory=list)  # f"{feed_id}/{run}" released or discarded, oldest first
+    runs: list[str] = field(default_factory=list)  # f"{feed_id}/{run}" released (before `discarded`: or discarded)
     # (the coordinator's, added later)
     decided: dict[str, list[list[Any]]] = field(default_factory=dict)  # feed_id -> [[partition, deciding run]]
     plans: list[list[Any]] = field(default_factory=list)  # [feed_id, run, winners, excluded], oldest first
+    # (added later) runs discarded, not released: a late Release of one is refused
+    discarded: list[list[Any]] = field(default_factory=list)  # [f"{feed_id}/{run}", reason, idle_seconds], oldest first
+    staged_at: list[list[Any]] = field(default_factory=list)  # [feed_id, run, wall time of its newest staged batch]
+    # (the coordinator's, added later) runs a node bridge found idle before they were decided: never decided
+    abandoned: list[list[Any]] = field(default_factory=list)  # [f"{feed_id}/{run}", bridge, reason, idle_seconds]
 
 
 # ---- a durable destination's journal -----------------------------------------------------------------

@@ -170,6 +170,15 @@ def test_a_cluster_file_parses() -> None:
     assert accounts.options == {"shards": 6, "nodes": ["a", "b", "c"]} and feeder.options == {"node": "b"}
 
 
+def test_spark_staged_ttl_is_passed_to_the_bridges_as_seconds_or_none() -> None:
+    """[spark] staged_ttl: start_bridge(s)'s keyword (false: None, runs kept until discarded by hand)."""
+    assert loads(CLUSTER).cluster.spark_options == {}
+    hour = loads(_cluster("bridges = true => bridges = true\nstaged_ttl = 3600")).cluster
+    assert hour.spark_options == {"staged_ttl": 3600.0}
+    off = loads(_cluster("bridges = true => bridges = true\nstaged_ttl = false")).cluster
+    assert off.spark_options == {"staged_ttl": None}
+
+
 def test_the_shipped_cluster_example_parses() -> None:
     topo = load("examples/cluster/cluster.toml")
     c = topo.cluster
@@ -205,6 +214,10 @@ def _cluster(edit: str) -> str:
     ('metrics_port = 9464 => metric_port = 9464', "[[node]] #1 ('a') has unknown key(s) ['metric_port']"),
     ('bridges = true => bridges = "yes"', "[spark] bridges must be true or false"),
     ('bridges = true => bridge = true', "[spark] has unknown key(s) ['bridge']"),
+    ('bridges = true => bridges = true\nstaged_ttl = "1h"', "[spark] staged_ttl must be a number of seconds > 0"),
+    ('bridges = true => bridges = true\nstaged_ttl = 0', "[spark] staged_ttl must be a number of seconds > 0"),
+    ('bridges = true => bridges = true\nstaged_ttl = true', "or false to keep such runs until discarded by hand"),
+    ('bridges = true => bridges = false\nstaged_ttl = 60', "[spark] staged_ttl is for the bridges"),
     ('nodes = ["a", "b", "c"] => nodes = ["a", "d"]', "[[entities]] /user/accounts nodes names ['d'], which no"),
     ('node = "b" => node = "x"', "[[actor]] /user/feeder node names ['x']"),
     ('nodes = ["a", "b", "c"] => nodes = []', "[[entities]] #1: nodes must name at least one node"),

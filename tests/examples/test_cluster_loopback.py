@@ -80,6 +80,7 @@ def test_the_cluster_example_on_one_machine_without_namespaces(tmp_path, postgre
             assert proc.returncode == 0, outs[name]
             assert f"cluster node '{name}'" in outs[name] and f"up on 127.0.0.1:{ports[name]}" in outs[name]
         assert "WARNING" not in outs["a"] and "one bridge per node (a, b, c)" in outs["a"], outs["a"]
+        assert "never released discarded after 43200 s idle" in outs["a"], outs["a"]  # [spark] staged_ttl
 
         system = actors.connect(ports["a"])
         try:
@@ -88,6 +89,9 @@ def test_the_cluster_example_on_one_machine_without_namespaces(tmp_path, postgre
             shards = sorted(h.node for p, h in hosts.items() if p.startswith(ACCOUNTS_PATH))
             assert shards == ["a", "a", "b", "b", "c", "c"]
             assert {f"/system/spark-bridges/{n}" for n in "abc"} <= hosts.keys()
+            # The file's [spark] staged_ttl reached every bridge, the coordinator's too.
+            assert {p: hosts[p].counters["staged_ttl_seconds"] for p in hosts if "spark-bridge" in p} == {
+                p: 43200 for p in ["/system/spark-bridge", *(f"/system/spark-bridges/{n}" for n in "abc")]}
             # Each row twice, as a bridge redelivers one it has no confirmation for: applied once. (Delivery
             # ids start at 1.)
             rows = [Row(txid + 1, {"account": account, "txid": txid, "amount": amount})

@@ -1,0 +1,262 @@
+"""Staged runs a driver never released (it died): visible, discarded by staged_ttl or by hand, never lost silently.
+
+No Spark: a probe speaks the bridge's protocol (spark_bridge.messages) as a task and a driver do. On both bases.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import actors
+from journal import SnapshotSelectionCriteria, open_journal, open_snapshot_store
+from spark_bridge import (
+    BRIDGE_PATH,
+    FeedError,
+    SparkBridge,
+    StagedRun,
+    discard_staged,
+    staged_runs,
+    start_bridge,
+)
+from spark_bridge.bridge import PERSISTENCE_ID, check_staged_ttl
+from spark_bridge.feed import commit_run, make_plan
+from spark_bridge.messages import (
+    AttemptsDiscarded,
+    BatchAccepted,
+    DiscardStaged,
+    FeedReleased,
+    GetStagedRuns,
+    IngestBatch,
+    Release,
+    ReleaseRefused,
+    StagedRuns,
+)
+from tests.spark_bridge.sample import Account, Balance, GetBalance
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.timeout(90)
+
+TTL = 1.0  # short, so that the tests wait about a second for the TTL (never sleep: they wait for conditions)
+
+
+class SnapshotEveryBatch(SparkBridge):
+    """A bridge that snapshots after every stored batch."""
+
+    snapshot_every = 1
+
+
+def stage(system: actors.System, probe: actors.Probe, feed_id: str, attempt: str, partition: int, batch_no: int,
+          amounts: list[int], first_txid: int, account: str = "a0") -> BatchAccepted:
+    """Stage one batch of deposits to `account` under `attempt` (as a task does); the BatchAccepted."""
+    paths = [f"/user/accounts/{account}"] * len(amounts)
+    values = [{"amount": a, "txid": t} for t, a in enumerate(amounts, first_txid)]
+    system.tell(BRIDGE_PATH, IngestBatch(feed_id, partition, batch_no, paths, values, probe.path,
+                                         attempt=attempt))
+    reply = probe.receive(10)
+    assert isinstance(reply, BatchAccepted) and reply.batch_no == batch_no, reply
+    return reply
+
+
+def runs(system: actors.System) -> list[StagedRun]:
+    reply = system.ask(BRIDGE_PATH, GetStagedRuns(), timeout=10)
+    assert isinstance(reply, StagedRuns)
+    return reply.runs
+
+
+def counters(system: actors.System) -> dict[str, int]:
+    return system.status().hosts[BRIDGE_PATH].counters
+
+
+def restart(system: actors.System, cls: type[SparkBridge] = SparkBridge, **kwargs: object) -> None:
+    restart_at(system, BRIDGE_PATH, cls, **kwargs)
+
+
+def restart_at(system: actors.System, path: str, cls: type[SparkBridge] = SparkBridge, **kwargs: object) -> None:
+    """Stop the bridge at `path` and spawn `cls` there again with `kwargs` (it recovers)."""
+    system.stop(path)
+    system.spawn(cls, path=path, kwargs=kwargs)
+
+
+def staged_system(base: str, make_system, tmp_path) -> tuple[actors.System, actors.Probe, str]:
+    """A system on `base` with SQLite journal and snapshots, accounts, a probe for tasks and drivers, its URL."""
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db",
+                         snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+    system.spawn(Account, path="/user/accounts", entities=True)
+    return system, system.probe("driver"), f"sqlite:///{tmp_path}"
+
+
+@pytest.fixture
+def bridged(base, make_system, tmp_path):
+    """staged_system's (system, probe, url)."""
+    return staged_system(base, make_system, tmp_path)
+
+
+def test_staged_runs_are_listed_and_summed_in_stats_until_released(bridged):
+    system, probe, _ = bridged
+    start_bridge(system)
+    assert counters(system)["staged_runs"] == 0 and counters(system)["staged_ttl_seconds"] == 24 * 3600
+    stage(system, probe, "f1", "runA/1", 0, 0, [1, 2], 0)
+    stage(system, probe, "f1", "runA/1", 0, 1, [3], 2)
+    stage(system, probe, "f1", "runA/2", 1, 0, [4], 3)
+    stage(system, probe, "f2/7", "runB/1", 0, 0, [5, 6, 7], 10)  # a stream's feed id holds a '/'
+    by_run = {(r.feed_id, r.run): r for r in runs(system)}
+    a, b = by_run[("f1", "runA")], by_run[("f2/7", "runB")]
+    assert (a.batches, a.rows, a.partitions, a.attempts) == (3, 4, 2, 2)
+    assert (b.batches, b.rows, b.partitions, b.attempts) == (1, 3, 1, 1)
+    assert a.last_staged_at is not None and a.bridge == BRIDGE_PATH and len(by_run) == 2
+    c = counters(system)
+    assert (c["staged_runs"], c["staged_batches"], c["staged_rows"]) == (2, 4, 7)
+    # The idle clock runs; staging again restarts it.
+    wait_for(lambda: min(r.idle_seconds for r in runs(system)) >= 0.5)
+    stage(system, probe, "f1", "runA/1", 0, 2, [8], 20)
+    assert {r.run: r.idle_seconds < 0.5 for r in runs(system)} == {"runA": True, "runB": False}
+    # The API lists the same, the longest idle first.
+    assert [(r.feed_id, r.run) for r in staged_runs(system)] == [("f2/7", "runB"), ("f1", "runA")]
+
+    system.tell(BRIDGE_PATH, Release("f1", "runA", [[0, "runA/1"], [1, "runA/2"]], probe.path))
+    assert probe.receive(10) == FeedReleased("f1", "runA", 0)
+    assert [(r.feed_id, r.run) for r in runs(system)] == [("f2/7", "runB")]
+    c = counters(system)
+    assert (c["staged_runs"], c["staged_batches"], c["staged_rows"]) == (1, 1, 3)
+    assert wait_for(lambda: system.ask("/user/accounts/a0", GetBalance(), timeout=10).applied == 5)
+
+
+def test_an_idle_run_is_discarded_after_the_ttl_and_its_late_release_is_refused_also_after_a_restart(bridged):
+    system, probe, url = bridged
+    start_bridge(system, staged_ttl=TTL)
+    stage(system, probe, "dead", "runD/1", 0, 0, [100, 100], 0)  # a driver that dies after staging
+    stage(system, probe, "live", "runL/1", 0, 0, [1], 50)
+    system.tell(BRIDGE_PATH, Release("live", "runL", [[0, "runL/1"]], probe.path))
+    assert probe.receive(10) == FeedReleased("live", "runL", 0)
+
+    wait_for(lambda: counters(system)["staged_runs"] == 0, timeout=TTL * 10)
+    assert counters(system)["staged_expired"] == 1
+    with open_journal(f"{url}/journal.db") as j:
+        events = [e.event for e in j.events_by_persistence_id(PERSISTENCE_ID)]
+    [discarded] = [e for e in events if isinstance(e, AttemptsDiscarded)]
+    assert (discarded.feed_id, discarded.run, discarded.reason) == ("dead", "runD", "ttl")
+    assert discarded.idle_seconds >= TTL
+
+    # The driver was merely slow: its release is refused (not "released": the rows are gone), and stays so.
+    for _ in range(2):
+        system.tell(BRIDGE_PATH, Release("dead", "runD", [[0, "runD/1"]], probe.path))
+        refused = probe.receive(10)
+        assert isinstance(refused, ReleaseRefused) and (refused.feed_id, refused.run, refused.reason) == (
+            "dead", "runD", "ttl")
+        assert "without staging activity" in refused.explain()
+        restart(system, staged_ttl=TTL)  # replayed from the journal: refused still
+    # A repeat of the released run is still a repeat; a zombie batch of the discarded run is not staged.
+    system.tell(BRIDGE_PATH, Release("live", "runL", [[0, "runL/1"]], probe.path))
+    assert probe.receive(10) == FeedReleased("live", "runL", 0)
+    assert stage(system, probe, "dead", "runD/1", 0, 1, [100], 2).duplicates == 1
+    assert runs(system) == []
+    # Nothing of the discarded run was delivered; the released one was, once.
+    assert system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(1, 1, 0)
+
+
+def test_the_idle_clock_restarts_at_recovery_so_a_restart_never_discards_earlier(bridged):
+    system, probe, _ = bridged
+    start_bridge(system, staged_ttl=None)  # off: staged runs stay
+    assert counters(system)["staged_ttl_seconds"] == 0
+    stage(system, probe, "f", "run1/1", 0, 0, [1], 0)
+    wait_for(lambda: runs(system)[0].idle_seconds >= 2 * TTL)
+    restart(system, staged_ttl=TTL)  # idle longer than the TTL before the restart, yet the clock starts again
+    [run] = runs(system)
+    assert run.idle_seconds < TTL and run.last_staged_at is not None  # (the wall time is kept in the journal)
+    wait_for(lambda: runs(system) == [], timeout=TTL * 10)
+    assert counters(system)["staged_expired"] == 1
+
+
+def test_a_snapshot_taken_after_a_discard_restores_it_and_released_runs_stay_repeats(bridged):
+    system, probe, url = bridged
+    system.spawn(SnapshotEveryBatch, path=BRIDGE_PATH)  # (default TTL: a day)
+    stage(system, probe, "f", "runOld/1", 0, 0, [7], 0)
+    stage(system, probe, "f", "runNew/1", 0, 0, [9], 1)
+    system.tell(BRIDGE_PATH, Release("f", "runNew", [[0, "runNew/1"]], probe.path))
+    assert probe.receive(10) == FeedReleased("f", "runNew", 0)
+    [gone] = discard_staged(system, "f", "runOld")
+    assert (gone.feed_id, gone.run, gone.batches, gone.rows) == ("f", "runOld", 1, 1)
+    assert discard_staged(system, "f", "runOld") == []  # not staged any more
+    # A batch stored after the discard makes the next command save a snapshot holding it.
+    stage(system, probe, "other", "runX/1", 0, 0, [1], 2, account="a1")
+    with open_journal(f"{url}/journal.db") as j:
+        discard_seq = next(e.sequence_nr for e in j.events_by_persistence_id(PERSISTENCE_ID)
+                           if isinstance(e.event, AttemptsDiscarded))
+
+    def snapshot():
+        runs(system)
+        with open_snapshot_store(f"{url}/snapshots.db") as store:
+            s = store.load(PERSISTENCE_ID, SnapshotSelectionCriteria.LATEST)
+        return s is not None and s.metadata.sequence_nr > discard_seq and s
+    taken = wait_for(snapshot)
+    assert taken.snapshot.discarded == [["f/runOld", "operator", gone.idle_seconds]]
+    assert [r[:2] for r in taken.snapshot.staged_at] == [["other", "runX"]]
+
+    restart(system, SnapshotEveryBatch)  # restored from that snapshot (nothing after it but what it holds)
+    system.tell(BRIDGE_PATH, Release("f", "runOld", [[0, "runOld/1"]], probe.path))
+    refused = probe.receive(10)
+    assert isinstance(refused, ReleaseRefused) and refused.reason == "operator"
+    system.tell(BRIDGE_PATH, Release("f", "runNew", [[0, "runNew/1"]], probe.path))
+    assert probe.receive(10) == FeedReleased("f", "runNew", 0)
+    [left] = runs(system)
+    assert (left.feed_id, left.run) == ("other", "runX") and left.last_staged_at is not None
+    assert system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(9, 1, 0)
+
+
+def test_discarding_by_idle_time_takes_only_runs_idle_that_long(bridged):
+    system, probe, _ = bridged
+    start_bridge(system)
+    stage(system, probe, "f", "old/1", 0, 0, [1], 0)
+    wait_for(lambda: runs(system)[0].idle_seconds >= 1.0)
+    stage(system, probe, "f", "young/1", 0, 0, [2], 1)
+    assert discard_staged(system, idle_for=3600) == []
+    [gone] = discard_staged(system, idle_for=1.0)
+    assert gone.run == "old" and [r.run for r in runs(system)] == ["young"]
+    assert counters(system)["staged_expired"] == 0  # (an operator's discard, not the TTL's)
+    with pytest.raises(ValueError, match="never discards every staged run"):
+        DiscardStaged()
+    with pytest.raises(ValueError, match="idle_for must be a number"):
+        discard_staged(system, idle_for=-1)
+
+
+def test_listing_or_discarding_without_a_bridge_says_to_start_one(bridged):
+    """No bridge in the system: staged_runs and discard_staged fail naming it (both bases)."""
+    system, _, _ = bridged
+    for call in (lambda: staged_runs(system), lambda: discard_staged(system, idle_for=0)):
+        with pytest.raises(FeedError, match=r"no Spark bridge runs in this actor system .*start_bridge"):
+            call()
+
+
+def test_a_bad_staged_ttl_is_refused_naming_it(system):
+    for bad in (0, -5, "1h", float("inf"), True):
+        with pytest.raises(ValueError, match="staged_ttl must be a number of seconds > 0"):
+            check_staged_ttl(bad)
+        with pytest.raises(ValueError, match="staged_ttl"):
+            start_bridge(system, staged_ttl=bad)  # type: ignore[arg-type]
+    assert BRIDGE_PATH not in system.status().hosts
+
+
+@pytest.mark.multiproc
+def test_the_driver_of_a_discarded_run_gets_a_feed_error_saying_what_happened_and_what_to_do(make_system, tmp_path):
+    """The driver side (spark_bridge.feed.commit_run, what feed() and the sink run after the job): a run
+    discarded by staged_ttl fails with a FeedError naming the feed, the run, why, and to run it again."""
+    system = make_system("multiproc", journal=f"sqlite:///{tmp_path}/journal.db")
+    system.spawn(Account, path="/user/accounts", entities=True)
+    start_bridge(system, staged_ttl=TTL)
+    plan = make_plan("127.0.0.1", system.admin_port, "slow", "destination", None, None, 2000, 8, 10.0,
+                     "persisted")
+    probe = system.probe("task")
+    stage(system, probe, "slow", f"{plan.run}/1", 0, 0, [5, 6], 0)
+    wait_for(lambda: runs(system) == [], timeout=TTL * 10)  # discarded before the driver's commit
+    with pytest.raises(FeedError) as caught:
+        commit_run(plan, "slow", [(0, f"{plan.run}/1", 2, 0, 0)], 0.0)
+    text = str(caught.value)
+    assert "feed 'slow'" in text and f"run {plan.run}" in text and "without staging activity" in text
+    assert "staged_ttl" in text and "Run the feed again with the same feed_id" in text
+    # The rerun the error asks for delivers the rows, once.
+    rerun = make_plan("127.0.0.1", system.admin_port, "slow", "destination", None, None, 2000, 8, 10.0,
+                      "processed")
+    stage(system, probe, "slow", f"{rerun.run}/1", 0, 0, [5, 6], 0)
+    result = commit_run(rerun, "slow", [(0, f"{rerun.run}/1", 2, 0, 0)], 0.0)
+    assert result.rows == 2 and result.duplicates_skipped == 0
+    assert system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(11, 2, 0)
