@@ -10,13 +10,15 @@ ids, every one tagged "account"; one local[2] Spark session; each read is materi
 - the peer a user would pick for the same PostgreSQL table: spark.read.format("jdbc") on the journal
   table (partitioned on `ordering`), and on the tag's join. It reads the stored rows as they are (the
   event is msgpack bytes: no decoding, no checksum check). Its driver is the Debian package
-  libpostgresql-jdbc-java (/usr/share/java/postgresql.jar, or $REPRISE_BENCH_JDBC_JAR); where it is
+  libpostgresql-jdbc-java (/usr/share/java/postgresql.jar; else one in the local Maven repository ~/.m2; or
+  $REPRISE_BENCH_JDBC_JAR); where it is
   absent, the peer is reported as not measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import sys
@@ -30,7 +32,16 @@ from urllib.parse import urlsplit
 from journal import AtomicWrite, PersistentRepr, open_journal, register_type
 
 PG_URL = os.environ.get("REPRISE_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-JDBC_JAR = os.environ.get("REPRISE_BENCH_JDBC_JAR", "/usr/share/java/postgresql.jar")
+def _jdbc_jar() -> str:
+    """$REPRISE_BENCH_JDBC_JAR, else Debian's driver, else one in the local Maven repository (~/.m2)."""
+    if "REPRISE_BENCH_JDBC_JAR" in os.environ:
+        return os.environ["REPRISE_BENCH_JDBC_JAR"]
+    debian = "/usr/share/java/postgresql.jar"
+    maven = sorted(glob.glob(os.path.expanduser("~/.m2/repository/org/postgresql/postgresql/*/postgresql-*.jar")))
+    return debian if os.path.exists(debian) or not maven else maven[-1]
+
+
+JDBC_JAR = _jdbc_jar()
 TAG = "account"
 PARTITIONS = 2
 
