@@ -454,8 +454,14 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             record.state = "failed" if record.state == "failed" else "stopped"
             self._publish()
             self._release_held(record, f"actor at {path} stopped")
-            for waiter in record.waiters:
-                self.send(waiter, Spawned(record.spec.path))
+            # Shards need not exit in the order asked (one may flush longer): a stop is answered once the
+            # last of its shards is gone, so that the path is free when System.stop returns.
+            still = [r for r in self.hosts.values() if r.spec.path == record.spec.path and r.state == "stopping"]
+            if still:
+                still[-1].waiters.extend(record.waiters)
+            else:
+                for waiter in record.waiters:
+                    self.send(waiter, Spawned(record.spec.path))
             record.waiters.clear()
             return
         self._back_off(record, record.failure or f"process exited unexpectedly (pid {record.pid})")
@@ -511,7 +517,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
                 self.send(record.address, ActorExitRequest())
             stopping = [r for r in group if r.state == "stopping"]
             if stopping:
-                stopping[-1].waiters.append(sender)  # shards stop in the order asked, each after its entities
+                stopping[-1].waiters.append(sender)  # answered when the last of them exits (_child_exited)
             else:
                 self.send(sender, Spawned(path))
             self._publish()

@@ -50,6 +50,14 @@ class Echo(actors.Actor):
             self.tell(message[1], Ping(99))
 
 
+class SlowToStop(Echo):
+    """An Echo whose post_stop takes a second when its id starts with "slow": its host exits after the others."""
+
+    def post_stop(self) -> None:
+        if self.path.rsplit("/", 1)[-1].startswith("slow"):
+            time.sleep(1.0)
+
+
 @dataclass(frozen=True)
 class Seq:
     """One numbered message of a stream from `source`."""
