@@ -268,7 +268,7 @@ def _running(w: World, path: str, timeout: float = 15.0, not_pid: int = 0):
             info = w.system.status(timeout=5).hosts.get(path)
         except actors.AskTimeout:
             info = None
-        if info is not None and info.state == "running" and info.pid > 0 and info.pid != not_pid:
+        if info is not None and info.state == "running" and info.pid and info.pid != not_pid:
             return info
         if info is not None and info.state in ("failed", "stopped"):
             return None

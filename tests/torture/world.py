@@ -175,7 +175,7 @@ class World:
         except Exception as exc:  # noqa: BLE001
             self.note_error(f"status for {path}", exc)
             return None
-        return info.pid if info is not None and info.pid > 0 else None
+        return info.pid if info is not None and info.pid else None  # (None while the host has no process)
 
     def admin_pid(self) -> int | None:
         """The admin: the tagged process whose parent is not one of the system's processes."""
