@@ -36,6 +36,7 @@ from .messages import (
     DeadLetter,
     DeadLetters,
     DirectoryUpdate,
+    EntityStopped,
     GetDeadLetters,
     GetDirectory,
     GetHostStats,
@@ -121,6 +122,9 @@ class HostRecord:
     last_exit: str | None = None
     next_attempt: float | None = None  # time.time() of the next restart while backing off
     waiters: list[Address] = field(default_factory=list)  # Thespian addresses of those to tell when it is up
+    # (client, entity path) of StopPath requests for one of its entities, answered once it stopped the entity
+    # (EntityStopped), or once its process is gone.
+    entity_stops: list[tuple[Address, str]] = field(default_factory=list)
     held: deque[Entry] = field(default_factory=deque)
     front: int = 0  # held entries that bounced off an earlier process: they go out before the rest
     past: dict[str, float] = field(default_factory=dict)  # address key of an earlier process -> until when to wait for it
@@ -432,12 +436,25 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             record.state = "running"
             record.next_attempt = None
 
+    def _entity_stopped(self, message: EntityStopped, sender: Address) -> None:
+        key = address_key(sender)
+        for record in self.hosts.values():
+            if record.address is not None and address_key(record.address) == key:
+                for i, (client, path) in enumerate(record.entity_stops):
+                    if path == message.path:
+                        del record.entity_stops[i]
+                        self.send(client, Spawned(path))
+                        return
+
     def _child_exited(self, address: Address) -> None:
         key = address_key(address)
         found = [(p, r) for p, r in self.hosts.items() if r.address is not None and address_key(r.address) == key]
         if not found:
             return  # Thespian reports each exit twice on multiproc; the second finds nothing.
         path, record = found[0]
+        stops, record.entity_stops = record.entity_stops, []
+        for client, entity in stops:  # its process is gone, and the entity with it
+            self.send(client, Spawned(entity))
         self._retire(record, key)
         record.address = None
         self._status_without(path)
@@ -525,8 +542,9 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         for prefix in ancestors(path):
             host = self._serving(prefix, path)
             if host is not None and host.state == "running" and host.spec.entities:
+                # Answered once the host has stopped it: a message sent after stop() returns finds a new instance.
+                host.entity_stops.append((sender, path))
                 self.send(host.address, StopEntity(path))
-                self.send(sender, Spawned(path))
                 return
         self.send(sender, Spawned(path, f"nothing runs at {path}"))
 
@@ -1030,6 +1048,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         ActorBackingOff: _actor_backing_off,
         ActorRestarted: _actor_restarted,
         StopPath: _stop,
+        EntityStopped: _entity_stopped,
         Batch: _batch,
         GetDeadLetters: _get_dead_letters,
         GetErrors: _get_errors,

@@ -40,6 +40,7 @@ from .messages import (
     Batch,
     DeadLetter,
     DirectoryUpdate,
+    EntityStopped,
     GetHostStats,
     HostDone,
     HostReady,
@@ -798,6 +799,7 @@ class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
             if host is not None and message.path in host.entities:
                 host.stop_entity(host.entities[message.path], "stopped by request")
                 host.settle()
+            self.send(sender, EntityStopped(message.path))  # (after the settle: its pending writes are committed)
         elif isinstance(message, GetHostStats):
             if host is not None:
                 self.send(sender, host.stats(message.token))

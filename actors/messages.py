@@ -178,7 +178,15 @@ class StopPath:
 
 @dataclass(frozen=True)
 class StopEntity:
-    """Guardian -> host: stop (passivate) one entity now."""
+    """Guardian -> host: stop (passivate) one entity now; the host answers EntityStopped once it has."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class EntityStopped:
+    """Host -> guardian: the entity at `path` is stopped (its post_stop ran, its pending writes committed), or
+    was not running."""
 
     path: str
 

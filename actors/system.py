@@ -711,7 +711,9 @@ class System:
                                    "or attach to a running one with actors.connect(port)")
 
     def stop(self, path: str, timeout: float = 30.0) -> None:
-        """Stop the actor or entity host at `path`, or one entity below a host."""
+        """Stop the actor or entity host at `path`, or one entity below a host; returns once it has stopped
+        (post_stop ran and pending writes are committed; for a host, every shard's process has exited), so a
+        message sent after it finds a new instance (an entity) or no actor (a host)."""
         validate_path(path)
         reply = self._request(StopPath(path), Spawned, timeout)
         if reply.error:

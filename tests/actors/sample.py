@@ -50,6 +50,17 @@ class Echo(actors.Actor):
             self.tell(message[1], Ping(99))
 
 
+class MarksItsStop(Echo):
+    """An Echo whose post_stop takes half a second, then creates the file <directory>/<entity id>."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def post_stop(self) -> None:
+        time.sleep(0.5)
+        open(os.path.join(self.directory, self.path.rsplit("/", 1)[-1]), "w").close()
+
+
 class SlowToStop(Echo):
     """An Echo whose post_stop takes a second when its id starts with "slow": its host exits after the others."""
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+
 import pytest
 
-from tests.actors.sample import Echo, Lifecycle
+from tests.actors.sample import Echo, Lifecycle, MarksItsStop
 from tests.waiting import dead_letters_reach, wait_for
 
 
@@ -77,6 +81,36 @@ def test_stop_of_one_entity_runs_post_stop(system):
     assert probe.receive_many(2) == [("started", "/user/l/9"), ("got", "hi")]
     system.stop("/user/l/9")
     assert probe.receive() == ("stopped", "/user/l/9")
+
+
+def test_stop_of_one_entity_returns_once_it_has_stopped(system, tmp_path):
+    """system.stop(entity) returns after the entity's post_stop ran (here half a second long), so a message
+    sent after it finds a new instance; stopping an entity that is not running returns too."""
+    system.spawn(MarksItsStop, "/user/m", entities=True, args=(str(tmp_path),))
+    assert system.ask("/user/m/7", "count") == 1
+    system.stop("/user/m/7")
+    assert (tmp_path / "7").exists(), "stop() returned before the entity's post_stop ran"
+    assert system.ask("/user/m/7", "count") == 1, "a new instance answers"
+    system.stop("/user/m/never-started")
+    assert not (tmp_path / "never-started").exists()
+
+
+@pytest.mark.parametrize("base", ["multiproc"])
+def test_stop_of_an_entity_whose_host_is_killed_meanwhile_returns(system, tmp_path):
+    """The host dies during the entity's post_stop: stop() returns once the guardian sees the process gone
+    (the entity is gone with it), not after its timeout."""
+    system.spawn(MarksItsStop, "/user/m", entities=True, args=(str(tmp_path),))
+    assert system.ask("/user/m/7", "count") == 1
+    pid = system.status().hosts["/user/m"].pid
+    killer = threading.Timer(0.2, os.kill, (pid, signal.SIGKILL))  # during the half-second post_stop
+    killer.start()
+    try:
+        system.stop("/user/m/7", timeout=20)  # raises AskTimeout if nobody answers
+    finally:
+        killer.join()
+    assert not (tmp_path / "7").exists(), "the host was killed before its post_stop ended"
+    assert wait_for(lambda: system.status().hosts["/user/m"].pid not in (None, pid), 30)
+    assert system.ask("/user/m/7", "count") == 1
 
 
 @pytest.mark.timeout(120)
