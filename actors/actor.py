@@ -130,6 +130,10 @@ class Actor:
         """How the host starts a restarted instance: `post_restart(error)`; a layer wraps it here."""
         self.post_restart(error)
 
+    def around_post_stop(self) -> None:
+        """How the host stops an instance: `post_stop()`; a layer wraps it here."""
+        self.post_stop()
+
     def restart_carryover(self) -> list[tuple[object, str | None]]:
         """Messages this failed instance accepted but had not handled (see persistence): none here."""
         return []

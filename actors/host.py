@@ -587,7 +587,7 @@ class Host:
     def _post_stop(entity: Actor) -> None:
         # A failing post_stop must not keep the host from stopping its other entities.
         try:
-            entity.post_stop()
+            entity.around_post_stop()
         except Exception:
             log.exception("post_stop of %s failed", entity.path)
 

@@ -69,6 +69,10 @@ class Lifecycle(Protocol):
         Default: nothing.
         """
 
+    def around_post_stop(self) -> None:
+        """How the host stops an instance (once removed from the host): `post_stop()`, which a layer wraps
+        (persistence dead-letters the commands still stashed)."""
+
     def post_stop(self) -> None:
         """Called once when the instance stops (stop(), passivation, host shutdown, too many restarts)."""
 

@@ -97,7 +97,10 @@ class PersistenceCoordinator:
                     start = group.handed
                     group.handed = start + n
                     results = results[start:start + n]
-            actor._on_write_results(batch, results)
+            if actor.context.entities.get(actor.path) is actor:
+                actor._on_write_results(batch, results)
+            else:  # it stopped with these events queued: they are written, its handlers do not run
+                actor._written_after_stop(results)
         return True
 
 

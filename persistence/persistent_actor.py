@@ -361,6 +361,14 @@ class PersistentActor(Actor):
         self.pre_start()
         self._recover()
 
+    def around_post_stop(self) -> None:
+        # As in Akka: commands still stashed behind a persist when the actor stops become dead letters.
+        stash, self._stash = self._stash, deque()
+        for message, sender in stash:
+            self.context.dead_letter(sender, self.path, message,
+                                     "persistent actor stopped before handling it (stashed behind a persist)")
+        super().around_post_stop()
+
     def around_post_restart(self, error: BaseException) -> None:
         self._init_persistence()
         self.mixin_init()
@@ -659,9 +667,23 @@ class PersistentActor(Actor):
             for flush in contributors:
                 flush()
         batch, self._batch = self._batch, []
-        if self._replaced or self._dead or self.context.entities.get(self.path) is not self:
+        # A stopped instance's queued events are still written (Akka writes what was persisted before a
+        # stop); their handlers do not run (_written_after_stop). A failed or replaced one's are not.
+        if self._replaced or self._dead:
             return []
         return batch
+
+    def _written_after_stop(self, results: WriteResults) -> None:
+        """The group commit of events this instance persisted before it stopped is done: handlers do not run on
+        a stopped actor (as in Akka), but a write that failed is reported, or nobody would hear of it."""
+        if isinstance(results, BaseException):
+            why = f"{type(results).__name__}: {results}"
+        elif results and any(r is not None for r in results):
+            rejected = [r for r in results if r is not None]
+            why = f"{len(rejected)} rejected: {type(rejected[0]).__name__}: {rejected[0]}"
+        else:
+            return
+        self.context.report_error(self.path, f"events persisted just before it stopped were not written ({why})")
 
     def _on_write_results(self, batch: list[_Entry], results: WriteResults) -> None:
         """Run handlers in call order for one committed batch, then let waiting commands in."""

@@ -1,0 +1,35 @@
+"""Stopping a persistent actor (Akka semantics): what it persisted before the stop is written, its handlers do
+not run on the stopped instance, and commands stashed behind a persist become dead letters (both bases)."""
+
+from __future__ import annotations
+
+from tests.persistence.stop_actors import Stopping
+from tests.waiting import dead_letters_reach
+
+
+def test_events_persisted_just_before_a_stop_are_written_and_their_handlers_do_not_run(psystem):
+    psystem.spawn(Stopping, "/user/s", entities=True)
+    probe = psystem.probe()
+    probe.tell("/user/s/1", ("persist-then-stop", "a"))
+    probe.tell("/user/s/2", ("persist-async-then-stop", "b"))
+    # A new instance answers each (the old one stopped) and has recovered the event from the journal.
+    assert psystem.ask("/user/s/1", "state") == ("a",)
+    assert psystem.ask("/user/s/2", "state") == ("b",)
+    probe.expect_no_message(0.3)  # no handler ran on the stopped instances
+    assert psystem.errors().count == 0
+
+
+def test_commands_stashed_when_a_persistent_actor_stops_become_dead_letters(psystem):
+    psystem.spawn(Stopping, "/user/s", entities=True)
+    probe = psystem.probe()
+    before = psystem.dead_letters().count
+    # One batch: "x" and "y" wait in the stash behind the persist of "a", whose handler stops the actor.
+    psystem.tell_many([("/user/s/3", ("stop-in-handler", "a")), ("/user/s/3", "x"), ("/user/s/3", "y")],
+                      sender=probe.path)
+    assert probe.receive() == ("handled", "a")
+    letters = dead_letters_reach(psystem, before + 2)
+    stashed = [d for d in letters.recent if d.target == "/user/s/3"]
+    assert [d.message for d in stashed] == ["x", "y"]
+    assert all("stashed behind a persist" in d.reason for d in stashed)
+    assert psystem.ask("/user/s/3", "state") == ("a",)  # x and y were neither persisted nor handled
+    probe.expect_no_message(0.3)
