@@ -88,6 +88,23 @@ def burst_across_restart(w: World, rng: random.Random) -> None:
     _put(w, path, timeout=15.0)
 
 
+def stop_entity(w: World, rng: random.Random) -> None:
+    """Puts told to a store, then that entity stopped (`system.stop`) and asked a put: what it persisted
+    before the stop is written, later puts reach its next instance, FIFO holds."""
+    path = _store(rng)
+    entity = path.rsplit("/", 1)[1]
+    w.stores.add(entity)
+    values = list(range(w.next_value, w.next_value + rng.randrange(1, 20)))
+    w.next_value += len(values)
+    w.ledger.sent_puts[entity].extend(values)
+    _tell_burst(w, path, values, f"tell burst to {path} before its stop")
+    try:
+        w.system.stop(path, timeout=15.0)
+    except Exception as exc:  # noqa: BLE001 - how it failed is checked
+        w.note_error(f"stop {path}", exc)
+    _put(w, path)
+
+
 def _gone(pid: int, timeout: float = 2.0) -> None:
     """Wait (bounded) until process `pid` is dead (gone or a zombie)."""
     deadline = time.monotonic() + timeout
@@ -145,7 +162,13 @@ def spark_feed(w: World, rng: random.Random) -> None:
 
 
 def _cli_args(w: World, rng: random.Random) -> list[str]:
-    choice = rng.choice(["status", "status-json", "ls", "show", "tail", "verify"])
+    spark = ["spark-staged", "spark-discard"] if w.spark is not None else []  # (the bridge runs only then)
+    choice = rng.choice(["status", "status-json", "ls", "show", "tail", "verify", *spark])
+    if choice == "spark-staged":
+        return ["spark", "staged", "--port", str(w.system.admin_port)]
+    if choice == "spark-discard":
+        # No run of a history is idle for an hour: it must discard nothing, and lose nothing acknowledged.
+        return ["spark", "discard", "--port", str(w.system.admin_port), "--idle-for", "1h"]
     if choice.startswith("status"):
         return ["status", "--port", str(w.system.admin_port)] + (["--json"] if choice == "status-json" else [])
     if choice == "show":
@@ -179,7 +202,7 @@ def _finish_cli(w: World, args: list[str], proc: subprocess.Popen) -> None:
 
 
 def cli(w: World, rng: random.Random) -> None:
-    """One CLI command (status, journal ls/show/tail/verify) against the live system."""
+    """One CLI command (status, journal ls/show/tail/verify, spark staged/discard) against the live system."""
     args = _cli_args(w, rng)
     _finish_cli(w, args, _cli(args))
 
@@ -407,6 +430,7 @@ OPS: dict[str, tuple[Callable[[World, object], None], int]] = {
     "put_ask": (put_ask, 6),
     "put_burst": (put_burst, 4),
     "burst_across_restart": (burst_across_restart, 2),
+    "stop_entity": (stop_entity, 2),
     "send_items": (send_items, 5),
     "spark_feed": (spark_feed, 3),
     "cli": (cli, 4),
