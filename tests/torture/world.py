@@ -165,7 +165,10 @@ class World:
                 drop_schema(self.url)
             except Exception as exc:  # noqa: BLE001
                 self.findings.append(f"could not drop schema {self.schema}: {exc}")
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.leftovers:  # its run dirs hold the actor logs that explain why processes were left
+            self.findings.append(f"kept {self.workdir} (actor logs in its run dirs)")
+        else:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     # ---- processes -------------------------------------------------------------------------------
     def host_pid(self, path: str) -> int | None:
