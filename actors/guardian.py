@@ -452,9 +452,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         if not found:
             return  # Thespian reports each exit twice on multiproc; the second finds nothing.
         path, record = found[0]
-        stops, record.entity_stops = record.entity_stops, []
-        for client, entity in stops:  # its process is gone, and the entity with it
-            self.send(client, Spawned(entity))
+        self._process_gone(record)
         self._retire(record, key)
         record.address = None
         self._status_without(path)
@@ -471,17 +469,26 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             record.state = "failed" if record.state == "failed" else "stopped"
             self._publish()
             self._release_held(record, f"actor at {path} stopped")
-            # Shards need not exit in the order asked (one may flush longer): a stop is answered once the
-            # last of its shards is gone, so that the path is free when System.stop returns.
-            still = [r for r in self.hosts.values() if r.spec.path == record.spec.path and r.state == "stopping"]
-            if still:
-                still[-1].waiters.extend(record.waiters)
-            else:
-                for waiter in record.waiters:
-                    self.send(waiter, Spawned(record.spec.path))
-            record.waiters.clear()
+            self._stopped_waiters(record)
             return
         self._back_off(record, record.failure or f"process exited unexpectedly (pid {record.pid})")
+
+    def _stopped_waiters(self, record: HostRecord) -> None:
+        """Answer those waiting for `record`'s host to stop, once the last of its shards has: shards need not
+        exit in the order asked (one may flush longer), and the path must be free when System.stop returns."""
+        still = [r for r in self.hosts.values() if r.spec.path == record.spec.path and r.state == "stopping"]
+        if still:
+            still[-1].waiters.extend(record.waiters)
+        else:
+            for waiter in record.waiters:
+                self.send(waiter, Spawned(record.spec.path))
+        record.waiters.clear()
+
+    def _process_gone(self, record: HostRecord) -> None:
+        """Answer the entity stops waiting on `record`'s process, which is gone (and its entities with it)."""
+        stops, record.entity_stops = record.entity_stops, []
+        for client, entity in stops:
+            self.send(client, Spawned(entity))
 
     def _back_off(self, record: HostRecord, reason: str) -> None:
         """Schedule the restart of a host whose process is gone, after its backoff delay (or give up)."""
@@ -682,12 +689,11 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
                     # If the node was only cut off, that process still runs: stopped when the node is back.
                     self.nodes[name].stale.append(record.address)
                 record.address = None
+                self._process_gone(record)
             if record.state == "stopping":
                 record.state = "stopped"
                 self._release_held(record, f"actor at {record.spec.key} stopped")
-                for waiter in record.waiters:
-                    self.send(waiter, Spawned(record.spec.path))
-                record.waiters.clear()
+                self._stopped_waiters(record)
                 continue
             record.running_since, record.failure = None, None
             if record.state == "backoff" and not record.awaiting_node:
