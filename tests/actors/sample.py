@@ -51,13 +51,13 @@ class Echo(actors.Actor):
 
 
 class MarksItsStop(Echo):
-    """An Echo whose post_stop takes half a second, then creates the file <directory>/<entity id>."""
+    """An Echo whose post_stop takes a second, then creates the file <directory>/<entity id>."""
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
 
     def post_stop(self) -> None:
-        time.sleep(0.5)
+        time.sleep(1.0)
         open(os.path.join(self.directory, self.path.rsplit("/", 1)[-1]), "w").close()
 
 

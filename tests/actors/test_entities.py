@@ -84,7 +84,7 @@ def test_stop_of_one_entity_runs_post_stop(system):
 
 
 def test_stop_of_one_entity_returns_once_it_has_stopped(system, tmp_path):
-    """system.stop(entity) returns after the entity's post_stop ran (here half a second long), so a message
+    """system.stop(entity) returns after the entity's post_stop ran (here a second long), so a message
     sent after it finds a new instance; stopping an entity that is not running returns too."""
     system.spawn(MarksItsStop, "/user/m", entities=True, args=(str(tmp_path),))
     assert system.ask("/user/m/7", "count") == 1
@@ -102,7 +102,7 @@ def test_stop_of_an_entity_whose_host_is_killed_meanwhile_returns(system, tmp_pa
     system.spawn(MarksItsStop, "/user/m", entities=True, args=(str(tmp_path),))
     assert system.ask("/user/m/7", "count") == 1
     pid = system.status().hosts["/user/m"].pid
-    killer = threading.Timer(0.2, os.kill, (pid, signal.SIGKILL))  # during the half-second post_stop
+    killer = threading.Timer(0.2, os.kill, (pid, signal.SIGKILL))  # during the one-second post_stop
     killer.start()
     try:
         system.stop("/user/m/7", timeout=20)  # raises AskTimeout if nobody answers
