@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from actors.system import free_port
-from spark_bridge import BRIDGE_PATH, start_bridge
+from spark_bridge import BRIDGE_PATH, bridge_path, start_bridge, start_bridges
 from spark_bridge.messages import (
     BatchAccepted,
     FeedProcessed,
@@ -26,6 +26,8 @@ from spark_bridge.messages import (
 )
 from tests.actors.test_metrics import sample, scrape
 from tests.spark_bridge.sample import Account, Balance, GetBalance
+from tests.spark_bridge.test_staged_bridges import balance, coordinate
+from tests.spark_bridge.test_staged_bridges import stage as stage_at
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(120)]
@@ -114,3 +116,26 @@ def test_staged_lists_and_discard_removes_a_dead_driver_s_run_and_nothing_releas
     # Nothing acknowledged lost: the released feed's 20 rows applied exactly once; nothing discarded delivered.
     assert system.ask("/user/accounts/a1", GetBalance(), timeout=10) == Balance(200, 20, 0)
     assert system.ask("/user/accounts/a2", GetBalance(), timeout=10) == Balance(0, 0, 0)
+
+
+def test_discard_at_a_node_bridge_releases_a_decided_run_and_discards_the_others(make_system, tmp_path):
+    """With a bridge per node, `reprise spark discard` releases (delivers, once) a run the coordinator had
+    decided before its driver died, and discards an undecided one; both are reported, the exit is 0."""
+    system = make_system("multiproc", journal=f"sqlite:///{tmp_path}/journal.db")
+    system.spawn(Account, path="/user/accounts", entities=True)
+    [node] = system.nodes()
+    start_bridges(system, nodes=[node], staged_ttl=None)
+    nb, port = bridge_path(node), str(system.admin_port)
+    probe = system.probe("driver")
+    stage_at(system, probe, nb, "k", "runA/1", 0, [4], 0)
+    stage_at(system, probe, nb, "k2", "runZ/1", 0, [9], 0, account="a1")
+    assert type(coordinate(system, probe, "k", "runA", [[0, "runA/1", nb]])).__name__ == "ReleasePlan"
+
+    done = reprise("spark", "discard", "--port", port, "--idle-for", "0")
+    assert done.returncode == 0, done.stderr
+    released, discarded = done.stdout.split("discarded ")
+    assert "released 1 staged run(s) instead of discarding them" in released and "runA" in released
+    assert "1 staged run(s)" in discarded and "runZ" in discarded and "runA" not in discarded
+    assert wait_for(lambda: balance(system) == Balance(4, 1, 0))  # the decided run delivered, once
+    assert balance(system, "a1") == Balance(0, 0, 0)
+    assert json.loads(reprise("spark", "staged", "--port", port, "--json").stdout)["runs"] == []
