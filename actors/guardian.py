@@ -167,6 +167,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
     """Supervises hosts (restarting crashed ones), publishes routes, and records dead letters."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
+        thespian_fixes.adopt_process_logging()
         super().__init__(*args, **kwargs)
         self.config: dict[str, object] = {}
         self.hosts: dict[str, HostRecord] = {}
@@ -1115,6 +1116,7 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
     """
 
     def __init__(self, *args: object, **kwargs: object) -> None:
+        thespian_fixes.adopt_process_logging()
         super().__init__(*args, **kwargs)
         self.guardian: Address | None = None
         self.parent_watch: ParentWatch | None = None

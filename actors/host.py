@@ -25,6 +25,7 @@ from thespian.actors import (
     WakeupMessage,
 )
 
+from . import thespian_fixes
 from .actor import Actor
 from .context import ActorContext
 from .error_log import ActorFailure, ErrorThrottle, is_ask, make_error, one_line
@@ -757,6 +758,7 @@ class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
     """The Thespian side of a host: turns Thespian messages into Host calls."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        thespian_fixes.adopt_process_logging()
         super().__init__(*args, **kwargs)
         self.host: Host | None = None
         self._guardian: Address | None = None

@@ -31,7 +31,9 @@ be handled as usual.
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from collections.abc import Callable
 from datetime import timedelta
 from importlib import metadata
@@ -249,3 +251,23 @@ def retry_reset_connections_at_once() -> None:
 
     retry.reprise_patched = True  # type: ignore[attr-defined]
     TransmitIntent.retry = retry
+
+
+def adopt_process_logging() -> None:
+    """Point every module's `log` at this actor process's logging, which goes to the run dir's actors.log.
+
+    Thespian replaces the logging root in each actor process it starts; a module imported before (by the
+    process it was forked from) keeps a logger under the old root, whose records fell back to stderr: the
+    guardian's warnings and errors (a host died, restarted, given up) were in boot.log, without a time, and
+    not in actors.log. Called first thing in each actor's __init__.
+    """
+    root = logging.root
+    for module in list(sys.modules.values()):
+        log = getattr(module, "log", None)
+        if not isinstance(log, logging.Logger):
+            continue
+        top = log
+        while top.parent is not None:
+            top = top.parent
+        if top is not root:
+            setattr(module, "log", logging.getLogger(log.name))  # noqa: B010  (a module attribute by name)

@@ -141,6 +141,10 @@ def test_max_restarts_gives_up_and_a_host_backing_off_can_be_stopped(make_system
         pid = _running_pid(system, "/user/fragile", not_pid=pid)
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: system.status().hosts["/user/fragile"].state == "failed", 10)
+    # The guardian's records are in the run dir's actors.log, timed, like the hosts' (they were in boot.log).
+    log = os.path.join(system.run_dir, "actors.log")
+    assert wait_for(lambda: "ERROR reprise.guardian: host /user/fragile died" in open(log).read(), 10)
+    assert " WARNING reprise.guardian: host /user/fragile died" in open(log).read()
     system.spawn("tests.actors.sample:Echo", "/user/later", backoff=(30, 30, 0))
     os.kill(_running_pid(system, "/user/later"), signal.SIGKILL)
     wait_for(lambda: system.status().hosts["/user/later"].state == "backoff", 10)
