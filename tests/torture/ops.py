@@ -59,29 +59,30 @@ def _tell_burst(w: World, path: str, values: list[int], what: str) -> None:
         w.raised[path.rsplit("/", 1)[1]].update(values)
 
 
+def _new_burst(w: World, path: str, count: int, what: str) -> None:
+    """Tell `count` new puts to the store at `path` without waiting, ledgered as sent."""
+    entity = path.rsplit("/", 1)[1]
+    w.stores.add(entity)
+    values = list(range(w.next_value, w.next_value + count))
+    w.next_value += count
+    w.ledger.sent_puts[entity].extend(values)
+    _tell_burst(w, path, values, what)
+
+
 def put_burst(w: World, rng: random.Random) -> None:
     """Many puts told to one store without waiting (FIFO per sender -> receiver), then one asked."""
     path = _store(rng)
-    entity = path.rsplit("/", 1)[1]
-    w.stores.add(entity)
-    values = list(range(w.next_value, w.next_value + rng.randrange(5, 40)))
-    w.next_value += len(values)
-    w.ledger.sent_puts[entity].extend(values)
-    _tell_burst(w, path, values, f"tell burst to {path}")
+    _new_burst(w, path, rng.randrange(5, 40), f"tell burst to {path}")
     _put(w, path)
 
 
 def burst_across_restart(w: World, rng: random.Random) -> None:
     """Puts told to a store before and right after its host is SIGKILLed (held while it restarts): FIFO holds."""
     path = _store(rng)
-    entity = path.rsplit("/", 1)[1]
-    w.stores.add(entity)
+    w.stores.add(path.rsplit("/", 1)[1])
     pid = w.host_pid(STORES)
     for part in range(2):
-        values = list(range(w.next_value, w.next_value + rng.randrange(3, 20)))
-        w.next_value += len(values)
-        w.ledger.sent_puts[entity].extend(values)
-        _tell_burst(w, path, values, f"tell burst to {path} {'after' if part else 'before'} its host's SIGKILL")
+        _new_burst(w, path, rng.randrange(3, 20), f"tell burst to {path} {'after' if part else 'before'} its host's SIGKILL")
         if part == 0 and pid:
             w.sigkill(pid)
             _gone(pid)  # the next tell meets a closed port, not a dying process
@@ -92,12 +93,7 @@ def stop_entity(w: World, rng: random.Random) -> None:
     """Puts told to a store, then that entity stopped (`system.stop`) and asked a put: what it persisted
     before the stop is written, later puts reach its next instance, FIFO holds."""
     path = _store(rng)
-    entity = path.rsplit("/", 1)[1]
-    w.stores.add(entity)
-    values = list(range(w.next_value, w.next_value + rng.randrange(1, 20)))
-    w.next_value += len(values)
-    w.ledger.sent_puts[entity].extend(values)
-    _tell_burst(w, path, values, f"tell burst to {path} before its stop")
+    _new_burst(w, path, rng.randrange(1, 20), f"tell burst to {path} before its stop")
     try:
         w.system.stop(path, timeout=15.0)
     except Exception as exc:  # noqa: BLE001 - how it failed is checked
