@@ -121,7 +121,6 @@ def apply() -> None:
     _tell_late_children_to_exit()
     _cap_backoff_pauses()
     _exit_requests_name_their_child()
-    _retry_at_once_after_a_stale_connection()
     wakeupTransportBase._deliver_wakeups = deliver_wakeups
     atb.asyncTransportBase._drain_tx_queue_if_needed = drain_tx_queue_if_needed
     _applied = True
@@ -155,46 +154,6 @@ def _exit_requests_name_their_child() -> None:
         return False
 
     ActorManager._shutdownActor = shutdown_actor
-
-
-def _retry_at_once_after_a_stale_connection() -> None:
-    """A send that fails on a connection Thespian kept open from earlier is retried at once, on a new one.
-
-    Thespian 4.0.1 reuses an idle connection to a peer; if the peer's process has died (SIGKILL) since, the send
-    fails with a reset, and Thespian retried only after its retry period, 35 s. A new connection is refused at
-    once by a dead peer (the send then fails as DeadTarget, which Reprise reroutes) or works with a live one.
-    Seen as: the guardian's exit request to a host SIGKILLed a moment before a shutdown waited those 35 s
-    (thespian.log: "Connection reset by peer ... ActorExitRequest ... retry#1"), so System.shutdown killed the
-    admin, the logger and the guardian after its 20 s: 2 torture histories in 180 that shut down right after a
-    kill_host, and 9 in 115 tries of that shape (send_items, SIGKILL of the feeder, shutdown); 0 in 50 since.
-    """
-    from thespian.system.transport import SendStatus
-    from thespian.system.transport.TCPTransport import TCPTransport, _safeSocketShutdown, opsKey
-
-    take = TCPTransport._next_XMIT_1
-    retry = TCPTransport._next_XMIT_6
-
-    def next_xmit_1(self: Any, intent: Any) -> Any:
-        intent.reprise_reused = opsKey(intent.targetAddr) in getattr(self, "_openSockets", {})
-        return take(self, intent)
-
-    def next_xmit_6(self: Any, intent: Any) -> Any:
-        if not getattr(intent, "reprise_reused", False):
-            return retry(self, intent)
-        # Thespian's retry stage, with the next attempt now instead of after the retry period.
-        intent.reprise_reused = False
-        if hasattr(intent, "socket"):
-            _safeSocketShutdown(intent)
-            delattr(intent, "socket")
-        if hasattr(intent, "ackbuf"):
-            delattr(intent, "ackbuf")
-        if intent.retry(immediately=True):
-            intent.stage = self._XMITStepSendConnect
-            return True
-        return self._finishIntent(intent, SendStatus.Failed)
-
-    TCPTransport._next_XMIT_1 = next_xmit_1
-    TCPTransport._next_XMIT_6 = next_xmit_6
 
 
 MAX_BACKOFF = timedelta(milliseconds=200)

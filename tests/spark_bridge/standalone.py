@@ -224,8 +224,8 @@ def wait_master_alive(cluster: StandaloneCluster, timeout: float) -> None:
         try:
             if cluster.status().get("status") == "ALIVE":
                 return
-        except OSError:
-            pass  # its UI is not up yet
+        except (OSError, ValueError):
+            pass  # its UI is not up yet (or still serves its HTML page at /json/, seen once in CI)
         time.sleep(0.1)
     raise ClusterUnavailable(f"the master did not become ALIVE within {timeout} s:\n{cluster.log_tail()}")
 
