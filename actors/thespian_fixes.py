@@ -126,22 +126,13 @@ def apply() -> None:
     _applied = True
 
 
-EXIT_RETRY_PERIOD = timedelta(milliseconds=100)
-"""How soon an actor's exit request to a child is sent again after it failed (Thespian: 35 s, then 70 s, ...)."""
-
-
 def _exit_requests_name_their_child() -> None:
     """An actor that exits sends each child an ActorExitRequest; one that cannot be delivered means that child
     is gone. Thespian 4.0.1's error callback for it is a closure over the loop variable, so it dropped the
     *last* child from the list instead of the unreachable one: the exiting actor then waited for a child
     that is still running, and a live child it then stopped waiting for. The admin's own version binds the
-    child (thespian/system/admin/adminCore.py); this is Thespian's, with the child bound.
-
-    The exit requests are retried after EXIT_RETRY_PERIOD, not Thespian's 35 s: one sent to a host SIGKILLed a
-    moment before goes over the connection kept open to it, fails with "Connection reset by peer", and only a
-    retry (a new connection, refused at once) tells that the child is gone. With 35 s, a shutdown right after a
-    busy host's SIGKILL outlasted System.shutdown's 20 s, which then killed the admin, the logger and the
-    guardian (10 in 150 tries of torture operations: send_items, SIGKILL of the feeder, shutdown)."""
+    child (thespian/system/admin/adminCore.py); this is Thespian's, with the child bound. (How soon a failed
+    exit request is sent again: retry_reset_connections_at_once.)"""
     import atexit
 
     from thespian.actors import ActorExitRequest
@@ -157,8 +148,7 @@ def _exit_requests_name_their_child() -> None:
         if shutdownChildren and children:
             for each in children:
                 self._send_intent(TransmitIntent(each, ActorExitRequest(recursive=True),
-                                                 onError=lambda r, m, child=each: self._childInaccessible(child, m),
-                                                 retryPeriod=EXIT_RETRY_PERIOD))
+                                                 onError=lambda r, m, child=each: self._childInaccessible(child, m)))
             return True  # waits for the children's exits
         self._sayGoodbye()
         self.transport.abort_run(drain=True)
@@ -276,8 +266,13 @@ def retry_reset_connections_at_once() -> None:
     messages arrived 35 s late (seen: 1 kill in ~100 of a host restarted in 0.1 s). Later retries keep
     Thespian's delays, except for a new actor's EndpointConnected to its parent: its parent cannot tell it
     to exit before that handshake, so a host the guardian forked right as the system shut down (its
-    handshake reset) waited 35-70 s, and held the guardian and the admin up with it.
+    handshake reset) waited 35-70 s, and held the guardian and the admin up with it; and except for an
+    ActorExitRequest: the one an exiting guardian sends a host SIGKILLed a moment before can fail twice (a
+    reset on the kept connection, then its immediate retry) and then waited 70 s, so System.shutdown killed
+    the admin, the logger and the guardian after its 20 s (10 in 150 tries of torture operations: send_items,
+    SIGKILL of the feeder, shutdown; 0 in 40 since).
     """
+    from thespian.actors import ActorExitRequest
     from thespian.system.messages.multiproc import EndpointConnected
     from thespian.system.transport import TransmitIntent
 
@@ -286,7 +281,7 @@ def retry_reset_connections_at_once() -> None:
         return
 
     def retry(self: Any, immediately: bool = False) -> bool:
-        if isinstance(self.message, EndpointConnected) and self.transmit_retry_period > HANDSHAKE_RETRY:
+        if isinstance(self.message, (EndpointConnected, ActorExitRequest)) and self.transmit_retry_period > HANDSHAKE_RETRY:
             self.transmit_retry_period = HANDSHAKE_RETRY
         retried: bool = original(self, immediately=immediately or getattr(self, "_attempts", 0) == 0)
         return retried
