@@ -98,14 +98,14 @@ class Table(actors.Actor):
         if RECORDS == "columns":  # the design's record: built from the columns, no object per entity or event
             entities = list(pending)
             seqs = [seq.get(e, 0) + 1 for e in entities]
-            seq.update(zip(entities, seqs))
+            seq.update(zip(entities, seqs, strict=True))
             per = pending.values()
             record = CommitColumns(entities, seqs, [p[0] for p in per], [[ev.amount for ev in p[1]] for p in per])
             self.chunks = getattr(self, "chunks", 0) + 1
             writes = [AtomicWrite((replayed_repr(record, self.chunks, "/user/accounts", "", "w", 0, _NO_TAGS, None),))]
             pending = {}  # (the state loop below: counted here instead)
             applied_here = sum(len(a) for a in record.amounts)
-            for e, amounts in zip(entities, record.amounts):
+            for e, amounts in zip(entities, record.amounts, strict=True):
                 self.balance[e] = self.balance.get(e, 0) + sum(amounts)
         for e, (ids, events) in pending.items():
             pid = pids.get(e)
