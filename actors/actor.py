@@ -52,6 +52,16 @@ class Actor:
         for message, sender in messages:
             receive(message, sender)
 
+    def receive_entities(self, messages: list[tuple[str, Any, str | None]]) -> None:
+        """Handle the (entity id, message, sender) triples of one incoming batch for *all* the entities below
+        this host, in order: the host of a class that overrides this (spawned with entities=True) runs one
+        instance, at the host's path, instead of one per entity (persistence.EntityTable).
+
+        Opt-in, for entities kept as rows of one object: no instance, timers or passivation per entity.
+        Messages to the host's own path still go to `receive`. An exception restarts the one instance.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not serve entities in one instance")
+
     # Lifecycle hooks, named as in Akka.
     def pre_start(self) -> None:
         """Called once the instance is in place and before its first message."""

@@ -31,6 +31,14 @@ class ActorContext(Protocol):
         """
 
     @property
+    def key(self) -> str:
+        """What the system calls this host: its path, or the shard's name for one shard of a sharded host."""
+
+    @property
+    def shards(self) -> int:
+        """How many shards serve the host's path (1 unless spawned with shards=N)."""
+
+    @property
     def config(self) -> Mapping[str, object]:
         """The actor system's configuration, with this host's own host options (actors.host_options)."""
 

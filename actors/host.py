@@ -110,11 +110,16 @@ class Host:
         self.spec = spec
         self.path = spec.path
         self.key = spec.key  # the path, or the path and shard number: what the guardian and peers call us
+        self.shards = spec.shards
         self.config = init.config
         self.factory = resolve_factory(spec.factory)  # first: importing it registers its layer's host options
         # Entities whose class overrides Actor.receive_batch get their messages of a batch in one call.
         self.batching = (spec.entities and isinstance(self.factory, type) and issubclass(self.factory, Actor)
                          and self.factory.receive_batch is not Actor.receive_batch)
+        # One that overrides Actor.receive_entities serves every entity below the path in one instance, at the
+        # path (a table of entities, persistence.EntityTable): every delivery goes through _table_batch.
+        self.table = (spec.entities and isinstance(self.factory, type) and issubclass(self.factory, Actor)
+                      and self.factory.receive_entities is not Actor.receive_entities)
         if spec.options:
             self.config = self._own_options(spec)
         self.router = Router()
@@ -157,6 +162,9 @@ class Host:
         # Messages received from / sent to other processes (metrics): one int add per message or batch.
         self.messages_in = 0
         self.messages_out = 0
+        if self.table:
+            # Local deliveries and held messages too (settle, the guardian's batches): one path for all.
+            self.deliver = self._deliver_to_table  # type: ignore[method-assign]
 
     def stats(self, token: int) -> HostStats:
         """How many actors are alive here and the sums of their `stats()` counters."""
@@ -179,9 +187,19 @@ class Host:
         if callable(open_resources):
             open_resources(self.config)
         if not self.spec.entities:
+            if isinstance(self.factory, type) and issubclass(self.factory, Actor) \
+                    and self.factory.receive_entities is not Actor.receive_entities:
+                raise SpawnFailed(f"{self.factory.__qualname__} serves the entities below its path in one instance "
+                                  f"(it overrides receive_entities): spawn it with entities=True")
             actor = self._new_instance(self.path)
             actor.around_pre_start()
             self.started = True
+            self.settle()
+        elif self.table:
+            # Started (and recovered) now: a table that cannot start fails the spawn, not its first message.
+            if self._table() is None:
+                raise SpawnFailed(f"the entity table {self.key} ({self.spec.factory}) failed to start: "
+                                  "system.errors() and the host's log say why")
             self.settle()
 
     def _own_options(self, spec: HostSpec) -> dict[str, object]:
@@ -356,6 +374,8 @@ class Host:
                     self.route(target, sender, message)
                 else:
                     log.warning("host %s: dropped a Barrier for %s that is not ours", self.key, target)
+        elif self.table:
+            self._table_batch(entries)
         elif self.batching:
             groups: dict[str, list[tuple[Any, str | None]]] = {}
             for sender, target, message in entries:
@@ -419,6 +439,76 @@ class Host:
                     self.deliver(sender, target, message)
                 return
             start = taken[0]
+
+    # ---- a table of entities (Actor.receive_entities) -------------------------------------------
+    def _deliver_to_table(self, sender: str | None, target: str, message: object) -> None:
+        """`deliver` of a table host: one message, the way a batch's are."""
+        self._table_batch([(sender, target, message)])
+
+    def _table_batch(self, entries: list[Entry]) -> None:
+        """Hand the entities' messages of `entries` to the table in one call, in order; a message to the
+        table's own path goes to its `receive` in between, and one for no entity of this host elsewhere."""
+        prefix, n = self.entity_prefix, len(self.entity_prefix)
+        shards, shard = self.spec.shards, self.spec.shard
+        items: list[tuple[str, Any, str | None]] = []
+        for sender, target, message in entries:
+            if target.startswith(prefix):
+                entity_id = target[n:]
+                if not entity_id or "/" in entity_id:
+                    self.dead_letter(sender, target, message,
+                                     f"no entity at {target}: entity ids are one non-empty path segment")
+                elif shards == 1 or shard_of(target, self.path, shards) == shard:
+                    items.append((entity_id, message, sender))
+                else:  # another shard's entity (a stale route): the guardian reroutes it
+                    hit = cast("tuple[str, Address]", self.router.resolve(GUARDIAN_PATH))
+                    self.outbox.add(hit[0], hit[1], (sender, target, message))
+                continue
+            if items:
+                self._hand_to_table(items)
+                items = []
+            if target == self.path:
+                table = self._table()
+                if table is None:
+                    self.dead_letter(sender, target, message, f"entity table {self.key} failed to start")
+                else:
+                    table._last_active = self.now
+                    self._invoke(table, message, sender)
+            else:
+                self._materialize(sender, target, message)  # not ours: rerouted through the guardian
+        if items:
+            self._hand_to_table(items)
+
+    def _hand_to_table(self, items: list[tuple[str, Any, str | None]]) -> None:
+        table = self._table()
+        if table is None:
+            for entity_id, message, sender in items:
+                self.dead_letter(sender, self.entity_prefix + entity_id, message,
+                                 f"entity table {self.key} failed to start (system.errors() says why)")
+            return
+        table._last_active = self.now
+        try:
+            table.receive_entities(items)
+        except Exception as exc:
+            _, message, sender = items[-1]
+            self.report_failure(table, exc, message, sender)
+            return
+        if table._stopping:
+            self.stop_entity(table, "stopped")
+
+    def _table(self) -> Actor | None:
+        """The table instance at the host's path, started (and recovered) if there is none; None if it fails."""
+        table = self.entities.get(self.path)
+        if table is not None:
+            return table
+        table = self._new_instance(self.path)
+        try:
+            table.around_pre_start()
+        except Exception as exc:
+            log.exception("entity table %s failed in pre_start", self.key)
+            self._drop(table, "failed to start")
+            self.report_error(self.path, f"failed to start: {one_line(exc)}")
+            return None
+        return self.entities.get(self.path)  # (None if it stopped while starting: its recovery failed)
 
     def _materialize(self, sender: str | None, target: str, message: object) -> Actor | None:
         if self.spec.entities and target.startswith(self.entity_prefix):
