@@ -46,15 +46,17 @@ from persistence.projection import (
     ProjectionHandlerError,
     ProjectionState,
 )
+from persistence.table import EntityTable, TableCommit, TableSnapshot, entity_events
 
 __all__ = [
     "AtLeastOnceDelivery", "AtLeastOnceDeliverySnapshot", "Confirm", "ConfirmDeliveries", "ConfirmUpTo", "DeadLetteredDelivery",
     "DeleteMessagesFailure", "DeleteMessagesSuccess", "DeleteSnapshotFailure", "DeleteSnapshotSuccess",
-    "DeleteSnapshotsFailure", "DeleteSnapshotsSuccess", "DurableDelivery", "EventsByTag", "GetProjectionState",
+    "DeleteSnapshotsFailure", "DeleteSnapshotsSuccess", "DurableDelivery", "EntityTable", "EventsByTag", "GetProjectionState",
     "IdempotentReceiver",
     "IllegalStateError", "MaxUnconfirmedMessagesExceeded", "OffsetStore", "OffsetStoreError", "PersistentActor",
     "Projection", "ProjectionError", "ProjectionHandlerError", "ProjectionState", "Recovery", "RecoveryCompleted",
     "RecoveryTimedOut", "RedeliveryTick", "ReplyToStrategy", "SaveSnapshotFailure", "SaveSnapshotSuccess",
-    "SeenIds", "SnapshotOffer", "SnapshotStoreNotConfigured", "StashOverflowError", "UnconfirmedDelivery", "UnconfirmedWarning", "open_offset_store",
+    "SeenIds", "SnapshotOffer", "SnapshotStoreNotConfigured", "StashOverflowError", "TableCommit", "TableSnapshot",
+    "UnconfirmedDelivery", "UnconfirmedWarning", "entity_events", "open_offset_store",
     "register_scheme",
 ]

@@ -267,3 +267,22 @@ def test_a_stored_manifest_naming_a_function_builds_nothing() -> None:
     unregister_type(Command)
     with pytest.raises(SerializationError, match="unknown manifest 'os.system'"):
         deserialize(data)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(values, max_size=3), st.lists(st.integers(1, 2**40), max_size=3), st.integers(1, 64))
+def test_table_commit_packs_its_premarked_values_to_the_plain_values_bytes(events, ids, shards) -> None:
+    # pack_values_with (EntityTable's TableCommit) must not change a stored byte either.
+    import msgpack
+
+    from journal.serialization import _by_class, _default, flatten
+    from persistence.table import TableCommit
+
+    commit = TableCommit(shards, tuple(f"e{k}" for k in range(len(events))), tuple(events),
+                         tuple(f"/o{k}" for k in range(len(ids))), tuple(ids))
+    reg = _by_class[TableCommit]
+    pack = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True).pack
+    plain = (commit.shards, commit.entity_ids, commit.events, commit.origins, commit.delivery_ids)
+    assert pack([*reg.values(commit)]) == pack([*plain])
+    assert flatten(commit) == (reg.manifest, reg.version, plain)
+    assert deserialize(serialize(commit)) == commit

@@ -1,0 +1,388 @@
+"""EntityTable: the event-sourced entities of one host kept as rows of one persistent actor.
+
+    class Accounts(EntityTable):
+        def empty_state(self):
+            return 0
+
+        def command_handler(self, entity_id, state, command):
+            if isinstance(command, Deposit):
+                self.reply(self.sender, Confirm(command.delivery_id))  # once durable; a duplicate's again
+                return [Deposited(command.amount)] if self.apply_once(command.origin, command.delivery_id) else []
+            if command == "balance":
+                self.reply(self.sender, state)
+            return []
+
+        def event_handler(self, state, event):
+            return state + event.amount
+
+    system.spawn(Accounts, "/user/accounts", entities=True)       # then tell /user/accounts/42 as usual
+
+Akka Typed's shape (an empty state, a command handler returning events, an event handler returning the
+next state), run over every message an incoming batch carries for any entity of the host, with no actor
+instance, timers or passivation per entity. The events of one group commit are journaled as *one*
+TableCommit (its columns: entity ids, events, delivery marks) under the table's persistence id, instead of
+one record per entity: the per-entity record and its index page were most of an entity's cost per message
+(bench/PROFILE.md §18). Replies wait until every event persisted before them is durable.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from journal import Journal, SnapshotSelectionCriteria, register_type
+from journal.serialization import TUPLE_MARK, marked, pack_values_with
+from persistence.idempotent import SeenIds
+from persistence.messages import (
+    DeleteSnapshotsFailure,
+    DeleteSnapshotsSuccess,
+    SaveSnapshotFailure,
+    SaveSnapshotSuccess,
+    SnapshotOffer,
+)
+from persistence.persistent_actor import PersistentActor
+
+log = logging.getLogger("reprise.persistence")
+
+_MISSING = object()
+
+
+@register_type(manifest="reprise.persistence.TableCommit")
+@dataclass(frozen=True, slots=True)
+class TableCommit:
+    """What one entity table persisted in one group commit, as columns: `events[k]` of entity
+    `entity_ids[k]`, in order; deliveries `(origins[j], delivery_ids[j])` applied with them; `shards`, the
+    shard count the table was spawned with (its entities' rows are in the shard that count chose)."""
+
+    shards: int
+    entity_ids: tuple[str, ...]
+    events: tuple[object, ...]
+    origins: tuple[str, ...]
+    delivery_ids: tuple[int, ...]
+
+
+def _table_commit_values(c: TableCommit) -> tuple[object, ...]:
+    """TableCommit's fields with its tuples (and events) already marked: packed without calls into Python."""
+    return (c.shards, [TUPLE_MARK, *c.entity_ids], [TUPLE_MARK, *map(marked, c.events)], [TUPLE_MARK, *c.origins],
+            [TUPLE_MARK, *c.delivery_ids])
+
+
+pack_values_with(TableCommit, _table_commit_values)
+
+
+@register_type(manifest="reprise.persistence.TableSnapshot")
+@dataclass(frozen=True)
+class TableSnapshot:
+    """Every entity's state and the table's dedup state {origin: SeenIds.state()}, taken with no write in flight."""
+
+    shards: int
+    states: dict[str, object]
+    dedup: dict[str, tuple[int, tuple[tuple[int, int], ...]]]
+
+
+@dataclass(frozen=True, slots=True)
+class _EntityBatch:
+    """The messages of one host batch for the table's entities, handed through PersistentActor.receive (so a
+    table that stopped or stashes treats them as any command)."""
+
+    items: list[tuple[str, Any, str | None]]
+
+
+class EntityTable(PersistentActor):
+    """Entities as rows: implement `empty_state()`, `command_handler(entity_id, state, command)` and
+    `event_handler(state, event)`; spawn with `entities=True`.
+
+    - `command_handler` returns the events to persist for the entity (a list or tuple; None or [] for none).
+      Each is applied at once with `event_handler`, so the entity's next command sees it; `self.sender` is
+      the command's sender and `self.entity_path` the entity's path meanwhile.
+    - `self.reply(to, message)` sends `message` once every event persisted so far is durable (Akka Typed's
+      thenReply); `self.tell` sends at once, so it must not reveal state that is not durable yet.
+    - `self.apply_once(origin, delivery_id)`: True the first time the table sees that delivery (recorded
+      with this command's events, so across restarts too), False for a duplicate. Delivery ids must be
+      unique per origin across the table's entities, as `deliver()` and the Spark bridge number them.
+    - A command (or its events' `event_handler`) that raises is dropped: none of its events are persisted,
+      its entity keeps its state, its `apply_once` marks are forgotten, its replies are not sent; the error
+      is reported for the entity's path (`system.errors()`; an asking client gets ActorFailed), and the
+      other messages go on. A failed write stops the table; the next message starts it again from the
+      journal (Akka's persist failure), so state never runs ahead of what is stored.
+    - Recovery: the newest TableSnapshot (one every `snapshot_every` commits, taken when no write is in
+      flight; older ones are deleted), then the TableCommits after it. `entity_events()` reads one entity's
+      history back. States are values: return a new state instead of changing the old one in place.
+    - Per entity there is no instance: no timers, no passivation (every state stays in memory), and
+      `system.stop(entity path)` returns at once, changing nothing. Messages to the table's own path go to
+      `receive_command`. The shard count is part of what is stored: a table recovers only with the same one.
+    """
+
+    snapshot_every: int | None = 1000
+    """Save a TableSnapshot after this many commits (when no write is in flight); None: never."""
+
+    # ---- what the user implements ---------------------------------------------------------------
+    def empty_state(self) -> Any:
+        """The state of an entity that has no events yet."""
+        return None
+
+    def command_handler(self, entity_id: str, state: Any, command: Any) -> list[Any] | tuple[Any, ...] | None:
+        """Decide on one command to the entity: return the events to persist (None or [] for none)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement command_handler(entity_id, state, command)")
+
+    def event_handler(self, state: Any, event: Any) -> Any:
+        """Return the entity's state after `event` (also on replay: no side effects)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement event_handler(state, event)")
+
+    def committed(self, commit: TableCommit) -> None:
+        """Called once `commit` is durable, after its replies: e.g. one cumulative confirm per origin."""
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        """Messages to the table's own path (not to one of its entities): dead letters unless overridden."""
+        self.context.dead_letter(sender, self.path, message, f"{type(self).__name__} is an EntityTable: it handles "
+                                 "messages to its entities (path/<id>); override receive_command for its own path")
+
+    # ---- what command handlers call ---------------------------------------------------------------
+    def reply(self, to: str | None, message: object) -> None:
+        """Send `message` to `to` once every event persisted so far (this command's too) is durable."""
+        self._after.append((to, message))
+
+    def when_durable(self, action: Callable[[Any], object], arg: object) -> None:
+        """Call `action(arg)` once every event persisted so far (this command's too) is durable, in order with
+        replies; not at all if this command fails (for layers: spark_bridge.FeedTable confirms rows so)."""
+        self._after.append((action, arg))
+
+    def apply_once(self, origin: str, delivery_id: int) -> bool:
+        """True the first time this table sees delivery `delivery_id` from `origin`; False for a duplicate."""
+        if type(delivery_id) is not int or delivery_id < 1:
+            raise ValueError(f"delivery ids start at 1 (deliver() numbers them so), got {delivery_id!r} from "
+                             f"{origin!r}; number your own deliveries from 1")
+        seen = self._seen.get(origin)
+        if seen is None:
+            seen = self._seen[origin] = SeenIds()
+        if not seen.add(delivery_id):
+            return False
+        self._origins.append(origin)
+        self._delivery_ids.append(delivery_id)
+        return True
+
+    def forget_applied_up_to(self, origin: str, delivery_id: int) -> None:
+        """Take every delivery id <= `delivery_id` from `origin` as applied, keeping no memory of each (for an
+        origin that promised never to deliver them again: the Spark bridge's settled watermark)."""
+        seen = self._seen.get(origin)
+        if seen is not None:
+            seen.advance_to(delivery_id)
+
+    @property
+    def entity_path(self) -> str:
+        """The path of the entity whose command is being handled."""
+        return self.path + "/" + self._entity
+
+    def state_of(self, entity_id: str) -> Any:
+        """The entity's current state (empty_state() if it has none); includes events not durable yet."""
+        state = self._states.get(entity_id, _MISSING)
+        return self.empty_state() if state is _MISSING else state
+
+    def entity_count(self) -> int:
+        """How many entities have a state here."""
+        return len(self._states)
+
+    # ---- the table's machinery ---------------------------------------------------------------------
+    @property
+    def persistence_id(self) -> str:
+        """The host's key: its path, or the shard's name for one shard of a sharded table."""
+        return self.context.key
+
+    def stats(self) -> dict[str, int]:
+        return {"table_entities": len(self._states)}
+
+    def mixin_init(self) -> None:
+        super().mixin_init()
+        self._states: dict[str, Any] = {}
+        self._seen: dict[str, SeenIds] = {}
+        # The columns of the commit being gathered (one per incoming batch) and its replies.
+        self._ids: list[str] = []
+        self._events: list[object] = []
+        self._origins: list[str] = []
+        self._delivery_ids: list[int] = []
+        # What waits for the commit: (path, message) replies and (action, arg) calls, in call order.
+        self._after: list[tuple[str | None | Callable[[Any], object], object]] = []
+        self._entity = ""
+        self._unwritten = 0  # commits whose write has not completed
+        self._commits_since_snapshot = 0
+
+    def receive_entities(self, messages: list[tuple[str, Any, str | None]]) -> None:
+        self.receive(_EntityBatch(messages), None)
+
+    def mixin_command(self, message: Any, sender: str | None) -> None:
+        kind = type(message)
+        if kind is _EntityBatch:
+            self._apply(message.items)
+        elif kind is SaveSnapshotSuccess:
+            # The newest snapshot is all recovery needs: older ones would only fill the store.
+            self.delete_snapshots(SnapshotSelectionCriteria(max_sequence_nr=message.metadata.sequence_nr - 1))
+        elif kind in (SaveSnapshotFailure, DeleteSnapshotsSuccess, DeleteSnapshotsFailure):
+            pass  # (a failed save was reported by save_snapshot; the next one comes snapshot_every commits later)
+        else:
+            super().mixin_command(message, sender)
+
+    def _apply(self, items: list[tuple[str, Any, str | None]]) -> None:
+        """Run the command handler over the batch, then queue its events as one commit."""
+        states, ids, events = self._states, self._ids, self._events
+        handle, apply, empty = self.command_handler, self.event_handler, self.empty_state
+        for entity_id, command, sender in items:
+            self.sender = sender
+            self._entity = entity_id
+            state = states.get(entity_id, _MISSING)
+            if state is _MISSING:
+                state = empty()
+            marks, n_events, n_after = len(self._delivery_ids), len(events), len(self._after)
+            try:
+                produced = handle(entity_id, state, command)
+                if produced:
+                    if type(produced) is not list and type(produced) is not tuple:
+                        raise TypeError(f"{type(self).__name__}.command_handler must return a list or tuple of events "
+                                        f"(or None), got {type(produced).__name__}: return [event]")
+                    for event in produced:
+                        state = apply(state, event)
+                        ids.append(entity_id)
+                        events.append(event)
+                    states[entity_id] = state
+            except Exception as exc:
+                self._undo(marks, n_events, n_after)
+                self._command_failed(entity_id, command, sender, exc)
+        self._entity = ""
+        self._flush()
+
+    def _undo(self, marks: int, n_events: int, n_after: int) -> None:
+        """Forget what a failed command did: its events, its delivery marks, its replies."""
+        del self._ids[n_events:], self._events[n_events:], self._after[n_after:]
+        for origin, delivery_id in zip(self._origins[marks:], self._delivery_ids[marks:], strict=True):
+            self._seen[origin].discard(delivery_id)
+        del self._origins[marks:], self._delivery_ids[marks:]
+
+    def _command_failed(self, entity_id: str, command: object, sender: str | None, exc: Exception) -> None:
+        path = self.path + "/" + entity_id
+        if self.context.report_error(path, f"failed on {type(command).__name__}: {type(exc).__name__}: {exc}",
+                                     sender, exc):
+            log.error("entity %s of table %s failed on %s (the command was dropped, its state kept): %s\n%s",
+                      entity_id, self.persistence_id, type(command).__name__, exc,
+                      "".join(traceback.format_exception(exc)))
+
+    def _flush(self) -> None:
+        """Queue the gathered columns as one TableCommit; replies go out once it (and all before it) is durable."""
+        replies = self._after
+        if self._events or self._delivery_ids:
+            commit = TableCommit(self.context.shards, tuple(self._ids), tuple(self._events), tuple(self._origins),
+                                 tuple(self._delivery_ids))
+            self._ids, self._events, self._origins, self._delivery_ids, self._after = [], [], [], [], []
+            self._unwritten += 1
+            self.persist_async(commit, _Committed(self, replies))
+        elif replies:
+            self._after = []
+            self.defer_async(replies, self._send)
+
+    def _send(self, after: list[tuple[str | None | Callable[[Any], object], object]]) -> None:
+        route, me = self.context.route, self.path
+        for to, message in after:
+            if type(to) is str:
+                route(me, to, message)
+            elif to is None:
+                self.context.dead_letter(me, "<no sender>", message, "reply to a message that had no sender")
+            else:
+                to(message)  # type: ignore[operator]  # (an action of when_durable)
+
+    def _committed(self, commit: TableCommit,
+                   replies: list[tuple[str | None | Callable[[Any], object], object]]) -> None:
+        self._unwritten -= 1
+        if replies:
+            self._send(replies)
+        self.committed(commit)
+        self._commits_since_snapshot += 1
+        every = self.snapshot_every
+        if every is not None and self._commits_since_snapshot >= every and not self._unwritten:
+            # Only with nothing in flight: the states then hold exactly the events up to last_sequence_nr.
+            self._commits_since_snapshot = 0
+            self.save_snapshot(TableSnapshot(self.context.shards, dict(self._states),
+                                             {o: s.state() for o, s in self._seen.items()}))
+
+    def _event_rejected(self, event: object) -> None:
+        # The journal refused the commit (an event it cannot serialize): the states already hold its events,
+        # so the table stops and its next message recovers it from what is stored.
+        if type(event) is TableCommit:
+            self._unwritten -= 1
+            self.context.report_error(self.path, f"stopped: the journal rejected a commit of {len(event.events)} "
+                                                 "events (see the host's log); the table recovers on its next message")
+            self.stop()
+        super()._event_rejected(event)
+
+    # ---- recovery ---------------------------------------------------------------------------------
+    def mixin_recover_snapshot(self, offer: SnapshotOffer) -> None:
+        snap = offer.snapshot
+        if type(snap) is TableSnapshot:
+            self._check_shards(snap.shards)
+            self._states = dict(snap.states)
+            self._seen = {o: SeenIds(low, tuple(ranges)) for o, (low, ranges) in snap.dedup.items()}
+            return
+        super().mixin_recover_snapshot(offer)
+
+    def mixin_recover_event(self, event: Any) -> None:
+        if type(event) is TableCommit:
+            self._check_shards(event.shards)
+            states, apply, empty = self._states, self.event_handler, self.empty_state
+            for entity_id, e in zip(event.entity_ids, event.events, strict=True):
+                state = states.get(entity_id, _MISSING)
+                states[entity_id] = apply(empty() if state is _MISSING else state, e)
+            seen = self._seen
+            for origin, delivery_id in zip(event.origins, event.delivery_ids, strict=True):
+                s = seen.get(origin)
+                if s is None:
+                    s = seen[origin] = SeenIds()
+                s.add(delivery_id)
+            return
+        super().mixin_recover_event(event)
+
+    def _check_shards(self, stored: int) -> None:
+        if stored != self.context.shards:
+            raise ValueError(f"entity table {self.persistence_id} was written with shards={stored} and is spawned "
+                             f"with shards={self.context.shards}: each shard holds the rows of the entities that "
+                             f"count chose; spawn it with shards={stored}")
+
+    def mixin_tags(self, stored: object) -> frozenset[str]:
+        # Tags are asked of the users' events, not of the commit that journals them together.
+        if type(stored) is TableCommit:
+            tag = super().mixin_tags
+            return frozenset().union(*[tag(e) for e in stored.events])
+        return super().mixin_tags(stored)
+
+
+class _Committed:
+    """A commit's persist handler: its replies, then maybe a snapshot (a class: no closure per commit)."""
+
+    __slots__ = ("table", "replies")
+
+    def __init__(self, table: EntityTable, replies: list[tuple[str | None | Callable[[Any], object], object]]) -> None:
+        self.table = table
+        self.replies = replies
+
+    def __call__(self, commit: TableCommit) -> None:
+        self.table._committed(commit, self.replies)
+
+
+def entity_events(journal: Journal, table_path: str, entity_id: str, shards: int = 1) -> Iterator[tuple[int, Any]]:
+    """(n, event) for each event of entity `entity_id` of the table at `table_path`, in order; n counts the
+    entity's own events from 1 (its sequence numbers). Reads the whole shard's journal: for inspection."""
+    from actors.paths import shard_key, shard_of
+
+    pid = shard_key(table_path, shard_of(f"{table_path}/{entity_id}", table_path, shards), shards)
+    n = 0
+    with journal.events_by_persistence_id(pid) as query:
+        for envelope in query:
+            commit = envelope.event
+            if type(commit) is not TableCommit:
+                continue
+            for owner, event in zip(commit.entity_ids, commit.events, strict=True):
+                if owner == entity_id:
+                    n += 1
+                    yield n, event
+
+
+__all__ = ["EntityTable", "TableCommit", "TableSnapshot", "entity_events"]

@@ -1,0 +1,83 @@
+"""EntityTable samples for tests/persistence/test_entity_table.py (importable by host processes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from journal import register_type
+from persistence import Confirm, EntityTable
+
+
+@dataclass(frozen=True)
+class Deposit:
+    """Add `amount` to the account once for delivery `delivery_id` from `origin` (confirmed when durable)."""
+
+    origin: str
+    delivery_id: int
+    amount: int
+
+
+@register_type(manifest="tests.table.Deposited")
+@dataclass(frozen=True)
+class Deposited:
+    amount: int
+
+
+@dataclass(frozen=True)
+class Withdraw:
+    """Take `amount` out; refused (an exception: the command is dropped) below zero."""
+
+    amount: int
+
+
+@register_type(manifest="tests.table.Withdrew")
+@dataclass(frozen=True)
+class Withdrew:
+    amount: int
+
+
+class Unstorable:
+    """An event class the journal cannot serialize (not registered, no msgpack form)."""
+
+
+class Accounts(EntityTable):
+    """A balance per account; "balance" asks for it (answered once everything before it is durable)."""
+
+    snapshot_every = 5
+
+    def empty_state(self) -> int:
+        return 0
+
+    def command_handler(self, entity_id: str, state: int, command: Any) -> list[Any] | None:
+        if type(command) is Deposit:
+            self.reply(self.sender, Confirm(command.delivery_id))
+            return [Deposited(command.amount)] if self.apply_once(command.origin, command.delivery_id) else []
+        if type(command) is Withdraw:
+            if command.amount > state:
+                raise ValueError(f"{entity_id} has {state}, cannot withdraw {command.amount}")
+            return [Withdrew(command.amount)]
+        if command == "balance":
+            self.reply(self.sender, state)
+        elif command == "unstorable":
+            return [Unstorable()]
+        elif command == "not a list":
+            return Deposited(1)  # type: ignore[return-value]  # (the mistake the test checks)
+        elif command == "path":
+            self.reply(self.sender, self.entity_path)
+        return None
+
+    def event_handler(self, state: int, event: Any) -> int:
+        if type(event) is Deposited:
+            return state + event.amount
+        if type(event) is Withdrew:
+            return state - event.amount
+        return state
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if message == "count":
+            self.tell(sender, self.entity_count())
+        elif message == "sequence_nr":
+            self.tell(sender, self.last_sequence_nr)
+        else:
+            super().receive_command(message, sender)

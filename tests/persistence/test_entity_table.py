@@ -1,0 +1,199 @@
+"""EntityTable (persistence/table.py): entities as rows of one persistent actor per host, on both bases."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from actors import ActorFailed, AskTimeout, SpawnFailed
+from journal import open_journal, open_snapshot_store
+from persistence import Confirm, TableCommit, entity_events
+from tests.persistence.table_actors import Accounts, Deposit, Withdraw
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+ACC = "/user/acc"
+
+
+def commits(url: str, pid: str = ACC) -> list[TableCommit]:
+    """The TableCommits stored under `pid`."""
+    with open_journal(url) as journal, journal.events_by_persistence_id(pid) as query:
+        return [e.event for e in query]
+
+
+def balances(system, ids) -> dict[str, int]:
+    return {i: system.ask(f"{ACC}/{i}", "balance") for i in ids}
+
+
+def test_one_batch_is_one_record_its_commands_apply_in_order_and_replies_wait_for_it(psystem, tmp_path):
+    psystem.spawn(Accounts, ACC, entities=True)
+    probe = psystem.probe()
+    items = [(f"{ACC}/{'abc'[k % 3]}", Deposit("/o", k + 1, k + 1)) for k in range(30)]
+    psystem.tell_many(items, sender=probe.path)
+    confirms = probe.receive_many(30, 20)
+    assert sorted(c.delivery_id for c in confirms) == list(range(1, 31)), "each delivery confirmed once"
+    stored = commits(f"sqlite:///{tmp_path}/journal.db")
+    assert len(stored) == 1, "the 30 deposits of one incoming batch are one journal record"
+    (commit,) = stored
+    assert commit.entity_ids == tuple("abc"[k % 3] for k in range(30))
+    assert [e.amount for e in commit.events] == list(range(1, 31)), "in arrival order"
+    assert commit.delivery_ids == tuple(range(1, 31)) and set(commit.origins) == {"/o"}
+    assert balances(psystem, "abc") == {i: sum(k + 1 for k in range(30) if "abc"[k % 3] == i) for i in "abc"}
+    assert psystem.ask(f"{ACC}/z", "balance") == 0, "an entity without events has the empty state"
+    assert psystem.ask(f"{ACC}/z", "path") == f"{ACC}/z"
+    assert psystem.ask(ACC, "count") == 3, "an entity that only answered has no row"
+
+
+def test_state_and_dedup_survive_a_restart_from_the_newest_snapshot_and_the_commits_after_it(base, make_system,
+                                                                                             tmp_path):
+    urls = {"journal": f"sqlite:///{tmp_path}/j.db", "snapshot_store": f"sqlite:///{tmp_path}/s.db"}
+    first = make_system(base, **urls)
+    first.spawn(Accounts, ACC, entities=True)
+    for k in range(1, 13):  # 12 commits: snapshots after the 5th and the 10th (snapshot_every = 5)
+        assert first.ask(f"{ACC}/{k % 2}", Deposit("/o", k, 10 * k)) == Confirm(k)
+    expected = {"0": sum(10 * k for k in range(2, 13, 2)), "1": sum(10 * k for k in range(1, 13, 2))}
+    assert balances(first, "01") == expected
+    first.shutdown()
+    with open_snapshot_store(urls["snapshot_store"]) as store:
+        newest = store.load(ACC)
+        assert newest is not None and newest.metadata.sequence_nr == 10, "the newest snapshot, at commit 10"
+        from journal import SnapshotSelectionCriteria
+        older = store.load(ACC, SnapshotSelectionCriteria(max_sequence_nr=9))
+        assert older is None, "older snapshots were deleted once a newer one was saved"
+
+    second = make_system(base, **urls)
+    second.spawn(Accounts, ACC, entities=True)
+    assert balances(second, "01") == expected, "recovered: snapshot at 10, then commits 11 and 12"
+    assert second.ask(f"{ACC}/1", Deposit("/o", 3, 30)) == Confirm(3), "a redelivery is confirmed again"
+    assert second.ask(f"{ACC}/0", Deposit("/o", 12, 120)) == Confirm(12)
+    assert balances(second, "01") == expected, "and not applied again: the dedup state was recovered"
+    assert second.ask(f"{ACC}/1", Deposit("/o", 13, 5)) == Confirm(13)
+    assert balances(second, "1") == {"1": expected["1"] + 5}
+    assert second.ask(ACC, "sequence_nr") == 13
+
+
+def test_a_failing_command_is_dropped_and_reported_and_the_rest_of_its_batch_applies(psystem):
+    psystem.spawn(Accounts, ACC, entities=True)
+    probe = psystem.probe()
+    psystem.tell_many([(f"{ACC}/a", Deposit("/o", 1, 10)),
+                       (f"{ACC}/a", Withdraw(100)),          # raises: dropped, a keeps 10
+                       (f"{ACC}/b", Deposit("/o", 2, 5)),
+                       (f"{ACC}/c", Deposit("/o", 3, 7)),
+                       (f"{ACC}/c", "not a list")],          # a mistake in the handler: reported, dropped
+                      sender=probe.path)
+    assert sorted(c.delivery_id for c in probe.receive_many(3, 20)) == [1, 2, 3]
+    assert balances(psystem, "abc") == {"a": 10, "b": 5, "c": 7}
+    errors = wait_for(lambda: [e for e in psystem.errors().recent if e.path.startswith(ACC)] or None, 10)
+    by_path = {e.path: e.reason for e in errors}
+    assert "cannot withdraw 100" in by_path[f"{ACC}/a"], by_path
+    assert "must return a list or tuple of events" in by_path[f"{ACC}/c"], by_path
+    with pytest.raises(ActorFailed, match="cannot withdraw 1000"):
+        psystem.ask(f"{ACC}/a", Withdraw(1000))
+    psystem.tell(f"{ACC}/a", Withdraw(4))
+    assert psystem.ask(f"{ACC}/a", "balance") == 6, "the entity goes on after its failed commands"
+
+
+def test_a_commit_the_journal_rejects_stops_the_table_and_its_next_message_recovers_what_is_stored(psystem):
+    psystem.spawn(Accounts, ACC, entities=True)
+    assert psystem.ask(f"{ACC}/a", Deposit("/o", 1, 10)) == Confirm(1)
+    probe = psystem.probe()
+    psystem.tell_many([(f"{ACC}/a", Deposit("/o", 2, 5)), (f"{ACC}/b", "unstorable")], sender=probe.path)
+    wait_for(lambda: any("rejected a commit" in e.reason for e in psystem.errors().recent), 10)
+    assert psystem.ask(f"{ACC}/a", "balance") == 10, "the rejected commit's deposit is not in the state"
+    with pytest.raises(AskTimeout):
+        probe.receive(0.5)  # nor was it confirmed
+    assert psystem.ask(f"{ACC}/a", Deposit("/o", 2, 5)) == Confirm(2), "its redelivery applies"
+    assert psystem.ask(f"{ACC}/a", "balance") == 15
+
+
+def test_the_table_path_itself_bad_entity_paths_and_stopping_one_entity(psystem):
+    psystem.spawn(Accounts, ACC, entities=True)
+    assert psystem.ask(f"{ACC}/a", Deposit("/o", 1, 10)) == Confirm(1)
+    assert psystem.ask(ACC, "count") == 1
+    psystem.tell(f"{ACC}/a/b", "balance")
+    dead = wait_for(lambda: [d for d in psystem.dead_letters().recent if d.target == f"{ACC}/a/b"] or None, 10)
+    assert "one non-empty path segment" in dead[0].reason
+    psystem.stop(f"{ACC}/a")  # an entity of a table has no instance: returns at once, its state stays
+    assert psystem.ask(f"{ACC}/a", "balance") == 10
+
+
+def test_spawning_a_table_without_entities_true_fails_and_says_how(psystem):
+    with pytest.raises(SpawnFailed, match="spawn it with entities=True"):
+        psystem.spawn(Accounts, ACC)
+
+
+def test_a_sharded_table_keeps_each_shard_apart_and_refuses_another_shard_count(psystem, tmp_path):
+    psystem.spawn(Accounts, ACC, entities=True, shards=2)
+    ids = [str(i) for i in range(8)]
+    for n, i in enumerate(ids, 1):
+        assert psystem.ask(f"{ACC}/{i}", Deposit("/o", n, n)) == Confirm(n)
+    assert psystem.ask(f"{ACC}/3", Deposit("/o", 9, 100)) == Confirm(9)
+    assert balances(psystem, ids) == {i: n + (100 if i == "3" else 0) for n, i in enumerate(ids, 1)}
+    with open_journal(f"sqlite:///{tmp_path}/journal.db") as journal:
+        assert [e.amount for _, e in entity_events(journal, ACC, "3", shards=2)] == [4, 100]
+        assert [n for n, _ in entity_events(journal, ACC, "3", shards=2)] == [1, 2], "its own sequence numbers"
+        assert sorted(journal.current_persistence_ids()) == [f"{ACC} [shard 0]", f"{ACC} [shard 1]"]
+    psystem.stop(ACC)
+    with pytest.raises(SpawnFailed, match="failed to start"):
+        psystem.spawn(Accounts, ACC, entities=True, shards=3)
+    reason = wait_for(lambda: [e.reason for e in psystem.errors().recent if "shards=2" in e.reason] or None, 10)
+    assert "spawn it with shards=2" in reason[0]
+
+
+@pytest.mark.timeout(180)
+def test_a_sigkilled_table_host_loses_no_confirmed_deposit_and_applies_redeliveries_once(make_system, tmp_path):
+    system = make_system("multiproc", journal=f"sqlite:///{tmp_path}/j.db",
+                         snapshot_store=f"sqlite:///{tmp_path}/s.db")
+    system.spawn(Accounts, ACC, entities=True)
+    probe = system.probe()
+    sent = [(f"{ACC}/{k % 50}", Deposit("/o", k, k % 7 + 1)) for k in range(1, 6001)]
+    confirmed: set[int] = set()
+    pid = system.status().hosts[ACC].pid
+    for start in range(0, len(sent), 200):
+        system.tell_many(sent[start:start + 200], sender=probe.path)
+        if start == 3000:
+            os.kill(pid, signal.SIGKILL)  # with batches in flight: some applied, some not, some not confirmed
+    wait_for(lambda: (h := system.status().hosts.get(ACC)) is not None and h.pid not in (None, pid), 30)
+    try:
+        while True:  # the confirms that came (those of batches lost with the process never will)
+            confirmed.add(probe.receive(2).delivery_id)
+    except AskTimeout:
+        pass
+    assert 0 < len(confirmed) < len(sent), "the kill came mid-stream"
+    expected = {f"{k}": 0 for k in range(50)}
+    for path, d in sent:
+        if d.delivery_id in confirmed:
+            expected[path.rsplit("/", 1)[1]] += d.amount
+    after_kill = balances(system, expected)
+    assert all(after_kill[i] >= expected[i] for i in expected), "every confirmed deposit survived the SIGKILL"
+    system.tell_many(sent, sender=probe.path)  # the sender redelivers everything: applied once each
+    assert len(probe.receive_many(len(sent), 60)) == len(sent)
+    total = {f"{k}": 0 for k in range(50)}
+    for path, d in sent:
+        total[path.rsplit("/", 1)[1]] += d.amount
+    assert balances(system, total) == total, "each deposit applied exactly once"
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(120)
+def test_the_readme_entity_table_block_runs_verbatim_as_a_script(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from tests.test_readme import blocks, processes_started_in
+
+    (block,) = [b for b in blocks("python") if b.startswith("# accounts_table.py")]
+    (tmp_path / "accounts_table.py").write_text(block)
+    where = str(tmp_path.resolve())
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        run = subprocess.run([sys.executable, "accounts_table.py"], cwd=where, capture_output=True, text=True,
+                             timeout=90, env={**os.environ, "PYTHONPATH": root})
+        assert run.returncode == 0, run.stderr
+        wait_for(lambda: not processes_started_in(where), timeout=15)
+    finally:
+        for pid in processes_started_in(where):
+            os.kill(pid, 9)
