@@ -10,7 +10,8 @@ One Spark session (local[2]), one cached DataFrame of `rows` deposits to 1,000 a
   bridge's journal; the fan-out is then waited for before the next run);
 - feed(ack="processed") into in-memory accounts (each confirms its row at once);
 - feed(ack="processed") into durable accounts (FeedReceiver: one journal event per row, exactly once), in one
-  host process and then in two (shards=2);
+  host process and then in two (shards=2), then as rows of one FeedTable (one journal record per group
+  commit, exactly once);
 - the same two in-memory runs through the data sink, `df.write.format("reprise")` (spark_bridge.sink),
   each right after its feed() run, with the ratio sink / feed (target >= 0.9x).
 """
@@ -32,7 +33,7 @@ import msgpack
 
 import actors
 from spark_bridge import BRIDGE_PATH, FeedProgress, GetFeedProgress, feed, register, start_bridge
-from tests.spark_bridge.sample import Account, DurableAccount
+from tests.spark_bridge.sample import Account, DurableAccount, TableAccounts
 
 BATCH = 2_000
 
@@ -161,11 +162,14 @@ def main(argv: list[str] | None = None) -> dict:
             figures["sink processed"] = _sink(df, system.admin_port, "bench-sink-processed", "processed")
     # The durable accounts in one host process, then split over two (shards=2, one per core: as the demo runs
     # them): one host is the bottleneck of this run (bench/PROFILE.md §16).
-    for shards, name in ((1, "processed, durable accounts"), (2, "processed, durable accounts, 2 shards")):
+    # Then the same accounts as rows of one FeedTable (one journal record per group commit: PROFILE.md §18).
+    for account, shards, name in ((DurableAccount, 1, "processed, durable accounts"),
+                                  (DurableAccount, 2, "processed, durable accounts, 2 shards"),
+                                  (TableAccounts, 1, "processed, durable FeedTable accounts")):
         if args.skip_durable:
             break
         with (tempfile.TemporaryDirectory(prefix="reprise-bench-spark-") as tmp,
-              _system(DurableAccount, tmp, shards) as system):
+              _system(account, tmp, shards) as system):
             feed(df.limit(10_000), system=system.admin_port, feed_id="warm-up", ack="processed", progress=False)
             durable = feed(df, system=system.admin_port, feed_id="bench-durable", ack="processed", progress=False)
             figures[name] = durable.rows_per_second
@@ -181,6 +185,8 @@ def main(argv: list[str] | None = None) -> dict:
               "processed, durable accounts": 'feed ack="processed" (durable FeedReceiver accounts)',
               "processed, durable accounts, 2 shards":
                   'feed ack="processed" (durable FeedReceiver accounts in 2 shard processes)',
+              "processed, durable FeedTable accounts":
+                  'feed ack="processed" (durable accounts as rows of one FeedTable)',
               "sink persisted": 'df.write.format("reprise") ack="persisted"',
               "sink processed": 'df.write.format("reprise") ack="processed"'}
     for name, rate in figures.items():

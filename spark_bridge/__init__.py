@@ -12,8 +12,9 @@ nothing again (with `key=`, rows are deduplicated by key instead). ack="persiste
 is durable. Every released row goes to its destination as one at-least-once delivery (a `Row`),
 redelivered until the destination confirms it, across restarts of the bridge; rows whose path nobody
 serves are dead-lettered and counted.
-Destinations confirm with `ack(self, row)` or, durably and exactly once, with `FeedReceiver.apply_row`,
-and may send follow-ups anchored to the row. With ack="processed", `feed` returns only when every row
+Destinations confirm with `ack(self, row)` or, durably and exactly once, with `FeedReceiver.apply_row`
+(or `FeedTable.apply_row`: a host's entities as rows of one EntityTable, one journal record per group
+commit), and may send follow-ups anchored to the row (not from a FeedTable). With ack="processed", `feed` returns only when every row
 and everything anchored to it is confirmed (Storm's XOR acker, one 64-bit value per batch).
 
 Cluster recipe: run one member actor system per executor host (Thespian convention: `actors.start(
@@ -50,7 +51,7 @@ from spark_bridge.bridge import (
     start_bridge,
     start_bridges,
 )
-from spark_bridge.destination import FeedReceiver, ack
+from spark_bridge.destination import FeedReceiver, FeedTable, ack
 from spark_bridge.feed import FeedError, FeedResult, feed, feed_stream, last_write_result
 from spark_bridge.messages import FeedProgress, GetFeedProgress, Row, StagedRun
 from spark_bridge.progress import ProgressBar
@@ -68,6 +69,6 @@ def register(spark: Any) -> None:
 
 
 # The user API only: the other messages of spark_bridge.messages are the bridge's own protocol and events.
-__all__ = ["BRIDGES_PATH", "BRIDGE_PATH", "FeedError", "FeedProgress", "FeedReceiver", "FeedResult", "GetFeedProgress", "ProgressBar", "Row",
+__all__ = ["BRIDGES_PATH", "BRIDGE_PATH", "FeedError", "FeedProgress", "FeedReceiver", "FeedResult", "FeedTable", "GetFeedProgress", "ProgressBar", "Row",
            "STAGED_TTL", "SessionError", "StagedRun", "SparkBridge", "ack", "cluster_session", "feed", "feed_stream", "last_write_result", "local_session",
            "bridge_path", "discard_staged", "register", "staged_runs", "start_bridge", "start_bridges"]

@@ -28,7 +28,7 @@ from typing import Any
 
 import actors
 from journal.serialization import marked, pack_values_with
-from persistence import IdempotentReceiver, SnapshotOffer
+from persistence import EntityTable, IdempotentReceiver, SnapshotOffer
 from persistence.idempotent import Applied, AppliedBatch
 from spark_bridge.bridge import BRIDGE_PATH, PERSISTENCE_ID
 from spark_bridge.messages import (
@@ -289,3 +289,33 @@ class FeedReceiver(IdempotentReceiver):
         pending = [[f.forward_id, f.anchor, f.to, f.message, *([] if b is None else [b])]
                    for f, b in self._unaccepted.values()]
         return ReceiverSnapshot(self._next_forward, pending, super().mixin_wrap_snapshot(snapshot))
+
+
+class FeedTable(EntityTable):
+    """A durable destination whose entities are rows of one EntityTable per host (persistence.EntityTable).
+
+    In `command_handler`, `apply_row(row)` says whether the row is new: return its events then. The row is
+    confirmed to its bridge once every event persisted so far is durable, a redelivered row again, so a
+    feed with ack="processed" returns once all its rows are durable. A host's rows are journaled as one
+    TableCommit per group commit (bench/PROFILE.md §18). No follow-ups: a destination that sends some is
+    a FeedReceiver.
+    """
+
+    def mixin_init(self) -> None:
+        super().mixin_init()
+        self._rows_until_trim = 0
+
+    def apply_row(self, row: Row) -> bool:
+        """True the first time this table sees `row`; False for a redelivery. Confirmed either way, once durable."""
+        if type(row) is not Row and not isinstance(row, Row):
+            raise TypeError(f"apply_row needs the spark_bridge.Row the bridge delivered, got {type(row).__name__}")
+        origin = _origin(row.bridge)
+        self._rows_until_trim -= 1
+        if self._rows_until_trim <= 0:  # (the bridge never delivers ids below its settled watermark again)
+            self._rows_until_trim = _TRIM_EVERY
+            self.forget_applied_up_to(origin, row.settled_below - 1)
+        self.when_durable(self._confirm_row, row)
+        return self.apply_once(origin, row.delivery_id)
+
+    def _confirm_row(self, row: Row) -> None:
+        _confirm(self, row.delivery_id, row.bridge)

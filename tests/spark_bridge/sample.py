@@ -7,7 +7,7 @@ from typing import Any
 
 import actors
 from journal import register_type
-from spark_bridge import FeedReceiver, Row, SparkBridge, ack
+from spark_bridge import FeedReceiver, FeedTable, Row, SparkBridge, ack
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,27 @@ class DurableAccount(FeedReceiver):
                 self.repeated += 1
         elif isinstance(message, GetBalance):
             self.tell(sender, Balance(self.total, self.applied, self.repeated))
+
+
+class TableAccounts(FeedTable):
+    """DurableAccount's accounts as rows of one FeedTable per host: (total, applied) per account."""
+
+    def __init__(self, ledger: str | None = None) -> None:
+        if ledger is not None:
+            raise ValueError("a FeedTable sends no follow-ups: spawn TableAccounts without a ledger")
+
+    def empty_state(self) -> tuple[int, int]:
+        return (0, 0)
+
+    def command_handler(self, entity_id: str, state: tuple[int, int], command: Any) -> list[Any] | None:
+        if type(command) is Row:
+            return [Deposited(command.body["amount"])] if self.apply_row(command) else None
+        if type(command) is GetBalance:
+            self.reply(self.sender, Balance(state[0], state[1], 0))
+        return None
+
+    def event_handler(self, state: tuple[int, int], event: Deposited) -> tuple[int, int]:
+        return (state[0] + event.amount, state[1] + 1)
 
 
 class Ledger(FeedReceiver):
