@@ -1,7 +1,8 @@
 """Benchmark (not a test): applied messages/s in one host of many IdempotentReceiver entities on SQLite.
 
     .venv/bin/python -m bench.entities [--entities 10000] [--messages 200000] [--base local|multiproc|both]
-                                       [--chunk 2000] [--rounds 1] [--receive-batch] [--json]
+                                       [--chunk 2000] [--rounds 1] [--receive-batch] [--kind receiver|table|both]
+                                       [--json]
 
 The shape of `make demo`'s account host without Spark and the bridge: the driver tells `Deposit`s in
 chunks of `--chunk` (one Thespian message each, hence one group commit each) spread at random over the
@@ -9,6 +10,10 @@ entities, so most entities get one application per commit (one AppliedBatch of o
 every delivery once with `persist_applied` (asynchronous) and, once it is durable, counts it in a
 per-host confirmation sent to the driver when the host settles (like FeedReceiver's Confirmed). Delivery
 ids come from one origin and are global, so each entity sees sparse ids (as the bridge's rows).
+
+`--kind table` (part of the default `both`) runs the same accounts as rows of one `EntityTable`
+(persistence/table.py): the same deliveries, each applied once (`apply_once`), one TableCommit record per
+group commit instead of one AppliedBatch per entity, one `Applied` per commit.
 
 Every entity is created and recovered in a warm-up pass before the clock starts. Reported: applied
 messages/s (wall clock) and CPU µs per message in the host process (on `local` the driver shares it).
@@ -32,7 +37,7 @@ from typing import Any
 
 import actors
 from journal import register_type
-from persistence import IdempotentReceiver
+from persistence import EntityTable, IdempotentReceiver, TableCommit
 
 HOST = "/user/accounts"
 ORIGIN = "/user/driver"
@@ -140,6 +145,32 @@ class BatchAccount(Account):
             self.persist_applied_many(ORIGIN, ids, amounts, self._deposited)
 
 
+class TableAccounts(EntityTable):
+    """The same accounts as rows of one EntityTable (--table): each Deposit applied once (apply_once), one
+    TableCommit per group commit, and one Applied per commit to the driver once it is durable."""
+
+    def empty_state(self) -> int:
+        return 0
+
+    def command_handler(self, entity_id: str, state: int, command: Any) -> list[Any] | None:
+        if type(command) is Deposit:
+            self.reply_to = self.sender
+            return [Deposited(command.amount)] if self.apply_once(ORIGIN, command.delivery_id) else None
+        if command == "cpu":
+            self.tell(self.sender, cpu_seconds())
+        elif command == "profile":
+            _toggle_profile()
+            self.tell(self.sender, "ok")
+        return None
+
+    def event_handler(self, state: int, event: Deposited) -> int:
+        return state + event.amount
+
+    def committed(self, commit: TableCommit) -> None:
+        if commit.delivery_ids:
+            self.tell(self.reply_to, Applied(len(commit.delivery_ids)))
+
+
 _profile: Any = None
 
 
@@ -187,7 +218,7 @@ def feed(system: actors.System, probe: actors.Probe, rows: list[tuple[int, int]]
 
 
 def run(entities: int, messages: int, base: str, chunk: int = 2000, rounds: int = 1, window: int = 4,
-        seed: int = 1, receive_batch: bool = False) -> dict[str, float]:
+        seed: int = 1, receive_batch: bool = False, table: bool = False) -> dict[str, float]:
     """Applied messages/s and host CPU µs per message (medians of `rounds` runs of `messages`)."""
     rng = random.Random(seed)
     next_id = 1
@@ -195,7 +226,8 @@ def run(entities: int, messages: int, base: str, chunk: int = 2000, rounds: int 
     # The journal holds every application of the run (tens of MB): removed afterwards.
     with tempfile.TemporaryDirectory(prefix="reprise-bench-entities-") as d, \
             actors.start(base, journal=f"sqlite:///{d}/j.db", snapshot_store=f"sqlite:///{d}/s.db") as system:
-        system.spawn(BatchAccount if receive_batch else Account, HOST, entities=True, passivate_after=3600.0)
+        kind = TableAccounts if table else BatchAccount if receive_batch else Account
+        system.spawn(kind, HOST, entities=True, passivate_after=3600.0)
         probe = system.probe()
         # Warm-up: create and recover every entity (and the journal file) before the clock starts.
         warm = [(e, next_id + e) for e in range(entities)]
@@ -232,14 +264,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=1, help="measured runs in one system; the median is printed")
     p.add_argument("--receive-batch", action="store_true",
                    help="entities opt into receive_batch and apply with persist_applied_many")
+    p.add_argument("--kind", choices=("receiver", "table", "both"), default="both",
+                   help="IdempotentReceiver entities on each --base (receiver), the same accounts as rows of one "
+                        "EntityTable (table: one journal record per group commit; on multiproc unless --base local), "
+                        "or both (the default)")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON line at the end")
     a = p.parse_args(argv)
     how = ", receive_batch" if a.receive_batch else ""
     figures = {}
-    for base in ("local", "multiproc") if a.base == "both" else (a.base,):
-        r = figures[f"reprise {base}"] = run(a.entities, a.messages, base, a.chunk, a.rounds,
-                                             receive_batch=a.receive_batch)
-        print(f"{base}: {a.messages:,} applications over {a.entities:,} entities, chunks of {a.chunk:,}{how}: "
+    runs = []
+    if a.kind in ("receiver", "both"):
+        runs += [(f"reprise {base}", base, False) for base in (("local", "multiproc") if a.base == "both" else (a.base,))]
+    if a.kind in ("table", "both"):
+        base = "local" if a.base == "local" else "multiproc"
+        runs.append((f"EntityTable {base}", base, True))
+    for name, base, table in runs:
+        r = figures[name] = run(a.entities, a.messages, base, a.chunk, a.rounds, receive_batch=a.receive_batch,
+                                table=table)
+        kind = "EntityTable rows" if table else f"IdempotentReceiver entities{how}"
+        print(f"{base}: {a.messages:,} applications over {a.entities:,} {kind}, chunks of {a.chunk:,}: "
               f"{r['applied_per_s']:,.0f} applied/s, {r['cpu_us_per_message']:.1f} CPU µs per message in the host")
     if a.json:
         print(json.dumps(figures))
