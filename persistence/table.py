@@ -207,6 +207,7 @@ class EntityTable(PersistentActor):
         self._after: list[tuple[str | None | Callable[[Any], object], object]] = []
         self._entity = ""
         self._unwritten = 0  # commits whose write has not completed
+        self._rejected = False  # a commit was rejected: the table is stopping (see _event_rejected)
         self._commits_since_snapshot = 0
 
     def receive_entities(self, messages: list[tuple[str, Any, str | None]]) -> None:
@@ -278,7 +279,7 @@ class EntityTable(PersistentActor):
             self.persist_async(commit, _Committed(self, replies))
         elif replies:
             self._after = []
-            self.defer_async(replies, self._send)
+            self.defer_async(replies, self._send_unless_rejected)
 
     def _send(self, after: list[tuple[str | None | Callable[[Any], object], object]]) -> None:
         route, me = self.context.route, self.path
@@ -290,9 +291,18 @@ class EntityTable(PersistentActor):
             else:
                 to(message)  # type: ignore[operator]  # (an action of when_durable)
 
+    def _send_unless_rejected(self, after: list[tuple[str | None | Callable[[Any], object], object]]) -> None:
+        if not self._rejected:  # (see _committed)
+            self._send(after)
+
     def _committed(self, commit: TableCommit,
                    replies: list[tuple[str | None | Callable[[Any], object], object]]) -> None:
         self._unwritten -= 1
+        if self._rejected:
+            # A commit before this one in the same write was rejected (the table stops once this write's
+            # handlers ran): this one's replies may reveal the rejected events' effects, so none is sent; its
+            # senders' retries find it applied once the table has recovered.
+            return
         if replies:
             self._send(replies)
         self.committed(commit)
@@ -309,6 +319,7 @@ class EntityTable(PersistentActor):
         # so the table stops and its next message recovers it from what is stored.
         if type(event) is TableCommit:
             self._unwritten -= 1
+            self._rejected = True
             self.context.report_error(self.path, f"stopped: the journal rejected a commit of {len(event.events)} "
                                                  "events (see the host's log); the table recovers on its next message")
             self.stop()
