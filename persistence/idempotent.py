@@ -196,6 +196,18 @@ class SeenIds:
         return f"SeenIds{self.state()!r}"
 
 
+def mark_applied(seen: dict[str, SeenIds], origin: str, delivery_id: int) -> bool:
+    """Mark delivery `delivery_id` from `origin` seen in `seen` (SeenIds per origin); False if it was already."""
+    if type(delivery_id) is not int or delivery_id < 1:
+        # 0 would sit under every fresh low watermark and be taken for a duplicate: silently never applied.
+        raise ValueError(f"delivery ids start at 1 (deliver() numbers them so), got {delivery_id!r} from "
+                         f"{origin!r}; number your own deliveries from 1")
+    s = seen.get(origin)
+    if s is None:
+        s = seen[origin] = SeenIds()
+    return s.add(delivery_id)
+
+
 class IdempotentReceiver(PersistentActor):
     """A destination mixin: `persist_applied(origin, delivery_id, event, handler)` applies each delivery once."""
 
@@ -216,14 +228,7 @@ class IdempotentReceiver(PersistentActor):
     def persist_applied(self, origin: str, delivery_id: int, event: object, handler: Callable[[Any], object],
                         asynchronous: bool = True) -> bool:
         """Persist `event` for this delivery unless it was already applied; False for a duplicate."""
-        if type(delivery_id) is not int or delivery_id < 1:
-            # 0 would sit under every fresh low watermark and be taken for a duplicate: silently never applied.
-            raise ValueError(f"delivery ids start at 1 (deliver() numbers them so), got {delivery_id!r} from "
-                             f"{origin!r}; number your own deliveries from 1")
-        seen = self._seen.get(origin)
-        if seen is None:
-            seen = self._seen[origin] = SeenIds()
-        if not seen.add(delivery_id):
+        if not mark_applied(self._seen, origin, delivery_id):
             return False
         if asynchronous and not self._recovery_running:
             unapplied = self._unapplied

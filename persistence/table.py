@@ -35,7 +35,7 @@ from typing import Any
 
 from journal import Journal, SnapshotSelectionCriteria, register_type
 from journal.serialization import TUPLE_MARK, marked, pack_values_with
-from persistence.idempotent import SeenIds
+from persistence.idempotent import SeenIds, mark_applied
 from persistence.messages import (
     DeleteSnapshotsFailure,
     DeleteSnapshotsSuccess,
@@ -152,13 +152,7 @@ class EntityTable(PersistentActor):
 
     def apply_once(self, origin: str, delivery_id: int) -> bool:
         """True the first time this table sees delivery `delivery_id` from `origin`; False for a duplicate."""
-        if type(delivery_id) is not int or delivery_id < 1:
-            raise ValueError(f"delivery ids start at 1 (deliver() numbers them so), got {delivery_id!r} from "
-                             f"{origin!r}; number your own deliveries from 1")
-        seen = self._seen.get(origin)
-        if seen is None:
-            seen = self._seen[origin] = SeenIds()
-        if not seen.add(delivery_id):
+        if not mark_applied(self._seen, origin, delivery_id):
             return False
         self._origins.append(origin)
         self._delivery_ids.append(delivery_id)

@@ -40,6 +40,22 @@ def processes_started_in(directory: str) -> list[int]:
     return pids
 
 
+def run_block_as_script(name: str, tmp_path) -> None:
+    """Save the README's python block whose first line is `# <name>: ...` as <name> in tmp_path, run it there
+    with this checkout's packages, and check it exits 0 and leaves no process behind."""
+    (block,) = [b for b in blocks("python") if b.startswith(f"# {name}")]
+    (tmp_path / name).write_text(block)
+    where = str(tmp_path.resolve())
+    try:
+        run = subprocess.run([sys.executable, name], cwd=where, capture_output=True, text=True, timeout=90,
+                             env={**os.environ, "PYTHONPATH": ROOT})
+        assert run.returncode == 0, run.stderr
+        wait_for(lambda: not processes_started_in(where), timeout=15)
+    finally:
+        for pid in processes_started_in(where):
+            os.kill(pid, 9)
+
+
 @pytest.fixture
 def tour_dir(tmp_path):
     """A directory holding the README's tour, saved as tour.py as its first line says."""

@@ -180,20 +180,6 @@ def test_a_sigkilled_table_host_loses_no_confirmed_deposit_and_applies_redeliver
 @pytest.mark.multiproc
 @pytest.mark.timeout(120)
 def test_the_readme_entity_table_block_runs_verbatim_as_a_script(tmp_path) -> None:
-    import subprocess
-    import sys
+    from tests.test_readme import run_block_as_script
 
-    from tests.test_readme import blocks, processes_started_in
-
-    (block,) = [b for b in blocks("python") if b.startswith("# accounts_table.py")]
-    (tmp_path / "accounts_table.py").write_text(block)
-    where = str(tmp_path.resolve())
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    try:
-        run = subprocess.run([sys.executable, "accounts_table.py"], cwd=where, capture_output=True, text=True,
-                             timeout=90, env={**os.environ, "PYTHONPATH": root})
-        assert run.returncode == 0, run.stderr
-        wait_for(lambda: not processes_started_in(where), timeout=15)
-    finally:
-        for pid in processes_started_in(where):
-            os.kill(pid, 9)
+    run_block_as_script("accounts_table.py", tmp_path)

@@ -340,6 +340,31 @@ def test_bridge_host_killed_mid_feed_in_processed_mode_completes_exactly(spark, 
     df.unpersist()
 
 
+def feed_killing_the_accounts(system: actors.System, df, feed_id: str) -> FeedResult:
+    """Run feed(ack="processed") in a thread, SIGKILL the accounts' host once /user/accounts/a0 applied 30
+    rows, and return the feed's result once it completed (it must: the bridge redelivers)."""
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = feed(df, system=system.admin_port, feed_id=feed_id, ack="processed",
+                                     batch_size=500, window=4, timeout=90.0)
+        except BaseException as exc:  # reported by the main thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    wait_for(lambda: system.ask("/user/accounts/a0", GetBalance(), timeout=10).applied >= 30, timeout=90,
+             interval=0.05)
+    pid = system.status().hosts["/user/accounts"].pid
+    os.kill(pid, signal.SIGKILL)
+    worker.join(timeout=150)
+    assert not worker.is_alive(), "feed did not finish after the accounts' host was killed"
+    assert "error" not in outcome, outcome.get("error")
+    assert system.status().hosts["/user/accounts"].pid != pid
+    return outcome["result"]
+
+
 @pytest.mark.timeout(180)
 def test_accounts_host_killed_mid_feed_in_processed_mode_applies_and_posts_every_row_once(spark, make_bridged):
     from tests.spark_bridge.sample import EagerBridge
@@ -349,25 +374,7 @@ def test_accounts_host_killed_mid_feed_in_processed_mode_applies_and_posts_every
     system = make_bridged(account=DurableAccount, ledger=True, bridge=EagerBridge)
     df = deposits(spark, 40_000, accounts=200).cache()
     expected = expected_sums(df)
-    outcome: dict = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = feed(df, system=system.admin_port, feed_id="accounts-killed", ack="processed",
-                                     batch_size=500, window=4, timeout=90.0)
-        except BaseException as exc:  # reported by the main thread
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    probe = "/user/accounts/a0"
-    wait_for(lambda: system.ask(probe, GetBalance(), timeout=10).applied >= 30, timeout=90, interval=0.05)
-    pid = system.status().hosts["/user/accounts"].pid
-    os.kill(pid, signal.SIGKILL)
-    worker.join(timeout=150)
-    assert not worker.is_alive(), "feed did not finish after the accounts host was killed"
-    assert "error" not in outcome, outcome.get("error")
-    assert system.status().hosts["/user/accounts"].pid != pid
+    feed_killing_the_accounts(system, df, "accounts-killed")
     got = balances(system, expected)
     assert sums(got) == expected
     assert sum(b.applied for b in got.values()) == 40_000
@@ -410,25 +417,7 @@ def test_a_feed_table_host_killed_mid_feed_in_processed_mode_applies_every_row_o
     system = make_bridged(account=TableAccounts)
     df = deposits(spark, 40_000, accounts=200).cache()
     expected = expected_sums(df)
-    outcome: dict = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = feed(df, system=system.admin_port, feed_id="table-killed", ack="processed",
-                                     batch_size=500, window=4, timeout=90.0)
-        except BaseException as exc:  # reported by the main thread
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    wait_for(lambda: system.ask("/user/accounts/a0", GetBalance(), timeout=10).applied >= 30, timeout=90,
-             interval=0.05)
-    pid = system.status().hosts["/user/accounts"].pid
-    os.kill(pid, signal.SIGKILL)
-    worker.join(timeout=150)
-    assert not worker.is_alive(), "feed did not finish after the table's host was killed"
-    assert "error" not in outcome, outcome.get("error")
-    assert system.status().hosts["/user/accounts"].pid != pid
+    feed_killing_the_accounts(system, df, "table-killed")
     got = balances(system, expected)
     assert sums(got) == expected
     assert sum(b.applied for b in got.values()) == 40_000
