@@ -208,6 +208,13 @@ def mark_applied(seen: dict[str, SeenIds], origin: str, delivery_id: int) -> boo
     return s.add(delivery_id)
 
 
+def forget_up_to(seen: dict[str, SeenIds], origin: str, delivery_id: int) -> None:
+    """Take every id <= `delivery_id` from `origin` as seen in `seen`, keeping no memory of each."""
+    s = seen.get(origin)
+    if s is not None:
+        s.advance_to(delivery_id)
+
+
 class IdempotentReceiver(PersistentActor):
     """A destination mixin: `persist_applied(origin, delivery_id, event, handler)` applies each delivery once."""
 
@@ -326,9 +333,7 @@ class IdempotentReceiver(PersistentActor):
         For an origin that promised never to deliver them again (the Spark bridge's settled watermark):
         the dedup memory of that origin then holds only the gaps above it.
         """
-        seen = self._seen.get(origin)
-        if seen is not None:
-            seen.advance_to(delivery_id)
+        forget_up_to(self._seen, origin, delivery_id)
 
     def dedup_size(self) -> int:
         """How many ranges are kept above the low watermarks (the gaps' count)."""

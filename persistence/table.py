@@ -35,7 +35,7 @@ from typing import Any
 
 from journal import Journal, SnapshotSelectionCriteria, register_type
 from journal.serialization import TUPLE_MARK, marked, pack_values_with
-from persistence.idempotent import SeenIds, mark_applied
+from persistence.idempotent import SeenIds, forget_up_to, mark_applied
 from persistence.messages import (
     DeleteSnapshotsFailure,
     DeleteSnapshotsSuccess,
@@ -161,9 +161,7 @@ class EntityTable(PersistentActor):
     def forget_applied_up_to(self, origin: str, delivery_id: int) -> None:
         """Take every delivery id <= `delivery_id` from `origin` as applied, keeping no memory of each (for an
         origin that promised never to deliver them again: the Spark bridge's settled watermark)."""
-        seen = self._seen.get(origin)
-        if seen is not None:
-            seen.advance_to(delivery_id)
+        forget_up_to(self._seen, origin, delivery_id)
 
     @property
     def entity_path(self) -> str:
