@@ -510,9 +510,17 @@ def _release(system: actors.System, probe: actors.Probe, plan: _Plan, feed_id: s
     resend = plan.resend_after
     for (bridge, _), release in releases.items():
         system.tell(bridge, release)
+    progress = -1  # rows processed at the bridges when the deadline was last moved
     while len(released) < len(releases) or (plan.processed and processed != involved):
         now = time.monotonic()
         if now >= deadline:
+            # Once released, a big feed may take longer than `timeout` to process: only `timeout` seconds
+            # without one more row processed fails it (a slow machine is not a stalled destination).
+            if len(released) == len(releases) and plan.processed:
+                done = _processed_rows(system, feed_id, involved - processed)
+                if done > progress:
+                    progress, deadline = done, now + plan.timeout
+                    continue
             break
         try:
             reply = probe.receive(min(resend, deadline - now))
@@ -543,10 +551,23 @@ def _release(system: actors.System, probe: actors.Probe, plan: _Plan, feed_id: s
             for p, b in cast(OpenBatches, open_).batches:
                 by_partition.setdefault(p, []).append(str(b))
             listed += [f"partition {p} (batches {','.join(b)}) at {bridge}" for p, b in sorted(by_partition.items())]
-        raise FeedError(f"feed {feed_id!r}: not every row was processed within {plan.timeout} s: {'; '.join(listed)}. "
-                        "Their rows are stored and still being delivered; feed the same feed_id again to wait "
-                        "for them")
+        raise FeedError(f"feed {feed_id!r}: no more of its rows were processed within {plan.timeout} s: "
+                        f"{'; '.join(listed)}. Their rows are stored and still being delivered; feed the same "
+                        "feed_id again to wait for them")
     return sum(released.values())
+
+
+def _processed_rows(system: actors.System, feed_id: str, bridges: set[str]) -> int:
+    """Rows of `feed_id` processed so far at `bridges` (a bridge that does not answer counts none)."""
+    done = 0
+    for bridge in sorted(bridges):
+        try:
+            reply = system.ask(bridge, GetFeedProgress(feed_id), timeout=10)
+        except AskTimeout:
+            continue
+        if isinstance(reply, FeedProgress):
+            done += reply.processed
+    return done
 
 
 def refused_message(reply: ReleaseRefused, bridge: str, others: list[str], run: str) -> str:
@@ -749,8 +770,10 @@ def feed(df: DataFrame, system: object, to: str | Callable[[Row], str] = "destin
     """Send every row of `df` to the actor at its path through the bridge.
 
     Returns once every row is durable in the bridge (ack="persisted") or confirmed by its destination
-    together with everything anchored to it (ack="processed"). `progress`: draw a bar on stderr (or on
-    the given stream) when it is a terminal; False never does.
+    together with everything anchored to it (ack="processed"). `timeout`: seconds a batch, a release or
+    the coordinator may go unanswered, and, with ack="processed", seconds in which no more rows of the
+    feed were processed (however long the whole feed takes). `progress`: draw a bar on stderr (or on the
+    given stream) when it is a terminal; False never does.
     """
     if ack not in ACK_MODES:
         raise ValueError(f"ack must be one of {ACK_MODES}, got {ack!r}")

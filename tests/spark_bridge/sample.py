@@ -162,6 +162,28 @@ class Deaf(actors.Actor):
         """Ignore everything."""
 
 
+class Trickle(actors.Actor):
+    """Confirms one row every `every` seconds, in order (a destination slower than the feed's timeout in
+    total, yet never stalled)."""
+
+    every = 0.1
+
+    def pre_start(self) -> None:
+        """Nothing waiting."""
+        self.waiting: list[Row] = []
+
+    def receive(self, message: Any, sender: str | None) -> None:
+        """Rows wait their turn; each tick confirms the oldest."""
+        if isinstance(message, Row):
+            if not self.waiting:
+                self.schedule_once(self.every, "tick")
+            self.waiting.append(message)
+        elif message == "tick" and self.waiting:
+            ack(self, self.waiting.pop(0))
+            if self.waiting:
+                self.schedule_once(self.every, "tick")
+
+
 class SnapshottingBridge(SparkBridge):
     """The bridge with a snapshot every 20 stored batches, so that tests recover from snapshots."""
 

@@ -15,7 +15,7 @@ from journal import SnapshotSelectionCriteria, open_journal, open_snapshot_store
 from spark_bridge import FeedError, FeedResult, feed, feed_stream
 from spark_bridge.bridge import BRIDGE_PATH, PERSISTENCE_ID
 from spark_bridge.messages import BatchStored
-from tests.spark_bridge.sample import Balance, Deaf, DurableAccount, GetBalance, SnapshottingBridge
+from tests.spark_bridge.sample import Balance, Deaf, DurableAccount, GetBalance, SnapshottingBridge, Trickle
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.spark
@@ -308,6 +308,16 @@ def test_processed_timeout_names_the_incomplete_partitions(spark, make_bridged):
         feed(deposits(spark, 400, accounts=10), system=system.admin_port, feed_id="deaf", ack="processed",
              batch_size=100, timeout=3.0)
     assert "'deaf'" in str(err.value) and "within 3.0 s" in str(err.value)
+
+
+@pytest.mark.timeout(90)
+def test_processed_timeout_counts_from_the_last_progress_not_from_the_start(spark, make_bridged):
+    # 60 rows confirmed one per 0.1 s by one destination: ~6 s in all, twice the timeout, but a batch of 10
+    # completes about every second. The timeout is for a feed that stopped moving, not for a long one.
+    system = make_bridged(account=Trickle)
+    result = feed(deposits(spark, 60, accounts=1), system=system.admin_port, feed_id="trickle", ack="processed",
+                  batch_size=10, timeout=3.0)
+    assert result.rows == 60 and result.seconds > 3.0, result
 
 
 @pytest.mark.timeout(60)
