@@ -39,6 +39,10 @@ class ActorContext(Protocol):
         """How many shards serve the host's path (1 unless spawned with shards=N)."""
 
     @property
+    def shard(self) -> int:
+        """Which of the `shards` this host is (0 for a host that is not sharded)."""
+
+    @property
     def config(self) -> Mapping[str, object]:
         """The actor system's configuration, with this host's own host options (actors.host_options)."""
 

@@ -111,6 +111,7 @@ class Host:
         self.path = spec.path
         self.key = spec.key  # the path, or the path and shard number: what the guardian and peers call us
         self.shards = spec.shards
+        self.shard = spec.shard
         self.config = init.config
         self.factory = resolve_factory(spec.factory)  # first: importing it registers its layer's host options
         # Entities whose class overrides Actor.receive_batch get their messages of a batch in one call.
