@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from journal import Journal, SnapshotSelectionCriteria, register_type
@@ -55,19 +56,21 @@ _MISSING = object()
 class TableCommit:
     """What one entity table persisted in one group commit, as columns: `events[k]` of entity
     `entity_ids[k]`, in order; deliveries `(origins[j], delivery_ids[j])` applied with them; `shards`, the
-    shard count the table was spawned with (its entities' rows are in the shard that count chose)."""
+    shard count the table was spawned with (its entities' rows are in the shard that count chose); `columns`,
+    what a layer over the table journals with the commit (spark_bridge.FeedTable: its follow-ups), or None."""
 
     shards: int
     entity_ids: tuple[str, ...]
     events: tuple[object, ...]
     origins: tuple[str, ...]
     delivery_ids: tuple[int, ...]
+    columns: object = None
 
 
 def _table_commit_values(c: TableCommit) -> tuple[object, ...]:
     """TableCommit's fields with its tuples (and events) already marked: packed without calls into Python."""
     return (c.shards, [TUPLE_MARK, *c.entity_ids], [TUPLE_MARK, *map(marked, c.events)], [TUPLE_MARK, *c.origins],
-            [TUPLE_MARK, *c.delivery_ids])
+            [TUPLE_MARK, *c.delivery_ids], marked(c.columns))
 
 
 pack_values_with(TableCommit, _table_commit_values)
@@ -76,11 +79,13 @@ pack_values_with(TableCommit, _table_commit_values)
 @register_type(manifest="reprise.persistence.TableSnapshot")
 @dataclass(frozen=True)
 class TableSnapshot:
-    """Every entity's state and the table's dedup state {origin: SeenIds.state()}, taken with no write in flight."""
+    """Every entity's state and the table's dedup state {origin: SeenIds.state()}, taken with no write in flight;
+    `columns`, a layer's own state (mixin_snapshot_columns), or None."""
 
     shards: int
     states: dict[str, object]
     dedup: dict[str, tuple[int, tuple[tuple[int, int], ...]]]
+    columns: object = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +145,37 @@ class EntityTable(PersistentActor):
         self.context.dead_letter(sender, self.path, message, f"{type(self).__name__} is an EntityTable: it handles "
                                  "messages to its entities (path/<id>); override receive_command for its own path")
 
+    # ---- hooks for layers over the table (spark_bridge.FeedTable), not for applications -------------
+    mixin_table_messages: frozenset[type] = frozenset()
+    """Message types addressed to an entity that are the layer's own (mixin_table_message handles them)."""
+    mixin_marks: bool = False
+    """True: mixin_mark() is called before each command and mixin_undo(mark) when the command fails."""
+
+    def mixin_table_message(self, entity_id: str, message: Any, sender: str | None) -> None:
+        """Handle a message of one of `mixin_table_messages`, in its place among the entities' commands."""
+
+    def mixin_mark(self) -> object:
+        """What mixin_undo needs to forget what the coming command adds to the layer's columns."""
+        return None
+
+    def mixin_undo(self, mark: object) -> None:
+        """Forget what the failed command added to the layer's columns since `mark`."""
+
+    def mixin_commit_columns(self) -> object | None:
+        """The layer's columns for the commit being queued (stored in TableCommit.columns), or None; a layer that
+        gathers some resets them here and may call when_durable for what waits on the commit."""
+        return None
+
+    def mixin_recover_columns(self, columns: object) -> None:
+        """Recover the layer's columns of one stored commit (after its events)."""
+
+    def mixin_snapshot_columns(self) -> object | None:
+        """The layer's state for a TableSnapshot (taken with no write in flight), or None."""
+        return None
+
+    def mixin_recover_snapshot_columns(self, columns: object) -> None:
+        """Restore the layer's state from a TableSnapshot."""
+
     # ---- what command handlers call ---------------------------------------------------------------
     def reply(self, to: str | None, message: object) -> None:
         """Send `message` to `to` once every event persisted so far (this command's too) is durable."""
@@ -176,6 +212,10 @@ class EntityTable(PersistentActor):
     def entity_count(self) -> int:
         """How many entities have a state here."""
         return len(self._states)
+
+    def entity_states(self) -> Mapping[str, Any]:
+        """Every entity's current state by id (read only; includes events not durable yet)."""
+        return MappingProxyType(self._states)
 
     # ---- the table's machinery ---------------------------------------------------------------------
     @property
@@ -221,13 +261,20 @@ class EntityTable(PersistentActor):
         """Run the command handler over the batch, then queue its events as one commit."""
         states, ids, events = self._states, self._ids, self._events
         handle, apply, empty = self.command_handler, self.event_handler, self.empty_state
+        protocol, layered = self.mixin_table_messages, self.mixin_marks
+        layer: object = None
         for entity_id, command, sender in items:
+            if protocol and type(command) in protocol:
+                self.mixin_table_message(entity_id, command, sender)
+                continue
             self.sender = sender
             self._entity = entity_id
             state = states.get(entity_id, _MISSING)
             if state is _MISSING:
                 state = empty()
             marks, n_events, n_after = len(self._delivery_ids), len(events), len(self._after)
+            if layered:
+                layer = self.mixin_mark()
             try:
                 produced = handle(entity_id, state, command)
                 if produced:
@@ -241,6 +288,8 @@ class EntityTable(PersistentActor):
                     states[entity_id] = state
             except Exception as exc:
                 self._undo(marks, n_events, n_after)
+                if layered:
+                    self.mixin_undo(layer)
                 self._command_failed(entity_id, command, sender, exc)
         self._entity = ""
         self._flush()
@@ -262,10 +311,11 @@ class EntityTable(PersistentActor):
 
     def _flush(self) -> None:
         """Queue the gathered columns as one TableCommit; replies go out once it (and all before it) is durable."""
+        columns = self.mixin_commit_columns()
         replies = self._after
-        if self._events or self._delivery_ids:
+        if self._events or self._delivery_ids or columns is not None:
             commit = TableCommit(self.context.shards, tuple(self._ids), tuple(self._events), tuple(self._origins),
-                                 tuple(self._delivery_ids))
+                                 tuple(self._delivery_ids), columns)
             self._ids, self._events, self._origins, self._delivery_ids, self._after = [], [], [], [], []
             self._unwritten += 1
             self.persist_async(commit, _Committed(self, replies))
@@ -304,7 +354,8 @@ class EntityTable(PersistentActor):
             # Only with nothing in flight: the states then hold exactly the events up to last_sequence_nr.
             self._commits_since_snapshot = 0
             self.save_snapshot(TableSnapshot(self.context.shards, dict(self._states),
-                                             {o: s.state() for o, s in self._seen.items()}))
+                                             {o: s.state() for o, s in self._seen.items()},
+                                             self.mixin_snapshot_columns()))
 
     def _event_rejected(self, event: object) -> None:
         # The journal refused the commit (an event it cannot serialize): the states already hold its events,
@@ -324,6 +375,8 @@ class EntityTable(PersistentActor):
             self._check_shards(snap.shards)
             self._states = dict(snap.states)
             self._seen = {o: SeenIds(low, tuple(ranges)) for o, (low, ranges) in snap.dedup.items()}
+            if snap.columns is not None:
+                self.mixin_recover_snapshot_columns(snap.columns)
             return
         super().mixin_recover_snapshot(offer)
 
@@ -340,6 +393,8 @@ class EntityTable(PersistentActor):
                 if s is None:
                     s = seen[origin] = SeenIds()
                 s.add(delivery_id)
+            if event.columns is not None:
+                self.mixin_recover_columns(event.columns)
             return
         super().mixin_recover_event(event)
 
