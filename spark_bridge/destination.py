@@ -22,23 +22,32 @@ destination's messages to the bridge arrive in the order they were sent.
 
 from __future__ import annotations
 
+import collections
+import itertools
+import time
 import weakref
 from collections.abc import Callable, Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 import actors
+from actors.paths import shard_of
 from journal.serialization import marked, pack_values_with
-from persistence import EntityTable, IdempotentReceiver, SnapshotOffer
-from persistence.idempotent import Applied, AppliedBatch
-from spark_bridge.bridge import BRIDGE_PATH, PERSISTENCE_ID
+from persistence import EntityTable, IdempotentReceiver, RecoveryCompleted, SnapshotOffer
+from persistence.idempotent import Applied, AppliedBatch, SeenIds
+from spark_bridge.bridge import BRIDGE_PATH, PERSISTENCE_ID, _pick
 from spark_bridge.messages import (
     Confirmed,
+    FollowUpColumns,
+    FollowUpSnapshot,
     Forward,
     ForwardAccepted,
     Forwards,
+    ForwardsAccepted,
     ReceiverSnapshot,
     Row,
     RowApplied,
+    RowChunk,
 )
 
 
@@ -291,22 +300,85 @@ class FeedReceiver(IdempotentReceiver):
         return ReceiverSnapshot(self._next_forward, pending, super().mixin_wrap_snapshot(snapshot))
 
 
+class _Held:
+    """A row whose confirmation waits for its follow-ups: confirmed to `bridge` once `pending` is 0."""
+
+    __slots__ = ("bridge", "delivery_id", "pending")
+
+    def __init__(self, bridge: str | None, delivery_id: int) -> None:
+        self.bridge = bridge
+        self.delivery_id = delivery_id
+        self.pending = 0
+
+
+@dataclass(frozen=True)
+class _RedeliverFollowUps:
+    """FeedTable -> itself: resend the follow-ups unconfirmed for longer than redeliver_interval."""
+
+
+_REDELIVER = _RedeliverFollowUps()
+
+
+def _reply_entity(table: str, shard: int, shards: int) -> str:
+    """The entity id under `table` whose messages reach shard `shard` of it: where receivers confirm follow-ups."""
+    for n in itertools.count():
+        entity = FOLLOW_UPS_ENTITY if n == 0 else f"{FOLLOW_UPS_ENTITY}-{n}"
+        if shard_of(f"{table}/{entity}", table, shards) == shard:
+            return entity
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+FOLLOW_UPS_ENTITY = "~follow-ups"
+"""The reserved entity id (with a suffix on some shards) of a FeedTable's own address: its follow-ups' receivers
+confirm there."""
+
+
 class FeedTable(EntityTable):
     """A durable destination whose entities are rows of one EntityTable per host (persistence.EntityTable).
 
-    In `command_handler`, `apply_row(row)` says whether the row is new: return its events then. The row is
-    confirmed to its bridge once every event persisted so far is durable, a redelivered row again, so a
-    feed with ack="processed" returns once all its rows are durable. A host's rows are journaled as one
-    TableCommit per group commit (bench/PROFILE.md §18). No follow-ups: a destination that sends some is
-    a FeedReceiver.
+    In `command_handler`, `apply_row(row, follow_ups)` says whether the row is new: return its events then.
+    A new row's follow-ups ((path, message) pairs) are journaled in the same commit as its events, sent once
+    it is durable, each at least once as a Row, straight to its receiver (a FeedReceiver, a FeedTable or an
+    `ack`ing actor, which confirms it back to this table), and resent every `redeliver_interval` seconds until
+    confirmed, across restarts. The row itself is confirmed to its bridge once it is durable and all its
+    follow-ups are confirmed (a redelivered row again), so a feed with ack="processed" returns once every row
+    and every follow-up is applied. A host's rows are journaled as one TableCommit per group commit
+    (bench/PROFILE.md §18). Follow-ups a receiver anchors to a follow-up of this table are relayed by it.
+    The entity ids starting with "~follow-ups" are this table's own address.
     """
+
+    redeliver_interval: float = 5.0
+    """Seconds after which a follow-up not confirmed yet is sent again."""
+
+    mixin_table_messages = frozenset({Confirmed, Forwards})
+    mixin_marks = True
 
     def mixin_init(self) -> None:
         super().mixin_init()
         self._rows_until_trim = 0
+        self._reply_to = ""  # this shard's address (set on first use: the context is not there yet)
+        self._next_forward = 1
+        # The follow-ups gathered for the commit being built (columns of FollowUpColumns).
+        self._first = 1
+        self._tos: list[str] = []
+        self._messages: list[object] = []
+        self._rows: list[int] = []
+        self._bridges: list[str | None] = []
+        self._relay_origins: list[str] = []
+        self._relay_ids: list[int] = []
+        self._relay_replies: list[tuple[str, int]] = []
+        # Follow-ups not confirmed yet: forward id -> (to, message, the row it holds or None), in id order.
+        self._unconfirmed: dict[int, tuple[str, object, _Held | None]] = {}
+        self._held: dict[tuple[str | None, int], _Held] = {}
+        self._relayed: dict[str, SeenIds] = {}
+        self._durable_low = 1  # every forward id below it confirmed, as stored: what receivers may forget
+        self._sent: collections.deque[tuple[float, int]] = collections.deque()  # (when, highest id) per send
+        self._tick: actors.Timer | None = None
 
-    def apply_row(self, row: Row) -> bool:
-        """True the first time this table sees `row`; False for a redelivery. Confirmed either way, once durable."""
+    def apply_row(self, row: Row, follow_ups: Iterable[tuple[str, object]] = ()) -> bool:
+        """True the first time this table sees `row`; False for a redelivery. Confirmed either way, once durable
+        and once the follow-ups of its first copy are confirmed. `follow_ups` ((path, message) pairs) are sent
+        only for a new row."""
         if type(row) is not Row and not isinstance(row, Row):
             raise TypeError(f"apply_row needs the spark_bridge.Row the bridge delivered, got {type(row).__name__}")
         origin = _origin(row.bridge)
@@ -314,8 +386,245 @@ class FeedTable(EntityTable):
         if self._rows_until_trim <= 0:  # (the bridge never delivers ids below its settled watermark again)
             self._rows_until_trim = _TRIM_EVERY
             self.forget_applied_up_to(origin, row.settled_below - 1)
+        if not self.apply_once(origin, row.delivery_id):
+            self.when_durable(self._confirm_row, row)
+            return False
+        if follow_ups:
+            pairs = _follow_ups(follow_ups)
+            if pairs:
+                held = _Held(row.bridge, row.delivery_id)
+                self._held[(row.bridge, row.delivery_id)] = held
+                for to, message in pairs:
+                    self._add_follow_up(to, message, held)
+                return True
         self.when_durable(self._confirm_row, row)
-        return self.apply_once(origin, row.delivery_id)
+        return True
+
+    @property
+    def unconfirmed_follow_ups(self) -> int:
+        """Follow-ups sent (or about to be) and not confirmed by their receivers yet."""
+        return len(self._unconfirmed)
+
+    # ---- internals ------------------------------------------------------------------------------
+    def _add_follow_up(self, to: str, message: object, held: _Held | None) -> None:
+        fid = self._next_forward
+        if not self._tos:
+            self._first = fid
+        self._next_forward = fid + 1
+        self._tos.append(to)
+        self._messages.append(message)
+        if held is None:
+            self._rows.append(-1)
+            self._bridges.append(None)
+        else:
+            held.pending += 1
+            self._rows.append(held.delivery_id)
+            self._bridges.append(held.bridge)
+        self._unconfirmed[fid] = (to, message, held)
 
     def _confirm_row(self, row: Row) -> None:
-        _confirm(self, row.delivery_id, row.bridge)
+        # A row whose first copy's follow-ups are still unconfirmed is confirmed when they are (_Held).
+        if (row.bridge, row.delivery_id) not in self._held:
+            _confirm(self, row.delivery_id, row.bridge)
+
+    def mixin_mark(self) -> object:
+        return len(self._tos)
+
+    def mixin_undo(self, mark: object) -> None:
+        n = cast(int, mark)
+        if len(self._tos) == n:
+            return
+        first = self._first + n
+        for fid in range(first, self._next_forward):
+            _, _, held = self._unconfirmed.pop(fid)
+            if held is not None:
+                self._held.pop((held.bridge, held.delivery_id), None)
+        self._next_forward = first
+        del self._tos[n:], self._messages[n:], self._rows[n:], self._bridges[n:]
+
+    def mixin_commit_columns(self) -> object | None:
+        if not (self._tos or self._relay_ids):
+            return None
+        low = next(iter(self._unconfirmed), self._next_forward)
+        columns = FollowUpColumns(self._first, tuple(self._tos), tuple(self._messages), tuple(self._rows),
+                                  tuple(self._bridges), tuple(self._relay_origins), tuple(self._relay_ids), low)
+        self._tos, self._messages, self._rows, self._bridges = [], [], [], []
+        self._relay_origins, self._relay_ids = [], []
+        self.when_durable(self._committed_follow_ups, (columns, self._relay_replies))
+        self._relay_replies = []
+        return columns
+
+    def _committed_follow_ups(self, done: tuple[FollowUpColumns, list[tuple[str, int]]]) -> None:
+        columns, replies = done
+        self._durable_low = max(self._durable_low, columns.low)
+        if replies:
+            targets, ids = [r[0] for r in replies], [r[1] for r in replies]
+            self.context.scatter(self.path, targets, lambda idx: ForwardsAccepted(*_pick(idx, targets, ids)))
+        self._send_follow_ups(range(columns.first, columns.first + len(columns.tos)))
+
+    def _send_follow_ups(self, fids: Iterable[int]) -> None:
+        """Send the follow-ups `fids` that are still unconfirmed, as one RowChunk per receiving host."""
+        unconfirmed = self._unconfirmed
+        targets: list[str] = []
+        ids: list[int] = []
+        values: list[object] = []
+        for fid in fids:
+            entry = unconfirmed.get(fid)
+            if entry is not None:
+                targets.append(entry[0])
+                ids.append(fid)
+                values.append(entry[1])
+        if not ids:
+            return
+        me, low = self._reply_path(), self._durable_low
+        # (mypy cannot match the unpacked columns to RowChunk's fields)
+        self.context.scatter(me, targets, lambda idx: RowChunk(*_pick(idx, targets, ids, ids, values), None, low, me))  # type: ignore[call-arg, arg-type]
+        self._sent.append((time.monotonic(), ids[-1]))
+        if self._tick is None:
+            self._tick = self.schedule_once(self.redeliver_interval / 2, _REDELIVER)
+
+    def _reply_path(self) -> str:
+        if not self._reply_to:
+            context = self.context
+            self._reply_to = f"{self.path}/{_reply_entity(self.path, context.shard, context.shards)}"
+        return self._reply_to
+
+    def _redeliver(self) -> None:
+        self._tick = None
+        due = time.monotonic() - self.redeliver_interval
+        upto = 0
+        while self._sent and self._sent[0][0] <= due:
+            upto = max(upto, self._sent.popleft()[1])
+        if upto:
+            resend = []
+            for fid, (to, message, _) in list(self._unconfirmed.items()):
+                if fid > upto:
+                    break
+                if self.context.resolve(to) is None:  # nobody serves it any more: dead-lettered once, not retried
+                    self.context.dead_letter(self._reply_path(), to, message, "no actor serves this path")
+                    self._confirmed(fid)
+                else:
+                    resend.append(fid)
+            self._send_follow_ups(resend)
+        if self._unconfirmed and self._tick is None:
+            self._tick = self.schedule_once(self.redeliver_interval / 2, _REDELIVER)
+
+    def _confirmed(self, fid: int) -> None:
+        entry = self._unconfirmed.pop(fid, None)
+        if entry is None:
+            return  # confirmed before (a redelivery confirmed again)
+        held = entry[2]
+        if held is not None:
+            held.pending -= 1
+            if held.pending == 0:
+                del self._held[(held.bridge, held.delivery_id)]
+                _confirm(self, held.delivery_id, held.bridge)
+
+    def mixin_table_message(self, entity_id: str, message: Any, sender: str | None) -> None:
+        if type(message) is Confirmed:
+            for fid in message.delivery_ids:
+                self._confirmed(fid)
+        else:
+            self._relay(cast(Forwards, message))
+
+    def _relay(self, m: Forwards) -> None:
+        """Follow-ups that receivers of this table's follow-ups anchored to them: journaled, then sent like
+        this table's own, holding the same row; each accepted (ForwardAccepted) once durable."""
+        for sender, origin, forward_id, anchor, to, message in zip(m.senders, m.origins, m.forward_ids, m.anchors,
+                                                                   m.tos, m.messages, strict=True):
+            if origin is not None:
+                seen = self._relayed.get(origin)
+                if seen is None:
+                    seen = self._relayed[origin] = SeenIds()
+                if forward_id in seen:  # sent again after its sender restarted: accepted once durable
+                    self.when_durable(self._accept_again, (sender, forward_id))
+                    continue
+                seen.add(forward_id)
+                self._relay_origins.append(origin)
+                self._relay_ids.append(forward_id)
+                self._relay_replies.append((sender, forward_id))
+            try:
+                actors.validate_path(to, what="follow-up destination")
+            except actors.InvalidPath as exc:
+                self.context.dead_letter(sender, str(to), message, str(exc))
+                continue
+            parent = self._unconfirmed.get(anchor) if type(anchor) is int else None
+            # A follow-up of a follow-up confirmed already (or of none) is delivered, but holds no row.
+            self._add_follow_up(to, message, None if parent is None else parent[2])
+
+    def _accept_again(self, reply: tuple[str, int]) -> None:
+        self.context.route(self.path, reply[0], ForwardAccepted(reply[1]))
+
+    def mixin_command(self, message: Any, sender: str | None) -> None:
+        if type(message) is _RedeliverFollowUps:
+            self._redeliver()
+        else:
+            super().mixin_command(message, sender)
+
+    # ---- recovery ---------------------------------------------------------------------------------
+    def mixin_recover_columns(self, columns: object) -> None:
+        if type(columns) is not FollowUpColumns:
+            return super().mixin_recover_columns(columns)
+        unconfirmed = self._unconfirmed
+        done = []
+        for fid in unconfirmed:  # (in id order)
+            if fid >= columns.low:
+                break
+            done.append(fid)
+        for fid in done:
+            self._confirmed_quietly(fid)
+        held_rows = self._held
+        for k, (to, message, row, bridge) in enumerate(zip(columns.tos, columns.messages, columns.rows,
+                                                             columns.bridges, strict=True)):
+            held = None
+            if row >= 0:
+                held = held_rows.get((bridge, row))
+                if held is None:
+                    held = held_rows[(bridge, row)] = _Held(bridge, row)
+                held.pending += 1
+            unconfirmed[columns.first + k] = (to, message, held)
+        self._next_forward = max(self._next_forward, columns.first + len(columns.tos))
+        for origin, forward_id in zip(columns.relay_origins, columns.relay_ids, strict=True):
+            seen = self._relayed.get(origin)
+            if seen is None:
+                seen = self._relayed[origin] = SeenIds()
+            seen.add(forward_id)
+        self._durable_low = max(self._durable_low, columns.low)
+        return None
+
+    def _confirmed_quietly(self, fid: int) -> None:
+        """Recovery: a follow-up confirmed before the commit being replayed (its row was confirmed then)."""
+        _, _, held = self._unconfirmed.pop(fid)
+        if held is not None:
+            held.pending -= 1
+            if held.pending == 0:
+                del self._held[(held.bridge, held.delivery_id)]
+
+    def mixin_snapshot_columns(self) -> object | None:
+        pending = [[fid, to, message, -1 if held is None else held.delivery_id, None if held is None else held.bridge]
+                   for fid, (to, message, held) in self._unconfirmed.items()]
+        return FollowUpSnapshot(self._next_forward, pending, {o: s.state() for o, s in self._relayed.items()})
+
+    def mixin_recover_snapshot_columns(self, columns: object) -> None:
+        if type(columns) is not FollowUpSnapshot:
+            return super().mixin_recover_snapshot_columns(columns)
+        self._next_forward = columns.next_forward
+        self._relayed = {o: SeenIds(low, tuple(ranges)) for o, (low, ranges) in columns.relayed.items()}
+        low = columns.next_forward
+        for fid, to, message, row, bridge in columns.pending:
+            held = None
+            if row >= 0:
+                held = self._held.get((bridge, row))
+                if held is None:
+                    held = self._held[(bridge, row)] = _Held(bridge, row)
+                held.pending += 1
+            self._unconfirmed[fid] = (to, message, held)
+            low = min(low, fid)
+        self._durable_low = max(self._durable_low, low)
+        return None
+
+    def mixin_recover_event(self, event: Any) -> None:
+        super().mixin_recover_event(event)
+        if type(event) is RecoveryCompleted and self._unconfirmed:
+            # What was journaled and not confirmed: the receivers may never have had it.
+            self._send_follow_ups(list(self._unconfirmed))

@@ -517,9 +517,9 @@ def _release(system: actors.System, probe: actors.Probe, plan: _Plan, feed_id: s
             # Once released, a big feed may take longer than `timeout` to process: only `timeout` seconds
             # without one more row processed fails it (a slow machine is not a stalled destination).
             if len(released) == len(releases) and plan.processed:
-                done = _processed_rows(system, feed_id, involved - processed)
-                if done > progress:
-                    progress, deadline = done, now + plan.timeout
+                rows = _processed_rows(system, feed_id, involved - processed)
+                if rows > progress:
+                    progress, deadline = rows, now + plan.timeout
                     continue
             break
         try:

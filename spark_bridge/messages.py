@@ -558,6 +558,35 @@ class RowApplied:
     bridge_low: int
 
 
+@register_type(manifest="spark_bridge.FollowUpColumns")
+@dataclass(frozen=True, slots=True)
+class FollowUpColumns:
+    """FeedTable's part of one commit (TableCommit.columns): its follow-ups, forward ids `first`, `first + 1`,
+    ..., follow-up k to `tos[k]` with `messages[k]`, holding the row `rows[k]` of bridge `bridges[k]` (-1: none);
+    follow-ups relayed for its receivers, deduplicated by (relay_origins[j], relay_ids[j]); `low`: every forward
+    id below it was confirmed before this commit."""
+
+    first: int
+    tos: tuple[str, ...]
+    messages: tuple[object, ...]
+    rows: tuple[int, ...]
+    bridges: tuple[str | None, ...]
+    relay_origins: tuple[str, ...]
+    relay_ids: tuple[int, ...]
+    low: int
+
+
+@register_type(manifest="spark_bridge.FollowUpSnapshot")
+@dataclass(frozen=True)
+class FollowUpSnapshot:
+    """FeedTable's part of a TableSnapshot: the next forward id, the follow-ups not yet confirmed
+    ([forward_id, to, message, row, bridge]) and the relayed follow-ups' dedup {origin: SeenIds.state()}."""
+
+    next_forward: int
+    pending: list[list[Any]]
+    relayed: dict[str, Any]
+
+
 @register_type(manifest="spark_bridge.ReceiverSnapshot")
 @dataclass(frozen=True)
 class ReceiverSnapshot:
