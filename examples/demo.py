@@ -3,14 +3,15 @@
     python -m examples.demo [--transactions 1000000] [--accounts 10000] [--no-chaos] [--journal URL]
 
 1. A local multi-process actor system on the embedded SQLite journal: the Spark bridge
-   (/system/spark-bridge), a host of account entities (/user/accounts/<id>, examples.accounts.pipeline
-   .BankAccount) in two shard processes (one per core, each with its own SQLite file), and a ledger
-   (/user/ledger) that receives a follow-up anchored to every deposit.
+   (/system/spark-bridge), the accounts (/user/accounts/<id>, examples.accounts.pipeline.AccountTable: the
+   accounts of a process as rows of one FeedTable) in two shard processes (one per core, each with its own
+   SQLite file), and a ledger (/user/ledger/<id>, LedgerTable) that receives a follow-up of every deposit.
 2. A PySpark job (local[2]) generates the transactions and feeds them with ack="processed": the feed
    returns only when every account and the ledger have confirmed every row, each applied once durably.
 3. With chaos (the default) an account host process (shard 0) is killed with SIGKILL once 40% of the rows
-   are processed; the guardian restarts it, its accounts recover from the journal, and the bridge resends
-   at once what the dead process had not confirmed.
+   are processed; the guardian restarts it, its accounts recover from the journal (the newest snapshot of
+   the table, then its commits), it resends the ledger entries not confirmed yet, and the bridge resends
+   the rows the dead process had not confirmed.
 4. An exactly-once projection per account journal (examples.accounts.read_model, /user/balances-<shard>)
    keeps a SQL read model next to the journal: the balance of each account in a table, updated in the
    transaction that stores its offset. After the feed the demo waits (bounded) until it caught up.
@@ -31,7 +32,7 @@ import time
 from typing import Any
 
 import actors
-from examples.accounts.pipeline import ACCOUNTS_PATH, LEDGER_PATH, BankAccount, Ledger
+from examples.accounts.pipeline import ACCOUNTS_PATH, LEDGER_PATH, AccountTable, LedgerTable
 from examples.accounts.pipeline import balances as account_balances
 from examples.accounts.read_model import BALANCES, TAG, projection_kwargs, read_balances
 from persistence import EventsByTag, GetProjectionState, Projection, ProjectionState
@@ -144,9 +145,9 @@ def run(n: int, accounts: int, chaos: bool, journal: str | None, partitions: int
     try:
         with actors.start("multiproc", journal=journal, snapshot_store=journal, run_dir=f"{workdir}/run",
                           tag=tag) as system:
-            system.spawn(Ledger, LEDGER_PATH)
+            system.spawn(LedgerTable, LEDGER_PATH, entities=True)
             # Two shards: account work is most of the job, and this way it runs on both cores.
-            system.spawn(BankAccount, ACCOUNTS_PATH, entities=True, kwargs={"ledger": LEDGER_PATH}, shards=shards,
+            system.spawn(AccountTable, ACCOUNTS_PATH, entities=True, kwargs={"ledger": LEDGER_PATH}, shards=shards,
                          journal=accounts_journal, snapshot_store=accounts_journal)
             projections = start_read_model(system, journals, read_model)
             start_bridge(system)

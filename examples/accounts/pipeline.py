@@ -1,12 +1,16 @@
 """The actors of the Spark pipeline (`make demo`): accounts fed by the bridge, and a ledger they post to.
 
-    Spark rows ──feed(ack="processed")──▶ /system/spark-bridge ──Row──▶ /user/accounts/<id>  (BankAccount)
-                                                                              │ Entry, anchored to the row
-                                                    /user/ledger (Ledger) ◀───┘ (through the bridge)
+    Spark rows ──feed(ack="processed")──▶ /system/spark-bridge ──Row──▶ /user/accounts/<id>  (AccountTable)
+                                                                              │ Entry, a follow-up of the row
+                                                 /user/ledger/<id> (LedgerTable) ◀───┘ (straight to the ledger)
 
-Each account applies a row once (its event and the follow-up are one journaled event), posts an
-`Entry` anchored to the row, and confirms. The ledger applies each entry once and confirms it. A feed
-with ack="processed" returns only when both have confirmed every row's tree.
+The main job runs the table kinds (spark_bridge.FeedTable: all the entities of a host as rows of one
+persistent actor, one journal record per group commit). Each account applies a row once, its event and
+its follow-up in one commit, sends the `Entry` to the account's row of the ledger once durable, and
+confirms the row to the bridge once the ledger confirmed the entry. A feed with ack="processed" returns
+only when every row and its entry are applied. BankAccount and Ledger are the same pipeline with one
+actor per account (FeedReceiver: follow-ups anchored to the row, through the bridge); examples/streaming.py
+uses BankAccount.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import actors
 from examples.accounts.model import Deposited
 from examples.accounts.read_model import TAG
 from journal import register_type
-from spark_bridge import FeedReceiver, Row
+from spark_bridge import FeedReceiver, FeedTable, Row
 from spark_bridge.messages import RowApplied
 
 LEDGER_PATH = "/user/ledger"
@@ -109,6 +113,72 @@ class Ledger(FeedReceiver):
                 self.redelivered += 1
         elif message == "totals":
             self.tell(sender, LedgerTotals(self.entries, self.total, dict(self.per_account), self.redelivered))
+
+
+class AccountTable(FeedTable):
+    """The accounts of a host as rows of one FeedTable: a deposit row is applied once, its Entry sent to the
+    account's row of the ledger (`ledger`/<id>; None: no entries), and the row confirmed once both are done."""
+
+    def __init__(self, ledger: str | None = LEDGER_PATH) -> None:
+        self.ledger = ledger
+
+    def pre_start(self) -> None:
+        """Count rows arriving again after being applied (not journaled: for the demo's summary)."""
+        self.redelivered: dict[str, int] = {}
+
+    def empty_state(self) -> int:
+        return 0
+
+    def command_handler(self, entity_id: str, state: int, command: Any) -> list[Any] | None:
+        """A Row is a deposit ({"amount": n, ...}); "balance" replies BalanceOf."""
+        if type(command) is Row:
+            amount = int(command.body["amount"])
+            entry = [(f"{self.ledger}/{entity_id}", Entry(entity_id, amount))] if self.ledger else ()
+            if self.apply_row(command, entry):
+                return [Deposited(amount)]
+            self.redelivered[entity_id] = self.redelivered.get(entity_id, 0) + 1
+        elif command == "balance":
+            self.reply(self.sender, BalanceOf(entity_id, state, self.redelivered.get(entity_id, 0)))
+        return None
+
+    def event_handler(self, state: int, event: Deposited) -> int:
+        return state + event.amount
+
+    def tags_for(self, event: Any) -> tuple[str, ...]:
+        """Deposits are tagged for the read model's projection (read_model.py)."""
+        return (TAG,) if type(event) is Deposited else ()
+
+
+class LedgerTable(FeedTable):
+    """The ledger as rows of one FeedTable, one per account: (entries, total); "totals" to its own path replies
+    LedgerTotals over all of them."""
+
+    def pre_start(self) -> None:
+        """Count entries arriving again after being applied."""
+        self.redelivered = 0
+
+    def empty_state(self) -> tuple[int, int]:
+        return (0, 0)
+
+    def command_handler(self, entity_id: str, state: tuple[int, int], command: Any) -> list[Any] | None:
+        """A Row carries an Entry: journaled as it is, once."""
+        if type(command) is Row:
+            if self.apply_row(command):
+                return [command.body]
+            self.redelivered += 1
+        return None
+
+    def event_handler(self, state: tuple[int, int], event: Entry) -> tuple[int, int]:
+        return (state[0] + 1, state[1] + event.amount)
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        """"totals" replies LedgerTotals."""
+        if message == "totals":
+            states = self.entity_states()
+            self.tell(sender, LedgerTotals(sum(s[0] for s in states.values()), sum(s[1] for s in states.values()),
+                                           {a: s[1] for a, s in states.items()}, self.redelivered))
+        else:
+            super().receive_command(message, sender)
 
 
 def balances(system: actors.System, ids: list[str], timeout: float = 120.0) -> dict[str, BalanceOf]:

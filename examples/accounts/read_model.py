@@ -16,7 +16,7 @@ from typing import Any
 
 from examples.accounts.model import Deposited
 from journal import EventEnvelope
-from persistence import EventsByTag
+from persistence import EventsByTag, TableCommit
 from persistence.idempotent import Applied, AppliedBatch
 from persistence.offset_store import postgres_conninfo
 from spark_bridge.messages import RowApplied
@@ -40,7 +40,13 @@ def apply_deposits(conn: Any, envelopes: list[EventEnvelope]) -> None:
     """The projection's exactly-once grouped handler: add each group's deposits to the balance table."""
     sums: Counter[str] = Counter()
     for envelope in envelopes:
-        sums[envelope.persistence_id.rsplit("/", 1)[1]] += sum(deposits_of(envelope.event))
+        event = envelope.event
+        if type(event) is TableCommit:  # a table's commit (pipeline.AccountTable): many accounts' deposits
+            for account, e in zip(event.entity_ids, event.events, strict=True):
+                if type(e) is Deposited:
+                    sums[account] += e.amount
+        else:
+            sums[envelope.persistence_id.rsplit("/", 1)[1]] += sum(deposits_of(event))
     mark = "?" if isinstance(conn, sqlite3.Connection) else "%s"
     conn.execute("CREATE TABLE IF NOT EXISTS account_balance (account TEXT PRIMARY KEY, balance BIGINT NOT NULL)")
     conn.cursor().executemany(_UPSERT.format(m=mark), sorted(sums.items()))
