@@ -48,6 +48,7 @@ __all__ = [
     "serialize",
     "deserialize",
     "manifest_of",
+    "is_registered",
 ]
 
 _EXT_OBJECT = 1
@@ -200,6 +201,11 @@ def register_upcaster(manifest: str, from_version: int, fn: Callable[[list[Any]]
     """Register `fn` turning the field values of `manifest` at `from_version` into those of `from_version + 1`."""
     with _registry_lock:
         _upcasters[(manifest, from_version)] = fn
+
+
+def is_registered(cls: type) -> bool:
+    """True if `cls` is registered (register_type): its instances are stored under its manifest."""
+    return cls in _by_class
 
 
 def manifest_of(cls: type) -> str:

@@ -35,7 +35,8 @@ from types import MappingProxyType
 from typing import Any
 
 from journal import Journal, SnapshotSelectionCriteria, register_type
-from journal.serialization import TUPLE_MARK, marked, pack_values_with
+from journal.errors import SerializationError
+from journal.serialization import TUPLE_MARK, deserialize, marked, pack_values_with, serialize
 from persistence.idempotent import SeenIds, forget_up_to, mark_applied
 from persistence.messages import (
     DeleteSnapshotsFailure,
@@ -57,20 +58,21 @@ class TableCommit:
     """What one entity table persisted in one group commit, as columns: `events[k]` of entity
     `entity_ids[k]`, in order; deliveries `(origins[j], delivery_ids[j])` applied with them; `shards`, the
     shard count the table was spawned with (its entities' rows are in the shard that count chose); `columns`,
-    what a layer over the table journals with the commit (spark_bridge.FeedTable: its follow-ups), or None."""
+    what a layer over the table journals with the commit (spark_bridge.FeedTable: its follow-ups), serialized
+    (journal.serialization.serialize): readers of the journal (projections, entity_events) skip it undecoded."""
 
     shards: int
     entity_ids: tuple[str, ...]
     events: tuple[object, ...]
     origins: tuple[str, ...]
     delivery_ids: tuple[int, ...]
-    columns: object = None
+    columns: bytes | None = None
 
 
 def _table_commit_values(c: TableCommit) -> tuple[object, ...]:
     """TableCommit's fields with its tuples (and events) already marked: packed without calls into Python."""
     return (c.shards, [TUPLE_MARK, *c.entity_ids], [TUPLE_MARK, *map(marked, c.events)], [TUPLE_MARK, *c.origins],
-            [TUPLE_MARK, *c.delivery_ids], marked(c.columns))
+            [TUPLE_MARK, *c.delivery_ids], c.columns)
 
 
 pack_values_with(TableCommit, _table_commit_values)
@@ -311,8 +313,19 @@ class EntityTable(PersistentActor):
 
     def _flush(self) -> None:
         """Queue the gathered columns as one TableCommit; replies go out once it (and all before it) is durable."""
-        columns = self.mixin_commit_columns()
+        layer = self.mixin_commit_columns()
         replies = self._after
+        columns = None
+        if layer is not None:
+            try:
+                columns = serialize(layer)
+            except SerializationError as exc:
+                self._after = []
+                self._rejected = True
+                self.context.report_error(self.path, f"stopped: {type(self).__name__}'s columns of a commit cannot be "
+                                                     f"journaled ({exc}); the table recovers on its next message")
+                self.stop()
+                return
         if self._events or self._delivery_ids or columns is not None:
             commit = TableCommit(self.context.shards, tuple(self._ids), tuple(self._events), tuple(self._origins),
                                  tuple(self._delivery_ids), columns)
@@ -394,7 +407,7 @@ class EntityTable(PersistentActor):
                     s = seen[origin] = SeenIds()
                 s.add(delivery_id)
             if event.columns is not None:
-                self.mixin_recover_columns(event.columns)
+                self.mixin_recover_columns(deserialize(event.columns))
             return
         super().mixin_recover_event(event)
 
@@ -405,10 +418,23 @@ class EntityTable(PersistentActor):
                              f"count chose; spawn it with shards={stored}")
 
     def mixin_tags(self, stored: object) -> frozenset[str]:
-        # Tags are asked of the users' events, not of the commit that journals them together.
+        # Tags are asked of the users' events, not of the commit that journals them together. tags_for mostly
+        # returns one of a few constants: each distinct answer is checked (by super) once per commit.
         if type(stored) is TableCommit:
-            tag = super().mixin_tags
-            return frozenset().union(*[tag(e) for e in stored.events])
+            tag, check = self.tags_for, super().mixin_tags
+            answers: dict[object, frozenset[str]] = {}
+            tags: set[str] = set()
+            for e in stored.events:
+                answer = tag(e)
+                try:
+                    checked = answers.get(answer)
+                except TypeError:  # (an unhashable answer: checked every time)
+                    tags.update(check(e))
+                    continue
+                if checked is None:
+                    checked = answers[answer] = check(e)
+                    tags.update(checked)
+            return frozenset(tags)
         return super().mixin_tags(stored)
 
 

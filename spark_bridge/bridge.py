@@ -98,6 +98,7 @@ from spark_bridge.messages import (
     StagedDiscarded,
     StagedRun,
     StagedRuns,
+    _new_row,
 )
 
 BRIDGE_PATH = "/system/spark-bridge"
@@ -1231,7 +1232,7 @@ class SparkBridge(AtLeastOnceDelivery):
                 if ahead and delivery_id in ahead:
                     ahead.discard(delivery_id)
                     continue
-                rows.append(Row(delivery_id, data, first, low, columns, me))
+                rows.append(_new_row((delivery_id, data, first, low, columns, me)))
                 targets.append(paths[i])
                 ids.append(delivery_id)
                 anchors.append(first)

@@ -32,7 +32,7 @@ from typing import Any, cast
 
 import actors
 from actors.paths import shard_of
-from journal.serialization import marked, pack_values_with
+from journal.serialization import is_registered, marked, pack_values_with, serialize
 from persistence import EntityTable, IdempotentReceiver, RecoveryCompleted, SnapshotOffer
 from persistence.idempotent import Applied, AppliedBatch, SeenIds
 from spark_bridge.bridge import BRIDGE_PATH, PERSISTENCE_ID, _pick
@@ -328,6 +328,20 @@ def _reply_entity(table: str, shard: int, shards: int) -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+_storable_types: set[type] = {int, str, bytes, float, bool, type(None)}
+
+
+def _check_storable(message: object) -> None:
+    """Raise SerializationError (failing the command) for a follow-up the journal cannot store; checked once
+    per registered type, every time for a container."""
+    t = type(message)
+    if t in _storable_types:
+        return
+    serialize(message)
+    if is_registered(t):
+        _storable_types.add(t)
+
+
 FOLLOW_UPS_ENTITY = "~follow-ups"
 """The reserved entity id (with a suffix on some shards) of a FeedTable's own address: its follow-ups' receivers
 confirm there."""
@@ -391,6 +405,8 @@ class FeedTable(EntityTable):
             return False
         if follow_ups:
             pairs = _follow_ups(follow_ups)
+            for _, message in pairs:
+                _check_storable(message)
             if pairs:
                 held = _Held(row.bridge, row.delivery_id)
                 self._held[(row.bridge, row.delivery_id)] = held
@@ -521,11 +537,26 @@ class FeedTable(EntityTable):
                 _confirm(self, held.delivery_id, held.bridge)
 
     def mixin_table_message(self, entity_id: str, message: Any, sender: str | None) -> None:
-        if type(message) is Confirmed:
-            for fid in message.delivery_ids:
-                self._confirmed(fid)
-        else:
+        if type(message) is not Confirmed:
             self._relay(cast(Forwards, message))
+            return
+        unconfirmed, held_rows = self._unconfirmed, self._held
+        rows: dict[str | None, list[int]] = {}  # the rows now done, per bridge
+        for fid in message.delivery_ids:
+            entry = unconfirmed.pop(fid, None)
+            if entry is None or entry[2] is None:
+                continue  # confirmed before (a redelivery confirmed again), or holding no row
+            held = entry[2]
+            held.pending -= 1
+            if not held.pending:
+                del held_rows[(held.bridge, held.delivery_id)]
+                ids = rows.get(held.bridge)
+                if ids is None:
+                    rows[held.bridge] = [held.delivery_id]
+                else:
+                    ids.append(held.delivery_id)
+        for bridge, ids in rows.items():
+            _out(self, bridge).confirmed.extend(ids)
 
     def _relay(self, m: Forwards) -> None:
         """Follow-ups that receivers of this table's follow-ups anchored to them: journaled, then sent like

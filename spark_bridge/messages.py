@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from itertools import repeat
+from typing import Any, NamedTuple
 
 from actors import Scatter
 from journal import register_type
@@ -305,13 +307,16 @@ class FeedProgress:
 # ---- bridge <-> destinations ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
+class Row(NamedTuple):
     """Bridge -> destination: one at-least-once delivery, a feed's row or a follow-up anchored to one.
 
     Redelivered until the destination confirms it (spark_bridge.ack, or FeedReceiver.apply_row).
     `anchor` names the row's tree: follow-ups sent with it are part of the tree. `body` is the message:
-    `data` itself, or the dict of `columns` and `data` (built by the receiver, not by the busy bridge).
+    `data` itself, or the dict of `columns` and `data` (built by the receiver, not by the busy bridge);
+    `value(column)` reads one column without building that dict.
+
+    Immutable, with fields by name: a NamedTuple, because one is built per row in every process a row passes
+    (a frozen dataclass's __init__ cost several times as much; bench/PROFILE.md §20).
     """
 
     delivery_id: int
@@ -322,18 +327,26 @@ class Row:
     columns: tuple[str, ...] | None = None
     bridge: str | None = None
     """The path of the node bridge that delivered it (None: /system/spark-bridge): delivery ids are per bridge,
-    and confirmations and follow-ups go back to it."""
+    and confirmations and follow-ups go back to it. For a FeedTable's follow-up: the table's own address."""
 
     @property
     def body(self) -> Any:
         """The message of this row (by default the Spark row as a dict)."""
         return self.data if self.columns is None else dict(zip(self.columns, self.data, strict=False))
 
-    def __reduce__(self) -> tuple[type[Row], tuple[object, ...]]:
-        # Positional arguments pickle faster than the default (class, state dict) form: one per row.
-        if self.bridge is None:
-            return (Row, (self.delivery_id, self.data, self.anchor, self.settled_below, self.columns))
-        return (Row, (self.delivery_id, self.data, self.anchor, self.settled_below, self.columns, self.bridge))
+    def value(self, column: str) -> Any:
+        """The value of `column` of a Spark row (body[column], without building the dict); KeyError if none."""
+        columns = self.columns
+        if columns is None:
+            raise KeyError(f"this row carries a message, not columns: read row.body (asked for {column!r})")
+        try:
+            return self.data[columns.index(column)]
+        except ValueError:
+            raise KeyError(f"the row has no column {column!r}; its columns: {list(columns)}") from None
+
+
+_new_row = partial(tuple.__new__, Row)
+"""Row from a tuple of all its fields, in C (RowChunk.items: one per row)."""
 
 
 @dataclass(frozen=True)
@@ -353,9 +366,10 @@ class RowChunk(Scatter):
 
     def items(self) -> list[tuple[str, Row]]:
         """One Row per target, in order."""
-        low, columns, bridge = self.settled_below, self.columns, self.bridge
-        return [(t, Row(i, d, a, low, columns, bridge))
-                for t, i, a, d in zip(self.targets, self.delivery_ids, self.anchors, self.values, strict=True)]
+        n = len(self.targets)
+        rows = map(_new_row, zip(self.delivery_ids, self.values, self.anchors, repeat(self.settled_below, n),
+                                 repeat(self.columns, n), repeat(self.bridge, n), strict=True))
+        return list(zip(self.targets, rows, strict=True))
 
 
 @dataclass(frozen=True)

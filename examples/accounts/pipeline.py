@@ -132,7 +132,7 @@ class AccountTable(FeedTable):
     def command_handler(self, entity_id: str, state: int, command: Any) -> list[Any] | None:
         """A Row is a deposit ({"amount": n, ...}); "balance" replies BalanceOf."""
         if type(command) is Row:
-            amount = int(command.body["amount"])
+            amount = int(command.value("amount"))
             entry = [(f"{self.ledger}/{entity_id}", Entry(entity_id, amount))] if self.ledger else ()
             if self.apply_row(command, entry):
                 return [Deposited(amount)]

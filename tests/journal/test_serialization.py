@@ -279,10 +279,10 @@ def test_table_commit_packs_its_premarked_values_to_the_plain_values_bytes(event
     from persistence.table import TableCommit
 
     commit = TableCommit(shards, tuple(f"e{k}" for k in range(len(events))), tuple(events),
-                         tuple(f"/o{k}" for k in range(len(ids))), tuple(ids))
+                         tuple(f"/o{k}" for k in range(len(ids))), tuple(ids), serialize(ids) if shards > 1 else None)
     reg = _by_class[TableCommit]
     pack = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True).pack
-    plain = (commit.shards, commit.entity_ids, commit.events, commit.origins, commit.delivery_ids)
+    plain = (commit.shards, commit.entity_ids, commit.events, commit.origins, commit.delivery_ids, commit.columns)
     assert pack([*reg.values(commit)]) == pack([*plain])
     assert flatten(commit) == (reg.manifest, reg.version, plain)
     assert deserialize(serialize(commit)) == commit

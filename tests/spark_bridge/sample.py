@@ -102,18 +102,20 @@ class DurableAccount(FeedReceiver):
 
 
 class TableAccounts(FeedTable):
-    """DurableAccount's accounts as rows of one FeedTable per host: (total, applied) per account."""
+    """DurableAccount's accounts as rows of one FeedTable per host: (total, applied) per account; with `ledger`,
+    a LedgerEntry follow-up per deposit."""
 
     def __init__(self, ledger: str | None = None) -> None:
-        if ledger is not None:
-            raise ValueError("a FeedTable sends no follow-ups: spawn TableAccounts without a ledger")
+        self.ledger = ledger
 
     def empty_state(self) -> tuple[int, int]:
         return (0, 0)
 
     def command_handler(self, entity_id: str, state: tuple[int, int], command: Any) -> list[Any] | None:
         if type(command) is Row:
-            return [Deposited(command.body["amount"])] if self.apply_row(command) else None
+            amount = command.value("amount")
+            follow_ups = [(self.ledger, LedgerEntry(entity_id, amount))] if self.ledger else ()
+            return [Deposited(amount)] if self.apply_row(command, follow_ups) else None
         if type(command) is GetBalance:
             self.reply(self.sender, Balance(state[0], state[1], 0))
         return None

@@ -419,18 +419,23 @@ def test_rows_processed_by_a_feed_table_sum_exactly_once_durable_and_a_rerun_app
 
 
 @pytest.mark.timeout(180)
-def test_a_feed_table_host_killed_mid_feed_in_processed_mode_applies_every_row_once(spark, make_bridged):
+def test_a_feed_table_host_killed_mid_feed_in_processed_mode_applies_every_row_and_follow_up_once(spark,
+                                                                                                make_bridged):
     from tests.spark_bridge.sample import TableAccounts
 
     # Rows applied but not yet confirmed die with the host: the bridge redelivers them and the restarted table,
-    # recovered from its commits, finds them applied (its dedup state is in the same records).
-    system = make_bridged(account=TableAccounts)
+    # recovered from its commits, finds them applied (its dedup state is in the same records), and sends again
+    # the ledger follow-ups journaled with them that the ledger had not confirmed. The ledger posts in timed
+    # rounds (confirming late), so follow-ups are in flight at the kill; the feed returns once all are applied.
+    system = make_bridged(account=TableAccounts, ledger=True)
     df = deposits(spark, 40_000, accounts=200).cache()
     expected = expected_sums(df)
     feed_killing_the_accounts(system, df, "table-killed")
     got = balances(system, expected)
     assert sums(got) == expected
     assert sum(b.applied for b in got.values()) == 40_000
+    ledger = system.ask("/user/ledger", GetBalance(), timeout=10)  # no waiting: "processed" covers follow-ups
+    assert (ledger.total, ledger.applied) == (sum(expected.values()), 40_000), "each follow-up applied once"
     df.unpersist()
 
 
