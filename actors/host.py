@@ -53,7 +53,7 @@ from .messages import (
     StopEntity,
 )
 from .metrics import host_histograms
-from .paths import shard_of
+from .paths import entity_shard, shard_of
 from .supervision import PARENT_WAKEUP, ParentWatch, exit_if_orphaned_before
 from .thespian_types import Address, Intent
 from .timers import Timer, TimerQueue
@@ -458,7 +458,7 @@ class Host:
                 if not entity_id or "/" in entity_id:
                     self.dead_letter(sender, target, message,
                                      f"no entity at {target}: entity ids are one non-empty path segment")
-                elif shards == 1 or shard_of(target, self.path, shards) == shard:
+                elif shards == 1 or entity_shard(entity_id, shards) == shard:
                     items.append((entity_id, message, sender))
                 else:  # another shard's entity (a stale route): the guardian reroutes it
                     hit = cast("tuple[str, Address]", self.router.resolve(GUARDIAN_PATH))

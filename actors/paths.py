@@ -71,8 +71,12 @@ def shard_of(path: str, prefix: str, shards: int) -> int:
     """Which of `shards` hosts serving `prefix` owns the entity at `path` (stable across processes)."""
     if shards == 1 or len(path) <= len(prefix) + 1:
         return 0
-    entity = path[len(prefix) + 1:].split("/", 1)[0]
-    return crc32(entity.encode()) % shards
+    return entity_shard(path[len(prefix) + 1:].split("/", 1)[0], shards)
+
+
+def entity_shard(entity_id: str, shards: int) -> int:
+    """shard_of for an entity id at hand (one path segment)."""
+    return crc32(entity_id.encode()) % shards
 
 
 def shard_key(path: str, shard: int, shards: int) -> str:

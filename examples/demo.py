@@ -5,7 +5,8 @@
 1. A local multi-process actor system on the embedded SQLite journal: the Spark bridge
    (/system/spark-bridge), the accounts (/user/accounts/<id>, examples.accounts.pipeline.AccountTable: the
    accounts of a process as rows of one FeedTable) in two shard processes (one per core, each with its own
-   SQLite file), and a ledger (/user/ledger/<id>, LedgerTable) that receives a follow-up of every deposit.
+   SQLite file), and a ledger (/user/ledger/<id>, LedgerTable, also in a file of its own) that receives a
+   follow-up of every deposit.
 2. A PySpark job (local[2]) generates the transactions and feeds them with ack="processed": the feed
    returns only when every account and the ledger have confirmed every row, each applied once durably.
 3. With chaos (the default) an account host process (shard 0) is killed with SIGKILL once 40% of the rows
@@ -145,7 +146,10 @@ def run(n: int, accounts: int, chaos: bool, journal: str | None, partitions: int
     try:
         with actors.start("multiproc", journal=journal, snapshot_store=journal, run_dir=f"{workdir}/run",
                           tag=tag) as system:
-            system.spawn(LedgerTable, LEDGER_PATH, entities=True)
+            # The ledger in a file of its own too: it and the bridge commit as often as the shards, and waited
+            # for each other's write lock in journal.db.
+            ledger_journal = f"sqlite:///{workdir}/ledger.db" if accounts_journal else None
+            system.spawn(LedgerTable, LEDGER_PATH, entities=True, journal=ledger_journal, snapshot_store=ledger_journal)
             # Two shards: account work is most of the job, and this way it runs on both cores.
             system.spawn(AccountTable, ACCOUNTS_PATH, entities=True, kwargs={"ledger": LEDGER_PATH}, shards=shards,
                          journal=accounts_journal, snapshot_store=accounts_journal)

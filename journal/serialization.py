@@ -31,7 +31,7 @@ import re
 import threading
 import types
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar, overload
 
 import msgpack
@@ -314,6 +314,25 @@ def marked(value: Any) -> Any:
     if reg is not None:
         return [_OBJECT_EXT, reg.manifest, reg.version, *reg.values(value)]
     return value
+
+
+def marked_all(values: Iterable[Any]) -> list[Any]:
+    """[marked(v) for v in values], with one registry lookup per run of values of one type (a commit's events
+    are mostly of one or two types)."""
+    out = []
+    last: type | None = None
+    reg = None
+    for value in values:
+        t = type(value)
+        if t is not last:
+            last, reg = t, (None if t is tuple else _by_class.get(t))
+        if reg is not None:
+            out.append([_OBJECT_EXT, reg.manifest, reg.version, *reg.values(value)])
+        elif t is tuple:
+            out.append([_TUPLE_EXT, *value])
+        else:
+            out.append(value)
+    return out
 
 
 def pack_values_with(cls: type, values: Callable[[Any], Sequence[object]]) -> None:

@@ -36,7 +36,7 @@ from typing import Any
 
 from journal import Journal, SnapshotSelectionCriteria, register_type
 from journal.errors import SerializationError
-from journal.serialization import TUPLE_MARK, deserialize, marked, pack_values_with, serialize
+from journal.serialization import TUPLE_MARK, deserialize, marked_all, pack_values_with, serialize
 from persistence.idempotent import SeenIds, forget_up_to, mark_applied
 from persistence.messages import (
     DeleteSnapshotsFailure,
@@ -71,7 +71,7 @@ class TableCommit:
 
 def _table_commit_values(c: TableCommit) -> tuple[object, ...]:
     """TableCommit's fields with its tuples (and events) already marked: packed without calls into Python."""
-    return (c.shards, [TUPLE_MARK, *c.entity_ids], [TUPLE_MARK, *map(marked, c.events)], [TUPLE_MARK, *c.origins],
+    return (c.shards, [TUPLE_MARK, *c.entity_ids], [TUPLE_MARK, *marked_all(c.events)], [TUPLE_MARK, *c.origins],
             [TUPLE_MARK, *c.delivery_ids], c.columns)
 
 
@@ -264,6 +264,8 @@ class EntityTable(PersistentActor):
         states, ids, events = self._states, self._ids, self._events
         handle, apply, empty = self.command_handler, self.event_handler, self.empty_state
         protocol, layered = self.mixin_table_messages, self.mixin_marks
+        # (the gathering lists stay the same objects until _flush, below: bound once)
+        marked_ids, after = self._delivery_ids, self._after
         layer: object = None
         for entity_id, command, sender in items:
             if protocol and type(command) in protocol:
@@ -274,7 +276,7 @@ class EntityTable(PersistentActor):
             state = states.get(entity_id, _MISSING)
             if state is _MISSING:
                 state = empty()
-            marks, n_events, n_after = len(self._delivery_ids), len(events), len(self._after)
+            marks, n_events, n_after = len(marked_ids), len(events), len(after)
             if layered:
                 layer = self.mixin_mark()
             try:

@@ -300,15 +300,21 @@ class FeedReceiver(IdempotentReceiver):
         return ReceiverSnapshot(self._next_forward, pending, super().mixin_wrap_snapshot(snapshot))
 
 
+def _row_key(bridge: str | None, delivery_id: int) -> int | tuple[str, int]:
+    """A row's key among the rows held: its id alone for the usual bridge (no tuple to build and hash per row)."""
+    return delivery_id if bridge is None else (bridge, delivery_id)
+
+
 class _Held:
     """A row whose confirmation waits for its follow-ups: confirmed to `bridge` once `pending` is 0."""
 
-    __slots__ = ("bridge", "delivery_id", "pending")
+    __slots__ = ("bridge", "delivery_id", "pending", "key")
 
     def __init__(self, bridge: str | None, delivery_id: int) -> None:
         self.bridge = bridge
         self.delivery_id = delivery_id
         self.pending = 0
+        self.key = _row_key(bridge, delivery_id)
 
 
 @dataclass(frozen=True)
@@ -383,7 +389,7 @@ class FeedTable(EntityTable):
         self._relay_replies: list[tuple[str, int]] = []
         # Follow-ups not confirmed yet: forward id -> (to, message, the row it holds or None), in id order.
         self._unconfirmed: dict[int, tuple[str, object, _Held | None]] = {}
-        self._held: dict[tuple[str | None, int], _Held] = {}
+        self._held: dict[int | tuple[str, int], _Held] = {}  # by _row_key
         self._relayed: dict[str, SeenIds] = {}
         self._durable_low = 1  # every forward id below it confirmed, as stored: what receivers may forget
         self._sent: collections.deque[tuple[float, int]] = collections.deque()  # (when, highest id) per send
@@ -409,7 +415,7 @@ class FeedTable(EntityTable):
                 _check_storable(message)
             if pairs:
                 held = _Held(row.bridge, row.delivery_id)
-                self._held[(row.bridge, row.delivery_id)] = held
+                self._held[held.key] = held
                 for to, message in pairs:
                     self._add_follow_up(to, message, held)
                 return True
@@ -440,7 +446,7 @@ class FeedTable(EntityTable):
 
     def _confirm_row(self, row: Row) -> None:
         # A row whose first copy's follow-ups are still unconfirmed is confirmed when they are (_Held).
-        if (row.bridge, row.delivery_id) not in self._held:
+        if _row_key(row.bridge, row.delivery_id) not in self._held:
             _confirm(self, row.delivery_id, row.bridge)
 
     def mixin_mark(self) -> object:
@@ -454,7 +460,7 @@ class FeedTable(EntityTable):
         for fid in range(first, self._next_forward):
             _, _, held = self._unconfirmed.pop(fid)
             if held is not None:
-                self._held.pop((held.bridge, held.delivery_id), None)
+                self._held.pop(held.key, None)
         self._next_forward = first
         del self._tos[n:], self._messages[n:], self._rows[n:], self._bridges[n:]
 
@@ -533,7 +539,7 @@ class FeedTable(EntityTable):
         if held is not None:
             held.pending -= 1
             if held.pending == 0:
-                del self._held[(held.bridge, held.delivery_id)]
+                del self._held[held.key]
                 _confirm(self, held.delivery_id, held.bridge)
 
     def mixin_table_message(self, entity_id: str, message: Any, sender: str | None) -> None:
@@ -549,7 +555,7 @@ class FeedTable(EntityTable):
             held = entry[2]
             held.pending -= 1
             if not held.pending:
-                del held_rows[(held.bridge, held.delivery_id)]
+                del held_rows[held.key]
                 ids = rows.get(held.bridge)
                 if ids is None:
                     rows[held.bridge] = [held.delivery_id]
@@ -609,9 +615,10 @@ class FeedTable(EntityTable):
                                                              columns.bridges, strict=True)):
             held = None
             if row >= 0:
-                held = held_rows.get((bridge, row))
+                held = held_rows.get(_row_key(bridge, row))
                 if held is None:
-                    held = held_rows[(bridge, row)] = _Held(bridge, row)
+                    held = _Held(bridge, row)
+                    held_rows[held.key] = held
                 held.pending += 1
             unconfirmed[columns.first + k] = (to, message, held)
         self._next_forward = max(self._next_forward, columns.first + len(columns.tos))
@@ -629,7 +636,7 @@ class FeedTable(EntityTable):
         if held is not None:
             held.pending -= 1
             if held.pending == 0:
-                del self._held[(held.bridge, held.delivery_id)]
+                del self._held[held.key]
 
     def mixin_snapshot_columns(self) -> object | None:
         pending = [[fid, to, message, -1 if held is None else held.delivery_id, None if held is None else held.bridge]
@@ -645,9 +652,10 @@ class FeedTable(EntityTable):
         for fid, to, message, row, bridge in columns.pending:
             held = None
             if row >= 0:
-                held = self._held.get((bridge, row))
+                held = self._held.get(_row_key(bridge, row))
                 if held is None:
-                    held = self._held[(bridge, row)] = _Held(bridge, row)
+                    held = _Held(bridge, row)
+                    self._held[held.key] = held
                 held.pending += 1
             self._unconfirmed[fid] = (to, message, held)
             low = min(low, fid)

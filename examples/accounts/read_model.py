@@ -55,7 +55,7 @@ def apply_deposits(conn: Any, envelopes: list[EventEnvelope]) -> None:
 def projection_kwargs(offset_store: str) -> dict[str, Any]:
     """The Projection's arguments: deposits by tag, exactly-once, in groups (Akka's defaults otherwise)."""
     return dict(source=EventsByTag(TAG), handler=apply_deposits, offset_store=offset_store,
-                exactly_once=True, group_size=100, group_within=0.2, poll_interval=0.2)
+                exactly_once=True, group_size=100, group_within=1.0, poll_interval=1.0)
 
 
 def read_balances(offset_store: str) -> dict[str, int]:
