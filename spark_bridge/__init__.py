@@ -14,8 +14,9 @@ redelivered until the destination confirms it, across restarts of the bridge; ro
 serves are dead-lettered and counted.
 Destinations confirm with `ack(self, row)` or, durably and exactly once, with `FeedReceiver.apply_row`
 (or `FeedTable.apply_row`: a host's entities as rows of one EntityTable, one journal record per group
-commit), and may send follow-ups anchored to the row (not from a FeedTable). With ack="processed", `feed` returns only when every row
-and everything anchored to it is confirmed (Storm's XOR acker, one 64-bit value per batch).
+commit), and may send follow-ups anchored to the row (a FeedTable sends its own straight to their receivers and
+confirms the row once they are confirmed). With ack="processed", `feed` returns only when every row and
+everything anchored to it is confirmed (Storm's XOR acker, one 64-bit value per batch).
 
 Cluster recipe: run one member actor system per executor host (Thespian convention: `actors.start(
 "multiproc", leader="leader-ip:port", node=...)`), `start_bridges(system, nodes=[...])` for a bridge per

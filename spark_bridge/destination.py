@@ -376,6 +376,7 @@ class FeedTable(EntityTable):
     def mixin_init(self) -> None:
         super().mixin_init()
         self._rows_until_trim = 0
+        self._to_confirm: list[Row] = []  # rows confirmed once the commit being gathered is durable
         self._reply_to = ""  # this shard's address (set on first use: the context is not there yet)
         self._next_forward = 1
         # The follow-ups gathered for the commit being built (columns of FollowUpColumns).
@@ -407,7 +408,7 @@ class FeedTable(EntityTable):
             self._rows_until_trim = _TRIM_EVERY
             self.forget_applied_up_to(origin, row.settled_below - 1)
         if not self.apply_once(origin, row.delivery_id):
-            self.when_durable(self._confirm_row, row)
+            self._to_confirm.append(row)
             return False
         if follow_ups:
             pairs = _follow_ups(follow_ups)
@@ -419,7 +420,7 @@ class FeedTable(EntityTable):
                 for to, message in pairs:
                     self._add_follow_up(to, message, held)
                 return True
-        self.when_durable(self._confirm_row, row)
+        self._to_confirm.append(row)
         return True
 
     @property
@@ -444,16 +445,28 @@ class FeedTable(EntityTable):
             self._bridges.append(held.bridge)
         self._unconfirmed[fid] = (to, message, held)
 
-    def _confirm_row(self, row: Row) -> None:
-        # A row whose first copy's follow-ups are still unconfirmed is confirmed when they are (_Held).
-        if _row_key(row.bridge, row.delivery_id) not in self._held:
-            _confirm(self, row.delivery_id, row.bridge)
+    def _confirm_rows(self, rows: list[Row]) -> None:
+        """Confirm the rows of a commit now durable to their bridges (one list per bridge); a row whose first
+        copy's follow-ups are still unconfirmed is confirmed when they are (_Held)."""
+        held = self._held
+        ids: dict[str | None, list[int]] = {}
+        for row in rows:
+            if held and _row_key(row.bridge, row.delivery_id) in held:
+                continue
+            per_bridge = ids.get(row.bridge)
+            if per_bridge is None:
+                ids[row.bridge] = [row.delivery_id]
+            else:
+                per_bridge.append(row.delivery_id)
+        for bridge, delivery_ids in ids.items():
+            _out(self, bridge).confirmed.extend(delivery_ids)
 
     def mixin_mark(self) -> object:
-        return len(self._tos)
+        return len(self._tos), len(self._to_confirm)
 
     def mixin_undo(self, mark: object) -> None:
-        n = cast(int, mark)
+        n, confirms = cast("tuple[int, int]", mark)
+        del self._to_confirm[confirms:]
         if len(self._tos) == n:
             return
         first = self._first + n
@@ -465,6 +478,9 @@ class FeedTable(EntityTable):
         del self._tos[n:], self._messages[n:], self._rows[n:], self._bridges[n:]
 
     def mixin_commit_columns(self) -> object | None:
+        if self._to_confirm:  # (one action per commit, not one per row)
+            self.when_durable(self._confirm_rows, self._to_confirm)
+            self._to_confirm = []
         if not (self._tos or self._relay_ids):
             return None
         low = next(iter(self._unconfirmed), self._next_forward)

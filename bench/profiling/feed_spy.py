@@ -1,5 +1,7 @@
 """feed(ack="processed") into durable FeedReceiver accounts (bench.spark_feed's last run), with py-spy on the
-account host and the bridge host over the measured feed only, and their CPU from /proc."""
+account host and the bridge host over the measured feed only, and their CPU from /proc.
+ACCOUNT=TableAccounts: into accounts as rows of one FeedTable instead (ACCOUNT names a class of
+tests.spark_bridge.sample)."""
 
 import os
 import signal
@@ -10,7 +12,7 @@ import time
 from bench.profiling.spy import record
 from bench.spark_feed import _system
 from spark_bridge import BRIDGE_PATH, feed, local_session
-from tests.spark_bridge.sample import DurableAccount
+from tests.spark_bridge import sample
 
 rows = int(sys.argv[1])
 out = sys.argv[2]
@@ -37,7 +39,7 @@ df = (
     .cache()
 )
 df.count()
-with tempfile.TemporaryDirectory(prefix="reprise-prof-") as tmp, _system(DurableAccount, tmp) as system:
+with tempfile.TemporaryDirectory(prefix="reprise-prof-") as tmp, _system(getattr(sample, os.environ.get("ACCOUNT", "DurableAccount")), tmp) as system:
     feed(df.limit(10_000), system=system.admin_port, feed_id="warm-up", ack="processed", progress=False)
     hosts = system.status().hosts
     pids = {"accounts": hosts["/user/accounts"].pid, "bridge": hosts[BRIDGE_PATH].pid}
