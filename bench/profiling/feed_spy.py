@@ -1,7 +1,7 @@
 """feed(ack="processed") into durable FeedReceiver accounts (bench.spark_feed's last run), with py-spy on the
 account host and the bridge host over the measured feed only, and their CPU from /proc.
 ACCOUNT=TableAccounts: into accounts as rows of one FeedTable instead (ACCOUNT names a class of
-tests.spark_bridge.sample)."""
+tests.spark_bridge.sample); SHARDS=2: in two shard processes (py-spy and the per-host line on shard 0)."""
 
 import os
 import signal
@@ -39,10 +39,12 @@ df = (
     .cache()
 )
 df.count()
-with tempfile.TemporaryDirectory(prefix="reprise-prof-") as tmp, _system(getattr(sample, os.environ.get("ACCOUNT", "DurableAccount")), tmp) as system:
+account, shards = getattr(sample, os.environ.get("ACCOUNT", "DurableAccount")), int(os.environ.get("SHARDS", "1"))
+with tempfile.TemporaryDirectory(prefix="reprise-prof-") as tmp, _system(account, tmp, shards) as system:
     feed(df.limit(10_000), system=system.admin_port, feed_id="warm-up", ack="processed", progress=False)
     hosts = system.status().hosts
-    pids = {"accounts": hosts["/user/accounts"].pid, "bridge": hosts[BRIDGE_PATH].pid}
+    accounts = "/user/accounts" if shards == 1 else "/user/accounts [shard 0]"
+    pids = {"accounts": hosts[accounts].pid, "bridge": hosts[BRIDGE_PATH].pid}
     procs = []
     if spy:
         for name, pid in pids.items():
