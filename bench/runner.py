@@ -189,7 +189,9 @@ def write_chart(results: dict[str, Rows], path: str) -> None:
                              gridspec_kw={"height_ratios": heights})
     for ax, labels, (name, rows) in zip(axes[:, 0], wrap, results.items(), strict=True):
         rates = [max(rate, 1e-9) for _, _, rate in rows]
-        colors = ["tab:blue" if system.lower().startswith("reprise") else "tab:gray" for system, _, _ in rows]
+        # (bench.entities names its table run "EntityTable <base>": Reprise's too)
+        colors = ["tab:blue" if system.lower().startswith(("reprise", "entitytable")) else "tab:gray"
+                  for system, _, _ in rows]
         ax.barh(range(len(rows)), rates, color=colors)
         ax.set_yticks(range(len(rows)), labels, fontsize=8)
         ax.invert_yaxis()

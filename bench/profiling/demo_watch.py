@@ -1,5 +1,5 @@
-"""Watch a running demo (python -m examples.demo --tag TAG): py-spy on its hosts (SPY=1; SPY_ONLY=text: only the
-hosts whose path contains it), CPU of each process."""
+"""Watch a running demo (python -m examples.demo --tag TAG): py-spy on its hosts (SPY=1; SPY_ONLY=text[,text...]: only
+the hosts whose path contains one of them), CPU of each process."""
 
 import os
 import re
@@ -52,7 +52,8 @@ while time.monotonic() < deadline and not names:
     time.sleep(0.2)
 for pid, name in names.items():
     first[pid] = cpu(pid)
-    if spy and ("/user/" in name or "spark-bridge" in name) and os.environ.get("SPY_ONLY", "") in name:
+    only = os.environ.get("SPY_ONLY", "").split(",")
+    if spy and ("/user/" in name or "spark-bridge" in name) and any(o in name for o in only):
         fn = f"{out}-{name.strip('/').replace('/', '_').replace(' ', '_')}.raw"
         procs.append(record(pid, fn, rate=250))
 

@@ -90,6 +90,41 @@ BRIDGE_RULES = [  # the Spark bridge's host (§14)
 ] + ENTITY_RULES
 
 
+def _rules(stage, *patterns):
+    return [(stage, p) for p in patterns]
+
+
+# The demo's hosts in one set of stages, whichever kind of destination they run (FeedReceiver entities before §20,
+# FeedTables after), so that a stage's µs per transaction compare across trees (§20).
+DEMO_RULES = (
+    _rules("Row objects (RowChunk.items, Row.body, Row.value)", "RowChunk.items", "_expand (actors/transport.py",
+           "Row.body", "Row.value")
+    + _rules("batch unpickle (transport.unpack)", "unpack (actors/transport.py")
+    + _rules("dedup (SeenIds, mark_applied)", "SeenIds.", "mark_applied", "already_applied", "forget_up_to")
+    + _rules("confirms in and out, follow-ups out", "_confirm (spark_bridge", "_confirm_rows", "_out (spark_bridge",
+             "FeedTable.mixin_table_message", "_send_follow_ups", "_forward (spark_bridge", "_reconfirm",
+             "FeedReceiver.mixin_command")
+    + _rules("apply: handlers and apply_row per row", "apply_row", "command_handler", "receive_command",
+             "event_handler", "receive_recover", "EntityTable._apply", "_add_follow_up", "_follow_ups (spark_bridge",
+             "persist_applied", "EntityTable.apply_once")
+    + _rules("journal batching and queueing (AppliedBatch, queues, a table's flush)", "_journal_applied",
+             "PersistentActor._contribute", "_Applications.__init__", "PersistentActor._take_batch",
+             "PersistentActor._queue_one", "EntityTable._flush", "persist_async", "_queue_write", "_table_commit_values")
+    + _rules("event encode (msgpack, framing, tags)", "encode_writes", "marked", "_default (journal/serialization.py",
+             "serialize (journal/serialization.py", "mixin_tags", "_row_applied_values")
+    + [r for r in ENTITY_RULES if r[0].startswith("journal write")]
+    + _rules("after commit: handlers, replies", "_on_write_results", "EntityTable._committed", "EntityTable._send",
+             "apply_row.<locals>.applied", "_Committed.__call__")
+    + _rules("coordinator settle (group commit loop)", "PersistenceCoordinator.settle")
+    + _rules("host dispatch (on_batch, deliver, a table's batch)", "Host.deliver", "Host._invoke", "Host._table_batch",
+             "Host._hand_to_table", "Host.on_batch", "PersistentActor.receive", "receive_entities",
+             "PersistentActor.mixin_command", "EntityTable.mixin_command")
+    + _rules("outbox: pickle and send", "Outbox.flush")
+    + _rules("host settle loop", "Host.settle")
+    + _rules("Thespian transport", "thespian/")
+)
+
+
 def classify(stacks, rules):
     out = collections.Counter()
     for frames, n in stacks:
@@ -113,7 +148,7 @@ if __name__ == "__main__":
     us = float(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2] else None
     total = sum(n for _, n in stacks)
     kind = sys.argv[3] if len(sys.argv) > 3 else ""
-    rules = FEED_RULES if kind == "feed" else BRIDGE_RULES if kind == "bridge" else ENTITY_RULES
+    rules = {"feed": FEED_RULES, "bridge": BRIDGE_RULES, "demo": DEMO_RULES}.get(kind, ENTITY_RULES)
     c = classify(stacks, rules)
     total = sum(c.values())
     commit = "journal write: sqlite COMMIT (fsync, WAL)"
