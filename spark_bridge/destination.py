@@ -127,6 +127,19 @@ def _confirm(actor: actors.Actor, delivery_id: int, bridge: str | None) -> None:
     _out(actor, bridge).confirmed.append(delivery_id)
 
 
+def _confirm_many(actor: actors.Actor, rows: list[tuple[str | None, int]]) -> None:
+    """_confirm for many (bridge, delivery id) pairs: one list per bridge."""
+    ids: dict[str | None, list[int]] = {}
+    for bridge, delivery_id in rows:
+        per_bridge = ids.get(bridge)
+        if per_bridge is None:
+            ids[bridge] = [delivery_id]
+        else:
+            per_bridge.append(delivery_id)
+    for bridge, delivery_ids in ids.items():
+        _out(actor, bridge).confirmed.extend(delivery_ids)
+
+
 def _forward(actor: actors.Actor, f: Forward, bridge: str | None) -> None:
     out = _out(actor, bridge)
     out.senders.append(actor.path)
@@ -449,17 +462,8 @@ class FeedTable(EntityTable):
         """Confirm the rows of a commit now durable to their bridges (one list per bridge); a row whose first
         copy's follow-ups are still unconfirmed is confirmed when they are (_Held)."""
         held = self._held
-        ids: dict[str | None, list[int]] = {}
-        for row in rows:
-            if held and _row_key(row.bridge, row.delivery_id) in held:
-                continue
-            per_bridge = ids.get(row.bridge)
-            if per_bridge is None:
-                ids[row.bridge] = [row.delivery_id]
-            else:
-                per_bridge.append(row.delivery_id)
-        for bridge, delivery_ids in ids.items():
-            _out(self, bridge).confirmed.extend(delivery_ids)
+        _confirm_many(self, [(row.bridge, row.delivery_id) for row in rows
+                             if not (held and _row_key(row.bridge, row.delivery_id) in held)])
 
     def mixin_mark(self) -> object:
         return len(self._tos), len(self._to_confirm)
@@ -563,7 +567,7 @@ class FeedTable(EntityTable):
             self._relay(cast(Forwards, message))
             return
         unconfirmed, held_rows = self._unconfirmed, self._held
-        rows: dict[str | None, list[int]] = {}  # the rows now done, per bridge
+        done: list[tuple[str | None, int]] = []  # the rows whose last follow-up this confirms
         for fid in message.delivery_ids:
             entry = unconfirmed.pop(fid, None)
             if entry is None or entry[2] is None:
@@ -572,13 +576,8 @@ class FeedTable(EntityTable):
             held.pending -= 1
             if not held.pending:
                 del held_rows[held.key]
-                ids = rows.get(held.bridge)
-                if ids is None:
-                    rows[held.bridge] = [held.delivery_id]
-                else:
-                    ids.append(held.delivery_id)
-        for bridge, ids in rows.items():
-            _out(self, bridge).confirmed.extend(ids)
+                done.append((held.bridge, held.delivery_id))
+        _confirm_many(self, done)
 
     def _relay(self, m: Forwards) -> None:
         """Follow-ups that receivers of this table's follow-ups anchored to them: journaled, then sent like

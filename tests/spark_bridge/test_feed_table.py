@@ -46,15 +46,16 @@ def got(system, path: str, n: int) -> list[tuple[int, int, str | None]]:
     return wait_for(enough, timeout=30)
 
 
-def spawn(system, receiver=Holder, **kwargs) -> None:
-    system.spawn(receiver, LEDGER, **kwargs)
+def start(make_system, base: str, tmp_path, receiver=Holder):
+    """A system on `base` with the Posting table at ACC sending to `receiver` at LEDGER; (system, probe)."""
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/j.db", snapshot_store=f"sqlite:///{tmp_path}/s.db")
+    system.spawn(receiver, LEDGER)
     system.spawn(Posting, ACC, entities=True, kwargs={"ledger": LEDGER})
+    return system, system.probe()
 
 
 def test_follow_ups_are_sent_once_durable_and_the_row_is_confirmed_only_after_them(base, make_system, tmp_path):
-    system = make_system(base, journal=f"sqlite:///{tmp_path}/j.db")
-    spawn(system)
-    probe = system.probe()
+    system, probe = start(make_system, base, tmp_path)
     rows = [row(k, probe.path, amount=k, posts=2 if k in (3, 7) else 1) for k in range(1, 11)]
     system.tell_many([(f"{ACC}/{k % 4}", r) for k, r in enumerate(rows, 1)], sender=probe.path)
     deliveries = got(system, LEDGER, 12)
@@ -71,9 +72,7 @@ def test_follow_ups_are_sent_once_durable_and_the_row_is_confirmed_only_after_th
 
 def test_a_redelivered_row_waits_for_the_follow_ups_of_its_first_copy_and_sends_none_again(base, make_system,
                                                                                            tmp_path):
-    system = make_system(base, journal=f"sqlite:///{tmp_path}/j.db")
-    spawn(system)
-    probe = system.probe()
+    system, probe = start(make_system, base, tmp_path)
     system.tell(f"{ACC}/a", row(1, probe.path, amount=5), sender=probe.path)
     got(system, LEDGER, 1)
     system.tell(f"{ACC}/a", row(1, probe.path, amount=5), sender=probe.path)  # the bridge resends it
@@ -86,9 +85,7 @@ def test_a_redelivered_row_waits_for_the_follow_ups_of_its_first_copy_and_sends_
 
 def test_a_failing_command_sends_none_of_its_follow_ups_and_its_row_applies_when_sent_again(base, make_system,
                                                                                            tmp_path):
-    system = make_system(base, journal=f"sqlite:///{tmp_path}/j.db")
-    spawn(system)
-    probe = system.probe()
+    system, probe = start(make_system, base, tmp_path)
     assert system.ask(LEDGER, "release") == "released"  # confirm at once from now on
     system.tell_many([(f"{ACC}/a", row(1, probe.path, amount=1)), (f"{ACC}/a", row(2, probe.path, 10, posts=3,
                                                                                      fail=True)),
@@ -105,9 +102,7 @@ def test_a_failing_command_sends_none_of_its_follow_ups_and_its_row_applies_when
 
 
 def test_follow_ups_lost_on_the_way_are_sent_again_until_confirmed(base, make_system, tmp_path):
-    system = make_system(base, journal=f"sqlite:///{tmp_path}/j.db")
-    spawn(system, receiver=Forgetful)
-    probe = system.probe()
+    system, probe = start(make_system, base, tmp_path, receiver=Forgetful)
     system.tell_many([(f"{ACC}/{k}", row(k, probe.path)) for k in range(1, 6)], sender=probe.path)
     # Posting.redeliver_interval is 1 s: every follow-up's first delivery is dropped, the second confirmed.
     assert confirmed(probe, 5, timeout=30) == [1, 2, 3, 4, 5]
@@ -115,10 +110,8 @@ def test_follow_ups_lost_on_the_way_are_sent_again_until_confirmed(base, make_sy
 
 
 def test_follow_ups_of_follow_ups_are_relayed_by_the_table_and_hold_the_row(base, make_system, tmp_path):
-    system = make_system(base, journal=f"sqlite:///{tmp_path}/j.db")
+    system, probe = start(make_system, base, tmp_path, receiver=AuditingLedger)
     system.spawn(Holder, "/user/audit")
-    spawn(system, receiver=AuditingLedger)
-    probe = system.probe()
     system.tell_many([(f"{ACC}/{k % 3}", row(k, probe.path, amount=k)) for k in range(1, 7)], sender=probe.path)
     audited = got(system, "/user/audit", 6)
     assert sorted(d[1] for d in audited) == [1, 2, 3, 4, 5, 6], "each ledger follow-up reached the audit once"
@@ -143,10 +136,7 @@ def test_a_follow_up_to_a_path_nobody_serves_is_dead_lettered_and_its_row_confir
 @pytest.mark.multiproc
 def test_a_table_killed_with_follow_ups_unconfirmed_sends_them_again_and_each_row_applies_once(make_system,
                                                                                             tmp_path):
-    urls = {"journal": f"sqlite:///{tmp_path}/j.db", "snapshot_store": f"sqlite:///{tmp_path}/s.db"}
-    system = make_system("multiproc", **urls)
-    spawn(system)
-    probe = system.probe()
+    system, probe = start(make_system, "multiproc", tmp_path)
     # Seven rounds (seven commits; Posting snapshots every 3, with follow-ups still unconfirmed in them).
     for k in range(1, 8):
         system.tell(f"{ACC}/{k % 2}", row(k, probe.path, amount=k), sender=probe.path)
