@@ -241,3 +241,17 @@ class SlowStartingHost(HostActor):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         time.sleep(1.0)
+
+
+class Relay(Checker):
+    """On Produce sends Seq(own path, 0..count-1) to the target; checks the Seq streams it gets; "report"
+    answers (received, out_of_order)."""
+
+    def receive(self, message, sender):
+        if isinstance(message, Produce):
+            for i in range(message.count):
+                self.tell(message.target, Seq(self.path, i))
+        elif message == "report":
+            self.tell(sender, (self.received, self.out_of_order))
+        else:
+            super().receive(message, sender)
