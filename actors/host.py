@@ -129,7 +129,7 @@ class Host:
         self.router.learn(self.key, my_address)
         # ActorContext.resolve: the router's own bound method, so a lookup costs no extra call.
         self.resolve = self.router.resolve
-        self.outbox = Outbox(self.key, adapter.send_batch, self._unpicklable, spec.batch_cap)
+        self.outbox = Outbox(self.key, adapter.send_in_order, self._unpicklable, spec.batch_cap)
         self.entities: OrderedDict[str, Actor] = OrderedDict()
         self.local: deque[Entry] = deque()
         self.timers = TimerQueue()
@@ -892,10 +892,10 @@ class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
             if host is not None and message.path in host.entities:
                 host.stop_entity(host.entities[message.path], "stopped by request")
                 host.settle()
-            self.send(sender, EntityStopped(message.path))  # (after the settle: its pending writes are committed)
+            self.send_in_order(sender, EntityStopped(message.path))  # (after the settle: its writes are committed)
         elif isinstance(message, GetHostStats):
             if host is not None:
-                self.send(sender, host.stats(message.token))
+                self.send_in_order(sender, host.stats(message.token))
         elif isinstance(message, ActorExitRequest):
             if host is not None:
                 host.shutdown()
@@ -929,13 +929,14 @@ class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
             self.host.on_batch(batch, batch_sender)
 
     # Callbacks used by Host.
-    def send_batch(self, address: Address, batch: Batch) -> None:
-        """Send one Thespian message, counted until it lands (see actors/handover.py)."""
+    def send_in_order(self, address: Address, message: object) -> None:
+        """Send one Thespian message behind those sent to `address` before, counted until it lands (see
+        actors/handover.py): batches and the host's own reports alike, so none overtakes another."""
         if self.host is None or not self._inflight.tracking:
-            self.send(address, batch)
+            self.send(address, message)
             return
         self.host.handover.sent(str(address))
-        self._inflight.send(address, batch)
+        self._inflight.send(address, message)
 
     def _settled(self, intent: Intent, how: str) -> None:
         """A batch ended (called in send order per address, inside a transport callback: no self.send)."""
@@ -959,7 +960,7 @@ class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
 
     def host_done(self, path: str, failure: str | None = None, gave_up: bool = False) -> None:
         """The single actor stopped: tell the guardian, then exit (if it failed starting: when told to)."""
-        self.send(self._guardian, HostDone(path, failure, gave_up))
+        self.send_in_order(self._guardian, HostDone(path, failure, gave_up))
         if failure is None or gave_up:
             self.send(self.myAddress, ActorExitRequest())
         # A host whose actor failed while starting forwards what arrives to the guardian until the
@@ -967,11 +968,11 @@ class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
 
     def actor_backing_off(self, path: str, reason: str, delay: float) -> None:
         """Tell the guardian (for status) that the top-level actor failed and restarts in `delay` s."""
-        self.send(self._guardian, ActorBackingOff(path, reason, delay))
+        self.send_in_order(self._guardian, ActorBackingOff(path, reason, delay))
 
     def actor_restarted(self, path: str) -> None:
         """Tell the guardian (for status) that the top-level actor runs again."""
-        self.send(self._guardian, ActorRestarted(path))
+        self.send_in_order(self._guardian, ActorRestarted(path))
 
 
 if TYPE_CHECKING:
