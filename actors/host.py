@@ -938,6 +938,10 @@ class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
         self.host.handover.sent(str(address))
         self._inflight.send(address, message)
 
+    def _to_guardian(self, message: object) -> None:
+        assert self._guardian is not None  # (set by InitHost, before there is a Host to report anything)
+        self.send_in_order(self._guardian, message)
+
     def _settled(self, intent: Intent, how: str) -> None:
         """A batch ended (called in send order per address, inside a transport callback: no self.send)."""
         key = str(intent.targetAddr)
@@ -960,7 +964,7 @@ class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
 
     def host_done(self, path: str, failure: str | None = None, gave_up: bool = False) -> None:
         """The single actor stopped: tell the guardian, then exit (if it failed starting: when told to)."""
-        self.send_in_order(self._guardian, HostDone(path, failure, gave_up))
+        self._to_guardian(HostDone(path, failure, gave_up))
         if failure is None or gave_up:
             self.send(self.myAddress, ActorExitRequest())
         # A host whose actor failed while starting forwards what arrives to the guardian until the
@@ -968,11 +972,11 @@ class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
 
     def actor_backing_off(self, path: str, reason: str, delay: float) -> None:
         """Tell the guardian (for status) that the top-level actor failed and restarts in `delay` s."""
-        self.send_in_order(self._guardian, ActorBackingOff(path, reason, delay))
+        self._to_guardian(ActorBackingOff(path, reason, delay))
 
     def actor_restarted(self, path: str) -> None:
         """Tell the guardian (for status) that the top-level actor runs again."""
-        self.send_in_order(self._guardian, ActorRestarted(path))
+        self._to_guardian(ActorRestarted(path))
 
 
 if TYPE_CHECKING:
