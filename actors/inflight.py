@@ -67,9 +67,10 @@ class InFlight:
             return
         intent = TransmitIntent(address, message, onSuccess=self._landed, onError=self._failed,
                                 retryPeriod=SEND_RETRY)
-        queue = self._queues.get(str(address))
+        key = str(address)
+        queue = self._queues.get(key)
         if queue is None:
-            queue = self._queues[str(address)] = deque()
+            queue = self._queues[key] = deque()
         queue.append([intent, None])
         if len(queue) == 1:
             self._actor._myRef._send_intent(intent)
