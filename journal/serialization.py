@@ -349,6 +349,88 @@ def pack_values_with(cls: type, values: Callable[[Any], Sequence[object]]) -> No
         _by_manifest[reg.manifest] = new
 
 
+def store_values_with(cls: type, pack: Callable[[Any], Sequence[object]],
+                      unpack: Callable[[list[Any]], list[Any]]) -> None:
+    """Store registered `cls` in a form of its own: `pack(obj)` gives the stored values (packed as any values
+    are) and `unpack(stored)` the field values back. Unlike pack_values_with this changes the stored bytes, so
+    it comes with a new version of `cls`, and an upcaster from the previous version that returns the stored
+    form (unpack then runs on it as on anything stored). For TableCommit: columns packed as runs."""
+    with _registry_lock:
+        reg = _by_class.get(cls)
+        if reg is None:
+            raise KeyError(f"{cls.__qualname__} is not registered: register_type it before store_values_with")
+        make, version = reg.make, reg.version
+
+        def make_stored(stored: list[Any]) -> Any:
+            return make(unpack(stored))
+
+        def make_marked(items: list[Any]) -> Any:  # [O, manifest, version, *stored]
+            if items[2] != version:
+                return build(items[1], items[2], items[3:])
+            return make(unpack(items[3:]))
+
+        def make_record(fields: list[Any]) -> Any:  # [2, writer, ..., manifest at 6, version at 7, *stored]
+            if fields[7] != version:
+                return build(fields[6], fields[7], fields[8:])
+            return make(unpack(fields[8:]))
+
+        new = dataclasses.replace(reg, values=pack, make=make_stored, make_marked=make_marked, make_record=make_record)
+        _by_class[cls] = new
+        _by_manifest[reg.manifest] = new
+
+
+def run_encoded(values: Sequence[Any]) -> list[Any]:
+    """`values` (a column of one commit: mostly runs of objects of one registered type) as runs:
+    `[manifest, version, count, width, *the width fields of each]` for registered objects,
+    `[None, 0, count, 1, *values]` for anything else: a manifest is stored once per run, not once per value.
+    `run_decoded` reverses it."""
+    out: list[Any] = []
+    n = len(values)
+    i = 0
+    by_class = _by_class
+    while i < n:
+        t = type(values[i])
+        j = i + 1
+        while j < n and type(values[j]) is t:
+            j += 1
+        reg = None if t is tuple else by_class.get(t)
+        if reg is None:
+            out += (None, 0, j - i, 1)
+            out += values[i:j]
+        else:
+            out += (reg.manifest, reg.version, j - i, len(reg.field_names))
+            get = reg.values
+            for value in values[i:j]:
+                out += get(value)
+        i = j
+    return out
+
+
+def run_decoded(runs: list[Any]) -> tuple[Any, ...]:
+    """The values `run_encoded` stored, in order (those of an older version of their type upcast)."""
+    out: list[Any] = []
+    i, n = 0, len(runs)
+    while i < n:
+        manifest, version, count, width = runs[i:i + 4]
+        i += 4
+        end = i + count * width
+        if manifest is None:
+            out += runs[i:end]
+        else:
+            reg = _by_manifest.get(manifest) or _import_for(manifest)
+            if reg is not None and version == reg.version:
+                make = reg.make
+            else:  # (build raises for an unknown manifest, and upcasts an older version)
+                def make(fields: list[Any], m: str = manifest, v: int = version) -> Any:
+                    return build(m, v, fields)
+            if width == 1:
+                out += map(make, ([v] for v in runs[i:end]))
+            else:
+                out += (make(runs[k:k + width]) for k in range(i, end, width))
+        i = end
+    return tuple(out)
+
+
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
 _imported_for: set[str] = set()
 

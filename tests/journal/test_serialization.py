@@ -269,20 +269,99 @@ def test_a_stored_manifest_naming_a_function_builds_nothing() -> None:
         deserialize(data)
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(values, max_size=3), st.lists(st.integers(1, 2**40), max_size=3), st.integers(1, 64))
-def test_table_commit_packs_its_premarked_values_to_the_plain_values_bytes(events, ids, shards) -> None:
-    # pack_values_with (EntityTable's TableCommit) must not change a stored byte either.
-    import msgpack
+def _table_commit_v1(commit) -> list:
+    """A TableCommit's stored values as version 1 wrote them (each column a tuple, its events marked)."""
+    from journal.serialization import TUPLE_MARK, marked_all
 
-    from journal.serialization import _by_class, _default, flatten
+    return [commit.shards, [TUPLE_MARK, *commit.entity_ids], [TUPLE_MARK, *marked_all(commit.events)],
+            [TUPLE_MARK, *commit.origins], [TUPLE_MARK, *commit.delivery_ids], commit.columns]
+
+
+def _record_of(commit, pid: str = "t", seq: int = 1):
+    """`commit` encoded as a journal row and read back through the replay path."""
+    from journal import AtomicWrite, PersistentRepr
+    from journal.records import decode_rows, encode_writes
+
+    batch, results = encode_writes([AtomicWrite([PersistentRepr(commit, seq, pid)])], 0)
+    assert results == [None]
+    ((_, _, blob, ck),) = batch.rows
+    (back,) = decode_rows(pid, [(seq, blob, ck)])
+    return back.payload
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(values, max_size=6), st.lists(st.sampled_from(["/system/spark-bridge", "/o", ""]), max_size=6),
+       st.lists(st.integers(-(2**63), 2**64 - 1), max_size=6) | st.lists(st.integers(0, 2**63 - 1), max_size=6),
+       st.integers(1, 64), st.none() | st.binary(max_size=8))
+def test_a_table_commit_round_trips_through_its_stored_runs(events, origins, ids, shards, columns) -> None:
+    # Version 2 stores a commit's columns as runs (persistence/table.py): any events, in any mix of types, any
+    # delivery ids (differences only where they fit in 64 bits) come back equal, as a value and as a record.
     from persistence.table import TableCommit
 
-    commit = TableCommit(shards, tuple(f"e{k}" for k in range(len(events))), tuple(events),
-                         tuple(f"/o{k}" for k in range(len(ids))), tuple(ids), serialize(ids) if shards > 1 else None)
-    reg = _by_class[TableCommit]
-    pack = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True).pack
-    plain = (commit.shards, commit.entity_ids, commit.events, commit.origins, commit.delivery_ids, commit.columns)
-    assert pack([*reg.values(commit)]) == pack([*plain])
-    assert flatten(commit) == (reg.manifest, reg.version, plain)
+    n = min(len(origins), len(ids))
+    commit = TableCommit(shards, tuple(f"e{k % 3}" for k in range(len(events))), tuple(events),
+                         tuple(origins[:n]), tuple(ids[:n]), columns)
     assert deserialize(serialize(commit)) == commit
+    assert _record_of(commit) == commit
+
+
+def test_a_table_commit_stores_an_event_manifest_and_an_origin_once_per_run() -> None:
+    import msgpack
+
+    from journal.serialization import _default
+    from persistence.table import TableCommit
+
+    n = 2_000
+    commit = TableCommit(1, tuple(f"a{k % 1000}" for k in range(n)), tuple(Point(k % 97, 1) for k in range(n)),
+                         ("/system/spark-bridge",) * n, tuple(range(10**6, 10**6 + n)))
+    size = len(serialize(commit))
+    pack = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True).pack
+    v1 = len(pack(_table_commit_v1(commit)))
+    assert size < 10 * n, f"{size / n:.1f} bytes a row: an entity id, two small ints and a delivery id difference"
+    assert v1 > 5 * size, f"version 1 stored {v1:,} bytes, version 2 {size:,}"
+
+
+def test_table_commits_stored_by_version_1_read_back_unchanged_as_values_and_as_records() -> None:
+    import msgpack
+
+    from journal.records import FORMAT_FLAT, decode_rows
+    from journal.serialization import _OBJECT_EXT, _default, checksum, key_seed
+    from persistence.table import TableCommit
+
+    pack = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True).pack
+    manifest = "reprise.persistence.TableCommit"
+    for columns in (b"cols", None, "absent"):  # "absent": written before TableCommit had `columns`
+        commit = TableCommit(2, ("a", "b", "a"), (Point(1, 2), ("t", 1), Point(3, 4)), ("/o", "/o", "/p"), (7, 9, 8),
+                             None if columns == "absent" else columns)
+        v1 = _table_commit_v1(commit)
+        if columns == "absent":
+            v1 = v1[:5]
+        assert deserialize(pack([_OBJECT_EXT, manifest, 1, *v1])) == commit
+        blob = pack([FORMAT_FLAT, "writer", "", 0, None, None, manifest, 1, *v1])
+        (back,) = decode_rows("t", [(3, blob, checksum(key_seed("t"), 3, blob))])
+        assert back.payload == commit
+
+
+def test_an_older_version_of_an_event_in_a_stored_run_is_upcast() -> None:
+    import msgpack
+
+    from journal.serialization import _OBJECT_EXT, _default
+    from persistence.table import TableCommit
+
+    manifest = "test.table.Fee"
+
+    @register_type(manifest=manifest, version=2)
+    @dataclass(frozen=True)
+    class Fee:
+        cents: int
+        currency: str
+
+    try:
+        register_upcaster(manifest, 1, lambda f: [f[0], "EUR"])
+        pack = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True).pack
+        # A run of two version 1 Fees (one field each), then one plain value.
+        stored = [1, ["a", "b", "c"], [manifest, 1, 2, 1, 150, 20, None, 0, 1, 1, "note"], [], [1], None]
+        commit = deserialize(pack([_OBJECT_EXT, "reprise.persistence.TableCommit", 2, *stored]))
+        assert commit == TableCommit(1, ("a", "b", "c"), (Fee(150, "EUR"), Fee(20, "EUR"), "note"), (), ())
+    finally:
+        unregister_type(manifest)

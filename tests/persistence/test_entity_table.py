@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 
@@ -186,3 +187,47 @@ def test_the_readme_entity_table_block_runs_verbatim_as_a_script(tmp_path) -> No
     from tests.test_readme import run_block_as_script
 
     run_block_as_script("accounts_table.py", tmp_path)
+
+
+def test_a_table_whose_journal_holds_version_1_commits_recovers_them_and_writes_version_2_after(base, make_system,
+                                                                                                tmp_path):
+    # TableCommit version 2 stores its columns as runs; a journal written before (version 1, each column a tuple)
+    # must recover as it was: states, dedup marks, and later commits appended in the new form.
+    import msgpack
+
+    from journal.records import FORMAT_FLAT, EncodedBatch
+    from journal.serialization import TUPLE_MARK, _default, checksum, key_seed, marked_all
+    from tests.persistence.table_actors import Deposited
+
+    pack = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True).pack
+    url = f"sqlite:///{tmp_path}/journal.db"
+    old = [(("a", "b"), (Deposited(5), Deposited(7)), (1, 2)), (("a",), (Deposited(11),), (3,))]
+    rows = []
+    for seq, (ids, events, delivery_ids) in enumerate(old, start=1):
+        v1 = [1, [TUPLE_MARK, *ids], [TUPLE_MARK, *marked_all(events)], [TUPLE_MARK, *("/o",) * len(ids)],
+              [TUPLE_MARK, *delivery_ids], None]
+        blob = pack([FORMAT_FLAT, "old-writer", "", 0, None, None, "reprise.persistence.TableCommit", 1, *v1])
+        rows.append((ACC, seq, blob, checksum(key_seed(ACC), seq, blob)))
+    with open_journal(url) as journal:
+        journal._store(EncodedBatch(rows, []))
+    system = make_system(base, journal=url, snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+    system.spawn(Accounts, ACC, entities=True)
+    assert balances(system, "ab") == {"a": 16, "b": 7}, "recovered from the version 1 commits"
+    assert system.ask(f"{ACC}/b", Deposit("/o", 2, 7)) == Confirm(2)
+    assert balances(system, "b") == {"b": 7}, "a redelivery of a delivery applied in version 1 is not applied again"
+    assert system.ask(f"{ACC}/b", Deposit("/o", 4, 1)) == Confirm(4)
+    system.shutdown()
+    stored = commits(url)
+    assert [c.delivery_ids for c in stored] == [(1, 2), (3,), (4,)]
+    assert [e.amount for c in stored for e in c.events] == [5, 7, 11, 1]
+    with open_journal(url) as journal:
+        assert list(entity_events(journal, ACC, "b")) == [(1, Deposited(7)), (2, Deposited(1))]
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(f"{tmp_path}/journal.db")) as conn:
+        versions = [msgpack.unpackb(blob, ext_hook=lambda code, data: None, strict_map_key=False)[7] for (blob,) in
+                    conn.execute("SELECT record FROM journal WHERE persistence_id = ? ORDER BY sequence_nr", (ACC,))]
+    assert versions == [1, 1, 2], "the commit written after recovery is in the new form"
+    again = make_system(base, journal=url, snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+    again.spawn(Accounts, ACC, entities=True)
+    assert balances(again, "ab") == {"a": 16, "b": 8}, "version 1 and version 2 commits recover together"
