@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import itertools
 import logging
 import operator
 import re
@@ -429,6 +430,53 @@ def run_decoded(runs: list[Any]) -> tuple[Any, ...]:
                 out += (make(runs[k:k + width]) for k in range(i, end, width))
         i = end
     return tuple(out)
+
+
+def repeats_encoded(values: Iterable[Any]) -> list[Any]:
+    """`values` as [value, count, value, count, ...], one pair per run of equal values of one type (a commit's
+    origins or receivers: mostly one path repeated). `repeats_decoded` reverses it."""
+    out: list[Any] = []
+    last: Any = None
+    count = 0
+    for value in values:
+        if count and value == last and type(value) is type(last):  # (True == 1, but a run keeps one type)
+            count += 1
+        else:
+            if count:
+                out += (last, count)
+            last, count = value, 1
+    if count:
+        out += (last, count)
+    return out
+
+
+def repeats_decoded(runs: list[Any]) -> tuple[Any, ...]:
+    """The values `repeats_encoded` stored, in order."""
+    out: list[Any] = []
+    for k in range(0, len(runs), 2):
+        out += [runs[k]] * runs[k + 1]
+    return tuple(out)
+
+
+_DELTAS, _PLAIN = 0, 1  # how `ints_encoded` stored its ints: the first item of the array
+_DELTA_SAFE = 1 << 63
+
+
+def ints_encoded(ints: Sequence[int]) -> list[int]:
+    """Ids as [0, first, difference from the one before, ...] (mostly 1: a byte each) when they are all in
+    [0, 2**63) (so that each difference fits in 64 bits), else [1, *ints]. `ints_decoded` reverses it."""
+    if ints and 0 <= min(ints) and max(ints) < _DELTA_SAFE:
+        return [_DELTAS, *map(operator.sub, ints, (0, *ints[:-1]))]
+    return [_PLAIN, *ints]
+
+
+def ints_decoded(stored: list[int]) -> tuple[int, ...]:
+    """The ints `ints_encoded` stored."""
+    if stored[0] == _DELTAS:
+        return tuple(itertools.accumulate(stored[1:]))
+    if stored[0] == _PLAIN:
+        return tuple(stored[1:])
+    raise SerializationError(f"unknown form {stored[0]!r} of stored ints (0: differences, 1: plain)")
 
 
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")

@@ -31,14 +31,22 @@ import logging
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from itertools import accumulate
-from operator import sub
 from types import MappingProxyType
 from typing import Any
 
 from journal import Journal, SnapshotSelectionCriteria, register_type, register_upcaster
 from journal.errors import SerializationError
-from journal.serialization import deserialize, run_decoded, run_encoded, serialize, store_values_with
+from journal.serialization import (
+    deserialize,
+    ints_decoded,
+    ints_encoded,
+    repeats_decoded,
+    repeats_encoded,
+    run_decoded,
+    run_encoded,
+    serialize,
+    store_values_with,
+)
 from persistence.idempotent import SeenIds, forget_up_to, mark_applied
 from persistence.messages import (
     DeleteSnapshotsFailure,
@@ -74,44 +82,16 @@ class TableCommit:
 def _stored(c: TableCommit) -> list[object]:
     """TableCommit as stored (version 2): its columns as runs, so a commit of N rows costs about N entity ids
     and N small values, not N copies of the event's manifest and the origin's path: the entity ids, the events
-    as `run_encoded` runs, the origins as [origin, count, ...], the delivery ids as differences from the one
-    before (mostly 1: a byte each). Version 1 stored each column as a tuple (66 bytes a row for the demo's
-    deposits, 7 now); it is read through the upcaster below."""
-    origins: list[object] = []
-    last, count = None, 0
-    for origin in c.origins:
-        if origin == last:
-            count += 1
-        else:
-            if count:
-                origins += (last, count)
-            last, count = origin, 1
-    if count:
-        origins += (last, count)
-    ids = c.delivery_ids
-    if ids and 0 <= min(ids) and max(ids) < _DELTA_SAFE:
-        delivery: list[object] = [_DELTAS, *map(sub, ids, (0, *ids[:-1]))]
-    else:  # (ids anywhere in msgpack's range: a difference of two may not fit in 64 bits)
-        delivery = [_PLAIN, *ids]
-    return [c.shards, list(c.entity_ids), run_encoded(c.events), origins, delivery, c.columns]
-
-
-_DELTAS, _PLAIN = 0, 1  # how the delivery ids are stored: the first item of their array
-_DELTA_SAFE = 1 << 63
+    as `run_encoded` runs, the origins as `repeats_encoded` pairs, the delivery ids as `ints_encoded`
+    differences. Version 1 stored each column as a tuple (66 bytes a row for the demo's deposits, 7 now); it is
+    read through the upcaster below."""
+    return [c.shards, list(c.entity_ids), run_encoded(c.events), repeats_encoded(c.origins),
+            ints_encoded(c.delivery_ids), c.columns]
 
 
 def _from_stored(stored: list[Any]) -> list[Any]:
-    shards, ids, events, origin_runs, delivery, columns = stored
-    origins: list[str] = []
-    for k in range(0, len(origin_runs), 2):
-        origins += [origin_runs[k]] * origin_runs[k + 1]
-    if delivery[0] == _DELTAS:
-        delivery_ids = tuple(accumulate(delivery[1:]))
-    elif delivery[0] == _PLAIN:
-        delivery_ids = tuple(delivery[1:])
-    else:
-        raise SerializationError(f"TableCommit: unknown form {delivery[0]!r} of its delivery ids")
-    return [shards, tuple(ids), run_decoded(events), tuple(origins), delivery_ids, columns]
+    shards, ids, events, origins, delivery_ids, columns = stored
+    return [shards, tuple(ids), run_decoded(events), repeats_decoded(origins), ints_decoded(delivery_ids), columns]
 
 
 def _stored_from_version_1(fields: list[Any]) -> list[Any]:

@@ -13,7 +13,16 @@ from itertools import repeat
 from typing import Any, NamedTuple
 
 from actors import Scatter
-from journal import register_type
+from journal import register_type, register_upcaster
+from journal.serialization import (
+    ints_decoded,
+    ints_encoded,
+    repeats_decoded,
+    repeats_encoded,
+    run_decoded,
+    run_encoded,
+    store_values_with,
+)
 
 # ---- Spark task <-> bridge ------------------------------------------------------------------------
 
@@ -572,7 +581,7 @@ class RowApplied:
     bridge_low: int
 
 
-@register_type(manifest="spark_bridge.FollowUpColumns")
+@register_type(manifest="spark_bridge.FollowUpColumns", version=2)
 @dataclass(frozen=True, slots=True)
 class FollowUpColumns:
     """FeedTable's part of one commit (TableCommit.columns): its follow-ups, forward ids `first`, `first + 1`,
@@ -588,6 +597,24 @@ class FollowUpColumns:
     relay_origins: tuple[str, ...]
     relay_ids: tuple[int, ...]
     low: int
+
+
+def _follow_ups_stored(c: FollowUpColumns) -> list[object]:
+    """FollowUpColumns as stored (version 2), its columns as runs as TableCommit's are (persistence/table.py): a
+    receiver's path and a bridge's once per run, a message type's manifest once per run, the rows and relayed
+    ids as differences. Version 1 stored each column as a tuple; it is read through the upcaster below."""
+    return [c.first, repeats_encoded(c.tos), run_encoded(c.messages), ints_encoded(c.rows),
+            repeats_encoded(c.bridges), repeats_encoded(c.relay_origins), ints_encoded(c.relay_ids), c.low]
+
+
+def _follow_ups_from_stored(stored: list[Any]) -> list[Any]:
+    first, tos, messages, rows, bridges, relay_origins, relay_ids, low = stored
+    return [first, repeats_decoded(tos), run_decoded(messages), ints_decoded(rows), repeats_decoded(bridges),
+            repeats_decoded(relay_origins), ints_decoded(relay_ids), low]
+
+
+store_values_with(FollowUpColumns, _follow_ups_stored, _follow_ups_from_stored)
+register_upcaster("spark_bridge.FollowUpColumns", 1, lambda fields: _follow_ups_stored(FollowUpColumns(*fields)))
 
 
 @register_type(manifest="spark_bridge.FollowUpSnapshot")

@@ -72,3 +72,29 @@ def test_row_chunk_rows_and_row_applied_records_pack_as_their_plain_values():
         plain = [getattr(e, name) for name in reg.field_names]
         assert pack(list(reg.values(e))) == pack(plain)
         assert deserialize(serialize(AppliedBatch(("o",), (1,), (e,)))) == AppliedBatch(("o",), (1,), (e,))
+
+
+def test_follow_up_columns_round_trip_through_their_stored_runs_and_version_1_reads_back():
+    # FollowUpColumns version 2 stores its columns as runs (spark_bridge/messages.py), as TableCommit does.
+    import msgpack
+
+    from journal.serialization import _OBJECT_EXT, TUPLE_MARK, _default, deserialize, marked_all, serialize
+    from spark_bridge.messages import FollowUpColumns
+    from tests.spark_bridge.sample import LedgerEntry
+
+    n = 2_000
+    demo = FollowUpColumns(41, ("/user/ledger",) * n, tuple(LedgerEntry(f"a{k % 1000}", k % 97) for k in range(n)),
+                           tuple(range(10**6, 10**6 + n)), ("/system/spark-bridge",) * n, (), (), 40)
+    mixed = FollowUpColumns(1, ("/a", "/b", "/a"), (LedgerEntry("x", 1), ("t", 2), "plain"), (5, -1, 9),
+                            (None, "/system/spark-bridges/n1", None), ("/o", "/o"), (2**64 - 1, 3), 0)
+    empty = FollowUpColumns(0, (), (), (), (), (), (), 0)
+    pack = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True).pack
+    for columns in (demo, mixed, empty):
+        assert deserialize(serialize(columns)) == columns
+        v1 = [columns.first, *([TUPLE_MARK, *c] for c in (columns.tos, marked_all(columns.messages), columns.rows,
+                                                            columns.bridges, columns.relay_origins, columns.relay_ids)),
+              columns.low]
+        assert deserialize(pack([_OBJECT_EXT, "spark_bridge.FollowUpColumns", 1, *v1])) == columns
+    size, v1_size = len(serialize(demo)), len(pack([_OBJECT_EXT, "spark_bridge.FollowUpColumns", 1, demo.first,
+                                                    [TUPLE_MARK, *demo.tos], [TUPLE_MARK, *marked_all(demo.messages)]]))
+    assert size * 3 < v1_size, f"{size / n:.1f} bytes a follow-up, version 1 {v1_size / n:.1f}"
