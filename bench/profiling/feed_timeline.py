@@ -1,0 +1,54 @@
+"""A timeline of one feed(ack="processed") into durable accounts: every 0.5 s the rows accepted (staged) and
+processed, and each host's CPU share meanwhile, so staging, release and processing show apart.
+
+    PYTHONPATH=. .venv/bin/python bench/profiling/feed_timeline.py [ROWS] [--account TableAccounts] [--shards 1]
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+
+from bench.spark_feed import _system
+from spark_bridge import BRIDGE_PATH, GetFeedProgress, feed, local_session
+from tests.spark_bridge import sample
+
+
+def cpu(pid: int) -> float:
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+ap = argparse.ArgumentParser()
+ap.add_argument("rows", nargs="?", type=int, default=1_000_000)
+ap.add_argument("--account", default="TableAccounts", help="a class of tests.spark_bridge.sample")
+ap.add_argument("--shards", type=int, default=1)
+args = ap.parse_args()
+spark = local_session("reprise-feed-timeline", import_paths=tuple(p for p in sys.path if p and os.path.isdir(p)),
+                      **{"spark.ui.showConsoleProgress": "false"})
+df = spark.range(0, args.rows, numPartitions=2).selectExpr(
+    "concat('/user/accounts/a', cast(id % 1000 as string)) as destination", "cast(id % 97 + 1 as long) as amount",
+    "id as txid").cache()
+df.count()
+with tempfile.TemporaryDirectory() as tmp, _system(getattr(sample, args.account), tmp, args.shards) as system:
+    feed(df.limit(10_000), system=system.admin_port, feed_id="warm-up", ack="processed", progress=False)
+    pids = {k: h.pid for k, h in system.status().hosts.items() if k.startswith("/user/accounts")}
+    pids["bridge"] = system.status().hosts[BRIDGE_PATH].pid
+    done = []
+    t0 = last_t = time.monotonic()
+    worker = threading.Thread(target=lambda: done.append(
+        feed(df, system=system.admin_port, feed_id="timed", ack="processed", progress=False)))
+    worker.start()
+    last = {name: cpu(pid) for name, pid in pids.items()}
+    while worker.is_alive():
+        time.sleep(0.5)
+        p = system.ask(BRIDGE_PATH, GetFeedProgress("timed"), timeout=5)
+        now = time.monotonic()
+        now_cpu = {name: cpu(pid) for name, pid in pids.items()}
+        shares = " ".join(f"{name}={(now_cpu[name] - last[name]) / (now - last_t):.2f}" for name in pids)
+        print(f"{now - t0:6.2f} s  accepted {p.accepted:>9,}  processed {p.processed:>9,}  CPU {shares}", flush=True)
+        last, last_t = now_cpu, now
+    print(f"{done[0].rows_per_second:,.0f} rows/s, {done[0].seconds:.2f} s")
+spark.stop()
