@@ -362,9 +362,13 @@ class Host:
             self.router.learn(batch.origin, thespian_sender)
         self.now = time.monotonic()
         deliver = self.deliver
-        entries = unpack(batch, self._unreadable)
+        # An entity table takes a Scatter's rows in bulk (_table_batch); everything else sees them expanded.
+        bulk = self.table and batch.origin != GUARDIAN_PATH and not self.handover.barriers
+        entries = unpack(batch, self._unreadable, expand=not bulk)
         self.messages_in += len(entries)
-        if batch.origin == GUARDIAN_PATH or self.handover.barriers:
+        if bulk:
+            self._table_batch(entries)
+        elif batch.origin == GUARDIAN_PATH or self.handover.barriers:
             # Held and rerouted messages; a Barrier behind them goes back to its sender, to no actor.
             for sender, target, message in entries:
                 if type(message) is not Barrier:
@@ -376,7 +380,7 @@ class Host:
                 else:
                     log.warning("host %s: dropped a Barrier for %s that is not ours", self.key, target)
         elif self.table:
-            self._table_batch(entries)
+            self._table_batch(entries)  # (held or rerouted messages: expanded, no Scatter among them)
         elif self.batching:
             groups: dict[str, list[tuple[Any, str | None]]] = {}
             for sender, target, message in entries:
@@ -453,6 +457,21 @@ class Host:
         shards, shard = self.spec.shards, self.spec.shard
         items: list[tuple[str, Any, str | None]] = []
         for sender, target, message in entries:
+            if isinstance(message, Scatter):
+                targets, messages = message.targets_and_messages()
+                self.messages_in += len(targets) - 1
+                ids = [t[n:] for t in targets]
+                # The bridge's chunks: every row for an entity of this host, in bulk (a tuple per row, no more).
+                if all(map(str.startswith, targets, itertools.repeat(prefix))) and "" not in ids \
+                        and "/" not in "".join(ids) \
+                        and (shards == 1 or set(map(entity_shard, ids, itertools.repeat(shards))) == {shard}):
+                    items.extend(zip(ids, messages, itertools.repeat(sender)))
+                else:  # one by one, as if expanded where it arrived
+                    if items:
+                        self._hand_to_table(items)
+                        items = []
+                    self._table_batch([(sender, t, m) for t, m in zip(targets, messages, strict=True)])
+                continue
             if target.startswith(prefix):
                 entity_id = target[n:]
                 if not entity_id or "/" in entity_id:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +48,11 @@ class Scatter:
     def items(self) -> Iterable[tuple[str, object]]:
         """The (target path, message) pairs, in the order they were sent."""
         raise NotImplementedError
+
+    def targets_and_messages(self) -> tuple[Sequence[str], Iterable[object]]:
+        """The targets and, in the same order, the messages: what an entity table's host takes in bulk."""
+        pairs = list(self.items())
+        return [t for t, _ in pairs], [m for _, m in pairs]
 
 
 def public_config(config: Mapping[str, object]) -> dict[str, object]:

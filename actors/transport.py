@@ -156,8 +156,9 @@ def pack(origin: str, entries: list[Entry], on_bad: Callable[[Entry, str], None]
         return Batch(origin, pickle.dumps(good, PROTOCOL)) if good else None
 
 
-def unpack(batch: Batch, on_bad: Callable[[Entry, str], None]) -> list[Entry]:
-    """The entries of a Batch, with every Scatter expanded into the messages it carries.
+def unpack(batch: Batch, on_bad: Callable[[Entry, str], None], expand: bool = True) -> list[Entry]:
+    """The entries of a Batch, with every Scatter expanded into the messages it carries (unless not `expand`:
+    an entity table's host takes a Scatter's columns in bulk).
 
     An entry this process cannot unpickle (its message class is not importable here) goes to `on_bad`
     as (sender, target, description) with the reason, and the others are still returned, in order.
@@ -167,6 +168,8 @@ def unpack(batch: Batch, on_bad: Callable[[Entry, str], None]) -> list[Entry]:
     except Exception as exc:
         # The fast path is one loads per batch; only a failing batch pays for finding the culprits.
         entries = _salvage(batch, exc, on_bad)
+    if not expand:
+        return entries
     for entry in entries:
         if isinstance(entry[2], Scatter):
             return _expand(entries)

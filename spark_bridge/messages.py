@@ -6,7 +6,7 @@ by spark_bridge); the rest is the bridge's wire protocol and journal format, int
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import repeat
@@ -375,10 +375,15 @@ class RowChunk(Scatter):
 
     def items(self) -> list[tuple[str, Row]]:
         """One Row per target, in order."""
+        targets, rows = self.targets_and_messages()
+        return list(zip(targets, rows, strict=True))
+
+    def targets_and_messages(self) -> tuple[list[str], Iterator[Row]]:
+        """The targets, and one Row per target, in order."""
         n = len(self.targets)
-        rows = map(_new_row, zip(self.delivery_ids, self.values, self.anchors, repeat(self.settled_below, n),
-                                 repeat(self.columns, n), repeat(self.bridge, n), strict=True))
-        return list(zip(self.targets, rows, strict=True))
+        return self.targets, map(_new_row, zip(self.delivery_ids, self.values, self.anchors,
+                                               repeat(self.settled_below, n), repeat(self.columns, n),
+                                               repeat(self.bridge, n), strict=True))
 
 
 @dataclass(frozen=True)

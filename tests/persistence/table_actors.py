@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from actors.messages import Scatter
 from journal import register_type
 from persistence import Confirm, EntityTable
 
@@ -16,6 +17,19 @@ class Deposit:
     origin: str
     delivery_id: int
     amount: int
+
+
+@dataclass(frozen=True)
+class DepositChunk(Scatter):
+    """Deposits for many accounts in one message, as the Spark bridge sends rows (a Scatter: columns)."""
+
+    targets: list[str]
+    delivery_ids: list[int]
+    amounts: list[int]
+
+    def items(self) -> list[tuple[str, Deposit]]:
+        return [(t, Deposit("/chunks", d, a)) for t, d, a in zip(self.targets, self.delivery_ids, self.amounts,
+                                                                 strict=True)]
 
 
 @register_type(manifest="tests.table.Deposited")

@@ -11,7 +11,7 @@ import pytest
 from actors import ActorFailed, AskTimeout, SpawnFailed
 from journal import open_journal, open_snapshot_store
 from persistence import Confirm, TableCommit, entity_events
-from tests.persistence.table_actors import Accounts, Deposit, Withdraw
+from tests.persistence.table_actors import Accounts, Deposit, DepositChunk, Withdraw
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -231,3 +231,32 @@ def test_a_table_whose_journal_holds_version_1_commits_recovers_them_and_writes_
     again = make_system(base, journal=url, snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
     again.spawn(Accounts, ACC, entities=True)
     assert balances(again, "ab") == {"a": 16, "b": 8}, "version 1 and version 2 commits recover together"
+
+
+@pytest.mark.parametrize("shards", [1, 2])
+def test_a_scatter_of_deposits_applies_in_order_in_bulk_and_one_by_one_when_a_target_is_not_an_entity_here(
+        psystem, shards):
+    # A table's host takes a Scatter's columns in bulk (actors/host.py _table_batch) when every target is an
+    # entity of it, and expands it where one is not: either way each deposit applies once, in order.
+    from actors.paths import entity_shard
+
+    psystem.spawn(Accounts, ACC, entities=True, shards=shards)
+    probe = psystem.probe()
+    mine = [i for i in "abcdefgh" if entity_shard(i, shards) == entity_shard("a", shards)]
+    clean = DepositChunk([f"{ACC}/{i}" for i in mine] * 2, list(range(1, 2 * len(mine) + 1)), [1] * len(mine) * 2)
+    psystem.tell(f"{ACC}/{mine[0]}", clean, sender=probe.path)
+    confirms = probe.receive_many(2 * len(mine), 20)
+    assert [c.delivery_id for c in confirms] == list(range(1, 2 * len(mine) + 1)), "in order"
+    assert balances(psystem, mine) == dict.fromkeys(mine, 2)
+    base = 2 * len(mine)
+    mixed = DepositChunk([f"{ACC}/a", f"{ACC}/a/b", f"{ACC}/a", f"{ACC}/{mine[-1]}", f"{ACC}/a"],
+                         [base + k for k in range(1, 6)], [10, 99, 20, 30, 10])
+    psystem.tell(f"{ACC}/a", mixed, sender=probe.path)
+    confirms = probe.receive_many(4, 20)
+    assert [c.delivery_id for c in confirms] == [base + 1, base + 3, base + 4, base + 5]
+    assert balances(psystem, ["a", mine[-1]]) == {"a": 2 + 40, mine[-1]: 2 + 30}
+    dead = wait_for(lambda: [d for d in psystem.dead_letters().recent if d.target == f"{ACC}/a/b"] or None, 10)
+    assert len(dead) == 1, "the deposit for a path that is not an entity is a dead letter"
+    psystem.tell(f"{ACC}/a", clean, sender=probe.path)  # redelivered: confirmed again, applied once
+    assert len(probe.receive_many(2 * len(mine), 20)) == 2 * len(mine)
+    assert balances(psystem, mine) == {i: 2 + (40 if i == "a" else 30 if i == mine[-1] else 0) for i in mine}
