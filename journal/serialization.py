@@ -317,25 +317,6 @@ def marked(value: Any) -> Any:
     return value
 
 
-def marked_all(values: Iterable[Any]) -> list[Any]:
-    """[marked(v) for v in values], with one registry lookup per run of values of one type (a commit's events
-    are mostly of one or two types)."""
-    out = []
-    last: type | None = None
-    reg = None
-    for value in values:
-        t = type(value)
-        if t is not last:
-            last, reg = t, (None if t is tuple else _by_class.get(t))
-        if reg is not None:
-            out.append([_OBJECT_EXT, reg.manifest, reg.version, *reg.values(value)])
-        elif t is tuple:
-            out.append([_TUPLE_EXT, *value])
-        else:
-            out.append(value)
-    return out
-
-
 def pack_values_with(cls: type, values: Callable[[Any], Sequence[object]]) -> None:
     """Have records pack the field values of registered `cls` as `values(obj)` returns them: its fields in
     order, where a tuple or object may already be its marked array (see `marked`), so that msgpack packs them

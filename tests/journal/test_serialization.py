@@ -271,9 +271,9 @@ def test_a_stored_manifest_naming_a_function_builds_nothing() -> None:
 
 def _table_commit_v1(commit) -> list:
     """A TableCommit's stored values as version 1 wrote them (each column a tuple, its events marked)."""
-    from journal.serialization import TUPLE_MARK, marked_all
+    from journal.serialization import TUPLE_MARK, marked
 
-    return [commit.shards, [TUPLE_MARK, *commit.entity_ids], [TUPLE_MARK, *marked_all(commit.events)],
+    return [commit.shards, [TUPLE_MARK, *commit.entity_ids], [TUPLE_MARK, *map(marked, commit.events)],
             [TUPLE_MARK, *commit.origins], [TUPLE_MARK, *commit.delivery_ids], commit.columns]
 
 

@@ -196,7 +196,7 @@ def test_a_table_whose_journal_holds_version_1_commits_recovers_them_and_writes_
     import msgpack
 
     from journal.records import FORMAT_FLAT, EncodedBatch
-    from journal.serialization import TUPLE_MARK, _default, checksum, key_seed, marked_all
+    from journal.serialization import TUPLE_MARK, _default, checksum, key_seed, marked
     from tests.persistence.table_actors import Deposited
 
     pack = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True).pack
@@ -204,7 +204,7 @@ def test_a_table_whose_journal_holds_version_1_commits_recovers_them_and_writes_
     old = [(("a", "b"), (Deposited(5), Deposited(7)), (1, 2)), (("a",), (Deposited(11),), (3,))]
     rows = []
     for seq, (ids, events, delivery_ids) in enumerate(old, start=1):
-        v1 = [1, [TUPLE_MARK, *ids], [TUPLE_MARK, *marked_all(events)], [TUPLE_MARK, *("/o",) * len(ids)],
+        v1 = [1, [TUPLE_MARK, *ids], [TUPLE_MARK, *map(marked, events)], [TUPLE_MARK, *("/o",) * len(ids)],
               [TUPLE_MARK, *delivery_ids], None]
         blob = pack([FORMAT_FLAT, "old-writer", "", 0, None, None, "reprise.persistence.TableCommit", 1, *v1])
         rows.append((ACC, seq, blob, checksum(key_seed(ACC), seq, blob)))

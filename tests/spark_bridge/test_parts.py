@@ -78,7 +78,7 @@ def test_follow_up_columns_round_trip_through_their_stored_runs_and_version_1_re
     # FollowUpColumns version 2 stores its columns as runs (spark_bridge/messages.py), as TableCommit does.
     import msgpack
 
-    from journal.serialization import _OBJECT_EXT, TUPLE_MARK, _default, deserialize, marked_all, serialize
+    from journal.serialization import _OBJECT_EXT, TUPLE_MARK, _default, deserialize, marked, serialize
     from spark_bridge.messages import FollowUpColumns
     from tests.spark_bridge.sample import LedgerEntry
 
@@ -91,10 +91,10 @@ def test_follow_up_columns_round_trip_through_their_stored_runs_and_version_1_re
     pack = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True).pack
     for columns in (demo, mixed, empty):
         assert deserialize(serialize(columns)) == columns
-        v1 = [columns.first, *([TUPLE_MARK, *c] for c in (columns.tos, marked_all(columns.messages), columns.rows,
+        v1 = [columns.first, *([TUPLE_MARK, *c] for c in (columns.tos, map(marked, columns.messages), columns.rows,
                                                             columns.bridges, columns.relay_origins, columns.relay_ids)),
               columns.low]
         assert deserialize(pack([_OBJECT_EXT, "spark_bridge.FollowUpColumns", 1, *v1])) == columns
     size, v1_size = len(serialize(demo)), len(pack([_OBJECT_EXT, "spark_bridge.FollowUpColumns", 1, demo.first,
-                                                    [TUPLE_MARK, *demo.tos], [TUPLE_MARK, *marked_all(demo.messages)]]))
+                                                    [TUPLE_MARK, *demo.tos], [TUPLE_MARK, *map(marked, demo.messages)]]))
     assert size * 3 < v1_size, f"{size / n:.1f} bytes a follow-up, version 1 {v1_size / n:.1f}"
