@@ -10,6 +10,8 @@ from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import repeat
+from operator import itemgetter
+from os.path import commonprefix
 from typing import Any, NamedTuple
 
 from actors import Scatter
@@ -445,7 +447,7 @@ class ForwardsAccepted(Scatter):
 # ---- the bridge's journal -------------------------------------------------------------------------
 
 
-@register_type(manifest="spark_bridge.BatchStored", version=2)
+@register_type(manifest="spark_bridge.BatchStored", version=3)
 @dataclass(frozen=True)
 class BatchStored:
     """Bridge event: one accepted batch (its new rows only), the unit of dedup, fan-out and acking.
@@ -469,6 +471,48 @@ class BatchStored:
     staged_at: float = 0.0
     """Wall-clock time a staged batch was stored (shown in the staged runs; 0: not staged, or stored by an
     older version)."""
+
+
+def _batch_stored(b: BatchStored) -> list[object]:
+    """BatchStored as stored (version 3): its fields in order, but the paths as their common prefix and the rest
+    of each (`prefixed`), and a column of a columnar batch equal to the paths (the DataFrame's destination
+    column, which rows carry too) as None: a batch of rows to one parent stores the parent once, not once a row,
+    and a path once, not twice (the demo's rows: 36 bytes a row, 16 now). Version 2 stored the fields as they
+    are; it is read through the upcaster."""
+    values = b.values
+    if b.columns is not None and b.paths in values:
+        paths = b.paths
+        values = [None if column == paths else column for column in values]
+    return [b.feed_id, b.partition, b.batch_no, prefixed(b.paths), values, b.columns, b.keys, b.first_id, b.dead,
+            b.duplicates, b.attempt, b.staged_at]
+
+
+def _batch_from_stored(stored: list[Any]) -> list[Any]:
+    paths, values = unprefixed(stored[3]), stored[4]
+    if stored[5] is not None and None in values:
+        values = [paths if column is None else column for column in values]
+    return [*stored[:3], paths, values, *stored[5:]]
+
+
+def prefixed(paths: list[str]) -> list[Any]:
+    """`paths` as [their longest common prefix, [each path after it]]; `unprefixed` reverses it."""
+    try:
+        prefix = commonprefix((min(paths), max(paths))) if paths else ""  # (the extremes' prefix is everyone's)
+    except TypeError:  # (not all strings: a bug upstream, stored as it is for the write to report or keep)
+        prefix = ""
+    if not prefix:
+        return ["", paths]
+    return [prefix, list(map(itemgetter(slice(len(prefix), None)), paths))]
+
+
+def unprefixed(stored: list[Any]) -> list[str]:
+    """The paths `prefixed` stored."""
+    prefix, rests = stored
+    return list(map(prefix.__add__, rests)) if prefix else list(rests)
+
+
+store_values_with(BatchStored, _batch_stored, _batch_from_stored)
+register_upcaster("spark_bridge.BatchStored", 2, lambda fields: _batch_stored(BatchStored(*fields)))
 
 
 @register_type(manifest="spark_bridge.AttemptsReleased")

@@ -98,3 +98,41 @@ def test_follow_up_columns_round_trip_through_their_stored_runs_and_version_1_re
     size, v1_size = len(serialize(demo)), len(pack([_OBJECT_EXT, "spark_bridge.FollowUpColumns", 1, demo.first,
                                                     [TUPLE_MARK, *demo.tos], [TUPLE_MARK, *map(marked, demo.messages)]]))
     assert size * 3 < v1_size, f"{size / n:.1f} bytes a follow-up, version 1 {v1_size / n:.1f}"
+
+
+def test_batch_stored_round_trips_with_its_paths_as_a_prefix_and_rests_and_version_2_reads_back():
+    # BatchStored version 3 stores its paths as their common prefix and each path's rest (spark_bridge/messages.py).
+    import msgpack
+
+    from journal.serialization import _OBJECT_EXT, _default, deserialize, serialize
+    from spark_bridge.messages import BatchStored, prefixed, unprefixed
+
+    n = 4_000
+    accounts = [str(k * 7919 % 10_000) for k in range(n)]
+    paths = [f"/user/accounts/{a}" for a in accounts]
+    # The demo's rows: the destination column is the paths list itself (the feed's `to` column).
+    demo = BatchStored("demo", 1, 7, paths, [list(range(n)), accounts, [k % 97 + 1 for k in range(n)], paths],
+                       ("txid", "account", "amount", "destination"), None, 0, [3, 9], 2, "run/12", 1.7e9)
+    cases = [demo, BatchStored("f", 0, 0, [], [], None, None, 1, [], 0),
+             BatchStored("f", 0, 4, ["/a/1", "/a/2"], [["/a/1", "/a/2"], ["/a/1", "/a/3"], [None, None]],
+                         ("to", "almost", "nothing"), None, 3, [], 0),
+             BatchStored("f", 0, 5, ["/a/1", "/a/2"], [[1, 2]], ("one",), None, 3, [], 0),
+             BatchStored("f", 0, 1, ["/a/x", "/b/y", "/a/x"], [{"v": 1}, ("t", 2), "plain"], None, ["k1", 2, None],
+                         5, [], 0, None, 0.0),
+             BatchStored("f", 0, 2, ["/same/path"] * 3, [1, 2, 3], None, None, 8, [0], 1, "r/1", 2.5),
+             BatchStored("f", 0, 3, ["", "/u/é/ü"], [1, 2], None, None, 9, [], 0)]
+    pack = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True).pack
+    for batch in cases:
+        back = deserialize(serialize(batch))
+        assert back == batch and type(back.paths) is list and type(back.values) is list
+        v2 = [getattr(batch, name) for name in ("feed_id", "partition", "batch_no", "paths", "values", "columns",
+                                                "keys", "first_id", "dead", "duplicates", "attempt", "staged_at")]
+        assert deserialize(pack([_OBJECT_EXT, "spark_bridge.BatchStored", 2, *v2])) == batch
+    # (written before `attempt` and `staged_at` existed: their defaults)
+    assert deserialize(pack([_OBJECT_EXT, "spark_bridge.BatchStored", 2, *v2[:10]])) == BatchStored(
+        "f", 0, 3, ["", "/u/é/ü"], [1, 2], None, None, 9, [], 0)
+    assert prefixed(["/a/1", "/a/22"]) == ["/a/", ["1", "22"]] and unprefixed(["/a/", ["1", "22"]]) == ["/a/1", "/a/22"]
+    assert prefixed(["x", None]) == ["", ["x", None]], "not all strings: stored as they are"  # type: ignore[list-item]
+    v2_size = len(pack([_OBJECT_EXT, "spark_bridge.BatchStored", 2, demo.feed_id, demo.partition, demo.batch_no,
+                        demo.paths, demo.values]))
+    assert len(serialize(demo)) * 3 < v2_size, f"{len(serialize(demo)) / n:.1f} bytes a row, version 2 {v2_size / n:.1f}"
