@@ -10,6 +10,11 @@ Everything the bridge knows is rebuilt from its own journal (and its latest snap
   only once recorded, with the (origin, forward id) that deduplicates it), and the deliveries given up
   because their path stopped being served;
 - a `BridgeSnapshot` every `snapshot_every` stored batches, so recovery replays only what came after.
+  After each, the events recovery needs no more are deleted (`prune_journal`): those up to the snapshot
+  before it, but for the batches still staged or waiting for fan-out (read back from the journal). The
+  snapshot before and the events after it stay, so an unreadable newest snapshot still recovers; a
+  journal pruned so with no snapshot left to recover from fails recovery, naming it (never a silent
+  restart from nothing: every released run would be delivered again).
 
 Spark's commit protocol (spark_bridge.sink): a batch sent by a task attempt is *staged*, a `BatchStored`
 naming the attempt, durable but not delivered, and it gets no delivery ids. When the Spark job commits,
@@ -50,10 +55,15 @@ from typing import Any, cast
 
 import actors
 from actors import PathTaken
+from journal import SnapshotSelectionCriteria
 from persistence import (
     AtLeastOnceDelivery,
     Confirm,
     ConfirmUpTo,
+    DeleteMessagesFailure,
+    DeleteMessagesSuccess,
+    DeleteSnapshotsFailure,
+    DeleteSnapshotsSuccess,
     RecoveryCompleted,
     SaveSnapshotSuccess,
     SeenIds,
@@ -250,6 +260,10 @@ class SparkBridge(AtLeastOnceDelivery):
     """Rows of backlog kept in memory; later batches are read back from the journal when their turn comes."""
     snapshot_every: int = 500
     """Stored batches between snapshots."""
+    prune_journal: bool = True
+    """After each snapshot, delete the events recovery needs no more: every event up to the snapshot before it,
+    except the batches still staged or waiting for fan-out. Without it the bridge's journal keeps every row
+    ever fed (14 bytes a row for the demo's). False keeps them all (an audit trail of what was fed)."""
 
     def __init__(self, staged_ttl: float | None = STAGED_TTL) -> None:
         # (spawn kwargs: start_bridge(staged_ttl=...); checked there too, so a bad value fails in the caller)
@@ -309,11 +323,22 @@ class SparkBridge(AtLeastOnceDelivery):
         self._asking: dict[tuple[str, str], list[Any]] = {}
         self._discard_waits: list[list[Any]] = []
         self._plan_asks = 0  # PlanOf sent by this incarnation
+        # Pruning (prune_journal): (sequence nr, the highest event recovery from it does not need) of the newest
+        # snapshot taken or recovered from, of the one being saved, and the events to delete once the
+        # snapshots older than the newest but one are.
+        self._snapshot_floor: tuple[int, int] | None = None
+        self._saving: tuple[int, int] | None = None
+        self._prune_to = 0
+        self._replayed = False  # an event was replayed (the first must be the journal's first, or follow a snapshot)
 
     # ---- recovery -------------------------------------------------------------------------------
     def receive_recover(self, event: Any) -> None:
         """Rebuild dedup state, trees, deliveries and backlog; fan out once recovered."""
         t = type(event)
+        if not self._replayed and t is not SnapshotOffer and t is not RecoveryCompleted:
+            self._replayed = True
+            if self._snapshot_floor is None and self.last_sequence_nr > 1:
+                self._check_unpruned()
         if t is BatchStored:
             if event.attempt is not None:
                 self._stage_event(event, self.last_sequence_nr)
@@ -334,6 +359,7 @@ class SparkBridge(AtLeastOnceDelivery):
             self._replay_progress(event)
         elif t is SnapshotOffer:
             self._restore(event.snapshot)
+            self._snapshot_floor = (event.metadata.sequence_nr, self._floor(event.metadata.sequence_nr))
         elif t is RecoveryCompleted:
             if self.staged_ttl is not None:  # checked often enough to discard within a tenth of the TTL late
                 self.schedule_repeatedly(min(60.0, max(0.05, self.staged_ttl / 10)), _EXPIRE)
@@ -504,6 +530,17 @@ class SparkBridge(AtLeastOnceDelivery):
                 self._confirm(delivery_id)
         elif t is SaveSnapshotSuccess:
             self.log.debug("spark bridge snapshot at %d", message.metadata.sequence_nr)
+            self._snapshot_saved(message.metadata.sequence_nr)
+        elif t is DeleteSnapshotsSuccess:
+            if self._prune_to:
+                self.delete_messages(self._prune_to)
+                self._prune_to = 0
+        elif t is DeleteSnapshotsFailure or t is DeleteMessagesFailure:
+            self._prune_to = 0  # (the next snapshot tries again)
+            self.log.warning("spark bridge %s: pruning its journal failed (it is tried again after the next "
+                             "snapshot): %s", self.path, message.cause)
+        elif t is DeleteMessagesSuccess:
+            self.log.debug("spark bridge %s: events up to %d deleted", self.path, message.to_sequence_nr)
         else:
             self.log.debug("spark bridge ignored %r from %s", message, sender)
 
@@ -1301,7 +1338,35 @@ class SparkBridge(AtLeastOnceDelivery):
             self._queue_flush()  # buffered changes first; the next message finds them durable
         elif self.pending_handlers == 0 and not self._allocated:
             self._since_snapshot = 0
+            self._saving = (self.snapshot_sequence_nr, self._floor(self.snapshot_sequence_nr))
             self.save_snapshot(self._snapshot())
+
+    def _floor(self, seq: int) -> int:
+        """The highest event that recovery from a snapshot at `seq` of the current state does not need: the
+        snapshot's own, or just below the oldest batch still staged or waiting for fan-out (read back by _load)."""
+        needed = [b.seq for attempts in self._staged.values() for batches in attempts.values()
+                  for b in batches.values()]
+        needed += [b.seq for b in self._backlog[self._backlog_head:]]
+        return min(seq, min(needed, default=seq + 1) - 1)
+
+    def _snapshot_saved(self, seq: int) -> None:
+        """Prune after the snapshot at `seq`: the snapshots before the one before it, then its unneeded events."""
+        saving, self._saving = self._saving, None
+        if saving is None or saving[0] != seq:
+            return
+        before, self._snapshot_floor = self._snapshot_floor, saving
+        if self.prune_journal and before is not None and before[1] > 0:
+            # Snapshots first: an older one left behind could be loaded (if the newer ones were unreadable) with
+            # its events gone. Then the events, once that is done (DeleteSnapshotsSuccess).
+            self._prune_to = before[1]
+            self.delete_snapshots(SnapshotSelectionCriteria(max_sequence_nr=before[0] - 1))
+
+    def _check_unpruned(self) -> None:
+        """Recovery found no snapshot and its first event is not the journal's first: refuse to go on."""
+        raise RuntimeError(
+            f"spark bridge {self.path}: no snapshot loaded, and its journal starts at sequence nr "
+            f"{self.last_sequence_nr} (prune_journal deleted the events before): restore its snapshot store, then "
+            "start it again (recovering from the rest would deliver every released run again)")
 
 
 def _pick(indices: list[int] | None, *columns: list[Any]) -> list[list[Any]]:  # Any: columns of several types

@@ -264,3 +264,142 @@ def test_the_driver_of_a_discarded_run_gets_a_feed_error_saying_what_happened_an
     result = commit_run(rerun, "slow", [(0, f"{rerun.run}/1", 2, 0, 0)], 0.0)
     assert result.rows == 2 and result.duplicates_skipped == 0
     assert system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(11, 2, 0)
+
+
+def test_a_bridge_whose_journal_holds_version_2_batches_stages_and_delivers_them_and_writes_version_3_after(
+        base, make_system, tmp_path):
+    # BatchStored version 3 stores the paths as a prefix and each path's rest (spark_bridge/messages.py); a
+    # journal written before (version 2, the paths as they are) must recover as it was: a staged run still
+    # staged and releasable, an undelivered batch delivered once, and later batches appended in the new form.
+    import contextlib
+    import sqlite3
+
+    import msgpack
+
+    from journal.records import FORMAT_FLAT, EncodedBatch
+    from journal.serialization import _default, checksum, key_seed
+
+    pack = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True).pack
+    old = [  # the fields of version 2, in order: a staged batch, then one of a feed delivered at once
+        ["f", 0, 0, ["/user/accounts/a0"] * 2, [{"amount": 3, "txid": 0}, {"amount": 4, "txid": 1}], None, None, 0,
+         [], 0, "runOld/1", 1.7e9],
+        ["g", 0, 0, ["/user/accounts/a1", "/user/accounts/a0"], [{"amount": 5, "txid": 9}, {"amount": 6, "txid": 8}],
+         None, None, 1, [], 0, None, 0.0],
+    ]
+    rows = []
+    for seq, fields in enumerate(old, start=1):
+        blob = pack([FORMAT_FLAT, "old-writer", "", 0, None, None, "spark_bridge.BatchStored", 2, *fields])
+        rows.append((PERSISTENCE_ID, seq, blob, checksum(key_seed(PERSISTENCE_ID), seq, blob)))
+    with open_journal(f"sqlite:///{tmp_path}/journal.db") as journal:
+        journal._store(EncodedBatch(rows, []))
+    system, probe, url = staged_system(base, make_system, tmp_path)
+    start_bridge(system)
+    [run] = runs(system)
+    assert (run.feed_id, run.run, run.batches, run.rows) == ("f", "runOld", 1, 2), "still staged, as stored"
+    assert wait_for(lambda: system.ask("/user/accounts/a1", GetBalance(), timeout=10) == Balance(5, 1, 0))
+    system.tell(BRIDGE_PATH, Release("f", "runOld", [[0, "runOld/1"]], probe.path))
+    assert probe.receive(10) == FeedReleased("f", "runOld", 0)
+    assert wait_for(lambda: system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(13, 3, 0))
+    stage(system, probe, "h", "runNew/1", 0, 0, [20], 0, account="a1")
+    system.tell(BRIDGE_PATH, Release("h", "runNew", [[0, "runNew/1"]], probe.path))
+    assert probe.receive(10) == FeedReleased("h", "runNew", 0)
+    assert wait_for(lambda: system.ask("/user/accounts/a1", GetBalance(), timeout=10) == Balance(25, 2, 0))
+    assert wait_for(lambda: system.ask(BRIDGE_PATH, GetFeedProgress("h"), timeout=10).processed == 1)
+
+    restart(system)  # version 2 and version 3 batches recover together: nothing staged, nothing delivered again
+    assert runs(system) == []
+    assert stage(system, probe, "f", "runOld/1", 0, 0, [3, 4], 0).duplicates == 2, "its partition is done"
+    assert [system.ask(f"/user/accounts/{a}", GetBalance(), timeout=10) for a in ("a0", "a1")] == [
+        Balance(13, 3, 0), Balance(25, 2, 0)]
+    with contextlib.closing(sqlite3.connect(f"{tmp_path}/journal.db")) as conn:
+        stored = [msgpack.unpackb(blob, ext_hook=lambda code, data: None, strict_map_key=False)[6:8] for (blob,) in
+                  conn.execute("SELECT record FROM journal WHERE persistence_id = ? ORDER BY sequence_nr",
+                               (PERSISTENCE_ID,))]
+    batches = [version for manifest, version in stored if manifest == "spark_bridge.BatchStored"]
+    assert batches == [2, 2, 3], "the batch staged after recovery is stored in the new form"
+    with open_journal(f"{url}/journal.db") as j:
+        paths = [e.event.paths for e in j.events_by_persistence_id(PERSISTENCE_ID) if type(e.event).__name__ ==
+                 "BatchStored"]
+    assert paths == [["/user/accounts/a0"] * 2, ["/user/accounts/a1", "/user/accounts/a0"], ["/user/accounts/a1"]]
+
+
+class PruningBridge(SparkBridge):
+    """Snapshots (and prunes) after every stored batch; one row in flight at a time, so rows wait in the
+    backlog at every snapshot and are read back from the journal after a restart."""
+
+    snapshot_every = 1
+    fan_out_window = 2
+
+
+def bridge_events(url: str) -> list[object]:
+    """The events left in the bridge's journal, in order."""
+    with open_journal(f"{url}/journal.db") as j:
+        return [e for e in j.events_by_persistence_id(PERSISTENCE_ID)]
+
+
+def test_the_bridge_prunes_its_journal_after_snapshots_keeping_what_staged_and_waiting_rows_need(bridged):
+    # prune_journal: after each snapshot the events up to the one before go, but for the batches still staged
+    # or waiting for fan-out, read back from the journal after a restart. Every row applies once.
+    system, probe, url = bridged
+    system.spawn(PruningBridge, path=BRIDGE_PATH)
+
+    def feed_runs(first: int, last: int) -> None:
+        for k in range(first, last):
+            stage(system, probe, f"f{k}", f"run{k}/1", 0, 0, [1, 2, 3], 100 * k, account=f"a{k % 2}")
+            system.tell(BRIDGE_PATH, Release(f"f{k}", f"run{k}", [[0, f"run{k}/1"]], probe.path))
+            assert probe.receive(10) == FeedReleased(f"f{k}", f"run{k}", 0)
+            if k % 3 == 1:
+                restart(system, PruningBridge)  # rows still waiting are read back from what the pruning kept
+        for k in range(first, last):
+            assert wait_for(lambda k=k: system.ask(BRIDGE_PATH, GetFeedProgress(f"f{k}"), timeout=10).processed == 3)
+
+    def batches() -> list[tuple[int, str]]:
+        return [(e.sequence_nr, e.event.feed_id) for e in bridge_events(url) if type(e.event).__name__ == "BatchStored"]
+
+    feed_runs(0, 6)
+    # (snapshots are taken after stored batches: two more, with nothing waiting, and what the first needs stays)
+    stage(system, probe, "x", "runX/1", 0, 0, [1], 0, account="a8")
+    stage(system, probe, "x", "runX/1", 0, 1, [1], 1, account="a8")
+    assert bridge_events(url)[0].sequence_nr > 1 and batches()[0][1] != "f0", "pruned"
+    system.tell(BRIDGE_PATH, Release("x", "runX", [[0, "runX/1"]], probe.path))
+    assert probe.receive(10) == FeedReleased("x", "runX", 0)
+    stage(system, probe, "old", "runA/1", 0, 0, [1000], 0, account="a9")  # staged while the next ones are fed
+    old = [seq for seq, feed_id in batches() if feed_id == "old"]
+    feed_runs(6, 12)
+    assert bridge_events(url)[0].sequence_nr == old[0], "nothing from the staged batch on is pruned"
+    restart(system, PruningBridge)
+    assert [(r.feed_id, r.run, r.rows) for r in runs(system)] == [("old", "runA", 1)]
+    system.tell(BRIDGE_PATH, Release("old", "runA", [[0, "runA/1"]], probe.path))
+    assert probe.receive(10) == FeedReleased("old", "runA", 0)
+    assert wait_for(lambda: system.ask(BRIDGE_PATH, GetFeedProgress("old"), timeout=10).processed == 1)
+    feed_runs(12, 16)  # snapshots after the release: the staged batch is pruned too
+    assert "old" not in [feed_id for _, feed_id in batches()] and bridge_events(url)[0].sequence_nr > old[0]
+    restart(system, PruningBridge)
+    assert runs(system) == []
+    assert stage(system, probe, "f0", "run0/1", 0, 0, [1, 2, 3], 0).duplicates == 3, "a released run stays done"
+    balances = [system.ask(f"/user/accounts/{a}", GetBalance(), timeout=10) for a in ("a0", "a1", "a9", "a8")]
+    assert [(b.total, b.applied) for b in balances] == [(48, 24), (48, 24), (1000, 1), (2, 2)]
+
+
+def test_a_pruned_bridge_journal_without_its_snapshots_fails_recovery_naming_what_to_restore(bridged):
+    system, probe, url = bridged
+    system.spawn(PruningBridge, path=BRIDGE_PATH)
+    for k in range(4):
+        stage(system, probe, "f", f"run{k}/1", k, 0, [1], k)
+        system.tell(BRIDGE_PATH, Release("f", f"run{k}", [[k, f"run{k}/1"]], probe.path))
+        assert probe.receive(10) == FeedReleased("f", f"run{k}", 0)
+    assert wait_for(lambda: system.ask(BRIDGE_PATH, GetFeedProgress("f"), timeout=10).processed == 4)
+    stage(system, probe, "g", "runG/1", 0, 0, [1], 50)  # (two snapshots with nothing waiting: the first prunes)
+    stage(system, probe, "g", "runG/1", 0, 1, [1], 51)
+    # (a snapshot is taken when the next message arrives: each poll's GetStagedRuns is one)
+    assert wait_for(lambda: runs(system) and bridge_events(url)[0].sequence_nr > 1), "pruned"
+    system.stop(BRIDGE_PATH)
+    with open_snapshot_store(f"{url}/snapshots.db") as store:
+        store.delete_matching(PERSISTENCE_ID, SnapshotSelectionCriteria())
+    system.spawn(PruningBridge, path=BRIDGE_PATH)
+    def refused():
+        return [e for e in system.errors().recent if e.path == BRIDGE_PATH and "recovery failed" in e.reason]
+    [error] = wait_for(refused)
+    assert "no snapshot loaded" in error.reason and "prune_journal" in error.reason
+    assert "restore its snapshot store" in error.reason and "..." not in error.reason
+    assert system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(4, 4, 0), "nothing delivered again"

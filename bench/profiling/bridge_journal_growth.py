@@ -1,0 +1,37 @@
+"""The bridge's journal over several feeds: its file (and WAL) after each, so that pruning (prune_journal) shows.
+
+One system (multiproc, SQLite journal and snapshots in a temp dir), in-memory accounts that confirm at once, and
+FEEDS feeds of ROWS rows each, ack="processed" (every row delivered and confirmed when a feed returns). Prints
+rows/s per feed, the journal's size, the bridge's events left in it, and their bytes.
+
+    PYTHONPATH=. .venv/bin/python bench/profiling/bridge_journal_growth.py [ROWS] [FEEDS]
+"""
+
+import os
+import sqlite3
+import sys
+import tempfile
+
+from bench.spark_feed import _system
+from spark_bridge import feed, local_session
+from tests.spark_bridge.sample import Account
+
+rows = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
+feeds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+spark = local_session("reprise-bridge-journal", import_paths=tuple(p for p in sys.path if p and os.path.isdir(p)),
+                      **{"spark.ui.showConsoleProgress": "false"})
+df = spark.range(0, rows, numPartitions=2).selectExpr(
+    "concat('/user/accounts/a', cast(id % 1000 as string)) as destination",
+    "cast(id % 97 + 1 as long) as amount", "id as txid").cache()
+df.count()
+with tempfile.TemporaryDirectory(prefix="reprise-growth-") as tmp, _system(Account, tmp) as system:
+    path = f"{tmp}/journal.db"
+    for k in range(feeds):
+        result = feed(df, system=system.admin_port, feed_id=f"growth-{k}", ack="processed", progress=False)
+        with sqlite3.connect(path) as conn:
+            events, stored = conn.execute("SELECT count(*), coalesce(sum(length(record)), 0) FROM journal "
+                                          "WHERE persistence_id = 'spark-bridge'").fetchone()
+        size = os.path.getsize(path) + os.path.getsize(path + "-wal")
+        print(f"feed {k + 1}: {result.rows:,} rows, {result.rows / result.seconds:,.0f} rows/s; journal.db + wal "
+              f"{size / 1e6:.1f} MB; bridge events {events:,}, {stored / 1e6:.1f} MB", flush=True)
+spark.stop()
