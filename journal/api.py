@@ -271,6 +271,8 @@ class Journal(ABC):
 
     replay_chunk: int = 1000
     """Rows fetched per round trip while replaying: replay streams, it never loads a whole id."""
+    durable: bool = True
+    """False: its events are gone when its process ends (memory://)."""
 
     # --- the plugin contract ----------------------------------------------------------------------
 
@@ -602,6 +604,9 @@ class Journal(ABC):
 
 class SnapshotStore(ABC):
     """A snapshot store: save, load the youngest matching snapshot, delete."""
+
+    durable: bool = True
+    """False: its snapshots are gone when its process ends (memory://)."""
 
     def save(self, metadata: SnapshotMetadata, snapshot: object) -> SnapshotMetadata:
         """Store `snapshot` (overwriting one at the same pid and seq nr); return the metadata with its timestamp."""

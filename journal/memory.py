@@ -62,6 +62,8 @@ def drop_memory_store(name: str) -> None:
 class MemoryJournal(Journal):
     """A journal held in process memory."""
 
+    durable = False
+
     def __init__(self, name: str = ""):
         self._s = _named_store(name)
         self._closed = False
@@ -210,6 +212,8 @@ class MemoryJournal(Journal):
 
 class MemorySnapshotStore(SnapshotStore):
     """A snapshot store held in process memory (shares the named store with `MemoryJournal`)."""
+
+    durable = False
 
     def __init__(self, name: str = ""):
         self._s = _named_store(name)

@@ -254,6 +254,13 @@ class PersistentActor(Actor):
         return self.last_sequence_nr
 
     @property
+    def snapshots_outlast_events(self) -> bool:
+        """True when the snapshot store keeps snapshots as long as the journal keeps events, so that deleting the
+        events a snapshot covers (delete_messages) loses nothing: not with memory:// snapshots of a durable journal."""
+        snapshots, journal = self._snapshots, self._journal
+        return snapshots is not None and journal is not None and (snapshots.durable or not journal.durable)
+
+    @property
     def recovery_running(self) -> bool:
         """True until recovery has finished (also in pre_start)."""
         return self._recovery_running

@@ -1355,7 +1355,7 @@ class SparkBridge(AtLeastOnceDelivery):
         if saving is None or saving[0] != seq:
             return
         before, self._snapshot_floor = self._snapshot_floor, saving
-        if self.prune_journal and before is not None and before[1] > 0:
+        if self.prune_journal and before is not None and before[1] > 0 and self.snapshots_outlast_events:
             # Snapshots first: an older one left behind could be loaded (if the newer ones were unreadable) with
             # its events gone. Then the events, once that is done (DeleteSnapshotsSuccess).
             self._prune_to = before[1]

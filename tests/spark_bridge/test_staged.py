@@ -403,3 +403,22 @@ def test_a_pruned_bridge_journal_without_its_snapshots_fails_recovery_naming_wha
     assert "no snapshot loaded" in error.reason and "prune_journal" in error.reason
     assert "restore its snapshot store" in error.reason and "..." not in error.reason
     assert system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(4, 4, 0), "nothing delivered again"
+
+
+def test_a_bridge_whose_snapshots_live_in_memory_keeps_its_durable_journal_whole(make_system, tmp_path):
+    # Snapshots in memory:// are gone with their process; a durable journal pruned behind them could not recover.
+    # (The local base only: multiproc refuses memory:// stores.)
+    system = make_system("local", journal=f"sqlite:///{tmp_path}/journal.db", snapshot_store="memory://prune-test")
+    system.spawn(Account, path="/user/accounts", entities=True)
+    probe = system.probe("driver")
+    system.spawn(PruningBridge, path=BRIDGE_PATH)
+    for k in range(4):
+        stage(system, probe, "f", f"run{k}/1", k, 0, [1], k)
+        system.tell(BRIDGE_PATH, Release("f", f"run{k}", [[k, f"run{k}/1"]], probe.path))
+        assert probe.receive(10) == FeedReleased("f", f"run{k}", 0)
+    assert wait_for(lambda: system.ask(BRIDGE_PATH, GetFeedProgress("f"), timeout=10).processed == 4)
+    for k in range(3):
+        stage(system, probe, "g", "runG/1", 0, k, [1], 50 + k)
+        runs(system)  # (the snapshot after each stored batch is taken when the next message arrives)
+    assert bridge_events(f"sqlite:///{tmp_path}")[0].sequence_nr == 1, "nothing pruned"
+    assert [(r.feed_id, r.batches) for r in runs(system)] == [("g", 3)]
