@@ -124,6 +124,14 @@ class SeenIds:
             return True
         if i <= low:
             return False
+        # Ids ascending with gaps (one shard's share of a bridge's ids) land above every range: no search.
+        if not ends or i > ends[-1] + 1:
+            starts.append(i)
+            ends.append(i)
+            return True
+        if i == ends[-1] + 1:  # (the last range starts above low + 1: nothing to merge)
+            ends[-1] = i
+            return True
         # One search serves both the "seen already" test (as __contains__) and the insertion point.
         k = bisect_right(starts, i)
         if k > 0 and ends[k - 1] >= i:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from persistence import SeenIds
 
@@ -51,3 +53,37 @@ def test_of_and_above_round_trip_a_set_above_the_watermark():
 def test_ranges_that_no_seen_ids_would_hold_are_refused_with_what_to_pass(low, ranges):
     with pytest.raises(ValueError, match=r"disjoint, ascending.*SeenIds\.state\(\)"):
         SeenIds(low, ranges)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "add", "add", "discard", "advance"]), st.integers(0, 60)),
+                max_size=200), st.booleans())
+def test_seen_ids_answer_as_a_set_of_ids_does_whatever_the_order(ops, ascending):
+    # The model: every id <= low, plus a set. Ids mostly ascending with gaps (one shard's share of a bridge's
+    # ids) take add's fast path; any order takes the general one.
+    if ascending:
+        ops = sorted(ops, key=lambda op: op[1])
+    seen, low, ids = SeenIds(), 0, set()
+    for op, i in ops:
+        if op == "add":
+            assert seen.add(i) == (i > low and i not in ids), (op, i)
+            if i > low:
+                ids.add(i)
+        elif op == "discard":
+            seen.discard(i)
+            if i <= low:  # (the watermark splits: the ids below stay seen)
+                ids |= set(range(i + 1, low + 1))
+                low = i - 1
+            ids.discard(i)
+        else:
+            seen.advance_to(i)
+            if i > low:
+                low = i
+                ids = {x for x in ids if x > low}
+        while low + 1 in ids:  # (the model's watermark moves as SeenIds' does)
+            low += 1
+            ids.discard(low)
+        assert seen.low == low and seen.above() == sorted(ids), (op, i)
+        assert all((x in seen) == (x <= low or x in ids) for x in range(-1, 64))
+        state_low, ranges = seen.state()
+        assert SeenIds(state_low, ranges).state() == seen.state()  # (disjoint, ascending, non-adjacent, above low+1)
