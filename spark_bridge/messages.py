@@ -568,7 +568,7 @@ class AttemptsDiscarded:
     """How long the run had been idle (its staged_ttl clock) when discarded by "ttl" or "operator"."""
 
 
-@register_type(manifest="spark_bridge.Progress")
+@register_type(manifest="spark_bridge.Progress", version=2)
 @dataclass(frozen=True)
 class Progress:
     """Bridge event, one per round of confirmations: what was confirmed, forwarded or given up since the last.
@@ -580,6 +580,21 @@ class Progress:
     confirmed: list[int]
     forwards: list[list[Any]]
     abandoned: list[int]
+
+
+def _progress_stored(p: Progress) -> list[object]:
+    """Progress as stored (version 2): the confirmed and abandoned ids as differences (`ints_encoded`: confirmations
+    arrive mostly in order, so about a byte an id instead of up to nine). Version 1 stored them as they are."""
+    return [ints_encoded(p.confirmed), p.forwards, ints_encoded(p.abandoned)]
+
+
+def _progress_from_stored(stored: list[Any]) -> list[Any]:
+    confirmed, forwards, abandoned = stored
+    return [list(ints_decoded(confirmed)), forwards, list(ints_decoded(abandoned))]
+
+
+store_values_with(Progress, _progress_stored, _progress_from_stored)
+register_upcaster("spark_bridge.Progress", 1, lambda fields: _progress_stored(Progress(*fields)))
 
 
 @register_type(manifest="spark_bridge.BridgeSnapshot")

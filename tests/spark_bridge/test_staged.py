@@ -268,9 +268,10 @@ def test_the_driver_of_a_discarded_run_gets_a_feed_error_saying_what_happened_an
 
 def test_a_bridge_whose_journal_holds_version_2_batches_stages_and_delivers_them_and_writes_version_3_after(
         base, make_system, tmp_path):
-    # BatchStored version 3 stores the paths as a prefix and each path's rest (spark_bridge/messages.py); a
-    # journal written before (version 2, the paths as they are) must recover as it was: a staged run still
-    # staged and releasable, an undelivered batch delivered once, and later batches appended in the new form.
+    # BatchStored version 3 stores the paths as a prefix and each path's rest, Progress version 2 its ids as
+    # differences (spark_bridge/messages.py); a journal written before must recover as it was: a staged run still
+    # staged and releasable, an undelivered batch delivered once but for the row confirmed before, and later
+    # events appended in the new forms.
     import contextlib
     import sqlite3
 
@@ -286,9 +287,11 @@ def test_a_bridge_whose_journal_holds_version_2_batches_stages_and_delivers_them
         ["g", 0, 0, ["/user/accounts/a1", "/user/accounts/a0"], [{"amount": 5, "txid": 9}, {"amount": 6, "txid": 8}],
          None, None, 1, [], 0, None, 0.0],
     ]
+    records = [("spark_bridge.BatchStored", 2, fields) for fields in old]
+    records.append(("spark_bridge.Progress", 1, [[1], [], []]))  # (version 1: ids as they are) row 1 confirmed
     rows = []
-    for seq, fields in enumerate(old, start=1):
-        blob = pack([FORMAT_FLAT, "old-writer", "", 0, None, None, "spark_bridge.BatchStored", 2, *fields])
+    for seq, (manifest, version, fields) in enumerate(records, start=1):
+        blob = pack([FORMAT_FLAT, "old-writer", "", 0, None, None, manifest, version, *fields])
         rows.append((PERSISTENCE_ID, seq, blob, checksum(key_seed(PERSISTENCE_ID), seq, blob)))
     with open_journal(f"sqlite:///{tmp_path}/journal.db") as journal:
         journal._store(EncodedBatch(rows, []))
@@ -296,27 +299,30 @@ def test_a_bridge_whose_journal_holds_version_2_batches_stages_and_delivers_them
     start_bridge(system)
     [run] = runs(system)
     assert (run.feed_id, run.run, run.batches, run.rows) == ("f", "runOld", 1, 2), "still staged, as stored"
-    assert wait_for(lambda: system.ask("/user/accounts/a1", GetBalance(), timeout=10) == Balance(5, 1, 0))
+    assert wait_for(lambda: system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(6, 1, 0))
+    assert system.ask("/user/accounts/a1", GetBalance(), timeout=10) == Balance(0, 0, 0), "confirmed before: not again"
     system.tell(BRIDGE_PATH, Release("f", "runOld", [[0, "runOld/1"]], probe.path))
     assert probe.receive(10) == FeedReleased("f", "runOld", 0)
     assert wait_for(lambda: system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(13, 3, 0))
     stage(system, probe, "h", "runNew/1", 0, 0, [20], 0, account="a1")
     system.tell(BRIDGE_PATH, Release("h", "runNew", [[0, "runNew/1"]], probe.path))
     assert probe.receive(10) == FeedReleased("h", "runNew", 0)
-    assert wait_for(lambda: system.ask("/user/accounts/a1", GetBalance(), timeout=10) == Balance(25, 2, 0))
+    assert wait_for(lambda: system.ask("/user/accounts/a1", GetBalance(), timeout=10) == Balance(20, 1, 0))
     assert wait_for(lambda: system.ask(BRIDGE_PATH, GetFeedProgress("h"), timeout=10).processed == 1)
 
     restart(system)  # version 2 and version 3 batches recover together: nothing staged, nothing delivered again
     assert runs(system) == []
     assert stage(system, probe, "f", "runOld/1", 0, 0, [3, 4], 0).duplicates == 2, "its partition is done"
     assert [system.ask(f"/user/accounts/{a}", GetBalance(), timeout=10) for a in ("a0", "a1")] == [
-        Balance(13, 3, 0), Balance(25, 2, 0)]
+        Balance(13, 3, 0), Balance(20, 1, 0)]
     with contextlib.closing(sqlite3.connect(f"{tmp_path}/journal.db")) as conn:
         stored = [msgpack.unpackb(blob, ext_hook=lambda code, data: None, strict_map_key=False)[6:8] for (blob,) in
                   conn.execute("SELECT record FROM journal WHERE persistence_id = ? ORDER BY sequence_nr",
                                (PERSISTENCE_ID,))]
     batches = [version for manifest, version in stored if manifest == "spark_bridge.BatchStored"]
     assert batches == [2, 2, 3], "the batch staged after recovery is stored in the new form"
+    progress = [version for manifest, version in stored if manifest == "spark_bridge.Progress"]
+    assert progress[0] == 1 and set(progress[1:]) == {2}, progress
     with open_journal(f"{url}/journal.db") as j:
         paths = [e.event.paths for e in j.events_by_persistence_id(PERSISTENCE_ID) if type(e.event).__name__ ==
                  "BatchStored"]
