@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Any
 
 import msgpack
 
@@ -127,6 +128,20 @@ def _system(account: type, tmp: str, shards: int = 1) -> actors.System:
     return system
 
 
+def session_and_frame(name: str, rows: int) -> tuple[Any, Any]:
+    """A local[2] SparkSession whose workers import this checkout, and the bench's DataFrame of `rows` deposits
+    (destination over 1,000 accounts, amount, txid) in 2 partitions, cached and counted."""
+    from spark_bridge import local_session
+
+    spark = local_session(name, import_paths=tuple(p for p in sys.path if p and os.path.isdir(p)),
+                          **{"spark.ui.showConsoleProgress": "false"})
+    df = spark.range(0, rows, numPartitions=2).selectExpr(
+        "concat('/user/accounts/a', cast(id % 1000 as string)) as destination",
+        "cast(id % 97 + 1 as long) as amount", "id as txid").cache()
+    df.count()
+    return spark, df
+
+
 def main(argv: list[str] | None = None) -> dict:
     """Run the floors and the feeds on one DataFrame; print rows/s and ratios; write JSON if asked."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -134,15 +149,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", metavar="FILE", help="also write the results to FILE")
     parser.add_argument("--skip-durable", action="store_true", help="leave out the durable-accounts run")
     args = parser.parse_args(argv)
-    from spark_bridge import local_session
-
     rows = args.rows
-    spark = local_session("reprise-bench-spark-feed", import_paths=tuple(p for p in sys.path if p and os.path.isdir(p)),
-                          **{"spark.ui.showConsoleProgress": "false"})
-    df = spark.range(0, rows, numPartitions=2).selectExpr(
-        "concat('/user/accounts/a', cast(id % 1000 as string)) as destination",
-        "cast(id % 97 + 1 as long) as amount", "id as txid").cache()
-    df.count()
+    spark, df = session_and_frame("reprise-bench-spark-feed", rows)
     register(spark)
     row_floor, arrow_floor = _floors(df, rows)
     figures: dict[str, float] = {}

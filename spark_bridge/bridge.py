@@ -263,7 +263,7 @@ class SparkBridge(AtLeastOnceDelivery):
     prune_journal: bool = True
     """After each snapshot, delete the events recovery needs no more: every event up to the snapshot before it,
     except the batches still staged or waiting for fan-out. Without it the bridge's journal keeps every row
-    ever fed (14 bytes a row for the demo's). False keeps them all (an audit trail of what was fed)."""
+    ever fed (17 bytes a row for the demo's, with its confirmation). False keeps them all (an audit trail)."""
 
     def __init__(self, staged_ttl: float | None = STAGED_TTL) -> None:
         # (spawn kwargs: start_bridge(staged_ttl=...); checked there too, so a bad value fails in the caller)
@@ -329,6 +329,7 @@ class SparkBridge(AtLeastOnceDelivery):
         self._snapshot_floor: tuple[int, int] | None = None
         self._saving: tuple[int, int] | None = None
         self._prune_to = 0
+        self._pruned_to = 0  # (stats)
         self._replayed = False  # an event was replayed (the first must be the journal's first, or follow a snapshot)
 
     # ---- recovery -------------------------------------------------------------------------------
@@ -444,13 +445,14 @@ class SparkBridge(AtLeastOnceDelivery):
         """The deliveries' counters, `feed_rows` (new rows taken from feeds since this incarnation began), and
         the staged runs: `staged_runs`, `staged_batches`, `staged_rows`, `staged_idle_seconds` (the longest
         idle), `staged_ttl_seconds` (0: off), `staged_expired` (runs discarded by the TTL since it began),
-        `staged_plan_asks` (a node bridge's questions to the coordinator about idle runs since it began)."""
+        `staged_plan_asks` (a node bridge's questions to the coordinator about idle runs since it began),
+        `journal_pruned_to` (the sequence nr up to which this incarnation deleted the bridge's events; 0: none)."""
         runs = self.staged_runs()
         return {**super().stats(), "feed_rows": self._rows_in, "staged_runs": len(runs),
                 "staged_batches": sum(r.batches for r in runs), "staged_rows": sum(r.rows for r in runs),
                 "staged_idle_seconds": int(max((r.idle_seconds for r in runs), default=0)),
                 "staged_ttl_seconds": int(self.staged_ttl or 0), "staged_expired": self._expired,
-                "staged_plan_asks": self._plan_asks}
+                "staged_plan_asks": self._plan_asks, "journal_pruned_to": self._pruned_to}
 
     def staged_runs(self) -> list[StagedRun]:
         """The runs with staged batches (neither released nor discarded), the longest idle first."""
@@ -540,6 +542,7 @@ class SparkBridge(AtLeastOnceDelivery):
             self.log.warning("spark bridge %s: pruning its journal failed (it is tried again after the next "
                              "snapshot): %s", self.path, message.cause)
         elif t is DeleteMessagesSuccess:
+            self._pruned_to = message.to_sequence_nr
             self.log.debug("spark bridge %s: events up to %d deleted", self.path, message.to_sequence_nr)
         else:
             self.log.debug("spark bridge ignored %r from %s", message, sender)

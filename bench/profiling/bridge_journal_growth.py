@@ -12,18 +12,13 @@ import sqlite3
 import sys
 import tempfile
 
-from bench.spark_feed import _system
-from spark_bridge import feed, local_session
+from bench.spark_feed import _system, session_and_frame
+from spark_bridge import feed
 from tests.spark_bridge.sample import Account
 
 rows = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
 feeds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
-spark = local_session("reprise-bridge-journal", import_paths=tuple(p for p in sys.path if p and os.path.isdir(p)),
-                      **{"spark.ui.showConsoleProgress": "false"})
-df = spark.range(0, rows, numPartitions=2).selectExpr(
-    "concat('/user/accounts/a', cast(id % 1000 as string)) as destination",
-    "cast(id % 97 + 1 as long) as amount", "id as txid").cache()
-df.count()
+spark, df = session_and_frame("reprise-bridge-journal", rows)
 with tempfile.TemporaryDirectory(prefix="reprise-growth-") as tmp, _system(Account, tmp) as system:
     path = f"{tmp}/journal.db"
     for k in range(feeds):

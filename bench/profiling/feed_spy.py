@@ -10,8 +10,8 @@ import tempfile
 import time
 
 from bench.profiling.spy import record
-from bench.spark_feed import _system
-from spark_bridge import BRIDGE_PATH, feed, local_session
+from bench.spark_feed import _system, session_and_frame
+from spark_bridge import BRIDGE_PATH, feed
 from tests.spark_bridge import sample
 
 rows = int(sys.argv[1])
@@ -24,21 +24,7 @@ def cpu(pid):
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
-spark = local_session(
-    "reprise-prof-feed",
-    import_paths=tuple(p for p in sys.path if p and os.path.isdir(p)),
-    **{"spark.ui.showConsoleProgress": "false"},
-)
-df = (
-    spark.range(0, rows, numPartitions=2)
-    .selectExpr(
-        "concat('/user/accounts/a', cast(id % 1000 as string)) as destination",
-        "cast(id % 97 + 1 as long) as amount",
-        "id as txid",
-    )
-    .cache()
-)
-df.count()
+spark, df = session_and_frame("reprise-prof-feed", rows)
 account, shards = getattr(sample, os.environ.get("ACCOUNT", "DurableAccount")), int(os.environ.get("SHARDS", "1"))
 with tempfile.TemporaryDirectory(prefix="reprise-prof-") as tmp, _system(account, tmp, shards) as system:
     feed(df.limit(10_000), system=system.admin_port, feed_id="warm-up", ack="processed", progress=False)

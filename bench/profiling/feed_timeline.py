@@ -6,13 +6,12 @@ processed, and each host's CPU share meanwhile, so staging, release and processi
 
 import argparse
 import os
-import sys
 import tempfile
 import threading
 import time
 
-from bench.spark_feed import _system
-from spark_bridge import BRIDGE_PATH, GetFeedProgress, feed, local_session
+from bench.spark_feed import _system, session_and_frame
+from spark_bridge import BRIDGE_PATH, GetFeedProgress, feed
 from tests.spark_bridge import sample
 
 
@@ -26,12 +25,7 @@ ap.add_argument("rows", nargs="?", type=int, default=1_000_000)
 ap.add_argument("--account", default="TableAccounts", help="a class of tests.spark_bridge.sample")
 ap.add_argument("--shards", type=int, default=1)
 args = ap.parse_args()
-spark = local_session("reprise-feed-timeline", import_paths=tuple(p for p in sys.path if p and os.path.isdir(p)),
-                      **{"spark.ui.showConsoleProgress": "false"})
-df = spark.range(0, args.rows, numPartitions=2).selectExpr(
-    "concat('/user/accounts/a', cast(id % 1000 as string)) as destination", "cast(id % 97 + 1 as long) as amount",
-    "id as txid").cache()
-df.count()
+spark, df = session_and_frame("reprise-feed-timeline", args.rows)
 with tempfile.TemporaryDirectory() as tmp, _system(getattr(sample, args.account), tmp, args.shards) as system:
     feed(df.limit(10_000), system=system.admin_port, feed_id="warm-up", ack="processed", progress=False)
     pids = {k: h.pid for k, h in system.status().hosts.items() if k.startswith("/user/accounts")}

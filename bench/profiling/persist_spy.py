@@ -11,8 +11,8 @@ import tempfile
 import time
 
 from bench.profiling.spy import record
-from bench.spark_feed import _drained, _system
-from spark_bridge import BRIDGE_PATH, feed, local_session
+from bench.spark_feed import _drained, _system, session_and_frame
+from spark_bridge import BRIDGE_PATH, feed
 from tests.spark_bridge.sample import Account
 
 rows, runs, out = int(sys.argv[1]), int(sys.argv[2]), os.environ.get("SPY_OUT")
@@ -23,12 +23,7 @@ def cpu(pid: int) -> float:
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
-spark = local_session("reprise-prof-persist", import_paths=tuple(p for p in sys.path if p and os.path.isdir(p)),
-                      **{"spark.ui.showConsoleProgress": "false"})
-df = spark.range(0, rows, numPartitions=2).selectExpr(
-    "concat('/user/accounts/a', cast(id % 1000 as string)) as destination",
-    "cast(id % 97 + 1 as long) as amount", "id as txid").cache()
-df.count()
+spark, df = session_and_frame("reprise-prof-persist", rows)
 with tempfile.TemporaryDirectory(prefix="reprise-prof-") as tmp, _system(Account, tmp) as system:
     feed(df.limit(10_000), system=system.admin_port, feed_id="warm-up", progress=False)
     bridge = system.status().hosts[BRIDGE_PATH].pid

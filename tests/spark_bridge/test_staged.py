@@ -367,6 +367,7 @@ def test_the_bridge_prunes_its_journal_after_snapshots_keeping_what_staged_and_w
     stage(system, probe, "x", "runX/1", 0, 0, [1], 0, account="a8")
     stage(system, probe, "x", "runX/1", 0, 1, [1], 1, account="a8")
     assert bridge_events(url)[0].sequence_nr > 1 and batches()[0][1] != "f0", "pruned"
+    assert counters(system)["journal_pruned_to"] == bridge_events(url)[0].sequence_nr - 1, "in its stats"
     system.tell(BRIDGE_PATH, Release("x", "runX", [[0, "runX/1"]], probe.path))
     assert probe.receive(10) == FeedReleased("x", "runX", 0)
     stage(system, probe, "old", "runA/1", 0, 0, [1000], 0, account="a9")  # staged while the next ones are fed
@@ -387,14 +388,19 @@ def test_the_bridge_prunes_its_journal_after_snapshots_keeping_what_staged_and_w
     assert [(b.total, b.applied) for b in balances] == [(48, 24), (48, 24), (1000, 1), (2, 2)]
 
 
+def released_one_row_runs(system: actors.System, probe: actors.Probe, feed_id: str, count: int) -> None:
+    """Stage and release `count` runs of one row of `feed_id` each (run k stages partition k), until processed."""
+    for k in range(count):
+        stage(system, probe, feed_id, f"run{k}/1", k, 0, [1], k)
+        system.tell(BRIDGE_PATH, Release(feed_id, f"run{k}", [[k, f"run{k}/1"]], probe.path))
+        assert probe.receive(10) == FeedReleased(feed_id, f"run{k}", 0)
+    assert wait_for(lambda: system.ask(BRIDGE_PATH, GetFeedProgress(feed_id), timeout=10).processed == count)
+
+
 def test_a_pruned_bridge_journal_without_its_snapshots_fails_recovery_naming_what_to_restore(bridged):
     system, probe, url = bridged
     system.spawn(PruningBridge, path=BRIDGE_PATH)
-    for k in range(4):
-        stage(system, probe, "f", f"run{k}/1", k, 0, [1], k)
-        system.tell(BRIDGE_PATH, Release("f", f"run{k}", [[k, f"run{k}/1"]], probe.path))
-        assert probe.receive(10) == FeedReleased("f", f"run{k}", 0)
-    assert wait_for(lambda: system.ask(BRIDGE_PATH, GetFeedProgress("f"), timeout=10).processed == 4)
+    released_one_row_runs(system, probe, "f", 4)
     stage(system, probe, "g", "runG/1", 0, 0, [1], 50)  # (two snapshots with nothing waiting: the first prunes)
     stage(system, probe, "g", "runG/1", 0, 1, [1], 51)
     # (a snapshot is taken when the next message arrives: each poll's GetStagedRuns is one)
@@ -418,11 +424,7 @@ def test_a_bridge_whose_snapshots_live_in_memory_keeps_its_durable_journal_whole
     system.spawn(Account, path="/user/accounts", entities=True)
     probe = system.probe("driver")
     system.spawn(PruningBridge, path=BRIDGE_PATH)
-    for k in range(4):
-        stage(system, probe, "f", f"run{k}/1", k, 0, [1], k)
-        system.tell(BRIDGE_PATH, Release("f", f"run{k}", [[k, f"run{k}/1"]], probe.path))
-        assert probe.receive(10) == FeedReleased("f", f"run{k}", 0)
-    assert wait_for(lambda: system.ask(BRIDGE_PATH, GetFeedProgress("f"), timeout=10).processed == 4)
+    released_one_row_runs(system, probe, "f", 4)
     for k in range(3):
         stage(system, probe, "g", "runG/1", 0, k, [1], 50 + k)
         runs(system)  # (the snapshot after each stored batch is taken when the next message arrives)
