@@ -324,9 +324,9 @@ class SparkBridge(AtLeastOnceDelivery):
         self._discard_waits: list[list[Any]] = []
         self._plan_asks = 0  # PlanOf sent by this incarnation
         # Pruning (prune_journal): (sequence nr, the highest event recovery from it does not need) of the newest
-        # snapshot taken or recovered from, of the one being saved, and the events to delete once the
-        # snapshots older than the newest but one are.
-        self._snapshot_floor: tuple[int, int] | None = None
+        # snapshot taken or recovered from, and of the one being saved; the events to delete once the snapshots
+        # older than the newest but one are.
+        self._newest_snapshot: tuple[int, int] | None = None
         self._saving: tuple[int, int] | None = None
         self._prune_to = 0
         self._pruned_to = 0  # (stats)
@@ -338,7 +338,7 @@ class SparkBridge(AtLeastOnceDelivery):
         t = type(event)
         if not self._replayed and t is not SnapshotOffer and t is not RecoveryCompleted:
             self._replayed = True
-            if self._snapshot_floor is None and self.last_sequence_nr > 1:
+            if self._newest_snapshot is None and self.last_sequence_nr > 1:
                 self._check_unpruned()
         if t is BatchStored:
             if event.attempt is not None:
@@ -360,7 +360,7 @@ class SparkBridge(AtLeastOnceDelivery):
             self._replay_progress(event)
         elif t is SnapshotOffer:
             self._restore(event.snapshot)
-            self._snapshot_floor = (event.metadata.sequence_nr, self._floor(event.metadata.sequence_nr))
+            self._newest_snapshot = (event.metadata.sequence_nr, self._floor(event.metadata.sequence_nr))
         elif t is RecoveryCompleted:
             if self.staged_ttl is not None:  # checked often enough to discard within a tenth of the TTL late
                 self.schedule_repeatedly(min(60.0, max(0.05, self.staged_ttl / 10)), _EXPIRE)
@@ -1357,7 +1357,7 @@ class SparkBridge(AtLeastOnceDelivery):
         saving, self._saving = self._saving, None
         if saving is None or saving[0] != seq:
             return
-        before, self._snapshot_floor = self._snapshot_floor, saving
+        before, self._newest_snapshot = self._newest_snapshot, saving
         if self.prune_journal and before is not None and before[1] > 0 and self.snapshots_outlast_events:
             # Snapshots first: an older one left behind could be loaded (if the newer ones were unreadable) with
             # its events gone. Then the events, once that is done (DeleteSnapshotsSuccess).

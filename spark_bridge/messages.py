@@ -477,7 +477,7 @@ def _batch_stored(b: BatchStored) -> list[object]:
     """BatchStored as stored (version 3): its fields in order, but the paths as their common prefix and the rest
     of each (`prefixed`), and a column of a columnar batch equal to the paths (the DataFrame's destination
     column, which rows carry too) as None: a batch of rows to one parent stores the parent once, not once a row,
-    and a path once, not twice (the demo's rows: 36 bytes a row, 16 now). Version 2 stored the fields as they
+    and a path once, not twice (the demo's rows: 51 bytes a row, 16 now). Version 2 stored the fields as they
     are; it is read through the upcaster."""
     values = b.values
     if b.columns is not None and b.paths in values:

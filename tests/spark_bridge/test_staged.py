@@ -430,3 +430,32 @@ def test_a_bridge_whose_snapshots_live_in_memory_keeps_its_durable_journal_whole
         runs(system)  # (the snapshot after each stored batch is taken when the next message arrives)
     assert bridge_events(f"sqlite:///{tmp_path}")[0].sequence_nr == 1, "nothing pruned"
     assert [(r.feed_id, r.batches) for r in runs(system)] == [("g", 3)]
+
+
+@pytest.mark.multiproc
+def test_a_pruning_bridge_sigkilled_with_rows_waiting_reads_them_back_and_every_row_applies_once(make_system,
+                                                                                                 tmp_path):
+    # The worst moment for pruning: the bridge's process dies with rows of released batches still waiting for
+    # fan-out after its journal was pruned; the restarted bridge reads them back from what the pruning kept.
+    import os
+    import signal
+
+    system, probe, url = staged_system("multiproc", make_system, tmp_path)
+    system.spawn(PruningBridge, path=BRIDGE_PATH)
+    for k in range(8):
+        stage(system, probe, f"f{k}", f"run{k}/1", 0, 0, [1, 2, 3], 100 * k, account=f"a{k % 2}")
+        system.tell(BRIDGE_PATH, Release(f"f{k}", f"run{k}", [[0, f"run{k}/1"]], probe.path))
+        assert probe.receive(10) == FeedReleased(f"f{k}", f"run{k}", 0)
+    for k in range(8):
+        assert wait_for(lambda k=k: system.ask(BRIDGE_PATH, GetFeedProgress(f"f{k}"), timeout=10).processed == 3)
+    # (snapshots come after stored batches: two more, with nothing waiting, and the journal is pruned)
+    stage(system, probe, "last", "runZ/1", 0, 0, [10, 20, 30], 5_000, account="a0")
+    stage(system, probe, "last", "runZ/1", 0, 1, [40], 5_003, account="a1")
+    assert wait_for(lambda: runs(system) and bridge_events(url)[0].sequence_nr > 1), "pruned"
+    system.tell(BRIDGE_PATH, Release("last", "runZ", [[0, "runZ/1"]], probe.path))
+    assert probe.receive(10) == FeedReleased("last", "runZ", 0)
+    os.kill(system.status().hosts[BRIDGE_PATH].pid, signal.SIGKILL)  # (a window of 2: rows are still waiting)
+    assert wait_for(lambda: system.ask(BRIDGE_PATH, GetFeedProgress("last"), timeout=10).processed == 4, timeout=30)
+    assert system.status().hosts[BRIDGE_PATH].restarts >= 1
+    balances = [system.ask(f"/user/accounts/{a}", GetBalance(), timeout=10) for a in ("a0", "a1")]
+    assert [(b.total, b.applied) for b in balances] == [(24 + 60, 12 + 3), (24 + 40, 12 + 1)]
