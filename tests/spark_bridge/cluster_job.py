@@ -52,8 +52,13 @@ def record_attempt(markers: str) -> tuple[int, int]:
 
 def stall(markers: str, seconds: float) -> None:
     """The straggler waits (bounded) until Spark kills it, or until the speculative copy has started."""
-    with open(os.path.join(markers, "straggler-stalled"), "w") as f:
-        f.write(repr(time.time()))
+    # The time first, and the marker whole at once (a rename): the copy waits for the marker to exist, and an
+    # empty file stamped after that (open, then time.time()) once read later than the copy's own marker.
+    stamp = repr(time.time())
+    partial = os.path.join(markers, ".straggler-stalled.partial")
+    with open(partial, "w") as f:
+        f.write(stamp)
+    os.replace(partial, os.path.join(markers, "straggler-stalled"))
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         time.sleep(0.1)
