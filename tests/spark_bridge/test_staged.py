@@ -5,6 +5,9 @@ No Spark: a probe speaks the bridge's protocol (spark_bridge.messages) as a task
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
+
 import pytest
 
 import actors
@@ -272,9 +275,6 @@ def test_a_bridge_whose_journal_holds_version_2_batches_stages_and_delivers_them
     # differences (spark_bridge/messages.py); a journal written before must recover as it was: a staged run still
     # staged and releasable, an undelivered batch delivered once but for the row confirmed before, and later
     # events appended in the new forms.
-    import contextlib
-    import sqlite3
-
     import msgpack
 
     from journal.records import FORMAT_FLAT, EncodedBatch
@@ -386,6 +386,54 @@ def test_the_bridge_prunes_its_journal_after_snapshots_keeping_what_staged_and_w
     assert stage(system, probe, "f0", "run0/1", 0, 0, [1, 2, 3], 0).duplicates == 3, "a released run stays done"
     balances = [system.ask(f"/user/accounts/{a}", GetBalance(), timeout=10) for a in ("a0", "a1", "a9", "a8")]
     assert [(b.total, b.applied) for b in balances] == [(48, 24), (48, 24), (1000, 1), (2, 2)]
+
+
+class DeleteFailingBridge(PruningBridge):
+    """A PruningBridge whose journal (the same SQLite file, through tests.persistence.spec_actors' faildelete
+    scheme) refuses every delete of events."""
+
+    @property
+    def journal_url(self) -> str | None:
+        import tests.persistence.spec_actors  # noqa: F401  (registers faildelete:// in this process)
+        return "faildelete://" + str(self.config["journal"]).partition("://")[2]
+
+
+def test_a_bridge_whose_journal_refuses_deletes_keeps_every_event_and_delivers_every_row_once(bridged):
+    # DeleteMessagesFailure: pruning gives up until the next snapshot, deletes nothing, and the bridge goes on;
+    # a restart recovers from the newest snapshot and the events after it, all still there.
+    system, probe, url = bridged
+    system.spawn(DeleteFailingBridge, path=BRIDGE_PATH)
+    for k in range(6):
+        stage(system, probe, f"f{k}", f"run{k}/1", 0, 0, [1, 2, 3], 100 * k, account=f"a{k % 2}")
+        system.tell(BRIDGE_PATH, Release(f"f{k}", f"run{k}", [[0, f"run{k}/1"]], probe.path))
+        assert probe.receive(10) == FeedReleased(f"f{k}", f"run{k}", 0)
+        if k == 3:
+            restart(system, DeleteFailingBridge)
+    for k in range(6):
+        assert wait_for(lambda k=k: system.ask(BRIDGE_PATH, GetFeedProgress(f"f{k}"), timeout=10).processed == 3)
+    stage(system, probe, "x", "runX/1", 0, 0, [1], 0, account="a8")  # (snapshots after stored batches)
+    stage(system, probe, "x", "runX/1", 0, 1, [1], 1, account="a8")
+
+    def snapshots() -> int:
+        with contextlib.closing(sqlite3.connect(url.partition(":///")[2] + "/snapshots.db")) as conn:
+            return conn.execute("SELECT count(*) FROM snapshot WHERE persistence_id = ?", (PERSISTENCE_ID,)).fetchone()[0]
+
+    # (a snapshot is taken when the next message arrives: each poll's GetStagedRuns is one)
+    assert wait_for(lambda: runs(system) and snapshots() <= 2), "the older snapshots are deleted first"
+    assert bridge_events(url)[0].sequence_nr == 1, "no event deleted"
+    assert counters(system)["journal_pruned_to"] == 0
+    restart(system, DeleteFailingBridge)
+    assert [(r.feed_id, r.rows) for r in runs(system)] == [("x", 2)]
+    assert stage(system, probe, "f0", "run0/1", 0, 0, [1, 2, 3], 0).duplicates == 3, "a released run stays done"
+    balances = [system.ask(f"/user/accounts/{a}", GetBalance(), timeout=10) for a in ("a0", "a1", "a8")]
+    assert [(b.total, b.applied) for b in balances] == [(18, 9), (18, 9), (0, 0)]
+    restart(system, PruningBridge)  # deletes work again: the next snapshots prune what they could not
+    system.tell(BRIDGE_PATH, Release("x", "runX", [[0, "runX/1"]], probe.path))
+    assert probe.receive(10) == FeedReleased("x", "runX", 0)
+    stage(system, probe, "y", "runY/1", 0, 0, [1], 10, account="a9")
+    stage(system, probe, "y", "runY/1", 0, 1, [1], 11, account="a9")
+    assert wait_for(lambda: runs(system) and bridge_events(url)[0].sequence_nr > 1), "pruned on a later snapshot"
+    assert wait_for(lambda: system.ask("/user/accounts/a8", GetBalance(), timeout=10) == Balance(2, 2, 0))
 
 
 def released_one_row_runs(system: actors.System, probe: actors.Probe, feed_id: str, count: int) -> None:
