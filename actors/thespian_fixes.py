@@ -23,6 +23,13 @@ fast senders), Thespian drains it inside the send, in "tx-only mode". That mode 
    keep Thespian's retry: their own sends use a 0.25 s retry period (System._transmit), and with this
    patch too a client's first tell after a SIGKILL stalled for its whole send limit.
 
+5. A selector per loop pass. TCPTransport's loop builds an epoll selector for every pass (its own comment:
+   "perhaps this could be optimized"): epoll_create, one epoll_ctl per socket, epoll_wait, close, and the
+   selectors module's bookkeeping per socket: 29.5 us a pass with 6 sockets on this 2-core VM, against 2.5
+   us for one poll(2) over the same sockets (bench/profiling/selector_micro.py). Every message a process
+   sends or receives takes a few passes. The TCP transport now gets a selector with the same interface
+   and the same answers on one poll(2) call (`PollPass`).
+
 For 1 and 2, the drain is Thespian's own transmit-only steps; when one sees no send complete for 20 ms, a 1 ms
 regular pass follows that accepts connections and reads and acknowledges what arrived. Every message
 and wakeup met during the drain is kept and, once the drain ends, put back in front of the actor's incoming queue, in order, to
@@ -31,8 +38,12 @@ be handled as usual.
 
 from __future__ import annotations
 
+import errno
 import logging
+import math
 import os
+import select
+import selectors
 import sys
 from collections.abc import Callable
 from datetime import timedelta
@@ -117,6 +128,7 @@ def apply() -> None:
             # The regular pass took them from the front of this same list: they go back there, in order.
             self._incomingEnvelopes[:0] = kept
 
+    _one_poll_per_pass()
     _release_inherited_sockets_in_children()
     _tell_late_children_to_exit()
     _cap_backoff_pauses()
@@ -124,6 +136,77 @@ def apply() -> None:
     wakeupTransportBase._deliver_wakeups = deliver_wakeups
     atb.asyncTransportBase._drain_tx_queue_if_needed = drain_tx_queue_if_needed
     _applied = True
+
+
+class _Key:
+    """The part of a selectors.SelectorKey TCPTransport reads."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+
+class PollPass:
+    """A one-pass selector on poll(2) with selectors.DefaultSelector's answers, for TCPTransport's loop (fix 5).
+
+    As epoll through selectors: a socket registered for reading and writing is reported for both (Thespian
+    registers each at most once a pass; the masks are merged rather than refused), an error or hang-up is
+    reported as ready for whatever it was registered for, a timeout is rounded up to the millisecond, and a
+    bad descriptor raises OSError(EBADF) (poll reports it as POLLNVAL where epoll_ctl refused it), which
+    Thespian's loop answers by checking each descriptor through this same class.
+    """
+
+    __slots__ = ("_poll", "_masks")
+
+    def __init__(self) -> None:
+        self._poll = select.poll()
+        self._masks: dict[int, int] = {}
+
+    def register(self, fd: int, events: int, data: object = None) -> None:
+        """Watch `fd` for selectors.EVENT_READ and/or EVENT_WRITE in this pass."""
+        mask = self._masks.get(fd, 0)
+        if events & selectors.EVENT_READ:
+            mask |= select.POLLIN
+        if events & selectors.EVENT_WRITE:
+            mask |= select.POLLOUT
+        self._poll.register(fd, mask)  # (ValueError for a negative fd, as selectors raises)
+        self._masks[fd] = mask
+
+    def select(self, timeout: float | None = None) -> list[tuple[_Key, int]]:
+        """(key, events) for each ready descriptor, waiting at most `timeout` seconds (None: until one is)."""
+        ms = -1 if timeout is None else max(0, math.ceil(timeout * 1e3))
+        ready = []
+        masks = self._masks
+        for fd, event in self._poll.poll(ms):
+            if event & select.POLLNVAL:
+                raise OSError(errno.EBADF, f"bad file descriptor {fd}")
+            interest = masks[fd]
+            events = 0
+            if event & ~select.POLLOUT and interest & select.POLLIN:
+                events |= selectors.EVENT_READ
+            if event & ~select.POLLIN and interest & select.POLLOUT:
+                events |= selectors.EVENT_WRITE
+            if events:
+                ready.append((_Key(fd), events))
+        return ready
+
+    def close(self) -> None:
+        """Nothing to release: poll(2) keeps no kernel object between calls."""
+
+
+class _SelectorsForTCPTransport:
+    """What TCPTransport reads of the selectors module, with PollPass as its DefaultSelector."""
+
+    DefaultSelector = PollPass
+    EVENT_READ = selectors.EVENT_READ
+    EVENT_WRITE = selectors.EVENT_WRITE
+
+
+def _one_poll_per_pass() -> None:
+    from thespian.system.transport import TCPTransport
+
+    TCPTransport.selectors = _SelectorsForTCPTransport  # type: ignore[assignment]  (the module's global)
 
 
 def _exit_requests_name_their_child() -> None:

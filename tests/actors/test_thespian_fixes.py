@@ -85,3 +85,74 @@ def test_a_failed_exit_request_or_handshake_is_retried_within_a_second_other_mes
     assert second > 2 * TRANSMIT_RETRY_PERIOD.total_seconds() - 1 > 2 * quick, "ordinary retries keep Thespian's period"
     assert TRANSMIT_RETRY_PERIOD > timedelta(seconds=20)  # why the exit request needed its own
 
+
+
+def _answers(selector: object) -> list[tuple[int, int]]:
+    return sorted((key.fd, events) for key, events in selector.select(0))  # type: ignore[attr-defined]
+
+
+def test_poll_pass_answers_as_the_epoll_selector_thespian_built_for_every_pass():
+    # Fix 5: TCPTransport's loop gets PollPass (one poll(2)) instead of a new epoll selector per pass; the
+    # loop must see the same answers: readable, writable, both, a peer's hang-up, nothing ready.
+    import selectors
+    import socket
+
+    from thespian.system.transport import TCPTransport
+
+    from actors.thespian_fixes import PollPass
+
+    assert TCPTransport.selectors.DefaultSelector is PollPass, "applied when actors is imported"
+    quiet, quiet_peer = socket.socketpair()
+    readable, writer = socket.socketpair()
+    hung, gone = socket.socketpair()
+    writer.send(b"x")
+    gone.close()
+    cases = [
+        [(quiet.fileno(), selectors.EVENT_READ)],  # nothing to read: not ready
+        [(readable.fileno(), selectors.EVENT_READ), (writer.fileno(), selectors.EVENT_WRITE)],
+        [(readable.fileno(), selectors.EVENT_READ | selectors.EVENT_WRITE)],
+        [(hung.fileno(), selectors.EVENT_READ)],  # hang-up: readable (recv returns b"")
+        [(hung.fileno(), selectors.EVENT_WRITE), (quiet.fileno(), selectors.EVENT_WRITE)],
+    ]
+    try:
+        for case in cases:
+            ours, thespians = PollPass(), selectors.DefaultSelector()
+            for fd, events in case:
+                ours.register(fd, events)
+                thespians.register(fd, events)
+            assert _answers(ours) == _answers(thespians), case
+            thespians.close()
+        assert _answers(ours) != [], "the cases are not all empty"
+    finally:
+        for s in (quiet, quiet_peer, readable, writer, hung):
+            s.close()
+
+
+def test_poll_pass_refuses_bad_descriptors_as_thespians_loop_expects_and_rounds_timeouts_up():
+    # Thespian's loop treats OSError(EBADF) and ValueError from its selector as a bad descriptor and checks each
+    # one through a new selector; poll(2) reports a closed one as POLLNVAL instead of refusing it.
+    import errno
+    import socket
+    import time
+
+    from actors.thespian_fixes import PollPass
+
+    a, b = socket.socketpair()
+    closed = a.fileno()
+    a.close()
+    pp = PollPass()
+    pp.register(closed, 1)
+    with pytest.raises(OSError) as raised:
+        pp.select(0)
+    assert raised.value.errno == errno.EBADF
+    with pytest.raises(ValueError):
+        PollPass().register(-1, 1)
+    b.close()
+    quiet, peer = socket.socketpair()
+    waiting = PollPass()
+    waiting.register(quiet.fileno(), 1)
+    started = time.monotonic()
+    assert waiting.select(0.0004) == []  # (rounded up to 1 ms, not down to a busy 0)
+    assert time.monotonic() - started >= 0.0009
+    quiet.close()
+    peer.close()
