@@ -206,7 +206,7 @@ class _SelectorsForTCPTransport:
 def _one_poll_per_pass() -> None:
     from thespian.system.transport import TCPTransport
 
-    TCPTransport.selectors = _SelectorsForTCPTransport  # type: ignore[assignment]  (the module's global)
+    TCPTransport.selectors = _SelectorsForTCPTransport  # (the module's global)
 
 
 def _exit_requests_name_their_child() -> None:
