@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from _typeshed import FileDescriptorLike
 
 from .errors import ConfigError, RepriseError
+from .thespian_fixes import PollPass
 
 log = logging.getLogger("reprise.tls")
 
@@ -564,7 +565,7 @@ class _Selector:
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         while True:
             ready: dict[int, int] = {}
-            inner = _selectors.DefaultSelector()
+            inner = PollPass()  # (one poll(2), not an epoll selector made and closed per pass: thespian_fixes)
             try:
                 for fd, wanted in self._wanted.items():
                     sock = _live.get(fd)
