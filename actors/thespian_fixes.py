@@ -25,10 +25,10 @@ fast senders), Thespian drains it inside the send, in "tx-only mode". That mode 
 
 5. A selector per loop pass. TCPTransport's loop builds an epoll selector for every pass (its own comment:
    "perhaps this could be optimized"): epoll_create, one epoll_ctl per socket, epoll_wait, close, and the
-   selectors module's bookkeeping per socket: 29.5 us a pass with 6 sockets on this 2-core VM, against 2.5
-   us for one poll(2) over the same sockets (bench/profiling/selector_micro.py). Every message a process
-   sends or receives takes a few passes. The TCP transport now gets a selector with the same interface
-   and the same answers on one poll(2) call (`PollPass`).
+   selectors module's bookkeeping per socket: 19.7-29.5 us a pass with 6 sockets on this 2-core VM, against
+   3.3 us for `PollPass` (bench/profiling/selector_micro.py). Every message a process sends or receives
+   takes a few passes. The TCP transport (and actors/tls.py's selector, which made one per pass too) now
+   gets a selector with the same interface and the same answers on one poll(2) call (`PollPass`).
 
 For 1 and 2, the drain is Thespian's own transmit-only steps; when one sees no send complete for 20 ms, a 1 ms
 regular pass follows that accepts connections and reads and acknowledges what arrived. Every message
