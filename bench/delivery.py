@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import socket
 import sqlite3
 import statistics
@@ -29,6 +28,7 @@ import sys
 import tempfile
 import time
 from collections import deque
+from contextlib import closing
 
 from thespian.actors import Actor as ThespianActor
 
@@ -88,21 +88,19 @@ def persist_closed_loop(n: int, each: int, fanout: int = 100, rounds: int = 5) -
     group commit), and raw sqlite3 rows/s one per transaction (WAL, synchronous=FULL, the journal's pragmas).
     The three alternate over `rounds` rounds and each figure is the median round, so this machine's fsync
     jitter hits them alike."""
-    d = tempfile.mkdtemp(prefix="reprise-bench-")
-    raw = _raw_connection(f"{d}/raw.db")
-    blob = _raw_blob()
-    rows = [0]
+    with tempfile.TemporaryDirectory(prefix="reprise-bench-") as d, closing(_raw_connection(f"{d}/raw.db")) as raw:
+        blob = _raw_blob()
+        rows = [0]
 
-    def raw_rows(count: int) -> float:
-        t = time.perf_counter()
-        for i in range(rows[0], rows[0] + count):
-            raw.execute("BEGIN")
-            raw.execute(_RAW_INSERT, ("single", i, blob))
-            raw.execute("COMMIT")
-        rows[0] += count
-        return count / (time.perf_counter() - t)
+        def raw_rows(count: int) -> float:
+            t = time.perf_counter()
+            for i in range(rows[0], rows[0] + count):
+                raw.execute("BEGIN")
+                raw.execute(_RAW_INSERT, ("single", i, blob))
+                raw.execute("COMMIT")
+            rows[0] += count
+            return count / (time.perf_counter() - t)
 
-    try:
         with actors.start("multiproc", journal=f"sqlite:///{d}/j.db") as s:
             s.spawn(BenchPersister, path="/user/persister")
             s.spawn(BenchPersister, path="/user/persisters", entities=True, passivate_after=3600.0)
@@ -126,9 +124,6 @@ def persist_closed_loop(n: int, each: int, fanout: int = 100, rounds: int = 5) -
             per_round, each_round = max(1, n // rounds), max(1, each // rounds)
             runs = [(raw_rows(per_round), loop(["/user/persister"], per_round), loop(paths, each_round))
                     for _ in range(rounds)]
-    finally:
-        raw.close()
-        shutil.rmtree(d, ignore_errors=True)
     raw_rate, single, many = (statistics.median(r[k] for r in runs) for k in range(3))
     return single, raw_rate, many
 
