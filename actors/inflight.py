@@ -33,7 +33,14 @@ everything parked behind that batch would wait that long."""
 
 LANDED, BOUNCED = "landed", "bounced"
 """How a batch ended: acknowledged by its target's process (or failed for another reason, already reported
-through Thespian), or refused because that process is gone (the caller reroutes it)."""
+through Thespian), or refused because that process is gone (the caller reroutes it; see process_gone)."""
+
+
+def process_gone(result: object) -> bool:
+    """Whether a send failed because no process of this system is at its address any more: it is gone, or
+    another system's process took its port and refused the frame unread (Thespian's data-error ACK: it is
+    not signed with that system's secret; seen in CI with two suites side by side)."""
+    return result is SendStatus.DeadTarget or result is SendStatus.BadPacket
 
 
 class InFlight:
@@ -89,7 +96,7 @@ class InFlight:
         self._settle(intent, LANDED)
 
     def _failed(self, result: object, intent: Intent) -> None:
-        if result == SendStatus.DeadTarget and self.no_bounce is not None \
+        if process_gone(result) and self.no_bounce is not None \
                 and str(intent.targetAddr) != str(self.no_bounce):
             self._settle(intent, BOUNCED)
         else:

@@ -50,6 +50,7 @@ from .errors import (
 )
 from .guardian import NODE_TIMEOUT, Guardian, GuardianInit
 from .host_options import check_option
+from .inflight import process_gone
 from .local_systems import boot_option
 from .main_module import adopt_main_classes
 from .messages import (
@@ -957,6 +958,8 @@ class System:
         (the guardian), which delivers it once the host is back: a caller retrying on that exception sent
         the message twice. Here a dead target is reported to the guardian explicitly instead (it holds or
         reroutes the message exactly as it does for an actor's batch), and an exception means not sent.
+        So is a target whose port another system's process took (see process_gone): a host always reads a
+        Batch, so Thespian's data-error ACK means the frame was dropped unread.
         """
         with self._lock:
             if self.base == "local":
@@ -968,7 +971,7 @@ class System:
             failure = self._transmit(address, message)
             if failure is None:
                 return False
-            if "DEADTARGET" in str(failure) and address_key(address) != address_key(self._guardian):
+            if process_gone(failure) and address_key(address) != address_key(self._guardian):
                 self._fetched = float("-inf")  # that route is stale: fetch the directory on the next send
                 failure = self._transmit(self._guardian, DeadEnvelope(address, message))
                 if failure is None:

@@ -10,7 +10,9 @@ import os
 import pickle
 import re
 import signal
+import socket
 import sys
+import threading
 import time
 import uuid
 
@@ -24,6 +26,7 @@ from actors.messages import Batch
 from actors.transport import unpack
 from tests.actors.error_actors import Keeper, Stream, Streamer
 from tests.actors.sample import Echo, Ping, Pong, Seq
+from tests.actors.test_security import listening_addresses
 from tests.waiting import dead_letters_reach, wait_for
 
 CLIENT_ONLY = '''
@@ -135,6 +138,98 @@ def test_the_first_tell_after_a_host_sigkill_does_not_block_and_is_held_for_the_
         # Thespian retried the dead connection after 35 s; the tell must not stall the caller that long.
         assert time.monotonic() - started < 5, f"the first tell to {path} after the kill blocked"
         assert probe.receive(timeout=30) == Seq(path, 0)
+
+
+class _ForeignProcess:
+    """A process of another actor system that binds a dead host's port as soon as it is free, and refuses every
+    frame (not signed with its secret) with Thespian's data-error ACK, as Reprise's authenticated transport does."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.bound = threading.Event()
+        self.refused = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> _ForeignProcess:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _serve(self) -> None:
+        from thespian.system.transport.streamBuffer import ackDataErrMsg
+
+        with socket.socket() as foreign:
+            foreign.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Thespian binds its ports
+            while not self._stop.is_set():
+                try:
+                    foreign.bind(("127.0.0.1", self.port))
+                    break
+                except OSError:  # a peer's half-closed connection to the dead process still holds it
+                    time.sleep(0.001)
+            foreign.listen(8)
+            foreign.settimeout(0.05)
+            self.bound.set()
+            while not self._stop.is_set():
+                try:
+                    conn, _ = foreign.accept()
+                except OSError:
+                    continue
+                with conn:
+                    conn.settimeout(5)
+                    if conn.recv(65536):
+                        conn.sendall(ackDataErrMsg)
+                        self.refused += 1
+
+
+@pytest.mark.timeout(120)
+def test_a_tell_to_a_dead_host_whose_port_another_system_took_is_held_for_the_new_host(make_system):
+    """Seen in CI with two suites side by side: a host was SIGKILLed and another system's process bound its
+    port before the client's next tell. That process drops the frame unread, so the message is still the
+    dead host's to deliver. (The port is free once the client's send resets the dead host's half-closed
+    connection; Thespian reconnects SEND_RETRY later, and the other process binds it in between.)"""
+    system = make_system("multiproc")
+    probe = system.probe()
+    system.spawn(Echo, "/user/echo")
+    pid = system.ask("/user/echo", "where")[1]
+    (port,) = {port for _, port in listening_addresses([pid])}
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: _gone(pid), 10)
+    with _ForeignProcess(port) as foreign:
+        system.tell("/user/echo", ("fwd", probe.path, Seq("echo", 0)))
+        assert foreign.refused, "the client's frame never reached the process on the dead host's port"
+    assert probe.receive(timeout=30) == Seq("echo", 0)
+    assert system.ask("/user/echo", "where")[1] != pid
+
+
+@pytest.mark.timeout(120)
+def test_a_batch_a_host_sends_to_a_dead_host_whose_port_another_system_took_is_held_for_the_new_host(make_system):
+    """The same inside the system: a host's batch refused that way is rerouted through the guardian."""
+    system = make_system("multiproc")
+    probe = system.probe()
+    system.spawn(Echo, "/user/a")
+    system.spawn(Echo, "/user/b")
+    system.tell("/user/a", ("fwd", "/user/b", ("fwd", probe.path, Seq("b", 0))))  # a now talks to b directly
+    assert probe.receive(timeout=30) == Seq("b", 0)
+    probe.tell("/user/a", ("fwd", "/user/b", "where"))
+    pid = probe.receive(timeout=30)[1]
+    (port,) = {port for _, port in listening_addresses([pid])}
+    guardian = system.status().guardian_pid
+    os.kill(guardian, signal.SIGSTOP)  # so that a sends before the guardian publishes b's new route
+    try:
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: _gone(pid), 10)
+        with _ForeignProcess(port) as foreign:
+            wait_for(foreign.bound.is_set, 10)  # b's half-closed connections were a's and are gone
+            system.tell("/user/a", ("fwd", "/user/b", ("fwd", probe.path, Seq("b", 1))))
+            wait_for(lambda: foreign.refused, 20)
+            os.kill(guardian, signal.SIGCONT)
+            assert probe.receive(timeout=30) == Seq("b", 1)
+    finally:
+        os.kill(guardian, signal.SIGCONT)
 
 
 # ---- errors inside actors reach someone -----------------------------------------------------------
