@@ -1,7 +1,7 @@
-"""A timeline of one feed(ack="processed") into durable accounts: every 0.5 s the rows accepted (staged) and
+"""A timeline of one feed(ack="processed") into durable accounts: every 0.5 s (--every) the rows accepted (staged) and
 processed, and each host's CPU share meanwhile, so staging, release and processing show apart.
 
-    PYTHONPATH=. .venv/bin/python bench/profiling/feed_timeline.py [ROWS] [--account TableAccounts] [--shards 1]
+    PYTHONPATH=. .venv/bin/python bench/profiling/feed_timeline.py [ROWS] [--account TableAccounts] [--shards 1] [--every 0.5]
 """
 
 import argparse
@@ -24,6 +24,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("rows", nargs="?", type=int, default=1_000_000)
 ap.add_argument("--account", default="TableAccounts", help="a class of tests.spark_bridge.sample")
 ap.add_argument("--shards", type=int, default=1)
+ap.add_argument("--every", type=float, default=0.5, help="seconds between two lines")
 args = ap.parse_args()
 spark, df = session_and_frame("reprise-feed-timeline", args.rows)
 with tempfile.TemporaryDirectory() as tmp, _system(getattr(sample, args.account), tmp, args.shards) as system:
@@ -37,7 +38,7 @@ with tempfile.TemporaryDirectory() as tmp, _system(getattr(sample, args.account)
     worker.start()
     last = {name: cpu(pid) for name, pid in pids.items()}
     while worker.is_alive():
-        time.sleep(0.5)
+        time.sleep(args.every)
         p = system.ask(BRIDGE_PATH, GetFeedProgress("timed"), timeout=5)
         now = time.monotonic()
         now_cpu = {name: cpu(pid) for name, pid in pids.items()}

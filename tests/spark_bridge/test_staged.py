@@ -61,6 +61,28 @@ def stage(system: actors.System, probe: actors.Probe, feed_id: str, attempt: str
     return reply
 
 
+class ThrottledWhileBusy(SparkBridge):
+    """A bridge whose fan-out while tasks stage is one row per minute."""
+
+    fan_out_chunk_busy = 1
+    busy_pause = 60.0
+    busy_for = 60.0
+
+
+def test_a_released_run_is_fanned_out_at_once_not_throttled_by_its_own_staging(bridged):
+    """Staged batches mark the bridge busy (fan-out in small turns, so that tasks' batches are accepted first)
+    for busy_for s after the last one. The run's Release ends that: its tasks are done. It used to linger, and
+    the first ~0.4 s of a 1M-row processed feed's fan-out went at 1,000 rows per 50 ms."""
+    system, probe, _ = bridged
+    start_bridge(system, cls=ThrottledWhileBusy)
+    stage(system, probe, "f", "runA/1", 0, 0, [1, 2, 3], 0)
+    system.tell(BRIDGE_PATH, Release("f", "runA", [[0, "runA/1"]], probe.path))
+    assert probe.receive(10) == FeedReleased("f", "runA", 0)
+    # Throttled, the second row would come a minute after the first.
+    wait_for(lambda: system.ask("/user/accounts/a0", GetBalance(), timeout=10).applied == 3, timeout=30)
+    assert system.ask("/user/accounts/a0", GetBalance(), timeout=10).total == 6
+
+
 def runs(system: actors.System) -> list[StagedRun]:
     reply = system.ask(BRIDGE_PATH, GetStagedRuns(), timeout=10)
     assert isinstance(reply, StagedRuns)
