@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import glob
 import inspect
 import os
 import re
@@ -125,3 +126,33 @@ def test_the_configuration_section_matches_the_signatures(call, function) -> Non
         assert name in parameters, f"README documents {call}({name}=...), which does not exist"
         assert parameters[name].default == ast.literal_eval(default), (
             f"README says {call}({name}={default}), the code's default is {parameters[name].default!r}")
+
+
+def named_tests() -> list[tuple[str, str, str]]:
+    """(reference, file, test name or "") for each test file and test the README names as a guarantee's check.
+
+    `::test_x` names a test of the last file named before it (as the guarantee tables abbreviate them)."""
+    found, last = [], ""
+    for ref in re.findall(r"`(tests/[^`]*|::test_[^`]*)`", README):
+        if ref.startswith("tests/"):
+            last, _, name = ref.partition("::")
+        else:
+            name = ref[2:]
+        found.append((ref, last, name.split("[")[0]))
+    return found
+
+
+def test_every_test_the_readme_names_exists() -> None:
+    """A guarantee names the test that checks it: renaming or deleting that test must not leave the README pointing
+    at nothing."""
+    refs = named_tests()
+    assert len(refs) > 50, "the README's guarantee tables name their tests as `tests/...py::test_...`"
+    missing = []
+    for ref, path, name in refs:
+        matches = glob.glob(os.path.join(ROOT, path)) if "*" in path else [os.path.join(ROOT, path)]
+        if not matches or not all(os.path.exists(p) for p in matches):
+            missing.append(f"{ref}: no {path}")
+        elif name and not any(re.search(rf"^\s*(async )?def {re.escape(name)}\(", open(p, encoding="utf-8").read(),
+                                        re.M) for p in matches if p.endswith(".py")):
+            missing.append(f"{ref}: {path} defines no {name}")
+    assert missing == []
