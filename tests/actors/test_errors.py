@@ -170,6 +170,8 @@ class _ForeignProcess:
                     break
                 except OSError:  # a peer's half-closed connection to the dead process still holds it
                     time.sleep(0.001)
+            else:
+                return  # stopped before the port was free: `bound` stays unset
             foreign.listen(8)
             foreign.settimeout(0.05)
             self.bound.set()
