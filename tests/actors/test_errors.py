@@ -183,8 +183,9 @@ class _ForeignProcess:
                 with conn:
                     conn.settimeout(5)
                     if conn.recv(65536):
-                        conn.sendall(ackDataErrMsg)
+                        # Counted before the answer: the sender may act on it and read `refused` at once.
                         self.refused += 1
+                        conn.sendall(ackDataErrMsg)
 
 
 @pytest.mark.timeout(120)
@@ -196,15 +197,22 @@ def test_a_tell_to_a_dead_host_whose_port_another_system_took_is_held_for_the_ne
     system = make_system("multiproc")
     probe = system.probe()
     system.spawn(Echo, "/user/echo")
-    pid = system.ask("/user/echo", "where")[1]
-    (port,) = {port for _, port in listening_addresses([pid])}
-    os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: _gone(pid), 10)
-    with _ForeignProcess(port) as foreign:
-        system.tell("/user/echo", ("fwd", probe.path, Seq("echo", 0)))
-        assert foreign.refused, "the client's frame never reached the process on the dead host's port"
-    assert probe.receive(timeout=30) == Seq("echo", 0)
-    assert system.ask("/user/echo", "where")[1] != pid
+    for attempt in range(3):
+        pid = system.ask("/user/echo", "where")[1]
+        (port,) = {port for _, port in listening_addresses([pid])}
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda pid=pid: _gone(pid), 10)
+        with _ForeignProcess(port) as foreign:
+            system.tell("/user/echo", ("fwd", probe.path, Seq("echo", attempt)))
+            assert probe.receive(timeout=30) == Seq("echo", attempt)
+            refused = foreign.refused
+        assert system.ask("/user/echo", "where")[1] != pid
+        if refused:
+            break
+        # The client reconnected before the foreign process could bind the freed port (a loaded machine): the
+        # message went the dead-target way, which is tested elsewhere. Try again for the case under test.
+    else:
+        pytest.fail("in 3 tries the foreign process never bound the dead host's port before the client's retry")
 
 
 @pytest.mark.timeout(120)
