@@ -12,11 +12,11 @@ from .errors import UnpicklableMessage
 from .main_module import adopt_main_classes
 from .messages import Batch, Scatter, ShardSet
 from .paths import ancestors, shard_key, shard_of
+from .pickling import PROTOCOL, dumps
 from .thespian_types import Address
 
 log = logging.getLogger("reprise.transport")
 
-PROTOCOL = pickle.HIGHEST_PROTOCOL
 Entry = tuple[str | None, str, object]  # (sender path | None, target path, message)
 
 _PLAIN_TYPES = {str, int, float, bool, bytes, type(None), tuple, list, dict, frozenset, set}
@@ -143,17 +143,17 @@ class Router:
 def pack(origin: str, entries: list[Entry], on_bad: Callable[[Entry, str], None]) -> Batch | None:
     """Pickle `entries` into a Batch; entries that cannot be pickled go to `on_bad` instead."""
     try:
-        return Batch(origin, pickle.dumps(entries, PROTOCOL))
+        return Batch(origin, dumps(entries))
     except Exception:
         good = []
         for entry in entries:
             try:
-                pickle.dumps(entry, PROTOCOL)
+                dumps(entry)
             except Exception as exc:
                 on_bad(entry, f"cannot be pickled: {exc}")
             else:
                 good.append(entry)
-        return Batch(origin, pickle.dumps(good, PROTOCOL)) if good else None
+        return Batch(origin, dumps(good)) if good else None
 
 
 def unpack(batch: Batch, on_bad: Callable[[Entry, str], None], expand: bool = True) -> list[Entry]:
