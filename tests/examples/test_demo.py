@@ -44,3 +44,22 @@ def test_demo_without_chaos_and_bad_options():
     assert "read model mismatches 0" in run.stdout
     bad = demo("--transactions", "0")
     assert bad.returncode == 2 and "--transactions, --accounts and --shards must be at least 1" in bad.stderr
+
+
+def test_the_chaos_thread_asks_often_only_when_the_mark_may_be_near():
+    from examples.demo import _Pace
+
+    pace = _Pace(1_000_000, 400_000)
+    assert pace.interval == _Pace.NEAR  # before the first answer
+    pace.observe(0.0, 300_000, 0)
+    assert pace.interval == _Pace.FAR  # staging: nothing is processed before the release
+    pace.observe(1.0, 1_000_000, 0)
+    assert pace.interval == _Pace.NEAR  # released: the rate is not known yet
+    pace.observe(1.1, 1_000_000, 10_000)
+    assert pace.interval == _Pace.NEAR
+    pace.observe(1.2, 1_000_000, 20_000)  # 100k rows/s: the mark is 3.8 s away
+    assert pace.interval == _Pace.FAR
+    pace.observe(4.9, 1_000_000, 390_000)  # 0.1 s away
+    assert pace.interval == pytest.approx(0.025)
+    pace.observe(4.99, 1_000_000, 399_900)
+    assert pace.interval == _Pace.NEAR
