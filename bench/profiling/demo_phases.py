@@ -8,46 +8,10 @@ JVM, the pyspark workers and the demo driver; it stops after 3 idle seconds.
 """
 
 import os
-import re
 import sys
 import time
 
-import actors
-from actors.system import tagged_pids
-
-
-def cpu(pid: int) -> float | None:
-    """CPU seconds (user + system) of `pid`, None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except OSError:
-        return None
-
-
-def hosts_of(tag: str) -> dict[int, str]:
-    """Pid -> host name of the demo's system tagged `tag`, once its bridge and accounts run."""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        for pid in tagged_pids(tag):
-            with open(f"/proc/{pid}/cmdline") as f:
-                found = re.search(r"--port (\d+)", f.read().replace("\0", " "))
-            if not found:
-                continue
-            try:
-                system = actors.connect(int(found.group(1)))
-            except Exception:
-                continue
-            try:
-                hosts = system.status().hosts
-            finally:
-                system.close()
-            if "/system/spark-bridge" in hosts and any("accounts" in name for name in hosts) \
-                    and all(h.pid for h in hosts.values()):
-                return {h.pid: name for name, h in hosts.items() if h.pid}
-        time.sleep(0.2)
-    raise SystemExit(f"no demo tagged {tag} came up within 120 s")
+from bench.profiling.demo_procs import cpu, demo_hosts
 
 
 def others() -> dict[int, str]:
@@ -70,7 +34,9 @@ def others() -> dict[int, str]:
     return found
 
 
-names = hosts_of(sys.argv[1])
+names = demo_hosts(sys.argv[1], 120)
+if not names:
+    raise SystemExit(f"no demo tagged {sys.argv[1]} came up within 120 s")
 columns = sorted(set(names.values())) + ["jvm", "pyworkers", "driver"]
 print("t   " + " ".join(f"{c.replace('/user/', '').replace(' ', '')[:11]:>11}" for c in columns), flush=True)
 last: dict[int, float] = {}

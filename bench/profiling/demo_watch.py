@@ -2,12 +2,10 @@
 the hosts whose path contains one of them), CPU of each process."""
 
 import os
-import re
 import sys
 import time
 
-import actors
-from actors.system import tagged_pids
+from bench.profiling.demo_procs import cpu, demo_hosts
 from bench.profiling.spy import record
 
 # TAG "-": the tag is read from $DEMO_TAG, so that it is not on this process's command line (the demo kills the
@@ -17,39 +15,11 @@ if tag == "-":
     tag = os.environ["DEMO_TAG"]
 
 
-def cpu(pid):
-    try:
-        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-    except OSError:
-        return None
-
-
 # The demo's Spark JVM is told its workers' PYTHONPATH: the checkout the demo runs from (this one).
 spark_mark = "spark.executorEnv.PYTHONPATH=" + os.environ.get("SPARK_MARK", os.getcwd())
-names, last, first, procs = {}, {}, {}, []
+last, first, procs = {}, {}, []
 deadline = time.monotonic() + 600
-while time.monotonic() < deadline and not names:
-    pids = tagged_pids(tag)
-    if pids:
-        port = next(
-            (
-                int(m.group(1))
-                for p in pids
-                for m in [re.search(r"--port (\d+)", open(f"/proc/{p}/cmdline").read().replace("\0", " "))]
-                if m
-            ),
-            None,
-        )
-        try:
-            system = actors.connect(port)
-            st = system.status()
-            if "/user/accounts" in " ".join(st.hosts) and "/system/spark-bridge" in st.hosts:
-                names = {h.pid: k for k, h in st.hosts.items()}
-            system.close()
-        except Exception:
-            pass
-    time.sleep(0.2)
+names = demo_hosts(tag, 600)
 for pid, name in names.items():
     first[pid] = cpu(pid)
     only = os.environ.get("SPY_ONLY", "").split(",")

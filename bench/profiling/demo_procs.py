@@ -1,0 +1,48 @@
+"""What the demo watchers (demo_watch.py, demo_phases.py) read of a running demo: a process's CPU, and the demo's hosts."""
+
+import os
+import re
+import time
+
+import actors
+from actors.system import tagged_pids
+
+
+def cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) of `pid`, None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return None
+
+
+def demo_hosts(tag: str, timeout: float) -> dict[int, str]:
+    """Pid -> host name of the demo's system tagged `tag`, once its bridge and accounts run with a process each
+    ({} if that takes longer than `timeout` s)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in tagged_pids(tag):
+            try:
+                with open(f"/proc/{pid}/cmdline") as f:
+                    found = re.search(r"--port (\d+)", f.read().replace("\0", " "))
+            except OSError:
+                continue
+            if not found:
+                continue
+            try:
+                system = actors.connect(int(found.group(1)))
+            except Exception:
+                continue
+            try:
+                hosts = system.status().hosts
+            except Exception:
+                continue
+            finally:
+                system.close()
+            if "/system/spark-bridge" in hosts and any("/user/accounts" in name for name in hosts) \
+                    and all(h.pid for h in hosts.values()):
+                return {h.pid: name for name, h in hosts.items()}
+        time.sleep(0.2)
+    return {}
