@@ -12,7 +12,7 @@ from .errors import UnpicklableMessage
 from .main_module import adopt_main_classes
 from .messages import Batch, Scatter, ShardSet
 from .paths import ancestors, shard_key, shard_of
-from .pickling import PROTOCOL, dumps
+from .pickling import dumps
 from .thespian_types import Address
 
 log = logging.getLogger("reprise.transport")
@@ -39,7 +39,7 @@ def check_message(message: object) -> None:
             "so that senders and receivers cannot share mutable state"
         )
     try:
-        pickle.dumps(message, PROTOCOL)
+        dumps(message)  # (what pack will do with it)
     except Exception as exc:
         raise UnpicklableMessage(
             f"message of type {cls.__qualname__} cannot be pickled ({exc}); messages must be frozen "

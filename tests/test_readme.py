@@ -142,6 +142,11 @@ def named_tests() -> list[tuple[str, str, str]]:
     return found
 
 
+def _text(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
 def test_every_test_the_readme_names_exists() -> None:
     """A guarantee names the test that checks it: renaming or deleting that test must not leave the README pointing
     at nothing."""
@@ -152,7 +157,7 @@ def test_every_test_the_readme_names_exists() -> None:
         matches = glob.glob(os.path.join(ROOT, path)) if "*" in path else [os.path.join(ROOT, path)]
         if not matches or not all(os.path.exists(p) for p in matches):
             missing.append(f"{ref}: no {path}")
-        elif name and not any(re.search(rf"^\s*(async )?def {re.escape(name)}\(", open(p, encoding="utf-8").read(),
-                                        re.M) for p in matches if p.endswith(".py")):
+        elif name and not any(re.search(rf"^\s*(async )?def {re.escape(name)}\(", _text(p), re.M)
+                              for p in matches if p.endswith(".py")):
             missing.append(f"{ref}: {path} defines no {name}")
     assert missing == []
