@@ -62,15 +62,15 @@ class _Reducers(dict):  # type: ignore[type-arg]
 
 
 _reducers = _Reducers()
-_copyreg_size = len(copyreg.dispatch_table)
+_copyreg_seen = dict(copyreg.dispatch_table)
 
 
 def dumps(obj: object) -> bytes:
     """pickle.dumps(obj, PROTOCOL), the same bytes, faster for objects of plain classes."""
-    global _copyreg_size
-    if len(copyreg.dispatch_table) != _copyreg_size:  # someone registered a reducer since: take it into account
+    global _copyreg_seen
+    if copyreg.dispatch_table != _copyreg_seen:  # a reducer was registered, replaced or removed since
         _reducers.clear()
-        _copyreg_size = len(copyreg.dispatch_table)
+        _copyreg_seen = dict(copyreg.dispatch_table)
     buffer = io.BytesIO()
     pickler = pickle.Pickler(buffer, PROTOCOL)
     pickler.dispatch_table = _reducers

@@ -146,8 +146,11 @@ def test_a_reducer_registered_with_copyreg_after_first_use_is_honoured():
     try:
         assert dumps(Registered(1)) == pickle.dumps(Registered(1), PROTOCOL) != before
         assert pickle.loads(dumps(Registered(1))).a == 10
+        copyreg.pickle(Registered, lambda r: (Registered, (r.a * 100,)))  # replaced: the table's size is the same
+        assert pickle.loads(dumps(Registered(1))).a == 100
     finally:
         del copyreg.dispatch_table[Registered]
+    assert dumps(Registered(1)) == before  # removed again
 
 
 def test_an_unpicklable_object_raises_as_pickle_does():
