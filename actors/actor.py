@@ -124,7 +124,7 @@ class Actor:
 
     # Internal state: set by the host before pre_start.
     _stopping: bool = False
-    _timers: set[Timer]
+    _timers: set[Timer] | tuple[()] = ()  # a set from its first timer on (timers.py): none for most entities
     _last_active: float = 0.0
 
     # The lifecycle the host drives (actors.lifecycle.Lifecycle says when and what each must do).

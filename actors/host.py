@@ -579,7 +579,6 @@ class Host:
             raise TypeError(f"{spec.factory!r} made a {type(entity).__name__}, not an actors.Actor")
         entity.path = path
         entity.context = self
-        entity._timers = set()
         entity._incarnation = next(self._incarnations)
         entity._last_active = self.now
         self.entities[path] = entity

@@ -28,9 +28,11 @@ class Timer:
     def cancel(self) -> None:
         """Stop this timer; a tick already due but not yet delivered is dropped too."""
         self.active = False
-        timers = getattr(self.owner, "_timers", None)
-        if timers is not None:
+        timers = self.owner._timers
+        if isinstance(timers, set):
             timers.discard(self)
+            if not timers:
+                self.owner._timers = ()  # an entity whose timers are done holds no set
 
     def __lt__(self, other: Timer) -> bool:
         return (self.due, self.seq) < (other.due, other.seq)
@@ -47,7 +49,10 @@ class TimerQueue:
         """Add a timer for `owner` (an actor) due `delay` seconds from now."""
         timer = Timer(time.monotonic() + max(0.0, delay), interval, message, owner, owner._incarnation, next(self._seq))
         heapq.heappush(self._heap, timer)
-        owner._timers.add(timer)
+        timers = owner._timers
+        if not isinstance(timers, set):  # an actor's first timer: the set is made now (an empty one is 216 bytes)
+            timers = owner._timers = set()
+        timers.add(timer)
         return timer
 
     def next_due(self) -> float | None:
@@ -73,5 +78,5 @@ class TimerQueue:
                 heapq.heappush(heap, timer)
             else:
                 timer.active = False
-                timer.owner._timers.discard(timer)
+                timer.cancel()
         return fired
