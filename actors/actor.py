@@ -122,7 +122,7 @@ class Actor:
         """A logger for this actor."""
         return log
 
-    # Internal state: set by the host before pre_start.
+    # Internal state the host keeps on each instance (set before pre_start, or by the timers themselves).
     _stopping: bool = False
     _timers: set[Timer] | tuple[()] = ()  # a set from its first timer on (timers.py): none for most entities
     _last_active: float = 0.0

@@ -515,6 +515,7 @@ class PersistentActor(Actor):
         self.mixin_command(message, sender)
 
     def _stashed(self, message: object, sender: str | None) -> None:
+        """Put a command in the stash, making the deque on the first one."""
         stash = self._stash
         if type(stash) is not deque:
             stash = self._stash = deque()
