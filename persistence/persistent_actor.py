@@ -336,7 +336,7 @@ class PersistentActor(Actor):
         self._seq_alloc = 0
         self._recovery_running = True
         self._writer_uuid = uuid.uuid4().hex
-        self._batch: list[_Entry] = []
+        self._batch: list[_Entry] | tuple[()] = ()  # () while nothing is queued: no list per idle actor
         self._contributors: list[Callable[[], None]] | tuple[()] = ()  # see _contribute; () when none (no list per actor)
         self._pending = 0
         self._stashing = 0
@@ -597,7 +597,10 @@ class PersistentActor(Actor):
             _set_handler(write, handler)
             _set_sender(write, self.sender)
             _set_stashing(write, stashing)
-            self._batch.append(write)
+            if self._batch:
+                self._batch.append(write)
+            else:
+                self._batch = [write]
             self._pending += 1
             if stashing:
                 self._stashing += 1
@@ -608,7 +611,11 @@ class PersistentActor(Actor):
         self._seq_alloc = seq + n
         # recovery checked the persistence id; AtomicWrite still raises its own error if it went empty since.
         atomic = _atomic(reprs) if pid else AtomicWrite(reprs)
-        self._batch.append(_Call(atomic, None, handler, self.sender, stashing))
+        call = _Call(atomic, None, handler, self.sender, stashing)
+        if self._batch:
+            self._batch.append(call)
+        else:
+            self._batch = [call]
         self._pending += n
         if stashing:
             self._stashing += n
@@ -631,7 +638,10 @@ class PersistentActor(Actor):
         _set_event(write, event)
         _set_handler(write, handler)
         _set_sender(write, self.sender)
-        self._batch.append(write)
+        if self._batch:
+            self._batch.append(write)
+        else:
+            self._batch = [write]
         self._pending += 1
         self._coordinator.enqueue(self)
 
@@ -644,7 +654,11 @@ class PersistentActor(Actor):
         if self._pending == 0:
             handler(event)
             return
-        self._batch.append(_Call(None, event, handler, self.sender, stashing))
+        call = _Call(None, event, handler, self.sender, stashing)
+        if self._batch:
+            self._batch.append(call)
+        else:
+            self._batch = [call]
         self._pending += 1
         if stashing:
             self._stashing += 1
@@ -683,10 +697,10 @@ class PersistentActor(Actor):
             self._contributors = ()
             for flush in contributors:
                 flush()
-        batch, self._batch = self._batch, []
+        batch, self._batch = self._batch, ()
         # A stopped instance's queued events are still written (Akka writes what was persisted before a
         # stop); their handlers do not run (_written_after_stop). A failed or replaced one's are not.
-        if self._replaced or self._dead:
+        if self._replaced or self._dead or not batch:
             return []
         return batch
 

@@ -1,6 +1,6 @@
-"""What an idle persistent entity costs in memory: no stash deque and no timer set until it needs one, and none
-kept once its stash drained and its timers are done (an empty deque is 760 bytes, an empty set 216;
-bench/PROFILE.md §27)."""
+"""What an idle persistent entity costs in memory: no stash deque, timer set or write list until it needs one,
+and none kept once its stash drained, its timers are done and its writes are taken (an empty deque is 760 bytes,
+an empty set 216, an empty list 56; bench/PROFILE.md §27)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ def test_an_entity_holds_no_stash_or_timer_storage_before_or_after_using_them(ps
 
 
 def test_an_idle_persistent_entity_takes_under_1200_bytes(tmp_path):
-    """On the local base (the entities live in this process, where tracemalloc sees them): 847 bytes an entity
-    measured, 1,831 with a deque and a set per entity (and 1,607 with the deque alone)."""
+    """On the local base (the entities live in this process, where tracemalloc sees them): 783 bytes an entity
+    measured, 1,831 with a stash deque, a timer set and a write list per entity (1,607 with the deque alone)."""
     system = start_system("local", tmp_path, journal=f"sqlite:///{tmp_path}/journal.db?synchronous=NORMAL")
     try:
         system.spawn(Lean, "/user/lean", entities=True)
