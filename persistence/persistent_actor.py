@@ -597,29 +597,14 @@ class PersistentActor(Actor):
             _set_handler(write, handler)
             _set_sender(write, self.sender)
             _set_stashing(write, stashing)
-            if self._batch:
-                self._batch.append(write)
-            else:
-                self._batch = [write]
-            self._pending += 1
-            if stashing:
-                self._stashing += 1
-            self._coordinator.enqueue(self)
+            self._queue_entry(write, 1, stashing)
             return
         else:
             reprs = tuple([_repr(e, seq + k, pid, writer) for k, e in enumerate(events, 1)])
         self._seq_alloc = seq + n
         # recovery checked the persistence id; AtomicWrite still raises its own error if it went empty since.
         atomic = _atomic(reprs) if pid else AtomicWrite(reprs)
-        call = _Call(atomic, None, handler, self.sender, stashing)
-        if self._batch:
-            self._batch.append(call)
-        else:
-            self._batch = [call]
-        self._pending += n
-        if stashing:
-            self._stashing += n
-        self._coordinator.enqueue(self)
+        self._queue_entry(_Call(atomic, None, handler, self.sender, stashing), n, stashing)
 
     def _queue_one(self, payload: Any, event: Any, handler: Handler) -> None:
         """Queue `payload` as one persist_async write whose handler gets `event` (an _OneWrite: the fast path
@@ -638,12 +623,7 @@ class PersistentActor(Actor):
         _set_event(write, event)
         _set_handler(write, handler)
         _set_sender(write, self.sender)
-        if self._batch:
-            self._batch.append(write)
-        else:
-            self._batch = [write]
-        self._pending += 1
-        self._coordinator.enqueue(self)
+        self._queue_entry(write, 1, False)
 
     def _queue_defer(self, event: object, handler: Handler, stashing: bool) -> None:
         if self._contributors:
@@ -654,14 +634,17 @@ class PersistentActor(Actor):
         if self._pending == 0:
             handler(event)
             return
-        call = _Call(None, event, handler, self.sender, stashing)
+        self._queue_entry(_Call(None, event, handler, self.sender, stashing), 1, stashing)
+
+    def _queue_entry(self, entry: _Entry, pending: int, stashing: bool) -> None:
+        """Add `entry` (`pending` handlers to run) to this round's writes and have the coordinator commit it."""
         if self._batch:
-            self._batch.append(call)
-        else:
-            self._batch = [call]
-        self._pending += 1
+            self._batch.append(entry)
+        else:  # the round's first: no list is kept between rounds (PROFILE.md §27)
+            self._batch = [entry]
+        self._pending += pending
         if stashing:
-            self._stashing += 1
+            self._stashing += pending
         self._coordinator.enqueue(self)
 
     # ---- the before-commit hook of mixins that journal compact events ---------------------------
