@@ -29,11 +29,12 @@ marks: list[list[float]] = []  # [start of _store, start of COMMIT, end of _stor
 
 def _timed(store):
     def timed_store(self, batch):
-        conn = self._h.c.conn
-        if not getattr(conn, "_gap_traced", False):
+        shared = self._h.c  # the file's one connection (journal.sqlite._Connection), traced once
+        if not getattr(shared, "_gap_traced", False):
             # The statement trace runs as each statement starts: its COMMIT is where the commit begins.
-            conn.set_trace_callback(lambda sql: marks[-1].__setitem__(1, time.perf_counter()) if sql == "COMMIT" else None)
-            self._h.c.__dict__["_gap_traced"] = True
+            shared.conn.set_trace_callback(
+                lambda sql: marks[-1].__setitem__(1, time.perf_counter()) if sql == "COMMIT" else None)
+            shared._gap_traced = True
         marks.append([time.perf_counter(), 0.0, 0.0])
         store(self, batch)
         marks[-1][2] = time.perf_counter()
