@@ -31,6 +31,7 @@ import hashlib
 import json
 import logging
 import os
+import struct
 import sys
 import tempfile
 import time
@@ -410,14 +411,31 @@ def stage_arrow(plan: _Plan, batches: Iterable[pa.RecordBatch], feed_id: str | N
 
 def _stage_arrow_batches(plan: _Plan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """stage_arrow for mapInArrow: the commit message as a one-row record batch."""
+    yield result_batch(*stage_arrow(plan, batches))
+
+
+def result_batch(partition: int, attempt: str, rows: int, duplicates: int, dead: int, bridge: str) -> pa.RecordBatch:
+    """A task's commit message as a one-row record batch (_RESULT_SCHEMA), built from buffers.
+
+    pyarrow's conversion of Python values (`pa.array`, `RecordBatch.from_pydict`) imports pandas on first use:
+    ~0.25 s of CPU in every new Python worker, at the end of its first task, for a module nothing else in a
+    task needs.
+    """
     import pyarrow as pa
 
-    partition, attempt, rows, duplicates, dead, bridge = stage_arrow(plan, batches)
-    yield pa.RecordBatch.from_pydict({"partition": [partition], "attempt": [attempt], "rows": [rows],
-                                      "duplicates": [duplicates], "dead": [dead], "bridge": [bridge]},
-                                     schema=pa.schema([("partition", pa.int32()), ("attempt", pa.string()),
-                                                       ("rows", pa.int64()), ("duplicates", pa.int64()),
-                                                       ("dead", pa.int64()), ("bridge", pa.string())]))
+    def number(fmt: str, value: int, kind: pa.DataType) -> pa.Array:
+        return pa.Array.from_buffers(kind, 1, [None, pa.py_buffer(struct.pack(fmt, value))])
+
+    def text(value: str) -> pa.Array:
+        data = value.encode()
+        return pa.Array.from_buffers(pa.string(), 1, [None, pa.py_buffer(struct.pack("<ii", 0, len(data))),
+                                                      pa.py_buffer(data)])
+
+    return pa.RecordBatch.from_arrays(
+        [number("<i", partition, pa.int32()), text(attempt), number("<q", rows, pa.int64()),
+         number("<q", duplicates, pa.int64()), number("<q", dead, pa.int64()), text(bridge)],
+        schema=pa.schema([("partition", pa.int32()), ("attempt", pa.string()), ("rows", pa.int64()),
+                          ("duplicates", pa.int64()), ("dead", pa.int64()), ("bridge", pa.string())]))
 
 
 # ---- the driver side: the job's commit --------------------------------------------------------------

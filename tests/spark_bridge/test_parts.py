@@ -155,3 +155,25 @@ def test_progress_round_trips_with_its_ids_as_differences_and_version_1_reads_ba
     in_order = Progress(list(range(10**6, 10**6 + 2_000)), [], [])
     v1_size = len(pack([_OBJECT_EXT, "spark_bridge.Progress", 1, in_order.confirmed, [], []]))
     assert len(serialize(in_order)) * 4 < v1_size, "about a byte an id confirmed in order, five before"
+
+
+def test_a_tasks_commit_batch_holds_its_values_in_the_feeds_schema_without_importing_pandas():
+    # A Spark task ends by yielding this batch; pyarrow's Python-value conversion would import pandas in every
+    # new worker (~0.25 s of CPU each). A fresh interpreter, so that nothing else imported it first.
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, importlib, pyarrow as pa\n"
+        "F = importlib.import_module('spark_bridge.feed')\n"
+        "b = F.result_batch(3, 'run/17 \\u00fc', 2**40, 5, -1, '/system/spark-bridge')\n"
+        "assert 'pandas' not in sys.modules, 'result_batch imported pandas'\n"
+        "schema = pa.schema([('partition', pa.int32()), ('attempt', pa.string()), ('rows', pa.int64()),\n"
+        "    ('duplicates', pa.int64()), ('dead', pa.int64()), ('bridge', pa.string())])  # feed's _RESULT_SCHEMA\n"
+        "want = pa.RecordBatch.from_pydict({'partition': [3], 'attempt': ['run/17 \\u00fc'], 'rows': [2**40],\n"
+        "    'duplicates': [5], 'dead': [-1], 'bridge': ['/system/spark-bridge']}, schema=schema)\n"
+        "assert b.equals(want), b.to_pylist()\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
