@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -153,6 +154,44 @@ def test_a_writer_waits_for_the_write_lock_and_fails_clearly_when_it_never_comes
             releaser.join()
             blocker.close()
         assert _seqs(j, "p") == [1, 2]
+
+
+_WRITER = """
+import os, sys, time, journal
+from journal import AtomicWrite, PersistentRepr
+j = journal.open_journal(sys.argv[1])
+open(sys.argv[4] + "-" + sys.argv[2], "w").close()  # ready
+while not os.path.exists(sys.argv[4]):  # every writer opened the file: go together
+    time.sleep(0.001)
+first = time.monotonic()
+for n in range(1, int(sys.argv[3]) + 1):
+    assert j.write_messages([AtomicWrite([PersistentRepr(f"e-{n}", n, sys.argv[2])])]) == [None]
+print(first, time.monotonic())
+j.close()
+"""
+
+
+def test_processes_writing_one_file_at_once_each_commit_every_event_once_in_order(tmp_path) -> None:
+    url, go = f"sqlite://{tmp_path}/j.db", tmp_path / "go"
+    with open_journal(url) as j:  # created before the writers start
+        _write(j, "seed", range(1, 2))
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    writers = [subprocess.Popen([sys.executable, "-c", _WRITER, url, f"w{k}", "300", str(go)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env) for k in range(3)]
+    ready = [tmp_path / f"go-w{k}" for k in range(3)]
+    deadline = time.monotonic() + 60
+    while not all(r.exists() for r in ready) and time.monotonic() < deadline and all(w.poll() is None for w in writers):
+        time.sleep(0.01)
+    go.touch()
+    outs = [w.communicate(timeout=120) for w in writers]
+    assert all(w.returncode == 0 for w in writers), [o[1] for o in outs]
+    spans = [tuple(map(float, o[0].split())) for o in outs]
+    # (CLOCK_MONOTONIC is one clock for all processes) the writers' commits overlapped: they took turns at the lock
+    assert max(start for start, _ in spans) < min(end for _, end in spans), spans
+    with open_journal(url) as j:
+        for k in range(3):
+            assert _seqs(j, f"w{k}") == list(range(1, 301))
+        assert _seqs(j, "seed") == [1]
 
 
 def test_snapshot_store_shares_the_journal_file(tmp_path) -> None:
