@@ -46,3 +46,32 @@ def demo_hosts(tag: str, timeout: float) -> dict[int, str]:
                 return {h.pid: name for name, h in hosts.items()}
         time.sleep(0.2)
     return {}
+
+
+def cpu_by_kind() -> dict[str, float]:
+    """CPU seconds so far of the processes alive now, by kind: the Spark JVM, the pyspark workers, the actor systems'
+    processes (a process that exited is not counted)."""
+    out: dict[str, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                line = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        if "java" in line and "spark" in line:
+            kind = "jvm"
+        elif "pyspark" in line:
+            kind = "pyworkers"
+        elif "actors/boot.py" in line or "actors.boot" in line:
+            kind = "actor-system"
+        else:
+            continue
+        out[kind] = out.get(kind, 0.0) + (cpu(int(entry)) or 0.0)
+    return out
+
+
+def cpu_used(before: dict[str, float], after: dict[str, float]) -> str:
+    """"kind seconds ..." between two cpu_by_kind() readings."""
+    return " ".join(f"{k} {after.get(k, 0) - before.get(k, 0):.2f}" for k in sorted(after))
