@@ -7,31 +7,15 @@ One column per host (from `status()`, taken once: a host restarted after the cha
 JVM, the pyspark workers and the demo driver; it stops after 3 idle seconds.
 """
 
-import os
 import sys
 import time
 
-from bench.profiling.demo_procs import cpu, demo_hosts
+from bench.profiling.demo_procs import cpu, demo_hosts, process_kinds
 
 
 def others() -> dict[int, str]:
-    """Pid -> kind of the Spark and driver processes."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                line = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        if "java" in line and "spark" in line:
-            found[int(entry)] = "jvm"
-        elif "pyspark" in line:
-            found[int(entry)] = "pyworkers"
-        elif "examples.demo" in line:
-            found[int(entry)] = "driver"
-    return found
+    """Pid -> kind of the Spark and driver processes (the hosts are columns of their own)."""
+    return {pid: kind for pid, kind in process_kinds().items() if kind != "actor-system"}
 
 
 names = demo_hosts(sys.argv[1], 120)

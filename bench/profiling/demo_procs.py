@@ -48,10 +48,10 @@ def demo_hosts(tag: str, timeout: float) -> dict[int, str]:
     return {}
 
 
-def cpu_by_kind() -> dict[str, float]:
-    """CPU seconds so far of the processes alive now, by kind: the Spark JVM, the pyspark workers, the actor systems'
-    processes (a process that exited is not counted)."""
-    out: dict[str, float] = {}
+def process_kinds() -> dict[int, str]:
+    """Pid -> kind of the processes alive now that a demo or a feed runs: "jvm" (Spark's), "pyworkers" (pyspark's
+    daemon and workers), "driver" (`python -m examples.demo`), "actor-system" (a guardian or host)."""
+    found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -61,14 +61,21 @@ def cpu_by_kind() -> dict[str, float]:
         except OSError:
             continue
         if "java" in line and "spark" in line:
-            kind = "jvm"
+            found[int(entry)] = "jvm"
         elif "pyspark" in line:
-            kind = "pyworkers"
+            found[int(entry)] = "pyworkers"
+        elif "examples.demo" in line:
+            found[int(entry)] = "driver"
         elif "actors/boot.py" in line or "actors.boot" in line:
-            kind = "actor-system"
-        else:
-            continue
-        out[kind] = out.get(kind, 0.0) + (cpu(int(entry)) or 0.0)
+            found[int(entry)] = "actor-system"
+    return found
+
+
+def cpu_by_kind() -> dict[str, float]:
+    """CPU seconds so far of the processes alive now, by process_kinds() (a process that exited is not counted)."""
+    out: dict[str, float] = {}
+    for pid, kind in process_kinds().items():
+        out[kind] = out.get(kind, 0.0) + (cpu(pid) or 0.0)
     return out
 
 
