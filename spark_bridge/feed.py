@@ -418,8 +418,8 @@ def result_batch(partition: int, attempt: str, rows: int, duplicates: int, dead:
     """A task's commit message as a one-row record batch (_RESULT_SCHEMA), built from buffers.
 
     pyarrow's conversion of Python values (`pa.array`, `RecordBatch.from_pydict`) imports pandas on first use:
-    ~0.25 s of CPU in every new Python worker, at the end of its first task, for a module nothing else in a
-    task needs.
+    0.22-0.23 s of CPU in every new Python worker, at the end of its first task, for a module nothing else in a
+    task needs (bench/PROFILE.md §28). Arrow buffers are in the machine's byte order ("=").
     """
     import pyarrow as pa
 
@@ -428,12 +428,12 @@ def result_batch(partition: int, attempt: str, rows: int, duplicates: int, dead:
 
     def text(value: str) -> pa.Array:
         data = value.encode()
-        return pa.Array.from_buffers(pa.string(), 1, [None, pa.py_buffer(struct.pack("<ii", 0, len(data))),
+        return pa.Array.from_buffers(pa.string(), 1, [None, pa.py_buffer(struct.pack("=ii", 0, len(data))),
                                                       pa.py_buffer(data)])
 
     return pa.RecordBatch.from_arrays(
-        [number("<i", partition, pa.int32()), text(attempt), number("<q", rows, pa.int64()),
-         number("<q", duplicates, pa.int64()), number("<q", dead, pa.int64()), text(bridge)],
+        [number("=i", partition, pa.int32()), text(attempt), number("=q", rows, pa.int64()),
+         number("=q", duplicates, pa.int64()), number("=q", dead, pa.int64()), text(bridge)],
         schema=pa.schema([("partition", pa.int32()), ("attempt", pa.string()), ("rows", pa.int64()),
                           ("duplicates", pa.int64()), ("dead", pa.int64()), ("bridge", pa.string())]))
 
