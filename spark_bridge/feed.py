@@ -71,7 +71,10 @@ if TYPE_CHECKING:
 HOW_TO_START = ("start the bridge in the actor system first: "
                 "`from spark_bridge import start_bridge; start_bridge(actors.connect(PORT))`")
 ACK_MODES = ("persisted", "processed")
-_RESULT_SCHEMA = "partition int, attempt string, rows long, duplicates long, dead long, bridge string"
+_RESULT_COLUMNS = (("partition", "int"), ("attempt", "string"), ("rows", "long"), ("duplicates", "long"),
+                   ("dead", "long"), ("bridge", "string"))
+"""A task's commit message, one row: its columns and their Spark types (result_batch builds it)."""
+_RESULT_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in _RESULT_COLUMNS)
 HOST_ENV, PORT_ENV = "REPRISE_HOST", "REPRISE_PORT"
 """A worker's environment: the address of its node's actor system, where its executors attach (default host
 127.0.0.1)."""
@@ -415,7 +418,7 @@ def _stage_arrow_batches(plan: _Plan, batches: Iterator[pa.RecordBatch]) -> Iter
 
 
 def result_batch(partition: int, attempt: str, rows: int, duplicates: int, dead: int, bridge: str) -> pa.RecordBatch:
-    """A task's commit message as a one-row record batch (_RESULT_SCHEMA), built from buffers.
+    """A task's commit message as a one-row record batch of _RESULT_COLUMNS, built from buffers.
 
     pyarrow's conversion of Python values (`pa.array`, `RecordBatch.from_pydict`) imports pandas on first use:
     0.22-0.23 s of CPU in every new Python worker, at the end of its first task, for a module nothing else in a
@@ -423,19 +426,16 @@ def result_batch(partition: int, attempt: str, rows: int, duplicates: int, dead:
     """
     import pyarrow as pa
 
-    def number(fmt: str, value: int, kind: pa.DataType) -> pa.Array:
-        return pa.Array.from_buffers(kind, 1, [None, pa.py_buffer(struct.pack(fmt, value))])
-
-    def text(value: str) -> pa.Array:
-        data = value.encode()
-        return pa.Array.from_buffers(pa.string(), 1, [None, pa.py_buffer(struct.pack("=ii", 0, len(data))),
-                                                      pa.py_buffer(data)])
-
-    return pa.RecordBatch.from_arrays(
-        [number("=i", partition, pa.int32()), text(attempt), number("=q", rows, pa.int64()),
-         number("=q", duplicates, pa.int64()), number("=q", dead, pa.int64()), text(bridge)],
-        schema=pa.schema([("partition", pa.int32()), ("attempt", pa.string()), ("rows", pa.int64()),
-                          ("duplicates", pa.int64()), ("dead", pa.int64()), ("bridge", pa.string())]))
+    arrays = []
+    for (_, kind), value in zip(_RESULT_COLUMNS, (partition, attempt, rows, duplicates, dead, bridge), strict=True):
+        if kind == "string":
+            data = cast(str, value).encode()
+            offsets = pa.py_buffer(struct.pack("=ii", 0, len(data)))
+            arrays.append(pa.Array.from_buffers(pa.string(), 1, [None, offsets, pa.py_buffer(data)]))
+        else:  # int / long
+            arrow, fmt = (pa.int32(), "=i") if kind == "int" else (pa.int64(), "=q")
+            arrays.append(pa.Array.from_buffers(arrow, 1, [None, pa.py_buffer(struct.pack(fmt, value))]))
+    return pa.RecordBatch.from_arrays(arrays, names=[name for name, _ in _RESULT_COLUMNS])
 
 
 # ---- the driver side: the job's commit --------------------------------------------------------------

@@ -159,7 +159,7 @@ def test_progress_round_trips_with_its_ids_as_differences_and_version_1_reads_ba
 
 def test_a_tasks_commit_batch_holds_its_values_in_the_feeds_schema_without_importing_pandas():
     # A Spark task ends by yielding this batch; pyarrow's Python-value conversion would import pandas in every
-    # new worker (~0.25 s of CPU each). A fresh interpreter, so that nothing else imported it first.
+    # new worker (0.22-0.23 s of CPU each). A fresh interpreter, so that nothing else imported it first.
     import subprocess
     import sys
 
@@ -169,7 +169,7 @@ def test_a_tasks_commit_batch_holds_its_values_in_the_feeds_schema_without_impor
         "b = F.result_batch(3, 'run/17 \\u00fc', 2**40, 5, -1, '/system/spark-bridge')\n"
         "assert 'pandas' not in sys.modules, 'result_batch imported pandas'\n"
         "schema = pa.schema([('partition', pa.int32()), ('attempt', pa.string()), ('rows', pa.int64()),\n"
-        "    ('duplicates', pa.int64()), ('dead', pa.int64()), ('bridge', pa.string())])  # feed's _RESULT_SCHEMA\n"
+        "    ('duplicates', pa.int64()), ('dead', pa.int64()), ('bridge', pa.string())])  # feed's _RESULT_COLUMNS\n"
         "want = pa.RecordBatch.from_pydict({'partition': [3], 'attempt': ['run/17 \\u00fc'], 'rows': [2**40],\n"
         "    'duplicates': [5], 'dead': [-1], 'bridge': ['/system/spark-bridge']}, schema=schema)\n"
         "assert b.equals(want), b.to_pylist()\n"
