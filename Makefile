@@ -23,8 +23,9 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
+# The demo's Spark JVM maps its classes from an archive built by the first run (spark_bridge.class_archive).
 demo: $(STAMP)
-	$(PY) -m examples.demo
+	$(PY) -m examples.demo --class-archive $(VENV)/spark-classes.jsa
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

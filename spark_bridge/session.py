@@ -42,16 +42,29 @@ def _finish(builder: Any, conf: dict[str, str]) -> Any:
 
 
 def local_session(app_name: str, master: str = "local[2]", shuffle_partitions: int = 4, lean_jvm: bool = True,
-                  import_paths: tuple[str, ...] = (), **conf: str) -> Any:
+                  import_paths: tuple[str, ...] = (), class_archive: str | None = None, **conf: str) -> Any:
     """A SparkSession bound to loopback whose Python workers run this interpreter and import `import_paths`.
 
     Workers unpickle destination functions and message classes by module name, so the project must be on
     their path: `import_paths` are prepended to PYTHONPATH (driver and executors). `conf` adds Spark
     settings (dots as in Spark: pass them with `**{"spark.x": "v"}`). Reuses a running session.
+    `class_archive` names a file for a JVM class-data archive of Spark's classes (spark_bridge.class_archive):
+    built there first (once, ~20 s, in a child process) when missing or built for another java or pyspark,
+    then mapped by the driver JVM, which starts ~4 s sooner and runs its first job ~1 s faster.
     """
+    from pyspark import SparkContext
+
     builder = _builder(master, app_name, shuffle_partitions, import_paths, "127.0.0.1")
-    if lean_jvm:
-        builder = builder.config("spark.driver.extraJavaOptions", LEAN_JVM)
+    options = LEAN_JVM if lean_jvm else ""
+    if class_archive is not None and SparkContext._active_spark_context is None:
+        from spark_bridge.class_archive import archive_is_current, build_class_archive, jvm_path
+
+        archive = jvm_path(class_archive)
+        if not archive_is_current(archive, options):
+            build_class_archive(archive, options)
+        options = f"{options} -XX:SharedArchiveFile={archive}".strip()
+    if options:
+        builder = builder.config("spark.driver.extraJavaOptions", options)
     return _finish(builder, conf)
 
 

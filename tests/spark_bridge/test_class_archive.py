@@ -1,0 +1,95 @@
+"""local_session(class_archive=...): the archive is built once, atomically and private, then Spark's classes come
+from it; a stale or foreign archive is rebuilt, a failed build leaves nothing behind and says why."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from spark_bridge.class_archive import ClassArchiveError, archive_is_current, build_class_archive, jvm_path
+from spark_bridge.session import LEAN_JVM
+from tests.spark_bridge.conftest import ROOT
+
+pytest.importorskip("pyspark.sql")
+
+# A child process: the test session's own SparkContext already runs in this one, with other JVM options.
+JOB = """
+import sys
+from spark_bridge import local_session
+spark = local_session("class-archive-test", class_archive=sys.argv[1], import_paths=(sys.argv[2],))
+total = spark.range(0, 1000, numPartitions=2).selectExpr("id % 7 as k").groupBy("k").count().collect()
+print("groups", len(total))
+spark.stop()
+"""
+
+
+def _job(archive: str, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run([sys.executable, "-c", JOB, archive, ROOT], cwd=ROOT, capture_output=True, text=True,
+                          timeout=240, env={**os.environ, **(env or {})})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "groups 7" in done.stdout
+    return done.stdout
+
+
+@pytest.mark.timeout(300)
+def test_a_session_builds_its_class_archive_once_and_then_loads_sparks_classes_from_it(tmp_path):
+    archive = str(tmp_path / "spark.jsa")
+    _job(archive)
+    assert stat.S_IMODE(os.stat(archive).st_mode) == 0o600
+    assert archive_is_current(archive, LEAN_JVM)
+    assert not [p for p in os.listdir(tmp_path) if "partial" in p], "a partial archive was left behind"
+    built = os.stat(archive).st_mtime_ns
+
+    log = tmp_path / "classes.log"
+    _job(archive, {"JAVA_TOOL_OPTIONS": f"-Xlog:class+load=info:file={log}"})
+    assert os.stat(archive).st_mtime_ns == built, "a current archive was built again"
+    loaded = log.read_text()
+    assert "org.apache.spark.SparkContext source: shared objects file (top)" in loaded, \
+        "SparkContext was not loaded from the class archive"
+
+
+def test_an_archive_without_its_key_or_built_for_other_options_is_not_current(tmp_path):
+    archive = tmp_path / "spark.jsa"
+    archive.write_bytes(b"not an archive")
+    assert not archive_is_current(str(archive), LEAN_JVM)  # no key: never trusted
+    from spark_bridge.class_archive import archive_key
+
+    (tmp_path / "spark.jsa.key").write_text(json.dumps({"key": archive_key(LEAN_JVM)}))
+    assert archive_is_current(str(archive), LEAN_JVM)
+    assert not archive_is_current(str(archive), "-XX:+UseSerialGC")
+    (tmp_path / "spark.jsa.key").write_text("{broken")
+    assert not archive_is_current(str(archive), LEAN_JVM)
+    archive.unlink()
+    (tmp_path / "spark.jsa.key").write_text(json.dumps({"key": archive_key(LEAN_JVM)}))
+    assert not archive_is_current(str(archive), LEAN_JVM)
+
+
+@pytest.mark.timeout(120)
+def test_a_failed_build_says_why_and_leaves_no_archive(tmp_path):
+    archive = str(tmp_path / "spark.jsa")
+    # (Spark's launcher adds -XX:+IgnoreUnrecognizedVMOptions: an unknown option would not fail; a heap of 2 MB does)
+    with pytest.raises(ClassArchiveError, match="JAVA_GATEWAY_EXITED") as failed:
+        build_class_archive(archive, "-Xmx2m", timeout=100)
+    assert "class_archive=None" in str(failed.value)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_path_with_spaces_is_refused_before_any_jvm_starts(tmp_path):
+    with pytest.raises(ClassArchiveError, match="whitespace"):
+        jvm_path(str(tmp_path / "my archives" / "spark.jsa"))
+
+
+@pytest.mark.timeout(60)
+def test_a_build_over_its_timeout_is_killed_with_its_jvm_and_leaves_nothing(tmp_path):
+    archive = str(tmp_path / "spark.jsa")
+    with pytest.raises(ClassArchiveError, match="took over 8 s"):
+        build_class_archive(archive, LEAN_JVM, timeout=8)
+    assert os.listdir(tmp_path) == []
+    # The child's JVM named the partial archive on its command line: none may still run.
+    alive = subprocess.run(["pgrep", "-f", f"ArchiveClassesAtExit={archive}"], capture_output=True, text=True)
+    assert alive.stdout.strip() == "", f"the build's JVM outlived its timeout: pids {alive.stdout.split()}"
