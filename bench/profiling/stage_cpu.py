@@ -3,6 +3,8 @@ in-memory accounts, N feeds in one Spark session (the first with cold Python wor
 Spark's job ended, and the CPU of the JVM, the pyspark workers and the actor system meanwhile.
 
     N=3 PYTHONPATH=<tree> python bench/profiling/stage_cpu.py
+    CLASS_ARCHIVE=.venv/spark-classes.jsa N=1 PYTHONPATH=<tree> python bench/profiling/stage_cpu.py   (§29: the JVM
+    maps Spark's classes from that archive, built first when missing)
 """
 
 import importlib
@@ -28,7 +30,7 @@ def timed_commit_run(*args, **kwargs):
 
 
 feed_module.commit_run = timed_commit_run
-spark = spark_session(8)
+spark = spark_session(8, os.environ.get("CLASS_ARCHIVE") or None)
 df = transactions(spark, 1_000_000, 10_000, 8)
 with tempfile.TemporaryDirectory() as tmp, _system(Account, tmp) as system:
     for i in range(int(os.environ.get("N", "3"))):
