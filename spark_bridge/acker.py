@@ -11,14 +11,21 @@ probability 2**-64 (Storm's argument). Confirmations are applied only when the b
 
 from __future__ import annotations
 
+import functools
 from types import ModuleType
 from typing import cast
 
-_np: ModuleType | None
-try:  # comes with pyspark's pandas; the bridge works without it, only slower
-    import numpy as _np
-except ImportError:  # pragma: no cover
-    _np = None
+
+@functools.cache
+def _numpy() -> ModuleType | None:
+    """numpy (it comes with pyspark's pandas; the bridge works without it, only slower), imported on first use:
+    its BLAS starts a thread, and pyspark's worker daemon, which imports this package, must not have one when it
+    forks its workers (spark_bridge.worker_daemon)."""
+    try:
+        import numpy
+    except ImportError:  # pragma: no cover
+        return None
+    return numpy
 
 _MASK = (1 << 64) - 1
 _GOLDEN, _M1, _M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
@@ -34,7 +41,8 @@ def edge(delivery_id: int) -> int:
 
 def edges(first_id: int, count: int, skip: frozenset[int] | set[int] = frozenset()) -> int:
     """XOR of the edges of deliveries first_id .. first_id + count - 1, leaving out the indices in `skip`."""
-    if _np is not None and count > 32:
+    _np = _numpy() if count > 32 else None
+    if _np is not None:
         u = _np.uint64
         z = _np.arange(count, dtype=u) + u((first_id + _GOLDEN) & _MASK)  # uint64 arithmetic wraps mod 2**64
         z = (z ^ (z >> u(30))) * u(_M1)
@@ -52,7 +60,8 @@ def edges(first_id: int, count: int, skip: frozenset[int] | set[int] = frozenset
 
 def edge_list(delivery_ids: list[int]) -> list[int]:
     """edge(d) for each id (vectorized when numpy is there)."""
-    if _np is None or len(delivery_ids) < 32:
+    _np = _numpy() if len(delivery_ids) >= 32 else None
+    if _np is None:
         return [edge(d) for d in delivery_ids]
     u = _np.uint64
     z = _np.array(delivery_ids, dtype=u) + u(_GOLDEN)

@@ -55,11 +55,18 @@ def _py4j_version(paths: list[str]) -> str | None:
     return None
 
 
-def main() -> None:
-    """Drop the redundant zips, import the worker module, run pyspark's daemon."""
+def prepare(worker_module: str) -> None:
+    """Drop the redundant zips and import the worker module before the daemon forks. pyspark's own daemon imports
+    it in each forked worker instead, because a thread started by an import (pandas', pyarrow's, a BLAS's) would
+    not survive the fork: neither this package nor pyspark.worker may start one (tests/spark_bridge/test_worker_daemon.py)."""
     for entry in redundant_zips(sys.path):
         sys.path.remove(entry)
-    importlib.import_module(sys.argv[1] if len(sys.argv) > 1 else "pyspark.worker")
+    importlib.import_module(worker_module)
+
+
+def main() -> None:
+    """Prepare, then run pyspark's daemon."""
+    prepare(sys.argv[1] if len(sys.argv) > 1 else "pyspark.worker")
     from pyspark.daemon import manager
 
     manager()

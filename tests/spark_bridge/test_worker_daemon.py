@@ -69,3 +69,20 @@ def test_workers_start_the_daemon_only_when_they_run_this_python_and_find_repris
     monkeypatch.setenv("PYTHONPATH", root)
     monkeypatch.setenv("PYSPARK_PYTHON", str(tmp_path / "another-python"))
     assert not workers_import_reprise()
+
+
+def test_the_daemon_starts_no_thread_before_it_forks_its_workers():
+    import subprocess
+
+    from tests.spark_bridge.conftest import ROOT
+
+    # As Spark starts it (python -m, so the spark_bridge package is imported first), minus the fork loop.
+    probe = ("import os, sys\n"
+             "import spark_bridge.worker_daemon as daemon\n"
+             "daemon.prepare('pyspark.worker')\n"
+             "import pyspark.daemon\n"
+             "print(len(os.listdir('/proc/self/task')), sorted(m for m in ('numpy', 'pyarrow', 'pandas') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split(None, 1) == ["1", "[]\n"], f"threads and thread-starting modules before the fork: {done.stdout}"
