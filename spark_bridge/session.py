@@ -68,7 +68,7 @@ def local_session(app_name: str, master: str = "local[2]", shuffle_partitions: i
     When the workers can import Reprise, they fork from WORKER_DAEMON: pyspark from its installed package with
     cached bytecode, not recompiled from Spark's zips in every worker (a third less of their CPU on a cold feed).
     `class_archive` names a file for a JVM class-data archive of Spark's classes (spark_bridge.class_archive):
-    built there first (once, ~20 s, in a child process) when missing or built for another java or pyspark,
+    built there first (once, ~25 s, in a child process) when missing or built for another java or pyspark,
     then mapped by the driver JVM, which starts ~4 s sooner and runs its first job ~1 s faster.
     """
     from pyspark import SparkContext
