@@ -1,10 +1,10 @@
 """A JVM class-data archive (CDS) for local SparkSessions: a fresh driver JVM maps Spark's classes instead of
 loading and verifying them one by one.
 
-    local_session("job", class_archive=".venv/spark-classes.jsa")   # built once (~20 s) when missing or stale
+    local_session("job", class_archive=".venv/spark-classes.jsa")   # built once (~25 s) when missing or stale
 
 Measured (bench/PROFILE.md §29): a fresh session and the demo's first feed, 1M rows: session start about 4 s
-shorter, the first job's staging 1.1-1.5 s shorter, the JVM's CPU 1.2 s lower.
+shorter, the first job's staging 0.8-1.5 s shorter, the JVM's CPU 1.0-1.2 s lower.
 
 The JVM trusts what it maps: the archive is written by this module only, to a temporary name, and renamed
 into place once its JVM exited cleanly (a truncated archive crashes the JVM that maps it). A key beside it
@@ -44,14 +44,16 @@ def _java() -> str:
 
 
 def archive_key(jvm_options: str) -> str:
-    """What an archive depends on: the java binary, pyspark's version and jars, and the JVM's options."""
+    """What an archive depends on: the java binary and its JVM library, pyspark's version and jars, the JVM's options."""
     import pyspark
 
     java = _java()
+    # An update of the JDK may keep the launcher and replace libjvm.so, which the archive is bound to.
+    libjvm = os.path.join(os.path.dirname(os.path.dirname(java)), "lib", "server", "libjvm.so")
+    binaries = [f"{b}:{os.stat(b).st_size}:{int(os.stat(b).st_mtime)}" for b in (java, libjvm) if os.path.exists(b)]
     jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
     names = sorted(os.listdir(jars)) if os.path.isdir(jars) else []
-    stat = os.stat(java)
-    parts = [java, str(stat.st_size), str(int(stat.st_mtime)), pyspark.__version__, jars, *names, jvm_options]
+    parts = [*binaries, pyspark.__version__, jars, *names, jvm_options]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 

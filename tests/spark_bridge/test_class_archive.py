@@ -93,3 +93,21 @@ def test_a_build_over_its_timeout_is_killed_with_its_jvm_and_leaves_nothing(tmp_
     # The child's JVM named the partial archive on its command line: none may still run.
     alive = subprocess.run(["pgrep", "-f", f"ArchiveClassesAtExit={archive}"], capture_output=True, text=True)
     assert alive.stdout.strip() == "", f"the build's JVM outlived its timeout: pids {alive.stdout.split()}"
+
+
+def test_the_key_changes_with_the_jvm_library_even_when_the_launcher_stays(tmp_path, monkeypatch):
+    from spark_bridge.class_archive import archive_key
+
+    home = tmp_path / "jdk"
+    (home / "bin").mkdir(parents=True)
+    (home / "lib" / "server").mkdir(parents=True)
+    (home / "bin" / "java").write_text("launcher")
+    libjvm = home / "lib" / "server" / "libjvm.so"
+    libjvm.write_text("jvm build 1")
+    os.utime(libjvm, (1_700_000_000, 1_700_000_000))
+    monkeypatch.setenv("JAVA_HOME", str(home))
+    before = archive_key(LEAN_JVM)
+    assert archive_key(LEAN_JVM) == before
+    libjvm.write_text("jvm build 22")  # an update: another size and mtime, the same launcher
+    assert archive_key(LEAN_JVM) != before
+    assert archive_key("-XX:+UseSerialGC") != archive_key(LEAN_JVM)
