@@ -39,8 +39,7 @@ from examples.accounts.pipeline import balances as account_balances
 from examples.accounts.read_model import BALANCES, TAG, projection_kwargs, read_balances
 from persistence import EventsByTag, GetProjectionState, Projection, ProjectionState
 from spark_bridge import BRIDGE_PATH, FeedError, GetFeedProgress, feed, local_session, start_bridge
-from spark_bridge.class_archive import archive_is_current, build_class_archive
-from spark_bridge.session import LEAN_JVM
+from spark_bridge.session import prepare_class_archive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FEED_ID = "demo-transactions"
@@ -181,11 +180,10 @@ def run(n: int, accounts: int, chaos: bool, journal: str | None, partitions: int
     print(f"Reprise demo: {n:,} transactions over {accounts:,} accounts from Spark (local[2]), "
           f"ack=processed, journal {journal}" + (f" (accounts: {accounts_journal})" if accounts_journal else "")
           + f", chaos {'on' if chaos else 'off'}", flush=True)
-    if class_archive and not archive_is_current(class_archive, LEAN_JVM):
-        # Built before the clock starts: a one-off setup step of this machine, like installing Spark.
-        print(f"Building a class archive of Spark's JVM at {class_archive} (once, ~25 s; later runs start ~4 s "
-              "sooner)", flush=True)
-        build_class_archive(class_archive, LEAN_JVM)
+    if class_archive:  # built before the clock starts: a one-off setup step of this machine, like installing Spark
+        prepare_class_archive(class_archive, announce=lambda path: print(
+            f"Building a class archive of Spark's JVM at {path} (once, ~25 s; later runs start ~4 s sooner)",
+            flush=True))
     started = time.perf_counter()
     spark = spark_session(partitions, class_archive)
     try:

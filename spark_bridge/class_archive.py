@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from actors import RepriseError
@@ -74,6 +74,16 @@ def jvm_path(path: str) -> str:
         raise ClassArchiveError(f"class_archive {absolute!r} contains whitespace, which Spark's JVM options cannot "
                                 f"carry: choose a path without spaces")
     return absolute
+
+
+def ensure_class_archive(path: str, jvm_options: str, announce: Callable[[str], None] | None = None) -> str:
+    """`path` made absolute, holding a current archive: built first when missing or stale (`announce(path)` then)."""
+    archive = jvm_path(path)
+    if not archive_is_current(archive, jvm_options):
+        if announce is not None:
+            announce(archive)
+        build_class_archive(archive, jvm_options)
+    return archive
 
 
 def build_class_archive(path: str, jvm_options: str, timeout: float = BUILD_TIMEOUT) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from actors import RepriseError
@@ -58,6 +59,18 @@ def _finish(builder: Any, conf: dict[str, str]) -> Any:
     return session
 
 
+def _driver_options(lean_jvm: bool) -> str:
+    return LEAN_JVM if lean_jvm else ""
+
+
+def prepare_class_archive(path: str, lean_jvm: bool = True, announce: Callable[[str], None] | None = None) -> str:
+    """The class archive `local_session(class_archive=path, lean_jvm=...)` maps, built now when missing or stale
+    (`announce(path)` first): for callers that build it before they start timing a job."""
+    from spark_bridge.class_archive import ensure_class_archive
+
+    return ensure_class_archive(path, _driver_options(lean_jvm), announce)
+
+
 def local_session(app_name: str, master: str = "local[2]", shuffle_partitions: int = 4, lean_jvm: bool = True,
                   import_paths: tuple[str, ...] = (), class_archive: str | None = None, **conf: str) -> Any:
     """A SparkSession bound to loopback whose Python workers run this interpreter and import `import_paths`.
@@ -76,13 +89,9 @@ def local_session(app_name: str, master: str = "local[2]", shuffle_partitions: i
     builder = _builder(master, app_name, shuffle_partitions, import_paths, "127.0.0.1")
     if workers_import_reprise():
         builder = builder.config("spark.python.daemon.module", WORKER_DAEMON)
-    options = LEAN_JVM if lean_jvm else ""
+    options = _driver_options(lean_jvm)
     if class_archive is not None and SparkContext._active_spark_context is None:
-        from spark_bridge.class_archive import archive_is_current, build_class_archive, jvm_path
-
-        archive = jvm_path(class_archive)
-        if not archive_is_current(archive, options):
-            build_class_archive(archive, options)
+        archive = prepare_class_archive(class_archive, lean_jvm)
         options = f"{options} -XX:SharedArchiveFile={archive}".strip()
     if options:
         builder = builder.config("spark.driver.extraJavaOptions", options)

@@ -30,22 +30,18 @@ def redundant_zips(path: list[str]) -> list[str]:
     if pyspark_dir is None:
         return []
     spark_lib = os.path.realpath(os.path.join(pyspark_dir, "python", "lib"))
-    drop = []
-    for entry in path:
-        if not entry.endswith(".zip") or os.path.realpath(os.path.dirname(entry)) != spark_lib:
-            continue
-        name = os.path.basename(entry)
-        # py4j's zip only goes when py4j of the same version is installed too (a pyspark dependency).
-        if name == "pyspark.zip" or (name.startswith("py4j-") and _installed("py4j", plain) is not None
-                                     and _py4j_version(plain) == name[len("py4j-"):-len("-src.zip")]):
-            drop.append(entry)
-    return drop
+    # py4j's zip only goes when py4j of the same version is installed too (a pyspark dependency).
+    py4j_zip = f"py4j-{_py4j_version(plain)}-src.zip"
+    return [entry for entry in path if os.path.basename(entry) in ("pyspark.zip", py4j_zip)
+            and os.path.realpath(os.path.dirname(entry)) == spark_lib]
 
 
 def _py4j_version(paths: list[str]) -> str | None:
     found = _installed("py4j", paths)
+    if found is None:
+        return None
     try:
-        with open(os.path.join(found or "", "version.py"), encoding="utf-8") as f:
+        with open(os.path.join(found, "version.py"), encoding="utf-8") as f:
             text = f.read()
     except OSError:
         return None

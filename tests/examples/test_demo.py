@@ -25,9 +25,9 @@ def demo(*argv: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.timeout(300)
 def test_demo_with_chaos_ends_with_exact_balances():
-    # As `make demo` runs it: Spark's JVM on the class archive in .venv (built by this run when missing).
+    # As `make demo` runs it: Spark's JVM on the class archive in the environment (built by this run when missing).
     run = demo("--transactions", "20000", "--accounts", "200", "--partitions", "4",
-               "--class-archive", os.path.join(ROOT, ".venv", "spark-classes.jsa"))
+               "--class-archive", os.path.join(sys.prefix, "spark-classes.jsa"))
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
     assert "2 shard process(es), restarted 1 time(s) (SIGKILL after" in run.stdout
     assert "ledger              20,000 entries" in run.stdout

@@ -111,3 +111,19 @@ def test_the_key_changes_with_the_jvm_library_even_when_the_launcher_stays(tmp_p
     libjvm.write_text("jvm build 22")  # an update: another size and mtime, the same launcher
     assert archive_key(LEAN_JVM) != before
     assert archive_key("-XX:+UseSerialGC") != archive_key(LEAN_JVM)
+
+
+def test_a_current_archive_is_prepared_without_a_build_and_the_cli_explains_its_usage(tmp_path, monkeypatch):
+    from spark_bridge.class_archive import archive_key
+    from spark_bridge.session import prepare_class_archive
+
+    (tmp_path / "spark.jsa").write_bytes(b"built earlier")
+    (tmp_path / "spark.jsa.key").write_text(json.dumps({"key": archive_key(LEAN_JVM)}))
+    monkeypatch.chdir(tmp_path)
+    announced: list[str] = []
+    assert prepare_class_archive("spark.jsa", announce=announced.append) == str(tmp_path / "spark.jsa")
+    assert announced == [] and (tmp_path / "spark.jsa").read_bytes() == b"built earlier"
+
+    usage = subprocess.run([sys.executable, "-m", "spark_bridge.class_archive"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=60)
+    assert usage.returncode == 2 and "usage: python -m spark_bridge.class_archive PATH" in usage.stderr
