@@ -10,7 +10,7 @@ import time
 import traceback
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -80,6 +80,8 @@ _SHORT_SLICE = 0.005
 _YIELD_WAIT = 0.0005
 # The clock is read once per this many local deliveries in a row (and once per round of settle hooks).
 _CLOCK_EVERY = 256
+# A table host remembers this many entity paths (path -> id) before it starts over: ~200 bytes each, 10 MB.
+_TABLE_IDS_KEPT = 50_000
 # A wakeup this late (s) is taken as lost (see Host._rearm_lost_wakeups); Thespian's are ~1 ms late.
 _WAKEUP_GRACE = 1.0
 # Why a top-level actor stopped when it was not a failure (any other reason is one: its host restarts).
@@ -163,6 +165,8 @@ class Host:
         # Messages received from / sent to other processes (metrics): one int add per message or batch.
         self.messages_in = 0
         self.messages_out = 0
+        # A table host's entity id by the path of each entity it got a message for (_scattered_ids), bounded.
+        self._table_ids: dict[str, str] = {}
         if self.table:
             # Local deliveries and held messages too (settle, the guardian's batches): one path for all.
             self.deliver = self._deliver_to_table  # type: ignore[method-assign]
@@ -460,11 +464,9 @@ class Host:
             if isinstance(message, Scatter):
                 targets, messages = message.targets_and_messages()
                 self.messages_in += len(targets) - 1
-                ids = [t[n:] for t in targets]
                 # The bridge's chunks: every row for an entity of this host, in bulk (a tuple per row, no more).
-                if all(map(str.startswith, targets, itertools.repeat(prefix))) and "" not in ids \
-                        and "/" not in "".join(ids) \
-                        and (shards == 1 or set(map(entity_shard, ids, itertools.repeat(shards))) == {shard}):
+                ids = self._scattered_ids(targets)
+                if ids is not None:
                     items.extend(zip(ids, messages, itertools.repeat(sender)))
                 else:  # one by one, as if expanded where it arrived
                     if items:
@@ -497,6 +499,26 @@ class Host:
                 self._materialize(sender, target, message)  # not ours: rerouted through the guardian
         if items:
             self._hand_to_table(items)
+
+    def _scattered_ids(self, targets: Sequence[str]) -> list[str] | None:
+        """The entity ids of `targets`, or None unless every one is an entity of this host (shard)."""
+        known = self._table_ids
+        try:
+            # (a path seen before: one lookup in C, and an id whose hash is cached for the table's own lookups)
+            return list(map(known.__getitem__, targets))
+        except KeyError:
+            pass
+        prefix, n = self.entity_prefix, len(self.entity_prefix)
+        shards, shard = self.spec.shards, self.spec.shard
+        ids = [t[n:] for t in targets]
+        if not (all(map(str.startswith, targets, itertools.repeat(prefix))) and "" not in ids
+                and "/" not in "".join(ids)
+                and (shards == 1 or set(map(entity_shard, ids, itertools.repeat(shards))) == {shard})):
+            return None
+        if len(known) > _TABLE_IDS_KEPT:
+            known.clear()
+        known.update(zip(targets, ids, strict=True))
+        return ids
 
     def _hand_to_table(self, items: list[tuple[str, Any, str | None]]) -> None:
         table = self._table()
