@@ -215,7 +215,11 @@ class EntityTable(PersistentActor):
 
     def apply_once(self, origin: str, delivery_id: int) -> bool:
         """True the first time this table sees delivery `delivery_id` from `origin`; False for a duplicate."""
-        if not mark_applied(self._seen, origin, delivery_id):
+        seen = self._seen.get(origin)
+        if seen is None or type(delivery_id) is not int or delivery_id < 1:  # (checks and a first origin)
+            if not mark_applied(self._seen, origin, delivery_id):
+                return False
+        elif not seen.add(delivery_id):  # (mark_applied's usual case, without its call: once per row)
             return False
         self._origins.append(origin)
         self._delivery_ids.append(delivery_id)
@@ -291,6 +295,7 @@ class EntityTable(PersistentActor):
         protocol, layered = self.mixin_table_messages, self.mixin_marks
         # (the gathering lists stay the same objects until _flush, below: bound once)
         marked_ids, after = self._delivery_ids, self._after
+        get = states.get
         layer: object = None
         for entity_id, command, sender in items:
             if protocol and type(command) in protocol:
@@ -298,25 +303,33 @@ class EntityTable(PersistentActor):
                 continue
             self.sender = sender
             self._entity = entity_id
-            state = states.get(entity_id, _MISSING)
+            state = get(entity_id, _MISSING)
             if state is _MISSING:
                 state = empty()
-            marks, n_events, n_after = len(marked_ids), len(events), len(after)
+            # (events are appended only once all of a command's applied: len(events) marks them at a failure)
+            marks, n_after = len(marked_ids), len(after)
             if layered:
                 layer = self.mixin_mark()
             try:
                 produced = handle(entity_id, state, command)
                 if produced:
-                    if type(produced) is not list and type(produced) is not tuple:
+                    if type(produced) is list or type(produced) is tuple:
+                        if len(produced) == 1:  # (the usual case: no loop)
+                            event = produced[0]
+                            states[entity_id] = apply(state, event)
+                            ids.append(entity_id)
+                            events.append(event)
+                        else:
+                            for event in produced:
+                                state = apply(state, event)
+                            ids.extend([entity_id] * len(produced))
+                            events.extend(produced)
+                            states[entity_id] = state
+                    else:
                         raise TypeError(f"{type(self).__name__}.command_handler must return a list or tuple of events "
                                         f"(or None), got {type(produced).__name__}: return [event]")
-                    for event in produced:
-                        state = apply(state, event)
-                        ids.append(entity_id)
-                        events.append(event)
-                    states[entity_id] = state
             except Exception as exc:
-                self._undo(marks, n_events, n_after)
+                self._undo(marks, len(events), n_after)
                 if layered:
                     self.mixin_undo(layer)
                 self._command_failed(entity_id, command, sender, exc)

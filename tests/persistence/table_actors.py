@@ -55,6 +55,22 @@ class Unstorable:
     """An event class the journal cannot serialize (not registered, no msgpack form)."""
 
 
+@dataclass(frozen=True)
+class DepositTwice:
+    """Deposit `amount` twice (two events of one command), once for delivery `delivery_id`; with `poisoned`,
+    a third event that event_handler refuses, so the whole command fails."""
+
+    origin: str
+    delivery_id: int
+    amount: int
+    poisoned: bool = False
+
+
+@dataclass(frozen=True)
+class Poison:
+    """An event event_handler raises on."""
+
+
 class Accounts(EntityTable):
     """A balance per account; "balance" asks for it (answered once everything before it is durable)."""
 
@@ -67,6 +83,11 @@ class Accounts(EntityTable):
         if type(command) is Deposit:
             self.reply(self.sender, Confirm(command.delivery_id))
             return [Deposited(command.amount)] if self.apply_once(command.origin, command.delivery_id) else []
+        if type(command) is DepositTwice:
+            self.reply(self.sender, Confirm(command.delivery_id))
+            if not self.apply_once(command.origin, command.delivery_id):
+                return []
+            return [Deposited(command.amount), Deposited(command.amount), *([Poison()] if command.poisoned else [])]
         if type(command) is Withdraw:
             if command.amount > state:
                 raise ValueError(f"{entity_id} has {state}, cannot withdraw {command.amount}")
@@ -86,6 +107,8 @@ class Accounts(EntityTable):
             return state + event.amount
         if type(event) is Withdrew:
             return state - event.amount
+        if type(event) is Poison:
+            raise ValueError("a poisoned event")
         return state
 
     def receive_command(self, message: Any, sender: str | None) -> None:

@@ -11,7 +11,7 @@ import pytest
 from actors import ActorFailed, AskTimeout, SpawnFailed
 from journal import open_journal, open_snapshot_store
 from persistence import Confirm, TableCommit, entity_events
-from tests.persistence.table_actors import Accounts, Deposit, DepositChunk, Withdraw
+from tests.persistence.table_actors import Accounts, Deposit, DepositChunk, DepositTwice, Withdraw
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -95,6 +95,24 @@ def test_a_failing_command_is_dropped_and_reported_and_the_rest_of_its_batch_app
         psystem.ask(f"{ACC}/a", Withdraw(1000))
     psystem.tell(f"{ACC}/a", Withdraw(4))
     assert psystem.ask(f"{ACC}/a", "balance") == 6, "the entity goes on after its failed commands"
+
+
+def test_a_command_whose_event_handler_fails_on_a_later_event_leaves_no_event_no_mark_and_no_reply(psystem, tmp_path):
+    psystem.spawn(Accounts, ACC, entities=True)
+    probe = psystem.probe()
+    psystem.tell_many([(f"{ACC}/a", DepositTwice("/o", 1, 10)),
+                       (f"{ACC}/a", DepositTwice("/o", 2, 100, poisoned=True)),  # fails on its third event
+                       (f"{ACC}/b", Deposit("/o", 3, 7))],
+                      sender=probe.path)
+    assert sorted(c.delivery_id for c in probe.receive_many(2, 20)) == [1, 3], "no reply from the failed command"
+    assert balances(psystem, "ab") == {"a": 20, "b": 7}, "none of the failed command's events applied"
+    (commit,) = commits(f"sqlite:///{tmp_path}/journal.db")
+    assert commit.entity_ids == ("a", "a", "b") and [e.amount for e in commit.events] == [10, 10, 7]
+    assert commit.delivery_ids == (1, 3), "the failed command's delivery is not marked applied"
+    assert psystem.ask(f"{ACC}/a", DepositTwice("/o", 2, 100)) == Confirm(2)
+    assert balances(psystem, "a") == {"a": 220}, "so its redelivery applies, both events"
+    errors = wait_for(lambda: [e for e in psystem.errors().recent if e.path == f"{ACC}/a"] or None, 10)
+    assert "a poisoned event" in errors[0].reason
 
 
 def test_a_commit_the_journal_rejects_stops_the_table_and_its_next_message_recovers_what_is_stored(psystem):
