@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import operator
 import time
 import weakref
 from collections.abc import Callable, Iterable
@@ -313,6 +314,11 @@ class FeedReceiver(IdempotentReceiver):
         return ReceiverSnapshot(self._next_forward, pending, super().mixin_wrap_snapshot(snapshot))
 
 
+# Row.delivery_id and Row.bridge as item getters: map() calls them in C (a NamedTuple's fields are its items).
+_ROW_ID = operator.itemgetter(Row._fields.index("delivery_id"))
+_ROW_BRIDGE = operator.itemgetter(Row._fields.index("bridge"))
+
+
 def _row_key(bridge: str | None, delivery_id: int) -> int | tuple[str, int]:
     """A row's key among the rows held: its id alone for the usual bridge (no tuple to build and hash per row)."""
     return delivery_id if bridge is None else (bridge, delivery_id)
@@ -415,9 +421,12 @@ class FeedTable(EntityTable):
         only for a new row."""
         if type(row) is not Row and not isinstance(row, Row):
             raise TypeError(f"apply_row needs the spark_bridge.Row the bridge delivered, got {type(row).__name__}")
-        origin = _origin(row.bridge)
-        self._rows_until_trim -= 1
-        if self._rows_until_trim <= 0:  # (the bridge never delivers ids below its settled watermark again)
+        bridge = row.bridge
+        origin = PERSISTENCE_ID if bridge is None else bridge  # (_origin, inlined: once per row)
+        trim = self._rows_until_trim - 1
+        if trim > 0:
+            self._rows_until_trim = trim
+        else:  # (the bridge never delivers ids below its settled watermark again)
             self._rows_until_trim = _TRIM_EVERY
             self.forget_applied_up_to(origin, row.settled_below - 1)
         if not self.apply_once(origin, row.delivery_id):
@@ -462,6 +471,11 @@ class FeedTable(EntityTable):
         """Confirm the rows of a commit now durable to their bridges (one list per bridge); a row whose first
         copy's follow-ups are still unconfirmed is confirmed when they are (_Held)."""
         held = self._held
+        if not held:
+            bridges = set(map(_ROW_BRIDGE, rows))
+            if len(bridges) == 1:  # (the usual case: the rows of one bridge, confirmed in one list, in C)
+                _out(self, bridges.pop()).confirmed.extend(map(_ROW_ID, rows))
+                return
         _confirm_many(self, [(row.bridge, row.delivery_id) for row in rows
                              if not (held and _row_key(row.bridge, row.delivery_id) in held)])
 

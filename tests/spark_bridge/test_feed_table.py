@@ -168,3 +168,17 @@ def test_a_durable_ledger_table_applies_each_follow_up_once_across_its_host_s_si
     assert rest == set(range(1, 301))
     assert system.ask(LEDGER, "totals") == (300, sum(range(1, 301))), "every entry applied once"
     assert sum(system.ask(f"{ACC}/{k}", "balance") for k in range(5)) == sum(range(1, 301))
+
+
+def test_rows_of_two_bridges_in_one_commit_are_each_confirmed_to_their_own_bridge(base, make_system, tmp_path):
+    # (node bridges: each numbers its own delivery ids, so a row confirmed to the other bridge is lost there)
+    system, one = start(make_system, base, tmp_path)
+    other = system.probe()
+    system.tell_many([(f"{ACC}/{k % 3}", row(k, one.path, posts=0)) for k in range(1, 5)]
+                     + [(f"{ACC}/{k % 3}", row(k, other.path, posts=0)) for k in range(1, 4)], sender=one.path)
+    assert confirmed(one, 4) == [1, 2, 3, 4]
+    assert confirmed(other, 3) == [1, 2, 3], "the same ids from another bridge are other rows: applied, confirmed"
+    system.tell_many([(f"{ACC}/{k % 3}", row(k, other.path, posts=0)) for k in range(4, 7)], sender=one.path)
+    assert confirmed(other, 3) == [4, 5, 6], "a commit of one bridge's rows"
+    nothing_confirmed(one)
+    assert sum(system.ask(f"{ACC}/{k}", "balance") for k in range(3)) == 10, "each of the 10 rows applied once"
