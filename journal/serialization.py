@@ -72,6 +72,8 @@ class _Registration:
     make: Callable[[list[Any]], object]  # the object from its field values: cls(*values), only faster
     make_marked: Callable[[list[Any]], Any]  # ... from a format 2 marked array [O, manifest, version, *values]
     make_record: Callable[[list[Any]], Any]  # ... from a format 2 record [2, writer, ..., manifest, version, *values]
+    # A type of one field stored as itself: that field's getter (run_encoded takes a column's values in C).
+    only_field: Callable[[object], object] | None = None
 
 
 _by_class: dict[type, _Registration] = {}
@@ -167,7 +169,8 @@ def register_type(cls: type[T] | None = None, manifest: str | None = None,
         name = manifest or f"{klass.__module__}.{klass.__qualname__}"
         names = tuple(f.name for f in dataclasses.fields(klass) if f.init)
         reg = _Registration(klass, name, version, names, _values_getter(names), _maker(klass, names),
-                            _maker(klass, names, 1, version), _maker(klass, names, 6, version))
+                            _maker(klass, names, 1, version), _maker(klass, names, 6, version),
+                            operator.attrgetter(names[0]) if len(names) == 1 else None)
         with _registry_lock:
             other = _by_manifest.get(name)
             if other is not None and other.cls is not klass:
@@ -326,7 +329,7 @@ def pack_values_with(cls: type, values: Callable[[Any], Sequence[object]]) -> No
         reg = _by_class.get(cls)
         if reg is None:
             raise KeyError(f"{cls.__qualname__} is not registered: register_type it before pack_values_with")
-        new = dataclasses.replace(reg, values=values)
+        new = dataclasses.replace(reg, values=values, only_field=None)
         _by_class[cls] = new
         _by_manifest[reg.manifest] = new
 
@@ -356,7 +359,8 @@ def store_values_with(cls: type, pack: Callable[[Any], Sequence[object]],
                 return build(fields[6], fields[7], fields[8:])
             return make(unpack(fields[8:]))
 
-        new = dataclasses.replace(reg, values=pack, make=make_stored, make_marked=make_marked, make_record=make_record)
+        new = dataclasses.replace(reg, values=pack, make=make_stored, make_marked=make_marked, make_record=make_record,
+                                  only_field=None)
         _by_class[cls] = new
         _by_manifest[reg.manifest] = new
 
@@ -370,20 +374,26 @@ def run_encoded(values: Sequence[Any]) -> list[Any]:
     n = len(values)
     i = 0
     by_class = _by_class
+    one_type = n > 0 and len(set(map(type, values))) == 1  # (the usual column: one run, found in C)
     while i < n:
         t = type(values[i])
-        j = i + 1
-        while j < n and type(values[j]) is t:
-            j += 1
+        if one_type:
+            j = n
+        else:
+            j = i + 1
+            while j < n and type(values[j]) is t:
+                j += 1
         reg = None if t is tuple else by_class.get(t)
         if reg is None:
             out += (None, 0, j - i, 1)
             out += values[i:j]
         else:
             out += (reg.manifest, reg.version, j - i, len(reg.field_names))
-            get = reg.values
-            for value in values[i:j]:
-                out += get(value)
+            only = reg.only_field
+            if only is not None:
+                out += map(only, values[i:j])
+            else:
+                out += itertools.chain.from_iterable(map(reg.values, values[i:j]))
         i = j
     return out
 
@@ -416,6 +426,10 @@ def run_decoded(runs: list[Any]) -> tuple[Any, ...]:
 def repeats_encoded(values: Iterable[Any]) -> list[Any]:
     """`values` as [value, count, value, count, ...], one pair per run of equal values of one type (a commit's
     origins or receivers: mostly one path repeated). `repeats_decoded` reverses it."""
+    if type(values) is not list and type(values) is not tuple:
+        values = list(values)
+    if values and values.count(values[0]) == len(values) and len(set(map(type, values))) == 1:
+        return [values[0], len(values)]  # (the usual column: one value repeated, found in C)
     out: list[Any] = []
     last: Any = None
     count = 0
