@@ -280,6 +280,9 @@ class SparkBridge(AtLeastOnceDelivery):
         self._backlog: list[_Pending] = []
         self._backlog_head = 0
         self._backlog_rows = 0
+        # The backlog's head batch as read back from the journal, while the fan-out sends it over several turns
+        # (a turn sends what the window has room for: with several destination hosts, often part of a batch).
+        self._head_read: tuple[int, BatchStored] | None = None
         self._ahead: set[int] = set()
         self._forwarded: dict[str, SeenIds] = {}
         self._feeds: OrderedDict[str, list[int]] = OrderedDict()
@@ -1254,7 +1257,12 @@ class SparkBridge(AtLeastOnceDelivery):
             b = backlog[self._backlog_head]
             event = b.event
             if event is None:
-                event = self._load(b.seq)
+                head = self._head_read
+                if head is not None and head[0] == b.seq:
+                    event = head[1]
+                else:
+                    event = self._load(b.seq)
+                    self._head_read = (b.seq, event)
             start = b.next_index
             end = min(b.size, start + budget)
             dead = set(event.dead)
@@ -1286,6 +1294,8 @@ class SparkBridge(AtLeastOnceDelivery):
             if end >= b.size:
                 if b.event is not None:
                     self._backlog_rows -= b.size
+                else:
+                    self._head_read = None
                 backlog[self._backlog_head] = None  # type: ignore[call-overload]
                 self._backlog_head += 1
                 if self._backlog_head > 1024 and self._backlog_head * 2 > len(backlog):

@@ -218,6 +218,28 @@ class SpillingBridge(SparkBridge):
     snapshot_every = 10
 
 
+class NarrowSpillingBridge(SpillingBridge):
+    """A bridge that keeps no backlog row in memory and sends at most 300 rows unconfirmed, so it sends each batch
+    of 500 over several fan-out turns, reading it back from its journal; "reads" answers (reads, batches read)."""
+
+    backlog_in_memory = 0
+    fan_out_window = 300
+
+    def pre_start(self) -> None:
+        super().pre_start()
+        self.reads: dict[int, int] = {}
+
+    def _load(self, seq: int) -> Any:
+        self.reads[seq] = self.reads.get(seq, 0) + 1
+        return super()._load(seq)
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if message == "reads":
+            self.tell(sender, (sum(self.reads.values()), len(self.reads)))
+        else:
+            super().receive_command(message, sender)
+
+
 class EagerBridge(SparkBridge):
     """A bridge that redelivers after 1 s (tests that lose deliveries need not wait 10 s)."""
 

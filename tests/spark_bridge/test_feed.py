@@ -267,6 +267,21 @@ def test_backlog_read_back_from_the_journal_and_a_bridge_restart_deliver_every_r
     assert sum(b.applied for b in got.values()) == 20_000
 
 
+def test_a_batch_read_back_from_the_journal_is_read_once_though_sent_over_several_turns(spark, make_bridged):
+    # (with two destination hosts a turn often has room for part of a batch: each part read the batch again)
+    from tests.spark_bridge.sample import NarrowSpillingBridge
+
+    system = make_bridged(bridge=NarrowSpillingBridge)
+    df = deposits(spark, 5_000, accounts=100)
+    expected = expected_sums(df)
+    assert feed(df, system=system.admin_port, feed_id="narrow", batch_size=500, ack="processed").rows == 5_000
+    got = balances(system, expected)
+    assert sums(got) == expected and sum(b.applied for b in got.values()) == 5_000
+    reads, batches = system.ask(BRIDGE_PATH, "reads", timeout=10)
+    assert batches >= 10, "every stored batch was read back from the journal"
+    assert reads == batches, f"{reads} reads of {batches} stored batches: a batch was read again for a later turn"
+
+
 # ---- ack="processed" ------------------------------------------------------------------------------
 
 
