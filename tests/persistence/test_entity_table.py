@@ -278,3 +278,28 @@ def test_a_scatter_of_deposits_applies_in_order_in_bulk_and_one_by_one_when_a_ta
     psystem.tell(f"{ACC}/a", clean, sender=probe.path)  # redelivered: confirmed again, applied once
     assert len(probe.receive_many(2 * len(mine), 20)) == 2 * len(mine)
     assert balances(psystem, mine) == {i: 2 + (40 if i == "a" else 30 if i == mine[-1] else 0) for i in mine}
+
+
+def test_a_table_host_that_starts_over_on_the_paths_it_knew_applies_every_scatter_in_order(make_system, tmp_path,
+                                                                                          monkeypatch):
+    # The host remembers the entity id of each path it validated (actors/host.py _scattered_ids), up to a bound,
+    # then starts over. The bound is patched in this process, so the table's host must run here: the local base.
+    import actors.host
+
+    monkeypatch.setattr(actors.host, "_TABLE_IDS_KEPT", 3)
+    system = make_system("local", journal=f"sqlite:///{tmp_path}/j.db", snapshot_store=f"sqlite:///{tmp_path}/s.db")
+    system.spawn(Accounts, ACC, entities=True)
+    probe = system.probe()
+    ids = [f"e{k}" for k in range(8)]
+    for round_no in range(3):  # each chunk's 8 paths overflow the bound: known, then forgotten, then known again
+        first = 8 * round_no + 1
+        chunk = DepositChunk([f"{ACC}/{i}" for i in ids], list(range(first, first + 8)), [round_no + 1] * 8)
+        system.tell(f"{ACC}/{ids[0]}", chunk, sender=probe.path)
+        assert [c.delivery_id for c in probe.receive_many(8, 20)] == list(range(first, first + 8)), "in order"
+    for first in (25, 27):  # a bad path among known ones, twice: it is never remembered as an entity's
+        system.tell(f"{ACC}/e0", DepositChunk([f"{ACC}/e0", f"{ACC}/e0/x"], [first, first + 1], [100, 100]),
+                    sender=probe.path)
+        assert [c.delivery_id for c in probe.receive_many(1, 20)] == [first], "the bad path's deposit not applied"
+    assert balances(system, ids) == {i: 1 + 2 + 3 + (200 if i == "e0" else 0) for i in ids}
+    dead = wait_for(lambda: [d for d in system.dead_letters().recent if d.target == f"{ACC}/e0/x"] or None, 10)
+    assert len(dead) == 2
