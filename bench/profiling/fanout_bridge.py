@@ -7,7 +7,8 @@ import os
 import time
 from typing import Any
 
-from spark_bridge import SparkBridge
+from spark_bridge import Row, SparkBridge
+from tests.spark_bridge.sample import TableAccounts
 
 LOG = os.environ.get("FANLOG")
 
@@ -49,3 +50,44 @@ class LoggingBridge(SparkBridge):
             f.write(f"R {t:.6f} {time.monotonic() - t:.6f} {before} {self.number_of_unconfirmed} "
                     f"{type(message).__name__}{span}\n")
         return None
+
+
+class LoggingTable(TableAccounts):
+    """TableAccounts that logs to $FANLOG every batch it is handed (H: time, rows, highest row id) and every
+    confirmation of a durable commit's rows (C: time, rows, highest id), with its shard's host key."""
+
+    def receive_entities(self, messages: list[tuple[str, Any, str | None]]) -> None:
+        if LOG:
+            ids = [m.delivery_id for _, m, _ in messages if type(m) is Row]
+            if ids:
+                with open(LOG, "a") as f:
+                    f.write(f"H {time.monotonic():.6f} {len(ids)} {max(ids)} {self.context.key.replace(' ', '_')}\n")
+        super().receive_entities(messages)
+
+    def _confirm_rows(self, rows: list[Row]) -> None:
+        if LOG and rows:
+            with open(LOG, "a") as f:
+                f.write(f"C {time.monotonic():.6f} {len(rows)} {max(r.delivery_id for r in rows)} "
+                        f"{self.context.key.replace(' ', '_')}\n")
+        super()._confirm_rows(rows)
+
+
+if LOG and os.environ.get("INFLIGHT_LOG"):
+    # Every batch a process hands to Thespian (S: time, address, batches queued for it) and its ACK (A): where a
+    # batch waits between the sender's send and the receiver (PROFILE.md §30).
+    from actors import inflight as _inflight
+
+    _send, _landed = _inflight.InFlight.send, _inflight.InFlight._landed
+
+    def _logged_send(self: Any, address: Any, message: object) -> None:
+        _send(self, address, message)
+        with open(f"{LOG}.{os.getpid()}", "a") as f:
+            f.write(f"S {time.monotonic():.6f} {address} {len(self._queues.get(str(address), ()))}\n")
+
+    def _logged_landed(self: Any, result: object, intent: Any) -> None:
+        with open(f"{LOG}.{os.getpid()}", "a") as f:
+            f.write(f"A {time.monotonic():.6f} {intent.targetAddr}\n")
+        _landed(self, result, intent)
+
+    _inflight.InFlight.send = _logged_send  # type: ignore[method-assign]
+    _inflight.InFlight._landed = _logged_landed  # type: ignore[method-assign]

@@ -9,10 +9,9 @@ import sys
 import tempfile
 
 import actors
-from bench.profiling.fanout_bridge import LoggingBridge
+from bench.profiling.fanout_bridge import LoggingBridge, LoggingTable
 from bench.spark_feed import session_and_frame
 from spark_bridge import BRIDGE_PATH, feed, start_bridge
-from tests.spark_bridge import sample
 
 
 def cpu(pid: int) -> float:
@@ -24,7 +23,7 @@ rows, shards = int(sys.argv[1]), int(sys.argv[2])
 spark, df = session_and_frame("feed-shards", rows)
 with tempfile.TemporaryDirectory() as tmp, actors.start(
         "multiproc", journal=f"sqlite:///{tmp}/journal.db", snapshot_store=f"sqlite:///{tmp}/s.db") as system:
-    system.spawn(sample.TableAccounts, path="/user/accounts", entities=True, shards=shards)
+    system.spawn(LoggingTable, path="/user/accounts", entities=True, shards=shards)
     start_bridge(system, cls=LoggingBridge)
     feed(df.limit(10_000), system=system.admin_port, feed_id="warm-up", ack="processed", progress=False)
     pids = {k: v.pid for k, v in system.status().hosts.items() if k.startswith("/user/accounts") or k == BRIDGE_PATH}
