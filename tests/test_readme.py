@@ -48,8 +48,9 @@ def run_block_as_script(name: str, tmp_path) -> None:
     (tmp_path / name).write_text(block)
     where = str(tmp_path.resolve())
     try:
+        # (TMPDIR: the block's tempfile.mkdtemp() journals go in tmp_path, not in /tmp for good)
         run = subprocess.run([sys.executable, name], cwd=where, capture_output=True, text=True, timeout=90,
-                             env={**os.environ, "PYTHONPATH": ROOT})
+                             env={**os.environ, "PYTHONPATH": ROOT, "TMPDIR": where})
         assert run.returncode == 0, run.stderr
         wait_for(lambda: not processes_started_in(where), timeout=15)
     finally:

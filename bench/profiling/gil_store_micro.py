@@ -6,8 +6,10 @@ main thread is idle or busy in Python (the GIL cost of a pipelined group commit;
 
 from __future__ import annotations
 
+import atexit
 import os
 import random
+import shutil
 import sqlite3
 import sys
 import tempfile
@@ -22,6 +24,7 @@ _MULTI = _INSERT + ", (?, ?, ?, ?)" * 99
 def main() -> None:
     """Print the median commit time of a writer thread: main thread idle, busy, busy at a 0.5 ms switch."""
     d = tempfile.mkdtemp()
+    atexit.register(shutil.rmtree, d, ignore_errors=True)  # (its journal files go when the script ends)
     conn = sqlite3.connect(f"{d}/j.db", isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")

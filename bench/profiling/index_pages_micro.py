@@ -2,7 +2,9 @@
 WAL bytes per commit with the journal's (pid, sequence_nr) index and without it, at 4 KiB and 1 KiB pages
 (bench/PROFILE.md §22: the index rewrites a leaf page per id)."""
 
+import atexit
 import os
+import shutil
 import sqlite3
 import tempfile
 import time
@@ -13,6 +15,7 @@ INSERT = "INSERT INTO events (pid, sequence_nr, record, checksum) VALUES (?, ?, 
 
 def run(page: int, index: bool, rounds: int = 300, pids: int = 100) -> None:
     d = tempfile.mkdtemp()
+    atexit.register(shutil.rmtree, d, ignore_errors=True)  # (its journal files go when the script ends)
     c = sqlite3.connect(f"{d}/j.db", isolation_level=None)
     for pragma in (f"page_size={page}", "journal_mode=WAL", "synchronous=FULL", "wal_autocheckpoint=0"):
         c.execute(f"PRAGMA {pragma}")

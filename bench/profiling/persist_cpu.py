@@ -6,8 +6,10 @@ and SQLite CPU of the path without the fsync wait; the host's GC thresholds as a
 minimum and the median over REPEATS rounds: the minimum is the figure least disturbed by other load.
 With "cprofile OUT": one round under cProfile, dumped to OUT (then cstages.py splits it in stages)."""
 
+import atexit
 import cProfile
 import gc
+import shutil
 import statistics
 import sys
 import tempfile
@@ -21,6 +23,7 @@ gc.set_threshold(*GC_THRESHOLDS)
 fanout, each, reps = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 profile_to = sys.argv[5] if len(sys.argv) > 5 and sys.argv[4] == "cprofile" else None
 d = tempfile.mkdtemp(prefix="reprise-cpu-")
+atexit.register(shutil.rmtree, d, ignore_errors=True)  # (its journal files go when the script ends)
 with actors.start("local", journal=f"sqlite:///{d}/j.db?synchronous=NORMAL") as s:
     s.spawn(BenchPersister, path="/user/p", entities=True, passivate_after=3600.0)
     probe = s.probe()

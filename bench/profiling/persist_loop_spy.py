@@ -3,6 +3,8 @@ PROFILE.md §12): python bench/profiling/persist_loop_spy.py EVENTS OUT.raw [ACT
 ("nospy" as OUT: timing only; ACTORS > 1: that many entities of one host, EVENTS each, at once).
 Prints events/s, µs per event and the host's CPU µs per event; persist_stages.py splits OUT.raw in stages."""
 
+import atexit
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +19,7 @@ n = int(sys.argv[1]) if len(sys.argv) > 1 else 30_000
 out = sys.argv[2] if len(sys.argv) > 2 else "nospy"
 fanout = int(sys.argv[3]) if len(sys.argv) > 3 else 1
 d = tempfile.mkdtemp(prefix="reprise-spy-")
+atexit.register(shutil.rmtree, d, ignore_errors=True)  # (its journal files go when the script ends)
 host = "/user/persister" if fanout == 1 else "/user/persisters"
 targets = [host] if fanout == 1 else [f"{host}/{k}" for k in range(fanout)]
 with actors.start("multiproc", journal=f"sqlite:///{d}/j.db") as s:

@@ -1,7 +1,9 @@
 """TableCommits of 2,000 deposits each: journal write rows/s, bytes on disk per row, replay rows/s (one process,
 SQLite). Run it with PYTHONPATH set to the tree to measure (e.g. a `git worktree` of the base), alternating."""
 
+import atexit
 import os
+import shutil
 import tempfile
 import time
 
@@ -10,6 +12,7 @@ from persistence.table import TableCommit
 from tests.persistence.table_actors import Deposited
 
 d = tempfile.mkdtemp()
+atexit.register(shutil.rmtree, d, ignore_errors=True)  # (its journal files go when the script ends)
 url = f"sqlite:///{d}/j.db"
 n, commits = 2000, 250
 with open_journal(url) as j:
