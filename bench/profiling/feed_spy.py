@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 
-from bench.profiling.spy import record
+from bench.profiling.spy import process_cpu, record
 from bench.spark_feed import _system, session_and_frame
 from spark_bridge import BRIDGE_PATH, feed
 from tests.spark_bridge import sample
@@ -17,11 +17,6 @@ from tests.spark_bridge import sample
 rows = int(sys.argv[1])
 out = sys.argv[2]
 spy = len(sys.argv) < 4 or sys.argv[3] != "nospy"
-
-
-def cpu(pid):
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 spark, df = session_and_frame("reprise-prof-feed", rows)
@@ -46,16 +41,16 @@ with tempfile.TemporaryDirectory(prefix="reprise-prof-") as tmp, _system(account
         for d in os.listdir("/proc"):
             if d.isdigit():
                 try:
-                    out[int(d)] = (cpu(int(d)), open(f"/proc/{d}/cmdline").read().replace("\0", " ")[:90])
+                    out[int(d)] = (process_cpu(int(d)), open(f"/proc/{d}/cmdline").read().replace("\0", " ")[:90])
                 except OSError:
                     pass
         return out
 
     a0 = allcpu()
     w0 = time.monotonic()
-    c0 = {n: cpu(p) for n, p in pids.items()}
+    c0 = {n: process_cpu(p) for n, p in pids.items()}
     r = feed(df, system=system.admin_port, feed_id="bench-durable", ack="processed", progress=False)
-    c1 = {n: cpu(p) for n, p in pids.items()}
+    c1 = {n: process_cpu(p) for n, p in pids.items()}
     a1 = allcpu()
     w1 = time.monotonic()
     deltas = sorted(((a1[p][0] - a0[p][0], p, a1[p][1]) for p in a1 if p in a0), reverse=True)

@@ -5,20 +5,14 @@ processed, and each host's CPU share meanwhile, so staging, release and processi
 """
 
 import argparse
-import os
 import tempfile
 import threading
 import time
 
+from bench.profiling.spy import process_cpu
 from bench.spark_feed import _system, session_and_frame
 from spark_bridge import BRIDGE_PATH, GetFeedProgress, feed
 from tests.spark_bridge import sample
-
-
-def cpu(pid: int) -> float:
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-
 
 ap = argparse.ArgumentParser()
 ap.add_argument("rows", nargs="?", type=int, default=1_000_000)
@@ -36,12 +30,12 @@ with tempfile.TemporaryDirectory() as tmp, _system(getattr(sample, args.account)
     worker = threading.Thread(target=lambda: done.append(
         feed(df, system=system.admin_port, feed_id="timed", ack="processed", progress=False)))
     worker.start()
-    last = {name: cpu(pid) for name, pid in pids.items()}
+    last = {name: process_cpu(pid) for name, pid in pids.items()}
     while worker.is_alive():
         time.sleep(args.every)
         p = system.ask(BRIDGE_PATH, GetFeedProgress("timed"), timeout=5)
         now = time.monotonic()
-        now_cpu = {name: cpu(pid) for name, pid in pids.items()}
+        now_cpu = {name: process_cpu(pid) for name, pid in pids.items()}
         shares = " ".join(f"{name}={(now_cpu[name] - last[name]) / (now - last_t):.2f}" for name in pids)
         print(f"{now - t0:6.2f} s  accepted {p.accepted:>9,}  processed {p.processed:>9,}  CPU {shares}", flush=True)
         last, last_t = now_cpu, now

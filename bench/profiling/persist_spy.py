@@ -10,17 +10,12 @@ import sys
 import tempfile
 import time
 
-from bench.profiling.spy import record
+from bench.profiling.spy import process_cpu, record
 from bench.spark_feed import _drained, _system, session_and_frame
 from spark_bridge import BRIDGE_PATH, feed
 from tests.spark_bridge.sample import Account
 
 rows, runs, out = int(sys.argv[1]), int(sys.argv[2]), os.environ.get("SPY_OUT")
-
-
-def cpu(pid: int) -> float:
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 spark, df = session_and_frame("reprise-prof-persist", rows)
@@ -32,9 +27,9 @@ with tempfile.TemporaryDirectory(prefix="reprise-prof-") as tmp, _system(Account
         if out and i == runs - 1:
             spy = record(bridge, out)
             time.sleep(1.0)
-        c0 = cpu(bridge)
+        c0 = process_cpu(bridge)
         r = feed(df, system=system.admin_port, feed_id=f"persisted-{i}", progress=False)
-        c1 = cpu(bridge)
+        c1 = process_cpu(bridge)
         _drained(system, f"persisted-{i}", rows)  # the fan-out finishes before the next run
         if spy is not None:
             spy.send_signal(signal.SIGINT)

@@ -7,6 +7,13 @@ import subprocess
 import sys
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) process `pid` has used so far, from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def record(pid, out, rate=500, extra=(), stderr=subprocess.DEVNULL):
     """Start `py-spy record` (raw collapsed stacks) on process `pid` into `out`; $PY_SPY names the binary."""
     return subprocess.Popen([os.environ.get("PY_SPY", "py-spy"), "record", "--pid", str(pid), "--rate", str(rate),

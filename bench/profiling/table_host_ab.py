@@ -8,15 +8,10 @@ import os
 import sys
 import tempfile
 
+from bench.profiling.spy import process_cpu
 from bench.spark_feed import _system, session_and_frame
 from spark_bridge import BRIDGE_PATH, feed
 from tests.spark_bridge import sample
-
-
-def cpu(pid: int) -> float:
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-
 
 rows = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
 feeds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
@@ -27,9 +22,9 @@ with tempfile.TemporaryDirectory() as tmp, _system(sample.TableAccounts, tmp, 1)
     host, bridge = hosts["/user/accounts"].pid, hosts[BRIDGE_PATH].pid
     out = []
     for k in range(feeds):
-        h0, b0 = cpu(host), cpu(bridge)
+        h0, b0 = process_cpu(host), process_cpu(bridge)
         r = feed(df, system=system.admin_port, feed_id=f"f{k}", ack="processed", progress=False)
-        out.append(f"{r.rows_per_second:,.0f} rows/s, host {(cpu(host) - h0) / rows * 1e6:.2f} "
-                   f"bridge {(cpu(bridge) - b0) / rows * 1e6:.2f} CPU µs/row")
+        out.append(f"{r.rows_per_second:,.0f} rows/s, host {(process_cpu(host) - h0) / rows * 1e6:.2f} "
+                   f"bridge {(process_cpu(bridge) - b0) / rows * 1e6:.2f} CPU µs/row")
 spark.stop()
 print(os.getcwd(), " | ".join(out))
