@@ -31,7 +31,7 @@ from thespian.actors import (
     PoisonMessage,
 )
 
-from . import admin_probe, auth, netsec
+from . import admin_probe, auth, client_log, netsec
 from . import metrics as metrics_module
 from . import tls as tls_module
 from .error_log import ActorFailure, Errors, GetErrors, SubscribeErrors
@@ -187,6 +187,7 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
                   log_level=log_level, metrics_port=metrics_port, metrics_host=metrics_host,
                   node_timeout=float(node_timeout))
     if base == "local":
+        client_log.keep_private()
         asys = ActorSystem("simpleSystemBase", {"Reprise Leader": True, "Reprise Node": node or "leader"},
                            logDefs=False, transientUnique=True)
         guardian = asys.createActor(Guardian)
@@ -382,6 +383,7 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
     else:
         auth.use_secret(_secret)
     tls_module.use(_tls)
+    client_log.keep_private()
     # A client attaches to an admin on this machine (or network namespace) at `host`, so it listens and
     # advertises there too. An inherited REPRISE_BIND (from a parent that started another system) must
     # not win: replies would be addressed to an interface the admin cannot reach, and the ask would hang.

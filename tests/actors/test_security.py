@@ -1,5 +1,5 @@
 """Loopback by default, the peer allowlist, authenticated frames, no inherited sockets, no secrets on
-command lines (multi-process systems only)."""
+command lines (multi-process systems only), private logs."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -18,7 +19,7 @@ import uuid
 import pytest
 
 import actors
-from actors import auth
+from actors import auth, client_log
 from actors.system import tagged_pids
 from journal.urls import redact_url
 from tests.actors.sample import Echo, Ping, Pong
@@ -423,3 +424,49 @@ def test_connect_to_a_port_of_another_program_fails_at_once(tmp_path, answer):
             server.shutdown(socket.SHUT_RDWR)
         assert time.monotonic() - started < 5
         thread.join(5)
+
+
+# ---- Thespian's own log of a client process --------------------------------------------------------------
+
+def test_thespian_logs_of_a_client_process_go_to_a_file_only_its_user_can_read(base, make_system, monkeypatch):
+    # Thespian's default, $TMPDIR/thespian.log, is created 0644 in a directory every user shares.
+    monkeypatch.delenv("THESPLOG_FILE", raising=False)
+    system = make_system(base)
+    probe = system.probe()
+    system.spawn(Echo, "/user/echo")
+    marker = f"client-log-{uuid.uuid4().hex}"
+    from thespian.system import utilis
+
+    utilis.thesplog("%s", marker, level=40)  # (what Thespian's client transport does on a failed send)
+    log = utilis._thesplog_file
+    assert os.path.dirname(log) == os.path.join(tempfile.gettempdir(), f"reprise-{os.getuid()}")
+    directory = os.lstat(os.path.dirname(log))
+    assert stat.S_ISDIR(directory.st_mode) and directory.st_uid == os.getuid()
+    assert stat.S_IMODE(directory.st_mode) == 0o700 and stat.S_IMODE(os.stat(log).st_mode) == 0o600
+    with open(log) as f:
+        assert marker in f.read()
+    shared = os.path.join(tempfile.gettempdir(), "thespian.log")
+    if os.path.exists(shared):
+        with open(shared, errors="replace") as f:
+            assert marker not in f.read()
+    probe.tell("/user/echo", Ping(1))  # the system still answers
+    assert probe.receive(timeout=30) == Pong(1, "/user/echo")
+
+
+def test_a_client_log_directory_another_user_made_first_is_not_used(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    squatted = tmp_path / f"reprise-{os.getuid()}"
+    squatted.mkdir()
+    os.chmod(squatted, 0o777)  # open to every user
+    chosen = client_log.private_dir()
+    assert chosen != str(squatted) and stat.S_IMODE(os.stat(chosen).st_mode) == 0o700
+    os.rmdir(squatted)
+    os.symlink(tmp_path, squatted)  # a link to somewhere else
+    assert client_log.private_dir() not in (str(squatted), str(tmp_path))
+    os.unlink(squatted)
+    if os.geteuid() == 0:
+        squatted.mkdir(mode=0o700)
+        os.chown(squatted, 65534, 65534)  # private, but nobody's
+        assert client_log.private_dir() != str(squatted)
+    os.rmdir(squatted) if squatted.exists() else None
+    assert client_log.private_dir() == str(squatted)  # made here: this user's own, 0700

@@ -1,0 +1,50 @@
+"""Thespian's own log of a client process (one attached by actors.start or actors.connect), kept private.
+
+Thespian appends its warnings and errors (peer addresses, the types and origins of messages it failed to send)
+to `$TMPDIR/thespian.log` unless THESPLOG_FILE names another file: one file for every user of the machine,
+created with the umask's mode (0644 here), so any local user could read what a client's sends did. The
+system's own processes log into its private run dir (actors.start sets their THESPLOG_FILE); a client
+process now logs into `$TMPDIR/reprise-<uid>/thespian.log`, in a directory only its user can enter. That
+file outlives any one system (a client may attach to several, or to one on another machine), and Thespian
+keeps it small (it moves a file over 50 KB to `.old`).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+
+from thespian.system import utilis
+
+NAME = "thespian.log"
+
+
+def private_dir() -> str:
+    """This user's private directory for client logs, `$TMPDIR/reprise-<uid>` (0700), made if missing.
+
+    A directory of that name that is not this user's own, or that others may enter, was not made here (another
+    user can create names in a shared temp dir first): a fresh private directory is used instead.
+    """
+    path = os.path.join(tempfile.gettempdir(), f"reprise-{os.getuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return tempfile.mkdtemp(prefix=f"reprise-{os.getuid()}-")
+    return path
+
+
+def keep_private() -> str | None:
+    """Point this process's Thespian log at a private file (once); None if THESPLOG_FILE names the user's own."""
+    if os.environ.get("THESPLOG_FILE"):
+        return None
+    current = utilis._thesplog_file  # (Thespian reads THESPLOG_FILE into it on its first log line)
+    if current and os.path.dirname(current) != tempfile.gettempdir():
+        return str(current)  # already ours
+    path = os.path.join(private_dir(), NAME)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600))
+    utilis._thesplog_file, utilis._thesplog_old_file = path, path + ".old"
+    return path
