@@ -468,5 +468,5 @@ def test_a_client_log_directory_another_user_made_first_is_not_used(tmp_path, mo
         squatted.mkdir(mode=0o700)
         os.chown(squatted, 65534, 65534)  # private, but nobody's
         assert client_log.private_dir() != str(squatted)
-    os.rmdir(squatted) if squatted.exists() else None
+        os.rmdir(squatted)
     assert client_log.private_dir() == str(squatted)  # made here: this user's own, 0700
