@@ -37,14 +37,17 @@ def private_dir() -> str:
     return path
 
 
+_path: str | None = None  # the file chosen, kept while its directory exists (a fallback is made once, not per call)
+
+
 def keep_private() -> str | None:
-    """Point this process's Thespian log at a private file (once); None if THESPLOG_FILE names the user's own."""
+    """Point this process's Thespian log at a private file; None if THESPLOG_FILE names the user's own."""
+    global _path
     if os.environ.get("THESPLOG_FILE"):
         return None
-    current = utilis._thesplog_file  # (Thespian reads THESPLOG_FILE into it on its first log line)
-    if current and os.path.dirname(current) != tempfile.gettempdir():
-        return str(current)  # already ours
-    path = os.path.join(private_dir(), NAME)
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600))
-    utilis._thesplog_file, utilis._thesplog_old_file = path, path + ".old"
-    return path
+    if _path is None or not os.path.isdir(os.path.dirname(_path)):
+        _path = os.path.join(private_dir(), NAME)
+    os.close(os.open(_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600))
+    # (Thespian reads THESPLOG_FILE into these on its first log line and never again)
+    utilis._thesplog_file, utilis._thesplog_old_file = _path, _path + ".old"
+    return _path
