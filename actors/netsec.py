@@ -4,6 +4,10 @@ Thespian binds every actor socket to 0.0.0.0. Reprise binds to `REPRISE_BIND` (d
 in multi-host mode, closes connections from addresses not in `REPRISE_PEERS` (comma-separated IPs).
 The settings travel in the environment so that every forked admin and actor process applies them.
 
+A client process (actors.connect) lists no peers: it also accepts the addresses of the nodes whose actors it
+knows (`hear_from`, fed from its directory). Thespian sends a reply back over the connection it came on only
+while that connection is idle; otherwise it opens a new one, from the replying node to the client.
+
 These only narrow who can connect: any local user can reach loopback, and any process on a peer can
 reach the peer's ports. What keeps them from running code through Thespian's unpickling is the
 authenticated transport (actors/auth.py): no frame is unpickled without the system's secret.
@@ -13,12 +17,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 log = logging.getLogger("reprise.netsec")
 
 _applied = False
+_heard: set[str] = set()  # node addresses this process accepts besides REPRISE_PEERS (see hear_from)
 
 
 def bind_address() -> str:
@@ -30,7 +35,15 @@ def allowed_peers() -> frozenset[str]:
     """Remote addresses allowed to connect (loopback and the bind address always are)."""
     raw = os.environ.get("REPRISE_PEERS", "")
     peers = {p.strip() for p in raw.split(",") if p.strip()}
-    return frozenset(peers | {"127.0.0.1", bind_address()})
+    return frozenset(peers | _heard | {"127.0.0.1", bind_address()})
+
+
+def hear_from(addresses: Iterable[object]) -> None:
+    """Accept connections from the machines of these Thespian actor addresses too (a client's nodes)."""
+    for address in addresses:
+        name = getattr(getattr(address, "addressDetails", None), "sockname", None)
+        if isinstance(name, tuple) and name and isinstance(name[0], str):
+            _heard.add(name[0])
 
 
 def apply() -> None:

@@ -71,6 +71,7 @@ from .messages import (
     Rebalance,
     Rebalanced,
     RegisterRoute,
+    ShardSet,
     Spawned,
     SpawnHost,
     StopPath,
@@ -1049,6 +1050,10 @@ class System:
         update = self._request(GetDirectory(), DirectoryUpdate, 30.0)
         self._router.replace(update.routes, update.epoch)
         self._fetched = time.monotonic()
+        if self.base == "multiproc":
+            # Replies from another node's actors may open a connection to this client: accept the nodes it knows.
+            netsec.hear_from([self._guardian, *(address for route in update.routes.values()
+                              for address in (route.addresses if isinstance(route, ShardSet) else (route,)))])
 
     def _request(self, message: Any, expect: type[R], timeout: float) -> R:
         """Ask the guardian; messages for probes that arrive meanwhile go to the mailbox."""

@@ -252,3 +252,47 @@ def test_leader_and_member_in_two_network_namespaces_over_tls(tmp_path, tags, na
     assert len(wire) > 10_000, f"the sniffer saw only {len(wire)} bytes: it would prove nothing"
     assert CLASS_ON_THE_WIRE not in wire, "message content crossed between the hosts in clear"
     assert b"Deposit" not in wire and b"reprise" not in wire
+
+
+# Run in the member's namespace by a client of the member: an actor on the leader forwards the client's ask to
+# another one there, which has never heard from the client, so its reply comes over a new connection from the
+# leader's machine to the client (which lists no peers of its own).
+FORWARDED_ASK = """
+import sys
+import actors
+from tests.actors.sample import Echo, Ping
+system = actors.connect(int(sys.argv[2]), host=sys.argv[1])
+try:
+    system.spawn(Echo, "/user/first", node="leader")
+    system.spawn(Echo, "/user/second", node="leader")
+    print(system.ask("/user/first", ("fwd", "/user/second", Ping(7)), timeout=20))
+finally:
+    system.close()
+"""
+
+
+def test_a_client_hears_a_reply_another_node_sends_over_a_new_connection(tmp_path, tags, namespaces):
+    in_a = ["ip", "netns", "exec", namespaces[0]]
+    in_b = ["ip", "netns", "exec", namespaces[1]]
+    leader_port, member_port = free_ports(2)
+    leader_toml = configure("leader.toml", tmp_path, bind="10.77.0.1", peers=["10.77.0.2"])
+    member_toml = configure("member.toml", tmp_path, bind="10.77.0.2", peers=["10.77.0.1"],
+                            leader=f"10.77.0.1:{leader_port}")
+    up = run(in_a, REPRISE, "up", leader_toml, "--detach", "--port", str(leader_port), "--tag", tags[0],
+             "--run-dir", str(tmp_path / "run-leader"))
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        up = run(in_b, REPRISE, "up", member_toml, "--detach", "--port", str(member_port), "--tag", tags[1],
+                 "--run-dir", str(tmp_path / "run-member"))
+        assert up.returncode == 0, up.stdout + up.stderr
+        try:
+            asked = run(in_b, sys.executable, "-c", FORWARDED_ASK, "10.77.0.2", str(member_port), timeout=60)
+            assert asked.returncode == 0, asked.stdout + asked.stderr
+            assert asked.stdout.strip() == "Pong(n=7, by='/user/second')", asked.stdout
+        finally:
+            down = run(in_b, REPRISE, "down", "--host", "10.77.0.2", "--port", str(member_port))
+        assert down.returncode == 0, down.stderr
+    finally:
+        down = run(in_a, REPRISE, "down", "--host", "10.77.0.1", "--port", str(leader_port))
+    assert down.returncode == 0, down.stderr
+    assert tagged_pids(tags[0]) == [] and tagged_pids(tags[1]) == []
