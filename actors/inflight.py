@@ -7,13 +7,19 @@ FIFO promise broke (found by the torture harness). Sent through here instead, ev
 ended, and the reports are handed over in the order the batches were sent, whatever order the transport
 noticed them in (a refused connection is noticed before a reset one).
 
-Only the oldest batch per address is handed to Thespian; the next one goes when it settles. Thespian's TCP
+Only the oldest batch per address is handed to Thespian; the next one goes when it settles, with the batches
+queued behind it merged into it (one Thespian message, one acknowledgement; each still settles on its own). Thespian's TCP
 transport lets a newer send to a target overtake one that waits for its retry (a connection both ends wrote
 on at once, closed without an ACK: the maintainer's "can be re-ordered", kquick#19). Two hosts sending to
 each other at once saw 3 of 6,000 messages out of order that way (in every run of tests/actors/test_batching.py::
 test_two_hosts_flooding_each_other_keep_both_streams_in_order; 20,000 each way did not finish in 40 s). Thespian
 sends one message per target at a time anyway, so waiting here costs nothing: the settle callback hands
 the next batch over on the connection the last one just freed.
+
+Why merge: a busy receiver acknowledges a message when its loop next reads the socket, and the sender hands
+over the next when its own loop next sees that acknowledgement, so one batch went out per ~10 ms cycle while up
+to 17 waited behind it and the receivers idled (two FeedTable shards fed by one bridge, bench/PROFILE.md §30,
+§31). Merged, the receiver takes everything that waited in one turn (and one group commit).
 """
 
 from __future__ import annotations
@@ -21,10 +27,11 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from thespian.system.transport import SendStatus, TransmitIntent
 
+from .messages import Batch
 from .thespian_types import Address, Intent
 
 SEND_RETRY = timedelta(seconds=0.25)
@@ -34,6 +41,13 @@ everything parked behind that batch would wait that long."""
 LANDED, BOUNCED = "landed", "bounced"
 """How a batch ended: acknowledged by its target's process (or failed for another reason, already reported
 through Thespian), or refused because that process is gone (the caller reroutes it; see process_gone)."""
+
+
+MERGE_BATCHES = 64
+"""At most this many queued batches go out as one Thespian message..."""
+MERGE_BYTES = 256 << 10
+"""...and at most this many bytes of payload (unless the first alone is larger): a receiver takes a merged batch
+in one turn, and its sender's retries resend all of it."""
 
 
 def process_gone(result: object) -> bool:
@@ -56,9 +70,10 @@ class InFlight:
         self._actor = actor
         self._on_settled = on_settled
         self.no_bounce: Address | None = None  # sends to this address never bounce (None: to none, nothing: to all)
-        self._queues: dict[str, deque[list[Any]]] = {}  # address -> [intent, outcome or None] in send order
-        # (a two-item list, so that the outcome can be filled in place: Any, as a list holds one type); the
-        # head of each queue is the one batch handed to the transport
+        # address -> [intent, outcome or None, the intents merged into it or None] in send order (a list, so
+        # that the outcome can be filled in place: Any, as a list holds one type); the head of each queue is the
+        # one batch handed to the transport
+        self._queues: dict[str, deque[list[Any]]] = {}
         self._ready: deque[str] = deque()  # addresses whose head settled, to advance
         self._advancing = False
 
@@ -78,7 +93,7 @@ class InFlight:
         queue = self._queues.get(key)
         if queue is None:
             queue = self._queues[key] = deque()
-        queue.append([intent, None])
+        queue.append([intent, None, None])
         if len(queue) == 1:
             self._actor._myRef._send_intent(intent)
 
@@ -100,8 +115,17 @@ class InFlight:
                 and str(intent.targetAddr) != str(self.no_bounce):
             self._settle(intent, BOUNCED)
         else:
-            self._actor._myRef.actor_send_fail(result, intent)
+            # Thespian's dead-letter path sees the batches as they were sent, not the merged one.
+            for part in self._parts(intent):
+                self._actor._myRef.actor_send_fail(result, part)
             self._settle(intent, LANDED)
+
+    def _parts(self, intent: Intent) -> list[Intent]:
+        """The intents a handed-over intent carries: those merged into it, or itself."""
+        queue = self._queues.get(str(intent.targetAddr))
+        if queue and queue[0][0] is intent and queue[0][2] is not None:
+            return cast("list[Intent]", queue[0][2])
+        return [intent]
 
     def _settle(self, intent: Intent, outcome: str) -> None:
         key = str(intent.targetAddr)
@@ -121,11 +145,43 @@ class InFlight:
                 key = self._ready.popleft()
                 queue = self._queues.get(key)
                 while queue and queue[0][1] is not None:
-                    done, how = queue.popleft()
+                    done, how, parts = queue.popleft()
                     if not queue:
                         del self._queues[key]  # before the callback, so that it sees the address settled
-                    self._on_settled(done, how)
+                    if parts is None:
+                        self._on_settled(done, how)
+                    else:
+                        for part in parts:
+                            self._on_settled(part, how)
                     if queue:
+                        _merge_head(queue, self._landed, self._failed)
                         self._actor._myRef._send_intent(queue[0][0])
         finally:
             self._advancing = False
+
+
+def _merge_head(queue: deque[list[Any]], on_success: Callable[..., None], on_error: Callable[..., None]) -> None:
+    """Replace the batches at the front of `queue` (none handed over yet) by one carrying them all, in order."""
+    first = queue[0][0].message
+    if len(queue) < 2 or type(first) is not Batch or type(queue[1][0].message) is not Batch:
+        return
+    parts = [queue.popleft()[0]]
+    payloads = [first.payload, *first.more]
+    size = sum(map(len, payloads))
+    while queue and len(parts) < MERGE_BATCHES:
+        batch = queue[0][0].message
+        if type(batch) is not Batch or batch.origin != first.origin:
+            break
+        grown = size + len(batch.payload) + sum(map(len, batch.more))
+        if grown > MERGE_BYTES:
+            break
+        parts.append(queue.popleft()[0])
+        payloads += (batch.payload, *batch.more)
+        size = grown
+    if len(parts) == 1:
+        queue.appendleft([parts[0], None, None])
+        return
+    merged = Batch(first.origin, payloads[0], tuple(payloads[1:]))
+    intent = TransmitIntent(parts[0].targetAddr, merged, onSuccess=on_success, onError=on_error,
+                            retryPeriod=SEND_RETRY)
+    queue.appendleft([intent, None, parts])

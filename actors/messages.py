@@ -30,9 +30,13 @@ class Batch:
     # Thespian formats every message it sends or receives for its debug log, eagerly: the repr of a
     # large payload cost 5-8% of a busy process's CPU. Show its size instead.
     payload: bytes
+    more: tuple[bytes, ...] = ()
+    """The payloads of later batches of the same origin to the same address, sent with this one
+    (actors/inflight.py merges the batches that waited behind one in flight); their entries follow in order."""
 
     def __repr__(self) -> str:
-        return f"Batch(origin={self.origin!r}, payload=<{len(self.payload)} bytes>)"
+        size = len(self.payload) + sum(map(len, self.more))
+        return f"Batch(origin={self.origin!r}, payload=<{size} bytes in {1 + len(self.more)} parts>)"
 
 
 class Scatter:

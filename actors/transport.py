@@ -167,7 +167,12 @@ def unpack(batch: Batch, on_bad: Callable[[Entry, str], None], expand: bool = Tr
         entries: list[Entry] = pickle.loads(batch.payload)
     except Exception as exc:
         # The fast path is one loads per batch; only a failing batch pays for finding the culprits.
-        entries = _salvage(batch, exc, on_bad)
+        entries = _salvage(batch.origin, batch.payload, exc, on_bad)
+    for payload in batch.more:
+        try:
+            entries += pickle.loads(payload)
+        except Exception as exc:
+            entries += _salvage(batch.origin, payload, exc, on_bad)
     if not expand:
         return entries
     for entry in entries:
@@ -221,15 +226,15 @@ def _missing_in(obj: object, depth: int = 0) -> str | None:
     return None
 
 
-def _salvage(batch: Batch, error: Exception, on_bad: Callable[[Entry, str], None]) -> list[Entry]:
-    """The entries of a batch whose strict unpickling failed; the unreadable ones go to `on_bad`."""
+def _salvage(origin: str, payload: bytes, error: Exception, on_bad: Callable[[Entry, str], None]) -> list[Entry]:
+    """The entries of a batch's payload whose strict unpickling failed; the unreadable ones go to `on_bad`."""
     import io
 
     try:
-        entries = _LenientUnpickler(io.BytesIO(batch.payload)).load()
+        entries = _LenientUnpickler(io.BytesIO(payload)).load()
     except Exception as exc:
-        on_bad((None, f"<batch from {batch.origin}>", None),
-               f"a batch from {batch.origin} could not be unpickled here and was discarded whole ({exc!r})")
+        on_bad((None, f"<batch from {origin}>", None),
+               f"a batch from {origin} could not be unpickled here and was discarded whole ({exc!r})")
         return []
     good, bad = [], 0
     for sender, target, message in entries:
@@ -243,7 +248,7 @@ def _salvage(batch: Batch, error: Exception, on_bad: Callable[[Entry, str], None
                    "the module importable there (installed, or on its PYTHONPATH)")
     if not bad:
         log.warning("a batch from %s failed to unpickle (%r) but every entry could be read leniently",
-                    batch.origin, error)
+                    origin, error)
     return good
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.actors.sample import Checker, Produce, Producer, Relay
+from tests.actors.batch_sample import Batched
+from tests.actors.sample import Checker, Produce, Producer, Relay, Seq
 from tests.waiting import wait_for
 
 
@@ -41,3 +42,26 @@ def test_two_hosts_flooding_each_other_keep_both_streams_in_order(system):
     reports = wait_for(lambda: (r := [system.ask(p, "report", timeout=30) for p in ("/user/a", "/user/b")])[0][0] == n
                        and r[1][0] == n and r, 90, interval=0.1)
     assert reports == [(n, 0), (n, 0)]
+
+
+@pytest.mark.timeout(60)
+def test_batches_waiting_behind_the_one_in_flight_go_out_merged_and_in_order(system):
+    # batch_cap=1: each of the producer's messages is a batch of its own. Only one batch per address is in
+    # flight; those queued behind it go out as one Thespian message (actors/inflight.py), which the receiving
+    # host takes in one turn: its receive_batch entity gets them in a few calls, not one call per message.
+    n = 500
+    probe = system.probe()
+    system.spawn(Producer, "/user/producer", batch_cap=1)
+    system.spawn(Batched, "/user/b", entities=True, args=(probe.path,))
+    system.tell("/user/producer", Produce("/user/b/1", n), sender=probe.path)
+    got, calls = [], []
+    while len(got) <= n or sum(map(len, calls)) < len(got):  # (a call's report follows its messages')
+        m = probe.receive(timeout=30)
+        if m[0] == "got":
+            got.append(m[2])
+        else:
+            calls.append(m[2])
+    assert got[:n] == [Seq("/user/producer", i) for i in range(n)] and got[n][0] == "end"
+    assert [m for call in calls for m in call] == got  # every message through receive_batch, in order
+    if system.base == "multiproc":
+        assert len(calls) <= n // 20, f"{len(calls)} receive_batch calls for {n + 1} one-message batches: not merged"
