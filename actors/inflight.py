@@ -45,9 +45,13 @@ through Thespian), or refused because that process is gone (the caller reroutes 
 
 MERGE_BATCHES = 64
 """At most this many queued batches go out as one Thespian message..."""
+MERGE_ENTRIES = 2000
+"""...holding at most as many entries as a full batch of the default `batch_cap` (unless the first alone holds
+more): full batches gain nothing merged, and cost a sender flooding a busy receiver 8-10% of its messages a
+second (a longer turn per Thespian message makes the sender see each acknowledgement later; bench/PROFILE.md §31)..."""
 MERGE_BYTES = 256 << 10
-"""...and at most this many bytes of payload (unless the first alone is larger): a receiver takes a merged batch
-in one turn, and its sender's retries resend all of it."""
+"""...and at most this many bytes of payload: a receiver takes a merged batch in one turn, and its sender's
+retries resend all of it."""
 
 
 def process_gone(result: object) -> bool:
@@ -167,21 +171,21 @@ def _merge_head(queue: deque[list[Any]], on_success: Callable[..., None], on_err
         return
     parts = [queue.popleft()[0]]
     payloads = [first.payload, *first.more]
-    size = sum(map(len, payloads))
+    size, entries = sum(map(len, payloads)), first.entries
     while queue and len(parts) < MERGE_BATCHES:
         batch = queue[0][0].message
         if type(batch) is not Batch or batch.origin != first.origin:
             break
         grown = size + len(batch.payload) + sum(map(len, batch.more))
-        if grown > MERGE_BYTES:
+        if grown > MERGE_BYTES or entries + batch.entries > MERGE_ENTRIES:
             break
         parts.append(queue.popleft()[0])
         payloads += (batch.payload, *batch.more)
-        size = grown
+        size, entries = grown, entries + batch.entries
     if len(parts) == 1:
         queue.appendleft([parts[0], None, None])
         return
-    merged = Batch(first.origin, payloads[0], tuple(payloads[1:]))
+    merged = Batch(first.origin, payloads[0], tuple(payloads[1:]), entries)
     intent = TransmitIntent(parts[0].targetAddr, merged, onSuccess=on_success, onError=on_error,
                             retryPeriod=SEND_RETRY)
     queue.appendleft([intent, None, parts])

@@ -33,10 +33,13 @@ class Batch:
     more: tuple[bytes, ...] = ()
     """The payloads of later batches of the same origin to the same address, sent with this one
     (actors/inflight.py merges the batches that waited behind one in flight); their entries follow in order."""
+    entries: int = 0
+    """How many entries the payloads hold (a Scatter counts as one)."""
 
     def __repr__(self) -> str:
         size = len(self.payload) + sum(map(len, self.more))
-        return f"Batch(origin={self.origin!r}, payload=<{size} bytes in {1 + len(self.more)} parts>)"
+        return (f"Batch(origin={self.origin!r}, payload=<{self.entries} entries, {size} bytes in "
+                f"{1 + len(self.more)} parts>)")
 
 
 class Scatter:

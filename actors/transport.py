@@ -143,7 +143,7 @@ class Router:
 def pack(origin: str, entries: list[Entry], on_bad: Callable[[Entry, str], None]) -> Batch | None:
     """Pickle `entries` into a Batch; entries that cannot be pickled go to `on_bad` instead."""
     try:
-        return Batch(origin, dumps(entries))
+        return Batch(origin, dumps(entries), entries=len(entries))
     except Exception:
         good = []
         for entry in entries:
@@ -153,7 +153,7 @@ def pack(origin: str, entries: list[Entry], on_bad: Callable[[Entry, str], None]
                 on_bad(entry, f"cannot be pickled: {exc}")
             else:
                 good.append(entry)
-        return Batch(origin, dumps(good)) if good else None
+        return Batch(origin, dumps(good), entries=len(good)) if good else None
 
 
 def unpack(batch: Batch, on_bad: Callable[[Entry, str], None], expand: bool = True) -> list[Entry]:
