@@ -26,7 +26,7 @@ from thespian.actors import (
 from . import thespian_fixes
 from .error_log import ActorError, ErrorLog, GetErrors, SubscribeErrors
 from .handover import HANDOVER_WAIT
-from .inflight import BOUNCED, InFlight
+from .inflight import BOUNCED, FAILED, InFlight, not_taken
 from .messages import (
     GUARDIAN_PATH,
     ActorBackingOff,
@@ -177,6 +177,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         self.outbox: Outbox | None = None
         self.inflight: InFlight | None = None
         self.bounced: deque[Intent] = deque()  # batches that bounced off dead processes, in send order, not yet rerouted
+        self.undelivered: deque[Intent] = deque()  # batches no live receiver took: dead letters, not yet recorded
         self.dead_count = 0
         self.recent: deque[DeadLetter] = deque(maxlen=RECENT_DEAD_LETTERS)
         self.dead_subscribers: list[str] = []
@@ -993,9 +994,25 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         key = str(intent.targetAddr)
         if how == BOUNCED:
             self.bounced.append(intent)
+        elif how == FAILED:
+            self.undelivered.append(intent)
         elif self.inflight.pending(key) or not any(key in r.past for r in self.hosts.values()):
             return
         self.inflight.send_intent(self.myAddress, RESETTLE)
+
+    def _undelivered(self, intent: Intent) -> None:
+        """Record the messages of a batch no live receiver took as dead letters (Thespian drops them unsaid)."""
+        where = str(intent.targetAddr)
+        if not isinstance(intent.message, Batch):
+            log.warning("guardian: a %s to %s was not delivered (the receiver took no message within Thespian's "
+                        "retries)", type(intent.message).__name__, where)
+            return
+        reason = not_taken(where)
+        for sender, target, message in unpack(intent.message, self._unpicklable):
+            if isinstance(message, DeadLetter):  # (to a subscriber: recorded again, it would go to it again)
+                log.warning("guardian: a dead letter to subscriber %s was not delivered", target)
+            else:
+                self._dead(sender, target, message, reason)
 
     def _resettle(self, message: str, sender: Address | None) -> None:
         """Reroute what bounced, in send order and ahead of what was held since; then release the held
@@ -1007,6 +1024,8 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         while self.bounced:
             intent = self.bounced.popleft()
             self._dead_envelope(DeadEnvelope(intent.targetAddr, intent.message), bounced=True)
+        while self.undelivered:
+            self._undelivered(self.undelivered.popleft())
         now = time.monotonic()
         for record in self.hosts.values():
             record.past = {k: t for k, t in record.past.items() if t > now and self.inflight.pending(k)}

@@ -32,7 +32,7 @@ from .error_log import ActorFailure, ErrorThrottle, is_ask, make_error, one_line
 from .errors import RepriseError, SpawnFailed
 from .handover import POKE, Handover
 from .host_options import apply_host_options
-from .inflight import BOUNCED, InFlight
+from .inflight import BOUNCED, FAILED, InFlight, not_taken
 from .messages import (
     GUARDIAN_PATH,
     ActorBackingOff,
@@ -895,6 +895,7 @@ class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
         self._guardian: Address | None = None
         self._early: list[tuple[Batch, Address]] = []
         self._inflight = InFlight(self, self._settled)
+        self._undelivered: list[Intent] = []  # batches no live receiver took (FAILED), to report as dead letters
         self._parent_watch: ParentWatch | None = None
         exit_if_orphaned_before(lambda: self._guardian is not None)
 
@@ -921,6 +922,8 @@ class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
                 host.on_wakeup(message.payload)
         elif isinstance(message, str) and message == POKE:
             if host is not None:
+                if self._undelivered:
+                    self._report_undelivered(host)
                 host.handover.poke()
                 host.settle()
         elif isinstance(message, InitHost):
@@ -989,10 +992,27 @@ class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
             # Its target is gone: to the guardian directly, behind what this host sent it before, rather than
             # Thespian's relay through the admin, which later sends to the guardian overtook.
             self._inflight.send_intent(self._guardian, DeadEnvelope(intent.targetAddr, intent.message))
+        elif how == FAILED:
+            self._undelivered.append(intent)
+            self._inflight.send_intent(self.myAddress, POKE)  # (reported from the mailbox: no sends in here)
         if self.host is not None:
             if how == BOUNCED:
                 self.host.handover.note_rerouted(key)
             self.host.handover.settled(key)
+
+    def _report_undelivered(self, host: Host) -> None:
+        """Make every message of the batches no live receiver took a dead letter (Thespian drops them unsaid)."""
+        failed, self._undelivered = self._undelivered, []
+        for intent in failed:
+            where = str(intent.targetAddr)
+            if where == str(self._guardian) or not isinstance(intent.message, Batch):
+                # (dead letters go to the guardian: one it did not take cannot be reported there)
+                log.error("host %s: a %s to %s was not delivered (the receiver took no message within Thespian's "
+                          "retries)", host.path, type(intent.message).__name__, where)
+                continue
+            reason = not_taken(where)
+            for sender, target, message in unpack(intent.message, host._unreadable):
+                host.dead_letter(sender, target, message, reason)
 
     def send_self(self, message: Any) -> None:
         """Queue a message to this host's own mailbox."""

@@ -38,9 +38,11 @@ SEND_RETRY = timedelta(seconds=0.25)
 """Thespian retries a connection closed before its ACK (the target SIGKILLed) after 35 s x attempt by default:
 everything parked behind that batch would wait that long."""
 
-LANDED, BOUNCED = "landed", "bounced"
-"""How a batch ended: acknowledged by its target's process (or failed for another reason, already reported
-through Thespian), or refused because that process is gone (the caller reroutes it; see process_gone)."""
+LANDED, BOUNCED, FAILED = "landed", "bounced", "failed"
+"""How a batch ended: acknowledged by its target's process (or, when nothing can reroute it, bounced by a gone
+process, which Thespian reports as a dead letter); refused because that process is gone (the caller reroutes
+it; see process_gone); or not taken by a live one within Thespian's retries (a connection it closed unread, an
+acknowledgement that never came), which Thespian reports to nobody: the caller makes it a dead letter."""
 
 
 MERGE_BATCHES = 64
@@ -52,6 +54,12 @@ second (a longer turn per Thespian message makes the sender see each acknowledge
 MERGE_BYTES = 256 << 10
 """...and at most this many bytes of payload: a receiver takes a merged batch in one turn, and its sender's
 retries resend all of it."""
+
+
+def not_taken(address: object) -> str:
+    """The reason of the dead letters of a batch that settled FAILED."""
+    return (f"not delivered: the process at {address} took no message within Thespian's retries (it refused the "
+            "connection, e.g. a client whose machine is not among the peers, or did not answer); not retried")
 
 
 def process_gone(result: object) -> bool:
@@ -115,8 +123,9 @@ class InFlight:
         self._settle(intent, LANDED)
 
     def _failed(self, result: object, intent: Intent) -> None:
-        if process_gone(result) and self.no_bounce is not None \
-                and str(intent.targetAddr) != str(self.no_bounce):
+        if not process_gone(result):
+            self._settle(intent, FAILED)
+        elif self.no_bounce is not None and str(intent.targetAddr) != str(self.no_bounce):
             self._settle(intent, BOUNCED)
         else:
             # Thespian's dead-letter path sees the batches as they were sent, not the merged one.

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from actors import DeadLetter
-from tests.actors.sample import Echo, Ping
+import os
+import subprocess
+import sys
+
+import pytest
+
+from actors import ActorError, DeadLetter
+from actors.messages import GUARDIAN_PATH
+from tests.actors.sample import Echo, Ping, Pong
 from tests.waiting import dead_letters_reach, wait_for
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_message_to_unserved_path_is_a_dead_letter(system):
@@ -42,3 +51,45 @@ def test_unpicklable_content_sent_by_an_actor_is_dead_lettered_and_the_rest_deli
         return system.ask("/user/b", "count") == asks + 1
 
     wait_for(ping_arrived, 10)
+
+
+# A client that registers a probe, prints its path, and stops (SIGSTOP): its port still accepts connections
+# (the kernel's backlog) but it never reads or acknowledges a message sent to it.
+STOPPED_CLIENT = """
+import os, signal, sys
+import actors
+system = actors.connect(int(sys.argv[1]))
+probe = system.probe("stopped")
+system.subscribe_errors(probe.path)
+system.dead_letters()  # (the subscription has reached the guardian)
+print(probe.path, flush=True)
+os.kill(os.getpid(), signal.SIGSTOP)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_message_a_live_receiver_never_takes_is_a_dead_letter_not_dropped(make_system, monkeypatch):
+    # Thespian gives up on a send after its transmit timeout: 3 s here instead of 5 minutes. Thespian reports
+    # such a failure to nobody; the multi-process base is the only one with a transport to fail.
+    monkeypatch.setenv("THESPIAN_TRANSMIT_TIMEOUT_PERIOD", "0:03")
+    system = make_system("multiproc")
+    system.spawn(Echo, "/user/echo")
+    client = subprocess.Popen([sys.executable, "-c", STOPPED_CLIENT, str(system.admin_port)], stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONPATH": ROOT})
+    try:
+        probe = client.stdout.readline().strip()
+        assert probe.endswith("/stopped"), probe
+        # A host's reply to the stopped client: a dead letter once the transmit times out.
+        system.tell("/user/echo", Ping(5), sender=probe)
+        letters = dead_letters_reach(system, 1, timeout=30)
+        assert letters.recent[0].target == probe and letters.recent[0].message == Pong(5, "/user/echo"), letters
+        assert letters.recent[0].sender == "/user/echo" and "not delivered" in letters.recent[0].reason, letters
+        # The guardian's publication of an error to the stopped subscriber: a dead letter too.
+        system.tell("/user/echo", "boom")
+        letters = dead_letters_reach(system, 2, timeout=30)
+        assert letters.recent[1].target == probe and isinstance(letters.recent[1].message, ActorError), letters
+        assert letters.recent[1].sender == GUARDIAN_PATH and "not delivered" in letters.recent[1].reason, letters
+        assert system.ask("/user/echo", Ping(6)) == Pong(6, "/user/echo")  # the host goes on
+    finally:
+        client.kill()
+        client.wait(10)
