@@ -91,10 +91,14 @@ def build_class_archive(path: str, jvm_options: str, timeout: float = BUILD_TIME
     path = jvm_path(path)
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
-    with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as log:
+    # Spark's scratch directories go to a directory removed afterwards: the JVM leaves them behind when it exits
+    # to write the archive, and when a timeout kills it.
+    with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as log, \
+            tempfile.TemporaryDirectory(prefix="reprise-class-archive-") as scratch:
         # A session of its own, so that a timeout kills the child's JVM too, not only the child.
         child = subprocess.Popen([sys.executable, "-m", "spark_bridge.class_archive", path, jvm_options],
-                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                 env={**os.environ, "SPARK_LOCAL_DIRS": scratch})
         try:
             code = child.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -36,6 +36,7 @@ from tests.spark_bridge.standalone import (
     ROOT,
     ClusterUnavailable,
     StandaloneCluster,
+    daemon_env,
     spark_home,
     wait_master_alive,
     wait_registered,
@@ -233,12 +234,8 @@ def relay_main(target: str, port: int, names: list[str]) -> None:
 
 
 def _daemon(cluster: StandaloneCluster, name: str, ns: Namespace, args: list[str], env: dict[str, str]) -> None:
-    from spark_bridge.session import LEAN_JVM
-
     home = spark_home()
-    full = {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": ns.address, "SPARK_DAEMON_MEMORY": "256m",
-            "SPARK_DAEMON_JAVA_OPTS": LEAN_JVM, "SPARK_LOG_DIR": str(cluster.workdir),
-            "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": ROOT, **env}
+    full = {**daemon_env(cluster, ns.address), "PYTHONPATH": ROOT, **env}
     with open(cluster.workdir / f"{name}.log", "ab") as log:
         proc = subprocess.Popen([*ns.prefix, os.path.join(home, "bin", "spark-class"), *args], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full, cwd=cluster.workdir,

@@ -180,7 +180,7 @@ def test_three_nodes_feed_200k_rows_exactly_once_through_a_lost_member(tmp_path,
                     [*a.prefix, sys.executable, "-m", "examples.cluster.feed", "--master", cluster.master_url,
                      "--system", f"{a.address}:{PORTS['a']}", "--driver-host", a.address, "--rows", str(ROWS),
                      "--accounts", str(ACCOUNTS), "--partitions", str(PARTITIONS)],
-                    cwd=ROOT, stdout=out_f, stderr=err_f, env=clean_env(SPARK_LOCAL_IP=a.address),
+                    cwd=ROOT, stdout=out_f, stderr=err_f, env=clean_env(SPARK_LOCAL_IP=a.address, SPARK_LOCAL_DIRS=str(cluster.local_dir)),
                     start_new_session=True)
             cluster.track(driver.pid)
             feed_started = time.monotonic()

@@ -10,13 +10,15 @@ ROOT = str(Path(__file__).resolve().parents[2])
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(tmp_path_factory):
     """A local[2,3] SparkSession (2 threads, 3 attempts per task) bound to loopback, stopped at session end."""
     pytest.importorskip("pyspark.sql")
     from spark_bridge import local_session
 
-    # Python workers must import test modules (destination actors, message callables) by path.
-    session = local_session("reprise-spark-bridge-tests", "local[2,3]", import_paths=(ROOT,))
+    # Python workers must import test modules (destination actors, message callables) by path. Spark's scratch
+    # files go with the session's other temporary files, not to /tmp.
+    session = local_session("reprise-spark-bridge-tests", "local[2,3]", import_paths=(ROOT,),
+                            **{"spark.local.dir": str(tmp_path_factory.mktemp("spark-local"))})
     yield session
     session.stop()
 

@@ -67,6 +67,13 @@ class StandaloneCluster:
     worker_env: dict[str, dict[str, str]] = field(default_factory=dict)
     """Extra environment per worker host (its executors and their Python workers inherit it)."""
 
+    @property
+    def local_dir(self) -> Path:
+        """Spark's scratch directory for this cluster's daemons, executors and drivers (made on first use)."""
+        path = self.workdir / "spark-local"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
     def status(self) -> dict[str, Any]:
         """The master's JSON status (workers, apps)."""
         with urllib.request.urlopen(f"{self.ui_url}/json/", timeout=5) as r:
@@ -163,11 +170,19 @@ class StandaloneCluster:
         return "\n".join(out)
 
 
+def daemon_env(cluster: StandaloneCluster, host: str) -> dict[str, str]:
+    """The environment of a master or worker JVM on `host`. Spark's scratch files (the executors' block managers,
+    a JVM's native libraries) go under the cluster's workdir: in /tmp, every daemon or executor the tests SIGKILL
+    would leave its own behind."""
+    local = cluster.local_dir
+    return {**os.environ, "SPARK_HOME": spark_home(), "SPARK_LOCAL_IP": host, "SPARK_DAEMON_MEMORY": "256m",
+            "SPARK_DAEMON_JAVA_OPTS": f"{LEAN_JVM} -Djava.io.tmpdir={local}", "SPARK_LOG_DIR": str(cluster.workdir),
+            "SPARK_LOCAL_DIRS": str(local), "PYSPARK_PYTHON": sys.executable}
+
+
 def _daemon(cluster: StandaloneCluster, name: str, args: list[str], host: str, extra_env: dict[str, str]) -> None:
     home = spark_home()
-    env = {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": host, "SPARK_DAEMON_MEMORY": "256m",
-           "SPARK_DAEMON_JAVA_OPTS": LEAN_JVM, "SPARK_LOG_DIR": str(cluster.workdir),
-           "PYSPARK_PYTHON": sys.executable, **extra_env}
+    env = {**daemon_env(cluster, host), **extra_env}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p)
     with open(cluster.workdir / f"{name}.log", "ab") as log:
         proc = subprocess.Popen([os.path.join(home, "bin", "spark-class"), *args], stdout=log,
@@ -257,7 +272,7 @@ class Driver:
                  module: str = "tests.spark_bridge.cluster_job") -> None:
         self.cluster = cluster
         self.out, self.err = cluster.workdir / f"{name}.out", cluster.workdir / f"{name}.err"
-        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1",
+        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOCAL_DIRS": str(cluster.local_dir),
                "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)}
         with open(self.out, "wb") as out, open(self.err, "wb") as err:
             self.proc = subprocess.Popen(

@@ -29,8 +29,10 @@ spark.stop()
 
 
 def _job(archive: str, env: dict[str, str] | None = None) -> str:
+    # Spark's scratch files beside the archive (a SIGKILLed job's would stay in /tmp).
+    local = os.path.join(os.path.dirname(archive), "spark-local")
     done = subprocess.run([sys.executable, "-c", JOB, archive, ROOT], cwd=ROOT, capture_output=True, text=True,
-                          timeout=240, env={**os.environ, **(env or {})})
+                          timeout=240, env={**os.environ, "SPARK_LOCAL_DIRS": local, **(env or {})})
     assert done.returncode == 0, done.stderr[-3000:]
     assert "groups 7" in done.stdout
     return done.stdout
