@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -88,19 +90,17 @@ def tags():
         assert kill_tagged(tag) == [], f"processes tagged {tag} were left behind"
 
 
-def scenario(tmp_path, tags, leader_ip: str, member_ip: str, in_leader: list[str], in_member: list[str],
-             tls=None, sniff: list[str] | None = None) -> bytes | None:
-    """up leader.toml, up member.toml, feed through the member's feeder, check balances, down both.
-
-    With `sniff` (a namespace prefix), returns the TCP payload bytes a sniffer there saw during the feed.
-    """
+@contextmanager
+def leader_and_member(tmp_path, tags, leader_ip: str, member_ip: str, in_leader: list[str], in_member: list[str],
+                      tls=None) -> Iterator[tuple[int, int]]:
+    """`reprise up` leader.toml, then member.toml (each the other's peer); yields their admin ports; `reprise down`
+    both afterwards, and checks that no process of either is left."""
     leader_port, member_port = free_ports(2)
     peers = [] if leader_ip == member_ip else None
     leader_toml = configure("leader.toml", tmp_path, bind=leader_ip, tls=tls,
                             peers=peers if peers is not None else [member_ip])
     member_toml = configure("member.toml", tmp_path, bind=member_ip, tls=tls,
                             peers=peers if peers is not None else [leader_ip], leader=f"{leader_ip}:{leader_port}")
-    wire = None
     up = run(in_leader, REPRISE, "up", leader_toml, "--detach", "--port", str(leader_port), "--tag", tags[0],
              "--run-dir", str(tmp_path / "run-leader"))
     assert up.returncode == 0, up.stdout + up.stderr
@@ -109,6 +109,26 @@ def scenario(tmp_path, tags, leader_ip: str, member_ip: str, in_leader: list[str
                  "--run-dir", str(tmp_path / "run-member"))
         assert up.returncode == 0, up.stdout + up.stderr
         assert f"{member_ip}:{member_port}" in up.stdout and "/user/feeder" in up.stdout
+        try:
+            yield leader_port, member_port
+        finally:
+            down = run(in_member, REPRISE, "down", "--host", member_ip, "--port", str(member_port))
+        assert down.returncode == 0, down.stderr
+    finally:
+        down = run(in_leader, REPRISE, "down", "--host", leader_ip, "--port", str(leader_port))
+    assert down.returncode == 0, down.stderr
+    assert tagged_pids(tags[0]) == [] and tagged_pids(tags[1]) == []
+
+
+def scenario(tmp_path, tags, leader_ip: str, member_ip: str, in_leader: list[str], in_member: list[str],
+             tls=None, sniff: list[str] | None = None) -> bytes | None:
+    """up leader.toml, up member.toml, feed through the member's feeder, check balances, down both.
+
+    With `sniff` (a namespace prefix), returns the TCP payload bytes a sniffer there saw during the feed.
+    """
+    wire = None
+    with leader_and_member(tmp_path, tags, leader_ip, member_ip, in_leader, in_member, tls) as (leader_port,
+                                                                                               member_port):
         if leader_ip != member_ip:
             # Proof of separation: from the member's namespace the leader is reachable only at its own address.
             reach = run(in_member, sys.executable, "-c", REACH, leader_ip, str(leader_port))
@@ -125,32 +145,24 @@ def scenario(tmp_path, tags, leader_ip: str, member_ip: str, in_leader: list[str
                            attack_payload(str(marker), target).hex(), timeout=30)
                 assert sent.returncode == 0, sent.stderr
         assert not marker.exists(), f"an unauthenticated frame ran code: {marker.read_text()}"
+        # A client on the member's machine attaches to its local admin; the feeder runs there too.
+        client = [*in_member, sys.executable, "-m", "examples.accounts.client", "--host", member_ip,
+                  "--port", str(member_port)]
+        sniffer = Sniffing(sniff, tmp_path / "wire") if sniff else None
         try:
-            # A client on the member's machine attaches to its local admin; the feeder runs there too.
-            client = [*in_member, sys.executable, "-m", "examples.accounts.client", "--host", member_ip,
-                      "--port", str(member_port)]
-            sniffer = Sniffing(sniff, tmp_path / "wire") if sniff else None
-            try:
-                fed = run(client, "feed", "--count", "600", "--accounts", "12")
-            finally:
-                wire = sniffer.stop() if sniffer else None
-            assert fed.returncode == 0 and "feeder accepted 600" in fed.stdout, fed.stderr
-            # Exact balances on the leader's accounts prove every Deposit went there and every Confirm came back.
-            checked = run(client, "check", "--deposits", "600", "--accounts", "12")
-            assert checked.returncode == 0, checked.stdout + checked.stderr
-            assert "OK: 12 balances exact after 600 deposits" in checked.stdout
-            status = run(in_leader, REPRISE, "status", "--host", leader_ip, "--port", str(leader_port), "--json")
-            assert status.returncode == 0, status.stderr
-            hosts = json.loads(status.stdout)["hosts"]
-            assert hosts["/user/feeder"]["pid"] in tagged_pids(tags[1]), "the feeder must run on the member"
-            assert hosts["/user/accounts"]["pid"] in tagged_pids(tags[0]), "the accounts must run on the leader"
+            fed = run(client, "feed", "--count", "600", "--accounts", "12")
         finally:
-            down = run(in_member, REPRISE, "down", "--host", member_ip, "--port", str(member_port))
-        assert down.returncode == 0, down.stderr
-    finally:
-        down = run(in_leader, REPRISE, "down", "--host", leader_ip, "--port", str(leader_port))
-    assert down.returncode == 0, down.stderr
-    assert tagged_pids(tags[0]) == [] and tagged_pids(tags[1]) == []
+            wire = sniffer.stop() if sniffer else None
+        assert fed.returncode == 0 and "feeder accepted 600" in fed.stdout, fed.stderr
+        # Exact balances on the leader's accounts prove every Deposit went there and every Confirm came back.
+        checked = run(client, "check", "--deposits", "600", "--accounts", "12")
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert "OK: 12 balances exact after 600 deposits" in checked.stdout
+        status = run(in_leader, REPRISE, "status", "--host", leader_ip, "--port", str(leader_port), "--json")
+        assert status.returncode == 0, status.stderr
+        hosts = json.loads(status.stdout)["hosts"]
+        assert hosts["/user/feeder"]["pid"] in tagged_pids(tags[1]), "the feeder must run on the member"
+        assert hosts["/user/accounts"]["pid"] in tagged_pids(tags[0]), "the accounts must run on the leader"
     return wire
 
 
@@ -274,25 +286,7 @@ finally:
 def test_a_client_hears_a_reply_another_node_sends_over_a_new_connection(tmp_path, tags, namespaces):
     in_a = ["ip", "netns", "exec", namespaces[0]]
     in_b = ["ip", "netns", "exec", namespaces[1]]
-    leader_port, member_port = free_ports(2)
-    leader_toml = configure("leader.toml", tmp_path, bind="10.77.0.1", peers=["10.77.0.2"])
-    member_toml = configure("member.toml", tmp_path, bind="10.77.0.2", peers=["10.77.0.1"],
-                            leader=f"10.77.0.1:{leader_port}")
-    up = run(in_a, REPRISE, "up", leader_toml, "--detach", "--port", str(leader_port), "--tag", tags[0],
-             "--run-dir", str(tmp_path / "run-leader"))
-    assert up.returncode == 0, up.stdout + up.stderr
-    try:
-        up = run(in_b, REPRISE, "up", member_toml, "--detach", "--port", str(member_port), "--tag", tags[1],
-                 "--run-dir", str(tmp_path / "run-member"))
-        assert up.returncode == 0, up.stdout + up.stderr
-        try:
-            asked = run(in_b, sys.executable, "-c", FORWARDED_ASK, "10.77.0.2", str(member_port), timeout=60)
-            assert asked.returncode == 0, asked.stdout + asked.stderr
-            assert asked.stdout.strip() == "Pong(n=7, by='/user/second')", asked.stdout
-        finally:
-            down = run(in_b, REPRISE, "down", "--host", "10.77.0.2", "--port", str(member_port))
-        assert down.returncode == 0, down.stderr
-    finally:
-        down = run(in_a, REPRISE, "down", "--host", "10.77.0.1", "--port", str(leader_port))
-    assert down.returncode == 0, down.stderr
-    assert tagged_pids(tags[0]) == [] and tagged_pids(tags[1]) == []
+    with leader_and_member(tmp_path, tags, "10.77.0.1", "10.77.0.2", in_a, in_b) as (_, member_port):
+        asked = run(in_b, sys.executable, "-c", FORWARDED_ASK, "10.77.0.2", str(member_port), timeout=60)
+        assert asked.returncode == 0, asked.stdout + asked.stderr
+        assert asked.stdout.strip() == "Pong(n=7, by='/user/second')", asked.stdout
