@@ -1002,13 +1002,8 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
 
     def _undelivered(self, intent: Intent) -> None:
         """Record the messages of a batch no live receiver took as dead letters (Thespian drops them unsaid)."""
-        where = str(intent.targetAddr)
-        if not isinstance(intent.message, Batch):
-            log.warning("guardian: a %s to %s was not delivered (the receiver took no message within Thespian's "
-                        "retries)", type(intent.message).__name__, where)
-            return
-        reason = not_taken(where)
-        for sender, target, message in unpack(intent.message, self._unpicklable):
+        entries, reason = not_taken(intent, self._unpicklable, "guardian")
+        for sender, target, message in entries:
             if isinstance(message, DeadLetter):  # (to a subscriber: recorded again, it would go to it again)
                 log.warning("guardian: a dead letter to subscriber %s was not delivered", target)
             else:

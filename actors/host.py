@@ -1004,14 +1004,12 @@ class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
         """Make every message of the batches no live receiver took a dead letter (Thespian drops them unsaid)."""
         failed, self._undelivered = self._undelivered, []
         for intent in failed:
-            where = str(intent.targetAddr)
-            if where == str(self._guardian) or not isinstance(intent.message, Batch):
+            if str(intent.targetAddr) == str(self._guardian):
                 # (dead letters go to the guardian: one it did not take cannot be reported there)
-                log.error("host %s: a %s to %s was not delivered (the receiver took no message within Thespian's "
-                          "retries)", host.path, type(intent.message).__name__, where)
+                log.error("host %s: a batch to the guardian at %s was not delivered", host.path, intent.targetAddr)
                 continue
-            reason = not_taken(where)
-            for sender, target, message in unpack(intent.message, host._unreadable):
+            entries, reason = not_taken(intent, host._unreadable, f"host {host.path}")
+            for sender, target, message in entries:
                 host.dead_letter(sender, target, message, reason)
 
     def send_self(self, message: Any) -> None:

@@ -24,6 +24,7 @@ to 17 waited behind it and the receivers idled (two FeedTable shards fed by one 
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable
 from datetime import timedelta
@@ -33,6 +34,9 @@ from thespian.system.transport import SendStatus, TransmitIntent
 
 from .messages import Batch
 from .thespian_types import Address, Intent
+from .transport import Entry, unpack
+
+log = logging.getLogger("reprise.inflight")
 
 SEND_RETRY = timedelta(seconds=0.25)
 """Thespian retries a connection closed before its ACK (the target SIGKILLed) after 35 s x attempt by default:
@@ -56,10 +60,17 @@ MERGE_BYTES = 256 << 10
 retries resend all of it."""
 
 
-def not_taken(address: object) -> str:
-    """The reason of the dead letters of a batch that settled FAILED."""
-    return (f"not delivered: the process at {address} took no message within Thespian's retries (it refused the "
-            "connection, e.g. a client whose machine is not among the peers, or did not answer); not retried")
+def not_taken(intent: Intent, on_bad: Callable[[Entry, str], None], who: str) -> tuple[list[Entry], str]:
+    """The entries of a batch that settled FAILED, and the reason for their dead letters (none, logged, for a
+    message that is not a Batch: Thespian's and Reprise's control messages)."""
+    where = str(intent.targetAddr)
+    if not isinstance(intent.message, Batch):
+        log.warning("%s: a %s to %s was not delivered (the receiver took no message within Thespian's retries)",
+                    who, type(intent.message).__name__, where)
+        return [], ""
+    return unpack(intent.message, on_bad), (
+        f"not delivered: the process at {where} took no message within Thespian's retries (it refused the "
+        "connection, e.g. a client whose machine is not among the peers, or did not answer); not retried")
 
 
 def process_gone(result: object) -> bool:
