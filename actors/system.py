@@ -7,6 +7,7 @@ import logging
 import multiprocessing
 import os
 import pickle
+import random
 import re
 import shutil
 import signal
@@ -19,6 +20,7 @@ import time
 import uuid
 from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
+from contextlib import ExitStack
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -493,11 +495,47 @@ def _local_tls(admin_port: int) -> tls_module.TlsConfig | None:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A TCP port nothing uses right now, below the kernel's ephemeral range (see `free_ports`)."""
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct TCP ports nothing uses right now, chosen below the kernel's ephemeral range.
+
+    A port the kernel hands out for port 0 comes from its ephemeral range, from which it also takes the
+    local port of every outgoing connection and of every other process's port-0 bind (each Thespian actor's):
+    on a busy machine one of those took such a port before the node it was chosen for bound it (a cluster
+    node that never came up, CI of 2026-11-30). Every socket is held until all are chosen, so they differ.
+    """
+    low = _ephemeral_low()
+    with ExitStack() as held:
+        chosen: list[int] = []
+        while len(chosen) < count:
+            s = held.enter_context(socket.socket())
+            if low > _FIXED_PORTS.start + 1000:
+                for _ in range(100):
+                    try:
+                        s.bind((host, random.randrange(_FIXED_PORTS.start, min(low, _FIXED_PORTS.stop))))
+                        break
+                    except OSError:
+                        continue
+            if s.getsockname()[1] == 0:  # (no room below the ephemeral range: take one from it)
+                s.bind((host, 0))
+            chosen.append(s.getsockname()[1])
+        return chosen
+
+
+_FIXED_PORTS = range(10000, 32768)
+"""Where free_ports looks first: above the well-known services, below Linux's default ephemeral range."""
+
+
+def _ephemeral_low() -> int:
+    """The lowest port of the kernel's ephemeral range (Linux's default where it cannot be read)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def _wait_closed(host: str, port: int, timeout: float) -> None:

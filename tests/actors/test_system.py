@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 import actors
 from actors import AskTimeout, PathTaken, SpawnFailed, SystemNotRunning, UnpicklableMessage
-from actors.system import tagged_pids
+from actors.system import free_ports, tagged_pids
 from tests.actors.sample import Echo, Holder, Mutable, Ping, Pong
 from tests.waiting import dead_letters_reach
 
@@ -86,6 +88,16 @@ def test_unpicklable_content_inside_a_frozen_message_fails_at_tell(system):
     system.spawn(Echo, "/user/echo")
     with pytest.raises(UnpicklableMessage, match="cannot be pickled"):
         system.tell("/user/echo", Holder(lambda: None))
+
+
+def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range():
+    # Below it, no outgoing connection's local port and no other process's port-0 bind takes one before use.
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    ports = free_ports(20)
+    assert len(set(ports)) == 20 and all(1024 < p < low for p in ports), ports
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
 
 
 def test_connect_refuses_a_port_nobody_listens_on():
