@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -24,7 +25,7 @@ from tests.conftest import SESSION_TOKEN
 from tests.ports import free_ports
 from tests.waiting import wait_for
 
-pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(150)]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(ROOT, "examples", "cluster", "cluster.toml")
@@ -66,6 +67,22 @@ def down(port: int) -> subprocess.Popen[str]:
                             stderr=subprocess.STDOUT, text=True)
 
 
+def communicate_all(procs: dict[str, subprocess.Popen[str]], timeout: float) -> dict[str, str]:
+    """Each process's output once all have exited; if one has not within `timeout` s, every one is killed and
+    the failure shows what each printed (a leader waiting for members says nothing of why they did not join)."""
+    deadline = time.monotonic() + timeout
+    outs: dict[str, str] = {}
+    try:
+        for name, proc in procs.items():
+            outs[name] = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))[0]
+    except subprocess.TimeoutExpired:
+        for proc in procs.values():
+            proc.kill()
+        printed = {name: outs.get(name) or proc.communicate(timeout=10)[0] for name, proc in procs.items()}
+        pytest.fail(f"not every `reprise up` exited within {timeout:g} s; they printed {printed}")
+    return outs
+
+
 def test_the_cluster_example_on_one_machine_without_namespaces(tmp_path, postgres_url) -> None:
     path, ports = on_loopback(tmp_path, f"{postgres_url}?schema=cl_{uuid.uuid4().hex[:8]}")
     tags = {name: f"{SESSION_TOKEN}-cluster-{name}-{next(_n)}-" for name in "abc"}
@@ -75,7 +92,7 @@ def test_the_cluster_example_on_one_machine_without_namespaces(tmp_path, postgre
         started.append(up(path, "a", tags["a"]))  # the leader creates cluster.secret, then waits for b and c
         wait_for(lambda: (tmp_path / "cluster.secret").exists() or started[0].poll() is not None, timeout=30)
         started += [up(path, name, tags[name]) for name in "bc"]
-        outs = {name: proc.communicate(timeout=60)[0] for name, proc in zip("abc", started, strict=True)}
+        outs = communicate_all(dict(zip("abc", started, strict=True)), timeout=90)
         for name, proc in zip("abc", started, strict=True):
             assert proc.returncode == 0, outs[name]
             assert f"cluster node '{name}'" in outs[name] and f"up on 127.0.0.1:{ports[name]}" in outs[name]
