@@ -40,6 +40,8 @@ class Echo(actors.Actor):
             self.tell(sender, self.seen)
         elif message == "where":
             self.tell(sender, (self.path, os.getpid(), self.context.key, self.seen))  # the context is the Host
+        elif isinstance(message, tuple) and message[0] == "where":
+            self.tell(sender, (message[1], os.getpid()))  # ("where", n): the ask's number and this process
         elif isinstance(message, tuple) and message[0] == "fwd":
             self.tell(message[1], message[2], sender=sender)
         elif message == "stop":
