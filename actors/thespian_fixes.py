@@ -30,6 +30,13 @@ fast senders), Thespian drains it inside the send, in "tx-only mode". That mode 
    takes a few passes. The TCP transport (and actors/tls.py's selector, which made one per pass too) now
    gets a selector with the same interface and the same answers on one poll(2) call (`PollPass`).
 
+6. A message handled twice. When a child process exits, Thespian ends every transmit to it as failed
+   (DeadTarget), also one the child had read, acknowledged and handled, whose ACK was already waiting,
+   unread, on the parent's socket. The guardian (every host's parent) then rerouted that batch to the host's
+   new process, which handled it again: 5 asks of ~12,400 told across as many SIGKILLs under load, and twice
+   in CI (bench/profiling/kill_after_reply.py; tests/actors/test_thespian_fixes.py reproduces it at will). The ACK already received is now read first; such a transmit
+   ends as sent.
+
 For 1 and 2, the drain is Thespian's own transmit-only steps; when one sees no send complete for 20 ms, a 1 ms
 regular pass follows that accepts connections and reads and acknowledges what arrived. Every message
 and wakeup met during the drain is kept and, once the drain ends, put back in front of the actor's incoming queue, in order, to
@@ -133,6 +140,7 @@ def apply() -> None:
     _tell_late_children_to_exit()
     _cap_backoff_pauses()
     _exit_requests_name_their_child()
+    _read_acks_before_a_child_s_death()
     wakeupTransportBase._deliver_wakeups = deliver_wakeups
     atb.asyncTransportBase._drain_tx_queue_if_needed = drain_tx_queue_if_needed
     _applied = True
@@ -207,6 +215,45 @@ def _one_poll_per_pass() -> None:
     from thespian.system.transport import TCPTransport
 
     TCPTransport.selectors = _SelectorsForTCPTransport  # (the module's global)
+
+
+def _read_acks_before_a_child_s_death() -> None:
+    from thespian.system.transport import SendStatus
+    from thespian.system.transport import TCPTransport as tcp
+
+    original = tcp.TCPTransport.deadAddress
+
+    def dead_address(self: Any, address_manager: Any, child: Address) -> None:
+        for fd, intent in list(self._transmitIntents.items()):
+            if intent.targetAddr == child and acknowledged(intent):
+                del self._transmitIntents[fd]
+                tcp._safeSocketShutdown(intent)
+                delattr(intent, "socket")
+                self._finishIntent(intent, SendStatus.Sent)
+        original(self, address_manager, child)
+
+    tcp.TCPTransport.deadAddress = dead_address
+
+
+def acknowledged(intent: Any) -> bool:
+    """Whether a transmit that waits for its ACK has that ACK in its socket's buffer already (read without
+    blocking; a child that acknowledged before it died wrote it there before its exit was noticed)."""
+    from thespian.system.transport import TCPTransport as tcp
+
+    written = (tcp.TCPTransport._XMITStepShutdownWrite, tcp.TCPTransport._XMITStepWaitForAck)  # (sent whole)
+    if getattr(intent, "stage", None) not in written or getattr(intent, "socket", None) is None:
+        return False
+    buffer = getattr(intent, "ackbuf", None) or tcp.ReceiveBuffer(tcp.serializer.loads)
+    try:
+        while not buffer.isDone():
+            data = intent.socket.recv(buffer.remainingAmount())
+            if not data:
+                return False
+            buffer.addMore(data)
+        done = buffer.completed()
+    except (OSError, ValueError):  # (BlockingIOError, ssl.SSLWantReadError: nothing more arrived)
+        return False
+    return bool(done) and done[0] == tcp.ackPacket
 
 
 def _exit_requests_name_their_child() -> None:

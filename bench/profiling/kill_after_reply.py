@@ -1,9 +1,12 @@
-"""A tell handled twice around a SIGKILL (README, Guarantees, the `tell` row): ROUNDS times, SIGKILL the host of
+"""Asks handled twice around a SIGKILL (README, Guarantees, the `tell` row): ROUNDS times, SIGKILL the host of
 /user/echo right after it answered, then ask it again through /user/relay. Each handled ask is appended to
 LOG by the process that handled it; an ask number that appears twice was handled by a killed process and
-again by its successor (its sender never saw the acknowledgement, resent it, found the process gone, and
-the guardian rerouted it). 1 of 1,503 asks on 2026-11-30, with tests/spark_bridge running beside it on
-this 2-core VM; 0 of about 1,300 without that load.
+again by its successor.
+
+Before actors/thespian_fixes.py fix 6: 5 of ~12,400 asks (2026-11-30, tests/spark_bridge running beside it
+on this 2-core VM; none in ~1,300 without that load). The guardian, every host's parent, learned of the
+host's exit before it read the ACK of a batch the host had handled, Thespian ended that transmit as
+DeadTarget, and the guardian rerouted the batch to the host's next process.
 
     PYTHONPATH=$PWD python bench/profiling/kill_after_reply.py 1500 /tmp/handled.log
 """

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from datetime import timedelta
 
@@ -43,3 +45,40 @@ class Peer(Actor):
             for i in range(count):
                 self.send(peer, i)
             self.send(sender, ("sent", self.myAddress))
+
+
+class HandlesThenDies(Actor):
+    """Answers "ping"; on ("die", path) appends "handled" to the file at path, then SIGKILLs itself."""
+
+    def receiveMessage(self, message, sender):
+        if message == "ping":
+            self.send(sender, "pong")
+        elif isinstance(message, tuple) and message[0] == "die":
+            with open(message[1], "a") as f:
+                f.write("handled\n")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class SendsToADyingChild(Actor):
+    """Sends its child ("die", path) and sleeps 1 s before its loop can read the child's ACK, so that it learns
+    of the child's exit first; then reports how Thespian said the send ended."""
+
+    def receiveMessage(self, message, sender):
+        from thespian.system.transport import TransmitIntent
+
+        if message == "start":
+            self.asker = sender
+            self.child = self.createActor(HandlesThenDies)
+            self.send(self.child, "ping")  # (a kept-open connection: the next send writes at once)
+        elif message == "pong":
+            self.send(self.asker, "ready")
+        elif isinstance(message, tuple) and message[0] == "go":
+            self.asker = sender
+            self._myRef._send_intent(TransmitIntent(self.child, ("die", message[1]), onSuccess=self._ended,
+                                                    onError=self._ended))
+            time.sleep(1.0)
+        elif type(message).__name__ == "ChildActorExited":
+            pass
+
+    def _ended(self, result, intent):
+        self.send(self.asker, ("ended", str(result)))

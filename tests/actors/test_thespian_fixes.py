@@ -161,3 +161,19 @@ def test_poll_pass_refuses_bad_descriptors_as_thespians_loop_expects_and_rounds_
     assert time.monotonic() - started >= 0.0009
     quiet.close()
     peer.close()
+
+
+@pytest.mark.multiproc
+def test_a_message_a_child_acknowledged_before_it_died_is_reported_sent_not_dead(make_system, tmp_path):
+    """Fix 6: Thespian ended the transmit as DeadTarget when the parent learned of the child's exit before it
+    read the ACK waiting on its socket, and the guardian (every host's parent) rerouted such a batch to the
+    host's next process, which handled it a second time (CI, 2026-11-30)."""
+    from thespian.system.transport import SendStatus
+
+    asys = make_system("multiproc")._asys
+    parent = asys.createActor("tests.actors.raw_thespian.SendsToADyingChild")
+    assert asys.ask(parent, "start", 10) == "ready"
+    handled = tmp_path / "handled"
+    ended = asys.ask(parent, ("go", str(handled)), 10)
+    assert handled.read_text() == "handled\n"  # the child took it, handled it, then died
+    assert ended == ("ended", str(SendStatus.Sent)), ended
