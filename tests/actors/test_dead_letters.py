@@ -60,7 +60,10 @@ import os, signal, sys
 import actors
 system = actors.connect(int(sys.argv[1]))
 probe = system.probe("stopped")
-system.subscribe_errors(probe.path)
+if sys.argv[2:] == ["dead-letters"]:
+    system.subscribe_dead_letters(probe.path)
+else:
+    system.subscribe_errors(probe.path)
 system.dead_letters()  # (the subscription has reached the guardian)
 print(probe.path, flush=True)
 os.kill(os.getpid(), signal.SIGSTOP)
@@ -90,6 +93,27 @@ def test_a_message_a_live_receiver_never_takes_is_a_dead_letter_not_dropped(make
         assert letters.recent[1].target == probe and isinstance(letters.recent[1].message, ActorError), letters
         assert letters.recent[1].sender == GUARDIAN_PATH and "not delivered" in letters.recent[1].reason, letters
         assert system.ask("/user/echo", Ping(6)) == Pong(6, "/user/echo")  # the host goes on
+    finally:
+        client.kill()
+        client.wait(10)
+
+
+@pytest.mark.timeout(120)
+def test_a_dead_letter_its_stopped_subscriber_never_takes_is_logged_not_recorded_again(make_system, monkeypatch):
+    # Recorded again, it would be published to that subscriber again, fail again, and so on for ever.
+    monkeypatch.setenv("THESPIAN_TRANSMIT_TIMEOUT_PERIOD", "0:02")
+    system = make_system("multiproc")
+    client = subprocess.Popen([sys.executable, "-c", STOPPED_CLIENT, str(system.admin_port), "dead-letters"],
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": ROOT})
+    try:
+        probe = client.stdout.readline().strip()
+        assert probe.endswith("/stopped"), probe
+        system.tell("/user/nobody", Ping(1))
+        assert dead_letters_reach(system, 1, timeout=30).recent[0].target == "/user/nobody"
+        log = os.path.join(system.run_dir, "actors.log")
+        wait_for(lambda: f"a dead letter to subscriber {probe} was not delivered" in open(log).read(), 30)
+        letters = system.dead_letters()
+        assert letters.count == 1, letters  # the one to /user/nobody; its failed publication is not a second
     finally:
         client.kill()
         client.wait(10)
