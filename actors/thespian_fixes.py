@@ -34,8 +34,8 @@ fast senders), Thespian drains it inside the send, in "tx-only mode". That mode 
    (DeadTarget), also one the child had read, acknowledged and handled, whose ACK was already waiting,
    unread, on the parent's socket. The guardian (every host's parent) then rerouted that batch to the host's
    new process, which handled it again: 5 asks of ~12,400 told across as many SIGKILLs under load, and twice
-   in CI (bench/profiling/kill_after_reply.py; tests/actors/test_thespian_fixes.py reproduces it at will). The ACK already received is now read first; such a transmit
-   ends as sent.
+   in CI (bench/profiling/kill_after_reply.py; tests/actors/test_thespian_fixes.py reproduces it at will).
+   The ACK already received is now read first, and such a transmit ends as sent.
 
 For 1 and 2, the drain is Thespian's own transmit-only steps; when one sees no send complete for 20 ms, a 1 ms
 regular pass follows that accepts connections and reads and acknowledges what arrived. Every message
