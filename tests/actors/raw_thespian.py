@@ -77,8 +77,6 @@ class SendsToADyingChild(Actor):
             self._myRef._send_intent(TransmitIntent(self.child, ("die", message[1]), onSuccess=self._ended,
                                                     onError=self._ended))
             time.sleep(1.0)
-        elif type(message).__name__ == "ChildActorExited":
-            pass
 
     def _ended(self, result, intent):
         self.send(self.asker, ("ended", str(result)))
