@@ -133,7 +133,11 @@ def _train(path: str, jvm_options: str) -> None:
 
     path = jvm_path(path)
     partial = _partial(path, os.getpid())
-    options: dict[str, Any] = {"spark.driver.extraJavaOptions": f"{jvm_options} -XX:ArchiveClassesAtExit={partial}"}
+    java = f"{jvm_options} -XX:ArchiveClassesAtExit={partial}"
+    scratch = os.environ.get("SPARK_LOCAL_DIRS")
+    if scratch:  # (build_class_archive's): spark-submit makes a spark-* directory in java.io.tmpdir at start
+        java = f"{java} -Djava.io.tmpdir={scratch}"
+    options: dict[str, Any] = {"spark.driver.extraJavaOptions": java}
     session = local_session("reprise-class-archive", lean_jvm=False, **options)
     gateway = session.sparkContext._gateway
     try:
