@@ -86,6 +86,10 @@ def ensure_class_archive(path: str, jvm_options: str, announce: Callable[[str], 
     return archive
 
 
+_SCRATCH = "REPRISE_CLASS_ARCHIVE_SCRATCH"  # build_class_archive's scratch directory, for the child's JVM
+# (its own variable: a user's SPARK_LOCAL_DIRS may list several directories, which java.io.tmpdir cannot take)
+
+
 def build_class_archive(path: str, jvm_options: str, timeout: float = BUILD_TIMEOUT) -> str:
     """Build the archive at `path` in a fresh JVM (a child process runs a small local job); returns `path`."""
     path = jvm_path(path)
@@ -98,7 +102,7 @@ def build_class_archive(path: str, jvm_options: str, timeout: float = BUILD_TIME
         # A session of its own, so that a timeout kills the child's JVM too, not only the child.
         child = subprocess.Popen([sys.executable, "-m", "spark_bridge.class_archive", path, jvm_options],
                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                 env={**os.environ, "SPARK_LOCAL_DIRS": scratch})
+                                 env={**os.environ, "SPARK_LOCAL_DIRS": scratch, _SCRATCH: scratch})
         try:
             code = child.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -134,8 +138,8 @@ def _train(path: str, jvm_options: str) -> None:
     path = jvm_path(path)
     partial = _partial(path, os.getpid())
     java = f"{jvm_options} -XX:ArchiveClassesAtExit={partial}"
-    scratch = os.environ.get("SPARK_LOCAL_DIRS")
-    if scratch:  # (build_class_archive's): spark-submit makes a spark-* directory in java.io.tmpdir at start
+    scratch = os.environ.get(_SCRATCH)
+    if scratch:  # spark-submit makes a spark-* directory in java.io.tmpdir as it starts
         java = f"{java} -Djava.io.tmpdir={scratch}"
     options: dict[str, Any] = {"spark.driver.extraJavaOptions": java}
     session = local_session("reprise-class-archive", lean_jvm=False, **options)
