@@ -176,10 +176,11 @@ def daemon_env(cluster: StandaloneCluster, host: str) -> dict[str, str]:
     would leave its own behind."""
     local = cluster.local_dir
     return {**os.environ, "SPARK_HOME": spark_home(), "SPARK_LOCAL_IP": host, "SPARK_DAEMON_MEMORY": "256m",
-            "SPARK_DAEMON_JAVA_OPTS": f"{LEAN_JVM} -Djava.io.tmpdir={local}", "SPARK_LOG_DIR": str(cluster.workdir),
+            "SPARK_DAEMON_JAVA_OPTS": LEAN_JVM, "SPARK_LOG_DIR": str(cluster.workdir),
             "SPARK_LOCAL_DIRS": str(local), "PYSPARK_PYTHON": sys.executable,
-            # Executors inherit a worker's environment but not its daemon options: without this, each executor that
-            # ends without its shutdown hooks (SIGKILLed with its worker) leaves lz4's native library in /tmp.
+            # Every JVM of the cluster reads it: the daemons, and the executors, which inherit a worker's environment
+            # but not its daemon options (an executor ended without its shutdown hooks, SIGKILLed with its worker,
+            # left lz4's native library in /tmp).
             "JAVA_TOOL_OPTIONS": f"-Djava.io.tmpdir={local}"}
 
 
