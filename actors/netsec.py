@@ -6,7 +6,9 @@ The settings travel in the environment so that every forked admin and actor proc
 
 A client process (actors.connect) lists no peers: it also accepts the addresses of the nodes whose actors it
 knows (`hear_from`, fed from its directory). Thespian sends a reply back over the connection it came on only
-while that connection is idle; otherwise it opens a new one, from the replying node to the client.
+while that connection is idle; otherwise it opens a new one, from the replying node to the client. A node that
+joined after the client's last directory fetch is refused at first: the client sees the refusal (`take_refused`),
+fetches its directory again, and the node's next retry of that send gets in.
 
 These only narrow who can connect: any local user can reach loopback, and any process on a peer can
 reach the peer's ports. What keeps them from running code through Thespian's unpickling is the
@@ -24,6 +26,7 @@ log = logging.getLogger("reprise.netsec")
 
 _applied = False
 _heard: set[str] = set()  # node addresses this process accepts besides REPRISE_PEERS (see hear_from)
+_refused: set[str] = set()  # addresses refused since take_refused() last took them
 
 
 def bind_address() -> str:
@@ -44,6 +47,18 @@ def hear_from(addresses: Iterable[object]) -> None:
         name = getattr(getattr(address, "addressDetails", None), "sockname", None)
         if isinstance(name, tuple) and name and isinstance(name[0], str):
             _heard.add(name[0])
+
+
+def refused_pending() -> bool:
+    """True if a connection was refused since `take_refused` was last called."""
+    return bool(_refused)
+
+
+def take_refused() -> frozenset[str]:
+    """The addresses refused since the last call (a client then checks its directory for them)."""
+    taken = frozenset(_refused)
+    _refused.difference_update(taken)
+    return taken
 
 
 def apply() -> None:
@@ -79,6 +94,7 @@ def apply() -> None:
         if refused is not None:
             sock, peer = refused
             log.warning("refused a connection from %s: not an allowed peer (REPRISE_PEERS)", peer[0])
+            _refused.add(peer[0])
             self._incomingSockets.pop(sock.fileno(), None)
             sock.close()
 

@@ -105,6 +105,9 @@ _LOGGED_ERROR = re.compile(r"^[\w.]+(Error|Exception): ")
 
 BASES = {"local": "simpleSystemBase", "multiproc": "multiprocTCPBase"}
 DIRECTORY_TTL = 1.0
+# A client waits in slices this long, so that a connection it refused meanwhile (a node that joined after its
+# last directory fetch, replying) makes it fetch the directory again while the node still retries that send.
+REFUSAL_CHECK = 0.25
 SEND_LIMIT = 60.0  # seconds a tell may wait for the transport (Thespian's own MAX_TELL_PERIOD)
 # Thespian retries a send whose connection closed before the ACK after 35 s x attempt: the first tell after
 # a host's SIGKILL blocked 35 s before the reconnect found the target dead. Retry sooner; 20 retries still
@@ -668,6 +671,7 @@ class System:
         self.prefix = f"/temp/{uuid.uuid4().hex[:12]}"
         self._router = Router()
         self._fetched = float("-inf")
+        self._rechecking = False  # fetching the directory for a refused connection (see _listen)
         self._registered = False
         self._listening_paths: set[str] = set()
         self._mailbox: dict[str, deque[tuple[Any, str | None]]] = defaultdict(deque)
@@ -1049,10 +1053,41 @@ class System:
 
     def _listen(self, timeout: float) -> Any:
         """The next message for this client (None after `timeout`), with Thespian's errors as RepriseErrors."""
+        if self.base != "multiproc":
+            return self._listen_once(timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            message = self._listen_once(min(timeout, REFUSAL_CHECK))
+            if message is not None:
+                return message
+            if netsec.refused_pending():
+                self._recheck_refused(deadline)
+            timeout = deadline - time.monotonic()
+            if timeout <= 0:
+                return None
+
+    def _listen_once(self, timeout: float) -> Any:
         try:
             return self._asys.listen(timeout)
         except ActorSystemException as exc:
             raise MessageNotSent(f"this client's endpoint failed while waiting: {exc}") from None
+
+    def _recheck_refused(self, deadline: float) -> None:
+        """Fetch the directory again after a refused connection: it may be a node that joined since the last fetch,
+        replying to this client, and the node's next retry then gets in (at most one fetch per REFUSAL_CHECK, so
+        that connections from a stranger cost the guardian little)."""
+        if self._rechecking or time.monotonic() - self._fetched < REFUSAL_CHECK:
+            return
+        refused = netsec.take_refused()
+        self._rechecking = True
+        try:
+            # (within the caller's wait, give or take one slice: a guardian that does not answer must not hold it)
+            self._refresh(max(deadline - time.monotonic(), REFUSAL_CHECK))
+        except RepriseError as exc:
+            log.warning("could not fetch the directory to check refused connections from %s: %s",
+                        ", ".join(sorted(refused)), exc)
+        finally:
+            self._rechecking = False
 
     def _unreadable_entry(self, entry: Entry, why: str) -> None:
         """Log and dead-letter an entry this client cannot unpickle; the rest of its batch is still delivered."""
@@ -1084,8 +1119,8 @@ class System:
         # Unknown paths go to the guardian, which forwards or records a dead letter.
         return hit if hit is not None else (str(self._guardian), self._guardian)
 
-    def _refresh(self) -> None:
-        update = self._request(GetDirectory(), DirectoryUpdate, 30.0)
+    def _refresh(self, timeout: float = 30.0) -> None:
+        update = self._request(GetDirectory(), DirectoryUpdate, timeout)
         self._router.replace(update.routes, update.epoch)
         self._fetched = time.monotonic()
         if self.base == "multiproc":

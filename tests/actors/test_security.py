@@ -115,6 +115,55 @@ def test_peer_allowlist_drops_connections_from_unlisted_addresses(make_system, o
         assert data == b"", "the admin kept a connection from an address that is not an allowed peer"
 
 
+@pytest.mark.timeout(60)
+def test_a_stranger_connecting_to_a_client_over_and_over_costs_at_most_four_directory_fetches_a_second(
+        make_system, outside_ip):
+    # A client fetches its directory again after it refused a connection (it may be a node that joined since the
+    # last fetch, replying): a stranger connecting in a loop must not turn that into a flood on the guardian.
+    system = make_system("multiproc", bind="0.0.0.0", advertise="127.0.0.1", peers=("10.255.255.1",))
+    system.spawn(Echo, "/user/a")
+    assert system.ask("/user/a", Ping(1)) == Pong(1, "/user/a")
+    own_port = system._asys._systemBase.transport.myAddress.addressDetails.sockname[1]
+    fetches: list[float] = []
+    refresh = system._refresh
+
+    def counted(*args, **kwargs):
+        fetches.append(time.monotonic())
+        return refresh(*args, **kwargs)
+
+    system._refresh = counted
+    stop = threading.Event()
+    connected = [0]
+
+    def stranger() -> None:
+        while not stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", own_port), timeout=1, source_address=(outside_ip, 0)):
+                    connected[0] += 1
+            except OSError:
+                pass
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=stranger, daemon=True)
+    thread.start()
+    began = time.monotonic()
+    probe = system.probe()
+    try:
+        # The client waits (and refuses) meanwhile: one long wait, then many short ones (each may recheck).
+        with pytest.raises(actors.AskTimeout):
+            probe.receive(timeout=1.5)
+        while time.monotonic() - began < 3.0:
+            with pytest.raises(actors.AskTimeout):
+                probe.receive(timeout=0.01)
+    finally:
+        stop.set()
+        thread.join(5)
+    waited = time.monotonic() - began
+    assert connected[0] >= 50, f"the stranger connected only {connected[0]} times: it tested nothing"
+    assert 1 <= len(fetches) <= waited * 4 + 1, f"{len(fetches)} directory fetches in {waited:.1f} s"
+    assert system.ask("/user/a", Ping(2)) == Pong(2, "/user/a")
+
+
 # ---- authentication (issue 13, item 1) -------------------------------------------------------------
 
 class _RunCode:

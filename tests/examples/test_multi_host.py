@@ -290,3 +290,69 @@ def test_a_client_hears_a_reply_another_node_sends_over_a_new_connection(tmp_pat
         asked = run(in_b, sys.executable, "-c", FORWARDED_ASK, "10.77.0.2", str(member_port), timeout=60)
         assert asked.returncode == 0, asked.stdout + asked.stderr
         assert asked.stdout.strip() == "Pong(n=7, by='/user/second')", asked.stdout
+
+
+# Run in the leader's namespace by a client of the leader. It fetches its directory before the member joins and
+# keeps it for the whole run (DIRECTORY_TTL raised: the 1 s window a client's cached directory leaves after a
+# node joins, held open), so the member's machine is unknown to it when the member's /user/second replies to
+# an ask the leader's /user/first forwarded: that reply comes over a new connection from an address this client
+# does not accept yet.
+ASK_AFTER_A_JOIN = """
+import sys
+import actors
+import actors.system
+from tests.actors.sample import Echo, Ping
+actors.system.DIRECTORY_TTL = 3600.0
+system = actors.connect(int(sys.argv[2]), host=sys.argv[1])
+try:
+    system.spawn(Echo, "/user/first", node="leader")
+    print(system.ask("/user/first", Ping(1), timeout=20), flush=True)
+    assert sys.stdin.readline().strip() == "member is up"
+    print(system.ask("/user/first", ("fwd", "/user/second", Ping(7)), timeout=20), flush=True)
+finally:
+    system.close()
+"""
+
+SECOND_ON_THE_MEMBER = """
+[[actor]]
+path = "/user/second"
+class = "tests.actors.sample:Echo"
+node = "member1"
+"""
+
+
+def test_a_client_hears_a_reply_from_a_node_that_joined_after_its_directory_was_fetched(tmp_path, tags, namespaces):
+    in_a = ["ip", "netns", "exec", namespaces[0]]
+    in_b = ["ip", "netns", "exec", namespaces[1]]
+    leader_port, member_port = free_ports(2)
+    leader_toml = configure("leader.toml", tmp_path, bind="10.77.0.1", peers=["10.77.0.2"])
+    member_toml = configure("member.toml", tmp_path, bind="10.77.0.2", peers=["10.77.0.1"],
+                            leader=f"10.77.0.1:{leader_port}")
+    with open(member_toml, "a") as f:
+        f.write(SECOND_ON_THE_MEMBER)
+    up = run(in_a, REPRISE, "up", leader_toml, "--detach", "--port", str(leader_port), "--tag", tags[0],
+             "--run-dir", str(tmp_path / "run-leader"))
+    assert up.returncode == 0, up.stdout + up.stderr
+    env = {k: v for k, v in os.environ.items() if k not in INHERITED}
+    client = subprocess.Popen([*in_a, sys.executable, "-c", ASK_AFTER_A_JOIN, "10.77.0.1", str(leader_port)],
+                              cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env, start_new_session=True)
+    try:
+        assert client.stdout.readline().strip() == "Pong(n=1, by='/user/first')", client.stderr.read()
+        up = run(in_b, REPRISE, "up", member_toml, "--detach", "--port", str(member_port), "--tag", tags[1],
+                 "--run-dir", str(tmp_path / "run-member"))
+        assert up.returncode == 0, up.stdout + up.stderr
+        client.stdin.write("member is up\n")
+        client.stdin.flush()
+        out, err = client.communicate(timeout=60)
+        assert client.returncode == 0 and out.strip() == "Pong(n=7, by='/user/second')", out + err
+        down = run(in_b, REPRISE, "down", "--host", "10.77.0.2", "--port", str(member_port))
+        assert down.returncode == 0, down.stderr
+    finally:
+        if client.poll() is None:
+            os.killpg(client.pid, signal.SIGKILL)
+            client.communicate()
+        run(in_b, REPRISE, "down", "--host", "10.77.0.2", "--port", str(member_port))
+        down = run(in_a, REPRISE, "down", "--host", "10.77.0.1", "--port", str(leader_port))
+    assert down.returncode == 0, down.stderr
+    assert tagged_pids(tags[0]) == [] and tagged_pids(tags[1]) == []
