@@ -39,6 +39,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from itertools import chain
 from typing import TypeVar, cast
 
@@ -99,6 +100,10 @@ _NEWEST_TAGGED = "SELECT max(ordering) FROM tags WHERE tag = ?"
 _SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
 _CACHE_KIB = 16384  # page cache per connection (SQLite's default: 2,000 KiB)
 _CHECKPOINT_PAGES = 4000  # WAL pages (16 MiB at 4 KiB) before a commit checkpoints (default: 1,000)
+_DELETE_SLICE = 0.05
+"""Seconds one transaction of a long delete should take: a day of a Spark bridge's batches (gigabytes, pruned at
+once after a dead driver's run was discarded) in one transaction held the write lock past other processes' busy
+timeout, and their writes failed."""
 _CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 
 
@@ -346,6 +351,24 @@ def _assign_ids(conn: sqlite3.Connection, ids: dict[str, int], new: list[str]) -
         ids.update(cast("list[tuple[str, int]]", found))
 
 
+def _delete_slice(conn: sqlite3.Connection, pid: int, to_sequence_nr: int, rows: int) -> int | None:
+    """Delete the next `rows` events of `pid` up to `to_sequence_nr` (their tags too); the last sequence nr
+    deleted, or None when this slice was the last one."""
+    row = conn.execute("SELECT sequence_nr FROM events WHERE pid = ? AND sequence_nr <= ? ORDER BY sequence_nr "
+                       "LIMIT 1 OFFSET ?", (pid, to_sequence_nr, rows - 1)).fetchone()
+    upto = to_sequence_nr if row is None else int(row[0])
+    conn.execute("DELETE FROM tags WHERE ordering IN (SELECT ordering FROM events "
+                 "WHERE pid = ? AND sequence_nr <= ?)", (pid, upto))
+    newest = conn.execute("SELECT ordering, pid, sequence_nr FROM events ORDER BY ordering DESC LIMIT 1").fetchone()
+    if newest and newest[1] == pid and newest[2] <= upto:
+        # The newest row becomes the tombstone that keeps its offset (module doc).
+        conn.execute("DELETE FROM events WHERE pid = 0")
+        conn.execute("UPDATE events SET pid = 0, sequence_nr = ordering, record = x'', "
+                     "checksum = 0 WHERE ordering = ?", (newest[0],))
+    conn.execute("DELETE FROM events WHERE pid = ? AND sequence_nr <= ?", (pid, upto))
+    return None if row is None or upto >= to_sequence_nr else upto
+
+
 class SqliteJournal(Journal):
     """A journal in one SQLite file."""
 
@@ -410,37 +433,53 @@ class SqliteJournal(Journal):
         return highest
 
     def delete_messages_to(self, persistence_id: str, to_sequence_nr: int) -> None:
-        """Delete all events with seq nr <= to (2**63 - 1 deletes all) without lowering the highest."""
+        """Delete all events with seq nr <= to (2**63 - 1 deletes all) without lowering the highest.
+
+        In ascending order, as transactions of about `_DELETE_SLICE` seconds each: a failure part-way leaves
+        the events up to some sequence nr deleted, as a delete to that one would (and raises).
+        """
+        rows = 64
+
+        def first_slice(conn: sqlite3.Connection) -> tuple[int, int | None] | None:
+            highest = conn.execute(_HIGHEST, (persistence_id,)).fetchone()[0]
+            if highest:
+                conn.execute("INSERT OR REPLACE INTO highest_sequence_nr VALUES (?, ?)", (persistence_id, highest))
+            known = conn.execute("SELECT id FROM persistence_ids WHERE persistence_id = ?",
+                                 (persistence_id,)).fetchone()
+            return None if known is None else (int(known[0]), _delete_slice(conn, known[0], to_sequence_nr, rows))
+
+        began = time.perf_counter()
+        first = self._in_transaction("delete", first_slice)
+        if first is None:
+            return
+        pid, upto = first
+        while upto is not None:
+            # The next slice as large as fits in _DELETE_SLICE at this one's pace (a tenth of it at least), after a
+            # pause: other processes' writers wait in SQLite's busy handler, which looks for a free lock only now
+            # and then (every 100 ms after a while); slices back to back would seldom let them in.
+            took = time.perf_counter() - began
+            rows = max(16, min(rows * 4, int(rows * _DELETE_SLICE / max(took, _DELETE_SLICE / 10))))
+            time.sleep(min(took, _DELETE_SLICE) / 4)
+            began = time.perf_counter()
+            upto = self._in_transaction("delete", partial(_delete_slice, pid=pid, to_sequence_nr=to_sequence_nr,
+                                                          rows=rows))
+
+    def _in_transaction(self, what: str, work: Callable[[sqlite3.Connection], R]) -> R:
+        """Run `work` in one write transaction (BEGIN IMMEDIATE .. COMMIT) under the connection's lock."""
         h = self._h
         c = h.c
         with c.lock:
             try:
                 h.begin()
                 try:
-                    conn = c.conn
-                    highest = conn.execute(_HIGHEST, (persistence_id,)).fetchone()[0]
-                    if highest:
-                        conn.execute("INSERT OR REPLACE INTO highest_sequence_nr VALUES (?, ?)",
-                                     (persistence_id, highest))
-                    known = conn.execute("SELECT id FROM persistence_ids WHERE persistence_id = ?",
-                                         (persistence_id,)).fetchone()
-                    if known is not None:
-                        pid = known[0]
-                        conn.execute("DELETE FROM tags WHERE ordering IN (SELECT ordering FROM events "
-                                     "WHERE pid = ? AND sequence_nr <= ?)", (pid, to_sequence_nr))
-                        newest = conn.execute("SELECT ordering, pid, sequence_nr FROM events "
-                                              "ORDER BY ordering DESC LIMIT 1").fetchone()
-                        if newest and newest[1] == pid and newest[2] <= to_sequence_nr:
-                            conn.execute("DELETE FROM events WHERE pid = 0")
-                            conn.execute("UPDATE events SET pid = 0, sequence_nr = ordering, record = x'', "
-                                         "checksum = 0 WHERE ordering = ?", (newest[0],))
-                        conn.execute("DELETE FROM events WHERE pid = ? AND sequence_nr <= ?", (pid, to_sequence_nr))
-                    conn.execute("COMMIT")
+                    result = work(c.conn)
+                    c.conn.execute("COMMIT")
+                    return result
                 except BaseException:
                     c.rollback()
                     raise
             except sqlite3.Error as e:
-                raise _as_journal_error("delete", e, c.path) from e
+                raise _as_journal_error(what, e, c.path) from e
 
     def current_persistence_ids(self) -> Iterator[str]:
         """Every persistence id that has ever been written (sorted)."""

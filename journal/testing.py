@@ -497,6 +497,26 @@ class JournalSpec:
         assert "" not in set(journal.current_persistence_ids())
         assert journal.verify().ok
 
+    def test_deleting_many_events_removes_them_and_their_tags_and_keeps_the_highest_and_the_newest_offset(
+            self, journal: Journal, writer: str) -> None:
+        # Enough events that a backend deleting in slices (SQLite) needs several.
+        a, t = _fresh_pid(), f"t-{uuid.uuid4().hex[:6]}"
+        writes = [AtomicWrite([PersistentRepr(n, n, a, writer_uuid=writer, tags=frozenset({t}))])
+                  for n in range(1, 3001)]
+        for i in range(0, len(writes), 500):
+            assert journal.write_messages(writes[i:i + 500]) == [None] * 500
+        newest = [e.offset for e in journal.events_by_tag(t)][-1]
+        journal.delete_messages_to(a, 2000)
+        assert [r.sequence_nr for r in journal.replay_messages(a)] == list(range(2001, 3001))
+        assert [e.sequence_nr for e in journal.events_by_tag(t)] == list(range(2001, 3001))
+        journal.delete_messages_to(a, MAX)
+        assert list(journal.replay_messages(a)) == [] and list(journal.events_by_tag(t)) == []
+        assert journal.highest_sequence_nr(a) == 3000
+        assert journal.write_messages([AtomicWrite([PersistentRepr(1, 3001, a, tags=frozenset({t}))])]) == [None]
+        (again,) = journal.events_by_tag(t)
+        assert again.sequence_nr == 3001 and again.offset > newest
+        assert journal.verify().ok
+
     def test_current_persistence_ids(self, journal: Journal, pid: str, writer: str) -> None:
         other = _fresh_pid()
         assert journal.write_messages([AtomicWrite([_repr(other, 1, writer)])]) == [None]

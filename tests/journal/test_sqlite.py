@@ -194,6 +194,54 @@ def test_processes_writing_one_file_at_once_each_commit_every_event_once_in_orde
         assert _seqs(j, "seed") == [1]
 
 
+_STEADY_WRITER = """
+import os, sys, time, journal
+from journal import AtomicWrite, PersistentRepr
+j = journal.open_journal(sys.argv[1])
+stamps = []
+while not os.path.exists(sys.argv[2]):
+    n = len(stamps) + 1
+    assert j.write_messages([AtomicWrite([PersistentRepr(n, n, "steady")])]) == [None]
+    stamps.append(time.monotonic())
+    if n == 1:
+        print("ready", flush=True)
+    time.sleep(0.005)  # a busy host's pace: a group commit, then the next batch from its socket
+print(" ".join(map(str, stamps)))
+j.close()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_long_delete_lets_another_process_write_meanwhile(tmp_path) -> None:
+    # A day of a Spark bridge's batches, pruned at once after a dead driver's run was discarded, is gigabytes: as one
+    # transaction that delete held the write lock past other processes' busy timeout, and their writes failed.
+    url, stop = f"sqlite://{tmp_path}/j.db", tmp_path / "stop"
+    blob = os.urandom(100_000)
+    with open_journal(url) as j:
+        for i in range(1, 1501, 50):
+            writes = [AtomicWrite([PersistentRepr(blob, n, "bridge")]) for n in range(i, i + 50)]
+            assert j.write_messages(writes) == [None] * 50
+        writer = subprocess.Popen([sys.executable, "-c", _STEADY_WRITER, url, str(stop)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+        try:
+            assert writer.stdout.readline().strip() == "ready", writer.stderr.read()
+            began = time.monotonic()
+            j.delete_messages_to("bridge", 1500)
+            ended = time.monotonic()
+        finally:
+            stop.touch()
+            out, err = writer.communicate(timeout=60)
+        assert writer.returncode == 0, err
+        stamps = [float(s) for s in out.split()]
+        # (CLOCK_MONOTONIC is one clock for all processes) As one transaction, the delete let the other process
+        # commit nothing until its COMMIT (most of the call; the WAL's checkpoint follows it).
+        first_half = [s for s in stamps if began < s < (began + ended) / 2]
+        assert len(first_half) >= 3, (f"{len(first_half)} writes of the other process in the first half of the "
+                                      f"{ended - began:.2f} s delete")
+        assert _seqs(j, "bridge") == [] and j.highest_sequence_nr("bridge") == 1500
+        assert _seqs(j, "steady") == list(range(1, len(stamps) + 1))
+
+
 def test_snapshot_store_shares_the_journal_file(tmp_path) -> None:
     url = f"sqlite://{tmp_path}/j.db"
     with open_journal(url) as j, journal.open_snapshot_store(url) as s:
