@@ -671,7 +671,6 @@ class System:
         self.prefix = f"/temp/{uuid.uuid4().hex[:12]}"
         self._router = Router()
         self._fetched = float("-inf")
-        self._rechecking = False  # fetching the directory for a refused connection (see _listen)
         self._registered = False
         self._listening_paths: set[str] = set()
         self._mailbox: dict[str, deque[tuple[Any, str | None]]] = defaultdict(deque)
@@ -1053,11 +1052,19 @@ class System:
 
     def _listen(self, timeout: float) -> Any:
         """The next message for this client (None after `timeout`), with Thespian's errors as RepriseErrors."""
+        try:
+            return self._asys.listen(timeout)
+        except ActorSystemException as exc:
+            raise MessageNotSent(f"this client's endpoint failed while waiting: {exc}") from None
+
+    def _listen_for_replies(self, timeout: float) -> Any:
+        """_listen for what actors send this client: in slices, fetching the directory again after a refused
+        connection (see _recheck_refused). Never inside _request: a fetch there could take its reply."""
         if self.base != "multiproc":
-            return self._listen_once(timeout)
+            return self._listen(timeout)
         deadline = time.monotonic() + timeout
         while True:
-            message = self._listen_once(min(timeout, REFUSAL_CHECK))
+            message = self._listen(min(timeout, REFUSAL_CHECK))
             if message is not None:
                 return message
             if netsec.refused_pending():
@@ -1066,28 +1073,19 @@ class System:
             if timeout <= 0:
                 return None
 
-    def _listen_once(self, timeout: float) -> Any:
-        try:
-            return self._asys.listen(timeout)
-        except ActorSystemException as exc:
-            raise MessageNotSent(f"this client's endpoint failed while waiting: {exc}") from None
-
     def _recheck_refused(self, deadline: float) -> None:
         """Fetch the directory again after a refused connection: it may be a node that joined since the last fetch,
         replying to this client, and the node's next retry then gets in (at most one fetch per REFUSAL_CHECK, so
         that connections from a stranger cost the guardian little)."""
-        if self._rechecking or time.monotonic() - self._fetched < REFUSAL_CHECK:
+        if time.monotonic() - self._fetched < REFUSAL_CHECK:
             return
         refused = netsec.take_refused()
-        self._rechecking = True
         try:
             # (within the caller's wait, give or take one slice: a guardian that does not answer must not hold it)
             self._refresh(max(deadline - time.monotonic(), REFUSAL_CHECK))
         except RepriseError as exc:
             log.warning("could not fetch the directory to check refused connections from %s: %s",
                         ", ".join(sorted(refused)), exc)
-        finally:
-            self._rechecking = False
 
     def _unreadable_entry(self, entry: Entry, why: str) -> None:
         """Log and dead-letter an entry this client cannot unpickle; the rest of its batch is still delivered."""
@@ -1191,7 +1189,7 @@ class System:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise AskTimeout(what)
-                message = self._listen(remaining)
+                message = self._listen_for_replies(remaining)
                 if message is not None:
                     self._accept(message)
                 elif self.base == "local" and not box:
