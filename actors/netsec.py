@@ -94,7 +94,8 @@ def apply() -> None:
         if refused is not None:
             sock, peer = refused
             log.warning("refused a connection from %s: not an allowed peer (REPRISE_PEERS)", peer[0])
-            _refused.add(peer[0])
+            if len(_refused) < 64:  # (only clients take them: an actor process must not grow one per stranger)
+                _refused.add(peer[0])
             self._incomingSockets.pop(sock.fileno(), None)
             sock.close()
 
