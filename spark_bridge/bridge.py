@@ -11,7 +11,8 @@ Everything the bridge knows is rebuilt from its own journal (and its latest snap
   because their path stopped being served;
 - a `BridgeSnapshot` every `snapshot_every` stored batches, so recovery replays only what came after.
   After each, the events recovery needs no more are deleted (`prune_journal`): those up to the snapshot
-  before it, but for the batches still staged or waiting for fan-out (read back from the journal). The
+  before it, but for the batches still staged or waiting for fan-out (read back from the journal); staged
+  batches that hold that back far are written again first (`BatchRestaged`, see `_restage_held`). The
   snapshot before and the events after it stay, so an unreadable newest snapshot still recovers; a
   journal pruned so with no snapshot left to recover from fails recovery, naming it (never a silent
   restart from nothing: every released run would be delivered again).
@@ -76,6 +77,7 @@ from spark_bridge.messages import (
     AwaitBatch,
     BatchAccepted,
     BatchProcessed,
+    BatchRestaged,
     BatchStored,
     BridgeSnapshot,
     Confirmed,
@@ -109,6 +111,7 @@ from spark_bridge.messages import (
     StagedRun,
     StagedRuns,
     _new_row,
+    restaged,
 )
 
 BRIDGE_PATH = "/system/spark-bridge"
@@ -122,6 +125,9 @@ KEPT_RUNS = 10_000
 KEPT_DISCARDED = 100_000
 """Discarded runs it remembers, to refuse their late Release: more, since forgetting one would let a late
 Release pass as a new run releasing nothing (rare, and small: a dead driver's run id)."""
+RESTAGE_RATIO = 8
+"""A staged batch is written again (BatchRestaged) once its run holds the journal's pruning back by this many
+events per batch of the run written again (see SparkBridge._restage_held)."""
 STAGED_TTL = 24 * 3600.0
 """Default staged_ttl: a run idle (no batch staged) this long is discarded. Spark stages a run's batches while
 its write tasks run and releases them as soon as the last one finishes: a live run is idle for seconds, or for
@@ -179,7 +185,7 @@ class _Pending:
 class _Staged:
     """A batch staged by a Spark task attempt: durable at `seq` (-1 while its write is in flight)."""
 
-    __slots__ = ("seq", "event", "partition", "batch_no", "size", "duplicates", "dead", "keys", "first_id")
+    __slots__ = ("seq", "event", "partition", "batch_no", "size", "duplicates", "dead", "keys", "first_id", "moving")
 
     def __init__(self, seq: int, event: BatchStored | None, partition: int, batch_no: int, size: int,
                  duplicates: int, dead: list[int], keys: list[Hashable] | None) -> None:
@@ -192,6 +198,7 @@ class _Staged:
         self.dead = dead
         self.keys = keys
         self.first_id = 0  # allocated on release
+        self.moving = False  # its BatchRestaged is being written (see SparkBridge._restage_held)
 
     def state(self, feed_id: str, partition: int, attempt: str) -> list[Any]:
         """What a snapshot keeps."""
@@ -334,6 +341,7 @@ class SparkBridge(AtLeastOnceDelivery):
         self._saving: tuple[int, int] | None = None
         self._prune_to = 0
         self._pruned_to = 0  # (stats)
+        self._restaged_count = 0  # (stats)
         self._replayed = False  # an event was replayed (the first must be the journal's first, or follow a snapshot)
 
     # ---- recovery -------------------------------------------------------------------------------
@@ -351,6 +359,8 @@ class SparkBridge(AtLeastOnceDelivery):
                 self._accept(event)
                 self._enqueue(self.last_sequence_nr, event, event.first_id)
             self._since_snapshot += 1
+        elif t is BatchRestaged:
+            self._restaged(event, self.last_sequence_nr)
         elif t is AttemptsReleased:
             for s in self._release_attempts(event)[0]:
                 self._enqueue(s.seq, s.event, s.first_id, s.size, len(s.dead))
@@ -450,13 +460,15 @@ class SparkBridge(AtLeastOnceDelivery):
         the staged runs: `staged_runs`, `staged_batches`, `staged_rows`, `staged_idle_seconds` (the longest
         idle), `staged_ttl_seconds` (0: off), `staged_expired` (runs discarded by the TTL since it began),
         `staged_plan_asks` (a node bridge's questions to the coordinator about idle runs since it began),
-        `journal_pruned_to` (the sequence nr up to which this incarnation deleted the bridge's events; 0: none)."""
+        `journal_pruned_to` (the sequence nr up to which this incarnation deleted the bridge's events; 0: none),
+        `staged_restaged` (staged batches this incarnation wrote again because they held the pruning back)."""
         runs = self.staged_runs()
         return {**super().stats(), "feed_rows": self._rows_in, "staged_runs": len(runs),
                 "staged_batches": sum(r.batches for r in runs), "staged_rows": sum(r.rows for r in runs),
                 "staged_idle_seconds": int(max((r.idle_seconds for r in runs), default=0)),
                 "staged_ttl_seconds": int(self.staged_ttl or 0), "staged_expired": self._expired,
-                "staged_plan_asks": self._plan_asks, "journal_pruned_to": self._pruned_to}
+                "staged_plan_asks": self._plan_asks, "journal_pruned_to": self._pruned_to,
+                "staged_restaged": self._restaged_count}
 
     def staged_runs(self) -> list[StagedRun]:
         """The runs with staged batches (neither released nor discarded), the longest idle first."""
@@ -1377,6 +1389,46 @@ class SparkBridge(AtLeastOnceDelivery):
             # its events gone. Then the events, once that is done (DeleteSnapshotsSuccess).
             self._prune_to = before[1]
             self.delete_snapshots(SnapshotSelectionCriteria(max_sequence_nr=before[0] - 1))
+            self._restage_held(before[0])
+
+    def _restage_held(self, upto: int) -> None:
+        """Write again the staged batches at or below `upto` (the snapshot before the newest) of each run that holds
+        the pruning back by RESTAGE_RATIO events or more per such batch: the next snapshots prune past the originals.
+
+        A run whose driver died stays staged until `staged_ttl` (a day by default), and every batch fed after it
+        would stay in the journal as long. The ratio bounds what the copies add: at most one event per
+        RESTAGE_RATIO events pruned because of them."""
+        held: dict[tuple[str, str], list[_Staged]] = {}
+        for (feed_id, _), attempts in self._staged.items():
+            for attempt, batches in attempts.items():
+                for b in batches.values():
+                    if 0 < b.seq <= upto and not b.moving:
+                        held.setdefault((feed_id, attempt.split("/", 1)[0]), []).append(b)
+        for (feed_id, run), olds in held.items():
+            if upto - min(old.seq for old in olds) < RESTAGE_RATIO * len(olds):
+                continue
+            self.log.info("spark bridge %s: staged run %s of feed %s held back the pruning of its journal; its %d "
+                          "batch(es) are written again", self.path, run, feed_id, len(olds))
+            self._restaged_count += len(olds)
+            for old in olds:
+                old.moving = True
+                event = old.event if old.event is not None else self._load(old.seq)
+                self.persist_async(restaged(event), lambda _, old=old: self._restaged_now(old))  # type: ignore[misc]
+
+    def _restaged_now(self, b: _Staged) -> None:
+        """A batch's BatchRestaged is durable: read it there from now on (unless the run ended meanwhile: then the
+        original stays where its release or discard left it)."""
+        if b.moving:
+            b.moving = False
+            b.seq = self.last_sequence_nr
+
+    def _restaged(self, event: BatchStored, seq: int) -> None:
+        """Replay of a BatchRestaged: the batch (staged by an earlier event or restored from a snapshot) is read
+        at `seq` from now on; a batch of a run released or discarded since is not staged any more."""
+        b = self._staged.get((event.feed_id, event.partition), {}).get(cast(str, event.attempt), {}).get(
+            event.batch_no)
+        if b is not None:
+            b.seq = seq
 
     def _check_unpruned(self) -> None:
         """Recovery found no snapshot and its first event is not the journal's first: refuse to go on."""

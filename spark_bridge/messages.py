@@ -515,6 +515,23 @@ store_values_with(BatchStored, _batch_stored, _batch_from_stored)
 register_upcaster("spark_bridge.BatchStored", 2, lambda fields: _batch_stored(BatchStored(*fields)))
 
 
+@register_type(manifest="spark_bridge.BatchRestaged")
+@dataclass(frozen=True)
+class BatchRestaged(BatchStored):
+    """Bridge event: a staged batch's BatchStored written again, when the batch held the pruning of the bridge's
+    journal back far (a run whose driver died, or a long job among many short ones). From then on the batch is
+    read at this event's sequence nr, and the events before it can be pruned."""
+
+
+def restaged(b: BatchStored) -> BatchRestaged:
+    """A BatchRestaged of the same fields as `b`."""
+    return BatchRestaged(b.feed_id, b.partition, b.batch_no, b.paths, b.values, b.columns, b.keys, b.first_id, b.dead,
+                         b.duplicates, b.attempt, b.staged_at)
+
+
+store_values_with(BatchRestaged, _batch_stored, _batch_from_stored)
+
+
 @register_type(manifest="spark_bridge.AttemptsReleased")
 @dataclass(frozen=True)
 class AttemptsReleased:

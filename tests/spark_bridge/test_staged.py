@@ -367,22 +367,25 @@ def bridge_events(url: str) -> list[object]:
 
 def test_the_bridge_prunes_its_journal_after_snapshots_keeping_what_staged_and_waiting_rows_need(bridged):
     # prune_journal: after each snapshot the events up to the one before go, but for the batches still staged
-    # or waiting for fan-out, read back from the journal after a restart. Every row applies once.
+    # or waiting for fan-out, read back from the journal after a restart. A batch staged while many runs come and
+    # go is written again (BatchRestaged), so the pruning goes past it. Every row applies once.
     system, probe, url = bridged
     system.spawn(PruningBridge, path=BRIDGE_PATH)
+    fed = [0, 0]  # runs fed into a0 and a1 (each 3 deposits: 1 + 2 + 3)
 
     def feed_runs(first: int, last: int) -> None:
         for k in range(first, last):
             stage(system, probe, f"f{k}", f"run{k}/1", 0, 0, [1, 2, 3], 100 * k, account=f"a{k % 2}")
             system.tell(BRIDGE_PATH, Release(f"f{k}", f"run{k}", [[0, f"run{k}/1"]], probe.path))
             assert probe.receive(10) == FeedReleased(f"f{k}", f"run{k}", 0)
+            fed[k % 2] += 1
             if k % 3 == 1:
                 restart(system, PruningBridge)  # rows still waiting are read back from what the pruning kept
         for k in range(first, last):
             assert wait_for(lambda k=k: system.ask(BRIDGE_PATH, GetFeedProgress(f"f{k}"), timeout=10).processed == 3)
 
-    def batches() -> list[tuple[int, str]]:
-        return [(e.sequence_nr, e.event.feed_id) for e in bridge_events(url) if type(e.event).__name__ == "BatchStored"]
+    def batches(kind: tuple[str, ...] = ("BatchStored", "BatchRestaged")) -> list[tuple[int, str]]:
+        return [(e.sequence_nr, e.event.feed_id) for e in bridge_events(url) if type(e.event).__name__ in kind]
 
     feed_runs(0, 6)
     # (snapshots are taken after stored batches: two more, with nothing waiting, and what the first needs stays)
@@ -394,20 +397,37 @@ def test_the_bridge_prunes_its_journal_after_snapshots_keeping_what_staged_and_w
     assert probe.receive(10) == FeedReleased("x", "runX", 0)
     stage(system, probe, "old", "runA/1", 0, 0, [1000], 0, account="a9")  # staged while the next ones are fed
     old = [seq for seq, feed_id in batches() if feed_id == "old"]
-    feed_runs(6, 12)
-    assert bridge_events(url)[0].sequence_nr == old[0], "nothing from the staged batch on is pruned"
+    k = 6
+    while not batches(("BatchRestaged",)):  # until the staged batch holds the pruning back far enough
+        assert k < 30, "the staged batch was never written again"
+        feed_runs(k, k + 1)
+        k += 1
+    assert bridge_events(url)[0].sequence_nr == old[0], "nothing from the staged batch on was pruned before"
+    # Right after the copy, before any snapshot that holds it: recovery reads the copy over the snapshot's batch,
+    # so the next snapshot finds nothing held back to write again.
+    restart(system, PruningBridge)
+    k += k % 3 == 1  # (a run that does not restart the bridge)
+    feed_runs(k, k + 1)
+    k += 1
+    assert counters(system)["staged_restaged"] == 0, "recovery did not read the staged batch at its copy"
+    while bridge_events(url)[0].sequence_nr <= old[0]:  # two snapshots after the copy, the original is pruned
+        assert k < 40, "the original staged batch was never pruned"
+        feed_runs(k, k + 1)
+        k += 1
+    assert [feed_id for _, feed_id in batches(("BatchRestaged",))] == ["old"], "written again, once"
     restart(system, PruningBridge)
     assert [(r.feed_id, r.run, r.rows) for r in runs(system)] == [("old", "runA", 1)]
     system.tell(BRIDGE_PATH, Release("old", "runA", [[0, "runA/1"]], probe.path))
     assert probe.receive(10) == FeedReleased("old", "runA", 0)
     assert wait_for(lambda: system.ask(BRIDGE_PATH, GetFeedProgress("old"), timeout=10).processed == 1)
-    feed_runs(12, 16)  # snapshots after the release: the staged batch is pruned too
+    feed_runs(k, k + 4)  # snapshots after the release: the staged batch's copy is pruned too
     assert "old" not in [feed_id for _, feed_id in batches()] and bridge_events(url)[0].sequence_nr > old[0]
     restart(system, PruningBridge)
     assert runs(system) == []
     assert stage(system, probe, "f0", "run0/1", 0, 0, [1, 2, 3], 0).duplicates == 3, "a released run stays done"
     balances = [system.ask(f"/user/accounts/{a}", GetBalance(), timeout=10) for a in ("a0", "a1", "a9", "a8")]
-    assert [(b.total, b.applied) for b in balances] == [(48, 24), (48, 24), (1000, 1), (2, 2)]
+    assert [(b.total, b.applied) for b in balances] == [(6 * fed[0], 3 * fed[0]), (6 * fed[1], 3 * fed[1]),
+                                                        (1000, 1), (2, 2)]
 
 
 class DeleteFailingBridge(PruningBridge):
