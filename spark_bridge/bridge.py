@@ -1384,12 +1384,13 @@ class SparkBridge(AtLeastOnceDelivery):
         if saving is None or saving[0] != seq:
             return
         before, self._newest_snapshot = self._newest_snapshot, saving
-        if self.prune_journal and before is not None and before[1] > 0 and self.snapshots_outlast_events:
-            # Snapshots first: an older one left behind could be loaded (if the newer ones were unreadable) with
-            # its events gone. Then the events, once that is done (DeleteSnapshotsSuccess).
-            self._prune_to = before[1]
-            self.delete_snapshots(SnapshotSelectionCriteria(max_sequence_nr=before[0] - 1))
-            self._restage_held(before[0])
+        if self.prune_journal and before is not None and self.snapshots_outlast_events:
+            if before[1] > 0:
+                # Snapshots first: an older one left behind could be loaded (if the newer ones were unreadable) with
+                # its events gone. Then the events, once that is done (DeleteSnapshotsSuccess).
+                self._prune_to = before[1]
+                self.delete_snapshots(SnapshotSelectionCriteria(max_sequence_nr=before[0] - 1))
+            self._restage_held(before[0])  # (also when a staged batch holds back everything: floor 0)
 
     def _restage_held(self, upto: int) -> None:
         """Write again the staged batches at or below `upto` (the snapshot before the newest) of each run that holds

@@ -430,6 +430,31 @@ def test_the_bridge_prunes_its_journal_after_snapshots_keeping_what_staged_and_w
                                                         (1000, 1), (2, 2)]
 
 
+def test_a_run_staged_before_anything_else_is_written_again_and_the_journal_pruned_past_it(bridged):
+    # A dead driver's run staged first holds back every later event (the floor is 0): it is written again all the
+    # same, the journal is pruned past it, and it is still staged (and releasable) after a restart.
+    system, probe, url = bridged
+    system.spawn(PruningBridge, path=BRIDGE_PATH)
+    stage(system, probe, "dead", "runD/1", 0, 0, [7], 0, account="a9")
+    stage(system, probe, "dead", "runD/1", 0, 1, [8], 1, account="a9")
+    first = bridge_events(url)[0].sequence_nr
+    for k in range(30):
+        if bridge_events(url)[0].sequence_nr > first + 1:
+            break
+        stage(system, probe, f"f{k}", f"run{k}/1", 0, 0, [1], k, account="a0")
+        system.tell(BRIDGE_PATH, Release(f"f{k}", f"run{k}", [[0, f"run{k}/1"]], probe.path))
+        assert probe.receive(10) == FeedReleased(f"f{k}", f"run{k}", 0)
+        assert wait_for(lambda k=k: system.ask(BRIDGE_PATH, GetFeedProgress(f"f{k}"), timeout=10).processed == 1)
+    assert bridge_events(url)[0].sequence_nr > first + 1, "the staged run held back the pruning"
+    restart(system, PruningBridge)
+    assert [(r.feed_id, r.run, r.batches, r.rows) for r in runs(system)] == [("dead", "runD", 2, 2)]
+    system.tell(BRIDGE_PATH, Release("dead", "runD", [[0, "runD/1"]], probe.path))
+    assert probe.receive(10) == FeedReleased("dead", "runD", 0)
+    assert wait_for(lambda: system.ask(BRIDGE_PATH, GetFeedProgress("dead"), timeout=10).processed == 2)
+    balance = system.ask("/user/accounts/a9", GetBalance(), timeout=10)
+    assert (balance.total, balance.applied) == (15, 2)
+
+
 class DeleteFailingBridge(PruningBridge):
     """A PruningBridge whose journal (the same SQLite file, through tests.persistence.spec_actors' faildelete
     scheme) refuses every delete of events."""
