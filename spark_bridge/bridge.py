@@ -1417,8 +1417,8 @@ class SparkBridge(AtLeastOnceDelivery):
                 self.persist_async(restaged(event), lambda _, old=old: self._restaged_now(old))  # type: ignore[misc]
 
     def _restaged_now(self, b: _Staged) -> None:
-        """A batch's BatchRestaged is durable: read it there from now on (unless the run ended meanwhile: then the
-        original stays where its release or discard left it)."""
+        """A batch's BatchRestaged is durable: it is read there from now on (also by a release under way: its
+        AttemptsReleased was persisted after the copy, so its handler runs after this one and reads the same rows)."""
         if b.moving:
             b.moving = False
             b.seq = self.last_sequence_nr
