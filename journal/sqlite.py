@@ -334,6 +334,23 @@ class _Handle:
         """Take the write lock with this handle's settings; the caller holds the connection's lock."""
         self.c.begin(self.synchronous, self.busy_timeout)
 
+    def transaction(self, what: str, work: Callable[[sqlite3.Connection], R]) -> R:
+        """Run `work` in one write transaction (BEGIN IMMEDIATE .. COMMIT) under the connection's lock; SQLite's
+        errors become JournalError / JournalCorruption naming `what`."""
+        c = self.c
+        with c.lock:
+            try:
+                self.begin()
+                try:
+                    result = work(c.conn)
+                    c.conn.execute("COMMIT")
+                    return result
+                except BaseException:
+                    c.rollback()
+                    raise
+            except sqlite3.Error as e:
+                raise _as_journal_error(what, e, c.path) from e
+
     def close(self) -> None:
         """Give up this handle's share of the connection (idempotent)."""
         c, self._c = self._c, None
@@ -449,7 +466,7 @@ class SqliteJournal(Journal):
             return None if known is None else (int(known[0]), _delete_slice(conn, known[0], to_sequence_nr, rows))
 
         began = time.perf_counter()
-        first = self._in_transaction("delete", first_slice)
+        first = self._h.transaction("delete", first_slice)
         if first is None:
             return
         pid, upto = first
@@ -461,25 +478,7 @@ class SqliteJournal(Journal):
             rows = max(16, min(rows * 4, int(rows * _DELETE_SLICE / max(took, _DELETE_SLICE / 10))))
             time.sleep(min(took, _DELETE_SLICE) / 4)
             began = time.perf_counter()
-            upto = self._in_transaction("delete", partial(_delete_slice, pid=pid, to_sequence_nr=to_sequence_nr,
-                                                          rows=rows))
-
-    def _in_transaction(self, what: str, work: Callable[[sqlite3.Connection], R]) -> R:
-        """Run `work` in one write transaction (BEGIN IMMEDIATE .. COMMIT) under the connection's lock."""
-        h = self._h
-        c = h.c
-        with c.lock:
-            try:
-                h.begin()
-                try:
-                    result = work(c.conn)
-                    c.conn.execute("COMMIT")
-                    return result
-                except BaseException:
-                    c.rollback()
-                    raise
-            except sqlite3.Error as e:
-                raise _as_journal_error(what, e, c.path) from e
+            upto = self._h.transaction("delete", partial(_delete_slice, pid=pid, to_sequence_nr=to_sequence_nr, rows=rows))
 
     def current_persistence_ids(self) -> Iterator[str]:
         """Every persistence id that has ever been written (sorted)."""
@@ -574,19 +573,7 @@ class SqliteSnapshotStore(SnapshotStore):
         self.path = self._h.path
 
     def _write(self, what: str, sql: str, params: Sequence[SqlValue]) -> None:
-        h = self._h
-        c = h.c
-        with c.lock:
-            try:
-                h.begin()
-                try:
-                    c.conn.execute(sql, params)
-                    c.conn.execute("COMMIT")
-                except BaseException:
-                    c.rollback()
-                    raise
-            except sqlite3.Error as e:
-                raise _as_journal_error(what, e, c.path) from e
+        self._h.transaction(what, lambda conn: conn.execute(sql, params))
 
     def _save(self, metadata: SnapshotMetadata, blob: bytes, ck: int) -> None:
         self._write("save snapshot", "INSERT OR REPLACE INTO snapshot VALUES (?, ?, ?, ?, ?)",
