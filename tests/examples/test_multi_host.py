@@ -346,13 +346,11 @@ def test_a_client_hears_a_reply_from_a_node_that_joined_after_its_directory_was_
         client.stdin.flush()
         out, err = client.communicate(timeout=60)
         assert client.returncode == 0 and out.strip() == "Pong(n=7, by='/user/second')", out + err
-        down = run(in_b, REPRISE, "down", "--host", "10.77.0.2", "--port", str(member_port))
-        assert down.returncode == 0, down.stderr
     finally:
         if client.poll() is None:
             os.killpg(client.pid, signal.SIGKILL)
             client.communicate()
-        run(in_b, REPRISE, "down", "--host", "10.77.0.2", "--port", str(member_port))
-        down = run(in_a, REPRISE, "down", "--host", "10.77.0.1", "--port", str(leader_port))
-    assert down.returncode == 0, down.stderr
+        downs = [run(prefix, REPRISE, "down", "--host", ip, "--port", str(port))
+                 for prefix, ip, port in ((in_b, "10.77.0.2", member_port), (in_a, "10.77.0.1", leader_port))]
+    assert all(down.returncode == 0 for down in downs), [down.stderr for down in downs]
     assert tagged_pids(tags[0]) == [] and tagged_pids(tags[1]) == []
