@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -27,6 +28,10 @@ log = logging.getLogger("reprise.netsec")
 _applied = False
 _heard: set[str] = set()  # node addresses this process accepts besides REPRISE_PEERS (see hear_from)
 _refused: set[str] = set()  # addresses refused since take_refused() last took them
+# A stranger connecting in a loop would write a warning per attempt: one per address per WARN_EVERY seconds
+# instead, with the count of those not logged since.
+WARN_EVERY = 60.0
+_warned: dict[str, tuple[float, int]] = {}  # address -> (when it was last logged, refusals not logged since)
 
 
 def bind_address() -> str:
@@ -61,6 +66,20 @@ def take_refused() -> frozenset[str]:
     return taken
 
 
+def _warn_refused(address: str, now: float | None = None) -> None:
+    """Log a refused connection, at most once per address every WARN_EVERY seconds."""
+    now = time.monotonic() if now is None else now
+    last, unlogged = _warned.get(address, (None, 0))
+    if last is not None and now - last < WARN_EVERY:
+        _warned[address] = (last, unlogged + 1)
+        return
+    if len(_warned) >= 256 and address not in _warned:
+        _warned.clear()  # (bounded: many strangers cost a warning each again, never memory)
+    _warned[address] = (now, 0)
+    more = f" ({unlogged} more refused since the last warning)" if unlogged else ""
+    log.warning("refused a connection from %s: not an allowed peer (REPRISE_PEERS)%s", address, more)
+
+
 def apply() -> None:
     """Patch Thespian's TCP transport once per process (idempotent)."""
     global _applied
@@ -93,7 +112,7 @@ def apply() -> None:
         refused, self._reprise_refused = self._reprise_refused, None
         if refused is not None:
             sock, peer = refused
-            log.warning("refused a connection from %s: not an allowed peer (REPRISE_PEERS)", peer[0])
+            _warn_refused(peer[0])
             if len(_refused) < 64:  # (only clients take them: an actor process must not grow one per stranger)
                 _refused.add(peer[0])
             self._incomingSockets.pop(sock.fileno(), None)

@@ -3,6 +3,7 @@ command lines (multi-process systems only), private logs."""
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import shutil
@@ -19,7 +20,7 @@ import uuid
 import pytest
 
 import actors
-from actors import auth, client_log
+from actors import auth, client_log, netsec
 from actors.system import tagged_pids
 from journal.urls import redact_url
 from tests.actors.sample import Echo, Ping, Pong
@@ -117,9 +118,12 @@ def test_peer_allowlist_drops_connections_from_unlisted_addresses(make_system, o
 
 @pytest.mark.timeout(60)
 def test_a_stranger_connecting_to_a_client_over_and_over_costs_at_most_four_directory_fetches_a_second(
-        make_system, outside_ip):
+        make_system, outside_ip, caplog):
     # A client fetches its directory again after it refused a connection (it may be a node that joined since the
-    # last fetch, replying): a stranger connecting in a loop must not turn that into a flood on the guardian.
+    # last fetch, replying): a stranger connecting in a loop must not turn that into a flood on the guardian,
+    # nor into a warning per attempt in the client's log.
+    caplog.set_level(logging.WARNING, logger="reprise.netsec")
+    netsec._warned.clear()  # (an earlier test in this process may have been warned of the same address)
     system = make_system("multiproc", bind="0.0.0.0", advertise="127.0.0.1", peers=("10.255.255.1",))
     system.spawn(Echo, "/user/a")
     assert system.ask("/user/a", Ping(1)) == Pong(1, "/user/a")
@@ -161,7 +165,25 @@ def test_a_stranger_connecting_to_a_client_over_and_over_costs_at_most_four_dire
     waited = time.monotonic() - began
     assert connected[0] >= 50, f"the stranger connected only {connected[0]} times: it tested nothing"
     assert 1 <= len(fetches) <= waited * 4 + 1, f"{len(fetches)} directory fetches in {waited:.1f} s"
+    warned = [r.getMessage() for r in caplog.records if r.name == "reprise.netsec"]
+    assert warned and all(outside_ip in m and "not an allowed peer" in m for m in warned), warned
+    assert len(warned) == 1, f"{len(warned)} warnings for {connected[0]} refused connections in {waited:.1f} s"
     assert system.ask("/user/a", Ping(2)) == Pong(2, "/user/a")
+
+
+def test_refusals_of_one_address_are_logged_once_a_minute_with_the_count_of_those_not_logged(caplog):
+    caplog.set_level(logging.WARNING, logger="reprise.netsec")
+    netsec._warned.clear()
+    for now in (1000.0, 1001.0, 1002.0, 1000.0 + netsec.WARN_EVERY, 1000.0 + netsec.WARN_EVERY + 1):
+        netsec._warn_refused("192.0.2.7", now)
+    netsec._warn_refused("192.0.2.8", 1003.0)
+    warned = [r.getMessage() for r in caplog.records if r.name == "reprise.netsec"]
+    assert warned == [
+        "refused a connection from 192.0.2.7: not an allowed peer (REPRISE_PEERS)",
+        "refused a connection from 192.0.2.7: not an allowed peer (REPRISE_PEERS)"
+        " (2 more refused since the last warning)",
+        "refused a connection from 192.0.2.8: not an allowed peer (REPRISE_PEERS)",
+    ]
 
 
 # ---- authentication (issue 13, item 1) -------------------------------------------------------------
