@@ -4,7 +4,7 @@ VENV   := .venv
 STAMP  := $(VENV)/.reprise-installed
 PY     := $(VENV)/bin/python
 
-.PHONY: venv test demo lint bench clean torture
+.PHONY: venv test demo lint bench clean torture bytecode
 
 # The stamp is older than pyproject.toml when dependencies changed: reinstall then.
 $(STAMP): pyproject.toml
@@ -20,12 +20,19 @@ venv: $(STAMP)
 # TEST_WORKERS=0 runs it serially.
 TEST_WORKERS ?= 2
 
-test: $(STAMP)
+test: $(STAMP) bytecode
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # The demo's Spark JVM maps its classes from an archive built by the first run (spark_bridge.class_archive).
-demo: $(STAMP)
+demo: $(STAMP) bytecode
 	$(PY) -m examples.demo --class-archive $(VENV)/spark-classes.jsa
+
+# The project's modules compiled once, beside their sources (__pycache__, ignored by git). Python writes these
+# itself, except where PYTHONDONTWRITEBYTECODE is set (as on this workplace's machines): then every process that
+# imports them compiled them again, in every actor system's boot, host, CLI run and Spark worker; the suite
+# took 13-18% longer so. Stale ones are recompiled here; an unchanged tree costs a stat per file.
+bytecode: $(STAMP)
+	$(PY) -m compileall -q -j 0 actors persistence journal spark_bridge examples bench tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
