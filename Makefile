@@ -21,7 +21,7 @@ venv: $(STAMP)
 TEST_WORKERS ?= 3
 
 test: $(STAMP) bytecode
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The demo's Spark JVM maps its classes from an archive built by the first run (spark_bridge.class_archive).
 demo: $(STAMP) bytecode
