@@ -96,13 +96,15 @@ def build_class_archive(path: str, jvm_options: str, timeout: float = BUILD_TIME
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
     # Spark's scratch directories go to a directory removed afterwards: the JVM leaves them behind when it exits
-    # to write the archive, and when a timeout kills it.
+    # to write the archive, and when a timeout kills it. So do the child's own temporary files (TMPDIR): PySpark
+    # makes a directory while its JVM starts and removes it only if it is not killed meanwhile.
     with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as log, \
             tempfile.TemporaryDirectory(prefix="reprise-class-archive-") as scratch:
         # A session of its own, so that a timeout kills the child's JVM too, not only the child.
         child = subprocess.Popen([sys.executable, "-m", "spark_bridge.class_archive", path, jvm_options],
                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                 env={**os.environ, "SPARK_LOCAL_DIRS": scratch, _SCRATCH: scratch})
+                                 env={**os.environ, "SPARK_LOCAL_DIRS": scratch, _SCRATCH: scratch,
+                                      "TMPDIR": scratch})
         try:
             code = child.wait(timeout)
         except subprocess.TimeoutExpired:
