@@ -30,7 +30,7 @@ demo: $(STAMP) bytecode
 # The project's modules compiled once, beside their sources (__pycache__, ignored by git). Python writes these
 # itself, except where PYTHONDONTWRITEBYTECODE is set (as on this workplace's machines): then every process that
 # imports them compiled them again, in every actor system's boot, host, CLI run and Spark worker; the suite
-# took 13-18% longer so. Stale ones are recompiled here; an unchanged tree costs a stat per file.
+# took ~20% longer so (bench/PROFILE.md §35). Stale ones are recompiled here; an unchanged tree costs a stat a file.
 bytecode: $(STAMP)
 	$(PY) -m compileall -q -j 0 actors persistence journal spark_bridge examples bench tests
 
