@@ -15,10 +15,10 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Three workers on two cores, one test file each at a time: much of the suite waits on subprocesses, sockets and
-# Spark (the cores are ~55% idle in a serial run, ~18% with two workers, ~4% with three), and a file's fixtures
-# (a SparkSession, a cluster) stay in one worker. TEST_WORKERS=0 runs it serially.
-TEST_WORKERS ?= 3
+# Two workers, one test file each at a time: most of the suite waits on subprocesses, sockets and Spark (the
+# cores are ~55% idle in a serial run), and a file's fixtures (a SparkSession, a cluster) stay in one worker.
+# TEST_WORKERS=0 runs it serially.
+TEST_WORKERS ?= 2
 
 test: $(STAMP) bytecode
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
