@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 # Two workers, one test file each at a time: most of the suite waits on subprocesses, sockets and Spark (the
-# cores are ~55% idle in a serial run), and a file's fixtures (a SparkSession, a cluster) stay in one worker.
-# TEST_WORKERS=0 runs it serially.
+# cores are ~55% idle in a serial run, ~18% with two workers), and a file's fixtures (a SparkSession, a cluster)
+# stay in one worker. TEST_WORKERS=0 runs it serially. Three were faster on two cores, but the load they add
+# failed two tests in one of three runs (bench/PROFILE.md §35).
 TEST_WORKERS ?= 2
 
 test: $(STAMP) bytecode
