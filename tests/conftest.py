@@ -93,8 +93,9 @@ def postgres_url() -> str:
 
 # The files that take longest (seconds of one worker in CI, three workers on two cores), longest first. `make test`
 # passes --no-loadscope-reorder, so pytest-xdist hands files out in collection order: by default it takes the
-# files with most tests first, and these (few, long tests) came last, one worker busy with them while the others
-# idled. A file missing here only runs later; the order changes no outcome.
+# files with most tests first, and these (few, long tests) came last. With three workers one then ran them while
+# the others idled (869 -> 831 s in CI); with two the suite took as long either way (932 / 956 s: bench/PROFILE.md
+# §35). A file missing here only runs later; the order changes no outcome.
 LONGEST_FILES = (
     "tests/spark_bridge/test_feed.py",  # 250 s
     "tests/spark_bridge/test_source.py",  # 242
