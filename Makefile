@@ -18,11 +18,11 @@ venv: $(STAMP)
 # Two workers, one test file each at a time: most of the suite waits on subprocesses, sockets and Spark (the
 # cores are ~55% idle in a serial run, ~18% with two workers), and a file's fixtures (a SparkSession, a cluster)
 # stay in one worker. TEST_WORKERS=0 runs it serially. Three were faster on two cores, but the load they add
-# failed two tests in one of three runs (bench/PROFILE.md §35).
+# failed two tests in one of three runs; so did ordering the files longest first, which gained nothing at two (bench/PROFILE.md §35).
 TEST_WORKERS ?= 2
 
 test: $(STAMP) bytecode
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # The demo's Spark JVM maps its classes from an archive built by the first run (spark_bridge.class_archive).
 demo: $(STAMP) bytecode
