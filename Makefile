@@ -18,7 +18,8 @@ venv: $(STAMP)
 # Two workers, one test file each at a time: most of the suite waits on subprocesses, sockets and Spark (the
 # cores are ~55% idle in a serial run, ~18% with two workers), and a file's fixtures (a SparkSession, a cluster)
 # stay in one worker. TEST_WORKERS=0 runs it serially. Three were faster on two cores, but the load they add
-# failed two tests in one of three runs; so did ordering the files longest first, which gained nothing at two (bench/PROFILE.md §35).
+# failed two tests in one of three runs (bench/PROFILE.md §35, which also has a longest-files-first order
+# that only pays with three).
 TEST_WORKERS ?= 2
 
 test: $(STAMP) bytecode
