@@ -32,6 +32,7 @@ from thespian.actors import (
     InvalidActorAddress,
     PoisonMessage,
 )
+from thespian.system.transport import SendStatus
 
 from . import admin_probe, auth, client_log, netsec
 from . import metrics as metrics_module
@@ -1024,8 +1025,9 @@ class System:
                 f"{type(message).__name__} to {address} was not sent ({failure}): the actor system's processes "
                 f"may be gone; check `reprise status --port {self.admin_port}`")
 
-    def _transmit(self, address: Address, message: object) -> Any:
-        """Send through this process's Thespian transport; None when sent, else Thespian's failure status."""
+    def _transmit(self, address: Address, message: object, limit: float = SEND_LIMIT) -> Any:
+        """Send through this process's Thespian transport; None when sent, else Thespian's failure status
+        (SendTimeout when it is neither after `limit` s)."""
         from thespian.system.transport import TransmitIntent
 
         base = self._asys._systemBase
@@ -1037,7 +1039,7 @@ class System:
 
         base.transport.scheduleTransmit(None, TransmitIntent(address, message, onError=on_error,
                                                              retryPeriod=SEND_RETRY))
-        deadline = time.monotonic() + SEND_LIMIT
+        deadline = time.monotonic() + limit
         try:
             while (remaining := deadline - time.monotonic()) > 0:
                 busy = base._run_transport(timedelta(seconds=remaining), txonly=True)
@@ -1047,7 +1049,7 @@ class System:
             return exc
         except OSError as exc:
             return exc
-        raise SendTimeout(f"{type(message).__name__} to {address} was not sent within {SEND_LIMIT:.0f} s; it stays "
+        raise SendTimeout(f"{type(message).__name__} to {address} was not sent within {limit:.0f} s; it stays "
                           "queued in this process and may still be delivered")
 
     def _listen(self, timeout: float) -> Any:
@@ -1132,12 +1134,7 @@ class System:
         check_number("timeout", timeout, hint="seconds to wait for the actor system's answer")
         deadline = time.monotonic() + timeout
         with self._lock:
-            try:
-                reply = self._asys.ask(self._guardian, message, timeout)
-            except ActorSystemException as exc:
-                if isinstance(exc, ActorSystemFailure) and "BadPacketError" in str(exc):
-                    raise self._unreadable(message) from None
-                raise MessageNotSent(f"{type(message).__name__} to the guardian was not sent: {exc}") from None
+            reply = self._ask_guardian(message, timeout)
             while True:
                 if isinstance(reply, expect):
                     return reply
@@ -1148,6 +1145,29 @@ class System:
                 if remaining <= 0:
                     raise AskTimeout(f"the actor system did not answer {type(message).__name__} within {timeout} s")
                 reply = self._listen(remaining)
+
+    def _ask_guardian(self, message: Any, timeout: float) -> Any:
+        """Send `message` to the guardian and return the first message back (None: none within `timeout`)."""
+        if self.base == "local":
+            try:
+                return self._asys.ask(self._guardian, message, timeout)
+            except ActorSystemException as exc:
+                raise MessageNotSent(f"{type(message).__name__} to the guardian was not sent: {exc}") from None
+        # Not Thespian's ask: its send waits 35 s to retry (a connection both ends wrote on at once, kquick#19),
+        # longer than a request's 30 s; a GetDirectory timed out so under load in CI. _transmit retries after
+        # SEND_RETRY.
+        started = time.monotonic()
+        try:
+            failure = self._transmit(self._guardian, message, limit=timeout)
+        except SendTimeout:
+            return None
+        if failure is SendStatus.BadPacket or (isinstance(failure, ActorSystemFailure)
+                                               and "BadPacketError" in str(failure)):
+            raise self._unreadable(message)
+        if failure is not None:
+            raise MessageNotSent(f"{type(message).__name__} to the guardian was not sent ({failure}): the actor "
+                                 f"system's processes may be gone; check `reprise status --port {self.admin_port}`")
+        return self._listen(max(timeout - (time.monotonic() - started), 0.0))
 
     def _unreadable(self, message: Any) -> UnpicklableMessage:
         """The error for a request the guardian's process could not unpickle, with its reason from the log."""

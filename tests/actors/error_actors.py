@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from datetime import timedelta
 
 from thespian.actors import DeadEnvelope
-from thespian.system.timing import ExpirationTimer
-from thespian.system.transport.TCPTransport import TCPTransport
 
 import actors
 from persistence import PersistentActor, SaveSnapshotFailure, SaveSnapshotSuccess
 from tests.actors.sample import Seq
+from tests.thespian_retry import retry_first_send
 
 
 @dataclass(frozen=True)
@@ -74,37 +71,14 @@ class Streamer(actors.Actor):
                 self.timer.cancel()
 
 
-_held_back: list[float] = []  # (in the process that installed the delay) when each held-back send was made
-
-
-def _hold_back_the_first_dead_envelope(seconds: float) -> None:
-    """Make this process's Thespian transport wait `seconds` to send its first DeadEnvelope, as it waits for a
-    retry after a connection both ends wrote on at once (kquick#19), while later sends to the guardian go on."""
-    original = TCPTransport._scheduleTransmitActual
-    if getattr(original, "holds_back", False):
-        return
-
-    def schedule(self, intent, has_exclusive_flag=False):
-        if isinstance(intent.message, DeadEnvelope) and not _held_back:
-            _held_back.append(time.monotonic())
-            intent.stage = self._XMITStepSendConnect
-            intent._retryTime = ExpirationTimer(timedelta(seconds=seconds))
-            self._waitingTransmits.append(intent)
-            return None
-        return original(self, intent, has_exclusive_flag)
-
-    schedule.holds_back = True
-    TCPTransport._scheduleTransmitActual = schedule
-
-
 class SlowBounceStreamer(Streamer):
     """A Streamer whose process sends the first batch that bounced back to the guardian only a second late;
     "held back" answers how many it held back (0 or 1)."""
 
     def receive(self, message, sender):
         if isinstance(message, Stream):
-            _hold_back_the_first_dead_envelope(1.0)
+            self.held = retry_first_send(DeadEnvelope, after=1.0)
         elif message == "held back":
-            self.tell(sender, len(_held_back))
+            self.tell(sender, len(self.held))
             return
         super().receive(message, sender)

@@ -8,8 +8,10 @@ import pytest
 
 import actors
 from actors import AskTimeout, PathTaken, SpawnFailed, SystemNotRunning, UnpicklableMessage
+from actors.messages import GetDirectory
 from actors.system import free_ports, tagged_pids
 from tests.actors.sample import Echo, Holder, Mutable, Ping, Pong
+from tests.thespian_retry import retry_first_send, stop_retrying
 from tests.waiting import dead_letters_reach
 
 
@@ -192,3 +194,17 @@ def test_multiproc_refuses_an_admin_port_in_use(make_system):
 def test_unknown_base_is_rejected():
     with pytest.raises(ValueError, match="multiprocQueueBase is not offered"):
         actors.start("multiprocQueueBase")
+
+
+@pytest.mark.timeout(60)
+def test_a_request_to_the_guardian_whose_send_meets_a_thespian_retry_is_still_answered_within_its_timeout(
+        make_system):
+    # Thespian's own ask waits 35 s to retry such a send, past a request's timeout: a GetDirectory timed out so
+    # in CI under load. A request retries after SEND_RETRY instead.
+    system = make_system("multiproc")
+    held = retry_first_send(GetDirectory)
+    try:
+        assert "/system/guardian" in system.directory(timeout=10).routes
+        assert len(held) == 1, "the request did not meet the retry"
+    finally:
+        stop_retrying()
