@@ -15,15 +15,15 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Two workers, one test file each at a time: most of the suite waits on subprocesses, sockets and Spark (the
-# cores are ~55% idle in a serial run, ~18% with two workers), and a file's fixtures (a SparkSession, a cluster)
-# stay in one worker. TEST_WORKERS=0 runs it serially. Three were faster on two cores, but the load they add
-# failed two tests in one of three runs (bench/PROFILE.md §35, which also has a longest-files-first order
-# that only pays with three).
-TEST_WORKERS ?= 2
+# Three workers, one test file each at a time: most of the suite waits on subprocesses, sockets and Spark (the
+# two cores are ~55% idle in a serial run, ~18% with two workers, 4-7% with three), and a file's fixtures (a
+# SparkSession, a cluster) stay in one worker. The longest files go first (tests/conftest.py's LONGEST_FILES, with
+# --no-loadscope-reorder). Three failed two tests once under their load, two races found and fixed since
+# (bench/PROFILE.md §35, §36). TEST_WORKERS=0 runs the suite serially.
+TEST_WORKERS ?= 3
 
 test: $(STAMP) bytecode
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The demo's Spark JVM maps its classes from an archive built by the first run (spark_bridge.class_archive).
 demo: $(STAMP) bytecode

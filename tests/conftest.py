@@ -91,6 +91,31 @@ def postgres_url() -> str:
     return url
 
 
+# The files that take longest (seconds of one worker in a CI run on a slow VM, three workers on two cores), longest
+# first. `make test` passes --no-loadscope-reorder, so pytest-xdist hands files out in collection order: by default
+# it takes the files with most tests first, and these (few, long tests) came last, one worker busy with them while
+# the others idled (869 -> 831 s with three workers; bench/PROFILE.md §35). A file missing here only runs later;
+# the order changes no outcome.
+LONGEST_FILES = (
+    "tests/spark_bridge/test_feed.py",  # 250 s
+    "tests/spark_bridge/test_source.py",  # 242
+    "tests/spark_bridge/test_sink.py",  # 186
+    "tests/examples/test_demo.py",  # 184 (builds the demo's class archive in a new .venv)
+    "tests/spark_bridge/test_class_archive.py",  # 157
+    "tests/spark_bridge/test_cluster.py",  # 116
+    "tests/spark_bridge/test_bridges.py",  # 87
+    "tests/examples/test_cluster_netns.py",  # 85
+    "tests/torture/test_torture.py",  # 78
+    "tests/examples/test_multi_host.py",  # 62
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Put the files of LONGEST_FILES first, in that order (the rest keep theirs)."""
+    rank = {name: k for k, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Fail the run if any actor-system process of this run survived (under xdist: the controller reports)."""
     survivors = tagged_pids(f"{SESSION_TOKEN}-", prefix=True)
