@@ -898,10 +898,7 @@ class System:
 
         self._check_running()
         with self._lock:
-            try:
-                reply = self._asys.ask(self._asys._systemBase.adminAddr, Thespian_StatusReq(), 10.0)
-            except ActorSystemException as exc:
-                raise MessageNotSent(f"the status request to the admin was not sent: {exc}") from None
+            reply = self._ask(self._asys._systemBase.adminAddr, Thespian_StatusReq(), 10.0, "the admin")
             deadline = time.monotonic() + 10.0
             while not isinstance(reply, Thespian_SystemStatus):
                 remaining = deadline - time.monotonic()
@@ -1134,7 +1131,7 @@ class System:
         check_number("timeout", timeout, hint="seconds to wait for the actor system's answer")
         deadline = time.monotonic() + timeout
         with self._lock:
-            reply = self._ask_guardian(message, timeout)
+            reply = self._ask(self._guardian, message, timeout)
             while True:
                 if isinstance(reply, expect):
                     return reply
@@ -1146,26 +1143,27 @@ class System:
                     raise AskTimeout(f"the actor system did not answer {type(message).__name__} within {timeout} s")
                 reply = self._listen(remaining)
 
-    def _ask_guardian(self, message: Any, timeout: float) -> Any:
-        """Send `message` to the guardian and return the first message back (None: none within `timeout`)."""
+    def _ask(self, address: Address, message: Any, timeout: float, who: str = "the guardian") -> Any:
+        """Send `message` to `who` (the guardian, or the admin) at `address` and return the first message back
+        (None: none within `timeout`)."""
         if self.base == "local":
             try:
-                return self._asys.ask(self._guardian, message, timeout)
+                return self._asys.ask(address, message, timeout)
             except ActorSystemException as exc:
-                raise MessageNotSent(f"{type(message).__name__} to the guardian was not sent: {exc}") from None
+                raise MessageNotSent(f"{type(message).__name__} to {who} was not sent: {exc}") from None
         # Not Thespian's ask: its send waits 35 s to retry (a connection both ends wrote on at once, kquick#19),
         # longer than a request's 30 s; a GetDirectory timed out so under load in CI. _transmit retries after
         # SEND_RETRY.
         started = time.monotonic()
         try:
-            failure = self._transmit(self._guardian, message, limit=timeout)
+            failure = self._transmit(address, message, limit=timeout)
         except SendTimeout:
             return None
         if failure is SendStatus.BadPacket or (isinstance(failure, ActorSystemFailure)
                                                and "BadPacketError" in str(failure)):
             raise self._unreadable(message)
         if failure is not None:
-            raise MessageNotSent(f"{type(message).__name__} to the guardian was not sent ({failure}): the actor "
+            raise MessageNotSent(f"{type(message).__name__} to {who} was not sent ({failure}): the actor "
                                  f"system's processes may be gone; check `reprise status --port {self.admin_port}`")
         return self._listen(max(timeout - (time.monotonic() - started), 0.0))
 
