@@ -504,33 +504,58 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` distinct TCP ports nothing uses right now, chosen below the kernel's ephemeral range.
+    """`count` distinct TCP ports nothing uses right now, chosen below the kernel's ephemeral range, or in
+    REPRISE_PORT_RANGE ("LOW-HIGH") when it is set.
 
     A port the kernel hands out for port 0 comes from its ephemeral range, from which it also takes the
     local port of every outgoing connection and of every other process's port-0 bind (each Thespian actor's):
     on a busy machine one of those took such a port before the node it was chosen for bound it (a cluster
     node that never came up, CI of 2026-11-30). Every socket is held until all are chosen, so they differ.
     """
-    low = _ephemeral_low()
+    configured = _configured_port_range()
+    ports = configured or range(_FIXED_PORTS.start, min(_ephemeral_low(), _FIXED_PORTS.stop))
     with ExitStack() as held:
         chosen: list[int] = []
         while len(chosen) < count:
             s = held.enter_context(socket.socket())
-            if low > _FIXED_PORTS.start + 1000:
-                for _ in range(100):
+            if configured or len(ports) > 1000:
+                # (every port of a small configured range is tried; 100 random ones of the default)
+                for port in random.sample(ports, min(len(ports), 1000 if configured else 100)):
                     try:
-                        s.bind((host, random.randrange(_FIXED_PORTS.start, min(low, _FIXED_PORTS.stop))))
+                        s.bind((host, port))
                         break
                     except OSError:
                         continue
-            if s.getsockname()[1] == 0:  # (no room below the ephemeral range: take one from it)
-                s.bind((host, 0))
+            if s.getsockname()[1] == 0:
+                if configured:
+                    raise ConfigError(f"REPRISE_PORT_RANGE={os.environ['REPRISE_PORT_RANGE']!r}: found no free port "
+                                      f"in it for {count}; widen the range or stop what uses its ports")
+                s.bind((host, 0))  # (no room below the ephemeral range: take one from it)
             chosen.append(s.getsockname()[1])
         return chosen
 
 
 _FIXED_PORTS = range(10000, 32768)
 """Where free_ports looks first: above the well-known services, below Linux's default ephemeral range."""
+
+
+def _configured_port_range() -> range | None:
+    """The ports REPRISE_PORT_RANGE allows ("LOW-HIGH", both included), None when it is not set.
+
+    For a firewall that opens a range, and for processes that pick ports at once (the test suite's workers each
+    get a range of their own: another worker's pick took a port between its choice and its use)."""
+    text = os.environ.get("REPRISE_PORT_RANGE", "").strip()
+    if not text:
+        return None
+    low, _, high = text.partition("-")
+    try:
+        first, last = int(low), int(high)
+    except ValueError:
+        first = last = -1
+    if not 1024 <= first <= last <= 65535:
+        raise ConfigError(f"REPRISE_PORT_RANGE={text!r}: expected LOW-HIGH, two ports from 1024 to 65535 with "
+                          "LOW <= HIGH, e.g. REPRISE_PORT_RANGE=20000-20999")
+    return range(first, last + 1)
 
 
 def _ephemeral_low() -> int:

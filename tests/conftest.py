@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 import actors
-from actors.system import kill_tagged, tagged_pids
+from actors.system import _FIXED_PORTS, _ephemeral_low, kill_tagged, tagged_pids
 
 # Every multiproc system started by this test run carries RUN_TOKEN in its tag, and by this process (one
 # pytest-xdist worker, or the whole serial run) SESSION_TOKEN. Workers inherit RUN_TOKEN from the controller's
@@ -89,6 +89,23 @@ def postgres_url() -> str:
             pytest.fail(reason + " but REPRISE_REQUIRE_POSTGRES=1", pytrace=False)
         pytest.skip(reason)
     return url
+
+
+def _port_range_of_this_worker() -> None:
+    """Give each pytest-xdist worker a slice of the ports Reprise picks (REPRISE_PORT_RANGE, inherited by the
+    processes it starts): a test chose two ports, started one system, and another worker's system took the
+    second port meanwhile (`admin port ... is already in use`, with three workers)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or "REPRISE_PORT_RANGE" in os.environ:
+        return
+    count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")), 1)
+    index = int(worker[2:]) % count  # (a worker xdist replaced gets the next number)
+    start, stop = _FIXED_PORTS.start, min(_ephemeral_low(), _FIXED_PORTS.stop)
+    span = (stop - start) // count
+    os.environ["REPRISE_PORT_RANGE"] = f"{start + index * span}-{start + (index + 1) * span - 1}"
+
+
+_port_range_of_this_worker()
 
 
 # The files that take longest (seconds of one worker in a CI run on a slow VM, three workers on two cores), longest

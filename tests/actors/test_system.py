@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 import pytest
@@ -208,3 +209,17 @@ def test_a_request_to_the_guardian_whose_send_meets_a_thespian_retry_is_still_an
         assert len(held) == 1, "the request did not meet the retry"
     finally:
         stop_retrying()
+
+
+def test_a_port_range_in_the_environment_bounds_the_ports_reprise_picks(monkeypatch):
+    # Five ports of this worker's own slice (tests/conftest.py), so that no other worker picks them meanwhile.
+    worker = os.environ.get("REPRISE_PORT_RANGE", "20000-20999")
+    low = int(worker.partition("-")[0]) + 100
+    monkeypatch.setenv("REPRISE_PORT_RANGE", f"{low}-{low + 4}")
+    assert sorted(free_ports(5)) == list(range(low, low + 5))
+    with actors.start("multiproc") as system:
+        assert low <= system.admin_port <= low + 4
+    for bad in ("20000", "20000-19999", "80-90", "a-b", "20000-70000"):
+        monkeypatch.setenv("REPRISE_PORT_RANGE", bad)
+        with pytest.raises(actors.ConfigError, match=r"REPRISE_PORT_RANGE=.*expected LOW-HIGH, two ports from 1024"):
+            actors.start("multiproc")
