@@ -995,11 +995,8 @@ class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
             # wrote on at once) waited for it while the Barrier behind it went on: the messages parked for the
             # restarted target were released ahead of the bounced one (tests/actors/test_errors.py::
             # test_a_bounced_batch_that_waits_for_a_retry_to_the_guardian_is_not_overtaken).
-            envelope = DeadEnvelope(intent.targetAddr, intent.message)
-            if self.host is not None:
-                self._to_guardian(envelope)
-            else:  # (no Host, nothing tracked sent: unreachable, but self.send is not safe in here)
-                self._inflight.send_intent(self._guardian, envelope)
+            # (Only tracked sends bounce, and only a Host sends tracked: send_in_order tracks, not self.send.)
+            self._to_guardian(DeadEnvelope(intent.targetAddr, intent.message))
         elif how == FAILED:
             self._undelivered.append(intent)
             self._inflight.send_intent(self.myAddress, POKE)  # (reported from the mailbox: no sends in here)

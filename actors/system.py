@@ -513,7 +513,7 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     node that never came up, CI of 2026-11-30). Every socket is held until all are chosen, so they differ.
     """
     configured = _configured_port_range()
-    ports = configured or range(_FIXED_PORTS.start, min(_ephemeral_low(), _FIXED_PORTS.stop))
+    ports = configured or default_port_range()
     with ExitStack() as held:
         chosen: list[int] = []
         while len(chosen) < count:
@@ -537,6 +537,12 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
 
 _FIXED_PORTS = range(10000, 32768)
 """Where free_ports looks first: above the well-known services, below Linux's default ephemeral range."""
+
+
+def default_port_range() -> range:
+    """Where free_ports picks when REPRISE_PORT_RANGE is not set: above the well-known services, below the
+    kernel's ephemeral range."""
+    return range(_FIXED_PORTS.start, min(_ephemeral_low(), _FIXED_PORTS.stop))
 
 
 def _configured_port_range() -> range | None:

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 import actors
-from actors.system import _FIXED_PORTS, _ephemeral_low, kill_tagged, tagged_pids
+from actors.system import default_port_range, kill_tagged, tagged_pids
 
 # Every multiproc system started by this test run carries RUN_TOKEN in its tag, and by this process (one
 # pytest-xdist worker, or the whole serial run) SESSION_TOKEN. Workers inherit RUN_TOKEN from the controller's
@@ -100,9 +100,9 @@ def _port_range_of_this_worker() -> None:
         return
     count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")), 1)
     index = int(worker[2:]) % count  # (a worker xdist replaced gets the next number)
-    start, stop = _FIXED_PORTS.start, min(_ephemeral_low(), _FIXED_PORTS.stop)
-    span = (stop - start) // count
-    os.environ["REPRISE_PORT_RANGE"] = f"{start + index * span}-{start + (index + 1) * span - 1}"
+    ports = default_port_range()
+    span = len(ports) // count
+    os.environ["REPRISE_PORT_RANGE"] = f"{ports.start + index * span}-{ports.start + (index + 1) * span - 1}"
 
 
 _port_range_of_this_worker()

@@ -211,15 +211,20 @@ def test_a_request_to_the_guardian_whose_send_meets_a_thespian_retry_is_still_an
         stop_retrying()
 
 
-def test_a_port_range_in_the_environment_bounds_the_ports_reprise_picks(monkeypatch):
-    # Five ports of this worker's own slice (tests/conftest.py), so that no other worker picks them meanwhile.
-    worker = os.environ.get("REPRISE_PORT_RANGE", "20000-20999")
-    low = int(worker.partition("-")[0]) + 100
+BAD_PORT_RANGES = ("20000", "20000-19999", "80-90", "a-b", "20000-70000")
+
+
+def five_ports_of_this_worker() -> int:
+    """The first of five ports in this worker's own slice (tests/conftest.py): no other worker picks them."""
+    return int(os.environ.get("REPRISE_PORT_RANGE", "20000-20999").partition("-")[0]) + 100
+
+
+def test_a_port_range_in_the_environment_bounds_the_ports_reprise_picks(make_system, monkeypatch):
+    low = five_ports_of_this_worker()
     monkeypatch.setenv("REPRISE_PORT_RANGE", f"{low}-{low + 4}")
     assert sorted(free_ports(5)) == list(range(low, low + 5))
-    with actors.start("multiproc") as system:
-        assert low <= system.admin_port <= low + 4
-    for bad in ("20000", "20000-19999", "80-90", "a-b", "20000-70000"):
+    assert low <= make_system("multiproc").admin_port <= low + 4
+    for bad in BAD_PORT_RANGES:
         monkeypatch.setenv("REPRISE_PORT_RANGE", bad)
         with pytest.raises(actors.ConfigError, match=r"REPRISE_PORT_RANGE=.*expected LOW-HIGH, two ports from 1024"):
-            actors.start("multiproc")
+            make_system("multiproc")

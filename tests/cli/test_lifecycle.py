@@ -228,3 +228,27 @@ def test_down_of_a_member_whose_leader_is_gone(topology, tag, tmp_path, leader_e
     assert f"system on 127.0.0.1:{member_port} shut down" in down.stdout
     assert "left behind" not in down.stdout  # a clean shutdown: nothing had to be killed
     assert tagged_pids(member_tag) == [] and tagged_pids(leader_tag) == []
+
+
+def test_up_without_a_port_picks_one_in_reprise_port_range_and_refuses_a_bad_range(topology, tag, tmp_path) -> None:
+    from tests.actors.test_system import BAD_PORT_RANGES, five_ports_of_this_worker
+
+    low = five_ports_of_this_worker()
+    env = {**os.environ, "REPRISE_PORT_RANGE": f"{low}-{low + 4}"}
+    up = subprocess.run([REPRISE, "up", topology, "--detach", "--tag", tag, "--run-dir", str(tmp_path / "run")],
+                        cwd=ROOT, capture_output=True, text=True, timeout=90, env=env)
+    assert up.returncode == 0, up.stderr
+    ports = [p for p in range(low, low + 5) if f"127.0.0.1:{p}" in up.stdout]
+    try:
+        assert len(ports) == 1, f"no port of {low}-{low + 4} in: {up.stdout}"
+        assert tagged_pids(tag)
+    finally:
+        for port in ports:
+            assert reprise("down", "--port", str(port)).returncode == 0
+    for bad in BAD_PORT_RANGES:
+        refused = subprocess.run([REPRISE, "up", topology, "--detach", "--tag", tag], cwd=ROOT, capture_output=True,
+                                 text=True, timeout=60, env={**os.environ, "REPRISE_PORT_RANGE": bad})
+        assert refused.returncode == 2, refused.stderr
+        assert "REPRISE_PORT_RANGE=" in refused.stderr and "e.g. REPRISE_PORT_RANGE=20000-20999" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert not tagged_pids(tag), "a refused up left processes"
