@@ -92,11 +92,11 @@ class PersistenceCoordinator:
             results: WriteResults = None  # deferrals only
             if n:
                 group = groups[id(actor._journal)]
-                results = cast("list[BaseException | None] | BaseException", group.results)  # (written above)
+                results = group.results  # (written above: a list or the exception)
                 if not isinstance(results, BaseException):
                     start = group.handed
                     group.handed = start + n
-                    results = results[start:start + n]
+                    results = results[start:start + n]  # type: ignore[index]  # (not None: written above)
             if actor.context.entities.get(actor.path) is actor:
                 actor._on_write_results(batch, results)
             else:  # it stopped with these events queued: they are written, its handlers do not run

@@ -703,7 +703,9 @@ class PersistentActor(Actor):
         """Run handlers in call order for one committed batch, then let waiting commands in."""
         host = self.context
         failure = results if isinstance(results, BaseException) else None
-        per_write = cast("list[BaseException | None]", results)  # (read only when there was a write, and no failure)
+        # (read only when there was a write, and no failure; an annotation, not typing.cast: a call per entity and
+        # commit)
+        per_write: list[BaseException | None] = results  # type: ignore[assignment]
         wi = 0
         for entry in batch:
             if self._replaced or self._dead:
@@ -713,7 +715,7 @@ class PersistentActor(Actor):
                 # remaining persist_async/defer_async handlers (PersistentActorSpec "handle new messages
                 # before deferAsync handler is called").
                 self._drain_stash()
-                if self._replaced or self._dead or self.stop_requested:
+                if self._replaced or self._dead or self._stopping:
                     return
             if (type(entry) is _OneWrite or type(entry) is _OneEvent) and failure is None and per_write[wi] is None:
                 # The fast path: one stored event, its handler gets the event it was queued with.
@@ -769,7 +771,7 @@ class PersistentActor(Actor):
                     except Exception as exc:
                         host.report_failure(self, exc, event, entry.sender)
                         return
-        if self.stop_requested:
+        if self._stopping:  # (stop_requested, without a property call per entity and commit)
             host.stop_entity(self, "stopped")
             return
         if not self._stashing and self._stash:
