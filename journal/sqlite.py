@@ -2,7 +2,9 @@
 
 Durability: WAL with `synchronous=FULL` (an acknowledged write survives power loss; `?synchronous=NORMAL`
 trades that for speed), one transaction per `write_messages` call. Each connection caches up to 16 MiB of
-pages and checkpoints once the WAL holds 4,000 pages (so the -wal file grows to ~16 MiB plus one commit).
+pages and checkpoints once the WAL holds 4,000 pages (so the -wal file grows to ~16 MiB plus one commit). While
+the WAL grows, zeros are written ahead of it (see `_Connection._write_wal_ahead`), so that commits overwrite
+the file instead of appending to it.
 Several processes may write one file: writers take the write lock up front (BEGIN IMMEDIATE) and wait for
 it (busy timeout, then retry until `?busy_timeout=` seconds have passed); a reused (persistence id,
 sequence nr) hits the unique key and raises JournalError naming both. Each row carries a checksum (see
@@ -34,6 +36,7 @@ twice.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
@@ -97,9 +100,13 @@ _ORDERED = (f"SELECT e.ordering, p.persistence_id, e.sequence_nr, e.record, e.ch
 _NEWEST = "SELECT ordering FROM events WHERE pid <> 0 ORDER BY ordering DESC LIMIT 1"
 _NEWEST_TAGGED = "SELECT max(ordering) FROM tags WHERE tag = ?"
 
+log = logging.getLogger("reprise.journal")
+
 _SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
 _CACHE_KIB = 16384  # page cache per connection (SQLite's default: 2,000 KiB)
 _CHECKPOINT_PAGES = 4000  # WAL pages (16 MiB at 4 KiB) before a commit checkpoints (default: 1,000)
+_WAL_AHEAD_MIN = 256 * 1024  # bytes: the least a growing WAL is written ahead to
+_WAL_SPARE_FRAMES = 256  # frames written ahead past the checkpoint's size: the commit that reaches it
 _DELETE_SLICE = 0.05
 """Seconds one transaction of a long delete should take: a day of a Spark bridge's batches (gigabytes, pruned at
 once after a dead driver's run was discarded) in one transaction held the write lock past other processes' busy
@@ -203,6 +210,11 @@ class _Connection:
         except sqlite3.Error as e:
             raise _as_journal_error("open", e, self.path) from e
         self.synchronous, self.busy_timeout = synchronous, busy_timeout
+        self.wal_path = self.path + "-wal"
+        self.page_size = 4096  # (read below, before the first transaction)
+        self.wal_ahead = 0  # the WAL's size after zeros were last written ahead of it (see _write_wal_ahead)
+        self.wal_full = False  # it has reached the size at which it is reused: nothing more to write ahead
+        self.wal_fd: int | None = None
         # persistence id -> its integer id in `persistence_ids`, as committed (ids are never reassigned); only
         # the write path uses it, under `lock` (reads look the id up in SQL).
         self.ids: dict[str, int] = {}
@@ -215,6 +227,7 @@ class _Connection:
             # (every 1,000 WAL pages) copied them into the database file after every such commit.
             self.conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
             self.conn.execute(f"PRAGMA wal_autocheckpoint={_CHECKPOINT_PAGES}")
+            self.page_size = int(self.conn.execute("PRAGMA page_size").fetchone()[0])
             sqlite_schema.ensure(self.conn, self.path, lambda: self.begin(synchronous, busy_timeout),
                                  self.rollback)
         except sqlite3.Error as e:
@@ -252,6 +265,70 @@ class _Connection:
         """Take the write lock now (BEGIN IMMEDIATE), waiting for other writers; the caller holds `lock`."""
         self.configure(synchronous, busy_timeout)
         self._with_retry(lambda: self.conn.execute("BEGIN IMMEDIATE"), busy_timeout)
+        if not self.wal_full:
+            self._write_wal_ahead()
+
+    def _write_wal_ahead(self) -> None:
+        """If the WAL grew since the last look, write zeros past its end: to twice its size (at least 256 KiB), at
+        most to the size at which it is checkpointed and then reused from its start.
+
+        SQLite appends to a new WAL until it first reaches wal_autocheckpoint, and an fdatasync after an append
+        also commits the file's new size (on ext4 a journal commit): one event per transaction cost ~1.6x as
+        much until the WAL was 16 MiB (bench/PROFILE.md §37). Over zeros written ahead, a commit overwrites.
+        Safe because it runs under the write lock, right after BEGIN IMMEDIATE (nobody writes frames
+        meanwhile), and writes only past the file's end, where no frame is: SQLite's recovery stops at the
+        first frame whose salts are not the header's, as it does at the stale frames of a reused WAL. Not
+        before SQLite has written the WAL's header (a WAL of zeros has none). The size is read with lseek on a
+        descriptor kept for this, never with stat: a stat between two writes made the fdatasync after the
+        second commit the file system's journal too (the file's mtime, fine-grained once queried): +50 µs.
+        """
+        fd = self.wal_fd
+        if fd is None:
+            try:
+                fd = self.wal_fd = os.open(self.wal_path, os.O_WRONLY | os.O_CLOEXEC)
+            except OSError:
+                return  # (no WAL yet: the next transaction looks again)
+        # (SQLite holds no POSIX lock on the -wal itself: closing this descriptor later drops none of its locks)
+        try:
+            size = os.lseek(fd, 0, os.SEEK_END)
+            if size == self.wal_ahead or size < sqlite_wal.WAL_HEADER:
+                return  # (no frame past the zeros yet; or a new WAL, whose header its first commit writes)
+            frame = sqlite_wal.FRAME_HEADER + self.page_size
+            full = sqlite_wal.WAL_HEADER + (_CHECKPOINT_PAGES + _WAL_SPARE_FRAMES) * frame
+            if size >= full:
+                self._wal_ahead_done()
+                return
+            want = min(full, max(2 * size, _WAL_AHEAD_MIN))
+            target = sqlite_wal.WAL_HEADER + -(-(want - sqlite_wal.WAL_HEADER) // frame) * frame  # (whole frames)
+            zeros = bytes(min(target - size, 1 << 20))
+            at = size
+            try:
+                while at < target:
+                    at += os.pwrite(fd, zeros[:target - at], at)
+                os.fdatasync(fd)
+            except OSError:
+                os.ftruncate(fd, size)  # (only zeros lie past `size`)
+                raise
+        except OSError as e:  # (a full disk: the commit will say so)
+            log.warning("could not write the WAL of %s ahead (%s): its commits append to it", self.path, e)
+            self._wal_ahead_done()
+            return
+        self.wal_ahead = target
+        if target >= full:
+            self._wal_ahead_done()
+
+    def _wal_ahead_done(self) -> None:
+        self.wal_full = True
+        self.close_wal_fd()
+
+    def close_wal_fd(self) -> None:
+        """Close the descriptor _write_wal_ahead keeps on the WAL, if open."""
+        fd, self.wal_fd = self.wal_fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def rollback(self) -> None:
         """Roll back if a transaction is open; errors here would hide the original one."""
@@ -313,6 +390,7 @@ def _release(c: _Connection) -> None:
         if _registry.get(c.path) is c:
             del _registry[c.path]
         with c.lock:
+            c.close_wal_fd()
             c.conn.close()  # the last connection of all processes checkpoints and removes the WAL
 
 

@@ -23,8 +23,11 @@ The rule here (`scan` finds the facts, `problem` judges them):
   stored checksum or the one it should have had) up to a commit frame: committed transactions follow a
   damaged frame, which a crash cannot produce. Frames that do not chain are left over from an earlier
   transaction or WAL generation, ignored as SQLite does. A WAL cut inside a frame is refused (its
-  transaction was never acknowledged, but nothing proves it; `torn_wal=accept` says "that was a crash");
-  whole frames after the last commit that end without one are a crash mid-transaction, accepted.
+  transaction was never acknowledged, but nothing proves it; `torn_wal=accept` says "that was a crash"),
+  unless the cut frame is zeros, at least as far as a frame header's salts (16 bytes): the zeros
+  journal.sqlite writes ahead of a growing WAL, cut by a crash while it wrote them, where no frame of
+  SQLite's ever was (a frame SQLite wrote, cut after its salts, is not zeros); whole frames after the last
+  commit that end without one are a crash mid-transaction, accepted.
 * Always: a WAL header that fails its checksum is refused when frame 1 chains from it (SQLite would
   ignore the whole WAL); a database file of zero bytes beside a WAL with committed frames is refused
   (SQLite would delete the WAL).
@@ -276,12 +279,20 @@ def problem(db_path: str, *, use_shm: bool) -> str | None:
     if s.continued_to:
         return (f"{at(s.valid + 1)} fails its checksum but frames up to commit frame {s.continued_to} chain on from "
                 f"it: the WAL is damaged and SQLite would silently drop every transaction from frame {s.valid + 1} on")
-    if s.torn_bytes:
+    if s.torn_bytes and not _zeros_written_ahead(wal, s.torn_bytes):
         whole = s.frames
         return (f"{wal_path} ends inside frame {whole + 1} (byte {WAL_HEADER + whole * frame_bytes}, "
                 f"{s.torn_bytes} of {frame_bytes} bytes present): a record was cut mid-write and SQLite would "
                 f"silently drop its transaction")
     return _empty_database(db_path, s, at)
+
+
+def _zeros_written_ahead(wal: bytes, torn: int) -> bool:
+    """Whether the partial frame at the end of `wal` (`torn` bytes) is zeros, far enough to hold a frame's salts."""
+    return torn >= _SALTS_END and not wal[-torn:].strip(b"\0")
+
+
+_SALTS_END = 16  # a frame header's bytes up to its salts (page number, commit size, salt-1, salt-2)
 
 
 def _empty_database(db_path: str, s: WalScan, at: Callable[[int], str]) -> str | None:

@@ -21,6 +21,7 @@ import pytest
 import actors
 from examples.accounts.client import expected_balances
 from examples.accounts.model import FeedDeposits
+from journal import sqlite_wal
 from tests.drills.sample import RecoveryRefused, ReportingAccount
 from tests.drills.test_sigkill import ACCOUNTS, FEEDER, N_ACCOUNTS, spawn_topology
 from tests.waiting import wait_for
@@ -83,9 +84,11 @@ def test_a_wal_cut_mid_record_is_refused_at_spawn_and_named_by_verify(make_syste
     wal = crash / "journal.db-wal"
     with open(wal, "rb") as f:
         page_size = struct.unpack(">I", f.read(12)[8:12])[0]
-    size = os.path.getsize(wal)
-    assert size > 32 + 24 + page_size, "the crash image must have frames in its WAL"
-    os.truncate(wal, size - (24 + page_size) // 2)  # the last frame cut in half: a write torn by a crash
+    found = sqlite_wal.scan(wal.read_bytes())
+    assert not isinstance(found, str), found
+    end = sqlite_wal.WAL_HEADER + found.valid * (24 + page_size)  # (past it: zeros written ahead of the WAL)
+    assert end > 32 + 24 + page_size, "the crash image must have frames in its WAL"
+    os.truncate(wal, end - (24 + page_size) // 2)  # the last frame cut in half: a torn write or a cut copy
     torn = os.path.getsize(wal)
 
     url = f"sqlite:///{crash}/journal.db"

@@ -14,7 +14,7 @@ import time
 import pytest
 
 import journal
-from journal import AtomicWrite, JournalCorruption, JournalError, PersistentRepr, open_journal
+from journal import AtomicWrite, JournalCorruption, JournalError, PersistentRepr, open_journal, sqlite_wal
 
 PAGE = 4096
 
@@ -95,10 +95,18 @@ def _torn_copy(tmp_path, cut: int) -> tuple[str, str]:
         for suffix in ("", "-wal"):  # copied while open: the transactions are still only in the WAL
             shutil.copyfile(f"{j.path}{suffix}", f"{dst}/j.db{suffix}")
     wal = f"{dst}/j.db-wal"
-    size = os.path.getsize(wal)
-    assert (size - 32) % (24 + PAGE) == 0 and size > 32 + 6 * (24 + PAGE)
-    os.truncate(wal, size - cut)
+    end = _frames_end(wal)  # (past it: zeros written ahead of the growing WAL)
+    assert (end - 32) % (24 + PAGE) == 0 and end > 32 + 6 * (24 + PAGE)
+    os.truncate(wal, end - cut)
     return f"sqlite://{dst}/j.db", wal
+
+
+def _frames_end(wal: str) -> int:
+    """The offset where the frames SQLite's recovery reads in `wal` end."""
+    with open(wal, "rb") as f:
+        found = sqlite_wal.scan(f.read())
+    assert not isinstance(found, str), found
+    return sqlite_wal.WAL_HEADER + found.valid * (sqlite_wal.FRAME_HEADER + found.page_size)
 
 
 def test_a_wal_cut_mid_record_is_refused_not_silently_rolled_back(tmp_path) -> None:
@@ -115,6 +123,80 @@ def test_a_wal_cut_mid_record_is_refused_not_silently_rolled_back(tmp_path) -> N
         assert j.highest_sequence_nr("p") == 6
         _write(j, "p", range(7, 8))
         assert _seqs(j, "p") == list(range(1, 8))
+
+
+def _crash_image_of_single_writes(tmp_path, n: int) -> tuple[str, str]:
+    """A copy of a journal taken while it was open after `n` writes of one event each (a crash's files)."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    with open_journal(f"sqlite://{src}/j.db") as j:
+        for k in range(1, n + 1):
+            _write(j, "p", range(k, k + 1))
+        dst.mkdir()
+        for suffix in ("", "-wal"):
+            shutil.copyfile(f"{j.path}{suffix}", f"{dst}/j.db{suffix}")
+    return f"sqlite://{dst}/j.db", f"{dst}/j.db-wal"
+
+
+def test_a_growing_wal_is_written_ahead_with_zeros_and_its_crash_image_opens_with_every_event(tmp_path) -> None:
+    # Commits then overwrite the WAL instead of appending to it (journal/sqlite.py: _write_wal_ahead).
+    url, wal = _crash_image_of_single_writes(tmp_path, 300)
+    end, size = _frames_end(wal), os.path.getsize(wal)
+    with open(wal, "rb") as f:
+        ahead = f.read()[end:]
+    assert size > end + 2 * (24 + PAGE) and size >= 256 * 1024 and not ahead.strip(b"\0"), (end, size)
+    assert (size - 32) % (24 + PAGE) == 0  # whole frames: no torn frame at the end
+    assert journal.verify(url).ok
+    with open_journal(url) as j:
+        assert _seqs(j, "p") == list(range(1, 301))
+        _write(j, "p", range(301, 302))
+        assert _seqs(j, "p") == list(range(1, 302))
+
+
+def test_zeros_written_ahead_and_cut_by_a_crash_are_not_taken_for_a_torn_record(tmp_path) -> None:
+    url, wal = _crash_image_of_single_writes(tmp_path, 50)
+    end = _frames_end(wal)
+    # A crash while the zeros were written: the file ends inside a frame of zeros (here 100 bytes into it).
+    os.truncate(wal, end + (24 + PAGE) + 100)
+    assert journal.verify(url).ok
+    with open_journal(url) as j:
+        assert _seqs(j, "p") == list(range(1, 51))
+    # Ten bytes of zeros could be the start of a frame SQLite wrote (its page number's high bytes): refused.
+    url, wal = _crash_image_of_single_writes(tmp_path / "again", 50)
+    os.truncate(wal, _frames_end(wal) + 10)
+    with pytest.raises(JournalCorruption, match="ends inside frame"):
+        open_journal(url)
+
+
+def test_a_writer_sigkilled_while_its_wal_grows_loses_no_acknowledged_event(tmp_path) -> None:
+    # Past a few doublings of the zeros written ahead: every event whose write returned is there after the kill.
+    path = f"{tmp_path}/j.db"
+    script = (
+        "import sys\n"
+        "from journal import AtomicWrite, PersistentRepr, open_journal\n"
+        f"j = open_journal('sqlite://{path}')\n"
+        "n = 0\n"
+        "while True:\n"
+        "    n += 1\n"
+        "    j.write_messages([AtomicWrite([PersistentRepr(f'e-{n}', n, 'p')])])\n"
+        "    print(n, flush=True)\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    writer = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=root)
+    acknowledged = 0
+    try:
+        assert writer.stdout is not None
+        for line in writer.stdout:
+            acknowledged = int(line)
+            if acknowledged >= 1500:
+                break
+    finally:
+        writer.kill()
+        writer.wait(10)
+    assert acknowledged >= 1500, "the writer stopped before 1,500 writes"
+    assert os.path.getsize(path + "-wal") > 1 << 20  # it grew past 1 MiB, written ahead several times
+    with open_journal(f"sqlite://{path}") as j:
+        stored = _seqs(j, "p")
+    assert stored[:acknowledged] == list(range(1, acknowledged + 1)) and len(stored) - acknowledged <= 1
 
 
 def test_a_wal_cut_at_a_frame_boundary_is_an_unacknowledged_transaction(tmp_path) -> None:

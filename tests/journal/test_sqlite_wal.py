@@ -46,12 +46,13 @@ def _crash_image(tmp_path, *, shm: bool) -> tuple[str, str]:
 
 
 def _frames(wal: str) -> tuple[int, list[int]]:
-    """(page size, the numbers of the commit frames) of a WAL."""
+    """(page size, the numbers of the commit frames) of a WAL; past its frames, zeros written ahead of it."""
     data = open(wal, "rb").read()
     s = scan(data)
-    assert not isinstance(s, str) and s.valid == s.frames == s.committed
+    assert not isinstance(s, str) and s.valid == s.committed
     page = s.page_size
-    commits = [i for i in range(1, s.frames + 1)
+    assert not data[WAL_HEADER + s.valid * (FRAME_HEADER + page):].strip(b"\0")
+    commits = [i for i in range(1, s.valid + 1)
                if struct.unpack(">I", data[WAL_HEADER + (i - 1) * (FRAME_HEADER + page) + 4:][:4])[0]]
     return page, commits
 
@@ -234,12 +235,34 @@ def test_a_frame_cut_mid_write_after_the_last_commit_opens_only_when_the_wal_ind
         tmp_path, shm) -> None:
     url, wal = _crash_image(tmp_path, shm=shm)
     page, commits = _frames(wal)
+    salts = open(wal, "rb").read(24)[16:24]
+    torn = struct.pack(">II", 2, 0) + salts + struct.pack(">II", 0, 0) + bytes(page // 2)
+    end = WAL_HEADER + commits[-1] * (FRAME_HEADER + page)
+    os.truncate(wal, end)  # as the file was before zeros were written ahead of it: a WAL that SQLite appends to
     with open(wal, "ab") as f:  # a writer killed between a new frame's header and the rest of its page
-        salts = open(wal, "rb").read(24)[16:24]
-        f.write(struct.pack(">II", 2, 0) + salts + struct.pack(">II", 0, 0) + bytes(page // 2))
+        f.write(torn)
     if shm:
         with open_journal(url) as j:
             assert _seqs(j) == list(range(1, EVENTS + 1))  # every acknowledged event
     else:
         with pytest.raises(JournalCorruption, match=rf"ends inside frame {commits[-1] + 1} "):
             open_journal(url)
+
+
+@pytest.mark.parametrize("shm", [False, True], ids=["wal-only", "with-shm"])
+def test_a_frame_cut_mid_write_over_the_zeros_written_ahead_opens_with_every_acknowledged_event(tmp_path, shm) -> None:
+    # With zeros written ahead of the WAL (journal/sqlite.py), a commit overwrites them: a writer killed mid-frame
+    # leaves a frame whose page is half written, with zeros after it, not a file that ends inside a frame.
+    url, wal = _crash_image(tmp_path, shm=shm)
+    page, commits = _frames(wal)
+    size = os.path.getsize(wal)
+    end = WAL_HEADER + commits[-1] * (FRAME_HEADER + page)
+    assert size >= end + 2 * (FRAME_HEADER + page), "the image must have zeros written ahead of its frames"
+    salts = open(wal, "rb").read(24)[16:24]
+    with open(wal, "r+b") as f:
+        f.seek(end)
+        f.write(struct.pack(">II", 2, 0) + salts + struct.pack(">II", 0, 0) + os.urandom(page // 2))
+    assert os.path.getsize(wal) == size
+    assert journal.verify(url).ok
+    with open_journal(url) as j:
+        assert _seqs(j) == list(range(1, EVENTS + 1))
