@@ -715,7 +715,7 @@ class PersistentActor(Actor):
                 # remaining persist_async/defer_async handlers (PersistentActorSpec "handle new messages
                 # before deferAsync handler is called").
                 self._drain_stash()
-                if self._replaced or self._dead or self._stopping:
+                if self._replaced or self._dead or self.stop_requested:
                     return
             if (type(entry) is _OneWrite or type(entry) is _OneEvent) and failure is None and per_write[wi] is None:
                 # The fast path: one stored event, its handler gets the event it was queued with.
@@ -771,7 +771,7 @@ class PersistentActor(Actor):
                     except Exception as exc:
                         host.report_failure(self, exc, event, entry.sender)
                         return
-        if self._stopping:  # (stop_requested, without a property call per entity and commit)
+        if self.stop_requested:
             host.stop_entity(self, "stopped")
             return
         if not self._stashing and self._stash:
