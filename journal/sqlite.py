@@ -105,6 +105,7 @@ log = logging.getLogger("reprise.journal")
 _SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
 _CACHE_KIB = 16384  # page cache per connection (SQLite's default: 2,000 KiB)
 _CHECKPOINT_PAGES = 4000  # WAL pages (16 MiB at 4 KiB) before a commit checkpoints (default: 1,000)
+_fdatasync = getattr(os, "fdatasync", os.fsync)  # (macOS has no fdatasync)
 _WAL_AHEAD_MIN = 256 * 1024  # bytes: the least a growing WAL is written ahead to
 _WAL_SPARE_FRAMES = 256  # frames written ahead past the checkpoint's size: the commit that reaches it
 _DELETE_SLICE = 0.05
@@ -305,7 +306,7 @@ class _Connection:
             try:
                 while at < target:
                     at += os.pwrite(fd, zeros[:target - at], at)
-                os.fdatasync(fd)
+                _fdatasync(fd)
             except OSError:
                 os.ftruncate(fd, size)  # (only zeros lie past `size`)
                 raise
