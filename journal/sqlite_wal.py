@@ -108,6 +108,11 @@ class WalScan:
     header_ok: bool  # the header's own checksum matches
     continued_to: int  # > 0: frames after frame valid+1 chain on from it up to this commit frame
 
+    @property
+    def valid_end(self) -> int:
+        """The byte where frames 1..valid end (past it: a partial frame, stale frames or zeros written ahead)."""
+        return WAL_HEADER + self.valid * (FRAME_HEADER + self.page_size)
+
 
 def _frame(wal: bytes, i: int, page_size: int) -> memoryview:
     start = WAL_HEADER + (i - 1) * (FRAME_HEADER + page_size)
@@ -287,12 +292,12 @@ def problem(db_path: str, *, use_shm: bool) -> str | None:
     return _empty_database(db_path, s, at)
 
 
+_SALTS_END = 16  # a frame header's bytes up to its salts (page number, commit size, salt-1, salt-2)
+
+
 def _zeros_written_ahead(wal: bytes, torn: int) -> bool:
     """Whether the partial frame at the end of `wal` (`torn` bytes) is zeros, far enough to hold a frame's salts."""
     return torn >= _SALTS_END and not wal[-torn:].strip(b"\0")
-
-
-_SALTS_END = 16  # a frame header's bytes up to its salts (page number, commit size, salt-1, salt-2)
 
 
 def _empty_database(db_path: str, s: WalScan, at: Callable[[int], str]) -> str | None:

@@ -82,11 +82,9 @@ def verify(url: str, *extra: str) -> subprocess.CompletedProcess:
 def test_a_wal_cut_mid_record_is_refused_at_spawn_and_named_by_verify(make_system, tmp_path):
     crash = crash_image(make_system, tmp_path)
     wal = crash / "journal.db-wal"
-    with open(wal, "rb") as f:
-        page_size = struct.unpack(">I", f.read(12)[8:12])[0]
     found = sqlite_wal.scan(wal.read_bytes())
     assert not isinstance(found, str), found
-    end = sqlite_wal.WAL_HEADER + found.valid * (24 + page_size)  # (past it: zeros written ahead of the WAL)
+    page_size, end = found.page_size, found.valid_end  # (past the end: zeros written ahead of the WAL)
     assert end > 32 + 24 + page_size, "the crash image must have frames in its WAL"
     os.truncate(wal, end - (24 + page_size) // 2)  # the last frame cut in half: a torn write or a cut copy
     torn = os.path.getsize(wal)

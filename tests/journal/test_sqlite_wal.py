@@ -51,7 +51,7 @@ def _frames(wal: str) -> tuple[int, list[int]]:
     s = scan(data)
     assert not isinstance(s, str) and s.valid == s.committed
     page = s.page_size
-    assert not data[WAL_HEADER + s.valid * (FRAME_HEADER + page):].strip(b"\0")
+    assert not data[s.valid_end:].strip(b"\0")
     commits = [i for i in range(1, s.valid + 1)
                if struct.unpack(">I", data[WAL_HEADER + (i - 1) * (FRAME_HEADER + page) + 4:][:4])[0]]
     return page, commits
