@@ -13,6 +13,7 @@ per call >= 0.8x raw SQLite per transaction; batches of 1,000 >= 0.5x raw execut
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -59,6 +60,10 @@ class Result:
 
 
 def _timed(fn: Callable[[], int]) -> tuple[int, float]:
+    # Each measurement starts from a collected heap: otherwise whether a full collection (of every object the
+    # process holds) falls inside a 0.3 s read depends on the measurements before it, and the read rows were
+    # bimodal (PostgreSQL events_by_persistence_id ~305k or ~228k/s; bench/PROFILE.md §38).
+    gc.collect()
     t = time.perf_counter()
     n = fn()
     return n, time.perf_counter() - t
@@ -127,6 +132,7 @@ def bench_reprise(system: str, url: str, singles: int, scale: float) -> list[Res
 
             out.append(Result(system, f"write, batches of {size:,}", *_timed(batched)))
             replay_pid = pid
+        del writes, batched  # (a reader's heap does not hold the writer's 100,000 AtomicWrites)
         n_replay = j.highest_sequence_nr(replay_pid)
         for when in ("first read", "again"):
             out.append(Result(system, f"replay one id of {n_replay:,} events ({when})",
@@ -147,6 +153,7 @@ def bench_query(system: str, j: Journal, scale: float) -> list[Result]:
               for n in range(1, total + 1)]
     for i in range(0, total, 1000):
         j.write_messages(writes[i:i + 1000])
+    del writes
     out: list[Result] = []
     for when in ("first read", "again"):
         out.append(Result(system, f"replay tagged id {total:,} ({when})",
