@@ -32,6 +32,7 @@ from journal.records import (
     EncodedBatch,
     StoredRow,
     check_row,
+    decode_envelopes,
     decode_rows,
     decode_snapshot,
     encode_snapshot,
@@ -263,7 +264,7 @@ class EventReader:
             self._after = self.offset = rows[-1][0]
         if horizon is not None and len(rows) < limit:
             self._after = max(self._after, self._upto)  # every event up to the horizon has been read
-        return list(self._journal._envelopes(rows))
+        return self._journal._envelopes(rows)
 
 
 class Journal(ABC):
@@ -493,7 +494,7 @@ class Journal(ABC):
         """`tail`: the `n` most recently written events of all ids, oldest first."""
         if n <= 0:
             return []
-        return list(self._envelopes(sorted(self._read_tail(n))))
+        return self._envelopes(sorted(self._read_tail(n)))
 
     def verify(self) -> VerifyReport:
         """Re-read every event and snapshot and check it; report each bad record by id and sequence number."""
@@ -568,19 +569,19 @@ class Journal(ABC):
     # --- shared helpers ---------------------------------------------------------------------------
 
     @staticmethod
-    def _envelopes(rows: Sequence[TaggedRow]) -> Iterator[EventEnvelope]:
-        # Runs of one persistence id are decoded together (decode_rows: the replay hot path, one key seed).
+    def _envelopes(rows: Sequence[TaggedRow]) -> list[EventEnvelope]:
+        # Runs of one persistence id are decoded together (one key seed), into a list: a generator's yield per
+        # event cost ~0.8 µs of the ~4 an envelope took.
+        out: list[EventEnvelope] = []
         i, n = 0, len(rows)
         while i < n:
             pid = rows[i][1]
             j = i + 1
             while j < n and rows[j][1] == pid:
                 j += 1
-            run = rows[i:j]
-            for (offset, _, seq, _, _), r in zip(run, decode_rows(pid, [(s, b, c) for _, _, s, b, c in run]),
-                                                 strict=True):
-                yield EventEnvelope(offset, pid, seq, r.payload, r.timestamp, r.tags)
+            out += decode_envelopes(pid, rows[i:j])
             i = j
+        return out
 
     def _duplicate_error(self, batch: EncodedBatch, cause: BaseException | None = None) -> JournalError:
         """Name the (pid, seq nr) that made a write fail its unique key (after the transaction rolled back)."""

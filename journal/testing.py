@@ -545,6 +545,26 @@ class JournalSpec:
         journal.delete_messages_to(pid, 2)
         assert _keys(journal.events_by_persistence_id(pid, 0)) == [(pid, 3), (pid, 4), (pid, 5)]
 
+    def test_query_envelopes_carry_what_replay_returns(self, journal: Journal, writer: str) -> None:
+        # (events of two ids interleaved, so one chunk of events_by_tag holds several runs of one id)
+        a, b = _fresh_pid(), _fresh_pid()
+        t = f"t-{uuid.uuid4().hex[:6]}"
+        order = [(a, 1), (b, 1), (b, 2), (a, 2), (a, 3), (b, 3)]
+        for pid, n in order:
+            tags = frozenset({t, f"{pid}-{n}"}) if n != 2 else frozenset({t})
+            assert journal.write_messages([AtomicWrite([PersistentRepr(
+                {"n": n, "pid": pid}, n, pid, writer_uuid=writer, tags=tags)])]) == [None]
+        replayed = {(r.persistence_id, r.sequence_nr): r for pid in (a, b) for r in journal.replay_messages(pid)}
+        by_tag = list(journal.events_by_tag(t))
+        by_id = list(journal.events_by_persistence_id(a)) + list(journal.events_by_persistence_id(b))
+        assert _keys(by_tag) == order and _keys(by_id) == [(a, 1), (a, 2), (a, 3), (b, 1), (b, 2), (b, 3)]
+        offsets = {(e.persistence_id, e.sequence_nr): e.offset for e in journal.tail(len(order))}
+        for e in by_tag + by_id:
+            r = replayed[(e.persistence_id, e.sequence_nr)]
+            assert type(e) is EventEnvelope
+            assert (e.event, e.timestamp, e.tags) == (r.payload, r.timestamp, r.tags)
+            assert e.offset == offsets[(e.persistence_id, e.sequence_nr)]
+
     def test_events_by_persistence_id_streams_across_chunks(self, journal: Journal, writer: str) -> None:
         pid = _fresh_pid()
         n = journal.replay_chunk + 13
@@ -770,10 +790,13 @@ class JournalSpec:
         journal = self.corrupt_event(journal, journal_url, pid, 3)
         try:
             assert list(journal.replay_messages(pid, 1, 2)) == [_repr(pid, 1, writer), _repr(pid, 2, writer)]
-            with pytest.raises(JournalCorruption) as err:
-                list(journal.replay_messages(pid))
-            assert (err.value.persistence_id, err.value.sequence_nr) == (pid, 3)
-            assert pid in str(err.value) and "sequence nr 3" in str(err.value)
+            assert _keys(journal.events_by_persistence_id(pid, 1, 2)) == [(pid, 1), (pid, 2)]
+            for read in (lambda: list(journal.replay_messages(pid)),
+                         lambda: list(journal.events_by_persistence_id(pid))):
+                with pytest.raises(JournalCorruption) as err:
+                    read()
+                assert (err.value.persistence_id, err.value.sequence_nr) == (pid, 3)
+                assert pid in str(err.value) and "sequence nr 3" in str(err.value)
             problems = journal.verify().problems
             assert [(p.persistence_id, p.sequence_nr) for p in problems] == [(pid, 3)]
         finally:
