@@ -49,8 +49,9 @@ class PersistentRepr:
 
 
 def replayed_repr(payload: object, sequence_nr: int, persistence_id: str, manifest: str, writer_uuid: str,
-                  timestamp: int, tags: frozenset[str], metadata: object) -> PersistentRepr:
-    """Build a PersistentRepr without the frozen __init__ (twice as fast; the replay hot path)."""
+                  timestamp: int, tags: frozenset[str], metadata: object, _extra: object = None) -> PersistentRepr:
+    """Build a PersistentRepr without the frozen __init__ (twice as fast; the replay hot path). (`_extra` is
+    ignored: journal.records' decode loop passes queries their offset there.)"""
     r = _new(PersistentRepr)
     _set(r, "__dict__", {"payload": payload, "sequence_nr": sequence_nr, "persistence_id": persistence_id,
                          "manifest": manifest, "writer_uuid": writer_uuid, "timestamp": timestamp,
