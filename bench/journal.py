@@ -145,16 +145,22 @@ def bench_reprise(system: str, url: str, singles: int, scale: float) -> list[Res
 TAG = "bench-tag"
 
 
+def write_all(j: Journal, writes: list[AtomicWrite], batch: int = 1000) -> None:
+    """Write `writes` in write_messages calls of `batch`, checking that every one was stored."""
+    for i in range(0, len(writes), batch):
+        part = writes[i:i + batch]
+        if j.write_messages(part) != [None] * len(part):
+            raise RuntimeError(f"the journal rejected a write of {len(part)} AtomicWrites")
+
+
 def bench_query(system: str, j: Journal, scale: float) -> list[Result]:
     """The read side on one tagged journal: replay of a 100k-event id, and events_by_tag over its tagged half."""
     total = max(1000, int(100_000 * scale) // 1000 * 1000)
     pid = "tagged"
     tagged, untagged = frozenset({TAG}), frozenset[str]()
-    writes = [AtomicWrite([PersistentRepr(_event(n), n, pid, writer_uuid="w", tags=tagged if n % 2 else untagged)])
-              for n in range(1, total + 1)]
-    for i in range(0, total, 1000):
-        j.write_messages(writes[i:i + 1000])
-    del writes
+    # (made in the call and dropped after it: a reader's heap does not hold the writer's AtomicWrites)
+    write_all(j, [AtomicWrite([PersistentRepr(_event(n), n, pid, writer_uuid="w", tags=tagged if n % 2 else untagged)])
+                   for n in range(1, total + 1)])
     out: list[Result] = []
     for when in ("first read", "again"):
         out.append(Result(system, f"replay tagged id {total:,} ({when})",
@@ -166,11 +172,8 @@ def bench_query(system: str, j: Journal, scale: float) -> list[Result]:
     # What a projection over an entity host's journal reads: each group commit holds one event of many ids,
     # so consecutive events by tag belong to different ids.
     mixed, ids = frozenset({TAG + "-mixed"}), 1000
-    writes = [AtomicWrite([PersistentRepr(_event(n), n // ids + 1, f"entity-{n % ids}", writer_uuid="w", tags=mixed)])
-              for n in range(total)]
-    for i in range(0, total, 1000):
-        j.write_messages(writes[i:i + 1000])
-    del writes
+    write_all(j, [AtomicWrite([PersistentRepr(_event(n), n // ids + 1, f"entity-{n % ids}", writer_uuid="w",
+                                               tags=mixed)]) for n in range(total)])
     out.append(Result(system, f"events_by_tag {total:,} of {ids:,} interleaved ids",
                       *_timed(lambda: sum(1 for _ in j.events_by_tag(TAG + "-mixed")))))
     return out

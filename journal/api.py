@@ -264,7 +264,7 @@ class EventReader:
             self._after = self.offset = rows[-1][0]
         if horizon is not None and len(rows) < limit:
             self._after = max(self._after, self._upto)  # every event up to the horizon has been read
-        return self._journal._envelopes(rows)
+        return decode_envelopes(rows)
 
 
 class Journal(ABC):
@@ -365,7 +365,7 @@ class Journal(ABC):
             start = max(from_sequence_nr, 0)
             while start <= to_sequence_nr:
                 rows = self._read_events(persistence_id, start, to_sequence_nr, chunk)
-                yield from self._envelopes(rows)
+                yield from decode_envelopes(rows)
                 if rows:
                     start = rows[-1][2] + 1
                 if len(rows) < chunk and (not live or stop.wait(interval)):
@@ -438,7 +438,7 @@ class Journal(ABC):
             upto = min(horizon.poll(), end) if horizon is not None else end
             while True:
                 rows = read(after, chunk, upto)
-                yield from self._envelopes(rows)
+                yield from decode_envelopes(rows)
                 if rows:
                     after = rows[-1][0]
                 if len(rows) == chunk:
@@ -494,7 +494,7 @@ class Journal(ABC):
         """`tail`: the `n` most recently written events of all ids, oldest first."""
         if n <= 0:
             return []
-        return self._envelopes(sorted(self._read_tail(n)))
+        return decode_envelopes(sorted(self._read_tail(n)))
 
     def verify(self) -> VerifyReport:
         """Re-read every event and snapshot and check it; report each bad record by id and sequence number."""
@@ -567,10 +567,6 @@ class Journal(ABC):
         return iter(())
 
     # --- shared helpers ---------------------------------------------------------------------------
-
-    @staticmethod
-    def _envelopes(rows: Sequence[TaggedRow]) -> list[EventEnvelope]:
-        return decode_envelopes(rows)
 
     def _duplicate_error(self, batch: EncodedBatch, cause: BaseException | None = None) -> JournalError:
         """Name the (pid, seq nr) that made a write fail its unique key (after the transaction rolled back)."""

@@ -22,7 +22,7 @@ if "--big-heap" in sys.argv:
 
     heap = [[i] for i in range(300_000)]
 
-from bench.journal import PG_URL, _event
+from bench.journal import PG_URL, _event, write_all
 from journal import AtomicWrite, PersistentRepr, open_journal
 from journal.postgres import drop_schema
 
@@ -49,8 +49,7 @@ try:
                   for n in range(1, 100_001)]
         writes += [AtomicWrite([PersistentRepr(_event(n), n // 1000 + 1, f"acc-{n % 1000}", writer_uuid="w",
                                                tags=mixed)]) for n in range(100_000)]
-        for i in range(0, len(writes), 1000):
-            j.write_messages(writes[i:i + 1000])
+        write_all(j, writes)
         del writes
         hi = j.newest_offset()
         timed("replay one id", lambda: sum(1 for _ in j.replay_messages("one-id")))
