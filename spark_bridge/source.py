@@ -46,7 +46,8 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from itertools import islice
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import (
@@ -70,6 +71,9 @@ from pyspark.sql.types import (
 from journal import EventEnvelope, Journal, RepriseError, SerializationError, missing_journal, open_journal
 from journal.serialization import manifest_of
 from journal.urls import parse_url, redact_url
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["SCHEMA", "SOURCE_NAME", "JournalDataSource", "JournalSourceError", "SourceOptions", "event_json",
            "event_struct", "parse_options"]
@@ -212,11 +216,31 @@ def _jsonable(obj: Any) -> Any:
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # (json.dumps builds one per call)
 
 
+def _c_encode() -> Callable[[Any], str]:
+    """_ENCODER.encode through one C encoder made once: `encode` makes one per call, half of an event's 1.8 µs.
+    (No cycle check: _jsonable builds a fresh tree. Where the C encoder is missing or differs: `encode`.)"""
+    def default(value: object) -> Any:
+        raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+    make = json.encoder.c_make_encoder  # type: ignore[attr-defined]  # (CPython's _json.make_encoder, or None)
+    sample = {"a": [1, 2.5, None, True, False, "é\n\"", float("nan"), float("-inf")], "b": {"c": {}}, "d": []}
+    try:
+        encoder = make(None, default, json.encoder.encode_basestring, None, ":", ",", False, False, True)
+        if "".join(encoder(sample, 0)) == _ENCODER.encode(sample):
+            return lambda value: "".join(encoder(value, 0))
+    except Exception:  # noqa: BLE001  (make is None, or its signature changed)
+        pass
+    return _ENCODER.encode
+
+
+_encode = _c_encode()
+
+
 def event_json(event: object) -> str:
     """The event column: JSON where a registered dataclass is an object of its fields plus "@type" (its
     manifest), tuples, sets and frozensets are arrays (sets sorted), bytes are base64 strings, and dict
     keys that are not strings are their JSON text."""
-    return _ENCODER.encode(_jsonable(event))
+    return _encode(_jsonable(event))
 
 
 # --- events as structs (a schema given by the user) -----------------------------------------------
@@ -425,6 +449,80 @@ def _row_maker(schema: StructType) -> Callable[[EventEnvelope], Row]:
     return lambda e: tuple(g(e) for g in getters)
 
 
+# --- Arrow batches ---------------------------------------------------------------------------------
+
+_ARROW_ROWS = 10_000
+"""Events per Arrow record batch handed to Spark (Spark's own spark.sql.execution.arrow.maxRecordsPerBatch)."""
+
+_ARROW_NATIVE = (LongType, IntegerType, ShortType, ByteType, DoubleType, FloatType, StringType, BooleanType,
+                 BinaryType)
+
+
+def _arrow_native(dtype: DataType) -> bool:
+    """Whether pyarrow takes the struct converter's values of `dtype` as they are (timestamps and dates are
+    left to Spark's own conversion of rows, which knows its session's rules for them)."""
+    if isinstance(dtype, ArrayType):
+        return _arrow_native(dtype.elementType)
+    if isinstance(dtype, MapType):
+        return _arrow_native(dtype.keyType) and _arrow_native(dtype.valueType)
+    if isinstance(dtype, StructType):
+        return all(_arrow_native(f.dataType) for f in dtype.fields)
+    return isinstance(dtype, _ARROW_NATIVE)
+
+
+def _batch_maker(schema: StructType) -> Callable[[list[EventEnvelope]], pa.RecordBatch] | None:
+    """A function making the Arrow record batch of `schema`'s columns (checked by _check_schema) for a list of
+    events, or None when the event struct holds a timestamp or a date (those reads yield rows).
+
+    Spark takes a batch as it is; a row costs it a check and a converter call per column in its worker
+    (bench/PROFILE.md §39).
+    """
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    if not all(_arrow_native(f.dataType) for f in schema.fields):
+        return None
+    # The schema Spark checks a batch against (pyspark.sql.worker.plan_data_source_read).
+    try:
+        arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    except TypeError:  # (a PySpark whose to_arrow_schema takes no timezone)
+        arrow_schema = to_arrow_schema(schema)
+    columns: list[Callable[[list[EventEnvelope]], list[Any]]] = []
+    for f in schema.fields:
+        if f.name == "offset":
+            columns.append(lambda events: [e.offset for e in events])
+        elif f.name == "persistence_id":
+            columns.append(lambda events: [e.persistence_id for e in events])
+        elif f.name == "sequence_nr":
+            columns.append(lambda events: [e.sequence_nr for e in events])
+        elif f.name == "timestamp":
+            columns.append(lambda events: [e.timestamp for e in events])
+        elif f.name == "tags":
+            columns.append(lambda events: [sorted(e.tags) for e in events])
+        elif isinstance(f.dataType, StructType):
+            columns.append(_structs(_converter(f.dataType, "", False)))
+        else:
+            columns.append(lambda events: [event_json(e.event) for e in events])
+    types = [field.type for field in arrow_schema]
+
+    def batch(events: list[EventEnvelope]) -> pa.RecordBatch:
+        arrays = [pa.array(column(events), type=t) for column, t in zip(columns, types, strict=True)]
+        return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+    return batch
+
+
+def _structs(to_struct: Callable[[Any], Any]) -> Callable[[list[EventEnvelope]], list[Any]]:
+    def structs(events: list[EventEnvelope]) -> list[Any]:
+        out = []
+        for e in events:
+            try:
+                out.append(to_struct(e.event))
+            except _Mismatch as m:
+                raise JournalSourceError(_mismatch_message(m, e.event, e)) from None
+        return out
+    return structs
+
+
 # --- reading ---------------------------------------------------------------------------------------
 
 
@@ -473,12 +571,14 @@ def _decoding(options: SourceOptions) -> Iterator[None]:
             f'registered by a module, name that module in option "imports"') from e
 
 
-def _read_partition(options: SourceOptions, schema: StructType, partition: InputPartition) -> Iterator[Row]:
+def _read_partition(options: SourceOptions, schema: StructType,
+                    partition: InputPartition) -> Iterator[Row | pa.RecordBatch]:
     if not isinstance(partition, (_OffsetRange, _SeqRange)):
         raise JournalSourceError(f"{SOURCE_NAME}: unknown partition {partition!r}")
     if partition.hi <= partition.lo:  # the one partition of a read with nothing to read
         return
     _import(options)
+    make_batch = _batch_maker(schema)
     row = _row_maker(schema)
     with open_journal(options.url) as j, _decoding(options):
         if isinstance(partition, _OffsetRange):
@@ -489,8 +589,12 @@ def _read_partition(options: SourceOptions, schema: StructType, partition: Input
             assert options.persistence_id is not None
             query = j.events_by_persistence_id(options.persistence_id, partition.lo + 1, partition.hi)
         with query:
-            for e in query:
-                yield row(e)
+            if make_batch is None:
+                for e in query:
+                    yield row(e)
+                return
+            while events := list(islice(query, _ARROW_ROWS)):
+                yield make_batch(events)
 
 
 def _plan(options: SourceOptions, start: int, end: int) -> list[InputPartition]:
@@ -517,7 +621,7 @@ class _BatchReader(DataSourceReader):
         with open_journal(self.options.url) as j:
             return _plan(self.options, 0, _newest(j, self.options))
 
-    def read(self, partition: InputPartition) -> Iterator[Row]:
+    def read(self, partition: InputPartition) -> Iterator[Row | pa.RecordBatch]:
         """Read one partition in an executor, opening the journal there."""
         return _read_partition(self.options, self.schema, partition)
 
@@ -551,7 +655,7 @@ class _StreamReader(DataSourceStreamReader):
         """(start, end] cut into up to `partitions` ranges."""
         return _plan(self.options, self._position(start), self._position(end))
 
-    def read(self, partition: InputPartition) -> Iterator[Row]:
+    def read(self, partition: InputPartition) -> Iterator[Row | pa.RecordBatch]:
         """Read one range in an executor."""
         return _read_partition(self.options, self.schema, partition)
 

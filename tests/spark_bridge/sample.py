@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from typing import Any
 
 import actors
 from journal import register_type
+from journal.serialization import store_values_with
 from spark_bridge import FeedReceiver, FeedTable, Row, SparkBridge, ack
 
 
@@ -39,6 +41,19 @@ class LedgerEntry:
 
     account: str
     amount: int
+
+
+@register_type(manifest="tests.spark_bridge.Stamped")
+@dataclass(frozen=True)
+class Stamped:
+    """An event holding a datetime and a date (stored as ISO strings: the journal's values have no time type)."""
+
+    at: datetime.datetime
+    day: datetime.date
+
+
+store_values_with(Stamped, lambda s: [s.at.isoformat(), s.day.isoformat()],
+                  lambda v: [datetime.datetime.fromisoformat(v[0]), datetime.date.fromisoformat(v[1])])
 
 
 @register_type(manifest="tests.spark_bridge.Posted")

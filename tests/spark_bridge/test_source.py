@@ -303,6 +303,49 @@ def test_a_schema_with_an_event_struct_decodes_each_event_by_field_name(spark, r
                                                   "prices": {"x": 1.5}, "note": None}
 
 
+def test_an_event_struct_of_every_arrow_type_reads_as_written_and_goes_to_spark_as_arrow_batches(
+        spark, registered, tmp_path) -> None:
+    from pyspark.sql.types import StructType
+
+    from spark_bridge.source import JournalDataSource
+
+    url = f"sqlite:///{tmp_path}/j.db"
+    event = {"f": 1.5, "d": -2.25, "b": b"\x00\xff", "t": -128, "s": 32767, "i": 7, "ok": True, "text": "é",
+             "m": {"k": [1, 2]}, "n": None, "rows": [{"x": 1}, {"x": None}]}
+    write(url, "kinds", 1, [event])
+    schema = ("sequence_nr long, tags array<string>, event struct<f:float, d:double, b:binary, t:tinyint, "
+              "s:smallint, i:int, ok:boolean, text:string, m:map<string,array<int>>, n:long, "
+              "rows:array<struct<x:long>>>, persistence_id string")
+    (row,) = spark.read.format("reprise-journal").schema(schema).option("url", url).load().collect()
+    assert (row.sequence_nr, row.tags, row.persistence_id) == (1, [], "kinds")
+    assert row.event.asDict(recursive=True) == {**event, "b": bytearray(b"\x00\xff")}
+
+    # The reader hands Spark Arrow record batches (no per-row conversion in its worker).
+    reader = JournalDataSource({"url": url}).reader(StructType.fromDDL(schema))
+    (batch,) = [b for p in reader.partitions() for b in reader.read(p)]
+    assert type(batch).__name__ == "RecordBatch" and batch.num_rows == 1
+
+
+def test_an_event_struct_with_a_timestamp_and_a_date_reads_as_written(spark, registered, tmp_path) -> None:
+    """Rows, not Arrow batches: Spark converts timestamps and dates by its session's rules."""
+    import datetime
+
+    from pyspark.sql.types import StructType
+
+    from spark_bridge.source import JournalDataSource
+    from tests.spark_bridge.sample import Stamped
+
+    url = f"sqlite:///{tmp_path}/j.db"
+    stamped = Stamped(datetime.datetime(2026, 11, 30, 21, 30, 5, 123456), datetime.date(2026, 12, 1))
+    write(url, "stamps", 1, [stamped])
+    schema = "event struct<at:timestamp, day:date>"
+    (row,) = (spark.read.format("reprise-journal").schema(schema).option("url", url).option("imports", SAMPLE)
+              .load().collect())
+    assert (row.event.at, row.event.day) == (stamped.at, stamped.day)
+    reader = JournalDataSource({"url": url, "imports": SAMPLE}).reader(StructType.fromDDL(schema))
+    assert [tuple(r) for p in reader.partitions() for r in reader.read(p)] == [((stamped.at, stamped.day),)]
+
+
 @pytest.mark.parametrize(("struct", "message"), [
     ("struct<amount:string>", "event field 'amount': the schema says string, the event has int 7"),
     ("struct<amount:long, memo:string>", "event field 'memo': tests.spark_bridge.Deposited has no field 'memo'"),
@@ -388,8 +431,17 @@ def read_attempt(reader):
     """A Spark task reading the (attempt, partition) pairs it is given, as an extra attempt of each would."""
     def read(pairs):
         for attempt, index, partition in pairs:
-            yield attempt, index, [tuple(r) for r in reader.read(partition)]
+            yield attempt, index, [row for batch in reader.read(partition) for row in rows_of(batch)]
     return read
+
+
+def rows_of(batch) -> list[tuple]:
+    """The rows of what a reader yields: an Arrow record batch (as Spark takes it), or a row."""
+    import pyarrow as pa
+
+    if isinstance(batch, pa.RecordBatch):
+        return list(zip(*(column.to_pylist() for column in batch.columns), strict=True))
+    return [tuple(batch)]
 
 
 @pytest.mark.parametrize("by", ["tag", "all events", "persistence_id"])
