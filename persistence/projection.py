@@ -236,7 +236,9 @@ class Projection(Actor):
         if envelopes:
             self.read = envelopes[-1].offset
         now = time.monotonic()
-        if self.group_size is None:
+        if self.group_size is None and not self.exactly_once:
+            self._handle_each(envelopes)
+        elif self.group_size is None:
             for envelope in envelopes:
                 self._handle([envelope])
         else:
@@ -267,13 +269,38 @@ class Projection(Actor):
         try:
             self._apply(envelopes)
         except Exception as e:
-            # The host reports the message it was handling, which is only the projection's own timer tick:
-            # say which event the handler failed on. The projection restarts from its stored offset.
-            first = envelopes[0]
-            more = f" (first of a group of {len(envelopes)})" if len(envelopes) > 1 else ""
-            raise ProjectionHandlerError(
-                f"projection {self.name}: the handler failed on event {first.persistence_id} #{first.sequence_nr} "
-                f"(offset {first.offset}){more}: {type(e).__name__}: {e}") from e
+            raise self._failed(envelopes, e) from e
+
+    def _failed(self, envelopes: list[EventEnvelope], e: Exception) -> ProjectionHandlerError:
+        # The host reports the message it was handling, which is only the projection's own timer tick:
+        # say which event the handler failed on. The projection restarts from its stored offset.
+        first = envelopes[0]
+        more = f" (first of a group of {len(envelopes)})" if len(envelopes) > 1 else ""
+        return ProjectionHandlerError(
+            f"projection {self.name}: the handler failed on event {first.persistence_id} #{first.sequence_nr} "
+            f"(offset {first.offset}){more}: {type(e).__name__}: {e}")
+
+    def _handle_each(self, envelopes: list[EventEnvelope]) -> None:
+        """At-least-once, one envelope a call: _apply's bookkeeping once per run of envelopes up to the next save
+        instead of once per envelope (the offset is saved after the same envelopes as one by one)."""
+        handler = self.handler
+        start, n = 0, len(envelopes)
+        while start < n:
+            end = min(n, start + max(1, self.save_after_envelopes - self._unsaved))
+            k = start
+            try:
+                for k in range(start, end):
+                    handler(envelopes[k])
+            except Exception as e:
+                if k > start:  # the envelopes before k were handled: a stop saves up to there
+                    self.handled = envelopes[k - 1].offset
+                    self._unsaved += k - start
+                raise self._failed([envelopes[k]], e) from e
+            self.handled = envelopes[end - 1].offset
+            self._unsaved += end - start
+            if self._unsaved >= self.save_after_envelopes:
+                self._save()
+            start = end
 
     def _apply(self, envelopes: list[EventEnvelope]) -> None:
         arg: object = envelopes if self.group_size is not None else envelopes[0]

@@ -27,6 +27,14 @@ def record_to(path: str, envelope: EventEnvelope) -> None:
         db.execute("INSERT INTO handled VALUES (?, ?, ?, ?, ?)", _row(envelope, 0))
 
 
+def record_to_failing_once(fail_marker: str, path: str, envelope: EventEnvelope) -> None:
+    """record_to, failing once on amount 13 before recording it (creating `fail_marker`)."""
+    if envelope.event.amount == 13 and not os.path.exists(fail_marker):
+        open(fail_marker, "w").close()
+        raise RuntimeError("injected handler failure on amount 13")
+    record_to(path, envelope)
+
+
 def record_group_to(path: str, envelopes: list[EventEnvelope]) -> None:
     """At-least-once, grouped: append the envelopes, numbering the call (to see how they were grouped)."""
     with sqlite3.connect(path, timeout=30) as db:

@@ -25,6 +25,7 @@ from tests.persistence.projection_fixtures import (
     record_in_transaction,
     record_offsets_to,
     record_to,
+    record_to_failing_once,
 )
 from tests.persistence.tagging_actors import Mover
 from tests.waiting import wait_for
@@ -116,6 +117,31 @@ def test_exactly_once_grouped_survives_a_failing_handler_and_restarts_from_the_s
     reasons = [e.reason for e in system.errors().recent if e.path == PROJECTION]
     assert any(re.search(r"ProjectionHandlerError: projection .*: the handler failed on event \S+ #\d+ \(offset "
                          r"\d+\) \(first of a group of \d\): RuntimeError", r) for r in reasons), reasons
+
+
+def test_at_least_once_one_by_one_resumes_after_the_last_event_handled_before_a_failing_one(
+        base, make_system, tmp_path):
+    journal = f"sqlite:///{tmp_path}/journal.db"
+    sink = f"{tmp_path}/sink.db"
+    system = make_system(base, journal=journal)
+    system.spawn(Mover, "/user/movers", entities=True)
+    move(system, {"a": list(range(1, 11)), "b": list(range(11, 16))})  # 15 events, read in one batch
+    marker = str(tmp_path / "failed-once")
+    system.spawn(Projection, PROJECTION, kwargs=dict(
+        source=EventsByTag("moves"), handler=functools.partial(record_to_failing_once, marker, sink),
+        offset_store=f"sqlite:///{tmp_path}/offsets.db", save_after_envelopes=5, save_after_duration=60,
+        poll_interval=0.1))
+    offsets = tagged_offsets(journal)
+    wait_for(lambda: state(system).handled_offset == offsets[-1], timeout=30, interval=0.05)
+    assert (tmp_path / "failed-once").exists()
+    # Saved after 5 and 10; the failure on the 13th stopped the projection with 11 and 12 handled, which its
+    # stop saved: the restart handles the 13th on, and nothing twice.
+    with sqlite3.connect(sink) as db:
+        assert [r[0] for r in db.execute("SELECT event_offset FROM handled ORDER BY rowid")] == offsets
+    failing = offsets[12]
+    reasons = [e.reason for e in system.errors().recent if e.path == PROJECTION]
+    assert any(re.search(rf"ProjectionHandlerError: projection .*: the handler failed on event /user/movers/b #3 \(offset "
+                         rf"{failing}\): RuntimeError: injected", r) for r in reasons), reasons
 
 
 def test_at_least_once_grouped_saves_the_offset_after_n_envelopes_and_resumes_there(base, make_system, tmp_path):
