@@ -431,6 +431,16 @@ class IdempotentReceiver(PersistentActor):
         if type(event) is AppliedBatch:
             seen = self._seen
             recover = super().mixin_recover_event
+            origins = event.origins
+            if len(origins) == 1:  # (the usual batch: one origin for all, no tuple per application)
+                s = seen.get(origins[0])
+                if s is None:
+                    s = seen[origins[0]] = SeenIds()
+                add = s.add
+                for delivery_id, applied in zip(event.delivery_ids, event.events, strict=True):
+                    add(delivery_id)
+                    recover(applied)
+                return
             for origin, delivery_id, applied in event.entries():
                 s = seen.get(origin)
                 if s is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from journal import AtomicWrite, PersistentRepr, open_journal
 from persistence.idempotent import AppliedBatch
 from tests.persistence.batch_fixtures import ManyReceiver, StashingBatched
 from tests.persistence.compact_fixtures import Parcel
@@ -42,3 +43,25 @@ def test_persist_applied_many_journals_one_applied_batch_and_skips_duplicates(ba
     second.spawn(ManyReceiver, "/user/r", entities=True)
     second.tell("/user/r/1", Parcel(4, "dup"), sender=probe.path)
     assert second.ask("/user/r/1", "status") == (("p1", "p2", "p3", "p4", "again"), ((False,),))
+
+
+@pytest.mark.parametrize(("origins", "ids", "sends", "expected"), [
+    # applications from two origins in one batch: each origin's ids are its own
+    (("/user/a", "/user/b", "/user/a"), (1, 1, 2), [("/user/a", 1), ("/user/b", 1), ("/user/b", 2), ("/user/a", 3)],
+     ("x", "y", "z", "b2", "a3")),
+    # one origin for all (stored once)
+    (("/user/a",), (1, 2, 3), [("/user/a", 2), ("/user/b", 2), ("/user/a", 3), ("/user/a", 4)], ("x", "y", "z", "b2", "a4")),
+])
+def test_a_recovered_applied_batch_restores_each_origins_applied_ids(base, make_system, tmp_path, origins, ids, sends,
+                                                                     expected):
+    """Replayed in order, and each origin's ids count as applied after recovery (redeliveries are skipped)."""
+    journal = f"sqlite:///{tmp_path}/journal.db"
+    with open_journal(journal) as j:
+        assert j.write_messages([AtomicWrite([PersistentRepr(AppliedBatch(origins, ids, ("x", "y", "z")), 1,
+                                                             "/user/r/1")])]) == [None]
+    system = make_system(base, journal=journal)
+    system.spawn(ManyReceiver, "/user/r", entities=True)
+    assert system.ask("/user/r/1", "status") == (("x", "y", "z"), ())
+    for origin, delivery_id in sends:
+        system.tell("/user/r/1", Parcel(delivery_id, f"{origin[-1]}{delivery_id}"), sender=origin)
+    assert wait_for(lambda: system.ask("/user/r/1", "status")[0] == expected, timeout=20)
