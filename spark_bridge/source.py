@@ -498,7 +498,7 @@ def _batch_maker(schema: StructType) -> Callable[[list[EventEnvelope]], pa.Recor
         elif f.name == "timestamp":
             columns.append(lambda events: [e.timestamp for e in events])
         elif f.name == "tags":
-            columns.append(lambda events: [sorted(e.tags) for e in events])
+            columns.append(_tag_lists())
         elif isinstance(f.dataType, StructType):
             columns.append(_structs(_converter(f.dataType, "", False)))
         else:
@@ -509,6 +509,24 @@ def _batch_maker(schema: StructType) -> Callable[[list[EventEnvelope]], pa.Recor
         arrays = [pa.array(column(events), type=t) for column, t in zip(columns, types, strict=True)]
         return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
     return batch
+
+
+def _tag_lists() -> Callable[[list[EventEnvelope]], list[list[str]]]:
+    """The tags column: each event's tags sorted, one list per distinct set of tags (a new list per event cost
+    0.7 µs, most of it the collections that 10,000 more lists alive set off)."""
+    seen: dict[frozenset[str], list[str]] = {}
+
+    def tag_lists(events: list[EventEnvelope]) -> list[list[str]]:
+        if len(seen) > 1024:
+            seen.clear()
+        out = []
+        for e in events:
+            tags = seen.get(e.tags)
+            if tags is None:
+                tags = seen[e.tags] = sorted(e.tags)
+            out.append(tags)
+        return out
+    return tag_lists
 
 
 def _structs(to_struct: Callable[[Any], Any]) -> Callable[[list[EventEnvelope]], list[Any]]:
