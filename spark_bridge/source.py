@@ -196,7 +196,9 @@ def _jsonable(obj: Any) -> Any:
         manifest, names = _shape(t)
         out: dict[str, Any] = {TYPE_KEY: manifest}
         for name in names:
-            out[name] = _jsonable(getattr(obj, name))
+            value = getattr(obj, name)
+            v = type(value)  # (a str or int field, the usual, without a call)
+            out[name] = value if v is str or v is int or value is None else _jsonable(value)
         return out
     if t is list or t is tuple:
         return [_jsonable(x) for x in obj]
