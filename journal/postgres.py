@@ -95,9 +95,12 @@ _QUERIES = {
     "delete": "DELETE FROM {s}.journal WHERE persistence_id = %s AND sequence_nr <= %s",
     "ids": "SELECT DISTINCT persistence_id FROM {s}.journal UNION "
            "SELECT persistence_id FROM {s}.highest_sequence_nr ORDER BY 1",
-    "tagged": "SELECT j.ordering, j.persistence_id, j.sequence_nr, j.record, j.checksum "
-              "FROM {s}.tags t JOIN {s}.journal j ON j.ordering = t.ordering "
-              "WHERE t.tag = %s AND t.ordering > %s AND t.ordering <= %s ORDER BY t.ordering LIMIT %s",
+    # The chunk's offsets first, then their events by the ordering index. Joined instead, a custom plan (the offsets
+    # known, as on a connection that lost _configure's setting) merged the tags with the ordering index read from
+    # its first entry: a chunk at offset N read N entries. The generic plan (a nested loop) is ~15% slower too.
+    "tagged": "SELECT ordering, persistence_id, sequence_nr, record, checksum FROM {s}.journal "
+              "WHERE ordering = ANY(ARRAY(SELECT ordering FROM {s}.tags "
+              "WHERE tag = %s AND ordering > %s AND ordering <= %s ORDER BY ordering LIMIT %s)) ORDER BY ordering",
     "events": "SELECT ordering, persistence_id, sequence_nr, record, checksum FROM {s}.journal "
               "WHERE persistence_id = %s AND sequence_nr >= %s AND sequence_nr <= %s ORDER BY sequence_nr LIMIT %s",
     # The stored offsets after one, and the statement's own snapshot (the one those offsets were read in).

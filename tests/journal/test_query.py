@@ -414,3 +414,44 @@ def test_an_events_reader_passes_a_rolled_back_write_and_skips_a_too_slow_one_wi
         slow.commit()
         slow.close()
     assert [e.persistence_id for e in j.events_reader(reader.offset, tag=tag).read(10)] == ["slow", "fast"]
+
+
+def _journal_rows_read(plan: dict) -> int:
+    """Rows the scans of table `journal` in an EXPLAIN (ANALYZE, FORMAT JSON) plan returned or filtered out."""
+    own = 0
+    if plan.get("Relation Name") == "journal":
+        own = (plan["Actual Rows"] + plan.get("Rows Removed by Filter", 0)) * plan["Actual Loops"]
+    return own + sum(_journal_rows_read(p) for p in plan.get("Plans", ()))
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("plans", ["force_generic_plan", "force_custom_plan"])
+def test_a_tag_read_at_a_high_offset_reads_only_its_chunk_of_the_journal(pg, plans: str) -> None:
+    """A projection or a Spark read far into a big journal: each chunk costs its own rows, not its offset, with
+    the generic plan the journal's connections use and with a custom plan (the offsets known to the planner),
+    as a connection gets whose session setting was lost (a pooler in transaction mode)."""
+    from psycopg import sql
+
+    from journal.postgres import _QUERIES, _split_url
+
+    journal, url = pg
+    tags = [frozenset({"dense"} if n % 10 else {"dense", "sparse"}) for n in range(4_000)]
+    for start in range(0, 4_000, 500):
+        assert journal.write_messages([AtomicWrite([PersistentRepr(n, 1, f"id-{n}", tags=tags[n])])
+                                       for n in range(start, start + 500)]) == [None] * 500
+    offsets = {tag: [e.offset for e in journal.events_by_tag(tag)] for tag in ("dense", "sparse")}
+    conninfo, schema, _, _ = _split_url(url)
+    with psycopg.connect(conninfo) as conn:
+        conn.execute(f"ANALYZE {schema}.journal")
+        conn.execute(f"ANALYZE {schema}.tags")
+        conn.execute(f"SET plan_cache_mode = {plans}")
+        query = _QUERIES["tagged"].format(s=schema)
+        numbered = query.replace("%s", "$1", 1).replace("%s", "$2", 1).replace("%s", "$3", 1).replace("%s", "$4", 1)
+        conn.execute(f"PREPARE tagged (text, bigint, bigint, bigint) AS {numbered}")
+        for tag, after in (("dense", offsets["dense"][3_000]), ("sparse", offsets["sparse"][300])):
+            args = (tag, after, offsets[tag][-1], 50)  # (a reader's upper bound: the newest offset)
+            explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE tagged ({}, {}, {}, {})")
+            (plan,) = conn.execute(explain.format(*map(sql.Literal, args))).fetchone()[0]
+            assert _journal_rows_read(plan["Plan"]) <= 50, (tag, plan)
+            got = [r[0] for r in conn.execute(query, args).fetchall()]
+            assert got == [o for o in offsets[tag] if o > after][:50]
