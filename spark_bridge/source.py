@@ -532,6 +532,7 @@ def _tag_lists() -> Callable[[list[EventEnvelope]], list[list[str]]]:
 
 
 def _structs(to_struct: Callable[[Any], Any]) -> Callable[[list[EventEnvelope]], list[Any]]:
+    """The event column as structs: a mismatch fails naming the field, the types and the event."""
     def structs(events: list[EventEnvelope]) -> list[Any]:
         out = []
         for e in events:
@@ -599,7 +600,6 @@ def _read_partition(options: SourceOptions, schema: StructType,
         return
     _import(options)
     make_batch = _batch_maker(schema)
-    row = _row_maker(schema)
     with open_journal(options.url) as j, _decoding(options):
         if isinstance(partition, _OffsetRange):
             # A bounded range: on PostgreSQL it first waits on writes in flight below `hi`, so every attempt
@@ -610,6 +610,7 @@ def _read_partition(options: SourceOptions, schema: StructType,
             query = j.events_by_persistence_id(options.persistence_id, partition.lo + 1, partition.hi)
         with query:
             if make_batch is None:
+                row = _row_maker(schema)
                 for e in query:
                     yield row(e)
                 return
