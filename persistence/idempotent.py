@@ -212,10 +212,15 @@ def mark_applied(seen: dict[str, SeenIds], origin: str, delivery_id: int) -> boo
         # 0 would sit under every fresh low watermark and be taken for a duplicate: silently never applied.
         raise ValueError(f"delivery ids start at 1 (deliver() numbers them so), got {delivery_id!r} from "
                          f"{origin!r}; number your own deliveries from 1")
+    return seen_ids(seen, origin).add(delivery_id)
+
+
+def seen_ids(seen: dict[str, SeenIds], origin: str) -> SeenIds:
+    """The SeenIds of `origin` in `seen`, made on first use."""
     s = seen.get(origin)
     if s is None:
         s = seen[origin] = SeenIds()
-    return s.add(delivery_id)
+    return s
 
 
 def forget_up_to(seen: dict[str, SeenIds], origin: str, delivery_id: int) -> None:
@@ -292,10 +297,7 @@ class IdempotentReceiver(PersistentActor):
         if self._recovery_running:
             raise IllegalStateError("Cannot persist during replay. Events can be persisted when receiving "
                                     "RecoveryCompleted or later.")
-        seen = self._seen.get(origin)
-        if seen is None:
-            seen = self._seen[origin] = SeenIds()
-        add, sender = seen.add, self.sender
+        add, sender = seen_ids(self._seen, origin).add, self.sender
         fresh = [add(i) for i in delivery_ids]
         applications = [(origin, i, e, handler, sender) for i, e, f in zip(delivery_ids, events, fresh, strict=True) if f]
         if not applications:
@@ -433,23 +435,17 @@ class IdempotentReceiver(PersistentActor):
             recover = super().mixin_recover_event
             origins = event.origins
             if len(origins) == 1:  # (the usual batch: one origin for all, no tuple per application)
-                s = seen.get(origins[0])
-                if s is None:
-                    s = seen[origins[0]] = SeenIds()
-                add = s.add
+                add = seen_ids(seen, origins[0]).add
                 for delivery_id, applied in zip(event.delivery_ids, event.events, strict=True):
                     add(delivery_id)
                     recover(applied)
                 return
             for origin, delivery_id, applied in event.entries():
-                s = seen.get(origin)
-                if s is None:
-                    s = seen[origin] = SeenIds()
-                s.add(delivery_id)
+                seen_ids(seen, origin).add(delivery_id)
                 recover(applied)
             return
         if type(event) is Applied:
-            self._seen.setdefault(event.origin, SeenIds()).add(event.delivery_id)
+            seen_ids(self._seen, event.origin).add(event.delivery_id)
             event = event.event
         super().mixin_recover_event(event)
 

@@ -296,10 +296,7 @@ class Projection(Actor):
                     self.handled = envelopes[k - 1].offset
                     self._unsaved += k - start
                 raise self._failed([envelopes[k]], e) from e
-            self.handled = envelopes[end - 1].offset
-            self._unsaved += end - start
-            if self._unsaved >= self.save_after_envelopes:
-                self._save()
+            self._handled_up_to(envelopes[end - 1].offset, end - start)
             start = end
 
     def _apply(self, envelopes: list[EventEnvelope]) -> None:
@@ -312,8 +309,12 @@ class Projection(Actor):
             self.stored = self.handled = offset
             return
         self.handler(arg)
+        self._handled_up_to(offset, len(envelopes))
+
+    def _handled_up_to(self, offset: int, count: int) -> None:
+        """At-least-once: `count` more envelopes handled, up to `offset`; saved every save_after_envelopes."""
         self.handled = offset
-        self._unsaved += len(envelopes)
+        self._unsaved += count
         if self._unsaved >= self.save_after_envelopes:
             self._save()
 

@@ -47,7 +47,7 @@ from journal.serialization import (
     serialize,
     store_values_with,
 )
-from persistence.idempotent import SeenIds, forget_up_to, mark_applied
+from persistence.idempotent import SeenIds, forget_up_to, mark_applied, seen_ids
 from persistence.messages import (
     DeleteSnapshotsFailure,
     DeleteSnapshotsSuccess,
@@ -442,10 +442,7 @@ class EntityTable(PersistentActor):
                 states[entity_id] = apply(empty() if state is _MISSING else state, e)
             seen = self._seen
             for origin, delivery_id in zip(event.origins, event.delivery_ids, strict=True):
-                s = seen.get(origin)
-                if s is None:
-                    s = seen[origin] = SeenIds()
-                s.add(delivery_id)
+                seen_ids(seen, origin).add(delivery_id)
             if event.columns is not None:
                 self.mixin_recover_columns(deserialize(event.columns))
             return

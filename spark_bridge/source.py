@@ -421,7 +421,8 @@ def _check_schema(schema: StructType) -> None:
 
 
 def _row_maker(schema: StructType) -> Callable[[EventEnvelope], Row]:
-    """A function making the row of `schema`'s columns (checked by _check_schema) for one event."""
+    """A function making the row of `schema`'s columns (checked by _check_schema) for one event: for the reads
+    whose event struct holds a timestamp or a date (every other read goes as Arrow batches, _batch_maker)."""
     getters: list[Callable[[EventEnvelope], Any]] = []
     for f in schema.fields:
         if f.name == "offset":
@@ -445,9 +446,6 @@ def _row_maker(schema: StructType) -> Callable[[EventEnvelope], Row]:
             getters.append(event)
         else:
             getters.append(lambda e: event_json(e.event))
-    if [f.name for f in schema.fields] == list(_COLUMNS) and not isinstance(schema.fields[-1].dataType, StructType):
-        return lambda e: (e.offset, e.persistence_id, e.sequence_nr, e.timestamp, sorted(e.tags),
-                          event_json(e.event))
     return lambda e: tuple(g(e) for g in getters)
 
 
