@@ -14,7 +14,7 @@ can read the traffic: use a private network between hosts.
 
 Actor processes fork from `actors.boot`, which loads the secret before the ActorSystem starts, so they
 inherit it; clients (`actors.connect`, the CLI, Spark executors) load it from the run dir of the local
-admin on that port, or from `secret_file=`. Tested against the pinned Thespian 4.0.1.
+admin on that port (of this user's processes only), or from `secret_file=`. Tested against the pinned Thespian 4.0.1.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import stat
 from typing import Any
 
 from .errors import RepriseError
-from .local_systems import boot_option
+from .local_systems import boot_option, foreign_boot_owner
 from .thespian_types import Intent
 
 log = logging.getLogger("reprise.auth")
@@ -78,7 +78,7 @@ def write_secret(path: str, secret: bytes) -> str:
 
 
 def read_secret(path: str) -> bytes:
-    """The secret in `path`; refuses files other users may read (as ssh does with private keys)."""
+    """The secret in `path`; refuses files other users own or may read (as ssh does with private keys)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -88,10 +88,18 @@ def read_secret(path: str) -> bytes:
         raise SecretUnavailable(f"cannot read the secret file {path}: permission denied; run as the user that "
                                 "started the actor system, or pass secret_file= a copy this user may read") from None
     try:
-        mode = os.fstat(fd).st_mode
+        st = os.fstat(fd)
         raw = os.read(fd, 4096)
     finally:
         os.close(fd)
+    mode = st.st_mode
+    if st.st_uid != os.geteuid():
+        # Whoever owns the file can rewrite it, and a secret signs what this process will unpickle: a secret
+        # file of another user would let that user run code here (root reads any file, so root most of all).
+        raise SecretUnavailable(
+            f"secret file {path} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}): its owner "
+            "could run code in every client that uses it. Run as the user that started the actor system, or "
+            f"use a copy you own (e.g. `install -m 600 {path} ~/system.secret` and pass secret_file= that)")
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise SecretUnavailable(f"secret file {path} is accessible to other users (mode {stat.S_IMODE(mode):o}); "
                                 f"run `chmod 600 {path}`")
@@ -121,12 +129,19 @@ def ensure_secret(path: str, create: bool) -> bytes:
 def find_secret_file(admin_port: int) -> str:
     """The secret file of the local actor system whose admin listens on `admin_port`.
 
-    Found through the admin's command line (`actors.boot --port N --run-dir DIR`), among processes in
-    this network namespace (each namespace may run its own system on the same port).
+    Found through the admin's command line (`actors.boot --port N --run-dir DIR`), among this user's processes
+    in this network namespace (each namespace may run its own system on the same port).
     """
     run_dir = boot_option(admin_port, "--run-dir")
     if run_dir is not None:
         return os.path.join(run_dir, SECRET_NAME)
+    other = foreign_boot_owner(admin_port)
+    if other is not None:
+        raise SecretUnavailable(
+            f"the local Reprise admin on port {admin_port} runs as uid {other}, not as this user (uid "
+            f"{os.geteuid()}): its secret is not looked for (a process of another user may only claim to be that "
+            "system's admin). Run as the user that started the system, or pass secret_file= a copy of its secret "
+            "that you own")
     raise SecretUnavailable(f"found no local Reprise admin on port {admin_port} to take the secret from; pass "
                             "secret_file= (the system's <run dir>/secret, or the secret_file it was started with)")
 

@@ -2,6 +2,10 @@
 
 Every admin and actor process keeps the command line of `python -m actors.boot --port N --tag TAG
 --run-dir DIR`, so a system's tag and run dir can be read from any of them, given its admin port.
+
+Only processes running as this process's user count. Any local user can start a process whose command line
+reads `actors.boot --port N --run-dir DIR`: trusting it would make a client (root's `reprise status`, say)
+take that user's DIR/secret as the system's, sign with it, and unpickle what that user's listener on N sends.
 """
 
 from __future__ import annotations
@@ -9,15 +13,50 @@ from __future__ import annotations
 import os
 
 
+def own_processes() -> list[str]:
+    """The pids (as /proc entry names) of the processes that run as this process's effective user."""
+    me = os.geteuid()
+    own = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid == me:  # (a process's /proc entry is owned by its euid)
+                own.append(entry)
+        except OSError:
+            continue
+    return own
+
+
 def boot_option(admin_port: int, option: str) -> str | None:
-    """The value of `option` (e.g. "--tag") on the boot command line of the local system on `admin_port`."""
+    """The value of `option` (e.g. "--tag") on the boot command line of this user's local system on
+    `admin_port` (processes of other users are not looked at: see the module's docstring)."""
+    found = _boot_option(admin_port, option, own_processes())
+    return found[1] if found else None
+
+
+def foreign_boot_owner(admin_port: int) -> int | None:
+    """The uid of another user's process whose command line claims a system on `admin_port`, if any (for
+    telling a user why their own was not found)."""
+    me = os.geteuid()
+    others = [e for e in os.listdir("/proc") if e.isdigit()]
+    found = _boot_option(admin_port, "--run-dir", others)
+    if found is None:
+        return None
+    try:
+        uid = os.stat(f"/proc/{found[0]}").st_uid
+    except OSError:
+        return None
+    return uid if uid != me else None
+
+
+def _boot_option(admin_port: int, option: str, pids: list[str]) -> tuple[str, str] | None:
+    """(pid, value) of `option` on the first of `pids` whose boot command line names `admin_port`."""
     needle = b"\0--port\0" + str(admin_port).encode() + b"\0"
     flag = option.encode()
     # Each network namespace may run its own system on the same port: only ours counts.
     my_ns = _net_namespace("self")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for entry in pids:
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
                 cmdline = f.read()
@@ -30,7 +69,7 @@ def boot_option(admin_port: int, option: str) -> str | None:
             continue
         if my_ns is not None and _net_namespace(entry) not in (my_ns, None):
             continue
-        return os.fsdecode(parts[parts.index(flag) + 1])
+        return entry, os.fsdecode(parts[parts.index(flag) + 1])
     return None
 
 

@@ -12,6 +12,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -19,7 +20,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -54,7 +55,7 @@ from .errors import (
 from .guardian import NODE_TIMEOUT, Guardian, GuardianInit
 from .host_options import check_option
 from .inflight import process_gone
-from .local_systems import boot_option
+from .local_systems import boot_option, own_processes
 from .main_module import adopt_main_classes
 from .messages import (
     GUARDIAN_PATH,
@@ -247,7 +248,7 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
         cmd = [sys.executable, "-m", "actors.boot", "--port", str(port), "--tag", port_tag, "--run-dir", port_dir]
         boot_log = os.path.join(port_dir, "boot.log")
         # A file, not a pipe: the daemonised admin inherits the descriptor and would hold a pipe open.
-        with open(os.open(boot_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+        with open(os.open(boot_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "w") as out:
             try:
                 # umask: the logs the admin and actors create in the run dir are private (0600) too.
                 proc = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -284,16 +285,43 @@ TEMPORARY_MARK = ".temporary"
 
 
 def _private_run_dir(path: str) -> None:
-    """Create `path` (mode 0700), or make an existing one and the logs in it private (0700 / 0600)."""
+    """Create `path` (mode 0700), or make an existing one of this user's, and the files a system writes in it,
+    private (0700 / 0600); refuse a run dir (or such a file) that another user owns, or that is a symlink.
+
+    Another user's directory stays theirs to open again (chmod by root does not change its owner), and a link
+    they planted in it would make the system write its logs through it, over any file of this user (of root,
+    for a system root starts). Once the directory is this user's and 0700, nobody else can add to it.
+    """
     os.makedirs(path, mode=0o700, exist_ok=True)
+    _refuse_foreign(path, f"run_dir {path}", "choose a directory of your own, or a new path (it is created 0700)",
+                    stat.S_ISDIR)
     # makedirs leaves an existing directory's mode alone, and FileHandler appends to an existing log
     # keeping its mode: logs can hold message contents, so neither may stay readable by others.
     os.chmod(path, 0o700)
-    for name in ("actors.log", "thespian.log", "boot.log"):
-        try:
-            os.chmod(os.path.join(path, name), 0o600)
-        except FileNotFoundError:
-            pass
+    for name in _RUN_DIR_FILES:
+        file = os.path.join(path, name)
+        if _refuse_foreign(file, f"{file} (in run_dir {path})", "remove it, or choose another run_dir",
+                           stat.S_ISREG):
+            os.chmod(file, 0o600)
+
+
+_RUN_DIR_FILES = ("actors.log", "thespian.log", "thespian.log.old", "boot.log", auth.SECRET_NAME,
+                  tls_module.TLS_NAME, TEMPORARY_MARK)
+
+
+def _refuse_foreign(path: str, what: str, fix: str, kind: Callable[[int], bool]) -> bool:
+    """SpawnFailed unless `path` is missing (False) or of `kind`, not a symlink, and this user's (True)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISLNK(st.st_mode):
+        raise SpawnFailed(f"{what} is a symbolic link (to {os.readlink(path)}): {fix}")
+    if not kind(st.st_mode):
+        raise SpawnFailed(f"{what} is not a {'directory' if kind is stat.S_ISDIR else 'regular file'}: {fix}")
+    if st.st_uid != os.geteuid():
+        raise SpawnFailed(f"{what} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}): {fix}")
+    return True
 
 
 def _refuse_inside_actor_process(what: str) -> None:
@@ -605,7 +633,8 @@ def _configure_process_env(bind: str, advertise: str | None, peers: tuple[str, .
 
 
 def tagged_pids(tag: str, *, prefix: bool = False) -> list[int]:
-    """Pids of the live processes of the system tagged `tag` (with `prefix`: of every system whose tag starts so).
+    """Pids of this user's live processes of the system tagged `tag` (with `prefix`: of every system whose tag
+    starts so).
 
     A process counts when its command line is `... -m actors.boot ... --tag <tag> ...`, as every admin and actor
     process of a system keeps it: never another process that merely mentions the tag (a wrapper such as
@@ -613,8 +642,8 @@ def tagged_pids(tag: str, *, prefix: bool = False) -> list[int]:
     """
     found = []
     needle = tag.encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
+    for entry in own_processes():  # (another user's process claiming the tag is not ours to wait for or kill)
+        if int(entry) == os.getpid():
             continue
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:

@@ -261,6 +261,40 @@ def test_unauthenticated_pickle_frames_to_every_port_run_nothing(make_system, tm
     assert not marker.exists()
 
 
+BAD_HEADERS = [b"-5>" + b"A" * 100, b"A" * 100]  # a negative size; no size at all
+
+
+@pytest.mark.timeout(120)
+def test_frames_with_a_negative_or_missing_size_close_their_connection_and_kill_nothing(make_system):
+    # One such frame from any local user killed the admin (and the system with it) or a host, and raised a
+    # raw ValueError from a client's ask: recv() was asked for a negative number of bytes.
+    system = make_system("multiproc")
+    system.spawn(Echo, "/user/a")
+    system.spawn(Echo, "/user/b", entities=True)
+    assert system.ask("/user/b/1", Ping(1)) == Pong(1, "/user/b/1")
+    pids = sorted(tagged_pids(system.tag))
+    addresses = listening_addresses(pids)
+    assert len(addresses) >= 5, addresses  # admin, logger, guardian, node agent, two hosts
+    clients = listening_addresses([os.getpid()])
+    assert clients
+    for header in BAD_HEADERS:
+        for ip, port in addresses + clients:
+            with socket.create_connection((ip, port), timeout=5) as conn:
+                conn.sendall(header)
+                if (ip, port) in clients:
+                    continue  # this client reads its port only while it waits: the asks below read it
+                conn.settimeout(10)
+                try:
+                    while conn.recv(100):  # whatever it answers, the receiver closes the connection
+                        pass
+                except OSError:
+                    pass
+        assert system.ask("/user/a", Ping(2)) == Pong(2, "/user/a")
+        assert system.ask("/user/b/2", Ping(3)) == Pong(3, "/user/b/2")
+    assert sorted(tagged_pids(system.tag)) == pids, "a process of the system died or was restarted"
+    assert system.status().hosts["/user/a"].restarts == 0
+
+
 def test_secret_is_in_a_private_file_of_the_run_dir(make_system):
     system = make_system("multiproc")
     path = os.path.join(system.run_dir, auth.SECRET_NAME)
@@ -409,6 +443,143 @@ def test_another_user_cannot_read_the_secret_and_is_told_why(make_system):
     assert "permission denied" in message and "secret_file=" in message
 
 
+# ---- another user's process that claims to be a system's admin --------------------------------------
+
+# Run as user nobody with `actors.boot --port P --run-dir D MARKER` on its command line: it writes its own
+# secret to D/secret and listens on P; it acknowledges the first frame (a client's signed probe) and answers
+# every later one with a pickle signed with its secret that appends to MARKER when unpickled.
+FAKE_ADMIN = """
+import hmac, os, pickle, socket, sys, threading
+args = sys.argv[1:]
+port, run_dir, marker = int(args[args.index("--port") + 1]), args[args.index("--run-dir") + 1], args[-1]
+key = os.urandom(32)
+fd = os.open(os.path.join(run_dir, "secret"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+os.write(fd, key.hex().encode() + b"\\n")
+os.close(fd)
+
+class RunCode:
+    def __reduce__(self):
+        return exec, (f"open({marker!r}, 'a').write('ran' + chr(10))",)
+
+ack, body = pickle.dumps("ACK"), pickle.dumps(RunCode())
+answers = [b"%d>" % len(ack) + ack, b"%d>" % (32 + len(body)) + hmac.digest(key, body, "sha256") + body]
+
+def frames(conn):
+    data = b""
+    while True:
+        while b">" not in data:
+            more = conn.recv(65536)
+            if not more:
+                return
+            data += more
+        head, _, data = data.partition(b">")
+        while len(data) < int(head):
+            more = conn.recv(65536)
+            if not more:
+                return
+            data += more
+        data = data[int(head):]
+        yield
+
+def serve(conn):
+    with conn:
+        try:
+            for n, _ in enumerate(frames(conn)):
+                conn.sendall(answers[min(n, 1)])
+        except OSError:
+            pass
+
+listener = socket.create_server(("127.0.0.1", port))
+print("listening", flush=True)
+while True:
+    threading.Thread(target=serve, args=(listener.accept()[0],), daemon=True).start()
+"""
+
+
+def nobody_popen(argv: list[str]) -> subprocess.Popen | None:
+    """`argv[1:]` run by the system Python as user nobody (no wrapper process), or None where impossible."""
+    prefix = nobody_python()
+    if prefix is None:
+        return None
+    return subprocess.Popen([prefix[-1], *argv], user=65534, group=65534, extra_groups=[], cwd="/",
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def nobodys_dir() -> str:
+    """A new directory in the temp dir that belongs to nobody."""
+    path = tempfile.mkdtemp(prefix="reprise-test-nobody-")
+    os.chown(path, 65534, 65534)
+    return path
+
+
+@pytest.mark.timeout(120)
+def test_another_users_process_claiming_an_admin_port_is_not_trusted_with_its_secret(tmp_path):
+    # A client found a system's secret through the command line of any process on the machine, and root can
+    # read any user's 0600 file: `reprise status` run as root signed with nobody's secret and unpickled
+    # nobody's answer, which ran code as root.
+    run_dir, marker, port = nobodys_dir(), tmp_path / "marker", actors.free_port()
+    fake = nobody_popen(["-c", FAKE_ADMIN, "actors.boot", "--port", str(port), "--run-dir", run_dir, str(marker)])
+    if fake is None:
+        pytest.skip("NOT RUN: cannot run a Python as user nobody here (needs root, runuser, a system python3)")
+    try:
+        assert fake.stdout is not None and fake.stdout.readline() == b"listening\n"
+        with pytest.raises(auth.SecretUnavailable, match="runs as uid 65534, not as this user"):
+            actors.connect(port, timeout=5)
+        with pytest.raises(auth.SecretUnavailable, match="belongs to uid 65534, not to this user"):
+            actors.connect(port, secret_file=os.path.join(run_dir, auth.SECRET_NAME), timeout=5)
+        for command in ("status", "down"):
+            done = subprocess.run([sys.executable, "-m", "actors.cli", command, "--port", str(port)],
+                                  capture_output=True, text=True, timeout=60)
+            assert done.returncode != 0 and "runs as uid 65534" in done.stderr, (command, done.stdout, done.stderr)
+        assert not marker.exists(), f"nobody's process ran code in root's client: {marker.read_text()}"
+        assert fake.poll() is None  # (and it was still there to answer)
+    finally:
+        fake.kill()
+        fake.wait()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.mark.timeout(120)
+def test_a_decoy_of_another_user_claiming_the_port_first_does_not_lock_the_owner_out(make_system):
+    port, decoy_dir = actors.free_port(), nobodys_dir()
+    decoy = nobody_popen(["-c", "import time; time.sleep(600)", "actors.boot", "--port", str(port),
+                          "--tag", "decoy", "--run-dir", decoy_dir])
+    if decoy is None:
+        pytest.skip("NOT RUN: cannot run a Python as user nobody here (needs root, runuser, a system python3)")
+    try:
+        system = make_system("multiproc", admin_port=port)  # its processes come after the decoy in /proc
+        system.spawn(Echo, "/user/a")
+        assert auth.find_secret_file(port) == os.path.join(system.run_dir, auth.SECRET_NAME)
+        other = actors.connect(port, timeout=10)
+        try:
+            assert other.ask("/user/a", Ping(1)) == Pong(1, "/user/a")
+        finally:
+            other.close()
+        status = subprocess.run([sys.executable, "-m", "actors.cli", "status", "--port", str(port)],
+                                capture_output=True, text=True, timeout=60)
+        assert status.returncode == 0 and "/user/a" in status.stdout, status.stderr
+        down = subprocess.run([sys.executable, "-m", "actors.cli", "down", "--port", str(port)],
+                              capture_output=True, text=True, timeout=60)
+        assert down.returncode == 0, down.stderr
+        assert wait_for(lambda: not tagged_pids(system.tag), 20)
+        assert decoy.poll() is None, "down killed another user's process"
+    finally:
+        decoy.kill()
+        decoy.wait()
+        shutil.rmtree(decoy_dir, ignore_errors=True)
+
+
+def test_a_secret_file_of_another_user_is_refused_naming_its_owner(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("NOT RUN: needs root to give a file to user nobody")
+    path = auth.write_secret(str(tmp_path / "s"), auth.new_secret())
+    os.chown(path, 65534, 65534)
+    with pytest.raises(auth.SecretUnavailable, match="belongs to uid 65534.*secret_file="):
+        auth.read_secret(path)
+    os.chown(path, 0, 0)
+    assert len(auth.read_secret(path)) == auth.SECRET_BYTES
+
+
 # ---- connect(): an admin port that does not answer the signed probe at once ------------------------
 
 def _admin_of(system) -> int:
@@ -520,6 +691,21 @@ def test_thespian_logs_of_a_client_process_go_to_a_file_only_its_user_can_read(b
     if os.path.exists(shared):
         with open(shared, errors="replace") as f:
             assert marker not in f.read()
+    # Thespian moves a log over 50 KB to .old and starts a new one: that one is this user's only too.
+    old_umask = os.umask(0o022)
+    try:
+        size = os.stat(log).st_size
+        for _ in range(1000):
+            utilis.thesplog("%s", "x" * 200, level=40)
+            if os.stat(log).st_size < size:
+                break
+            size = os.stat(log).st_size
+        else:
+            pytest.fail("Thespian never moved its log to .old")
+        utilis.thesplog("%s", marker, level=40)
+    finally:
+        os.umask(old_umask)
+    assert {stat.S_IMODE(os.stat(p).st_mode) for p in (log, log + ".old")} == {0o600}
     probe.tell("/user/echo", Ping(1))  # the system still answers
     assert probe.receive(timeout=30) == Pong(1, "/user/echo")
 
