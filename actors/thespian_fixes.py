@@ -37,6 +37,13 @@ fast senders), Thespian drains it inside the send, in "tx-only mode". That mode 
    in CI (bench/profiling/kill_after_reply.py; tests/actors/test_thespian_fixes.py reproduces it at will).
    The ACK already received is now read first, and such a transmit ends as sent.
 
+7. A frame with a negative size. Thespian reads a frame's `<size>>` header with int() and asks recv() for that
+   many bytes: `-5>` made recv() raise a ValueError that nothing caught, and the process died (the admin, and the
+   whole system with it; a host; or a client's ask, which raised it) of one unauthenticated packet from any local
+   user. A header that is negative, or that has no `>` within its first 40 bytes (Thespian's own limit for a
+   corrupted header, which it never reached: it kept appending), now marks the frame corrupted, and Thespian
+   closes that connection as it does for any frame it cannot read (tests/actors/test_security.py).
+
 For 1 and 2, the drain is Thespian's own transmit-only steps; when one sees no send complete for 20 ms, a 1 ms
 regular pass follows that accepts connections and reads and acknowledges what arrived. Every message
 and wakeup met during the drain is kept and, once the drain ends, put back in front of the actor's incoming queue, in order, to
@@ -136,6 +143,7 @@ def apply() -> None:
             self._incomingEnvelopes[:0] = kept
 
     _one_poll_per_pass()
+    _refuse_bad_frame_sizes()
     _release_inherited_sockets_in_children()
     _tell_late_children_to_exit()
     _cap_backoff_pauses()
@@ -144,6 +152,24 @@ def apply() -> None:
     wakeupTransportBase._deliver_wakeups = deliver_wakeups
     atb.asyncTransportBase._drain_tx_queue_if_needed = drain_tx_queue_if_needed
     _applied = True
+
+
+_HEADER_MAX = 40  # bytes of a frame's size header without its `>`: Thespian's own bound for a corrupted one
+
+
+def _refuse_bad_frame_sizes() -> None:
+    from thespian.system.transport import streamBuffer
+
+    original = streamBuffer.ReceiveBuffer.addMore
+
+    def add_more(self: Any, buf: bytes) -> None:
+        original(self, buf)
+        size = self._size
+        if (size is None and len(self._buf) > _HEADER_MAX) or (size is not None and size < 0):
+            # Corrupted, as Thespian's isDone() understands it: done, and completed() gives no frame.
+            self._size, self._buf, self._blen, self._extra = None, b"", _HEADER_MAX + 1, b""
+
+    streamBuffer.ReceiveBuffer.addMore = add_more
 
 
 class _Key:
