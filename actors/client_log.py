@@ -11,9 +11,11 @@ keeps it small (it moves a file over 50 KB to `.old`).
 
 from __future__ import annotations
 
+import builtins
 import os
 import stat
 import tempfile
+from typing import Any
 
 from thespian.system import utilis
 
@@ -47,7 +49,21 @@ def keep_private() -> str | None:
         return None
     if _path is None or not os.path.isdir(os.path.dirname(_path)):
         _path = os.path.join(private_dir(), NAME)
-    os.close(os.open(_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600))
+    fd = os.open(_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # (one an earlier version, or a rotation before the one below, made 0644)
+    finally:
+        os.close(fd)
     # (Thespian reads THESPLOG_FILE into these on its first log line and never again)
     utilis._thesplog_file, utilis._thesplog_old_file = _path, _path + ".old"
+    utilis.open = _open_log  # type: ignore[attr-defined]  # (the name its log writer looks up)
     return _path
+
+
+def _open_log(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+    """`open` as Thespian's log writer sees it: the new file it starts once it moved a full one (over 50 KB) to
+    `.old` is created 0600 too, not with this process's umask."""
+    if mode == "a" and isinstance(file, str):
+        return builtins.open(os.open(file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600), mode,
+                             *args, **kwargs)
+    return builtins.open(file, mode, *args, **kwargs)
