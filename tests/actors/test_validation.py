@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -215,6 +216,48 @@ def test_given_run_dir_is_made_private_and_kept(tmp_path) -> None:
         system.shutdown()
         kill_tagged(tag)
     assert run_dir.is_dir() and old_log.read_text().startswith("from an earlier run")
+
+
+def test_a_run_dir_that_is_a_link_or_holds_a_link_or_another_users_file_is_refused(tmp_path) -> None:
+    # A run dir another user made first (or links planted in it) let that user read the system's logs and
+    # make its boot.log overwrite a file of the user who starts the system (root's, for root).
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    os.chmod(victim, 0o644)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    (run_dir / "boot.log").symlink_to(victim)
+    refused(run_dir, r"boot.log \(in run_dir .*\) is a symbolic link .*: remove it")
+    assert victim.read_text() == "precious\n" and stat.S_IMODE(os.stat(victim).st_mode) == 0o644
+    linked = tmp_path / "linked"
+    linked.symlink_to(run_dir)
+    refused(linked, "run_dir .*linked is a symbolic link")
+    (run_dir / "boot.log").unlink()
+    (run_dir / "actors.log").mkdir()
+    refused(run_dir, "actors.log .* is not a regular file")
+    if os.geteuid() != 0:
+        return  # (giving files to another user needs root)
+    (run_dir / "actors.log").rmdir()
+    (run_dir / "actors.log").write_text("")
+    os.chown(run_dir / "actors.log", 65534, 65534)
+    refused(run_dir, "actors.log .* belongs to uid 65534, not to this user")
+    squatted = tmp_path / "squatted"
+    squatted.mkdir(mode=0o777)
+    os.chmod(squatted, 0o777)
+    os.chown(squatted, 65534, 65534)
+    refused(squatted, "run_dir .*squatted belongs to uid 65534.*choose a directory of your own")
+    assert stat.S_IMODE(os.stat(squatted).st_mode) == 0o777 and os.listdir(squatted) == []
+
+
+def refused(run_dir, match: str) -> None:
+    """Assert that a multiproc system with `run_dir` is refused with a SpawnFailed matching `match`."""
+    try:
+        system = actors.start("multiproc", run_dir=str(run_dir))
+    except SpawnFailed as exc:
+        assert re.search(match, str(exc)), str(exc)
+        return
+    system.shutdown()
+    pytest.fail(f"a system started with run_dir {run_dir}")
 
 
 def test_other_thespian_versions_are_refused_at_import(tmp_path) -> None:
