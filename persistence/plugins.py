@@ -8,6 +8,8 @@ are checked in persistence/store_options.py.
 
 from __future__ import annotations
 
+import multiprocessing.util
+import os
 import threading
 from typing import Any
 
@@ -26,6 +28,23 @@ _stores: dict[str, SnapshotStore] = {}
 _lock = threading.Lock()
 
 
+_closed_at_exit_by: int | None = None  # the pid that registered close_all to run at its exit
+
+
+def _close_at_exit() -> None:
+    """Run close_all when this process exits (the caller holds _lock).
+
+    An actor process ends through multiprocessing's exit path, which runs its finalizers but not atexit: a
+    Finalize serves both it and a client's interpreter exit. Closing is what lets the last process using a
+    SQLite file checkpoint its WAL into it and remove it, so that a cleanly stopped system leaves its journal
+    whole in the one .db file (left open, the events stay in the -wal until the next open).
+    """
+    global _closed_at_exit_by
+    if _closed_at_exit_by != os.getpid():  # (a forked child starts with an empty finalizer registry)
+        _closed_at_exit_by = os.getpid()
+        multiprocessing.util.Finalize(None, close_all, exitpriority=0)
+
+
 def journal_for(url: str | None) -> Journal:
     """The process-wide journal for `url` (opened on first use)."""
     if not url:
@@ -35,6 +54,7 @@ def journal_for(url: str | None) -> Journal:
         j = _journals.get(url)
         if j is None:
             j = _journals[url] = open_journal(url)
+            _close_at_exit()
         return j
 
 
@@ -46,6 +66,7 @@ def snapshot_store_for(url: str | None) -> SnapshotStore:
         s = _stores.get(url)
         if s is None:
             s = _stores[url] = open_snapshot_store(url)
+            _close_at_exit()
         return s
 
 
@@ -78,7 +99,7 @@ def check_shard_layout(url: str, path: str, shard: int, shards: int) -> None:
 
 
 def close_all() -> None:
-    """Close every journal and store opened by this process (tests and benchmarks)."""
+    """Close every journal and store opened by this process (at its exit, and in tests and benchmarks)."""
     with _lock:
         for x in list(_journals.values()) + list(_stores.values()):
             try:
