@@ -56,7 +56,7 @@ def keep_private() -> str | None:
         os.close(fd)
     # (Thespian reads THESPLOG_FILE into these on its first log line and never again)
     utilis._thesplog_file, utilis._thesplog_old_file = _path, _path + ".old"
-    utilis.open = _open_log  # type: ignore[attr-defined]  # (the name its log writer looks up)
+    utilis.open = _open_log  # (the name its log writer looks up)
     return _path
 
 
