@@ -30,7 +30,7 @@ from persistence.messages import (
     UnconfirmedDelivery,
     UnconfirmedWarning,
 )
-from persistence.offset_store import OffsetStore, OffsetStoreError, open_offset_store
+from persistence.offset_store import OffsetConflict, OffsetStore, OffsetStoreError, open_offset_store
 from persistence.persistent_actor import (
     IllegalStateError,
     PersistentActor,
@@ -53,7 +53,7 @@ __all__ = [
     "DeleteMessagesFailure", "DeleteMessagesSuccess", "DeleteSnapshotFailure", "DeleteSnapshotSuccess",
     "DeleteSnapshotsFailure", "DeleteSnapshotsSuccess", "DurableDelivery", "EntityTable", "EventsByTag", "GetProjectionState",
     "IdempotentReceiver",
-    "IllegalStateError", "MaxUnconfirmedMessagesExceeded", "OffsetStore", "OffsetStoreError", "PersistentActor",
+    "IllegalStateError", "MaxUnconfirmedMessagesExceeded", "OffsetConflict", "OffsetStore", "OffsetStoreError", "PersistentActor",
     "Projection", "ProjectionError", "ProjectionHandlerError", "ProjectionState", "Recovery", "RecoveryCompleted",
     "RecoveryTimedOut", "RedeliveryTick", "ReplyToStrategy", "SaveSnapshotFailure", "SaveSnapshotSuccess",
     "SeenIds", "SnapshotOffer", "SnapshotStoreNotConfigured", "StashOverflowError", "TableCommit", "TableSnapshot",

@@ -27,8 +27,8 @@ from journal import RepriseError
 from journal.sqlite import create_private_file
 from journal.urls import redact_url
 
-__all__ = ["MemoryOffsetStore", "OffsetStore", "OffsetStoreError", "PostgresOffsetStore", "SqliteOffsetStore",
-           "open_offset_store", "postgres_conninfo"]
+__all__ = ["MemoryOffsetStore", "OffsetConflict", "OffsetStore", "OffsetStoreError", "PostgresOffsetStore",
+           "SqliteOffsetStore", "open_offset_store", "postgres_conninfo"]
 
 _TABLE = "projection_offset_store"
 _EXAMPLES = "sqlite:///abs/path.db, sqlite://relative.db, postgresql://user@host:port/db?schema=name, memory://name"
@@ -36,6 +36,11 @@ _EXAMPLES = "sqlite:///abs/path.db, sqlite://relative.db, postgresql://user@host
 
 class OffsetStoreError(RepriseError, ValueError):
     """An offset store URL is wrong, or the store cannot do what was asked (e.g. exactly-once in memory)."""
+
+
+class OffsetConflict(OffsetStoreError):
+    """An exactly-once commit found another offset stored than the one it expected: another instance of the
+    projection committed meanwhile. The transaction (the handler's writes with it) was rolled back."""
 
 
 class OffsetStore(ABC):
@@ -52,10 +57,13 @@ class OffsetStore(ABC):
         """Store `offset` for the projection, replacing the one stored (durable when this returns)."""
 
     @contextmanager
-    def transaction(self, projection_id: str, offset: int) -> Iterator[Any]:
+    def transaction(self, projection_id: str, offset: int, expected: int | None = None) -> Iterator[Any]:
         """Yield the store's connection inside a transaction that also stores `offset`; commit on exit.
 
-        An exception in the block rolls back the handler's writes and the offset together.
+        An exception in the block rolls back the handler's writes and the offset together. With `expected`
+        (the offset this caller last loaded or committed; 0: none stored), the commit happens only if that is
+        still the stored offset, else the transaction rolls back with OffsetConflict: two instances of one
+        projection never both apply the same events.
         """
         raise OffsetStoreError(f"{type(self).__name__} ({redact_url(self.url)}) gives no connection for "
                                "exactly-once projections: use a sqlite:// or postgresql:// offset store")
@@ -101,6 +109,30 @@ class _SqlOffsetStore(OffsetStore):
                      "current_offset = excluded.current_offset, last_updated = excluded.last_updated",
                      (projection_id, offset, _now_ms()))
 
+    def _advance(self, conn: Any, projection_id: str, offset: int, expected: int | None) -> None:
+        """Store `offset` inside the caller's transaction; with `expected`, only over that stored offset."""
+        if expected is None:
+            self._upsert(conn, projection_id, offset)
+            return
+        p, now = self._P, _now_ms()
+        # A conditional write, not a read then a write: under PostgreSQL's READ COMMITTED a concurrent commit
+        # of the same row makes this UPDATE wait, then re-check its condition against the committed row.
+        done = conn.execute(f"UPDATE {_TABLE} SET current_offset = {p}, last_updated = {p} "
+                            f"WHERE projection_id = {p} AND current_offset = {p}",
+                            (offset, now, projection_id, expected)).rowcount
+        if not done and expected == 0:
+            done = conn.execute(f"INSERT INTO {_TABLE} VALUES ({p}, {p}, {p}) ON CONFLICT (projection_id) DO NOTHING",
+                                (projection_id, offset, now)).rowcount
+        if done != 1:
+            row = conn.execute(f"SELECT current_offset FROM {_TABLE} WHERE projection_id = {p}",
+                               (projection_id,)).fetchone()
+            raise OffsetConflict(
+                f"projection {projection_id}: the offset store {redact_url(self.url)} holds offset "
+                f"{row[0] if row else 0}, not {expected}, the one this instance last committed: another instance "
+                "of the projection committed meanwhile (two systems running it on one offset store?). This "
+                f"transaction, the handler's writes up to offset {offset} with it, was rolled back; restarted, "
+                "the projection goes on from the stored offset")
+
 
 class SqliteOffsetStore(_SqlOffsetStore):
     """Offsets in a SQLite file (WAL, synchronous=FULL); the handler gets its sqlite3.Connection."""
@@ -121,14 +153,15 @@ class SqliteOffsetStore(_SqlOffsetStore):
         self._lock = threading.Lock()
 
     @contextmanager
-    def transaction(self, projection_id: str, offset: int) -> Iterator[sqlite3.Connection]:
+    def transaction(self, projection_id: str, offset: int,
+                    expected: int | None = None) -> Iterator[sqlite3.Connection]:
         """Yield the sqlite3 connection inside BEGIN IMMEDIATE; the offset is written and committed with it."""
         with self._lock:
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
-                self._upsert(conn, projection_id, offset)
+                self._advance(conn, projection_id, offset, expected)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -173,11 +206,11 @@ class PostgresOffsetStore(_SqlOffsetStore):
 
 
     @contextmanager
-    def transaction(self, projection_id: str, offset: int) -> Iterator[Any]:
+    def transaction(self, projection_id: str, offset: int, expected: int | None = None) -> Iterator[Any]:
         """Yield the psycopg connection inside a transaction; the offset is written and committed with it."""
         with self._lock, self._conn.transaction():
             yield self._conn
-            self._upsert(self._conn, projection_id, offset)
+            self._advance(self._conn, projection_id, offset, expected)
 
     def close(self) -> None:
         """Close the connection."""

@@ -35,7 +35,7 @@ from typing import Any, cast
 
 from actors import Actor
 from journal import EventEnvelope, EventReader, Journal, RepriseError
-from persistence.offset_store import OffsetStore, open_offset_store
+from persistence.offset_store import OffsetConflict, OffsetStore, open_offset_store
 from persistence.plugins import journal_for
 
 __all__ = ["EventsByTag", "GetProjectionState", "Projection", "ProjectionError", "ProjectionState"]
@@ -268,6 +268,8 @@ class Projection(Actor):
     def _handle(self, envelopes: list[EventEnvelope]) -> None:
         try:
             self._apply(envelopes)
+        except OffsetConflict:
+            raise  # not the handler's failure: it says what happened itself
         except Exception as e:
             raise self._failed(envelopes, e) from e
 
@@ -304,7 +306,8 @@ class Projection(Actor):
         offset = envelopes[-1].offset
         if self.exactly_once:
             assert self._store is not None
-            with self._store.transaction(self.name, offset) as conn:
+            # expected: another instance of this projection on the same store must not apply these events too
+            with self._store.transaction(self.name, offset, expected=self.stored) as conn:
                 self.handler(conn, arg)
             self.stored = self.handled = offset
             return

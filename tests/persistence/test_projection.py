@@ -119,6 +119,29 @@ def test_exactly_once_grouped_survives_a_failing_handler_and_restarts_from_the_s
                          r"\d+\) \(first of a group of \d\): RuntimeError", r) for r in reasons), reasons
 
 
+def test_exactly_once_with_two_systems_on_one_offset_store_applies_each_event_once(base, make_system,
+                                                                                  projection_stores):
+    # Two systems started on the same journal and offset store (a topology brought up twice, or a node cut off
+    # while its replacement runs): each projection committed its offset over the other's, and the read model
+    # counted every event twice.
+    journal, store = projection_stores
+    systems = [make_system(base, journal=journal) for _ in range(2)]
+    for system in systems:
+        system.spawn(Mover, "/user/movers", entities=True)
+        system.spawn(Projection, PROJECTION, kwargs=dict(
+            source=EventsByTag("moves"), handler="tests.persistence.projection_fixtures:record_in_transaction",
+            offset_store=store, exactly_once=True, poll_interval=0.05), max_restarts=100)
+    move(systems[0], {"a": [1, 2, 3], "b": [4]})
+    move(systems[0], {"c": [5, 6]})
+    offsets = tagged_offsets(journal)
+    assert len(offsets) == 6
+    for system in systems:
+        wait_for(lambda system=system: state(system).stored_offset == offsets[-1], timeout=60, interval=0.05)
+    assert [r[2] for r in handled_rows(store)] == offsets, "every event once, in offset order"
+    reasons = [e.reason for system in systems for e in system.errors().recent if e.path == PROJECTION]
+    assert any("OffsetConflict: projection /user/projection: the offset store" in r for r in reasons), reasons
+
+
 def test_at_least_once_one_by_one_resumes_after_the_last_event_handled_before_a_failing_one(
         base, make_system, tmp_path):
     journal = f"sqlite:///{tmp_path}/journal.db"

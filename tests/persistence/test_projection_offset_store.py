@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from persistence import OffsetStore, OffsetStoreError, open_offset_store
+from persistence import OffsetConflict, OffsetStore, OffsetStoreError, open_offset_store
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -65,6 +65,35 @@ def test_exactly_once_commits_the_handlers_writes_and_the_offset_together(store)
     assert store.load("p") == 3, "a failed handler's offset must not be stored"
     with store.transaction("p", 5) as conn:
         assert [r[0] for r in conn.execute("SELECT v FROM model").fetchall()] == [1], "rolled back with it"
+
+
+def test_exactly_once_commits_only_over_the_offset_its_caller_expects(store, store_url):
+    # Two instances of a projection on one store (two systems, or one cut off while its replacement runs) both
+    # applied every event: each committed its offset over whatever the other had stored.
+    if store.url.startswith("memory"):
+        return  # (no transactions: at-least-once only)
+    other = open_offset_store(store_url)
+    try:
+        with store.transaction("p", 5, expected=0) as conn:
+            conn.execute("CREATE TABLE model (v INTEGER)")
+            conn.execute(_sql(store, "INSERT INTO model VALUES (?)"), (5,))
+        with pytest.raises(OffsetConflict, match="projection p: the offset store .* holds offset 5, not 0, the "
+                                                 "one this instance last committed.*rolled back"):
+            with other.transaction("p", 7, expected=0) as conn:
+                conn.execute(_sql(store, "INSERT INTO model VALUES (?)"), (7,))
+        with pytest.raises(OffsetConflict, match="holds offset 5, not 3"):
+            with other.transaction("p", 7, expected=3):
+                pass
+        assert other.load("p") == 5
+        with other.transaction("p", 9, expected=5) as conn:  # from the offset it found, it goes on
+            conn.execute(_sql(store, "INSERT INTO model VALUES (?)"), (9,))
+            assert [r[0] for r in conn.execute("SELECT v FROM model ORDER BY v").fetchall()] == [5, 9]
+        other.save("q", 0)  # a stored 0 is the expected 0 too
+        with other.transaction("q", 2, expected=0):
+            pass
+        assert (store.load("p"), store.load("q")) == (9, 2)
+    finally:
+        other.close()
 
 
 def test_a_bad_url_names_the_accepted_forms(tmp_path):
