@@ -89,9 +89,12 @@ def read_secret(path: str) -> bytes:
                                 "started the actor system, or pass secret_file= a copy this user may read") from None
     try:
         st = os.fstat(fd)
-        raw = os.read(fd, 4096)
+        raw = os.read(fd, 4096) if stat.S_ISREG(st.st_mode) else b""
     finally:
         os.close(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise SecretUnavailable(f"secret file {path} is not a file (a directory?): give the secret file itself, "
+                                "e.g. <run dir>/secret")
     mode = st.st_mode
     if st.st_uid != os.geteuid():
         # Whoever owns the file can rewrite it, and a secret signs what this process will unpickle: a secret

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import traceback
@@ -48,6 +49,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{PROG}: error: {message} (hint: run '{self.prog} --help')\n")
 
 
+def positive_seconds(text: str) -> float:
+    """A timeout in seconds, more than 0 (argparse type: anything else is a usage error naming it)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0, e.g. 20 or 2.5")
+    return value
+
+
 # ---- entry point ---------------------------------------------------------------------------------
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,6 +76,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _report(str(e), e.hint, e.code, verbose)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # Its reader went away (`reprise journal tail URL | head`): stop quietly, as `cat` would (SIGPIPE's code).
+        # Python would report the pipe again when it flushes stdout at exit: point that at /dev/null.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as e:  # noqa: BLE001 - the CLI's last line of defence turns anything into one line
         code, hint = _classify(e)
         return _report(f"{type(e).__name__}: {e}" if code == 1 else str(e), hint, code, verbose)
@@ -88,6 +105,10 @@ def _classify(e: BaseException) -> tuple[int, str]:
         return 1, "check --port/--host, or start a system with `reprise up TOPOLOGY.toml`"
     if isinstance(e, JournalCorruption):
         return 1, "run `reprise journal verify URL` to list every corrupt record"
+    from .auth import SecretUnavailable
+
+    if isinstance(e, SecretUnavailable):
+        return 1, "check that --port is a Reprise admin's; on the command line secret_file= is --secret-file FILE"
     from .tls import TlsError
 
     if isinstance(e, TlsError):
@@ -100,8 +121,10 @@ def _report(message: str, hint: str | None, code: int, verbose: bool) -> int:
         traceback.print_exc()
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
     first = lines[0] if lines else "failed"
-    if first.endswith(":") and len(lines) > 1 and not lines[1].startswith("Traceback"):
-        first = f"{first} {lines[1]}"  # "/user/x failed to start:" says nothing without its reason
+    if first.endswith(":") and len(lines) > 1:
+        # "/user/x failed to start:" says nothing without its reason: the next line, or after a traceback its
+        # last line, the exception ("TypeError: __init__() missing 1 required positional argument: 'x'")
+        first = f"{first} {lines[-1] if lines[1].startswith('Traceback') else lines[1]}"
     more = "" if first == " ".join(lines) else " [...]"
     first = printable(redact_url(first) or "")
     suffix = f" (hint: {hint})" if hint else ""
@@ -139,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("down", cmd_down, "shut a running actor system down")
     _attach_options(p)
-    p.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for its processes to end")
+    p.add_argument("--timeout", type=positive_seconds, default=20.0, help="seconds to wait for its processes to end")
 
     p = command("status", cmd_status, "show a running system's hosts, actors alive, unconfirmed deliveries, dead letters and journal size")
     _attach_options(p)
@@ -149,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "placement over the live nodes puts them, e.g. after a node came back")
     _attach_options(p)
     p.add_argument("--path", help="only the host (or shards) at this path (default: every nodes= host)")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for every move to finish")
+    p.add_argument("--timeout", type=positive_seconds, default=60.0, help="seconds to wait for every move to finish")
     p.add_argument("--json", action="store_true", help="print the moves as JSON")
 
     p = command("node", cmd_node, "join this machine to a system's convention as a member")

@@ -35,6 +35,9 @@ def _journal_url(url: str | None) -> str:
     except ValueError as e:
         raise CliError(str(e).split(": use ")[0], "journal URLs look like sqlite:///abs/path.db, "
                        "sqlite://relative.db, memory://name or postgresql://user@host:port/db", code=2) from None
+    if parsed.scheme == "memory":
+        raise CliError(f"{url}: a memory:// journal lives inside the process that made it; this command would only "
+                       "see a new, empty one", "give the journal's sqlite:// or postgresql:// URL", code=2)
     # Opening a journal that does not exist would silently create an empty one (a misspelt path or ?schema=).
     if parsed.scheme == "sqlite" and parsed.target != ":memory:" and not os.path.isfile(parsed.target):
         raise CliError(f"no journal file at {parsed.target!r}", "check the path; sqlite:///abs/path.db has "

@@ -123,14 +123,16 @@ def _print_up(system: Any, topo: Any) -> None:
 
 
 def _detach_or_wait(system: Any, detach: bool) -> int:
-    """Detach (close the client, leave the system running) or wait for Ctrl-C/SIGTERM and shut down."""
+    """Detach (close the client, leave the system running) or wait for Ctrl-C/SIGTERM/SIGHUP and shut down."""
     if detach:
         system.close()
         print(f"detached; stop it with: {PROG} down --port {system.admin_port}", flush=True)
         return 0
     stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    print("running; Ctrl-C or SIGTERM shuts it down", flush=True)
+    # A hangup too (the terminal closed, the ssh session dropped): nothing would be left to stop the system.
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM,
+                                                                          signal.SIGHUP)}
+    print("running; Ctrl-C, SIGTERM or a hangup shuts it down", flush=True)
     from .system import tagged_pids
 
     try:

@@ -408,7 +408,10 @@ class PersistentActor(Actor):
             if not isinstance(pid, str) or not pid.strip():
                 raise ValueError(f"persistenceId cannot be empty for PersistentActor {type(self).__name__}"
                                  if isinstance(pid, str) else
-                                 f"requirement failed: persistenceId is [None] for PersistentActor {self.path}")
+                                 f"requirement failed: persistenceId is [None] for PersistentActor {self.path}"
+                                 if pid is None else
+                                 f"persistence_id must be a str, got {type(pid).__name__} {pid!r} for PersistentActor "
+                                 f"{self.path} (e.g. persistence_id = \"account-42\", or a property returning one)")
             self._journal = journal_for(self.journal_url or _url(self.config, "journal"))
             self._snapshots = snapshot_store_for(self.snapshot_store_url or _url(self.config, "snapshot_store"))
             rec = self.recovery

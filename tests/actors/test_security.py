@@ -324,6 +324,8 @@ def test_secret_files_readable_by_others_are_refused(tmp_path):
         auth.read_secret(path)
     with pytest.raises(auth.SecretUnavailable, match="does not exist"):
         auth.read_secret(str(tmp_path / "missing"))
+    with pytest.raises(auth.SecretUnavailable, match="is not a file"):
+        auth.read_secret(str(tmp_path))
     (tmp_path / "junk").write_text("not hex")
     os.chmod(tmp_path / "junk", 0o600)
     with pytest.raises(auth.SecretUnavailable, match="does not hold a secret"):

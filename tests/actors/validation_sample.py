@@ -47,3 +47,11 @@ class Ticking(actors.Actor):
                 self.tell(sender, f"{type(e).__name__}: {e}")
             else:
                 self.tell(sender, "scheduled")
+
+
+class NeedsArgument(actors.Actor):
+    """Cannot be made without an argument: its spawn fails with a TypeError from __init__."""
+
+    def __init__(self, x: int) -> None:
+        super().__init__()
+        self.x = x

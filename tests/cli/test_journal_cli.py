@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 
@@ -10,6 +13,8 @@ from actors.cli import main
 from journal import AtomicWrite, PersistentRepr, open_journal
 
 pytestmark = pytest.mark.timeout(60)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture
@@ -84,12 +89,25 @@ def test_verify_names_the_corrupt_record(url, capsys) -> None:
     (["journal", "ls", "foo://x"], "unsupported journal URL"),
     (["journal", "tail", "sqlite:///no/such/journal.db"], "no journal file"),
     (["journal", "verify"], "no journal URL given"),
+    (["journal", "ls", "memory://x"], "a memory:// journal lives inside the process that made it"),
 ])
 def test_bad_input_is_one_line_with_a_hint_and_exit_2(argv, needle, capsys, monkeypatch) -> None:
     monkeypatch.delenv("REPRISE_JOURNAL", raising=False)
     code, _, err = run(capsys, *argv)
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("reprise: error: ") and needle in err and "(hint: " in err
+
+
+def test_output_into_a_closed_pipe_ends_quietly(tmp_path) -> None:
+    # `reprise journal tail URL | head -1` reported "BrokenPipeError: [Errno 32] Broken pipe" and exited 1.
+    url = f"sqlite://{tmp_path}/journal.db"
+    with open_journal(url) as j:
+        assert not any(j.write_messages([AtomicWrite([PersistentRepr("x" * 100, seq, "acct")])
+                                         for seq in range(1, 5001)]))
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", f'"{sys.executable}" -m actors.cli journal show {url} '
+                           "acct | head -1"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 141 and done.stdout.count("\n") == 1, (done.returncode, done.stdout, done.stderr)
+    assert done.stderr == "", done.stderr
 
 
 def test_usage_errors_exit_2_and_help_exists_everywhere(capsys) -> None:

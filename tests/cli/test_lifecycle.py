@@ -111,6 +111,45 @@ def test_up_in_the_foreground_shuts_down_on_sigterm(topology, tag, tmp_path) -> 
             proc.wait()
 
 
+def test_up_in_the_foreground_shuts_down_on_a_hangup(topology, tag, tmp_path) -> None:
+    # A closed terminal or a dropped ssh session sends SIGHUP: `up` died of it and left the system running with
+    # nobody to stop it.
+    port = actors.free_port()
+    proc = subprocess.Popen([REPRISE, "up", topology, "--port", str(port), "--tag", tag], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("running"):
+                break
+        assert tagged_pids(tag)
+        proc.send_signal(signal.SIGHUP)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and "stopped" in out, err
+        assert tagged_pids(tag) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_up_names_why_a_spawn_failed_in_its_one_line(tmp_path, tag) -> None:
+    # The reason came after a traceback in the SpawnFailed message, and `up` showed "failed to start: [...]".
+    path = tmp_path / "needs_arg.toml"
+    path.write_text('[[actor]]\npath = "/user/x"\nclass = "tests.actors.validation_sample:NeedsArgument"\n')
+    result = reprise("up", str(path), "--tag", tag, "--port", str(actors.free_port()))
+    assert result.returncode == 1
+    assert "/user/x failed to start: TypeError: " in result.stderr and "missing 1 required positional argument" \
+        in result.stderr, result.stderr
+    assert tagged_pids(tag) == []
+
+
+def test_bad_timeouts_are_usage_errors(tmp_path) -> None:
+    for value in ("-1", "0", "nan", "inf", "soon"):
+        result = reprise("down", "--port", "1", "--timeout", value)
+        assert result.returncode == 2 and f"{value!r} is not a number of seconds above 0" in result.stderr, value
+
+
 def test_a_bad_class_fails_before_starting_anything(tmp_path, tag) -> None:
     path = tmp_path / "bad.toml"
     path.write_text('[[actor]]\npath = "/user/x"\nclass = "tests.actors.sample:NoSuchActor"\n')

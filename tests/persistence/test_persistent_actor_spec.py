@@ -37,7 +37,8 @@ where = pytest.mark.parametrize("top", [False, True], ids=["entity", "top"])
 # ---- 1-2: identity ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind,text", [("nullpid", "requirement failed: persistenceId is [None] for PersistentActor"),
-                                       ("emptypid", "persistenceId cannot be empty for PersistentActor")])
+                                       ("emptypid", "persistenceId cannot be empty for PersistentActor"),
+                                       ("intpid", "persistence_id must be a str, got int 42 for PersistentActor")])
 def test_fail_fast_if_persistence_id_is_none_or_blank(ps, kind, text):
     name = new_name(kind)
     probe = ps.probe(name)
