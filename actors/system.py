@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import itertools
 import logging
 import multiprocessing
@@ -53,7 +55,7 @@ from .errors import (
     UnpicklableMessage,
 )
 from .guardian import NODE_TIMEOUT, Guardian, GuardianInit
-from .host_options import check_option
+from .host_options import check_option, known_host_options
 from .inflight import process_gone
 from .local_systems import boot_option, own_processes
 from .main_module import adopt_main_classes
@@ -166,6 +168,7 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
         if value is not None:
             check_option(name, value, per_host=False)
     check_process_local_stores(base, {"journal": journal, "snapshot_store": snapshot_store})
+    _check_other_options(config)
     check_ip("bind", bind)
     check_ip("advertise", advertise, allow_none=True)
     peers = check_peers(peers)
@@ -273,6 +276,26 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
     logging.getLogger("reprise").info("actor system on port %d started; its logs (actors.log: errors inside "
                                       "actors with tracebacks) are in %s", port, run_dir)
     return system
+
+
+_INTERNAL_OPTIONS = ("insecure_no_auth",)  # benchmarks only (bench/transport.py): not a user's option
+
+
+def _check_other_options(config: dict[str, Any]) -> None:
+    """ConfigError for a keyword of start() that is neither its own parameter nor an option a layer registered
+    (actors.host_options: persistence's actor defaults, ...): a misspelt `metric_port=` started a system without
+    the metrics it asked for."""
+    known = known_host_options()
+    for name, value in config.items():
+        if name in _INTERNAL_OPTIONS:
+            continue
+        if name not in known:
+            names = sorted((set(inspect.signature(start).parameters) - {"config"}) | set(known))
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise ConfigError(f"start() got an unknown option {name}={value!r}: {hint}the options are "
+                              f"{', '.join(names)}")
+        check_option(name, value, per_host=False)
 
 
 def _text(value: object) -> str | None:

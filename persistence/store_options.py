@@ -17,7 +17,7 @@ from journal.registry import registered_schemes, supported
 from journal.urls import parse_url, redact_url
 from persistence.plugins import check_shard_layout
 
-__all__ = ["STORE_OPTIONS", "check_store_url"]
+__all__ = ["ACTOR_DEFAULTS", "STORE_OPTIONS", "check_actor_default", "check_store_url"]
 
 STORE_OPTIONS = ("journal", "snapshot_store")
 """The host options persistence owns: the URLs of the journal and of the snapshot store."""
@@ -56,6 +56,32 @@ def _check_host_stores(options: HostOptions) -> None:
         check_shard_layout(options.config["journal"], options.path, options.shard, options.shards)
 
 
+def check_actor_default(name: str, value: Any, *, per_host: bool = True) -> None:
+    """Refuse a bad system-wide (or host-wide) default of a PersistentActor setting (ConfigError).
+
+    `stash_capacity`, `internal_stash_overflow_strategy` and `recovery_event_timeout` are Akka's config-level
+    defaults: a PersistentActor's own attribute wins over them (persistence.persistent_actor).
+    """
+    from persistence.messages import ReplyToStrategy
+
+    if name == "stash_capacity":
+        ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+        want = "a non-negative int, or None (unbounded)"
+    elif name == "internal_stash_overflow_strategy":
+        ok = value in ("throw", "drop") or isinstance(value, ReplyToStrategy)
+        want = '"throw", "drop" or persistence.ReplyToStrategy(response)'
+    else:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < float("inf")
+        want = "a number of seconds above 0"
+    if not ok:
+        raise ConfigError(f"{name} must be {want}, got {value!r}")
+
+
+ACTOR_DEFAULTS = ("stash_capacity", "internal_stash_overflow_strategy", "recovery_event_timeout")
+"""The PersistentActor settings a system (`start(...)`) or a spawn may give a default for."""
+
 for _name in STORE_OPTIONS:
     register_host_option(_name, check_store_url)
+for _name in ACTOR_DEFAULTS:
+    register_host_option(_name, check_actor_default)
 register_host_check(_check_host_stores)

@@ -260,6 +260,21 @@ def refused(run_dir, match: str) -> None:
     pytest.fail(f"a system started with run_dir {run_dir}")
 
 
+@pytest.mark.parametrize("base", ["local", "multiproc"])
+def test_a_misspelt_or_unknown_start_option_is_refused_naming_the_one_meant(base) -> None:
+    # start() took any keyword into the system's config: metric_port= started a system without metrics.
+    for options, message in (({"metric_port": 9464}, "unknown option metric_port=9464: did you mean metrics_port?"),
+                             ({"log_levl": "DEBUG"}, "unknown option log_levl='DEBUG': did you mean log_level?"),
+                             ({"node_timout": 1.0}, "did you mean node_timeout?"),
+                             ({"colour": "blue"}, "unknown option colour='blue': the options are admin_port, "),
+                             ({"stash_capacity": -1}, "stash_capacity must be a non-negative int"),
+                             ({"recovery_event_timeout": 0}, "recovery_event_timeout must be a number of seconds"),
+                             ({"internal_stash_overflow_strategy": "bounce"},
+                              "internal_stash_overflow_strategy must be \"throw\", \"drop\"")):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            actors.start(base, **options).shutdown()  # (a system the old code started must not be left)
+
+
 def test_other_thespian_versions_are_refused_at_import(tmp_path) -> None:
     fake = tmp_path / "site" / "thespian-4.0.2.dist-info"
     fake.mkdir(parents=True)
