@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import os
 import socket
 import urllib.request
@@ -143,7 +144,9 @@ def test_metrics_are_off_by_default(base, make_system):
     ports = {port for _, port in listening(system_pids(system))}
     assert system.admin_port in ports
     for port in ports - {system.admin_port}:
-        with pytest.raises(OSError):  # (a Thespian socket reads the request and never answers: 1 s is plenty)
+        # A Thespian socket answers a request without a frame header with its data-error ACK and closes (it
+        # read and waited before actors/thespian_fixes.py's fix 7: 1 s is plenty either way).
+        with pytest.raises((OSError, http.client.HTTPException)):
             scrape(port, timeout=1.0)
     system.spawn(Echo, "/user/echo")  # probing its ports left the system working
     assert system.ask("/user/echo", Ping(1)) == Pong(1, "/user/echo")
