@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import logging
 import os
@@ -594,7 +595,15 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         return f"node {spec.node} is down"
 
     def _unplaceable(self, spec: HostSpec) -> str | None:
-        """Why a spawn of `spec` cannot start now (its nodes all down), or None."""
+        """Why a spawn of `spec` cannot start now (its nodes all down, or its node= never joined), or None."""
+        if spec.node and not spec.nodes and spec.node != self.my_node and spec.node not in self.nodes:
+            # (Thespian would look for a system with that requirement, find none, and the spawn would time out.)
+            known = [self.my_node, *self.nodes]
+            close = difflib.get_close_matches(spec.node, known, n=1)
+            return (f"cannot start {spec.path}: no node named {spec.node!r} has joined this system"
+                    f"{f' (did you mean {close[0]!r}?)' if close else ''}; nodes now: "
+                    f"{', '.join(f'{n} {s}' for n, s in self._node_states().items())}. A member joins with "
+                    "actors.start(..., leader=..., node=NAME) or `reprise node`")
         if self._place(HostRecord(spec)) is not None:
             return None
         return (f"cannot start {spec.path}: {self._why_waiting(HostRecord(spec))} (nodes now: "

@@ -275,6 +275,18 @@ def test_a_misspelt_or_unknown_start_option_is_refused_naming_the_one_meant(base
             actors.start(base, **options).shutdown()  # (a system the old code started must not be left)
 
 
+@pytest.mark.timeout(60)
+def test_a_spawn_on_a_node_that_never_joined_fails_at_once_naming_the_nodes(system) -> None:
+    # It waited for a Thespian system that would never come: AskTimeout after 60 s, the host "backing off".
+    started = time.monotonic()
+    with pytest.raises(SpawnFailed, match=r"cannot start /user/x: no node named 'leadr' has joined this system "
+                                          r"\(did you mean 'leader'\?\); nodes now: leader up"):
+        system.spawn(Echo, "/user/x", node="leadr", timeout=30)
+    assert time.monotonic() - started < 10
+    system.spawn(Echo, "/user/x", node="leader")  # the path is free, and the right name works
+    assert system.ask("/user/x", Ping(1)) == Pong(1, "/user/x")
+
+
 def test_other_thespian_versions_are_refused_at_import(tmp_path) -> None:
     fake = tmp_path / "site" / "thespian-4.0.2.dist-info"
     fake.mkdir(parents=True)
