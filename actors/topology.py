@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any
@@ -231,13 +232,17 @@ def loads(text: str, *, source: str = "<string>", base_dir: str | None = None) -
         raise TopologyError(f"{source}: a cluster file has no [system] table: [cluster] and each [[node]] say how "
                             "to start the nodes; move its keys there")
     system = _system(doc.get("system", {}), source, base_dir)
-    entries = []
+    tables: dict[str, list[Any]] = {}
     for kind in ("actor", "entities"):
-        tables = doc.get(kind, [])
-        if not isinstance(tables, list):
+        tables[kind] = doc.get(kind, [])
+        if not isinstance(tables[kind], list):
             raise TopologyError(f"{source}: [{kind}] must be an array of tables: write [[{kind}]]")
-        for i, table in enumerate(tables):
-            entries.append(_entry(table, kind == "entities", f"{source}: [[{kind}]] #{i + 1}", base_dir))
+    entries = []
+    seen = {"actor": 0, "entities": 0}
+    for kind in _declaration_order(text, tables):
+        i = seen[kind]
+        seen[kind] += 1
+        entries.append(_entry(tables[kind][i], kind == "entities", f"{source}: [[{kind}]] #{i + 1}", base_dir))
     paths = [e.path for e in entries]
     dupes = sorted({p for p in paths if paths.count(p) > 1})
     if dupes:
@@ -245,6 +250,19 @@ def loads(text: str, *, source: str = "<string>", base_dir: str | None = None) -
     if cluster is not None:
         _check_placement(entries, cluster, source)
     return Topology(system, tuple(entries), source, cluster)
+
+
+_HEADER = re.compile(r"^[ \t]*\[\[[ \t]*(actor|entities)[ \t]*\]\][ \t]*(?:#.*)?$", re.MULTILINE)
+
+
+def _declaration_order(text: str, tables: dict[str, list[Any]]) -> list[str]:
+    """The kinds of the [[actor]] and [[entities]] tables in the order the file declares them, which is the order
+    they are spawned in (an actor that tells entities from pre_start needs them spawned first: TOML's parser
+    keeps the two arrays apart). Every actor first when the headers cannot be matched up (inline arrays)."""
+    order = _HEADER.findall(text)
+    if all(order.count(kind) == len(tables[kind]) for kind in tables):
+        return order
+    return ["actor"] * len(tables["actor"]) + ["entities"] * len(tables["entities"])
 
 
 def resolve_class(spec: str) -> type:

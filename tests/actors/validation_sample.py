@@ -55,3 +55,19 @@ class NeedsArgument(actors.Actor):
     def __init__(self, x: int) -> None:
         super().__init__()
         self.x = x
+
+
+class Greeter(actors.Actor):
+    """Tells /user/echoes/1 a Ping from pre_start; answers "got" with what came back (None until it came)."""
+
+    def pre_start(self) -> None:
+        from tests.actors.sample import Ping
+
+        self.got = None
+        self.tell("/user/echoes/1", Ping(1))
+
+    def receive(self, message, sender):
+        if message == "got":
+            self.tell(sender, self.got)
+        else:
+            self.got = message

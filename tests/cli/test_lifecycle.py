@@ -13,7 +13,7 @@ import pytest
 
 import actors
 from actors.system import kill_tagged, tagged_pids
-from tests.actors.sample import Ping
+from tests.actors.sample import Ping, Pong
 from tests.conftest import SESSION_TOKEN
 from tests.ports import free_ports
 from tests.waiting import wait_for
@@ -148,6 +148,25 @@ def test_bad_timeouts_are_usage_errors(tmp_path) -> None:
     for value in ("-1", "0", "nan", "inf", "soon"):
         result = reprise("down", "--port", "1", "--timeout", value)
         assert result.returncode == 2 and f"{value!r} is not a number of seconds above 0" in result.stderr, value
+
+
+def test_up_spawns_actors_and_entity_hosts_in_the_order_the_file_declares_them(tmp_path, tag) -> None:
+    # Every [[actor]] went first whatever the order: an actor telling entities from pre_start made dead letters.
+    path = tmp_path / "order.toml"
+    path.write_text('[[entities]]\npath = "/user/echoes"\nclass = "tests.actors.sample:Echo"\n\n'
+                    '[[actor]]\npath = "/user/greeter"\nclass = "tests.actors.validation_sample:Greeter"\n')
+    port = actors.free_port()
+    up = reprise("up", str(path), "--detach", "--port", str(port), "--tag", tag)
+    assert up.returncode == 0, up.stderr
+    assert up.stdout.index("/user/echoes") < up.stdout.index("/user/greeter"), up.stdout
+    client = actors.connect(port)
+    try:
+        assert wait_for(lambda: client.ask("/user/greeter", "got") is not None, 20)
+        assert client.ask("/user/greeter", "got") == Pong(1, "/user/echoes/1")
+        assert client.status().dead_letters == 0
+    finally:
+        client.close()
+    assert reprise("down", "--port", str(port)).returncode == 0
 
 
 def test_a_bad_class_fails_before_starting_anything(tmp_path, tag) -> None:

@@ -101,6 +101,14 @@ def test_mistakes_are_named(text, needle) -> None:
     assert needle in str(e.value)
 
 
+def test_entries_keep_the_order_the_file_declares_them_in() -> None:
+    text = ('[[entities]]\npath = "/user/e"\nclass = "m:E"\n\n[[actor]] # the greeter\npath = "/user/a"\n'
+            'class = "m:A"\n\n  [[ entities ]]\npath = "/user/f"\nclass = "m:F"\n')
+    assert [e.path for e in loads(text).entries] == ["/user/e", "/user/a", "/user/f"]
+    inline = 'actor = [{ path = "/user/a", class = "m:A" }]\n[[entities]]\npath = "/user/e"\nclass = "m:E"\n'
+    assert [e.path for e in loads(inline).entries] == ["/user/a", "/user/e"]  # (no headers to order by)
+
+
 def test_resolve_class_both_spellings() -> None:
     assert resolve_class("tests.actors.sample:Echo") is Echo
     assert resolve_class("tests.actors.sample.Echo") is Echo
