@@ -4,7 +4,8 @@ What round-trips exactly: None, bool, int (64-bit), float, str, bytes, list, dic
 tuple, set, frozenset, and frozen dataclasses registered with `register_type` (nested ones too).
 Tuples come back as tuples (not lists) so registered types compare equal after a round trip.
 Anything else (including subclasses of the built-in types, e.g. an IntEnum) is refused with a
-`SerializationError` naming the type: pickle is never used.
+`SerializationError` naming the type: pickle is never used. The one exception: msgpack writes a bytearray
+or memoryview as bytes, which it is read back as (tests/journal/test_serialization.py).
 
 Two formats, told apart by their bytes, are read; only the flat one is written:
 
