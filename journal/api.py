@@ -324,6 +324,11 @@ class Journal(ABC):
     def close(self) -> None:
         """Release connections; a closed journal must not be used again."""
 
+    def check_writable(self) -> None:
+        """Raise JournalError if this process could open the journal but cannot write it (a read-only file or file
+        system); a writer checks this when it starts rather than at its first event. Default: nothing to check."""
+        return None
+
     # --- persistence query (read side) ------------------------------------------------------------
 
     poll_interval: float = 1.0
@@ -622,6 +627,10 @@ class SnapshotStore(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release connections."""
+
+    def check_writable(self) -> None:
+        """Raise JournalError if this process could open the store but cannot write it (see Journal's)."""
+        return None
 
     def __enter__(self) -> SnapshotStore:
         return self

@@ -165,6 +165,15 @@ def _as_journal_error(what: str, e: sqlite3.Error, path: str) -> JournalError:
     return JournalError(f"{what} failed on {path}: {e}")
 
 
+def check_writable(path: str, what: str) -> None:
+    """JournalError naming the file or directory (for its -wal and -shm) this process cannot write."""
+    for kind, name in (("file", path), ("directory", os.path.dirname(path) or ".")):
+        if not os.access(name, os.W_OK):
+            raise JournalError(f"the {what} {path} can be read but not written: this process may not write its "
+                               f"{kind} {name} (a read-only file system, or its permissions); give a writable path, "
+                               "or remount it read-write")
+
+
 def create_private_file(path: str) -> None:
     """Create `path` (and its directory) empty and 0600 if it does not exist, so SQLite's files of it are private.
 
@@ -643,6 +652,10 @@ class SqliteJournal(Journal):
         """Give up this store's share of the file's connection (closed with its last user)."""
         self._h.close()
 
+    def check_writable(self) -> None:
+        """JournalError if this process cannot write the file, or create its -wal and -shm beside it."""
+        check_writable(self.path, "journal")
+
 
 class SqliteSnapshotStore(SnapshotStore):
     """A snapshot store in a SQLite file (may be the journal's own file)."""
@@ -687,3 +700,7 @@ class SqliteSnapshotStore(SnapshotStore):
     def close(self) -> None:
         """Give up this store's share of the file's connection (closed with its last user)."""
         self._h.close()
+
+    def check_writable(self) -> None:
+        """JournalError if this process cannot write the file, or create its -wal and -shm beside it."""
+        check_writable(self.path, "snapshot store")

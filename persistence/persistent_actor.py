@@ -196,7 +196,7 @@ class PersistentActor(Actor):
                 continue  # a property computed per instance: it is opened on recovery
             url = own or _url(config, key)
             try:
-                opener(url)
+                opener(url).check_writable()  # (a read-only file opens, then every persist would fail)
             except Exception as e:
                 raise SpawnFailed(f"{cls.__qualname__} cannot open its {what} {redact_url(url)}: {type(e).__name__}: "
                                   f"{redact_url(str(e))} (fix the {key} URL, or the file's directory, "

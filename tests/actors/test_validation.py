@@ -135,6 +135,44 @@ def test_spawn_fails_with_the_store_error_when_its_journal_cannot_be_opened(syst
     assert system.ask(target, 5, timeout=30) == 5
 
 
+# Writes one event of "/user/tally" and waits to be SIGKILLed: its journal keeps its -wal and -shm beside it.
+CRASHED_WRITER = """
+import sys, time
+from journal import AtomicWrite, PersistentRepr, open_journal
+journal = open_journal(sys.argv[1])
+assert journal.write_messages([AtomicWrite([PersistentRepr(5, 1, "/user/tally")])]) == [None]
+print("written", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def read_only_journal(tmp_path):
+    """The URL of a journal that a crashed writer left (with its -wal and -shm) on a tmpfs remounted read-only."""
+    path = tmp_path / "ro"
+    path.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(path)], capture_output=True).returncode:
+        pytest.skip("NOT RUN: cannot mount a tmpfs here (needs root and mount); a read-only journal was not tried")
+    try:
+        url = f"sqlite:///{path}/journal.db"
+        writer = subprocess.Popen([sys.executable, "-c", CRASHED_WRITER, url], stdout=subprocess.PIPE, cwd=ROOT)
+        assert writer.stdout is not None and writer.stdout.readline() == b"written\n"
+        writer.kill()
+        writer.wait()
+        assert {"journal.db-wal", "journal.db-shm"} <= set(os.listdir(path))
+        subprocess.run(["mount", "-o", "remount,ro", str(path)], check=True)
+        yield url
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def test_spawn_fails_naming_a_journal_that_can_be_read_but_not_written(system, read_only_journal) -> None:
+    # A journal on a read-only file system opened, the spawn succeeded, and every persist failed afterwards.
+    with pytest.raises(SpawnFailed, match=r"Tally cannot open its journal .*can be read but not written: this "
+                                          r"process may not write its file .*read-only file system"):
+        system.spawn(Tally, "/user/tally", journal=read_only_journal, timeout=60)
+
+
 @pytest.mark.postgres
 def test_spawn_fails_when_postgres_is_unreachable_and_hides_the_password(make_system, base, postgres_url) -> None:
     system = make_system(base, journal="postgresql://postgres:hunter2@127.0.0.1:1/test")
