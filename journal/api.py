@@ -505,18 +505,27 @@ class Journal(ABC):
         """Re-read every event and snapshot and check it; report each bad record by id and sequence number."""
         problems = list(self._verify_storage())
         count = 0
-        for pid, seq, blob, ck in self._read_all():
-            count += 1
-            reason = check_row(pid, seq, blob, ck)
-            if reason is not None:
-                problems.append(Problem(pid, seq, reason))
+        last = None
+        try:
+            for pid, seq, blob, ck in self._read_all():
+                count += 1
+                last = (pid, seq)
+                reason = check_row(pid, seq, blob, ck)
+                if reason is not None:
+                    problems.append(Problem(pid, seq, reason))
+        except JournalCorruption as e:  # the storage itself cannot be read on: say where, and go on to snapshots
+            after = f" after persistence_id={last[0]} sequence_nr={last[1]}" if last else ""
+            problems.append(Problem(None, None, f"cannot read the events on{after} ({count} read): {e}"))
         snapshots = 0
-        for pid, seq, blob, ck in self._read_all_snapshots():
-            snapshots += 1
-            try:
-                decode_snapshot(pid, seq, bytes(blob), ck)
-            except (JournalCorruption, SerializationError) as e:
-                problems.append(Problem(pid, seq, f"snapshot: {e}"))
+        try:
+            for pid, seq, blob, ck in self._read_all_snapshots():
+                snapshots += 1
+                try:
+                    decode_snapshot(pid, seq, bytes(blob), ck)
+                except (JournalCorruption, SerializationError) as e:
+                    problems.append(Problem(pid, seq, f"snapshot: {e}"))
+        except JournalCorruption as e:
+            problems.append(Problem(None, None, f"cannot read the snapshots on ({snapshots} read): {e}"))
         return VerifyReport(count, snapshots, tuple(problems))
 
     def __enter__(self) -> Journal:

@@ -85,6 +85,25 @@ def test_verify_names_the_corrupt_record(url, capsys) -> None:
     assert "acct-1" not in out and "1 corrupt" in err
 
 
+def test_verify_of_a_file_sqlite_cannot_read_on_names_where_and_does_not_send_the_user_to_verify(tmp_path,
+                                                                                                capsys) -> None:
+    # A damaged page stopped the scan with JournalCorruption, and verify's own error said: run verify.
+    url = f"sqlite://{tmp_path}/journal.db"
+    with open_journal(url) as j:
+        assert not any(j.write_messages([AtomicWrite([PersistentRepr("x" * 200, seq, f"acct-{seq % 7}")])
+                                         for seq in range(1, 3001)]))
+    assert not os.path.exists(f"{tmp_path}/journal.db-wal")  # (closed: everything is in the file)
+    with open(f"{tmp_path}/journal.db", "r+b") as f:
+        f.seek(100_000)
+        damaged = bytes(b ^ 0xFF for b in f.read(64))
+        f.seek(100_000)
+        f.write(damaged)
+    code, out, err = run(capsys, "journal", "verify", url)
+    assert code == 1
+    assert "CORRUPT storage: " in out, out
+    assert "corrupt (hint: restore the journal from a backup" in err and "journal verify" not in err, err
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["journal", "ls", "foo://x"], "unsupported journal URL"),
     (["journal", "tail", "sqlite:///no/such/journal.db"], "no journal file"),
