@@ -18,6 +18,7 @@ from .errors import (
     ConfigError,
     InvalidPath,
     MessageNotSent,
+    MessageUndelivered,
     PathTaken,
     RepriseError,
     SendTimeout,
@@ -39,7 +40,7 @@ thespian_fixes.apply()
 __all__ = [
     "Actor", "ActorContext", "ActorError", "ActorFailed", "AskTimeout", "Backoff", "ConfigError",
     "DeadLetter", "DeadLetters", "Errors", "HostInfo", "InvalidBackoff", "InvalidPath", "Lifecycle",
-    "MessageNotSent", "Move", "PathTaken", "Probe", "RepriseError", "Scatter", "SendTimeout", "SpawnFailed", "System",
+    "MessageNotSent", "MessageUndelivered", "Move", "PathTaken", "Probe", "RepriseError", "Scatter", "SendTimeout", "SpawnFailed", "System",
     "SystemNotRunning", "SystemStatus", "Timer", "UnpicklableMessage", "connect", "free_port", "shutdown",
     "start", "validate_path", "AuthenticationFailed", "MissingSecret", "SecretUnavailable", "TlsConfig",
     "TlsError",

@@ -60,6 +60,14 @@ class ActorFailure:
     error: str
 
 
+@dataclass(frozen=True)
+class AskUndelivered:
+    """Guardian -> asking client: the asked message to `path` became a dead letter, for `reason`."""
+
+    path: str
+    reason: str
+
+
 def is_ask(sender: str | None) -> bool:
     """True if `sender` is the reply path of a client's `ask`."""
     return sender is not None and sender.startswith("/temp/") and ASK_SEGMENT in sender

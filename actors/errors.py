@@ -62,6 +62,20 @@ class SendTimeout(RepriseError, TimeoutError):
     """The transport did not finish a send in time; the message stays queued and may still be delivered."""
 
 
+class MessageUndelivered(AskTimeout):
+    """The message of an `ask` became a dead letter (no actor serves its path, the actor stopped, ...): no reply
+    will come, and the ask says so at once instead of at its timeout. `path` is the target, `reason` the dead
+    letter's. An AskTimeout, so that code handling a missing reply handles this one too."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"the message to {path} was not delivered (a dead letter): {reason}")
+        self.path = path
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type[MessageUndelivered], tuple[str, str]]:
+        return type(self), (self.path, self.reason)
+
+
 class ActorFailed(RepriseError):
     """The actor handling an `ask` raised on that very message (it restarts as usual).
 

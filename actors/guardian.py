@@ -25,7 +25,7 @@ from thespian.actors import (
 )
 
 from . import thespian_fixes
-from .error_log import ActorError, ErrorLog, GetErrors, SubscribeErrors
+from .error_log import ActorError, AskUndelivered, ErrorLog, GetErrors, SubscribeErrors, is_ask
 from .handover import HANDOVER_WAIT
 from .inflight import BOUNCED, FAILED, InFlight, not_taken
 from .messages import (
@@ -838,6 +838,11 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         self.dead_count += 1
         self.recent.append(letter)
         log.debug("dead letter to %s from %s: %s", letter.target, letter.sender, letter.reason)
+        asker = letter.sender
+        if asker is not None and is_ask(asker):  # no reply will come: the ask fails now rather than at its timeout
+            hit = self.router.resolve(asker)
+            if hit is not None:
+                self._queue(hit[0], hit[1], (GUARDIAN_PATH, asker, AskUndelivered(letter.target, letter.reason)))
         for path in self.dead_subscribers:
             hit = self.router.resolve(path)
             if hit is not None:

@@ -40,13 +40,14 @@ from thespian.system.transport import SendStatus
 from . import admin_probe, auth, client_log, netsec
 from . import metrics as metrics_module
 from . import tls as tls_module
-from .error_log import ActorFailure, Errors, GetErrors, SubscribeErrors
+from .error_log import ActorFailure, AskUndelivered, Errors, GetErrors, SubscribeErrors
 from .errors import (
     ActorFailed,
     AskTimeout,
     ConfigError,
     LeaderUnreachable,
     MessageNotSent,
+    MessageUndelivered,
     PathTaken,
     RepriseError,
     SendTimeout,
@@ -873,8 +874,9 @@ class System:
                 self._detoured([entry[1] for entry in entries])
 
     def ask(self, path: str, message: Any, timeout: float = 10.0) -> Any:
-        """Send `message` and wait for the first reply to it; raises AskTimeout, or ActorFailed at once if the
-        actor raised on this message (it restarts as usual)."""
+        """Send `message` and wait for the first reply to it; raises AskTimeout, ActorFailed at once if the
+        actor raised on this message (it restarts as usual), or MessageUndelivered at once if the message became
+        a dead letter."""
         check_number("timeout", timeout, hint="seconds to wait for the reply")
         # Replies may come from actors that never heard from this client: publish its route once.
         self._ensure_route()
@@ -885,6 +887,8 @@ class System:
             reply = self._receive(reply_to, timeout, f"no reply from {path} within {timeout} s")[0]
             if isinstance(reply, ActorFailure):
                 raise ActorFailed(reply.path, reply.error_type, reply.error)
+            if isinstance(reply, AskUndelivered):
+                raise MessageUndelivered(reply.path, reply.reason)
             return reply
         finally:
             self._listening_paths.discard(reply_to)

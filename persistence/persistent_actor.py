@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 from actors import Actor
+from actors.error_log import one_line
 from journal import (
     MAX_SEQUENCE_NR,
     AtomicWrite,
@@ -488,17 +489,19 @@ class PersistentActor(Actor):
         except Exception:
             log.exception("on_recovery_failure of %s failed", self.path)
         self.context.report_error(self.path, f"stopped: recovery failed: {type(cause).__name__}: {cause}")
-        self._die("recovery failed")
+        self._die(f"recovery failed: {one_line(cause)}")
 
     def _die(self, reason: str) -> None:
         self._dead = True
+        self._dead_because = reason  # (the dead letters of commands that come after say why)
         self.context.stop_entity(self, reason)
 
     # ---- message entry point --------------------------------------------------------------------
     def receive(self, message: object, sender: str | None) -> None:
         """The actors entry point: commands wait in the stash while a stashing persist is pending."""
         if self._dead:
-            self.context.dead_letter(sender, self.path, message, "persistent actor stopped")
+            self.context.dead_letter(sender, self.path, message,
+                                     f"persistent actor stopped: {getattr(self, '_dead_because', 'stopped')}")
             return
         if self._failed_after_recovery is not None:
             exc, self._failed_after_recovery = self._failed_after_recovery, None

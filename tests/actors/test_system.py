@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
 import pytest
 
 import actors
-from actors import AskTimeout, PathTaken, SpawnFailed, SystemNotRunning, UnpicklableMessage
+from actors import (
+    AskTimeout,
+    MessageUndelivered,
+    PathTaken,
+    SpawnFailed,
+    SystemNotRunning,
+    UnpicklableMessage,
+)
 from actors.messages import GetDirectory
 from actors.system import free_ports, tagged_pids
 from tests.actors.sample import Echo, Holder, Mutable, Ping, Pong
@@ -75,6 +83,18 @@ def test_ask_times_out_with_a_clear_error(system):
     system.spawn(Echo, "/user/echo")
     with pytest.raises(AskTimeout, match="no reply from /user/echo"):
         system.ask("/user/echo", "no-reply-for-this", timeout=0.3)
+
+
+def test_an_ask_whose_message_becomes_a_dead_letter_fails_at_once_saying_why(system):
+    # It waited out its timeout although no reply could come.
+    started = time.monotonic()
+    with pytest.raises(MessageUndelivered, match="the message to /user/nobody was not delivered \\(a dead "
+                                                 "letter\\): no actor serves /user/nobody") as caught:
+        system.ask("/user/nobody", Ping(1), timeout=30)
+    assert time.monotonic() - started < 10
+    assert isinstance(caught.value, AskTimeout)  # (code handling a missing reply handles it too)
+    assert (caught.value.path, caught.value.reason) == ("/user/nobody", "no actor serves /user/nobody")
+    assert system.dead_letters().count == 1
 
 
 @pytest.mark.parametrize("message, fragment", [

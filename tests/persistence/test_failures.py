@@ -4,9 +4,11 @@ test_at_least_once_delivery_failures.py, the restart cases in test_failure_spec.
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 
+from actors import MessageUndelivered
 from tests.persistence.fixtures import Failed, FailureReporting, Ops, RecoveryFailureReporting
 
 pytestmark = pytest.mark.timeout(60)
@@ -55,6 +57,19 @@ def test_recovery_failure_stops_and_calls_hook(fsys):
     probe.tell(f"/user/g/{name}", "boom")  # restart -> recovery replays "corrupt" -> fails
     assert probe.receive(10) == Failed("recovery", "blahonga 1 1")
     assert probe.receive(10) == Failed("stopped", f"/user/g/{name}")
+
+
+def test_an_ask_to_an_entity_whose_recovery_fails_fails_at_once_naming_the_cause(fsys, tmp_path):
+    # The ask waited out its whole timeout; why was only in system.errors().
+    fsys.spawn("tests.persistence.fixtures:Scripted", "/user/s", entities=True, journal=f"sqlite:///{tmp_path}/j.db")
+    path = f"/user/s/r{next(_ids)}"
+    assert fsys.ask(path, Ops("a", ("raw:bad",))) == "bad-1"  # an event its receive_recover raises on
+    fsys.stop(path)
+    started = time.monotonic()
+    with pytest.raises(MessageUndelivered, match=f"the message to {path} was not delivered .*persistent actor "
+                                                 "stopped: recovery failed: RuntimeError: bad event in replay"):
+        fsys.ask(path, "state", timeout=30)
+    assert time.monotonic() - started < 10
 
 
 def test_persist_during_replay_fails_recovery(fsys):
