@@ -174,7 +174,7 @@ def test_a_cluster_file_parses() -> None:
     assert c.leader_address == "10.0.0.1:1900"
     assert c.peers_of("a") == ("10.0.0.2", "10.0.0.3", "10.0.0.9")
     assert c.peers_of("b") == ("10.0.0.1", "10.0.0.3", "10.0.0.9")
-    feeder, accounts = topo.entries  # ([[actor]] tables come first)
+    accounts, feeder = topo.entries  # (in the order the file declares them)
     assert accounts.options == {"shards": 6, "nodes": ["a", "b", "c"]} and feeder.options == {"node": "b"}
 
 
