@@ -462,6 +462,8 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
                                "start systems with actors.start or `reprise up`")
     system = System(asys, base="multiproc", guardian=reply.address, owner=_owner, admin_port=admin_port)
     system.admin_host = host
+    if _is_local_address(host):
+        system._admin_tag = boot_option(admin_port, "--tag")
     try:
         system.config = system.status(timeout=timeout).config
     except (AskTimeout, MessageNotSent):
@@ -765,6 +767,10 @@ class System:
         self._closed = False
         self.metrics: metrics_module.Endpoint | None = None  # the in-process base's metrics endpoint
         self._node: str | None = None
+        # The tag on the boot command line of the admin, when it is this user's on this machine (see
+        # _check_admin_alive); set by connect.
+        self._admin_tag: str | None = None
+        self._admin_checked = float("-inf")
 
     # ---- context manager ------------------------------------------------------------------------
     def __enter__(self) -> System:
@@ -1155,9 +1161,21 @@ class System:
                 return message
             if netsec.refused_pending():
                 self._recheck_refused(deadline)
+            self._check_admin_alive()
             timeout = deadline - time.monotonic()
             if timeout <= 0:
                 return None
+
+    def _check_admin_alive(self) -> None:
+        """SystemNotRunning once the admin this client attached to, a process of this user on this machine, has
+        exited (looked for at most once a second): a wait for a reply from a system that was shut down
+        meanwhile (`reprise down` elsewhere) would otherwise last its whole timeout."""
+        if self._admin_tag is None or self.admin_port is None or time.monotonic() < self._admin_checked + 1.0:
+            return
+        self._admin_checked = time.monotonic()
+        if boot_option(self.admin_port, "--tag") != self._admin_tag:
+            raise SystemNotRunning(f"the actor system on port {self.admin_port} stopped while this client waited "
+                                   "for a reply")
 
     def _recheck_refused(self, deadline: float) -> None:
         """Fetch the directory again after a refused connection: it may be a node that joined since the last fetch,

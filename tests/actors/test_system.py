@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 
 import pytest
@@ -83,6 +84,24 @@ def test_ask_times_out_with_a_clear_error(system):
     system.spawn(Echo, "/user/echo")
     with pytest.raises(AskTimeout, match="no reply from /user/echo"):
         system.ask("/user/echo", "no-reply-for-this", timeout=0.3)
+
+
+@pytest.mark.timeout(90)
+def test_an_ask_in_flight_when_the_system_is_shut_down_elsewhere_fails_within_seconds(make_system):
+    # (multiproc only: what shuts a system down under an attached client is another process's `reprise down`)
+    # The ask waited out its whole timeout after the system it asked was gone.
+    system = make_system("multiproc")
+    system.spawn(Echo, "/user/echo")
+    client = actors.connect(system.admin_port)
+    try:
+        threading.Timer(1.0, actors.shutdown, args=(system.admin_port,)).start()
+        started = time.monotonic()
+        with pytest.raises(SystemNotRunning, match=f"the actor system on port {system.admin_port} stopped while "
+                                                   "this client waited for a reply"):
+            client.ask("/user/echo", "no-reply-for-this", timeout=60)
+        assert time.monotonic() - started < 15
+    finally:
+        client.close()
 
 
 def test_an_ask_whose_message_becomes_a_dead_letter_fails_at_once_saying_why(system):
