@@ -105,6 +105,10 @@ def _classify(e: BaseException) -> tuple[int, str]:
         return 1, "check --port/--host, or start a system with `reprise up TOPOLOGY.toml`"
     if isinstance(e, JournalCorruption):
         return 1, "run `reprise journal verify URL` to list every corrupt record"
+    from journal.errors import SerializationError
+
+    if isinstance(e, SerializationError) and "unknown manifest" in str(e):
+        return 1, "pass --import MODULE for the module that registers the event classes (e.g. --import myapp.events)"
     from .auth import SecretUnavailable
 
     if isinstance(e, SecretUnavailable):

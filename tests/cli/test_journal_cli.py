@@ -6,11 +6,12 @@ import os
 import sqlite3
 import subprocess
 import sys
+from dataclasses import dataclass
 
 import pytest
 
 from actors.cli import main
-from journal import AtomicWrite, PersistentRepr, open_journal
+from journal import AtomicWrite, PersistentRepr, open_journal, register_type, unregister_type
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -53,6 +54,25 @@ def test_show_from_and_limit(url, capsys) -> None:
 def test_show_of_an_unknown_id_fails_with_a_hint(url, capsys) -> None:
     code, _, err = run(capsys, "journal", "show", url, "nobody")
     assert code == 1 and "nobody" in err and "hint:" in err
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    n: int
+
+
+def test_show_of_an_event_whose_class_is_not_registered_hints_at_import(tmp_path, capsys) -> None:
+    # The hint was the library's (journal.register_type), not the command's own --import MODULE.
+    url = f"sqlite://{tmp_path}/journal.db"
+    register_type(Unreadable, manifest="nosuchapp.events.Unreadable")
+    try:
+        with open_journal(url) as j:
+            assert j.write_messages([AtomicWrite([PersistentRepr(Unreadable(1), 1, "acct")])]) == [None]
+    finally:
+        unregister_type(Unreadable)
+    code, _, err = run(capsys, "journal", "show", url, "acct")
+    assert code == 1 and "unknown manifest 'nosuchapp.events.Unreadable'" in err
+    assert "(hint: pass --import MODULE for the module that registers the event classes" in err, err
 
 
 def test_tail_prints_the_most_recent_events_oldest_first(url, capsys) -> None:
