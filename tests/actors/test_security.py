@@ -81,11 +81,17 @@ def outside_ip():
     return ip
 
 
-def test_every_listening_socket_is_bound_to_loopback(make_system):
+def two_hosts(make_system):
+    """A multiproc system with an actor at /user/a and an entity host at /user/b, both answering."""
     system = make_system("multiproc")
     system.spawn(Echo, "/user/a")
     system.spawn(Echo, "/user/b", entities=True)
     assert system.ask("/user/b/1", Ping(1)) == Pong(1, "/user/b/1")
+    return system
+
+
+def test_every_listening_socket_is_bound_to_loopback(make_system):
+    system = two_hosts(make_system)
     addresses = listening_addresses(tagged_pids(system.tag))
     assert len(addresses) >= 4  # admin, logger, guardian, node agent, hosts
     assert {ip for ip, _ in addresses} == {"127.0.0.1"}, addresses
@@ -234,10 +240,7 @@ def test_unauthenticated_pickle_frames_to_every_port_run_nothing(make_system, tm
     prefix = [sys.executable] if sender == "root" else nobody_python()
     if prefix is None:
         pytest.skip("NOT RUN: cannot run a Python as user nobody here (needs root, runuser, a system python3)")
-    system = make_system("multiproc")
-    system.spawn(Echo, "/user/a")
-    system.spawn(Echo, "/user/b", entities=True)
-    assert system.ask("/user/b/1", Ping(1)) == Pong(1, "/user/b/1")
+    system = two_hosts(make_system)
     marker = tmp_path / "marker"
     addresses = listening_addresses(tagged_pids(system.tag))
     assert len(addresses) >= 5, addresses  # admin, logger, guardian, node agent, two hosts
@@ -268,10 +271,7 @@ BAD_HEADERS = [b"-5>" + b"A" * 100, b"A" * 100]  # a negative size; no size at a
 def test_frames_with_a_negative_or_missing_size_close_their_connection_and_kill_nothing(make_system):
     # One such frame from any local user killed the admin (and the system with it) or a host, and raised a
     # raw ValueError from a client's ask: recv() was asked for a negative number of bytes.
-    system = make_system("multiproc")
-    system.spawn(Echo, "/user/a")
-    system.spawn(Echo, "/user/b", entities=True)
-    assert system.ask("/user/b/1", Ping(1)) == Pong(1, "/user/b/1")
+    system = two_hosts(make_system)
     pids = sorted(tagged_pids(system.tag))
     addresses = listening_addresses(pids)
     assert len(addresses) >= 5, addresses  # admin, logger, guardian, node agent, two hosts
@@ -345,10 +345,7 @@ def test_without_a_local_admin_on_the_port_the_error_names_secret_file():
 # ---- inherited sockets (issue 13, item 4) ----------------------------------------------------------
 
 def test_every_listening_socket_is_held_by_exactly_one_process(make_system):
-    system = make_system("multiproc")
-    system.spawn(Echo, "/user/a")
-    system.spawn(Echo, "/user/b", entities=True)
-    assert system.ask("/user/b/1", Ping(1)) == Pong(1, "/user/b/1")
+    system = two_hosts(make_system)
     shared = {address: sorted(pids) for address, pids in listening_sockets(tagged_pids(system.tag)).values()
               if len(pids) > 1}
     assert shared == {}, f"listening sockets inherited by other processes: {shared}"
