@@ -18,6 +18,7 @@ from journal.errors import (
     JournalCorruption,
     JournalError,
     RepriseError,
+    SequenceNrTaken,
     SerializationError,
 )
 from journal.model import (
@@ -63,6 +64,7 @@ __all__ = [
     "Problem",
     "Query",
     "RepriseError",
+    "SequenceNrTaken",
     "SelectedSnapshot",
     "SerializationError",
     "SnapshotMetadata",

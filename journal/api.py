@@ -15,7 +15,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from journal.errors import InvalidQuery, JournalCorruption, JournalError, SerializationError
+from journal.errors import InvalidQuery, JournalCorruption, JournalError, SequenceNrTaken, SerializationError
 from journal.model import (
     MAX_SEQUENCE_NR,
     AtomicWrite,
@@ -583,22 +583,32 @@ class Journal(ABC):
     # --- shared helpers ---------------------------------------------------------------------------
 
     def _duplicate_error(self, batch: EncodedBatch, cause: BaseException | None = None) -> JournalError:
-        """Name the (pid, seq nr) that made a write fail its unique key (after the transaction rolled back)."""
+        """Name the (pid, seq nr) that made a write fail its unique key (after the transaction rolled back), and
+        every persistence id of the batch that did (SequenceNrTaken.persistence_ids)."""
         seen: set[tuple[str, int]] = set()
         by_pid: dict[str, list[int]] = {}
+        twice: list[tuple[str, int]] = []
         for pid, seq, _, _ in batch.rows:
             if (pid, seq) in seen:
-                return JournalError(f"write rejected: sequence nr {seq} of persistence id {pid!r} "
-                                    f"appears twice in one write_messages call")
+                twice.append((pid, seq))
             seen.add((pid, seq))
             by_pid.setdefault(pid, []).append(seq)
+        if twice:
+            pid, seq = twice[0]
+            return SequenceNrTaken(f"write rejected: sequence nr {seq} of persistence id {pid!r} appears twice in one "
+                                   "write_messages call", tuple(dict.fromkeys(p for p, _ in twice)))
+        taken: list[tuple[str, int]] = []
         for pid, seqs in by_pid.items():
             stored = {row[0] for row in self._read(pid, min(seqs), max(seqs), MAX_SEQUENCE_NR)}
             dups = sorted(stored.intersection(seqs))
             if dups:
-                return JournalError(
-                    f"write failed: sequence nr {dups[0]} of persistence id {pid!r} already exists "
-                    f"(another writer uses this persistence id?); nothing of this batch was stored")
+                taken.append((pid, dups[0]))
+        if taken:
+            pid, seq = taken[0]
+            more = f" (and {len(taken) - 1} more persistence ids)" if len(taken) > 1 else ""
+            return SequenceNrTaken(
+                f"write failed: sequence nr {seq} of persistence id {pid!r} already exists{more} (another writer "
+                "uses this persistence id?); nothing of this batch was stored", tuple(p for p, _ in taken))
         return JournalError(f"write failed on a unique key: {cause}")
 
 

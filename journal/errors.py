@@ -24,6 +24,18 @@ class JournalCorruption(JournalError):
         self.sequence_nr = sequence_nr
 
 
+class SequenceNrTaken(JournalError):
+    """A write_messages call stored nothing: a sequence number of `persistence_ids` is stored already (another
+    writer of those ids?) or appears twice in the call. The writes of other persistence ids may go again."""
+
+    def __init__(self, message: str, persistence_ids: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.persistence_ids = persistence_ids
+
+    def __reduce__(self) -> tuple[type[SequenceNrTaken], tuple[str, tuple[str, ...]]]:
+        return type(self), (str(self), self.persistence_ids)
+
+
 class SerializationError(JournalError):
     """A payload could not be serialized, or a stored payload could not be deserialized."""
 

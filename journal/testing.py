@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from journal.api import Journal, SnapshotStore
-from journal.errors import JournalCorruption, JournalError, SerializationError
+from journal.errors import JournalCorruption, JournalError, SequenceNrTaken, SerializationError
 from journal.model import (
     MAX_SEQUENCE_NR,
     AtomicWrite,
@@ -407,11 +407,16 @@ class JournalSpec:
     def test_duplicate_sequence_nr_raises_a_journal_error_naming_it(
             self, journal: Journal, pid: str, writer: str) -> None:
         other = _fresh_pid()
-        with pytest.raises(JournalError, match=rf"sequence nr 4 of persistence id '{pid}'"):
+        with pytest.raises(SequenceNrTaken, match=rf"sequence nr 4 of persistence id '{pid}'") as caught:
             journal.write_messages([AtomicWrite([_repr(other, 1, writer)]),
                                     AtomicWrite([_repr(pid, 4, writer, "overwrite?")])])
+        # It names every id whose number was taken, so that a caller can write the others' again.
+        assert caught.value.persistence_ids == (pid,)
         self.expect(journal, pid, writer, 1, MAX, MAX, [1, 2, 3, 4, 5], 5)
         assert journal.highest_sequence_nr(other) == 0  # the batch was one transaction: nothing stored
+        with pytest.raises(SequenceNrTaken, match=rf"sequence nr 7 of persistence id '{other}' appears twice") as again:
+            journal.write_messages([AtomicWrite([_repr(other, 7, writer)]), AtomicWrite([_repr(other, 7, writer)])])
+        assert again.value.persistence_ids == (other,)
 
     def test_concurrent_writer_reusing_a_sequence_nr_gets_a_clear_error(
             self, journal: Journal, journal_url: str, pid: str, writer: str) -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
 from actors.metrics import JOURNAL_WRITE, histogram
+from journal.errors import SequenceNrTaken
 
 if TYPE_CHECKING:
     from actors.context import ActorContext
@@ -83,25 +85,73 @@ class PersistenceCoordinator:
             self._taking = None
         for group in groups.values():
             began = time.perf_counter()
-            try:
-                group.results = group.journal.write_messages(group.writes)
-            except Exception as exc:  # outcome unknown: every actor of this transaction fails (Akka: stop)
-                group.results = exc
+            group.results = _commit(group.journal, group.writes)
             self._write_latency.observe(time.perf_counter() - began)
         for actor, batch, n in zip(taken, batches, counts, strict=True):
             results: WriteResults = None  # deferrals only
             if n:
                 group = groups[id(actor._journal)]
-                results = group.results  # (written above: a list or the exception)
-                if not isinstance(results, BaseException):
+                written = group.results  # (written above: a list or the exception)
+                if isinstance(written, BaseException):
+                    results = written
+                else:
                     start = group.handed
                     group.handed = start + n
-                    results = results[start:start + n]  # type: ignore[index]  # (not None: written above)
+                    mine = written[start:start + n]
+                    failed = next((r.error for r in mine if isinstance(r, _Failed)), None)
+                    results = failed if failed is not None else cast("list[BaseException | None]", mine)
             if actor.context.entities.get(actor.path) is actor:
                 actor._on_write_results(batch, results)
             else:  # it stopped with these events queued: they are written, its handlers do not run
                 actor._written_after_stop(results)
         return True
+
+
+class _Failed:
+    """In a round's results: the write of an actor whose persistence id's write failed (see _commit)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _commit(journal: Journal, writes: list[AtomicWrite]) -> Sequence[BaseException | None | _Failed] | BaseException:
+    """One write_messages call for the round's writes: its results, or the exception that failed it all.
+
+    Akka writes each actor's events in a call of its own, so a sequence number another writer took fails only
+    the actors of that persistence id. Here one call holds the round's writes of every actor of the host: when it
+    fails on such a number (SequenceNrTaken, nothing stored), those actors' writes fail (_Failed) and the others'
+    go again in a new call. Any other failure's outcome is unknown (Akka: every actor of the call stops).
+    """
+    try:
+        return journal.write_messages(writes)
+    except SequenceNrTaken as exc:
+        taken = exc
+    except Exception as exc:
+        return exc
+    results: list[BaseException | None | _Failed] = [None] * len(writes)
+    pending = list(range(len(writes)))
+    while True:
+        bad = set(taken.persistence_ids)
+        failed = [i for i in pending if writes[i].persistence_id in bad]
+        if not failed:  # (it names no id of these writes: nothing to go on with)
+            return taken
+        for i in failed:
+            results[i] = _Failed(taken)
+        pending = [i for i in pending if writes[i].persistence_id not in bad]
+        if not pending:
+            return results
+        try:
+            for i, result in zip(pending, journal.write_messages([writes[i] for i in pending]), strict=True):
+                results[i] = result
+            return results
+        except SequenceNrTaken as exc:
+            taken = exc
+        except Exception as exc:
+            for i in pending:
+                results[i] = _Failed(exc)
+            return results
 
 
 class _Group:
@@ -112,5 +162,5 @@ class _Group:
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
         self.writes: list[AtomicWrite] = []
-        self.results: WriteResults = None
+        self.results: Sequence[BaseException | None | _Failed] | BaseException = ()
         self.handed = 0  # results handed to actors so far, in the order their writes were added

@@ -50,6 +50,30 @@ def test_fail_fast_if_persistence_id_is_none_or_blank(ps, kind, text):
     probe.expect_no_message(0.1)
 
 
+def test_a_write_that_fails_on_a_taken_sequence_nr_stops_only_the_actors_of_that_persistence_id(ps):
+    # One host commits the writes of all its actors in one transaction: a second incarnation of a persistence id
+    # (split brain) failing on a taken sequence nr failed every actor of that round, and another actor's valid
+    # event was lost with it. Akka writes each actor's events in a call of its own.
+    name, other = new_name("taken"), new_name("innocent")
+    probe = ps.probe(name)
+    first, second, innocent = f"/user/spec/{name}~one", f"/user/spec/{name}~two~watch", f"/user/spec/{other}~watch"
+    for path in (first, second, innocent):
+        assert state(probe, path) == []  # recovered: both incarnations of `name` see nothing stored
+    probe.tell(first, Cmd("a"))
+    assert state(probe, first) == ["a-1", "a-2"]
+    # One dispatch, one group commit: `second` takes sequence nrs 1-2 again, `innocent` writes its own.
+    ps.tell_many([(second, Cmd("b")), (innocent, Cmd("c"))], sender=probe.path)
+    assert probe.receive(10) == Report("stopped", second)  # its persist failed: it stops (Akka)
+    assert state(probe, innocent) == ["c-1", "c-2"]
+    probe.tell(innocent, "seq")
+    assert probe.receive(10) == 2
+    ps.stop(innocent)  # recovered from the journal: its events were written
+    assert state(probe, f"/user/spec/{other}") == ["c-1", "c-2"]
+    assert any("sequence nr 1 of persistence id" in e.reason and name in e.reason and "already exists" in e.reason
+               for e in ps.errors().recent), [e.reason for e in ps.errors().recent]
+    probe.expect_no_message(0.2)
+
+
 # ---- 3-7: emitting and recovering ---------------------------------------------------------------------
 
 @where
