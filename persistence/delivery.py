@@ -257,9 +257,12 @@ class AtLeastOnceDelivery(PersistentActor):
 
     def receive(self, message: object, sender: str | None) -> None:
         # The tick bypasses the stash: redelivery goes on during recovery-waiting and pending persists.
-        if type(message) is RedeliveryTick and sender == self.path:
-            if not self._dead:
+        if type(message) is RedeliveryTick:
+            if sender == self.path and not self._dead:
                 self._redeliver_overdue()
+            elif sender != self.path:  # (another actor's: the timer is this actor's own, and user code never sees it)
+                self.context.dead_letter(sender, self.path, message, "RedeliveryTick is AtLeastOnceDelivery's own "
+                                         "timer message: other actors cannot send it")
             return
         super().receive(message, sender)
 

@@ -78,7 +78,7 @@ def check_actor_default(name: str, value: Any, *, per_host: bool = True) -> None
 
 
 ACTOR_DEFAULTS = ("stash_capacity", "internal_stash_overflow_strategy", "recovery_event_timeout")
-"""The PersistentActor settings a system (`start(...)`) or a spawn may give a default for."""
+"""The PersistentActor settings a system (`start(...)`) may give a default for."""
 
 for _name in STORE_OPTIONS:
     register_host_option(_name, check_store_url)

@@ -256,3 +256,13 @@ class ChaosApp(actors.Actor):
             for i in range(1, NUM_MESSAGES + 1):
                 if i not in self.acks:
                     self.tell(self.sender_path, i)
+
+
+class TellsWhatItGets(AtLeastOnceDelivery):
+    """Replies ("got", message) to every command: what reaches user code."""
+
+    def receive_recover(self, event: Any) -> None:
+        pass
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        self.tell(sender, ("got", message))

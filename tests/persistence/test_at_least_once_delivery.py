@@ -6,8 +6,10 @@ import itertools
 
 import pytest
 
-from persistence import UnconfirmedWarning
+from persistence import RedeliveryTick, UnconfirmedWarning
+from tests.persistence.alod_actors import TellsWhatItGets
 from tests.persistence.fixtures import Action, Destination, Req, Sender, SenderConfig, Unreliable
+from tests.waiting import dead_letters_reach
 
 pytestmark = pytest.mark.timeout(90)
 S = 0.3  # 1 s in Akka's spec is S seconds here
@@ -51,6 +53,17 @@ class World:
             self.control.tell(self.sender, Req(p))
         for _ in payloads:
             assert self.control.receive(10) == "ReqAck"
+
+
+def test_a_redelivery_tick_from_another_actor_never_reaches_user_code(psystem):
+    # RedeliveryTick is exported (for isinstance checks) and was handed to receive_command when another sent it.
+    psystem.spawn(TellsWhatItGets, path="/user/tells", entities=True)
+    probe = psystem.probe()
+    probe.tell("/user/tells/1", RedeliveryTick())
+    probe.tell("/user/tells/1", "next")
+    assert probe.receive(10) == ("got", "next")
+    assert dead_letters_reach(psystem, 1)
+    assert "RedeliveryTick is AtLeastOnceDelivery's own timer message" in psystem.dead_letters().recent[-1].reason
 
 
 def test_deliver_in_order_when_nothing_is_lost(psystem):
