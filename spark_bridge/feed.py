@@ -30,6 +30,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import os
 import struct
 import sys
@@ -134,15 +135,29 @@ class PathTemplate:
         return cls(text, tuple(literals), tuple(columns))
 
     def render(self, values: list[list[Any]]) -> list[str]:
-        """The paths of a batch, given each placeholder column's values (in `columns` order)."""
+        """The paths of a batch, given each placeholder column's values (in `columns` order); InvalidPath naming
+        the column for a null value or one holding '/' (it would name no row's entity, or another one)."""
         lits = self.literals
         if not self.columns:
             return [lits[0]] * (len(values[0]) if values else 0)
+        for column, column_values in zip(self.columns, values, strict=True):
+            if None in column_values:  # (a scan in C; "None" would name an entity of its own)
+                raise actors.InvalidPath(f"to={self.text!r}: column {column!r} is null in a row, so the row has no "
+                                         "destination; fill it, or filter such rows out before the feed")
         if len(self.columns) == 1:
             a, b = lits
-            return [f"{a}{v}{b}" for v in values[0]]
-        return ["".join(p for pair in zip(lits, map(str, row), strict=False) for p in pair) + lits[-1]
-                for row in zip(*values, strict=True)]
+            paths = [f"{a}{v}{b}" for v in values[0]]
+        else:
+            paths = ["".join(p for pair in zip(lits, map(str, row), strict=False) for p in pair) + lits[-1]
+                     for row in zip(*values, strict=True)]
+        # A value holding "/" makes a deeper path: count the slashes of the whole batch in C, look closer if off.
+        if "".join(paths).count("/") != len(paths) * sum(lit.count("/") for lit in lits):
+            for column, column_values in zip(self.columns, values, strict=True):
+                bad = next((v for v in column_values if "/" in str(v)), None)
+                if bad is not None:
+                    raise actors.InvalidPath(f"to={self.text!r}: column {column!r} holds {bad!r}, which has a '/': "
+                                             "an entity id is one path segment; replace the '/' in such values")
+        return paths
 
 
 @dataclass(frozen=True)
@@ -528,9 +543,17 @@ def _release(system: actors.System, probe: actors.Probe, plan: _Plan, feed_id: s
     resend = plan.resend_after
     for (bridge, _), release in releases.items():
         system.tell(bridge, release)
-    progress = -1  # rows processed at the bridges when the deadline was last moved
+    progress = 0  # rows processed at the bridges when the deadline was last moved
+    looked = time.monotonic()
     while len(released) < len(releases) or (plan.processed and processed != involved):
         now = time.monotonic()
+        if plan.processed and len(released) == len(releases) and now - looked >= plan.resend_after:
+            # Looked at every resend_after (not only at the deadline, which then moved a whole timeout on):
+            # the feed fails `timeout` s (give or take resend_after) after its last row was processed.
+            looked = now
+            rows = _processed_rows(system, feed_id, involved - processed)
+            if rows > progress:
+                progress, deadline = rows, now + plan.timeout
         if now >= deadline:
             # Once released, a big feed may take longer than `timeout` to process: only `timeout` seconds
             # without one more row processed fails it (a slow machine is not a stalled destination).
@@ -784,7 +807,7 @@ def _progress(df: DataFrame, plan: _Plan, stream: TextIO) -> Poller | None:
 def feed(df: DataFrame, system: object, to: str | Callable[[Row], str] = "destination",
          message: Callable[[Row], object] | None = None, key: str | None = None, feed_id: str | None = None,
          ack: str = "persisted", batch_size: int = 2_000, window: int = 8, timeout: float = 60.0,
-         progress: bool | TextIO = True) -> FeedResult:
+         progress: bool | TextIO = True, *, _micro_batch: bool = False) -> FeedResult:
     """Send every row of `df` to the actor at its path through the bridge.
 
     Returns once every row is durable in the bridge (ack="persisted") or confirmed by its destination
@@ -799,17 +822,19 @@ def feed(df: DataFrame, system: object, to: str | Callable[[Row], str] = "destin
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise ValueError(f"window must be an int >= 1, got {window!r}")
-    if not isinstance(timeout, int | float) or timeout <= 0:
-        raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    _check_timeout(timeout)
     if not (isinstance(to, str) or callable(to)):
         raise TypeError(f"to must be a column name, a path template or a callable Row -> path, got {to!r}")
     target = check_to(to, df.columns) if isinstance(to, str) else to
+    check_path_column(df.schema, target)
     if key is not None and key not in df.columns:
         raise ValueError(f"key={key!r} is not a column of the DataFrame (columns: {df.columns})")
     if message is not None and not callable(message):
         raise TypeError(f"message must be a callable Row -> message, got {message!r}")
     if feed_id is not None and (not isinstance(feed_id, str) or not feed_id):
         raise ValueError(f"feed_id must be a non-empty string, got {feed_id!r}")
+    if feed_id is not None and "/" in feed_id and not _micro_batch:
+        raise ValueError(check_batch_feed_id(feed_id))
     if message is None:
         check_columns(df.schema)
     host, port = _address(system)
@@ -881,6 +906,29 @@ def check_to(to: str, columns: list[str]) -> str | PathTemplate:
     return template
 
 
+def check_path_column(schema: Any, to: object) -> None:
+    """ValueError when `to` names a column that is not a string column (its values are the rows' paths)."""
+    if isinstance(to, str):
+        kind = schema[to].dataType
+        if type(kind).__name__ not in ("StringType", "CharType", "VarcharType", "NullType"):
+            raise ValueError(f"to={to!r} names a column of type {kind.simpleString()}, not string: a column given as "
+                             f"`to` holds each row's destination path; to build paths from its values, give a path "
+                             f"template, e.g. to=\"/user/accounts/{{{to}}}\"")
+
+
+def check_batch_feed_id(feed_id: str) -> str:
+    """Why a batch feed may not be named `feed_id` (one with a '/'), for the caller's error."""
+    return (f"feed_id {feed_id!r} has a '/': the feeds of a stream's micro-batches are named '<feed id>/<batch id>' "
+            "(feed_stream, writeStream), so a batch feed named so could be taken for one of them (its rows, or "
+            f"theirs, skipped as already delivered); use another separator, e.g. {feed_id.replace('/', '-')!r}")
+
+
+def _check_timeout(timeout: object) -> None:
+    """ValueError unless `timeout` is a finite number of seconds above 0 (NaN never expires: a feed would wait on)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf:
+        raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+
+
 def feed_stream(stream_df: DataFrame, system: object, *, feed_id: str, checkpoint: str, to: str | Callable[[Row], str] = "destination",
                 message: Callable[[Row], object] | None = None, key: str | None = None, ack: str = "persisted",
                 batch_size: int = 2_000, window: int = 8, timeout: float = 60.0, trigger: dict[str, Any] | None = None) -> StreamingQuery:
@@ -892,12 +940,13 @@ def feed_stream(stream_df: DataFrame, system: object, *, feed_id: str, checkpoin
     """
     if ack not in ACK_MODES:
         raise ValueError(f"ack must be one of {ACK_MODES}, got {ack!r}")
+    _check_timeout(timeout)
     host, port = _address(system)
     check_system(host, port)
 
     def each(batch_df: DataFrame, batch_id: int) -> None:
         feed(batch_df, f"{host}:{port}", to=to, message=message, key=key, feed_id=f"{feed_id}/{batch_id}",
-             ack=ack, batch_size=batch_size, window=window, timeout=timeout, progress=False)
+             ack=ack, batch_size=batch_size, window=window, timeout=timeout, progress=False, _micro_batch=True)
 
     writer = stream_df.writeStream.foreachBatch(each).option("checkpointLocation", checkpoint)
     if trigger:

@@ -50,7 +50,9 @@ from spark_bridge.feed import (
     ACK_MODES,
     FeedError,
     _Plan,
+    check_batch_feed_id,
     check_columns,
+    check_path_column,
     check_system,
     check_to,
     commit_run,
@@ -134,6 +136,7 @@ def _plan(options: Mapping[str, str], schema: StructType, feed_id: str) -> tuple
     columns = schema.fieldNames()
     try:
         to = check_to(o.to, columns)
+        check_path_column(schema, to)
     except ValueError as e:
         raise SinkOptionError(f'{SINK_NAME}: option "to": {e}') from None
     if o.key is not None and o.key not in columns:
@@ -268,6 +271,8 @@ class RepriseSink(DataSource):
         import uuid
 
         plan, arrow = _plan(self.options, schema, f"feed-{uuid.uuid4().hex}")
+        if "/" in plan.feed_id:
+            raise SinkOptionError(f'{SINK_NAME}: option "feed_id": {check_batch_feed_id(plan.feed_id)}')
         return _ArrowBatchWriter(plan) if arrow else _BatchWriter(plan)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802

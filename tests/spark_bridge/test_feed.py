@@ -144,6 +144,39 @@ def test_rows_for_unserved_paths_are_counted_as_dead_letters(spark, bridged):
 
 
 @pytest.mark.timeout(60)
+def test_a_batch_feed_id_with_a_slash_a_bad_timeout_and_a_non_string_path_column_are_refused_before_the_job(
+        spark, bridged):
+    # "orders/0" is micro-batch 0 of a stream fed as "orders": a batch feed of that name made the stream's batch 0
+    # a rerun (all its rows skipped). A NaN timeout never expired. An int `to` column failed inside the tasks.
+    df = deposits(spark, 10, partitions=1)
+    with pytest.raises(ValueError, match="feed_id 'orders/0' has a '/': the feeds of a stream's micro-batches are "
+                                         "named '<feed id>/<batch id>'.*e.g. 'orders-0'"):
+        feed(df, system=bridged.admin_port, feed_id="orders/0")
+    for bad in (float("nan"), float("inf"), True, 0, "5"):
+        with pytest.raises(ValueError, match="timeout must be a number of seconds > 0"):
+            feed(df, system=bridged.admin_port, timeout=bad)
+    with pytest.raises(ValueError, match="to='account' names a column of type int, not string.*"
+                                         "to=\"/user/accounts/\\{account\\}\""):
+        feed(df, system=bridged.admin_port, to="account")
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(("account", "message"), [
+    ("null", "column 'acct' is null in a row, so the row has no destination"),
+    ("'x/1'", "column 'acct' holds 'x/1', which has a '/': an entity id is one path segment"),
+])
+def test_a_template_value_that_is_null_or_holds_a_slash_fails_the_feed_naming_the_column(spark, bridged, account,
+                                                                                        message):
+    # A null went to the entity "None"; "x/1" to /user/accounts/x/1, a dead letter the feed did not count.
+    df = spark.range(0, 3, numPartitions=1).selectExpr(
+        f"case when id = 1 then {account} else concat('a', cast(id as string)) end as acct",
+        "cast(1 as long) as amount", "id as txid")
+    with pytest.raises(Exception, match=message):
+        feed(df, system=bridged.admin_port, to="/user/accounts/{acct}", feed_id=f"bad-{len(account)}")
+    assert bridged.ask("/user/accounts/a0", GetBalance()).total == 0  # (the task failed before staging a row)
+
+
+@pytest.mark.timeout(60)
 def test_key_column_deduplicates_rows_across_feed_ids(spark, bridged):
     df = deposits(spark, 1_000, accounts=10)
     expected = expected_sums(df)

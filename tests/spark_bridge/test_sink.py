@@ -344,6 +344,8 @@ def test_stream_restarted_from_its_checkpoint_loses_and_repeats_nothing(sink, ma
     ({"to": "/user/accounts/{account"}, "path template"),
     ({"key": "nokey"}, "option \"key\": 'nokey' is not a column"),
     ({"feed_id": ""}, 'option "feed_id" must not be empty'),
+    ({"feed_id": "orders/0"}, "option \"feed_id\": feed_id 'orders/0' has a '/': the feeds of a stream's micro-batches"),
+    ({"to": "account"}, "to='account' names a column of type int, not string"),
 ])
 def test_bad_options_fail_the_write_naming_the_option(sink, bridged, options, match):
     df = by_account(sink, 10)
