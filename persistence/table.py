@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from actors.errors import UnpicklableMessage
 from journal import Journal, SnapshotSelectionCriteria, register_type, register_upcaster
 from journal.errors import SerializationError
 from journal.serialization import (
@@ -378,13 +379,23 @@ class EntityTable(PersistentActor):
 
     def _send(self, after: list[tuple[str | None | Callable[[Any], object], object]]) -> None:
         route, me = self.context.route, self.path
-        for to, message in after:
-            if type(to) is str:
-                route(me, to, message)
-            elif to is None:
-                self.context.dead_letter(me, "<no sender>", message, "reply to a message that had no sender")
-            else:
-                to(message)  # type: ignore[operator]  # (an action of when_durable)
+        start, k = 0, 0
+        while start < len(after):
+            try:
+                for k in range(start, len(after)):
+                    to, message = after[k]
+                    if type(to) is str:
+                        route(me, to, message)
+                    elif to is None:
+                        self.context.dead_letter(me, "<no sender>", message, "reply to a message that had no sender")
+                    else:
+                        to(message)  # type: ignore[operator]  # (an action of when_durable)
+                return
+            except UnpicklableMessage as exc:
+                # One reply that cannot travel must not cost the replies (and confirms) after it theirs.
+                self.context.report_error(me, f"a reply to {after[k][0]} was not sent (its command's events are "
+                                              f"durable): {exc}")
+                start = k + 1
 
     def _send_unless_rejected(self, after: list[tuple[str | None | Callable[[Any], object], object]]) -> None:
         if not self._rejected:  # (see _committed)

@@ -100,6 +100,8 @@ class Accounts(EntityTable):
             return Deposited(1)  # type: ignore[return-value]  # (the mistake the test checks)
         elif command == "path":
             self.reply(self.sender, self.entity_path)
+        elif command == "unpicklable reply":
+            self.reply(self.sender, lambda: "a function cannot be pickled")
         return None
 
     def event_handler(self, state: int, event: Any) -> int:

@@ -97,6 +97,19 @@ def test_a_failing_command_is_dropped_and_reported_and_the_rest_of_its_batch_app
     assert psystem.ask(f"{ACC}/a", "balance") == 6, "the entity goes on after its failed commands"
 
 
+def test_a_reply_that_cannot_be_pickled_is_reported_and_the_replies_after_it_in_its_commit_are_sent(psystem):
+    # The replies after it in the same commit were lost (25 of 50 deposits durable and never confirmed).
+    psystem.spawn(Accounts, ACC, entities=True)
+    probe = psystem.probe()
+    psystem.tell_many([(f"{ACC}/{k}", Deposit("/o", k, 1)) for k in range(1, 11)] + [(f"{ACC}/x", "unpicklable reply")]
+                      + [(f"{ACC}/{k}", Deposit("/o", k, 1)) for k in range(11, 21)], sender=probe.path)
+    assert sorted(c.delivery_id for c in probe.receive_many(20, 20)) == list(range(1, 21))
+    errors = wait_for(lambda: [e for e in psystem.errors().recent if e.path == ACC] or None, 10)
+    assert any(f"a reply to {probe.path} was not sent" in e.reason and "cannot be pickled" in e.reason
+               for e in errors), [e.reason for e in errors]
+    probe.expect_no_message(0.2)
+
+
 def test_a_command_whose_event_handler_fails_on_a_later_event_leaves_no_event_no_mark_and_no_reply(psystem, tmp_path):
     psystem.spawn(Accounts, ACC, entities=True)
     probe = psystem.probe()
