@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from actors import Actor
-from journal import EventEnvelope, EventReader, Journal, RepriseError
+from journal import EventEnvelope, EventReader, Journal, RepriseError, missing_journal
+from journal.urls import redact_url
 from persistence.offset_store import OffsetConflict, OffsetStore, open_offset_store
 from persistence.plugins import journal_for
 
@@ -183,10 +184,16 @@ class Projection(Actor):
     def pre_start(self) -> None:
         """Open the journal and the offset store, load the stored offset and start reading."""
         self.name = self.projection_id or self.path
-        url = self.source.journal or cast("str | None", self.config.get("journal"))
+        own = cast("str | None", self.config.get("journal"))
+        url = self.source.journal or own
         if not url:
             raise ProjectionError(f"projection {self.name}: no journal to read: give EventsByTag(tag, journal=URL) "
                                   "or start the system with journal=URL")
+        if url != own:  # (the system's own journal is its writers': it may not exist before their first event)
+            why = missing_journal(url)
+            if why is not None:  # opening it would create an empty journal, read as "nothing to do" forever
+                raise ProjectionError(f"projection {self.name}: EventsByTag(journal={redact_url(url)!r}): {why}; "
+                                      "check the URL (or start what writes that journal first)")
         self._journal: Journal = journal_for(url)
         self._store: OffsetStore | None = open_offset_store(self.offset_store_url)
         self.stored = self.handled = self.read = self._store.load(self.name)

@@ -292,6 +292,23 @@ def test_a_projection_source_journal_of_the_wrong_scheme_fails_the_spawn_naming_
             offset_store="memory://o"))
 
 
+def test_a_projection_source_journal_naming_no_journal_fails_the_spawn_and_creates_none(base, make_system,
+                                                                                       tmp_path) -> None:
+    # A misspelt path opened (so created) an empty journal, and the projection reported lag 0 forever.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db")
+    typo = tmp_path / "jounral.db"
+    with pytest.raises(actors.SpawnFailed, match=f"EventsByTag\\(journal='sqlite:///{typo}'\\): there is no journal "
+                                                 "file .*check the URL"):
+        system.spawn(Projection, "/user/p", kwargs=dict(
+            source=EventsByTag("t", journal=f"sqlite:///{typo}"), handler="tests.test_user_paths:ignore",
+            offset_store="memory://o"))
+    assert not typo.exists()
+    # The system's own journal may not exist before its writers' first event: that is not refused.
+    system.spawn(Projection, "/user/p", kwargs=dict(source=EventsByTag("t"), handler="tests.test_user_paths:ignore",
+                                                    offset_store="memory://o"))
+    assert system.ask("/user/p", GetProjectionState()).lag == 0
+
+
 def test_exactly_once_with_a_memory_offset_store_fails_the_spawn(base, make_system) -> None:
     system = make_system(base)
     with pytest.raises(actors.SpawnFailed, match="offset_store"):
