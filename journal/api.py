@@ -255,7 +255,7 @@ class EventReader:
     def read(self, limit: int) -> list[EventEnvelope]:
         """Up to `limit` events after the last one returned that can be read now; [] when there are none yet."""
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise ValueError(f"limit must be an int >= 1 (events per read), got {limit!r}")
+            raise InvalidQuery(f"limit must be an int >= 1 (events per read), got {limit!r}")
         horizon = self._horizon
         if horizon is not None and self._after >= self._upto:
             self._upto = horizon.poll()  # one look (more while offsets come in full batches); never a wait
@@ -363,6 +363,11 @@ class Journal(ABC):
         Each envelope's offset is the event's global offset (as in events_by_tag). One id has one writer,
         so its sequence numbers commit in order: resume with from = the last sequence nr + 1.
         """
+        if not isinstance(persistence_id, str) or not persistence_id:
+            raise InvalidQuery(f"persistence_id must be a non-empty str, got {persistence_id!r}")
+        for name, value in (("from_sequence_nr", from_sequence_nr), ("to_sequence_nr", to_sequence_nr)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidQuery(f"{name} must be a sequence number: an int >= 0, got {value!r}")
         interval = self._interval(poll_interval)
         chunk = self.replay_chunk
 

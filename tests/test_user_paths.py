@@ -110,6 +110,13 @@ def query_journal(request, tmp_path) -> Iterator[Journal]:
     (lambda j: j.all_events(poll_interval=0), "poll_interval"),
     (lambda j: j.events_reader("2").read(10), "offset"),
     (lambda j: j.events_reader(0, tag="").read(10), "tag"),
+    (lambda j: j.events_reader(0).read(0), "limit"),
+    (lambda j: j.events_by_persistence_id("a", "2"), "from_sequence_nr"),  # (raised while iterating, before)
+    (lambda j: j.events_by_persistence_id("a", 1, "2"), "to_sequence_nr"),
+    (lambda j: j.events_by_persistence_id("a", -3), "from_sequence_nr"),
+    (lambda j: j.events_by_persistence_id("a", 1.5), "from_sequence_nr"),
+    (lambda j: j.events_by_persistence_id(None), "persistence_id"),  # (an empty result, before)
+    (lambda j: j.events_by_persistence_id(42), "persistence_id"),  # (PostgreSQL: a JournalError while iterating)
 ])
 def test_query_arguments_of_the_wrong_type_are_refused_at_the_call_naming_them(query_journal, call, named) -> None:
     with pytest.raises(InvalidQuery, match=named) as info:
