@@ -92,6 +92,7 @@ from .supervision import DEFAULT_HOLD_LIMIT, Backoff, check_hold_limit
 from .thespian_types import Address
 from .transport import Entry, Router, address_key, check_message, pack, unpack
 from .validation import (
+    check_constructor,
     check_ip,
     check_leader,
     check_log_level,
@@ -826,6 +827,7 @@ class System:
         check_hold_limit(hold_limit)
         check_spawn_options(passivate_after=passivate_after, max_restarts=max_restarts,
                             restart_window=restart_window, linger=linger, batch_cap=batch_cap, timeout=timeout)
+        check_constructor(cls, tuple(args), dict(kwargs or {}))
         if (getattr(cls, "__module__", None) == "__main__" and self.base != "local"
                 and adopt_main_classes() is None):
             raise UnpicklableMessage(f"{cls.__qualname__} is defined in __main__; actor classes must live in "

@@ -5,10 +5,13 @@ Upper layers' settings (a journal URL) are checked by their owners: see actors/h
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import ipaddress
 import logging
 import math
 from collections.abc import Mapping
+from typing import Any
 
 from .errors import ConfigError
 
@@ -70,6 +73,26 @@ def check_port(name: str, value: object) -> None:
     """ConfigError unless `value` is None or a TCP port number (1..65535)."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536):
         raise ConfigError(f"{name} must be an integer in 1..65535 (or None for a free port), got {value!r}")
+
+
+def check_constructor(cls: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """ConfigError when `cls(*args, **kwargs)` cannot be called (an argument missing, or one it does not take,
+    named with the one meant): a misspelt keyword failed the spawn with a traceback from the host process."""
+    if not isinstance(cls, type):
+        return
+    try:
+        signature = inspect.signature(cls)
+    except (TypeError, ValueError):  # (a class whose signature Python cannot tell)
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as e:
+        names = [n for n, p in signature.parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        unknown = [k for k in kwargs if k not in signature.parameters]
+        close = difflib.get_close_matches(unknown[0], names, n=1) if unknown else []
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ConfigError(f"{cls.__qualname__} cannot be made with these args/kwargs: {e}{hint}; its parameters are "
+                          f"{', '.join(names) or 'none'}") from None
 
 
 def check_spawn_options(*, passivate_after: object = None, max_restarts: object = 10, restart_window: object = 60.0,

@@ -160,7 +160,9 @@ class Projection(Actor):
             raise ProjectionError(f"projection_id must be a non-empty string (default: the actor's path), "
                                   f"got {projection_id!r}")
         self.projection_id = projection_id
-        self.exactly_once = bool(exactly_once)
+        if not isinstance(exactly_once, bool):  # ("no" would be true)
+            raise ProjectionError(f"exactly_once must be True or False, got {exactly_once!r}")
+        self.exactly_once = exactly_once
         if self.exactly_once and offset_store.startswith("memory://"):
             # Refused here, not at the first event: there is no transaction to put the handler's writes in.
             raise ProjectionError(f"exactly_once=True needs an offset_store whose database the handler writes in "

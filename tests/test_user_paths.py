@@ -284,11 +284,20 @@ def test_new_sqlite_files_of_projections_are_0600_whatever_the_umask(base, make_
 # ---- Projections fed what users get wrong ----------------------------------------------------------
 
 def test_a_misspelt_projection_option_fails_the_spawn_naming_it(base, make_system) -> None:
+    # (in the caller, naming the one meant: it was a traceback from the host process)
     system = make_system(base)
-    with pytest.raises(actors.SpawnFailed, match="unexpected keyword argument 'save_after_envelope'"):
+    with pytest.raises(actors.ConfigError, match="Projection cannot be made with these args/kwargs: .*unexpected "
+                                                 "keyword argument 'save_after_envelope' \\(did you mean "
+                                                 "save_after_envelopes\\?\\); its parameters are source, "):
         system.spawn(Projection, "/user/p", kwargs=dict(
             source=EventsByTag("t"), handler="tests.test_user_paths:ignore", offset_store="memory://o",
             save_after_envelope=10))
+    with pytest.raises(actors.ConfigError, match="missing a required argument: 'offset_store'"):
+        system.spawn(Projection, "/user/p", kwargs=dict(source=EventsByTag("t"), handler="tests.test_user_paths:ignore"))
+    with pytest.raises(actors.SpawnFailed, match="exactly_once must be True or False, got 'no'"):
+        system.spawn(Projection, "/user/p", kwargs=dict(
+            source=EventsByTag("t"), handler="tests.test_user_paths:ignore", offset_store="memory://o",
+            exactly_once="no"))
 
 
 def test_a_projection_source_journal_of_the_wrong_scheme_fails_the_spawn_naming_it(base, make_system) -> None:

@@ -61,7 +61,11 @@ def test_spawning_an_overlapping_path_is_refused(system):
 
 
 def test_actor_failing_to_start_is_reported(system):
-    with pytest.raises(SpawnFailed, match="failed to start"):
+    with pytest.raises(SpawnFailed, match="(?s)failed to start.*NeedsArgument.__init__"):
+        system.spawn("tests.actors.validation_sample:NeedsArgument", "/user/bad")  # (by name: made in the host)
+    # A class given as itself is checked against its constructor before anything starts.
+    with pytest.raises(actors.ConfigError, match="Echo cannot be made with these args/kwargs: too many positional "
+                                                 "arguments; its parameters are none"):
         system.spawn(Echo, "/user/bad", args=("unexpected",))
 
 
