@@ -329,6 +329,10 @@ class EntityTable(PersistentActor):
                     else:
                         raise TypeError(f"{type(self).__name__}.command_handler must return a list or tuple of events "
                                         f"(or None), got {type(produced).__name__}: return [event]")
+                elif produced is not None and type(produced) is not list and type(produced) is not tuple:
+                    # (0, {} or "" would otherwise pass for "no events" where the handler meant one)
+                    raise TypeError(f"{type(self).__name__}.command_handler must return a list or tuple of events "
+                                    f"(or None), got {type(produced).__name__} {produced!r}: return [event]")
             except Exception as exc:
                 self._undo(marks, len(events), n_after)
                 if layered:

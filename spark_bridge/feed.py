@@ -594,7 +594,8 @@ def _release(system: actors.System, probe: actors.Probe, plan: _Plan, feed_id: s
             listed += [f"partition {p} (batches {','.join(b)}) at {bridge}" for p, b in sorted(by_partition.items())]
         raise FeedError(f"feed {feed_id!r}: no more of its rows were processed within {plan.timeout} s: "
                         f"{'; '.join(listed)}. Their rows are stored and still being delivered; feed the same "
-                        "feed_id again to wait for them")
+                        "feed_id again to wait for them. A destination that raises on a row (see "
+                        "system.errors() or `reprise status`) gets it again until it applies it: fix that first")
     return sum(released.values())
 
 

@@ -83,14 +83,18 @@ def test_a_failing_command_is_dropped_and_reported_and_the_rest_of_its_batch_app
                        (f"{ACC}/a", Withdraw(100)),          # raises: dropped, a keeps 10
                        (f"{ACC}/b", Deposit("/o", 2, 5)),
                        (f"{ACC}/c", Deposit("/o", 3, 7)),
-                       (f"{ACC}/c", "not a list")],          # a mistake in the handler: reported, dropped
+                       (f"{ACC}/c", "not a list"),           # a mistake in the handler: reported, dropped
+                       (f"{ACC}/d", "zero")],                # a falsy one too (it passed for "no events")
                       sender=probe.path)
     assert sorted(c.delivery_id for c in probe.receive_many(3, 20)) == [1, 2, 3]
     assert balances(psystem, "abc") == {"a": 10, "b": 5, "c": 7}
-    errors = wait_for(lambda: [e for e in psystem.errors().recent if e.path.startswith(ACC)] or None, 10)
+    failed = {f"{ACC}/a", f"{ACC}/c", f"{ACC}/d"}
+    errors = wait_for(lambda: (lambda es: es if failed <= {e.path for e in es} else None)(
+        [e for e in psystem.errors().recent if e.path.startswith(ACC)]), 10)
     by_path = {e.path: e.reason for e in errors}
     assert "cannot withdraw 100" in by_path[f"{ACC}/a"], by_path
     assert "must return a list or tuple of events" in by_path[f"{ACC}/c"], by_path
+    assert "must return a list or tuple of events (or None), got int 0" in by_path[f"{ACC}/d"], by_path
     with pytest.raises(ActorFailed, match="cannot withdraw 1000"):
         psystem.ask(f"{ACC}/a", Withdraw(1000))
     psystem.tell(f"{ACC}/a", Withdraw(4))
