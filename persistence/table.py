@@ -509,6 +509,8 @@ def entity_events(journal: Journal, table_path: str, entity_id: str, shards: int
     from actors.paths import shard_key, shard_of
 
     pid = shard_key(table_path, shard_of(f"{table_path}/{entity_id}", table_path, shards), shards)
+    if not journal.highest_sequence_nr(pid):
+        _check_shards(journal, table_path, shards)
     n = 0
     with journal.events_by_persistence_id(pid) as query:
         for envelope in query:
@@ -519,6 +521,17 @@ def entity_events(journal: Journal, table_path: str, entity_id: str, shards: int
                 if owner == entity_id:
                     n += 1
                     yield n, event
+
+
+def _check_shards(journal: Journal, table_path: str, shards: int) -> None:
+    """ValueError when the journal holds the table under another shard count than `shards` (its events would
+    silently read as none)."""
+    ids = [p for p in journal.current_persistence_ids() if p == table_path or p.startswith(f"{table_path} [shard ")]
+    stored = len(ids) if ids and ids != [table_path] else 1 if ids else 0
+    if stored and ((stored == 1) != (shards == 1) or stored > shards):
+        raise ValueError(f"entity_events: the journal holds the table {table_path} as "
+                         f"{'one host' if stored == 1 else f'{stored} or more shards'}, not {shards}: pass the shards= "
+                         f"it was spawned with{'' if stored == 1 else f', e.g. shards={stored}'}")
 
 
 __all__ = ["EntityTable", "TableCommit", "TableSnapshot", "entity_events"]

@@ -171,6 +171,10 @@ def test_a_sharded_table_keeps_each_shard_apart_and_refuses_another_shard_count(
     with open_journal(f"sqlite:///{tmp_path}/journal.db") as journal:
         assert [e.amount for _, e in entity_events(journal, ACC, "3", shards=2)] == [4, 100]
         assert [n for n, _ in entity_events(journal, ACC, "3", shards=2)] == [1, 2], "its own sequence numbers"
+        # Without shards= the events read as none (found by an audit): the shard count is named instead.
+        with pytest.raises(ValueError, match="holds the table /user/acc as 2 or more shards, not 1: pass the shards= "
+                                             "it was spawned with, e.g. shards=2"):
+            list(entity_events(journal, ACC, "3"))
         assert sorted(journal.current_persistence_ids()) == [f"{ACC} [shard 0]", f"{ACC} [shard 1]"]
     psystem.stop(ACC)
     with pytest.raises(SpawnFailed, match="failed to start"):
