@@ -123,6 +123,7 @@ class Host:
         # path (a table of entities, persistence.EntityTable): every delivery goes through _table_batch.
         self.table = (spec.entities and isinstance(self.factory, type) and issubclass(self.factory, Actor)
                       and self.factory.receive_entities is not Actor.receive_entities)
+        self._table_stopped: str | None = None  # why the table last stopped (see start)
         if spec.options:
             self.config = self._own_options(spec)
         self.router = Router()
@@ -204,7 +205,7 @@ class Host:
             # Started (and recovered) now: a table that cannot start fails the spawn, not its first message.
             if self._table() is None:
                 raise SpawnFailed(f"the entity table {self.key} ({self.spec.factory}) failed to start: "
-                                  "system.errors() and the host's log say why")
+                                  f"{self._table_stopped or 'system.errors() and the host log say why'}")
             self.settle()
 
     def _own_options(self, spec: HostSpec) -> dict[str, object]:
@@ -549,6 +550,7 @@ class Host:
             log.exception("entity table %s failed in pre_start", self.key)
             self._drop(table, "failed to start")
             self.report_error(self.path, f"failed to start: {one_line(exc)}")
+            self._table_stopped = one_line(exc)
             return None
         return self.entities.get(self.path)  # (None if it stopped while starting: its recovery failed)
 
@@ -657,6 +659,8 @@ class Host:
         """Remove `entity` (post_stop runs); a single top-level actor stopping ends its host."""
         if self.entities.get(entity.path) is not entity:
             return
+        if self.table and entity.path == self.path:
+            self._table_stopped = reason  # (why a table that stopped while starting failed its spawn)
         self._drop(entity, reason)
         self._post_stop(entity)
         if not self.spec.entities and not self.done:
