@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from actors.error_log import ActorFailure, is_ask
 from actors.errors import UnpicklableMessage
 from journal import Journal, SnapshotSelectionCriteria, register_type, register_upcaster
 from journal.errors import SerializationError
@@ -272,6 +273,8 @@ class EntityTable(PersistentActor):
         self._entity = ""
         self._unwritten = 0  # commits whose write has not completed
         self._rejected = False  # a commit was rejected: the table is stopping (see _event_rejected)
+        # The replies of each commit not written yet (by the commit's id): a rejected commit fails its asks with them.
+        self._replies_of: dict[int, list[tuple[str | None | Callable[[Any], object], object]]] = {}
         self._commits_since_snapshot = 0
 
     def receive_entities(self, messages: list[tuple[str, Any, str | None]]) -> None:
@@ -367,6 +370,7 @@ class EntityTable(PersistentActor):
             except SerializationError as exc:
                 self._after = []
                 self._rejected = True
+                self._fail_asks(replies, f"the table's columns of its commit cannot be journaled ({exc})")
                 self.context.report_error(self.path, f"stopped: {type(self).__name__}'s columns of a commit cannot be "
                                                      f"journaled ({exc}); the table recovers on its next message")
                 self.stop()
@@ -376,6 +380,8 @@ class EntityTable(PersistentActor):
                                  tuple(self._delivery_ids), columns)
             self._ids, self._events, self._origins, self._delivery_ids, self._after = [], [], [], [], []
             self._unwritten += 1
+            if replies:
+                self._replies_of[id(commit)] = replies
             self.persist_async(commit, _Committed(self, replies))
         elif replies:
             self._after = []
@@ -401,6 +407,12 @@ class EntityTable(PersistentActor):
                                               f"durable): {exc}")
                 start = k + 1
 
+    def _fail_asks(self, replies: list[tuple[str | None | Callable[[Any], object], object]], why: str) -> None:
+        """Fail at once the asks among `replies` that will not be answered (the other senders' retries recover)."""
+        for to, _ in replies:
+            if type(to) is str and is_ask(to):
+                self.context.route(self.path, to, ActorFailure(self.path, "CommitRejected", why))
+
     def _send_unless_rejected(self, after: list[tuple[str | None | Callable[[Any], object], object]]) -> None:
         if not self._rejected:  # (see _committed)
             self._send(after)
@@ -408,10 +420,13 @@ class EntityTable(PersistentActor):
     def _committed(self, commit: TableCommit,
                    replies: list[tuple[str | None | Callable[[Any], object], object]]) -> None:
         self._unwritten -= 1
+        self._replies_of.pop(id(commit), None)
         if self._rejected:
             # A commit before this one in the same write was rejected (the table stops once this write's
             # handlers ran): this one's replies may reveal the rejected events' effects, so none is sent; its
-            # senders' retries find it applied once the table has recovered.
+            # senders' retries find it applied once the table has recovered. An ask gets no retry: it fails now.
+            self._fail_asks(replies, "an earlier commit in the same write was rejected; the table recovers on its "
+                                     "next message, and this command's events are stored: ask again")
             return
         if replies:
             self._send(replies)
@@ -433,6 +448,9 @@ class EntityTable(PersistentActor):
             self._rejected = True
             self.context.report_error(self.path, f"stopped: the journal rejected a commit of {len(event.events)} "
                                                  "events (see the host's log); the table recovers on its next message")
+            self._fail_asks(self._replies_of.pop(id(event), []),
+                            "the journal rejected the table's commit holding this command's events (an event it "
+                            "cannot serialize? see system.errors()); nothing of it is stored")
             self.stop()
         super()._event_rejected(event)
 

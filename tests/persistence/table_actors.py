@@ -96,6 +96,9 @@ class Accounts(EntityTable):
             self.reply(self.sender, state)
         elif command == "unstorable":
             return [Unstorable()]
+        elif command == "unstorable, answered":
+            self.reply(self.sender, "stored")
+            return [Unstorable()]
         elif command == "not a list":
             return Deposited(1)  # type: ignore[return-value]  # (the mistake the test checks)
         elif command == "zero":

@@ -143,6 +143,11 @@ def test_a_commit_the_journal_rejects_stops_the_table_and_its_next_message_recov
         probe.receive(0.5)  # nor was it confirmed
     assert psystem.ask(f"{ACC}/a", Deposit("/o", 2, 5)) == Confirm(2), "its redelivery applies"
     assert psystem.ask(f"{ACC}/a", "balance") == 15
+    # An ask whose command's commit is rejected gets no retry: it fails at once (it waited out its timeout).
+    with pytest.raises(ActorFailed, match="CommitRejected: the journal rejected the table's commit holding this "
+                                          "command's events"):
+        psystem.ask(f"{ACC}/b", "unstorable, answered", timeout=30)
+    assert psystem.ask(f"{ACC}/a", "balance") == 15
 
 
 def test_the_table_path_itself_bad_entity_paths_and_stopping_one_entity(psystem):
