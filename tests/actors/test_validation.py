@@ -304,7 +304,7 @@ def test_a_misspelt_or_unknown_start_option_is_refused_naming_the_one_meant(base
     for options, message in (({"metric_port": 9464}, "unknown option metric_port=9464: did you mean metrics_port?"),
                              ({"log_levl": "DEBUG"}, "unknown option log_levl='DEBUG': did you mean log_level?"),
                              ({"node_timout": 1.0}, "did you mean node_timeout?"),
-                             ({"colour": "blue"}, "unknown option colour='blue': the options are admin_port, "),
+                             ({"qwxyz": 1}, "unknown option qwxyz=1: the options are admin_port, "),
                              ({"stash_capacity": -1}, "stash_capacity must be a non-negative int"),
                              ({"recovery_event_timeout": 0}, "recovery_event_timeout must be a number of seconds"),
                              ({"internal_stash_overflow_strategy": "bounce"},

@@ -71,3 +71,10 @@ class Greeter(actors.Actor):
             self.tell(sender, self.got)
         else:
             self.got = message
+
+
+class FailsToStart(actors.Actor):
+    """Its pre_start raises: the spawn fails with that error."""
+
+    def pre_start(self) -> None:
+        raise ValueError("cannot start: the database it needs is down")

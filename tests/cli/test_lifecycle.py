@@ -135,12 +135,12 @@ def test_up_in_the_foreground_shuts_down_on_a_hangup(topology, tag, tmp_path) ->
 
 def test_up_names_why_a_spawn_failed_in_its_one_line(tmp_path, tag) -> None:
     # The reason came after a traceback in the SpawnFailed message, and `up` showed "failed to start: [...]".
-    path = tmp_path / "needs_arg.toml"
-    path.write_text('[[actor]]\npath = "/user/x"\nclass = "tests.actors.validation_sample:NeedsArgument"\n')
+    path = tmp_path / "fails.toml"
+    path.write_text('[[actor]]\npath = "/user/x"\nclass = "tests.actors.validation_sample:FailsToStart"\n')
     result = reprise("up", str(path), "--tag", tag, "--port", str(actors.free_port()))
     assert result.returncode == 1
-    assert "/user/x failed to start: TypeError: " in result.stderr and "missing 1 required positional argument" \
-        in result.stderr, result.stderr
+    assert "/user/x failed to start: ValueError: cannot start: the database it needs is down" in result.stderr, \
+        result.stderr
     assert tagged_pids(tag) == []
 
 
