@@ -270,6 +270,9 @@ class RepriseSink(DataSource):
         """A batch writer, after checking the options, the columns and that the bridge is there."""
         import uuid
 
+        if overwrite:  # (actors cannot be "overwritten": taking it as append would say yes to what cannot be done)
+            raise SinkOptionError(f'{SINK_NAME}: mode("overwrite") is not supported: each row is sent to its actor, '
+                                  'nothing is replaced; use .mode("append")')
         plan, arrow = _plan(self.options, schema, f"feed-{uuid.uuid4().hex}")
         if "/" in plan.feed_id:
             raise SinkOptionError(f'{SINK_NAME}: option "feed_id": {check_batch_feed_id(plan.feed_id)}')

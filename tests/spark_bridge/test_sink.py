@@ -359,6 +359,17 @@ def test_bad_options_fail_the_write_naming_the_option(sink, bridged, options, ma
 
 
 @pytest.mark.timeout(60)
+def test_mode_overwrite_is_refused_instead_of_taken_as_append(sink, bridged):
+    # Rows were sent to their actors as with append: "overwrite" said yes to what cannot be done.
+    df = by_account(sink, 10)
+    with pytest.raises(Exception, match='mode\\("overwrite"\\) is not supported: each row is sent to its actor, nothing '
+                                        'is replaced; use .mode\\("append"\\)'):
+        df.write.format("reprise").mode("overwrite").option("port", str(bridged.admin_port)) \
+            .option("to", "/user/accounts/a{account}").save()
+    assert bridged.ask("/user/accounts/a0", GetBalance()).total == 0
+
+
+@pytest.mark.timeout(60)
 def test_unreachable_system_and_missing_bridge_fail_the_write_saying_how_to_start(sink, make_system):
     df = by_account(sink, 10)
     with pytest.raises(Exception, match="no actor system listens"):
