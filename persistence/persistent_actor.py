@@ -247,6 +247,7 @@ class PersistentActor(Actor):
     sender: str | None = None
     _recovery_running: bool = True
     _dead: bool = False
+    _dead_because: str = "stopped"  # (set by _die: the dead letters of commands that come after say why)
     _replaced: bool = False
 
     @property
@@ -493,7 +494,7 @@ class PersistentActor(Actor):
 
     def _die(self, reason: str) -> None:
         self._dead = True
-        self._dead_because = reason  # (the dead letters of commands that come after say why)
+        self._dead_because = reason
         self.context.stop_entity(self, reason)
 
     # ---- message entry point --------------------------------------------------------------------
@@ -501,7 +502,7 @@ class PersistentActor(Actor):
         """The actors entry point: commands wait in the stash while a stashing persist is pending."""
         if self._dead:
             self.context.dead_letter(sender, self.path, message,
-                                     f"persistent actor stopped: {getattr(self, '_dead_because', 'stopped')}")
+                                     f"persistent actor stopped: {self._dead_because}")
             return
         if self._failed_after_recovery is not None:
             exc, self._failed_after_recovery = self._failed_after_recovery, None

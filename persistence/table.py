@@ -528,7 +528,7 @@ def entity_events(journal: Journal, table_path: str, entity_id: str, shards: int
 
     pid = shard_key(table_path, shard_of(f"{table_path}/{entity_id}", table_path, shards), shards)
     if not journal.highest_sequence_nr(pid):
-        _check_shards(journal, table_path, shards)
+        _refuse_another_shard_count(journal, table_path, shards)
     n = 0
     with journal.events_by_persistence_id(pid) as query:
         for envelope in query:
@@ -541,7 +541,7 @@ def entity_events(journal: Journal, table_path: str, entity_id: str, shards: int
                     yield n, event
 
 
-def _check_shards(journal: Journal, table_path: str, shards: int) -> None:
+def _refuse_another_shard_count(journal: Journal, table_path: str, shards: int) -> None:
     """ValueError when the journal holds the table under another shard count than `shards` (its events would
     silently read as none)."""
     ids = [p for p in journal.current_persistence_ids() if p == table_path or p.startswith(f"{table_path} [shard ")]
