@@ -43,9 +43,20 @@ from journal.errors import JournalError
 from journal.model import MAX_SEQUENCE_NR, PersistenceIdSummary, SnapshotMetadata, SnapshotSelectionCriteria
 from journal.records import EncodedBatch, StoredRow
 
-__all__ = ["PostgresJournal", "PostgresSnapshotStore", "drop_schema", "missing_schema"]
+__all__ = ["PostgresJournal", "PostgresSnapshotStore", "drop_schema", "lock_ddl", "missing_schema"]
 
 _DDL_LOCK = 0x7265707269736502
+
+
+
+def lock_ddl(cur: psycopg.Cursor[Any] | psycopg.Connection[Any]) -> None:
+    """Hold Reprise's DDL lock until this transaction ends (call it inside one, before CREATE ... IF NOT EXISTS).
+
+    Two sessions creating one schema or table at once both see it missing, and the second fails on a unique
+    violation in PostgreSQL's catalog: IF NOT EXISTS does not make concurrent creation safe.
+    """
+    cur.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
+
 
 _RELATIONS = ("journal", "journal_ordering", "tags", "highest_sequence_nr", "snapshot")
 """Everything _SCHEMA creates (tables and the ordering index): when all exist, opening runs no DDL."""
@@ -205,7 +216,7 @@ class _Database:
             row = cur.fetchone()
             if row is not None and row[0]:
                 return
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
+            lock_ddl(cur)
             for ddl in _SCHEMA:
                 cur.execute(sql.SQL(ddl).format(s=ident))
         self.write("create schema", create, landed=_run_again)

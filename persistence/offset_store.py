@@ -191,15 +191,19 @@ class PostgresOffsetStore(_SqlOffsetStore):
         import psycopg
         from psycopg import sql
 
+        from journal.postgres import lock_ddl
+
         self.url = url
         conninfo, self.schema = postgres_conninfo(url)
         try:
             self._conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=10)
             ident = sql.Identifier(self.schema)
-            self._conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
-            self._conn.execute(sql.SQL("SET search_path TO {}").format(ident))
-            self._conn.execute(f"CREATE TABLE IF NOT EXISTS {_TABLE} (projection_id text PRIMARY KEY, "
-                               "current_offset bigint NOT NULL, last_updated bigint NOT NULL)")
+            with self._conn.transaction():
+                lock_ddl(self._conn)  # (two systems may start one projection on a new store at once)
+                self._conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+                self._conn.execute(sql.SQL("SET search_path TO {}").format(ident))
+                self._conn.execute(f"CREATE TABLE IF NOT EXISTS {_TABLE} (projection_id text PRIMARY KEY, "
+                                   "current_offset bigint NOT NULL, last_updated bigint NOT NULL)")
         except psycopg.Error as e:
             raise OffsetStoreError(f"cannot open the PostgreSQL offset store {redact_url(url)!r}: {e}") from e
         self._lock = threading.Lock()

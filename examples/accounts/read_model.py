@@ -48,6 +48,10 @@ def apply_deposits(conn: Any, envelopes: list[EventEnvelope]) -> None:
         else:
             sums[envelope.persistence_id.rsplit("/", 1)[1]] += sum(deposits_of(event))
     mark = "?" if isinstance(conn, sqlite3.Connection) else "%s"
+    if mark == "%s":
+        from journal.postgres import lock_ddl
+
+        lock_ddl(conn)  # (on PostgreSQL two projections creating the table at once would fail one)
     conn.execute("CREATE TABLE IF NOT EXISTS account_balance (account TEXT PRIMARY KEY, balance BIGINT NOT NULL)")
     conn.cursor().executemany(_UPSERT.format(m=mark), sorted(sums.items()))
 

@@ -11,6 +11,7 @@ import sqlite3
 from typing import Any
 
 from journal import EventEnvelope
+from journal.postgres import lock_ddl
 
 _CREATE = ("CREATE TABLE IF NOT EXISTS handled (persistence_id TEXT, sequence_nr INTEGER, "
            "event_offset INTEGER, amount INTEGER, call INTEGER)")
@@ -56,6 +57,8 @@ def failing_once_in_transaction(fail_marker: str | None, conn: Any,
     """
     batch = envelopes if isinstance(envelopes, list) else [envelopes]
     mark = "?" if isinstance(conn, sqlite3.Connection) else "%s"
+    if mark == "%s":
+        lock_ddl(conn)  # (two projections on one new store would race in CREATE TABLE IF NOT EXISTS)
     conn.execute(_CREATE)
     for e in batch:
         conn.execute(f"INSERT INTO handled VALUES ({', '.join([mark] * 5)})", _row(e, len(batch)))

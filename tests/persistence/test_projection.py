@@ -131,6 +131,8 @@ def test_exactly_once_with_two_systems_on_one_offset_store_applies_each_event_on
         system.spawn(Projection, PROJECTION, kwargs=dict(
             source=EventsByTag("moves"), handler="tests.persistence.projection_fixtures:record_in_transaction",
             offset_store=store, exactly_once=True, poll_interval=0.05), max_restarts=100)
+    for system in systems:  # both have loaded the offset (none) before there are events: the second to commit conflicts
+        wait_for(lambda system=system: state(system).stored_offset == 0, timeout=60, interval=0.05)
     move(systems[0], {"a": [1, 2, 3], "b": [4]})
     move(systems[0], {"c": [5, 6]})
     offsets = tagged_offsets(journal)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 import uuid
 
 import pytest
@@ -112,3 +113,31 @@ def test_sqlite_transaction_is_visible_to_other_connections_only_once_committed(
             assert other.execute("SELECT count(*) FROM projection_offset_store").fetchone()[0] == 0
         assert other.execute("SELECT current_offset FROM projection_offset_store").fetchone()[0] == 7
         other.close()
+
+
+def test_stores_opened_at_once_on_a_new_database_all_open(store_url):
+    # Two systems starting one projection on a new PostgreSQL store raced in CREATE SCHEMA/TABLE IF NOT EXISTS:
+    # the loser failed with a unique violation on PostgreSQL's catalog and its projection restarted.
+    opened: list[OffsetStore] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def open_one() -> None:
+        start.wait()
+        try:
+            opened.append(open_offset_store(store_url))
+        except BaseException as e:  # (reported below, by the test's thread)
+            errors.append(e)
+
+    threads = [threading.Thread(target=open_one) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    try:
+        assert errors == [] and len(opened) == 8
+        opened[0].save("p", 3)
+        assert [s.load("p") for s in opened] == [3] * 8
+    finally:
+        for s in opened:
+            s.close()
