@@ -185,7 +185,8 @@ class _Pending:
 class _Staged:
     """A batch staged by a Spark task attempt: durable at `seq` (-1 while its write is in flight)."""
 
-    __slots__ = ("seq", "event", "partition", "batch_no", "size", "duplicates", "dead", "keys", "first_id", "moving")
+    __slots__ = ("seq", "event", "partition", "batch_no", "size", "duplicates", "dead", "keys", "first_id", "moving",
+                 "skipped")
 
     def __init__(self, seq: int, event: BatchStored | None, partition: int, batch_no: int, size: int,
                  duplicates: int, dead: list[int], keys: list[Hashable] | None) -> None:
@@ -199,6 +200,7 @@ class _Staged:
         self.keys = keys
         self.first_id = 0  # allocated on release
         self.moving = False  # its BatchRestaged is being written (see SparkBridge._restage_held)
+        self.skipped: list[int] = []  # on release: rows whose key an earlier row of the feed id holds
 
     def state(self, feed_id: str, partition: int, attempt: str) -> list[Any]:
         """What a snapshot keeps."""
@@ -363,7 +365,8 @@ class SparkBridge(AtLeastOnceDelivery):
             self._restaged(event, self.last_sequence_nr)
         elif t is AttemptsReleased:
             for s in self._release_attempts(event)[0]:
-                self._enqueue(s.seq, s.event, s.first_id, s.size, len(s.dead))
+                self._enqueue(s.seq, s.event, s.first_id, s.size, len(s.dead), len(s.skipped))
+            self._since_snapshot += 1
         elif t is AttemptsDiscarded:
             self._discard_run(event.feed_id, event.run, event.reason, event.idle_seconds)
         elif t is ReleaseDecided:
@@ -592,7 +595,12 @@ class SparkBridge(AtLeastOnceDelivery):
         paths, values, keys = m.paths, m.values, m.keys
         if keys is not None:
             known = self._keys.get(m.feed_id, ())
-            fresh = [i for i, k in enumerate(keys) if k not in known]
+            fresh: list[int] = []
+            taken: set[Hashable] = set()  # (a key twice in one batch: its first row goes)
+            for i, k in enumerate(keys):
+                if k not in known and k not in taken:
+                    taken.add(k)
+                    fresh.append(i)
             if len(fresh) < len(paths):
                 paths = [paths[i] for i in fresh]
                 keys = [keys[i] for i in fresh]
@@ -739,7 +747,7 @@ class SparkBridge(AtLeastOnceDelivery):
         self._persisted_ingest_at = 0.0
         event = AttemptsReleased(m.feed_id, m.run, m.winners, self._next_id, m.planned)
         batches, discarded = self._release_attempts(event)
-        reply = FeedReleased(m.feed_id, m.run, discarded, self.path)
+        reply = FeedReleased(m.feed_id, m.run, discarded, self.path, sum(len(b.skipped) for b in batches))
         self.persist_async(event, lambda e: self._released_now(batches, m, reply))
 
     def _release_attempts(self, event: AttemptsReleased) -> tuple[list[_Staged], int]:
@@ -781,11 +789,15 @@ class SparkBridge(AtLeastOnceDelivery):
         batches.sort(key=lambda b: b.first_id)
         for b in batches:
             if b.keys is not None:
-                keys.update(b.keys)
-            if b.size - len(b.dead) <= 0:
+                # Keys were checked against the released ones when staged; the batches of this release (other
+                # partitions, or another run staging at the same time) may hold them too: the first row wins.
+                b.skipped = _claim_keys(b.keys, keys, b.dead)
+            if b.size - len(b.dead) - len(b.skipped) <= 0:
                 counts[1] += b.size + b.duplicates
             else:
-                self._plant(feed_id, b.partition, b.batch_no, b.first_id, b.size, b.dead, b.duplicates)
+                self._plant(feed_id, b.partition, b.batch_no, b.first_id, b.size, b.dead + b.skipped, b.duplicates)
+                # Settled without a delivery: the fan-out passes them over (and a snapshot keeps them so).
+                self._ahead.update(b.first_id + i for i in b.skipped)
         if not keys:
             self._keys.pop(feed_id, None)
         self._next_id = max(self._next_id, next_id)
@@ -798,7 +810,8 @@ class SparkBridge(AtLeastOnceDelivery):
                 event = event if event is not None else self._load(b.seq)
                 for i in b.dead:
                     self.tell(event.paths[i], event.values[i] if event.columns is None else _row_dict(event, i))
-            self._enqueue(b.seq, b.event, b.first_id, b.size, len(b.dead))
+            self._enqueue(b.seq, b.event, b.first_id, b.size, len(b.dead), len(b.skipped))
+        self._since_snapshot += 1  # (a release is replayed too: it allocates the ids and skips keys)
         self._queue_fan_out()
         self._released_reply(m, reply)
 
@@ -1238,11 +1251,11 @@ class SparkBridge(AtLeastOnceDelivery):
 
     # ---- fan-out --------------------------------------------------------------------------------
     def _enqueue(self, seq: int, event: BatchStored | None, first_id: int, size: int = -1,
-                 dead: int = 0) -> None:
+                 dead: int = 0, skipped: int = 0) -> None:
         """Queue a stored batch's rows `first_id ..` for fan-out (`event` None: read back when its turn comes)."""
         if event is not None:
             size, dead = len(event.paths), len(event.dead)
-        if dead >= size:
+        if dead + skipped >= size:
             return
         keep = event is not None and self._backlog_rows + size <= self.backlog_in_memory
         self._backlog.append(_Pending(seq, event if keep else None, 0, first_id, size))
@@ -1507,3 +1520,16 @@ def start_bridge(system: actors.System, timeout: float = 60.0, cls: type[SparkBr
 def _with_ttl(options: dict[str, Any], staged_ttl: float | None) -> dict[str, Any]:
     """Spawn options whose constructor kwargs carry `staged_ttl` (checked now: a bad one fails the caller)."""
     return {**options, "kwargs": {**(options.get("kwargs") or {}), "staged_ttl": check_staged_ttl(staged_ttl)}}
+
+
+def _claim_keys(batch_keys: list[Hashable], released: set[Hashable], dead: list[int]) -> list[int]:
+    """Add a released batch's keys to `released`; the rows (not dead-lettered) whose key was there already."""
+    skipped = []
+    dead_rows = set(dead)
+    for i, k in enumerate(batch_keys):
+        if k in released:
+            if i not in dead_rows:
+                skipped.append(i)
+        else:
+            released.add(k)
+    return skipped

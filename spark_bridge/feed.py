@@ -482,12 +482,12 @@ def commit_run(plan: _Plan, feed_id: str, staged: Iterable[tuple[Any, ...]], sta
                 releases.setdefault((bridge, run), Release(feed_id, run, winners, probe.path, plan.processed, True))
         for other in sorted({BRIDGE_PATH, *plan.bridges}.difference(b for b, _ in releases)):
             system.tell(other, Discard(feed_id, plan.run, probe.path))  # losing attempts may have staged there
-        discarded = _release(system, probe, plan, feed_id, releases)
+        discarded, skipped = _release(system, probe, plan, feed_id, releases)
     finally:
         system.close()
     seconds = time.monotonic() - started
     rows = sum(m[2] for m in messages)
-    duplicates = dead = 0
+    duplicates, dead = skipped, 0  # (skipped: rows whose key another partition or run released first)
     for p, attempt, n, dup, d, _ in messages:
         if (p, attempt) in excluded:  # its partition was released before, at another bridge: all duplicates
             duplicates += n
@@ -533,11 +533,12 @@ def _coordinate(system: actors.System, probe: actors.Probe, plan: _Plan, feed_id
 
 
 def _release(system: actors.System, probe: actors.Probe, plan: _Plan, feed_id: str,
-             releases: dict[tuple[str, str], Release]) -> int:
+             releases: dict[tuple[str, str], Release]) -> tuple[int, int]:
     """Send each bridge its Release, resending until it answers (and, with ack="processed", until each bridge
-    reports the feed processed); the rows of other attempts the bridges discarded."""
+    reports the feed processed); the rows of other attempts the bridges discarded, and the released rows they
+    skipped as duplicates of a key."""
     deadline = time.monotonic() + plan.timeout
-    released: dict[tuple[str, str], int] = {}
+    released: dict[tuple[str, str], tuple[int, int]] = {}
     processed: set[str] = set()
     involved = {bridge for bridge, _ in releases}
     resend = plan.resend_after
@@ -573,7 +574,7 @@ def _release(system: actors.System, probe: actors.Probe, plan: _Plan, feed_id: s
             continue
         bridge = getattr(reply, "bridge", "") or BRIDGE_PATH
         if isinstance(reply, FeedReleased) and reply.feed_id == feed_id and (bridge, reply.run) in releases:
-            released.setdefault((bridge, reply.run), reply.discarded)
+            released.setdefault((bridge, reply.run), (reply.discarded, reply.duplicates))
         elif isinstance(reply, ReleaseRefused) and reply.feed_id == feed_id and (bridge, reply.run) in releases:
             raise FeedError(refused_message(reply, bridge, [b for b, _ in released if b != bridge], plan.run))
         elif isinstance(reply, FeedProcessed) and reply.feed_id == feed_id and bridge in involved:
@@ -596,7 +597,7 @@ def _release(system: actors.System, probe: actors.Probe, plan: _Plan, feed_id: s
                         f"{'; '.join(listed)}. Their rows are stored and still being delivered; feed the same "
                         "feed_id again to wait for them. A destination that raises on a row (see "
                         "system.errors() or `reprise status`) gets it again until it applies it: fix that first")
-    return sum(released.values())
+    return sum(d for d, _ in released.values()), sum(k for _, k in released.values())
 
 
 def _processed_rows(system: actors.System, feed_id: str, bridges: set[str]) -> int:

@@ -151,6 +151,8 @@ class FeedReleased:
     discarded: int
     bridge: str = field(default="", compare=False)
     """The bridge answering (its path)."""
+    duplicates: int = 0
+    """Released rows not delivered: their key was released before (by another partition or run of the feed)."""
 
 
 @dataclass(frozen=True)

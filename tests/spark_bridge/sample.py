@@ -207,6 +207,21 @@ class SnapshottingBridge(SparkBridge):
     snapshot_every = 20
 
 
+class TrickleBridge(SparkBridge):
+    """A bridge that fans out 10 rows at a time: a SIGKILL finds rows released and not delivered yet."""
+
+    fan_out_window = 10
+    fan_out_chunk = 10
+    fan_out_chunk_busy = 10
+
+
+class TrickleSnapshottingBridge(TrickleBridge):
+    """TrickleBridge with a snapshot after every stored batch or release: recovery starts from a snapshot taken
+    mid fan-out."""
+
+    snapshot_every = 1
+
+
 def fail_first_attempt_halfway(txid: int):
     """A message callable that raises in partition 0's first attempt once it reaches `txid`."""
     def message(row: Any) -> dict:

@@ -15,7 +15,16 @@ from journal import SnapshotSelectionCriteria, open_journal, open_snapshot_store
 from spark_bridge import FeedError, FeedResult, feed, feed_stream
 from spark_bridge.bridge import BRIDGE_PATH, PERSISTENCE_ID
 from spark_bridge.messages import BatchStored
-from tests.spark_bridge.sample import Balance, Deaf, DurableAccount, GetBalance, SnapshottingBridge, Trickle
+from tests.spark_bridge.sample import (
+    Balance,
+    Deaf,
+    DurableAccount,
+    GetBalance,
+    SnapshottingBridge,
+    Trickle,
+    TrickleBridge,
+    TrickleSnapshottingBridge,
+)
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.spark
@@ -185,6 +194,99 @@ def test_key_column_deduplicates_rows_across_feed_ids(spark, bridged):
     assert again.duplicates_skipped == 300
     got = settled(bridged, expected)
     assert {p: b.total for p, b in got.items()} == expected
+
+
+def keyed_twice(spark, rows: int, partitions: int, keys: int):
+    """Deposits whose `txid` repeats: rows 2k and 2k+1 share one (within a batch), and txid wraps at `keys` (across
+    partitions). A txid decides the destination and the amount, so its rows are the same deposit."""
+    return spark.range(0, rows, numPartitions=partitions).selectExpr(
+        f"(id div 2) % {keys} as txid").selectExpr(
+        "concat('/user/accounts/a', cast(txid % 10 as string)) as destination",
+        "cast(txid % 7 + 1 as long) as amount", "txid")
+
+
+def once_per_key(df) -> dict[str, int]:
+    """The sums per destination when each txid is applied once."""
+    return expected_sums(df.dropDuplicates(["txid"]))
+
+
+@pytest.mark.timeout(120)
+def test_a_key_repeated_within_a_keyed_feed_is_delivered_once_and_counted_as_a_duplicate(spark, make_bridged):
+    # A keyed feed delivered every row whose key was not released *before* it staged: a key twice in one batch,
+    # or in two partitions of one run, reached its destination twice.
+    system = make_bridged(account=DurableAccount)
+    df = keyed_twice(spark, 600, partitions=3, keys=200).cache()
+    expected = once_per_key(df)
+    result = feed(df, system=system.admin_port, key="txid", feed_id="twice", ack="processed", batch_size=64)
+    assert (result.rows, result.duplicates_skipped) == (600, 400)
+    got = balances(system, expected)
+    assert (sums(got), sum(b.applied for b in got.values())) == (expected, 200)
+    again = feed(df.repartition(2), system=system.admin_port, key="txid", feed_id="twice", ack="processed")
+    assert (again.rows, again.duplicates_skipped) == (600, 600)
+    assert sum(b.applied for b in balances(system, expected).values()) == 200
+    df.unpersist()
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("bridge", [TrickleBridge, TrickleSnapshottingBridge], ids=["replayed", "from-a-snapshot"])
+def test_a_keyed_feeds_skipped_rows_stay_skipped_when_the_bridge_recovers_mid_fan_out(spark, make_bridged, bridge):
+    # Which rows a release skips is decided again when its event is replayed, and a snapshot taken mid fan-out
+    # keeps it.
+    system = make_bridged(account=DurableAccount, bridge=bridge)
+    # Every other row of partition 1 repeats a key of partition 0: the release skips 2,000 rows spread over all
+    # of partition 1's batches, the last ones the fan-out reaches.
+    df = spark.range(0, 8_000, numPartitions=2).selectExpr(
+        "case when id >= 4000 and id % 2 = 0 then id - 4000 else id end as txid").selectExpr(
+        "concat('/user/accounts/a', cast(txid % 10 as string)) as destination",
+        "cast(txid % 7 + 1 as long) as amount", "txid").cache()
+    expected = once_per_key(df)
+    result = feed(df, system=system.admin_port, key="txid", feed_id="recovered", batch_size=500)
+    assert (result.rows, result.duplicates_skipped) == (8_000, 2_000)
+    wait_for(lambda: sum(b.applied for b in balances(system, expected).values()) >= 200, timeout=60, interval=0.01)
+    pid = system.status().hosts[BRIDGE_PATH].pid
+    os.kill(pid, signal.SIGKILL)
+    settled(system, expected, timeout=120)
+    # The skipped rows are the last of the backlog: a row fed after them is fanned out after them, and once
+    # nothing is unconfirmed any row that went out has been applied.
+    marker = spark.range(0, 1).selectExpr("'/user/accounts/a0' as destination", "cast(1 as long) as amount",
+                                          "-1 as txid")
+    feed(marker, system=system.admin_port, feed_id="after", ack="processed")
+    wait_for(lambda: system.status().hosts[BRIDGE_PATH].counters["unconfirmed"] == 0, timeout=60, interval=0.05)
+    got = balances(system, expected)
+    expected["/user/accounts/a0"] += 1
+    assert (sums(got), sum(b.applied for b in got.values())) == (expected, 6_001)
+    assert system.status().hosts[BRIDGE_PATH].pid != pid
+    df.unpersist()
+
+
+@pytest.mark.timeout(150)
+def test_two_runs_of_a_keyed_feed_at_once_deliver_each_key_once(spark, make_bridged):
+    # Both runs stage before either releases: each checked its keys against the released ones only, so both
+    # delivered every row.
+    system = make_bridged(account=DurableAccount)
+    df = deposits(spark, 3_000, accounts=50).cache()
+    expected = expected_sums(df)
+    results: list = []
+    start = threading.Barrier(2)
+
+    def run(partitions: int) -> None:
+        start.wait()
+        try:
+            results.append(feed(df.repartition(partitions), system=system.admin_port, key="txid", feed_id="both",
+                                ack="processed", batch_size=100, timeout=60.0))
+        except BaseException as exc:  # (reported below)
+            results.append(exc)
+
+    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in (2, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert len(results) == 2 and all(isinstance(r, FeedResult) for r in results), results
+    assert sum(r.duplicates_skipped for r in results) == 3_000, results
+    got = balances(system, expected)
+    assert (sums(got), sum(b.applied for b in got.values())) == (expected, 3_000)
+    df.unpersist()
 
 
 @pytest.mark.timeout(60)
