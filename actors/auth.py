@@ -29,7 +29,7 @@ import stat
 from typing import Any
 
 from .errors import RepriseError
-from .local_systems import boot_option, foreign_boot_owner
+from .local_systems import boot_option, foreign_boot_owner, listen_address
 from .thespian_types import Intent
 
 log = logging.getLogger("reprise.auth")
@@ -129,13 +129,13 @@ def ensure_secret(path: str, create: bool) -> bytes:
     return read_secret(path)
 
 
-def find_secret_file(admin_port: int) -> str:
-    """The secret file of the local actor system whose admin listens on `admin_port`.
+def find_secret_file(admin_port: int, host: str | None = None) -> str:
+    """The secret file of the local actor system whose admin listens on `admin_port` (on `host`, if given).
 
     Found through the admin's command line (`actors.boot --port N --run-dir DIR`), among this user's processes
     in this network namespace (each namespace may run its own system on the same port).
     """
-    run_dir = boot_option(admin_port, "--run-dir")
+    run_dir = boot_option(admin_port, "--run-dir", host)
     if run_dir is not None:
         return os.path.join(run_dir, SECRET_NAME)
     other = foreign_boot_owner(admin_port)
@@ -145,6 +145,10 @@ def find_secret_file(admin_port: int) -> str:
             f"{os.geteuid()}): its secret is not looked for (a process of another user may only claim to be that "
             "system's admin). Run as the user that started the system, or pass secret_file= a copy of its secret "
             "that you own")
+    elsewhere = listen_address(admin_port) if host is not None else None
+    if elsewhere is not None:
+        raise SecretUnavailable(f"the local Reprise admin on port {admin_port} listens on {elsewhere}, not on {host}: "
+                                f"give host={elsewhere!r} (`--host {elsewhere}`)")
     raise SecretUnavailable(f"found no local Reprise admin on port {admin_port} to take the secret from; pass "
                             "secret_file= (the system's <run dir>/secret, or the secret_file it was started with)")
 

@@ -58,7 +58,7 @@ from .errors import (
 from .guardian import NODE_TIMEOUT, Guardian, GuardianInit
 from .host_options import check_option, known_host_options
 from .inflight import process_gone
-from .local_systems import boot_option, own_processes
+from .local_systems import boot_option, is_local_address, listen_address, own_processes
 from .main_module import adopt_main_classes
 from .messages import (
     GUARDIAN_PATH,
@@ -407,8 +407,12 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
                           "choose a free port")
     if _tls is _FIND:
         _tls = tls_module.tls_config(tls, tls_cert, tls_key, tls_ca)
-        _tls = tls_module.check(_tls) if _tls is not None else _local_tls(admin_port)
+        _tls = tls_module.check(_tls) if _tls is not None else _local_tls(admin_port, host)
     if not _listening(host, admin_port):
+        elsewhere = listen_address(admin_port)
+        if elsewhere is not None and elsewhere != host:
+            raise SystemNotRunning(f"no actor system listens on {host}:{admin_port}; the local one on port "
+                                   f"{admin_port} listens on {elsewhere}: give host={elsewhere!r} (`--host {elsewhere}`)")
         raise SystemNotRunning(
             f"no actor system listens on {host}:{admin_port}; start one first (`reprise up TOPOLOGY.toml` "
             f"or actors.start('multiproc', admin_port={admin_port}))"
@@ -459,12 +463,14 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
     agent = asys.createActor("actors.guardian.NodeAgent", globalName="reprise-node")
     reply = asys.ask(agent, WhereIsGuardian(), timeout)
     if not isinstance(reply, GuardianIs) or reply.address is None:
-        raise SystemNotRunning(f"the admin on {host}:{admin_port} was not started by Reprise (no guardian); "
-                               "start systems with actors.start or `reprise up`")
+        raise SystemNotRunning(f"the admin on {host}:{admin_port} knows no Reprise guardian: it was not started by "
+                               "Reprise (start systems with actors.start or `reprise up`), or the processes of its "
+                               f"guardian or node agent were killed (`reprise down --port {admin_port}` kills what "
+                               "is left)")
     system = System(asys, base="multiproc", guardian=reply.address, owner=_owner, admin_port=admin_port)
     system.admin_host = host
-    if _is_local_address(host):
-        system._admin_tag = boot_option(admin_port, "--tag")
+    if is_local_address(host):
+        system._admin_tag = boot_option(admin_port, "--tag", host)
     try:
         system.config = system.status(timeout=timeout).config
     except (AskTimeout, MessageNotSent):
@@ -497,8 +503,8 @@ def _attached_run_dir(system: System, host: str) -> str | None:
     The configuration comes from the guardian, which runs on the leader: for a member node, its run dir is the
     leader's. A local admin's own is on its boot command line (see actors.local_systems).
     """
-    if _is_local_address(host):
-        own = boot_option(system.admin_port or 0, "--run-dir")
+    if is_local_address(host):
+        own = boot_option(system.admin_port or 0, "--run-dir", host)
         if own:
             return own
     guardian_node = _text(system.config.get("node")) or "leader"
@@ -507,16 +513,6 @@ def _attached_run_dir(system: System, host: str) -> str | None:
     except RepriseError:
         same = False
     return _text(system.config.get("run_dir")) if same else None
-
-
-def _is_local_address(host: str) -> bool:
-    """True if `host` is an address of this machine (of this network namespace): a socket can bind to it."""
-    try:
-        with socket.socket() as s:
-            s.bind((host, 0))
-        return True
-    except OSError:
-        return False
 
 
 def _not_our_admin(host: str, admin_port: int, source: str) -> auth.AuthenticationFailed:
@@ -535,7 +531,7 @@ def _find_secret_file(host: str, admin_port: int, settle: float = 3.0) -> str:
     deadline = time.monotonic() + settle
     while True:
         try:
-            return auth.find_secret_file(admin_port)
+            return auth.find_secret_file(admin_port, host)
         except auth.SecretUnavailable:
             if not _listening(host, admin_port):
                 raise SystemNotRunning(f"no actor system listens on {host}:{admin_port} any more") from None
@@ -544,10 +540,10 @@ def _find_secret_file(host: str, admin_port: int, settle: float = 3.0) -> str:
             time.sleep(0.1)
 
 
-def _local_tls(admin_port: int) -> tls_module.TlsConfig | None:
-    """The TLS files the local system on `admin_port` was started with (None: no TLS, or no such system)."""
+def _local_tls(admin_port: int, host: str) -> tls_module.TlsConfig | None:
+    """The TLS files the local system on `host:admin_port` was started with (None: no TLS, or no such system)."""
     try:
-        run_dir = os.path.dirname(auth.find_secret_file(admin_port))
+        run_dir = os.path.dirname(auth.find_secret_file(admin_port, host))
     except auth.SecretUnavailable:
         return None
     return tls_module.read_config(run_dir)
@@ -711,9 +707,10 @@ def kill_tagged(tag: str, wait: float = 5.0, *, prefix: bool = False) -> list[in
     return pids
 
 
-def find_tag(admin_port: int) -> str | None:
-    """The tag of the local system whose admin runs on `admin_port` (read from its processes' command lines)."""
-    return boot_option(admin_port, "--tag")
+def find_tag(admin_port: int, host: str | None = None) -> str | None:
+    """The tag of the local system whose admin runs on `admin_port` (on `host`, if given), read from its
+    processes' command lines."""
+    return boot_option(admin_port, "--tag", host)
 
 
 def shutdown(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 20.0,
@@ -731,7 +728,7 @@ def shutdown(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 20.0,
         node, leader = leaderless[0]
         log.warning("member node %r on %s:%d: its leader %s does not answer (it is down or unreachable from here); "
                     "shutting this member down by itself", node, host, admin_port, leader)
-    system.tag = find_tag(admin_port)
+    system.tag = find_tag(admin_port, host)
     # (system.run_dir is this admin's own, not the guardian's: only it is removed, if start made it)
     system.shutdown(timeout=timeout)
 
@@ -1175,7 +1172,7 @@ class System:
         if self._admin_tag is None or self.admin_port is None or time.monotonic() < self._admin_checked + 1.0:
             return
         self._admin_checked = time.monotonic()
-        if boot_option(self.admin_port, "--tag") != self._admin_tag:
+        if boot_option(self.admin_port, "--tag", self.admin_host) != self._admin_tag:
             raise SystemNotRunning(f"the actor system on port {self.admin_port} stopped while this client waited "
                                    "for a reply")
 
@@ -1270,6 +1267,11 @@ class System:
                                                and "BadPacketError" in str(failure)):
             raise self._unreadable(message)
         if failure is not None:
+            if who == "the guardian" and failure is SendStatus.DeadTarget:
+                # (the admin forwards to the guardian, and found its process gone: nothing restarts it)
+                raise MessageNotSent(f"{type(message).__name__} to the guardian was not sent ({failure}): the "
+                                     "guardian's process is gone (killed?), and this system cannot work without it; "
+                                     f"`reprise down --port {self.admin_port}` kills what is left, then start it again")
             raise MessageNotSent(f"{type(message).__name__} to {who} was not sent ({failure}): the actor "
                                  f"system's processes may be gone; check `reprise status --port {self.admin_port}`")
         return self._listen(max(timeout - (time.monotonic() - started), 0.0))

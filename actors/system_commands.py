@@ -126,7 +126,8 @@ def _detach_or_wait(system: Any, detach: bool) -> int:
     """Detach (close the client, leave the system running) or wait for Ctrl-C/SIGTERM/SIGHUP and shut down."""
     if detach:
         system.close()
-        print(f"detached; stop it with: {PROG} down --port {system.admin_port}", flush=True)
+        where = "" if system.admin_host == "127.0.0.1" else f" --host {system.admin_host}"
+        print(f"detached; stop it with: {PROG} down --port {system.admin_port}{where}", flush=True)
         return 0
     stop = threading.Event()
     # A hangup too (the terminal closed, the ssh session dropped): nothing would be left to stop the system.
@@ -157,22 +158,24 @@ def cmd_down(args: argparse.Namespace) -> int:
 
     import actors
 
-    from .errors import AskTimeout, SystemNotRunning
+    from .errors import AskTimeout, MessageNotSent, SystemNotRunning
     from .system import find_tag, kill_tagged
 
     try:
         actors.shutdown(args.port, args.host, timeout=args.timeout, secret_file=args.secret_file, **_tls_options(args))
-    except (SystemNotRunning, AskTimeout, InvalidActorAddress) as e:
+    except (SystemNotRunning, AskTimeout, InvalidActorAddress, MessageNotSent) as e:
         # (InvalidActorAddress: the admin's listening socket, inherited by its children, still accepts
-        # connections after the admin died, but nobody answers.)
+        # connections after the admin died, but nobody answers. MessageNotSent: the admin lives, its guardian
+        # was killed, and the system can do nothing more.)
         # The admin is gone (SIGKILLed?) but its guardian and hosts may still run. They carry the admin's
         # boot command line (with --port and the system's tag), which identifies them even after a pid
         # was reused: kill exactly those.
-        tag = find_tag(args.port)
+        tag = find_tag(args.port, args.host)
         killed = kill_tagged(tag) if tag else []
         if not killed:
             raise
-        print(f"the admin on {args.host}:{args.port} does not answer ({e}); killed the {len(killed)} "
+        what = "cannot stop the system" if isinstance(e, MessageNotSent) else "does not answer"
+        print(f"the admin on {args.host}:{args.port} {what} ({e}); killed the {len(killed)} "
               f"process(es) of system {tag} it left behind: pids {' '.join(map(str, sorted(killed)))}")
         return 0
     print(f"system on {args.host}:{args.port} shut down")

@@ -310,3 +310,64 @@ def test_up_without_a_port_picks_one_in_reprise_port_range_and_refuses_a_bad_ran
         assert "REPRISE_PORT_RANGE=" in refused.stderr and "e.g. REPRISE_PORT_RANGE=20000-20999" in refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert not tagged_pids(tag), "a refused up left processes"
+
+
+def test_two_systems_on_one_port_of_two_addresses_are_each_reached_only_at_their_own(tmp_path, tag) -> None:
+    # The CLI found a local system by its port alone: `down --port N` (host 127.0.0.1) SIGKILLed a healthy system
+    # bound to 127.0.0.5 as "left behind", `down --host <typo>` killed the one on 127.0.0.1, and `status --host
+    # 127.0.0.5` took the other system's secret.
+    port = actors.free_port()
+    tags = {"127.0.0.1": f"{tag}a", "127.0.0.5": f"{tag}b"}
+    try:
+        for bind, its_tag in tags.items():
+            topology = tmp_path / f"{bind}.toml"
+            topology.write_text(f'[system]\nbind = "{bind}"\n\n[[actor]]\npath = "/user/echo"\n'
+                                'class = "tests.actors.sample:Echo"\n')
+            up = reprise("up", str(topology), "--detach", "--port", str(port), "--tag", its_tag,
+                         "--run-dir", str(tmp_path / bind))
+            assert up.returncode == 0, up.stderr
+        assert f"stop it with: reprise down --port {port} --host 127.0.0.5" in up.stdout
+        for bind in tags:
+            status = reprise("status", "--port", str(port), "--host", bind, "--json")
+            assert status.returncode == 0, status.stderr
+            assert json.loads(status.stdout)["run_dir"] == str(tmp_path / bind)
+        typo = reprise("down", "--port", str(port), "--host", "127.0.0.9")
+        assert typo.returncode == 1 and "no actor system listens on 127.0.0.9" in typo.stderr
+        assert all(tagged_pids(t) for t in tags.values()), "a down of another address killed nothing"
+        down = reprise("down", "--port", str(port))
+        assert down.returncode == 0 and f"system on 127.0.0.1:{port} shut down" in down.stdout, down.stderr
+        assert tagged_pids(tags["127.0.0.1"]) == [] and tagged_pids(tags["127.0.0.5"])
+        again = reprise("down", "--port", str(port))
+        assert again.returncode == 1 and "listens on 127.0.0.5" in again.stderr and "--host 127.0.0.5" in again.stderr
+        assert tagged_pids(tags["127.0.0.5"]), "still running: it was never asked to stop"
+        client = actors.connect(port, host="127.0.0.5")
+        try:
+            assert client.ask("/user/echo", Ping(7), timeout=10) == Pong(7, "/user/echo")
+        finally:
+            client.close()
+        down = reprise("down", "--port", str(port), "--host", "127.0.0.5")
+        assert down.returncode == 0 and f"system on 127.0.0.5:{port} shut down" in down.stdout, down.stderr
+        assert tagged_pids(tags["127.0.0.5"]) == []
+    finally:
+        kill_tagged(tag, prefix=True)
+
+
+def test_a_killed_guardian_is_named_by_status_and_down_kills_what_is_left(topology, tag, tmp_path) -> None:
+    # status and down both failed with "GetStatus to the guardian was not sent ... check `reprise status`", down
+    # killed nothing, and a new `up` on the port was refused while the orphaned processes held it.
+    port = actors.free_port()
+    up = reprise("up", topology, "--detach", "--port", str(port), "--tag", tag, "--run-dir", str(tmp_path / "run"))
+    assert up.returncode == 0, up.stderr
+    status = json.loads(reprise("status", "--port", str(port), "--json").stdout)
+    guardian = _parent(status["hosts"]["/user/echo"]["pid"])
+    os.kill(guardian, signal.SIGKILL)
+    wait_for(lambda: guardian not in tagged_pids(tag), 10)
+    broken = reprise("status", "--port", str(port))
+    assert broken.returncode == 1 and "the guardian's process is gone" in broken.stderr, broken.stderr
+    assert f"reprise down --port {port}" in broken.stderr
+    down = reprise("down", "--port", str(port))
+    assert down.returncode == 0 and f"the admin on 127.0.0.1:{port} cannot stop the system" in down.stdout, down.stderr
+    assert tagged_pids(tag) == []
+    up = reprise("up", topology, "--detach", "--port", str(port), "--tag", tag, "--run-dir", str(tmp_path / "run2"))
+    assert up.returncode == 0, up.stderr
+    assert reprise("down", "--port", str(port)).returncode == 0
