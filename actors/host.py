@@ -207,6 +207,26 @@ class Host:
                 raise SpawnFailed(f"the entity table {self.key} ({self.spec.factory}) failed to start: "
                                   f"{self._table_stopped or 'system.errors() and the host log say why'}")
             self.settle()
+        else:
+            self._wake_remembered()
+
+    def _wake_remembered(self) -> None:
+        """Start now the entities the factory's `entities_to_wake(config, path)` names (ids), if it has that hook:
+        an entity with work of its own to resume (deliveries to resend) must not wait for a message that may
+        never come (persistence's AtLeastOnceDelivery; Akka's remember-entities)."""
+        wake = getattr(self.factory, "entities_to_wake", None)
+        if not callable(wake):
+            return
+        woken = 0
+        for entity_id in wake(self.config, self.path):
+            target = self.entity_prefix + entity_id
+            if target in self.entities or "/" in entity_id or (
+                    self.spec.shards > 1 and shard_of(target, self.path, self.spec.shards) != self.spec.shard):
+                continue
+            woken += isinstance(self._start_entity(target), Actor)
+        if woken:
+            log.info("host %s started %d entities to resume their own work", self.key, woken)
+            self.settle()
 
     def _own_options(self, spec: HostSpec) -> dict[str, object]:
         """The config with this host's own options (per shard where they say {shard}), checked here.
@@ -564,17 +584,11 @@ class Host:
                 hit = cast("tuple[str, Address]", self.router.resolve(GUARDIAN_PATH))
                 self.outbox.add(hit[0], hit[1], (sender, target, message))
                 return None
-            entity = self._new_instance(target)
-            try:
-                entity.around_pre_start()
-            except Exception as exc:
-                log.exception("entity %s failed in pre_start", target)
-                self._drop(entity, "failed to start")
-                self.report_error(target, f"failed to start: {one_line(exc)}", sender, exc)
-                self.dead_letter(sender, target, message, f"entity failed to start: {exc!r}")
-                return None
-            self._arm_sweep()
-            return entity
+            started = self._start_entity(target, sender)
+            if isinstance(started, Actor):
+                return started
+            self.dead_letter(sender, target, message, f"entity failed to start: {started!r}")
+            return None
         if self.backing_off and target == self.path:
             if len(self.held) < self.spec.hold_limit:
                 self.held.append((sender, target, message))
@@ -595,6 +609,19 @@ class Host:
         hit = cast("tuple[str, Address]", self.router.resolve(GUARDIAN_PATH))
         self.outbox.add(hit[0], hit[1], (sender, target, message))
         return None
+
+    def _start_entity(self, target: str, sender: str | None = None) -> Actor | Exception:
+        """Create the entity at `target` and run its pre_start; what it raised instead (reported)."""
+        entity = self._new_instance(target)
+        try:
+            entity.around_pre_start()
+        except Exception as exc:
+            log.exception("entity %s failed in pre_start", target)
+            self._drop(entity, "failed to start")
+            self.report_error(target, f"failed to start: {one_line(exc)}", sender, exc)
+            return exc
+        self._arm_sweep()
+        return entity
 
     def _new_instance(self, path: str) -> Actor:
         spec = self.spec

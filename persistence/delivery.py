@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, KeysView, Sequence
+from collections.abc import Callable, KeysView, Mapping, Sequence
 from itertools import repeat
 from typing import Any
 
@@ -16,7 +16,8 @@ from persistence.messages import (
     UnconfirmedDelivery,
     UnconfirmedWarning,
 )
-from persistence.persistent_actor import PersistentActor
+from persistence.persistent_actor import PersistentActor, _url
+from persistence.plugins import journal_for
 
 _TICK = RedeliveryTick()
 
@@ -50,6 +51,18 @@ class AtLeastOnceDelivery(PersistentActor):
     """After this many transmissions a delivery is given up and dead-lettered."""
     dead_letter_path: str | None = None
     """Where exhausted deliveries go (at least once, as DeadLetteredDelivery)."""
+
+    @classmethod
+    def entities_to_wake(cls, config: Mapping[str, object], path: str) -> list[str]:
+        """The ids of the entities below `path` that have events: their host recovers them when it starts, so
+        that deliveries a crash or a shutdown left unconfirmed are resent without waiting for a message to the
+        entity, which may never come (Akka's remember-entities, which sharded AtLeastOnceDelivery needs). Those
+        with nothing to resend passivate once idle. Not done for a class whose persistence ids are not its paths."""
+        if cls.persistence_id is not PersistentActor.persistence_id or not isinstance(cls.journal_url, str | None):
+            return []
+        prefix = f"{path}/"
+        ids = journal_for(cls.journal_url or _url(config, "journal")).current_persistence_ids()
+        return [pid[len(prefix):] for pid in ids if pid.startswith(prefix) and "/" not in pid[len(prefix):]]
 
     def mixin_init(self) -> None:
         super().mixin_init()

@@ -1,0 +1,53 @@
+"""AtLeastOnceDelivery entities resume their deliveries when their host starts, without a message of their own."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from tests.persistence.wake_actors import Reporting, Sending
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_unconfirmed_deliveries_of_entities_are_resent_when_the_system_starts_again(base, make_system, tmp_path):
+    # An entity comes back on its first message: one whose destination never confirmed (it was down, or the
+    # message was lost with a process) waited for a message that need not come, and its deliveries stalled.
+    journal = f"sqlite:///{tmp_path}/journal.db"
+    first = make_system(base, journal=journal)
+    probe = first.probe()
+    first.spawn(Reporting, "/user/sink", args=(probe.path, False))
+    first.spawn(Sending, "/user/senders", entities=True)
+    for entity_id in ("a", "b", "c"):
+        assert first.ask(f"/user/senders/{entity_id}", ("send", "/user/sink"), timeout=30) == "persisted"
+    assert {probe.receive(10)[0] for _ in range(3)} == {"a", "b", "c"}, "each delivered once before the stop"
+    first.shutdown()
+
+    second = make_system(base, journal=journal)
+    probe = second.probe()
+    second.spawn(Reporting, "/user/sink", args=(probe.path, True))
+    second.spawn(Sending, "/user/senders", entities=True)  # (and nothing is sent to the senders)
+    got: set[tuple[str, int]] = set()
+    while got != {("a", 1), ("b", 1), ("c", 1)}:  # (each receive bounded; a resend may come twice)
+        got.add(probe.receive(10))
+    wait_for(lambda: second.status().hosts["/user/senders"].counters.get("unconfirmed") == 0, timeout=30)
+
+
+@pytest.mark.parametrize("base", ["multiproc"])
+def test_an_entity_host_killed_resends_its_entities_unconfirmed_deliveries_when_restarted(base, make_system,
+                                                                                        tmp_path):
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db")
+    probe = system.probe()
+    system.spawn(Reporting, "/user/sink", args=(probe.path, False))
+    system.spawn(Sending, "/user/senders", entities=True)
+    assert system.ask("/user/senders/1", ("send", "/user/sink"), timeout=30) == "persisted"
+    assert probe.receive(10) == ("1", 1)
+    pid = system.status().hosts["/user/senders"].pid
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: system.status().hosts["/user/senders"].pid not in (pid, 0), timeout=30)
+    while probe.receive(10) != ("1", 1):  # (copies the old process sent before it died may come first)
+        pass
+    assert system.status().hosts["/user/senders"].counters.get("unconfirmed") == 1
