@@ -1,7 +1,11 @@
 """PostgreSQL journal and snapshot store (psycopg 3 + psycopg_pool): several machines sharing one journal.
 
-URL: `postgresql://user@host:port/db?schema=reprise&pool_max=4` (`schema` and `pool_min`/`pool_max` are
-ours; every other query parameter goes to libpq). Tables are created in the schema on first use.
+URL: `postgresql://user@host:port/db?schema=reprise&pool_max=4` (`schema`, `pool_min`/`pool_max` and
+`statement_timeout` are ours; every other query parameter goes to libpq as given). Tables are created in the
+schema on first use. Every statement of the journal is cancelled after `statement_timeout` seconds (60 by
+default, 0 for none), as Akka's journal circuit breaker fails a call after its call-timeout: a write that waits
+behind a lock (a migration, VACUUM FULL, LOCK TABLE) fails with a JournalError naming it, and its actor stops
+and restarts, instead of hanging its host without a word.
 A reused (persistence id, sequence nr) hits the primary key and raises JournalError naming both.
 Writers run concurrently, so offsets (`ordering`, drawn at INSERT) become visible in commit order, not
 offset order: a reader could pass offset 11 before offset 10 commits and never see 10. events_by_tag
@@ -28,10 +32,11 @@ Dropped connections (server restart, pg_terminate_backend, idle_session_timeout)
 
 from __future__ import annotations
 
+import math
 import select
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import Any, NamedTuple
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 import psycopg_pool
@@ -39,11 +44,13 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 
 from journal.api import Journal, OrderingBatch, OrderingHorizon, SnapshotStore, TaggedRow
-from journal.errors import JournalError
+from journal.errors import InvalidUrl, JournalError
 from journal.model import MAX_SEQUENCE_NR, PersistenceIdSummary, SnapshotMetadata, SnapshotSelectionCriteria
 from journal.records import EncodedBatch, StoredRow
+from journal.urls import redact_url
 
-__all__ = ["PostgresJournal", "PostgresSnapshotStore", "drop_schema", "lock_ddl", "missing_schema"]
+__all__ = ["PostgresJournal", "PostgresSnapshotStore", "PostgresUrl", "drop_schema", "lock_ddl", "missing_schema",
+           "split_url"]
 
 _DDL_LOCK = 0x7265707269736502
 
@@ -145,21 +152,60 @@ _QUERIES = {
 }
 
 
-def _split_url(url: str) -> tuple[str, str, int, int]:
+class PostgresUrl(NamedTuple):
+    """A postgresql:// journal URL taken apart: the libpq URL, and our parameters."""
+
+    conninfo: str
+    schema: str
+    pool_min: int
+    pool_max: int
+    statement_timeout: float
+    """Seconds (0: none)."""
+
+
+_OURS = ("schema", "pool_min", "pool_max", "statement_timeout")
+_MAX_IDENTIFIER = 63  # bytes: PostgreSQL truncates longer names (NAMEDATALEN - 1)
+
+
+def split_url(url: str) -> PostgresUrl:
+    """Our parameters of a postgresql:// URL (checked: InvalidUrl names a bad one) and the URL libpq gets."""
     parts = urlsplit(url)
     ours: dict[str, str] = {}
     libpq: list[tuple[str, str]] = []
     for k, v in parse_qsl(parts.query, keep_blank_values=True):
-        (ours.__setitem__(k, v) if k in ("schema", "pool_min", "pool_max") else libpq.append((k, v)))
-    conninfo = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(libpq)))
-    return conninfo, ours.get("schema", "reprise"), int(ours.get("pool_min", 1)), int(ours.get("pool_max", 4))
+        (ours.__setitem__(k, v) if k in _OURS else libpq.append((k, v)))
+    # quote, not quote_plus: libpq reads "+" as a plus, so `options=-c%20x%3D1` must stay "%20", not become "+".
+    conninfo = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(libpq, quote_via=quote)))
+    schema = ours.get("schema", "reprise")
+    if not schema or len(schema.encode()) > _MAX_IDENTIFIER:
+        raise InvalidUrl(f"schema={schema!r} in {redact_url(url)!r}: a schema name must be 1 to {_MAX_IDENTIFIER} bytes "
+                         "(PostgreSQL cuts longer names, so two such schemas would be one)")
+    pool_min = _number(url, ours, "pool_min", 1, int, 1)
+    pool_max = _number(url, ours, "pool_max", 4, int, pool_min)
+    return PostgresUrl(conninfo, schema, pool_min, pool_max, _number(url, ours, "statement_timeout", 60.0, float, 0))
 
 
-def _configure(conn: psycopg.Connection[Any]) -> None:
-    # Custom plans use the table statistics, which lag behind a journal that was just written: right
-    # after 100k inserts PostgreSQL estimated 3 rows and chose bitmap scan + sort per replay chunk (15 ms
-    # instead of 0.3 ms). The generic plan walks the primary key in order, whatever the statistics say.
-    conn.execute("SET plan_cache_mode = force_generic_plan")
+def _number(url: str, ours: dict[str, str], key: str, default: float, kind: type, least: float) -> Any:
+    if key not in ours:
+        return default
+    try:
+        value = kind(ours[key])
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value < least:
+        what = "a whole number" if kind is int else "a number of seconds"
+        raise InvalidUrl(f"{key}={ours[key]!r} in {redact_url(url)!r}: it must be {what} >= {least:g}")
+    return value
+
+
+def _configure_with(statement_timeout: float) -> Callable[[psycopg.Connection[Any]], None]:
+    def configure(conn: psycopg.Connection[Any]) -> None:
+        # Custom plans use the table statistics, which lag behind a journal that was just written: right
+        # after 100k inserts PostgreSQL estimated 3 rows and chose bitmap scan + sort per replay chunk (15 ms
+        # instead of 0.3 ms). The generic plan walks the primary key in order, whatever the statistics say.
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute(f"SET statement_timeout = {int(statement_timeout * 1000)}")
+    return configure
 
 
 def _check_idle(conn: psycopg.Connection[Any]) -> None:
@@ -193,8 +239,9 @@ class _Database:
     """A connection pool on one schema, with the schema created on first use."""
 
     def __init__(self, url: str):
-        conninfo, schema, pool_min, pool_max = _split_url(url)
+        conninfo, schema, pool_min, pool_max, statement_timeout = split_url(url)
         self.schema = schema
+        self.statement_timeout = statement_timeout
         self.where = f"{urlsplit(conninfo).hostname or 'localhost'}/{urlsplit(conninfo).path.lstrip('/')}"
         try:
             # One plain connection first: the pool would retry a refused server for its whole wait (10 s)
@@ -202,7 +249,8 @@ class _Database:
             psycopg.connect(conninfo, autocommit=True, connect_timeout=10).close()
             self.pool = _Pool(
                 conninfo, min_size=pool_min, max_size=pool_max, kwargs={"autocommit": True},
-                configure=_configure, open=True, name=f"reprise-journal-{schema}", check=self._check)
+                configure=_configure_with(statement_timeout), open=True, name=f"reprise-journal-{schema}",
+                check=self._check)
             self.pool.wait(timeout=10)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
             raise JournalError(f"cannot connect to PostgreSQL at {self.where}: {e}") from e
@@ -264,7 +312,8 @@ class _Database:
                     continue
                 unknown = "; outcome unknown" if committing else ""
                 retried = " (on a new connection, after one lost)" if attempt == 2 else ""
-                raise JournalError(f"{what} failed on PostgreSQL {self.where}{retried}: {e}{unknown}") from e
+                raise JournalError(f"{what} failed on PostgreSQL {self.where}{retried}: {e}{unknown}"
+                                   f"{self._timed_out(e)}") from e
 
     def query(self, what: str, name: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
         """Run a read and fetch all rows (once more on a new connection if the first one was lost)."""
@@ -278,8 +327,16 @@ class _Database:
                 if attempt == 1 and _lost(e, conn):
                     continue
                 retried = " (on a new connection, after one lost)" if attempt == 2 else ""
-                raise JournalError(f"{what} failed on PostgreSQL {self.where}{retried}: {e}") from e
+                raise JournalError(f"{what} failed on PostgreSQL {self.where}{retried}: {e}{self._timed_out(e)}") from e
         raise AssertionError("unreachable")
+
+    def _timed_out(self, e: BaseException) -> str:
+        """What to say of a statement cancelled by the journal's statement_timeout (else nothing)."""
+        if not isinstance(e, psycopg.errors.QueryCanceled):
+            return ""
+        return (f" (it ran into the journal's statement_timeout of {self.statement_timeout:g} s: another session "
+                "holding a lock on the journal's tables, e.g. a migration or VACUUM FULL, or a server that stalls; "
+                "for longer statements give the URL ?statement_timeout=SECONDS, 0 for none)")
 
     def close(self) -> None:
         """Close every pooled connection."""
@@ -293,7 +350,7 @@ def _run_again() -> bool:
 
 def missing_schema(url: str) -> str | None:
     """Why `url` names no existing journal schema (readers must not create one), or None if it exists."""
-    conninfo, schema, _, _ = _split_url(url)
+    conninfo, schema, *_ = split_url(url)
     where = f"{urlsplit(conninfo).hostname or 'localhost'}/{urlsplit(conninfo).path.lstrip('/')}"
     try:
         with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
@@ -312,7 +369,7 @@ def missing_schema(url: str) -> str | None:
 
 def drop_schema(url: str) -> None:
     """Drop the journal's schema with everything in it (for tests)."""
-    conninfo, schema, _, _ = _split_url(url)
+    conninfo, schema, *_ = split_url(url)
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 

@@ -21,9 +21,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from journal import RepriseError
+from journal import InvalidUrl, RepriseError
 from journal.sqlite import create_private_file
 from journal.urls import redact_url
 
@@ -175,11 +174,13 @@ class SqliteOffsetStore(_SqlOffsetStore):
 
 def postgres_conninfo(url: str) -> tuple[str, str]:
     """(libpq URL without our `schema` parameter, schema) of a postgresql:// store URL (the journal's convention)."""
-    parts = urlsplit(url)
-    params = parse_qsl(parts.query, keep_blank_values=True)
-    schema = dict(params).get("schema", "reprise")
-    libpq = [(k, v) for k, v in params if k not in ("schema", "pool_min", "pool_max")]
-    return urlunsplit(parts._replace(scheme="postgresql", query=urlencode(libpq))), schema
+    from journal.postgres import split_url
+
+    try:
+        parts = split_url(url)
+    except InvalidUrl as e:
+        raise OffsetStoreError(str(e)) from None
+    return parts.conninfo, parts.schema
 
 
 class PostgresOffsetStore(_SqlOffsetStore):

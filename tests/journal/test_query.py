@@ -432,7 +432,7 @@ def test_a_tag_read_at_a_high_offset_reads_only_its_chunk_of_the_journal(pg, pla
     as a connection gets whose session setting was lost (a pooler in transaction mode)."""
     from psycopg import sql
 
-    from journal.postgres import _QUERIES, _split_url
+    from journal.postgres import _QUERIES, split_url
 
     journal, url = pg
     tags = [frozenset({"dense"} if n % 10 else {"dense", "sparse"}) for n in range(4_000)]
@@ -440,7 +440,7 @@ def test_a_tag_read_at_a_high_offset_reads_only_its_chunk_of_the_journal(pg, pla
         assert journal.write_messages([AtomicWrite([PersistentRepr(n, 1, f"id-{n}", tags=tags[n])])
                                        for n in range(start, start + 500)]) == [None] * 500
     offsets = {tag: [e.offset for e in journal.events_by_tag(tag)] for tag in ("dense", "sparse")}
-    conninfo, schema, _, _ = _split_url(url)
+    conninfo, schema, *_ = split_url(url)
     with psycopg.connect(conninfo) as conn:
         conn.execute(f"ANALYZE {schema}.journal")
         conn.execute(f"ANALYZE {schema}.tags")

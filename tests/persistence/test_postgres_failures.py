@@ -250,3 +250,54 @@ def test_a_write_whose_commit_was_lost_is_stored_exactly_once(pg, postgres_url, 
             assert [r.payload for r in journal.replay_messages("p")] == [1, 2, 3, 4]
     finally:
         journal.close()
+
+
+def test_a_persist_behind_a_lock_fails_after_the_statement_timeout_naming_it_and_the_actor_recovers(
+        base, make_system, pg, postgres_url):
+    # A write waiting on a lock (a migration, VACUUM FULL, LOCK TABLE) waited as long as the lock was held:
+    # the host hung without an error, a restart or a log line.
+    url, _ = pg
+    system = make_system(base, journal=f"{url}&statement_timeout=1", snapshot_store=url)
+    system.spawn(Counter, SINGLE, backoff=(0.05, 0.2, 0))
+    probe = system.probe()
+    probe.tell(SINGLE, Add(1))
+    assert probe.receive(30) == ("ack", 1)
+    schema = url.split("schema=")[1].split("&")[0]
+    with psycopg.connect(postgres_url) as locker:
+        locker.execute(f"LOCK TABLE {schema}.journal IN ACCESS EXCLUSIVE MODE")
+        probe.tell(SINGLE, Add(2))
+        wait_for(lambda: any("statement_timeout of 1 s" in e.reason for e in system.errors().recent), timeout=60)
+        locker.rollback()
+    probe.tell(SINGLE, Add(3))
+    assert probe.receive(30) == ("ack", 3)
+    assert system.ask(SINGLE, "values", timeout=30) == [1, 3], "the write that timed out was not stored"
+
+
+def test_the_url_s_own_parameters_are_checked_and_libpq_s_reach_it_as_given(postgres_url):
+    from journal import InvalidUrl
+    from persistence import OffsetStoreError, open_offset_store
+
+    long_schema = "s" * 64  # PostgreSQL would cut it to 63 bytes: two such URLs would share a journal
+    for query, named in ((f"schema={long_schema}", "schema="), ("schema=", "schema="), ("pool_max=four", "pool_max"),
+                         ("pool_max=0", "pool_max"), ("pool_min=3&pool_max=2", "pool_max"),
+                         ("statement_timeout=-1", "statement_timeout"), ("statement_timeout=nan", "statement_timeout")):
+        with pytest.raises(InvalidUrl, match=named):
+            open_journal(f"{postgres_url}?{query}")
+    with pytest.raises(OffsetStoreError, match="1 to 63 bytes"):
+        open_offset_store(f"{postgres_url}?schema={long_schema}")
+    name = f"reprise_url_{uuid.uuid4().hex[:8]}"
+    # A space reached libpq as "+": application_name changed, and `options` (a libpq way to set a timeout) failed.
+    url = f"{postgres_url}?schema={name}&application_name=a%20b&options=-c%20work_mem%3D5MB"
+    try:
+        with open_journal(url) as j, psycopg.connect(postgres_url, autocommit=True) as admin:
+            assert j.write_messages([AtomicWrite([PersistentRepr("x", 1, "p")])]) == [None]
+            names = [r[0] for r in admin.execute("SELECT application_name FROM pg_stat_activity WHERE "
+                                                 "application_name LIKE 'a_b'").fetchall()]
+            assert names and set(names) == {"a b"}, names
+        store = open_offset_store(url)
+        try:
+            assert store.load("p") == 0
+        finally:
+            store.close()
+    finally:
+        drop_schema(url)
