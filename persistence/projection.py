@@ -36,7 +36,7 @@ from typing import Any, cast
 from actors import Actor
 from journal import EventEnvelope, EventReader, Journal, RepriseError, missing_journal
 from journal.urls import redact_url
-from persistence.offset_store import OffsetConflict, OffsetStore, open_offset_store
+from persistence.offset_store import OffsetConflict, OffsetStore, OffsetStoreError, open_offset_store
 from persistence.plugins import journal_for
 
 __all__ = ["EventsByTag", "GetProjectionState", "Projection", "ProjectionError", "ProjectionState"]
@@ -277,10 +277,15 @@ class Projection(Actor):
     def _handle(self, envelopes: list[EventEnvelope]) -> None:
         try:
             self._apply(envelopes)
-        except OffsetConflict:
-            raise  # not the handler's failure: it says what happened itself
+        except (OffsetConflict, ProjectionHandlerError):
+            raise  # (each says what happened itself)
         except Exception as e:
-            raise self._failed(envelopes, e) from e
+            # The offset store's own failure: starting or committing the transaction, or saving the offset.
+            assert self._store is not None
+            raise OffsetStoreError(f"projection {self.name}: the offset store {redact_url(self._store.url)} failed "
+                                   f"(the handler's writes and the offset were not committed): {type(e).__name__}: "
+                                   f"{e}; restarted, the projection opens it again and goes on from the stored "
+                                   "offset") from e
 
     def _failed(self, envelopes: list[EventEnvelope], e: Exception) -> ProjectionHandlerError:
         # The host reports the message it was handling, which is only the projection's own timer tick:
@@ -317,10 +322,16 @@ class Projection(Actor):
             assert self._store is not None
             # expected: another instance of this projection on the same store must not apply these events too
             with self._store.transaction(self.name, offset, expected=self.stored) as conn:
-                self.handler(conn, arg)
+                try:
+                    self.handler(conn, arg)
+                except Exception as e:
+                    raise self._failed(envelopes, e) from e
             self.stored = self.handled = offset
             return
-        self.handler(arg)
+        try:
+            self.handler(arg)
+        except Exception as e:
+            raise self._failed(envelopes, e) from e
         self._handled_up_to(offset, len(envelopes))
 
     def _handled_up_to(self, offset: int, count: int) -> None:

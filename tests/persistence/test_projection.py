@@ -312,3 +312,36 @@ def test_at_least_once_saves_the_offset_after_save_after_duration_when_fewer_eve
     s = wait_for(lambda: (lambda s: s if s.stored_offset == offsets[-1] else None)(state(system)),
                  timeout=20, interval=0.05)
     assert s.handled_offset == s.read_offset == offsets[-1] and s.lag == 0
+
+
+def test_an_offset_store_that_lost_its_connection_is_named_not_the_handler_and_the_projection_goes_on(
+        base, make_system, postgres_url):
+    # A terminated connection (server restart, idle_session_timeout, a pooler) failed the next BEGIN, and the
+    # error said "the handler failed on event ...", sending operators to the wrong place.
+    from journal.postgres import drop_schema
+
+    app = f"proj_store_{uuid.uuid4().hex[:8]}"
+    journal, store = (f"{postgres_url}?schema={app}_{kind}&application_name={app}_{kind}" for kind in ("j", "r"))
+    try:
+        system = make_system(base, journal=journal)
+        system.spawn(Mover, "/user/movers", entities=True)
+        system.spawn(Projection, PROJECTION, kwargs=dict(
+            source=EventsByTag("moves"), handler="tests.persistence.projection_fixtures:record_in_transaction",
+            offset_store=store, exactly_once=True, poll_interval=0.05), backoff=(0.05, 0.2, 0))
+        move(system, {"a": [1, 2]})
+        offsets = tagged_offsets(journal)
+        wait_for(lambda: state(system).stored_offset == offsets[-1], timeout=60, interval=0.05)
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            assert admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                 "WHERE application_name = %s", (f"{app}_r",)).fetchone()[0] >= 1
+        move(system, {"b": [3, 4]})
+        offsets = tagged_offsets(journal)
+        wait_for(lambda: state(system).stored_offset == offsets[-1], timeout=60, interval=0.05)
+        assert [r[2] for r in handled_rows(store)] == offsets, "every event once, in offset order"
+        reasons = [e.reason for e in system.errors().recent if e.path == PROJECTION]
+        assert any("OffsetStoreError: projection /user/projection: the offset store" in r for r in reasons), reasons
+        assert not any("the handler failed" in r for r in reasons), reasons
+        system.stop(PROJECTION)
+    finally:
+        drop_schema(journal)
+        drop_schema(store)
