@@ -859,8 +859,10 @@ class System:
         """Send `message` to the actor at `path` (fire and forget)."""
         self.tell_many([(path, message)], sender)
 
-    def tell_many(self, items: Iterable[tuple[str, object]], sender: str | None = None) -> None:
-        """Send many (path, message) pairs, one Thespian message per destination process."""
+    def tell_many(self, items: Iterable[tuple[str, object]], sender: str | None = None,
+                  limit: float = SEND_LIMIT) -> None:
+        """Send many (path, message) pairs, one Thespian message per destination process (SendTimeout when a
+        host has not taken its message within `limit` s)."""
         self._check_running()
         groups: dict[str, tuple[Address, list[Entry]]] = {}
         guardian = address_key(self._guardian)
@@ -875,7 +877,7 @@ class System:
             groups.setdefault(key, (address, []))[1].append((sender, path, message))
         for address, entries in groups.values():
             batch = pack(self.prefix, entries, self._refuse)
-            if self._send(address, batch):
+            if self._send(address, batch, limit):
                 self._detoured([entry[1] for entry in entries])
 
     def ask(self, path: str, message: Any, timeout: float = 10.0) -> Any:
@@ -887,9 +889,18 @@ class System:
         self._ensure_route()
         reply_to = f"{self.prefix}/ask-{next(self._asks)}"
         self._listening_paths.add(reply_to)
+        deadline = time.monotonic() + timeout
         try:
-            self.tell(path, message, sender=reply_to)
-            reply = self._receive(reply_to, timeout, f"no reply from {path} within {timeout} s")[0]
+            try:
+                # The whole ask within `timeout`: a host busy in one long message takes nothing meanwhile, and
+                # the send alone would wait SEND_LIMIT for it.
+                self.tell_many([(path, message)], reply_to, limit=timeout)
+            except SendTimeout:
+                raise AskTimeout(f"no reply from {path} within {timeout} s: its host did not even take the message "
+                                 "in that time (busy in a long message, or stalled: see `reprise status`); the "
+                                 "message stays queued in this process and may still be delivered") from None
+            reply = self._receive(reply_to, max(0.0, deadline - time.monotonic()),
+                                  f"no reply from {path} within {timeout} s")[0]
             if isinstance(reply, ActorFailure):
                 raise ActorFailed(reply.path, reply.error_type, reply.error)
             if isinstance(reply, AskUndelivered):
@@ -1083,7 +1094,7 @@ class System:
             self._listening_paths.discard(reply_to)
             self._mailbox.pop(reply_to, None)
 
-    def _send(self, address: Address, message: object) -> bool:
+    def _send(self, address: Address, message: object, limit: float = SEND_LIMIT) -> bool:
         """Hand one Thespian message over: it is on its way or held by the guardian, or MessageNotSent.
 
         Returns True when the message went to the guardian instead of `address` (its process was gone).
@@ -1102,7 +1113,7 @@ class System:
                 except ActorSystemException as exc:
                     raise MessageNotSent(f"{type(message).__name__} to {address} was not sent: {exc}") from None
                 return False
-            failure = self._transmit(address, message)
+            failure = self._transmit(address, message, limit)
             if failure is None:
                 return False
             if process_gone(failure) and address_key(address) != address_key(self._guardian):

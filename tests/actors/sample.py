@@ -257,3 +257,16 @@ class Relay(Checker):
             self.tell(sender, (self.received, self.out_of_order))
         else:
             super().receive(message, sender)
+
+
+class Sleeper(actors.Actor):
+    """("sleep", seconds, started, woke): creates the file `started`, sleeps in the message (a host stuck in it),
+    then creates `woke`; replies "done" to anything else."""
+
+    def receive(self, message, sender):
+        if isinstance(message, tuple) and message[0] == "sleep":
+            open(message[2], "w").close()
+            time.sleep(message[1])
+            open(message[3], "w").close()
+        else:
+            self.tell(sender, "done")

@@ -20,9 +20,9 @@ from actors import (
 )
 from actors.messages import GetDirectory
 from actors.system import free_ports, tagged_pids
-from tests.actors.sample import Echo, Holder, Mutable, Ping, Pong
+from tests.actors.sample import Echo, Holder, Mutable, Ping, Pong, Sleeper
 from tests.thespian_retry import retry_first_send, stop_retrying
-from tests.waiting import dead_letters_reach
+from tests.waiting import dead_letters_reach, wait_for
 
 
 def test_ask_reaches_top_level_actor_and_entity(system):
@@ -88,6 +88,21 @@ def test_ask_times_out_with_a_clear_error(system):
     system.spawn(Echo, "/user/echo")
     with pytest.raises(AskTimeout, match="no reply from /user/echo"):
         system.ask("/user/echo", "no-reply-for-this", timeout=0.3)
+
+
+@pytest.mark.timeout(90)
+def test_an_ask_to_a_host_busy_in_a_long_message_times_out_within_its_own_timeout(make_system, tmp_path):
+    # (multiproc only: on the local base the actor runs inside the caller's tell)
+    # The send alone waited up to 60 s for the busy host to take the message, and AskTimeout came only then,
+    # saying "within 3 s".
+    system = make_system("multiproc")
+    system.spawn(Sleeper, "/user/sleeper")
+    started, woke = tmp_path / "started", tmp_path / "woke"
+    system.tell("/user/sleeper", ("sleep", 10, str(started), str(woke)))
+    wait_for(started.exists, timeout=30)
+    with pytest.raises(AskTimeout, match="no reply from /user/sleeper within 3 s"):
+        system.ask("/user/sleeper", "ping", timeout=3)
+    assert not woke.exists(), "the ask ended before the host's long message did"
 
 
 @pytest.mark.timeout(90)
