@@ -53,6 +53,10 @@ class ActorContext(Protocol):
     def route(self, sender: str | None, target: str, message: object) -> None:
         """Send `message` to the actor at `target` as `sender` (what `Actor.tell` does, with any sender)."""
 
+    def route_to_self(self, actor: Actor, message: object) -> None:
+        """Queue `message` for `actor` itself: it stays in this process, so it is not checked for pickling (an
+        actor's own notices, such as a warning that quotes a message, must not fail it)."""
+
     def scatter(self, sender: str | None, targets: list[str],
                 chunk: Callable[[list[int] | None], Scatter]) -> None:
         """Send messages for many `targets` as one Scatter per host serving them (order kept per destination).

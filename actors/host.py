@@ -48,6 +48,7 @@ from .messages import (
     HostSpec,
     HostStats,
     InitHost,
+    RoutesLost,
     Scatter,
     ShardSet,
     StopEntity,
@@ -266,7 +267,10 @@ class Host:
         if lost:
             for actor in list(self._route_watchers):
                 if self.entities.get(actor.path) is actor:
-                    actor.routes_lost(lost)
+                    try:
+                        actor.routes_lost(lost)
+                    except Exception as exc:  # (a user hook, e.g. should_redeliver: fails that actor only)
+                        self.report_failure(actor, exc, RoutesLost(tuple(lost)), None)
             self.settle()
 
     def on_settle(self, hook: Callable[[], bool]) -> None:
@@ -281,6 +285,10 @@ class Host:
         return ext
 
     # ---- sending -------------------------------------------------------------------------------
+    def route_to_self(self, actor: Actor, message: object) -> None:
+        """See ActorContext.route_to_self."""
+        self.local.append((actor.path, actor.path, message))
+
     def route(self, sender: str | None, target: str | None, message: object) -> None:
         """Queue `message` for `target`: local entities directly, others in the batched outbox."""
         check_message(message)

@@ -17,6 +17,13 @@ GUARDIAN_PATH = "/system/guardian"
 
 
 @dataclass(frozen=True)
+class RoutesLost:
+    """Not sent: what an actor's `routes_lost(prefixes)` failure is reported on (the hosts of these died)."""
+
+    prefixes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Batch:
     """Many (sender path, target path, message) entries carried as one Thespian message.
 

@@ -196,6 +196,26 @@ def create_private_file(path: str) -> None:
         os.close(fd)
 
 
+
+def retry_busy(fn: Callable[[], R], busy_timeout: float) -> R:
+    """`fn()`, run again while SQLite says busy or locked, for up to `busy_timeout` s.
+
+    The busy handler already waits busy_timeout; this covers the SQLITE_BUSY cases it does not (switching a new
+    database to WAL while another connection opens it, another connection running WAL recovery) and a lock held
+    for longer.
+    """
+    deadline = time.monotonic() + busy_timeout
+    delay = 0.001
+    while True:
+        try:
+            return fn()
+        except sqlite3.OperationalError as e:
+            code = getattr(e, "sqlite_errorcode", 0) & 0xFF
+            if code not in (5, 6) or time.monotonic() > deadline:  # SQLITE_BUSY, SQLITE_LOCKED
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
 class _Connection:
     """The one SQLite connection of this process to one file, shared by every journal and snapshot store on it.
 
@@ -248,19 +268,7 @@ class _Connection:
             raise
 
     def _with_retry(self, fn: Callable[[], R], busy_timeout: float) -> R:
-        # The busy handler already waits busy_timeout; this covers the SQLITE_BUSY cases it does not
-        # (e.g. another connection running WAL recovery) and a lock held for longer.
-        deadline = time.monotonic() + busy_timeout
-        delay = 0.001
-        while True:
-            try:
-                return fn()
-            except sqlite3.OperationalError as e:
-                code = getattr(e, "sqlite_errorcode", 0) & 0xFF
-                if code not in (5, 6) or time.monotonic() > deadline:  # SQLITE_BUSY, SQLITE_LOCKED
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 0.05)
+        return retry_busy(fn, busy_timeout)
 
     def configure(self, synchronous: str, busy_timeout: float) -> None:
         """Apply one handle's settings to the shared connection (outside a transaction, under `lock`)."""

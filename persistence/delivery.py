@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, KeysView, Mapping, Sequence
 from itertools import repeat
 from typing import Any
 
-from actors import Timer
+from actors import Timer, validate_path
 from persistence.messages import (
     AtLeastOnceDeliverySnapshot,
     DeadLetteredDelivery,
@@ -35,6 +36,22 @@ class _Delivery:
 
 
 _GONE = _Delivery("", None, 0.0, 0)  # what confirm_deliveries finds for an id that is not unconfirmed
+
+
+def check_destination(destination: str) -> None:
+    """Refuse a destination deliver() cannot send to: a wildcard (Akka's error), or a malformed path (InvalidPath),
+    which would otherwise be dead-lettered on every resend, forever."""
+    if type(destination) is not str:
+        validate_path(destination, what="deliver's destination")  # (raises, naming the type)
+    _check_path(destination)
+
+
+@functools.lru_cache(maxsize=4096)  # (valid paths only: an invalid one raises, and is checked again next time)
+def _check_path(destination: str) -> None:
+    if "*" in destination:
+        raise ValueError(f"Delivering to wildcard actor paths ({destination}) is not supported by "
+                         "AtLeastOnceDelivery; introduce a mediator actor that fans out instead")
+    validate_path(destination, what="deliver's destination")
 
 
 class AtLeastOnceDelivery(PersistentActor):
@@ -76,9 +93,7 @@ class AtLeastOnceDelivery(PersistentActor):
     # ---- the API --------------------------------------------------------------------------------
     def deliver(self, destination: str, id_to_message: Callable[[int], object]) -> int:
         """Send `id_to_message(delivery_id)` to `destination` (a path) until confirmed; returns the id."""
-        if "*" in destination:
-            raise ValueError(f"Delivering to wildcard actor paths ({destination}) is not supported by "
-                             "AtLeastOnceDelivery; introduce a mediator actor that fans out instead")
+        check_destination(destination)
         if len(self._unconfirmed) >= self.max_unconfirmed_messages:
             raise MaxUnconfirmedMessagesExceeded(
                 f"Too many unconfirmed messages, maximum allowed is [{self.max_unconfirmed_messages}]")

@@ -16,7 +16,7 @@ from typing import Any, cast
 from journal import AtomicWrite, register_type
 from persistence.compact import expand, same_or_each, split_rejected
 from persistence.coordinator import WriteResults
-from persistence.delivery import _GONE, AtLeastOnceDelivery, _Delivery
+from persistence.delivery import _GONE, AtLeastOnceDelivery, _Delivery, check_destination
 from persistence.messages import (
     AtLeastOnceDeliverySnapshot,
     Confirm,
@@ -93,8 +93,9 @@ class DurableDelivery(AtLeastOnceDelivery):
         """Journal the delivery (asynchronously: commands keep flowing), then send it until confirmed."""
         if self._recovery_running:
             raise RuntimeError("DurableDelivery replays its own deliveries; do not call deliver during replay")
-        if "*" in destination or len(self._unconfirmed) >= self.max_unconfirmed_messages:
-            return super().deliver(destination, id_to_message)  # raises "not supported" / MaxUnconfirmed...
+        check_destination(destination)
+        if len(self._unconfirmed) >= self.max_unconfirmed_messages:
+            return super().deliver(destination, id_to_message)  # raises MaxUnconfirmedMessagesExceeded
         self._delivery_seq += 1
         self._delivered += 1
         delivery_id = self._delivery_seq

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from journal import InvalidUrl, RepriseError
-from journal.sqlite import create_private_file
+from journal.sqlite import create_private_file, retry_busy
 from journal.urls import redact_url
 
 __all__ = ["MemoryOffsetStore", "OffsetConflict", "OffsetStore", "OffsetStoreError", "PostgresOffsetStore",
@@ -143,10 +143,12 @@ class SqliteOffsetStore(_SqlOffsetStore):
             create_private_file(path)  # a read model is as private as the journal it is built from
             # isolation_level=None: no implicit transactions; transaction() opens its own BEGIN IMMEDIATE.
             self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            # (several stores opening one new file at once: switching it to WAL is refused busy to all but one)
+            retry_busy(lambda: self._conn.execute("PRAGMA journal_mode=WAL").fetchone(), 30.0)
             self._conn.execute("PRAGMA synchronous=FULL")
-            self._conn.execute(f"CREATE TABLE IF NOT EXISTS {_TABLE} (projection_id TEXT PRIMARY KEY, "
-                               "current_offset INTEGER NOT NULL, last_updated INTEGER NOT NULL)")
+            retry_busy(lambda: self._conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {_TABLE} (projection_id TEXT PRIMARY KEY, "
+                "current_offset INTEGER NOT NULL, last_updated INTEGER NOT NULL)"), 30.0)
         except (sqlite3.Error, OSError) as e:
             raise OffsetStoreError(f"cannot open the SQLite offset store {path!r}: {e}") from e
         self._lock = threading.Lock()

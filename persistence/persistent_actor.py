@@ -805,7 +805,7 @@ class PersistentActor(Actor):
 
     # ---- snapshots and deletes ------------------------------------------------------------------
     def _tell_self(self, message: object) -> None:
-        self.context.route(self.path, self.path, message)
+        self.context.route_to_self(self, message)
 
     def save_snapshot(self, snapshot: object) -> None:
         """Store `snapshot` at snapshot_sequence_nr; SaveSnapshotSuccess/Failure arrives as a command."""

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from tests.persistence.wake_actors import Reporting, Sending
+from tests.persistence.wake_actors import Delivers, FailingHook, Reporting, Sending
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -51,3 +51,40 @@ def test_an_entity_host_killed_resends_its_entities_unconfirmed_deliveries_when_
     while probe.receive(10) != ("1", 1):  # (copies the old process sent before it died may come first)
         pass
     assert system.status().hosts["/user/senders"].counters.get("unconfirmed") == 1
+
+
+def test_a_malformed_destination_is_refused_by_deliver_naming_it(base, make_system, tmp_path):
+    # deliver() checked only for a wildcard: a path system.tell refuses got a delivery id and was dead-lettered
+    # on every resend, forever, with no error.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db")
+    system.spawn(Delivers, "/user/d", entities=True)
+    kind, text = system.ask("/user/d/1", ("deliver", "user/dst", "x"), timeout=30)
+    assert kind == "InvalidPath" and "deliver's destination 'user/dst' must look like '/user/<name>" in text
+    assert system.ask("/user/d/1", ("deliver", "/user/*", "x"), timeout=30)[0] == "ValueError"
+    assert system.ask("/user/d/1", "unconfirmed", timeout=30) == ([], False)
+
+
+def test_an_unpicklable_delivery_does_not_fail_its_sender_when_warned_about(base, make_system, tmp_path):
+    # The UnconfirmedWarning quoting it could not be pickled for the sender's own mailbox: the sender failed on
+    # a RedeliveryTick, and restarted without its deliveries.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db")
+    system.spawn(Delivers, "/user/d", entities=True)
+    assert system.ask("/user/d/1", ("deliver", "/user/nobody", "unpicklable"), timeout=30) == 1
+    wait_for(lambda: system.ask("/user/d/1", "unconfirmed", timeout=30) == ([1], True), timeout=30)
+    assert not [e.reason for e in system.errors().recent if e.path == "/user/d/1"]
+
+
+@pytest.mark.parametrize("base", ["multiproc"])
+def test_a_failing_should_redeliver_on_a_lost_route_is_reported_and_restarts_that_actor(base, make_system,
+                                                                                       tmp_path):
+    # routes_lost ran outside the host's failure handling: the exception went into Thespian's log only, the
+    # actor was not restarted, and system.errors() said nothing.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db")
+    probe = system.probe()
+    system.spawn(Reporting, "/user/sink", args=(probe.path, False))
+    system.spawn(FailingHook, "/user/senders", entities=True)
+    assert system.ask("/user/senders/1", ("send", "/user/sink"), timeout=30) == "persisted"
+    assert probe.receive(10) == ("1", 1)
+    os.kill(system.status().hosts["/user/sink"].pid, signal.SIGKILL)
+    wait_for(lambda: any("failed on RoutesLost: ValueError: should_redeliver blew up" in e.reason
+                         for e in system.errors().recent if e.path == "/user/senders/1"), timeout=60)

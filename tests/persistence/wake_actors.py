@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import actors
-from persistence import AtLeastOnceDelivery
+from persistence import AtLeastOnceDelivery, UnconfirmedWarning
 
 
 class Sending(AtLeastOnceDelivery):
@@ -40,3 +40,47 @@ class Reporting(actors.Actor):
         self.tell(self.probe, (entity_id, delivery_id))
         if self.confirm and sender is not None:
             self.tell(sender, ("confirm", delivery_id))
+
+
+class FailingHook(Sending):
+    """Sending whose should_redeliver raises (a user hook that fails)."""
+
+    redeliver_interval = 30.0  # (no timer resend within a test: only a lost route resends)
+
+    def should_redeliver(self, delivery_id: int, destination: str, message: object) -> bool:
+        raise ValueError("should_redeliver blew up")
+
+
+class Delivers(AtLeastOnceDelivery):
+    """deliver(destination, message) as told: ("deliver", destination, message) replies the delivery id, or the
+    error's type and text (message "unpicklable": one holding a lock); "unconfirmed" replies the unconfirmed ids
+    and whether an UnconfirmedWarning came."""
+
+    redeliver_interval = 0.2
+    warn_after_number_of_unconfirmed_attempts = 2
+
+    warned = False
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, UnconfirmedWarning):
+            self.warned = True
+            return
+        if message == "unconfirmed":
+            self.tell(sender, (sorted(self.unconfirmed_ids()), self.warned))
+            return
+        _, destination, body = message
+        if body == "unpicklable":
+            body = ("body", Unpicklable())
+        try:
+            self.tell(sender, self.deliver(destination, lambda _: body))
+        except Exception as e:
+            self.tell(sender, (type(e).__name__, str(e)))
+
+
+class Unpicklable:
+    """An object that cannot be pickled (a lock inside)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
