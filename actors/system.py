@@ -221,8 +221,7 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
 
     if leader and tls_files is not None:
         # A member that cannot speak to its leader would start and never join: say why now.
-        leader_host, _, leader_port = leader.rpartition(":")
-        why = tls_module.probe(leader_host, int(leader_port), tls_files, unreachable_ok=True)
+        why = tls_module.probe(*_host_port(leader), tls_files, unreachable_ok=True)
         if why is not None:
             raise tls_module.TlsError(f"this member cannot join leader {leader}: {why}")
     secret = _system_secret(secret_file, leader, bool(config.pop("insecure_no_auth", False)))
@@ -267,6 +266,12 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
         kill_tagged(port_tag)
         with open(boot_log) as f:
             tail = f.read()[-2000:]
+        if leader and "NoCompatibleSystemForActor" in tail and not _listening(*_host_port(leader)):
+            if not run_dir:
+                shutil.rmtree(port_dir, ignore_errors=True)  # (nothing of this member ran: nothing to read)
+            raise LeaderUnreachable(f"this member could not join its leader {leader}: nothing listens there; start "
+                                    "the leader first (`reprise up TOPOLOGY.toml --node <its name>`), or fix the "
+                                    "leader's address")
         if "not a valid or useable ActorSystem Admin" not in tail or attempt + 1 >= _BOOT_ATTEMPTS or admin_port:
             raise SpawnFailed(f"the actor system on port {port} did not start (see {boot_log}):\n{tail}")
         if not run_dir:
@@ -547,6 +552,12 @@ def _local_tls(admin_port: int, host: str) -> tls_module.TlsConfig | None:
     except auth.SecretUnavailable:
         return None
     return tls_module.read_config(run_dir)
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    """("host", port) of a "host:port" address (checked by the caller)."""
+    host, _, port = address.rpartition(":")
+    return host, int(port)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

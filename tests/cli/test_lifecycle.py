@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import itertools
 import json
 import os
@@ -198,6 +199,22 @@ def test_node_joins_a_leader_and_goes_down(make_system, tag, tmp_path) -> None:
     down = reprise("down", "--port", str(port))
     assert down.returncode == 0, down.stderr
     wait_for(lambda: not tagged_pids(tag), 30)
+
+
+def test_a_node_whose_leader_is_not_up_fails_naming_the_leader_and_leaves_nothing(tag, tmp_path) -> None:
+    # It failed with Thespian's "NoCompatibleSystemForActor ... actors.guardian.Guardian", naming neither the
+    # leader nor the fix, and left its run dir behind.
+    leader_port, port = free_ports(2)
+    secret = tmp_path / "secret"
+    secret.write_text("ab" * 32 + "\n")
+    secret.chmod(0o600)
+    before = set(glob.glob(f"/tmp/reprise-{port}-*"))
+    node = reprise("node", "--leader", f"127.0.0.1:{leader_port}", "--port", str(port), "--name", "m",
+                   "--detach", "--tag", tag, "--secret-file", str(secret))
+    assert node.returncode == 1, node.stdout
+    assert f"could not join its leader 127.0.0.1:{leader_port}: nothing listens there; start the leader first" \
+        in node.stderr, node.stderr
+    assert set(glob.glob(f"/tmp/reprise-{port}-*")) == before and tagged_pids(tag) == []
 
 
 def _parent(pid: int) -> int:
