@@ -60,6 +60,17 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def port_number(text: str) -> int:
+    """A TCP port, 1 to 65535 (argparse type: 0, which would mean "any", is a usage error naming it)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number from 1 to 65535")
+    return value
+
+
 # ---- entry point ---------------------------------------------------------------------------------
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -159,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=topology_doc)
     p.add_argument("topology", metavar="TOPOLOGY.toml")
     p.add_argument("--detach", action="store_true", help="leave the system running and exit")
-    p.add_argument("--port", type=int, help="admin port (overrides [system] admin_port)")
+    p.add_argument("--port", type=port_number, help="admin port (overrides [system] admin_port)")
     p.add_argument("--node", metavar="NAME", help="cluster files: the [[node]] to start here (default: the one "
                    "whose address is this machine's)")
     _hidden_start_options(p)
@@ -181,12 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("node", cmd_node, "join this machine to a system's convention as a member")
     p.add_argument("--leader", required=True, metavar="HOST:PORT", help="the leader's admin address")
-    p.add_argument("--port", type=int, required=True, help="this member's admin port")
+    p.add_argument("--port", type=port_number, required=True, help="this member's admin port")
     p.add_argument("--name", required=True, help="this member's node name (for `node = ...` placement)")
     p.add_argument("--bind", default="127.0.0.1", help="address to listen on (default: loopback)")
     p.add_argument("--advertise", help="address other machines reach this one at")
     p.add_argument("--detach", action="store_true", help="leave the member running and exit")
-    p.add_argument("--metrics-port", type=int, metavar="PORT",
+    p.add_argument("--metrics-port", type=port_number, metavar="PORT",
                    help="serve this node's Prometheus metrics on PORT (default: no metrics endpoint)")
     p.add_argument("--metrics-host", default="127.0.0.1", metavar="IP",
                    help="the interface the metrics endpoint listens on (default: loopback)")
@@ -251,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _attach_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--port", type=int, required=True, help="the system's admin port")
+    p.add_argument("--port", type=port_number, required=True, help="the system's admin port")
     p.add_argument("--host", default="127.0.0.1", help="the admin's address (default: loopback)")
     p.add_argument("--secret-file", metavar="FILE",
                    help="the system's secret (default: <run dir>/secret of the local admin on --port)")

@@ -241,7 +241,7 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
         port_dir = os.fspath(run_dir) if run_dir else tempfile.mkdtemp(prefix=f"reprise-{port}-")
         _private_run_dir(port_dir)
         if not run_dir:  # ours is removed on a clean shutdown; a directory the user named is theirs to keep
-            open(os.path.join(port_dir, TEMPORARY_MARK), "w").close()
+            os.close(os.open(os.path.join(port_dir, TEMPORARY_MARK), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
         config["run_dir"] = port_dir
         if secret is not None:
             auth.write_secret(os.path.join(port_dir, auth.SECRET_NAME), secret)

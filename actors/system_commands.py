@@ -281,9 +281,11 @@ def journal_size(url: str | None) -> int | None:
     """Bytes the journal at `url` occupies (SQLite files, PostgreSQL tables); None when unknown."""
     if not url or url.startswith("memory:") or REDACTED in url:
         return None  # a redacted URL cannot be opened: its password (in the real URL) is not shown to clients
-    from journal import open_journal
+    from journal import missing_journal, open_journal
 
     try:
+        if missing_journal(url):  # (no actor has written yet: opening would create it, a misspelt file too)
+            return None
         journal = open_journal(url)
     except Exception:  # status must still show the rest when the journal cannot be opened
         return None

@@ -247,6 +247,11 @@ def loads(text: str, *, source: str = "<string>", base_dir: str | None = None) -
     dupes = sorted({p for p in paths if paths.count(p) > 1})
     if dupes:
         raise TopologyError(f"{source}: path(s) declared twice: {dupes}")
+    for inner in paths:
+        outer = next((p for p in paths if inner.startswith(p + "/")), None)
+        if outer is not None:
+            raise TopologyError(f"{source}: {inner} overlaps {outer}: a path below another entry's path is that "
+                                "host's (an entity, or a child of its actor); give it a path of its own")
     if cluster is not None:
         _check_placement(entries, cluster, source)
     return Topology(system, tuple(entries), source, cluster)
@@ -510,8 +515,9 @@ def _entry(table: Any, entities: bool, where: str, base_dir: str | None) -> Acto
         raise TopologyError(f"{where}: kwargs must be a table")
     args, kwargs = _absolute_sqlite_in(args, base_dir), _absolute_sqlite_in(kwargs, base_dir)
     options = {k: table[k] for k in SPAWN_OPTIONS if k in table}
-    if "passivate_after" in options and not entities:
-        raise TopologyError(f"{where}: passivate_after only applies to [[entities]]")
+    for key in ("passivate_after", "shards"):
+        if key in options and not entities and not (key == "shards" and options[key] == 1):
+            raise TopologyError(f"{where}: {key} only applies to [[entities]] (one [[actor]] is one process)")
     try:
         for key, value in options.items():
             if key == "node":

@@ -24,6 +24,7 @@ from actors import auth, client_log, netsec
 from actors.system import tagged_pids
 from journal.urls import redact_url
 from tests.actors.sample import Echo, Ping, Pong
+from tests.conftest import SESSION_TOKEN
 from tests.waiting import wait_for
 
 
@@ -726,3 +727,14 @@ def test_a_client_log_directory_another_user_made_first_is_not_used(tmp_path, mo
         assert client_log.private_dir() != str(squatted)
         os.rmdir(squatted)
     assert client_log.private_dir() == str(squatted)  # made here: this user's own, 0700
+
+
+def test_every_file_of_a_run_dir_the_system_made_itself_is_private() -> None:
+    # Its `.temporary` mark was 0644 (the umask's); the others were already 0600.
+    system = actors.start("multiproc", tag=f"{SESSION_TOKEN}-own-run-dir-")
+    try:
+        files = [os.path.join(system.run_dir, name) for name in os.listdir(system.run_dir)]
+        modes = {os.path.basename(f): stat.S_IMODE(os.stat(f).st_mode) for f in files if os.path.isfile(f)}
+        assert ".temporary" in modes and set(modes.values()) == {0o600}, modes
+    finally:
+        system.shutdown()

@@ -80,6 +80,8 @@ def test_up_detach_status_down(topology, tag, tmp_path) -> None:
     assert doc["hosts"]["/user/echo"]["state"] == "running" and not doc["hosts"]["/user/echo"]["entities"]
     assert doc["hosts"]["/user/echoes"]["entities"] and doc["hosts"]["/user/echoes"]["pid"] > 0
     assert doc["dead_letters"] == 0 and doc["journal"] == f"sqlite://{tmp_path}/journal.db"
+    # No actor here persists: status created the (maybe misspelt) journal file by opening it to size it.
+    assert doc["journal_bytes"] is None and not (tmp_path / "journal.db").exists()
     text = reprise("status", "--port", str(port))
     assert text.returncode == 0 and "/user/echoes  entities  running" in text.stdout
     assert "unconfirmed   0 deliveries" in text.stdout and "ALIVE" in text.stdout
@@ -149,6 +151,15 @@ def test_bad_timeouts_are_usage_errors(tmp_path) -> None:
     for value in ("-1", "0", "nan", "inf", "soon"):
         result = reprise("down", "--port", "1", "--timeout", value)
         assert result.returncode == 2 and f"{value!r} is not a number of seconds above 0" in result.stderr, value
+
+
+def test_bad_ports_are_usage_errors(topology) -> None:
+    # `up --port 0` was taken as "no --port": the file's admin_port, or a random one.
+    for argv in (["up", topology, "--port", "0"], ["up", topology, "--port", "70000"], ["status", "--port", "x"],
+                 ["down", "--port", "-1"], ["node", "--leader", "127.0.0.1:1", "--port", "5", "--name", "m",
+                                            "--metrics-port", "0"]):
+        result = reprise(*argv)
+        assert result.returncode == 2 and "is not a port number from 1 to 65535" in result.stderr, argv
 
 
 def test_up_spawns_actors_and_entity_hosts_in_the_order_the_file_declares_them(tmp_path, tag) -> None:
