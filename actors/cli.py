@@ -60,6 +60,17 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def count(text: str) -> int:
+    """A whole number from 0 to 2**63 - 1, what the journal counts in (argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 0 to {2**63 - 1}")
+    return value
+
+
 def port_number(text: str) -> int:
     """A TCP port, 1 to 65535 (argparse type: 0, which would mean "any", is a usage error naming it)."""
     try:
@@ -116,6 +127,16 @@ def _classify(e: BaseException) -> tuple[int, str]:
         return 1, "check --port/--host, or start a system with `reprise up TOPOLOGY.toml`"
     if isinstance(e, JournalCorruption):
         return 1, "run `reprise journal verify URL` to list every corrupt record"
+    from journal.errors import InvalidUrl
+
+    if isinstance(e, InvalidUrl):
+        return 2, ("fix the URL named above (sqlite:///abs/path.db, sqlite://relative.db, memory://name, "
+                   "postgresql://user@host:port/db?schema=NAME)")
+    from .journal_commands import journal_hint
+
+    hint = journal_hint(str(e))
+    if hint is not None:
+        return 1, hint
     from journal.errors import SerializationError
 
     if isinstance(e, SerializationError) and "unknown manifest" in str(e):
@@ -223,11 +244,11 @@ def build_parser() -> argparse.ArgumentParser:
     q = jcommand("show", cmd_journal_show, "print the events of one persistence id")
     q.add_argument("url", nargs="?", metavar="URL", help=url_help)
     q.add_argument("pid", metavar="PID", help="the persistence id")
-    q.add_argument("--from", dest="from_nr", type=int, default=1, metavar="N", help="first sequence nr")
-    q.add_argument("--limit", type=int, default=None, metavar="N", help="print at most N events")
+    q.add_argument("--from", dest="from_nr", type=count, default=1, metavar="N", help="first sequence nr")
+    q.add_argument("--limit", type=count, default=None, metavar="N", help="print at most N events")
     q = jcommand("tail", cmd_journal_tail, "print the most recently written events of all ids")
     q.add_argument("url", nargs="?", metavar="URL", help=url_help)
-    q.add_argument("-n", type=int, default=10, metavar="N", help="how many events (default 10)")
+    q.add_argument("-n", type=count, default=10, metavar="N", help="how many events (default 10)")
     q = jcommand("verify", cmd_journal_verify,
                  "re-read every record and checksum; exit 1 naming each corrupt record")
     q.add_argument("url", nargs="?", metavar="URL", help=url_help)

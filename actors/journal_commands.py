@@ -39,13 +39,14 @@ def _journal_url(url: str | None) -> str:
         raise CliError(f"{url}: a memory:// journal lives inside the process that made it; this command would only "
                        "see a new, empty one", "give the journal's sqlite:// or postgresql:// URL", code=2)
     # Opening a journal that does not exist would silently create an empty one (a misspelt path or ?schema=).
-    if parsed.scheme == "sqlite" and parsed.target != ":memory:" and not os.path.isfile(parsed.target):
+    if parsed.scheme == "sqlite" and not os.path.isfile(parsed.target):
         raise CliError(f"no journal file at {parsed.target!r}", "check the path; sqlite:///abs/path.db has "
                        "three slashes for an absolute path", code=2)
     try:
         why = missing_journal(url)
     except JournalError as e:
-        raise CliError(str(e), "check the host, port and database of the URL and that the server runs", code=2) from None
+        raise CliError(str(e), journal_hint(str(e)) or "check the host, port and database of the URL and that the "
+                       "server runs", code=2) from None
     if why is not None:
         raise CliError(f"{redact_url(url)}: {why}", "check the ?schema= of the URL (default: reprise)", code=2)
     return url
@@ -62,9 +63,10 @@ def with_imports(func: Callable[[argparse.Namespace], int]) -> Callable[[argpars
         for name in args.imports:
             try:
                 importlib.import_module(name)
-            except ImportError as e:
-                raise CliError(f"--import {name}: cannot import it ({e})", "pass a module name importable from "
-                               "the working directory, e.g. --import myapp.events", code=2) from None
+            except Exception as e:  # (a syntax error in it, an empty or relative name: all name --import)
+                raise CliError(f"--import {name!r}: cannot import it ({type(e).__name__}: {e})", "pass a module "
+                               "name importable from the working directory, e.g. --import myapp.events",
+                               code=2) from None
         return func(args)
 
     return run
@@ -96,6 +98,13 @@ def cmd_journal_show(args: argparse.Namespace) -> int:
     url, pid = args.url, args.pid
     if args.limit is not None and args.limit < 0 or args.from_nr < 0:
         raise CliError("--from and --limit must not be negative", code=2)
+    if not pid:
+        raise CliError("the persistence id is empty", "give one that `reprise journal ls` lists", code=2)
+    try:
+        pid.encode()
+    except UnicodeEncodeError:  # (bytes of the command line that are not UTF-8: no id can hold them)
+        raise CliError(f"the persistence id {printable(pid)!r} is not valid UTF-8 text", "give one that `reprise "
+                       "journal ls` lists", code=2) from None
     from journal import MAX_SEQUENCE_NR
 
     with _open(url) as j:
@@ -150,3 +159,13 @@ def _when(millis: int) -> str:
     if not millis:
         return "-"
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(millis / 1000)) + f".{millis % 1000:03d}"
+
+
+def journal_hint(message: str) -> str | None:
+    """The fix for a journal error whose message says what is wrong, else None."""
+    if "permission denied" in message:
+        return ("the PostgreSQL role needs USAGE on the journal's schema and SELECT on its tables (writers also "
+                "INSERT, UPDATE and DELETE): GRANT them, or use the role that created the journal")
+    if "not a Reprise journal" in message:
+        return "check the URL: it names another application's file"
+    return None

@@ -13,11 +13,16 @@ WILDCARDS = set("*?[]")
 # C0/C1 controls and the bidirectional overrides: printed by `reprise journal ls`, `status` and logs they
 # would move the cursor, recolour or rewrite the terminal, or make one id look like another.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# Printed escaped too (allowed in paths): line and paragraph separators, which some terminals and viewers break
+# lines at, and invisible marks and joiners (RLM, zero-width space), with which two ids look the same.
+_INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u061c\u200b-\u200f\u2028\u2029"
+                        "\u2060-\u2064\ufeff]")
 
 
 def printable(text: str) -> str:
-    """`text` with every control character shown as an escape (\\x1b, \\u202e): safe to print to a terminal."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
+    """`text` with every control or invisible character shown as an escape (\\x1b, \\u202e): safe to print to a
+    terminal, and two ids that differ look different."""
+    return _INVISIBLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
 
 
 def control_character(text: str) -> str | None:

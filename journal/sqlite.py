@@ -48,7 +48,7 @@ from typing import TypeVar, cast
 
 from journal import sqlite_schema, sqlite_wal
 from journal.api import Journal, SnapshotStore, TaggedRow
-from journal.errors import JournalCorruption, JournalError
+from journal.errors import InvalidUrl, JournalCorruption, JournalError
 from journal.model import PersistenceIdSummary, Problem, SnapshotMetadata, SnapshotSelectionCriteria
 from journal.records import EncodedBatch, StoredRow
 
@@ -143,18 +143,18 @@ def _wal_refusal(db_path: str, use_shm: bool = True) -> str | None:
 def _options(synchronous: str = "FULL", busy_timeout: str = "30", torn_wal: str = "refuse",
              **unknown: str) -> tuple[str, float, bool]:
     if unknown:
-        raise ValueError(f"unknown sqlite journal option(s) {sorted(unknown)}: "
+        raise InvalidUrl(f"unknown sqlite journal option(s) {sorted(unknown)}: "
                          f"supported are synchronous=FULL|NORMAL|EXTRA, busy_timeout=<seconds>, "
                          f"torn_wal=refuse|accept")
     sync = synchronous.upper()
     if sync not in _SYNCHRONOUS:
-        raise ValueError(f"synchronous must be one of {_SYNCHRONOUS}, got {synchronous!r}")
+        raise InvalidUrl(f"synchronous must be one of {_SYNCHRONOUS}, got {synchronous!r}")
     if torn_wal not in ("refuse", "accept"):
-        raise ValueError(f"torn_wal must be 'refuse' or 'accept', got {torn_wal!r}")
+        raise InvalidUrl(f"torn_wal must be 'refuse' or 'accept', got {torn_wal!r}")
     try:
         busy = float(busy_timeout)
     except ValueError:
-        raise ValueError(f"busy_timeout must be a number of seconds, got {busy_timeout!r}") from None
+        raise InvalidUrl(f"busy_timeout must be a number of seconds, got {busy_timeout!r}") from None
     return sync, busy, torn_wal == "accept"
 
 
@@ -249,6 +249,7 @@ class _Connection:
         # the write path uses it, under `lock` (reads look the id up in SQL).
         self.ids: dict[str, int] = {}
         try:
+            self._with_retry(lambda: sqlite_schema.check_is_journal(self.conn, self.path), busy_timeout)
             self._with_retry(lambda: self.conn.execute("PRAGMA journal_mode=WAL").fetchone(), busy_timeout)
             self.conn.execute(f"PRAGMA synchronous={synchronous}")
             # Neither touches durability (a commit syncs the WAL as `synchronous` says). A group commit of
@@ -262,6 +263,9 @@ class _Connection:
                                  self.rollback)
         except sqlite3.Error as e:
             self.conn.close()
+            if getattr(e, "sqlite_errorcode", 0) & 0xFF in (8, 14):  # SQLITE_READONLY, SQLITE_CANTOPEN
+                # (a WAL journal needs its -wal and -shm, so even reading it needs a writable directory)
+                check_writable(self.path, "journal")
             raise _as_journal_error("open", e, self.path) from e
         except BaseException:
             self.conn.close()

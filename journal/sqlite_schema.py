@@ -114,6 +114,34 @@ def _check_not_newer(version: int, path: str) -> None:
             f"{SCHEMA_VERSION}. Open it with the Reprise version that wrote it (or a newer one)")
 
 
+def check_is_journal(conn: sqlite3.Connection, path: str) -> None:
+    """Refuse, before anything is written, a file that is not a journal: opening one switches the file to WAL
+    and adds the journal's tables, which turned another application's database into a "journal" (even through
+    `reprise journal verify`, which then called it ok). A new empty file, or a journal of a schema this version
+    reads or migrates, passes."""
+    try:
+        version = _version(conn)
+        if version == SCHEMA_VERSION:
+            return
+        _check_not_newer(version, path)
+        tables = sorted(name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
+                        if name != "projection_offset_store")  # (a projection's offsets may share the file)
+        if not tables:
+            return
+        if "journal" in tables and {"persistence_id", "sequence_nr"} <= {r[1] for r in conn.execute(
+                "PRAGMA table_info(journal)")}:
+            return  # (schema 1: ensure migrates it)
+    except sqlite3.DatabaseError as e:
+        if getattr(e, "sqlite_errorcode", 0) & 0xFF != 26:  # SQLITE_NOTADB
+            raise
+        raise JournalError(f"{path} is not a SQLite database, so not a Reprise journal (or one whose first page was "
+                           "overwritten): check the URL, or restore the journal from a backup") from None
+    shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+    raise JournalError(f"{path} is a SQLite database but not a Reprise journal (it holds {shown}): opening it as one "
+                       "would add the journal's tables and switch it to WAL; nothing was changed. Give the journal a "
+                       "file of its own")
+
+
 def ensure(conn: sqlite3.Connection, path: str, begin: Callable[[], None], rollback: Callable[[], None]) -> None:
     """Create the tables of a new file or migrate an older one (one transaction); refuse a newer schema.
 

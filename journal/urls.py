@@ -45,6 +45,10 @@ def parse_url(url: str) -> ParsedUrl:
     options = dict(parse_qsl(query, keep_blank_values=True))
     if scheme == "sqlite" and not target:
         raise InvalidUrl(f"sqlite journal URL {url!r} names no file: use sqlite:///abs/path.db or sqlite://rel.db")
+    if scheme == "sqlite" and target == ":memory:":
+        # (it became a file named ":memory:" in the working directory)
+        raise InvalidUrl(f"{url!r}: a journal in SQLite's memory would be one connection's; use memory://NAME for a "
+                         "journal in this process's memory, or sqlite:///abs/path.db")
     return ParsedUrl(scheme, target, options)
 
 
@@ -95,7 +99,7 @@ def missing_journal(url: str) -> str | None:
     empty one behind). Registered (plugin) and memory:// journals are taken as existing.
     """
     parsed = parse_url(url)
-    if parsed.scheme == "sqlite" and parsed.target != ":memory:" and not os.path.isfile(parsed.target):
+    if parsed.scheme == "sqlite" and not os.path.isfile(parsed.target):
         return f"there is no journal file {parsed.target!r}"
     if parsed.scheme == "postgresql":
         from journal.postgres import missing_schema  # (imports psycopg: only for PostgreSQL URLs)

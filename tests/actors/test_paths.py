@@ -51,11 +51,13 @@ def test_control_characters_are_refused_naming_the_character(path, named):
     assert f"control character {named}" in str(caught.value) and "printable" in str(caught.value)
 
 
-def test_printable_escapes_control_characters_only():
+def test_printable_escapes_control_and_invisible_characters_only():
     from actors.paths import printable
 
     assert printable("ok\x08\x1bcEVIL\u202e") == "ok\\x08\\x1bcEVIL\\u202e"
     assert printable("/user/konto/Zoë/東京") == "/user/konto/Zoë/東京"
+    # A line separator broke a listing's line, an RLM or a zero-width space made two ids look the same.
+    assert printable("a\u2028b\u200fc\u200bd\ufeff") == "a\\u2028b\\u200fc\\u200bd\\ufeff"
 
 
 def test_tell_refuses_a_path_with_a_control_character(system):

@@ -162,12 +162,52 @@ def test_usage_errors_exit_2_and_help_exists_everywhere(capsys) -> None:
 
 
 def test_a_file_that_is_not_a_database(tmp_path, capsys) -> None:
+    # It was called a corrupt journal ("restore the journal from a backup"): it was never one.
     path = tmp_path / "garbage.db"
     path.write_bytes(b"not a database at all" * 400)
-    code, out, _ = run(capsys, "journal", "verify", f"sqlite://{path}")
-    assert code == 1 and out.startswith("CORRUPT storage: ")
-    code, _, err = run(capsys, "journal", "ls", f"sqlite://{path}")
-    assert code == 1 and "JournalCorruption" in err and "journal verify" in err
+    for command in ("verify", "ls"):
+        code, _, err = run(capsys, "journal", command, f"sqlite://{path}")
+        assert code == 1 and "is not a SQLite database, so not a Reprise journal" in err, err
+    assert path.read_bytes() == b"not a database at all" * 400
+
+
+def test_reading_commands_leave_another_application_s_database_as_it_was(tmp_path, capsys) -> None:
+    # ls/show/tail/verify opened it as a journal: switched it to WAL, added the journal's tables, and verify then
+    # said "ok"; a table of its own named `journal` failed with "no such column: persistence_id".
+    for name, schema in (("app.db", "CREATE TABLE users (name TEXT)"), ("own.db", "CREATE TABLE journal (entry TEXT)")):
+        path = tmp_path / name
+        with sqlite3.connect(path) as db:
+            db.execute(schema)
+        before = path.read_bytes()
+        for argv in (["ls"], ["show", "p"], ["tail"], ["verify"]):
+            code, _, err = run(capsys, "journal", argv[0], f"sqlite://{path}", *argv[1:])
+            assert code == 1 and "is a SQLite database but not a Reprise journal" in err, (argv, err)
+            assert "nothing was changed" in err and "hint: check the URL" in err
+        assert path.read_bytes() == before and not os.path.exists(f"{path}-wal")
+        with pytest.raises(Exception, match="not a Reprise journal"):
+            open_journal(f"sqlite://{path}")  # (a system's journal= too: it would write into it)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["journal", "ls", "sqlite://:memory:"], "a journal in SQLite's memory would be one connection's"),
+    (["journal", "show", "URL", ""], "the persistence id is empty"),
+    (["journal", "show", "URL", "\udcff"], "is not valid UTF-8 text"),
+    (["journal", "tail", "URL", "-n", "100000000000000000000"], "is not a whole number from 0 to"),
+    (["journal", "tail", "URL", "-n", "-3"], "is not a whole number from 0 to"),
+    (["journal", "ls", "URL?foo=1"], "unknown sqlite journal option(s) ['foo']"),
+    (["journal", "ls", "URL", "--import", ""], "--import '': cannot import it (ValueError"),
+])
+def test_more_bad_input_is_refused_naming_it(url, argv, needle, capsys, tmp_path, monkeypatch) -> None:
+    # An empty id hit the journal's internal row ("corrupted event"), -n 10**20 an OverflowError, -n -3 printed
+    # nothing, sqlite://:memory: made a file named ":memory:" and an --import error did not name --import.
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = main([a.replace("URL", url) for a in argv])
+    except SystemExit as usage:  # (argparse's own usage errors)
+        code = usage.code
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err, err
+    assert not os.path.exists(tmp_path / ":memory:")
 
 
 def test_verify_and_show_read_both_record_formats(tmp_path, capsys) -> None:
@@ -198,3 +238,49 @@ def test_verify_and_show_read_both_record_formats(tmp_path, capsys) -> None:
     db.close()
     code, out, _ = run(capsys, "journal", "verify", url)
     assert code == 1 and "sequence_nr=1" in out and "sequence_nr=6" in out and "sequence_nr=2" not in out
+
+
+def test_a_journal_on_a_read_only_file_system_is_named_so(url, tmp_path) -> None:
+    # "open failed on ...: unable to open database file": a WAL journal needs its -wal and -shm beside it, so even
+    # reading it needs a writable directory; the error now says that, and what to do.
+    source, mount = tmp_path / "src", tmp_path / "ro"
+    source.mkdir()
+    mount.mkdir()
+    os.replace(url[len("sqlite://"):], source / "journal.db")
+    reprise = os.path.join(os.path.dirname(sys.executable), "reprise")
+    script = (f"mount --bind {source} {mount} && mount -o remount,bind,ro {mount} && "
+              f"{reprise} journal ls sqlite://{mount}/journal.db")
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    if "Operation not permitted" in done.stderr or "unshare: " in done.stderr:
+        pytest.skip(f"a read-only mount needs unshare -m and mount (root): {done.stderr.strip()}")
+    assert done.returncode == 1 and "can be read but not written" in done.stderr, done.stderr
+    assert "a read-only file system" in done.stderr
+
+
+def test_a_postgresql_role_without_rights_is_told_which_rights(postgres_url, capsys) -> None:
+    # "cannot connect to PostgreSQL ...: permission denied for schema" came with the hint "check the host, port
+    # and database of the URL": it had connected.
+    import uuid
+
+    import psycopg
+
+    from journal.postgres import drop_schema
+
+    name = f"reprise_rights_{uuid.uuid4().hex[:8]}"
+    with open_journal(f"{postgres_url}?schema={name}") as j:
+        assert j.write_messages([AtomicWrite([PersistentRepr("x", 1, "p")])]) == [None]
+    admin = psycopg.connect(postgres_url, autocommit=True)
+    try:
+        admin.execute(f"CREATE ROLE {name} LOGIN")
+        url = postgres_url.replace("postgres@", f"{name}@", 1) + f"?schema={name}"
+        for grant in (None, f"GRANT USAGE ON SCHEMA {name} TO {name}"):
+            if grant:
+                admin.execute(grant)
+            code, _, err = run(capsys, "journal", "ls", url)
+            assert code in (1, 2) and "permission denied" in err, err
+            assert "the PostgreSQL role needs USAGE on the journal's schema and SELECT on its tables" in err, err
+    finally:
+        drop_schema(f"{postgres_url}?schema={name}")
+        admin.execute(f"DROP OWNED BY {name}")
+        admin.execute(f"DROP ROLE IF EXISTS {name}")
+        admin.close()
