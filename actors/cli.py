@@ -121,6 +121,8 @@ def _classify(e: BaseException) -> tuple[int, str]:
         return 2, "fix the value named above"
     if isinstance(e, FileNotFoundError):
         return 2, "check the file name and the working directory"
+    if isinstance(e, LeaderUnreachable) and "could not join its leader" in str(e):
+        return 1, "nothing was started: start the leader first, then this member"
     if isinstance(e, LeaderUnreachable):
         return 1, "the member runs without its leader: start the leader again, or stop the member with `reprise down`"
     if isinstance(e, SystemNotRunning):

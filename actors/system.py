@@ -225,6 +225,11 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
         if why is not None:
             raise tls_module.TlsError(f"this member cannot join leader {leader}: {why}")
     secret = _system_secret(secret_file, leader, bool(config.pop("insecure_no_auth", False)))
+    if leader and secret is not None and _listening(*_host_port(leader)):
+        # A wrong secret, or no TLS towards a TLS leader, showed only as Thespian's NoCompatibleSystemForActor,
+        # or a PendingActor timeout 50 s later: one signed frame tells now.
+        verdict = admin_probe.signed_probe(*_host_port(leader), secret, tls_files, 5.0)
+        _refuse_unreadable(verdict, *_host_port(leader), tls_files, f"this member's secret ({secret_file})")
     config["tls"] = None if tls_files is None else dict(cert=tls_files.cert, key=tls_files.key, ca=tls_files.ca)
     _configure_process_env(bind, advertise, peers)
     env = dict(os.environ)
@@ -440,12 +445,7 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
             raise AskTimeout(
                 f"the process on {host}:{admin_port} accepted a connection but did not answer within {timeout} s: "
                 "its admin is busy, or stopped (SIGSTOP, a debugger); try again, or with a longer timeout")
-        if verdict in (admin_probe.Verdict.FOREIGN, admin_probe.Verdict.UNTRIED) and _tls is None:
-            why = tls_module.probe(host, admin_port, None)
-            if why is not None:
-                raise tls_module.TlsError(why)
-        if verdict in (admin_probe.Verdict.REFUSES, admin_probe.Verdict.FOREIGN):
-            raise _not_our_admin(host, admin_port, source)
+        _refuse_unreadable(verdict, host, admin_port, _tls, source)
         auth.use_secret(secret)
     elif _secret is None:
         auth.allow_unauthenticated()
@@ -518,6 +518,17 @@ def _attached_run_dir(system: System, host: str) -> str | None:
     except RepriseError:
         same = False
     return _text(system.config.get("run_dir")) if same else None
+
+
+def _refuse_unreadable(verdict: admin_probe.Verdict, host: str, admin_port: int,
+                       tls: tls_module.TlsConfig | None, source: str) -> None:
+    """TlsError or AuthenticationFailed when the admin on host:port cannot read our signed frames."""
+    if verdict in (admin_probe.Verdict.FOREIGN, admin_probe.Verdict.UNTRIED) and tls is None:
+        why = tls_module.probe(host, admin_port, None)
+        if why is not None:
+            raise tls_module.TlsError(why)
+    if verdict in (admin_probe.Verdict.REFUSES, admin_probe.Verdict.FOREIGN):
+        raise _not_our_admin(host, admin_port, source)
 
 
 def _not_our_admin(host: str, admin_port: int, source: str) -> auth.AuthenticationFailed:

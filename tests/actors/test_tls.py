@@ -301,6 +301,23 @@ def test_a_tls_member_that_cannot_speak_to_its_leader_is_refused_before_it_start
                      secret_file=os.path.join(secure.run_dir, "secret"))
 
 
+@pytest.mark.multiproc
+@pytest.mark.timeout(60)
+def test_a_member_without_tls_or_with_another_secret_is_refused_before_it_starts(make_system, pki, tmp_path):
+    # Without TLS towards a TLS leader it failed after 50 s with Thespian's "No response received to PendingActor
+    # request"; with another secret at once, but as "NoCompatibleSystemForActor ... actors.guardian.Guardian".
+    secure = make_system("multiproc", tls=pki["node"])
+    with pytest.raises(actors.TlsError, match="uses TLS"):
+        actors.start("multiproc", leader=f"127.0.0.1:{secure.admin_port}", node="m1",
+                     secret_file=os.path.join(secure.run_dir, "secret"))
+    plain = make_system("multiproc")
+    other = tmp_path / "other-secret"
+    other.write_text("cd" * 32 + "\n")
+    other.chmod(0o600)
+    with pytest.raises(actors.AuthenticationFailed, match=f"this member's secret \\({other}\\) is not that system's"):
+        actors.start("multiproc", leader=f"127.0.0.1:{plain.admin_port}", node="m1", secret_file=str(other))
+
+
 # ---- configuration ----------------------------------------------------------------------------------
 
 def test_all_three_files_or_none(pki):

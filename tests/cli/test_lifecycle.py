@@ -225,6 +225,7 @@ def test_a_node_whose_leader_is_not_up_fails_naming_the_leader_and_leaves_nothin
     assert node.returncode == 1, node.stdout
     assert f"could not join its leader 127.0.0.1:{leader_port}: nothing listens there; start the leader first" \
         in node.stderr, node.stderr
+    assert "hint: nothing was started" in node.stderr and "the member runs" not in node.stderr
     assert set(glob.glob(f"/tmp/reprise-{port}-*")) == before and tagged_pids(tag) == []
 
 
