@@ -60,26 +60,21 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def count(text: str) -> int:
-    """A whole number from 0 to 2**63 - 1, what the journal counts in (argparse type)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 0 to {2**63 - 1}")
-    return value
+def _whole_number(low: int, high: int, what: str) -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` to `high`, anything else a usage error saying `what` it must be."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return value
+    return parse
 
 
-def port_number(text: str) -> int:
-    """A TCP port, 1 to 65535 (argparse type: 0, which would mean "any", is a usage error naming it)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number from 1 to 65535")
-    return value
+count = _whole_number(0, 2**63 - 1, f"a whole number from 0 to {2**63 - 1}")  # (what the journal counts in)
+port_number = _whole_number(1, 65535, "a port number from 1 to 65535")  # (0, which would mean "any", is refused)
 
 
 # ---- entry point ---------------------------------------------------------------------------------

@@ -13,6 +13,17 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.timeout(120)
 
 
+def sent_once_to_a_sink(system, sender_class):
+    """`system` with a never-confirming /user/sink and `sender_class` entities at /user/senders, entity 1 of which
+    delivered once to the sink; (system, the probe the sink reports to)."""
+    probe = system.probe()
+    system.spawn(Reporting, "/user/sink", args=(probe.path, False))
+    system.spawn(sender_class, "/user/senders", entities=True)
+    assert system.ask("/user/senders/1", ("send", "/user/sink"), timeout=30) == "persisted"
+    assert probe.receive(10) == ("1", 1)
+    return system, probe
+
+
 def test_unconfirmed_deliveries_of_entities_are_resent_when_the_system_starts_again(base, make_system, tmp_path):
     # An entity comes back on its first message: one whose destination never confirmed (it was down, or the
     # message was lost with a process) waited for a message that need not come, and its deliveries stalled.
@@ -39,12 +50,7 @@ def test_unconfirmed_deliveries_of_entities_are_resent_when_the_system_starts_ag
 @pytest.mark.parametrize("base", ["multiproc"])
 def test_an_entity_host_killed_resends_its_entities_unconfirmed_deliveries_when_restarted(base, make_system,
                                                                                         tmp_path):
-    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db")
-    probe = system.probe()
-    system.spawn(Reporting, "/user/sink", args=(probe.path, False))
-    system.spawn(Sending, "/user/senders", entities=True)
-    assert system.ask("/user/senders/1", ("send", "/user/sink"), timeout=30) == "persisted"
-    assert probe.receive(10) == ("1", 1)
+    system, probe = sent_once_to_a_sink(make_system(base, journal=f"sqlite:///{tmp_path}/journal.db"), Sending)
     pid = system.status().hosts["/user/senders"].pid
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: system.status().hosts["/user/senders"].pid not in (pid, 0), timeout=30)
@@ -79,12 +85,7 @@ def test_a_failing_should_redeliver_on_a_lost_route_is_reported_and_restarts_tha
                                                                                        tmp_path):
     # routes_lost ran outside the host's failure handling: the exception went into Thespian's log only, the
     # actor was not restarted, and system.errors() said nothing.
-    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db")
-    probe = system.probe()
-    system.spawn(Reporting, "/user/sink", args=(probe.path, False))
-    system.spawn(FailingHook, "/user/senders", entities=True)
-    assert system.ask("/user/senders/1", ("send", "/user/sink"), timeout=30) == "persisted"
-    assert probe.receive(10) == ("1", 1)
+    system, _ = sent_once_to_a_sink(make_system(base, journal=f"sqlite:///{tmp_path}/journal.db"), FailingHook)
     os.kill(system.status().hosts["/user/sink"].pid, signal.SIGKILL)
     wait_for(lambda: any("failed on RoutesLost: ValueError: should_redeliver blew up" in e.reason
                          for e in system.errors().recent if e.path == "/user/senders/1"), timeout=60)
