@@ -134,12 +134,13 @@ class PathTemplate:
             raise ValueError(f"path template {text!r}: {e}") from None
         return cls(text, tuple(literals), tuple(columns))
 
-    def render(self, values: list[list[Any]]) -> list[str]:
-        """The paths of a batch, given each placeholder column's values (in `columns` order); InvalidPath naming
-        the column for a null value or one holding '/' (it would name no row's entity, or another one)."""
+    def render(self, values: list[list[Any]], rows: int) -> list[str]:
+        """The paths of a batch of `rows` rows, given each placeholder column's values (in `columns` order);
+        InvalidPath naming the column for a null value or one holding '/' (it would name no row's entity, or
+        another one)."""
         lits = self.literals
-        if not self.columns:
-            return [lits[0]] * (len(values[0]) if values else 0)
+        if not self.columns:  # (every row to one actor: there are no values to count the rows by)
+            return [lits[0]] * rows
         for column, column_values in zip(self.columns, values, strict=True):
             if None in column_values:  # (a scan in C; "None" would name an entity of its own)
                 raise actors.InvalidPath(f"to={self.text!r}: column {column!r} is null in a row, so the row has no "
@@ -268,6 +269,9 @@ class _Publisher:
     def send(self, batch_no: int, paths: list[str], values: list[Any], columns: tuple[str, ...] | None,
              keys: list[Hashable] | None) -> None:
         """Send one batch (staged under this attempt) once the window has room."""
+        if keys is not None and None in keys:  # (a scan in C) all nulls would be one key: all but one row skipped
+            raise ValueError(f"key={self.plan.key!r}: the column is null in a row, so the row has no idempotency "
+                             "key; fill it, or filter such rows out before the feed")
         self.settle(self.plan.window - 1)
         message = IngestBatch(self.feed_id, self.partition, batch_no, paths, values, self.probe.path, columns,
                               keys, attempt=self.attempt)
@@ -370,7 +374,7 @@ def stage_rows(plan: _Plan, rows: Iterable[Row]) -> Iterator[tuple[int, str, int
     batch_no = 0
     for row in rows:
         if template is not None:
-            paths.extend(template.render([[row[c]] for c in template.columns]))
+            paths.extend(template.render([[row[c]] for c in template.columns], 1))
         else:
             paths.append(row[plan.to] if isinstance(plan.to, str) else plan.to(row))  # type: ignore[operator]
         bodies.append(row.asDict(recursive=True) if plan.message is None else plan.message(row))
@@ -402,7 +406,8 @@ def stage_arrow(plan: _Plan, batches: Iterable[pa.RecordBatch], feed_id: str | N
     size = plan.batch_size
 
     def paths_of(values: list[list[Any]]) -> list[str]:
-        paths = template.render([values[i] for i in placeholders]) if template is not None else values[to]
+        paths = (template.render([values[i] for i in placeholders], len(values[0])) if template is not None
+                 else values[to])
         _check_paths(paths)
         return paths
 
@@ -818,27 +823,9 @@ def feed(df: DataFrame, system: object, to: str | Callable[[Row], str] = "destin
     feed were processed (however long the whole feed takes). `progress`: draw a bar on stderr (or on the
     given stream) when it is a terminal; False never does.
     """
-    if ack not in ACK_MODES:
-        raise ValueError(f"ack must be one of {ACK_MODES}, got {ack!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be an int >= 1, got {window!r}")
-    _check_timeout(timeout)
-    if not (isinstance(to, str) or callable(to)):
-        raise TypeError(f"to must be a column name, a path template or a callable Row -> path, got {to!r}")
-    target = check_to(to, df.columns) if isinstance(to, str) else to
-    check_path_column(df.schema, target)
-    if key is not None and key not in df.columns:
-        raise ValueError(f"key={key!r} is not a column of the DataFrame (columns: {df.columns})")
-    if message is not None and not callable(message):
-        raise TypeError(f"message must be a callable Row -> message, got {message!r}")
-    if feed_id is not None and (not isinstance(feed_id, str) or not feed_id):
-        raise ValueError(f"feed_id must be a non-empty string, got {feed_id!r}")
+    target = _check_feed_args(df, to, message, key, feed_id, ack, batch_size, window, timeout)
     if feed_id is not None and "/" in feed_id and not _micro_batch:
         raise ValueError(check_batch_feed_id(feed_id))
-    if message is None:
-        check_columns(df.schema)
     host, port = _address(system)
     bridges = check_system(host, port)
     # Executors run the driver's Python, so that actor and message classes import the same way there.
@@ -905,6 +892,10 @@ def check_to(to: str, columns: list[str]) -> str | PathTemplate:
     if missing:
         raise ValueError(f"to={to!r}: placeholder {{{missing[0]}}} is not a column of the DataFrame (columns: "
                          f"{columns})")
+    try:  # (with "x" for each placeholder: a wildcard or an empty segment fails every row, so fail now)
+        actors.validate_path(template.render([["x"] for _ in template.columns], 1)[0], what=f"to={to!r}")
+    except actors.InvalidPath as e:
+        raise ValueError(str(e)) from None
     return template
 
 
@@ -931,6 +922,33 @@ def _check_timeout(timeout: object) -> None:
         raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
 
 
+def _check_feed_args(df: DataFrame, to: str | Callable[[Row], str], message: Callable[[Row], object] | None,
+                     key: str | None, feed_id: str | None, ack: str, batch_size: int, window: int,
+                     timeout: float) -> str | PathTemplate | Callable[[Row], str]:
+    """feed()'s and feed_stream()'s arguments checked against `df` (ValueError or TypeError naming one); the
+    destination as a task takes it."""
+    if ack not in ACK_MODES:
+        raise ValueError(f"ack must be one of {ACK_MODES}, got {ack!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be an int >= 1, got {window!r}")
+    _check_timeout(timeout)
+    if not (isinstance(to, str) or callable(to)):
+        raise TypeError(f"to must be a column name, a path template or a callable Row -> path, got {to!r}")
+    target = check_to(to, df.columns) if isinstance(to, str) else to
+    check_path_column(df.schema, target)
+    if key is not None and key not in df.columns:
+        raise ValueError(f"key={key!r} is not a column of the DataFrame (columns: {df.columns})")
+    if message is not None and not callable(message):
+        raise TypeError(f"message must be a callable Row -> message, got {message!r}")
+    if feed_id is not None and (not isinstance(feed_id, str) or not feed_id):
+        raise ValueError(f"feed_id must be a non-empty string, got {feed_id!r}")
+    if message is None:
+        check_columns(df.schema)
+    return target
+
+
 def feed_stream(stream_df: DataFrame, system: object, *, feed_id: str, checkpoint: str, to: str | Callable[[Row], str] = "destination",
                 message: Callable[[Row], object] | None = None, key: str | None = None, ack: str = "persisted",
                 batch_size: int = 2_000, window: int = 8, timeout: float = 60.0, trigger: dict[str, Any] | None = None) -> StreamingQuery:
@@ -940,9 +958,10 @@ def feed_stream(stream_df: DataFrame, system: object, *, feed_id: str, checkpoin
     the same id and the same data after a restart from `checkpoint`, so the bridge skips what it
     already stored. `feed_id` must therefore stay the same across restarts of the query.
     """
-    if ack not in ACK_MODES:
-        raise ValueError(f"ack must be one of {ACK_MODES}, got {ack!r}")
-    _check_timeout(timeout)
+    # Checked now, not in micro-batch 0 (after the query started and made its checkpoint): "" too, which would
+    # name every micro-batch "/N", shared by every other query fed so.
+    _check_feed_args(stream_df, to, message, key, feed_id if feed_id is not None else "", ack, batch_size, window,
+                     timeout)
     host, port = _address(system)
     check_system(host, port)
 

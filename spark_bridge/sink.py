@@ -30,8 +30,9 @@ Options (all strings, as Spark passes them):
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,8 +102,8 @@ def _number(options: Mapping[str, str], name: str, kind: type[int] | type[float]
         value = kind(str(raw).strip())
     except ValueError:
         value = None
-    if value is None or value < low or (kind is float and value != value):
-        what = "an integer" if kind is int else "a number of seconds"
+    if value is None or not low <= value < math.inf:  # (NaN and inf too: a timeout that never expires)
+        what = "an integer" if kind is int else "a finite number of seconds"
         raise SinkOptionError(f'{SINK_NAME}: option "{name}" must be {what} >= {low:g}, got {raw!r}, e.g. '
                               f'.option("{name}", "{_DEFAULTS.get(name, 1)}")')
     return value
@@ -177,7 +178,7 @@ class SinkCommit(WriterCommitMessage):
         return self.partition, self.attempt, self.rows, self.duplicates, self.dead, self.bridge
 
 
-def _commit(plan: _Plan, feed_id: str, messages: list[WriterCommitMessage | None]) -> None:
+def _commit(plan: _Plan, feed_id: str, messages: Sequence[WriterCommitMessage | None]) -> None:
     mine = [m.staged() for m in messages if isinstance(m, SinkCommit)]
     commit_run(plan, feed_id, mine, time.monotonic())
 
@@ -237,12 +238,29 @@ class _StreamWriter(DataSourceStreamWriter):
         for feed_id in feeds:  # one, unless the query's id changed under it (it does not)
             if not feed_id.endswith(f"/{batchId}"):
                 raise FeedError(f"{SINK_NAME}: micro-batch {batchId} committed tasks of {feed_id!r}")
-            _commit(self.plan, feed_id, [m for m in messages if isinstance(m, SinkCommit) and m.feed_id == feed_id])
+            mine = [m for m in messages if isinstance(m, SinkCommit) and m.feed_id == feed_id]
+            _commit(_tasks_run(self.plan, mine), feed_id, mine)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Discard what the micro-batch's attempts staged (those that reported; the rest stays unseen)."""
         for feed_id in {m.feed_id for m in messages if isinstance(m, SinkCommit)}:
-            discard_run(self.plan, feed_id)
+            discard_run(_tasks_run(self.plan, [m for m in messages if isinstance(m, SinkCommit) and
+                                               m.feed_id == feed_id]), feed_id)
+
+
+def _tasks_run(plan: _Plan, messages: list[SinkCommit]) -> _Plan:
+    """`plan` with the run its tasks staged under (their attempts are f"{run}/{task attempt}").
+
+    Spark makes a new stream writer, so a new plan and run id, for a micro-batch's commit and abort: a Release or
+    Discard under that one named a run the bridge never saw (a discarded run's commit was answered "released",
+    an aborted one's batches stayed staged).
+    """
+    from dataclasses import replace
+
+    runs = {m.attempt.split("/", 1)[0] for m in messages}
+    if len(runs) > 1:
+        raise FeedError(f"{SINK_NAME}: the tasks of one micro-batch staged under several runs: {sorted(runs)}")
+    return replace(plan, run=runs.pop()) if runs else plan
 
 
 class _ArrowStreamWriter(_StreamWriter, DataSourceStreamArrowWriter):
@@ -280,5 +298,9 @@ class RepriseSink(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
         """A streaming writer (feed id per micro-batch: see the module's docstring)."""
+        if overwrite:  # (Spark's outputMode("complete"): every micro-batch would send the whole result table again)
+            raise SinkOptionError(f'{SINK_NAME}: outputMode("complete") is not supported: each micro-batch would send '
+                                  'every row of the result table to its actor again; use outputMode("append") or '
+                                  '("update")')
         plan, arrow = _plan(self.options, schema, "")
         return _ArrowStreamWriter(plan) if arrow else _StreamWriter(plan)

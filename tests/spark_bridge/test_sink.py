@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,18 @@ import pytest
 
 import actors
 from journal import SnapshotSelectionCriteria, open_journal, open_snapshot_store
-from spark_bridge import BRIDGE_PATH, GetFeedProgress, SparkBridge, last_write_result, register, start_bridge
+from spark_bridge import (
+    BRIDGE_PATH,
+    GetFeedProgress,
+    SparkBridge,
+    discard_staged,
+    feed,
+    feed_stream,
+    last_write_result,
+    register,
+    staged_runs,
+    start_bridge,
+)
 from spark_bridge.bridge import PERSISTENCE_ID
 from spark_bridge.messages import (
     BatchAccepted,
@@ -33,6 +45,7 @@ from spark_bridge.messages import (
 from tests.spark_bridge.sample import Account, Balance, DurableAccount, GetBalance
 from tests.spark_bridge.test_feed import balances, deposits, settled, sums
 from tests.spark_bridge.test_source import fresh_schema
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -327,6 +340,66 @@ def test_stream_restarted_from_its_checkpoint_loses_and_repeats_nothing(sink, ma
     assert sum(b.repeated for b in got.values()) == 0
 
 
+def _two_files(source: Path, rows: int, null_last: bool = False) -> None:
+    """Files part-0 and part-1 (one micro-batch, two partitions) of `rows` deposits each; part-1's rows are
+    `slow`, and with `null_last` its last row has no account (its path cannot be made: the task fails)."""
+    source.mkdir()
+    for p in range(2):
+        lines = []
+        for i in range(rows):
+            account = None if null_last and p == 1 and i == rows - 1 else i % 5
+            lines.append(json.dumps({"account": account, "amount": 1, "txid": p * 1000 + i, "slow": p}) + "\n")
+        (source / f"part-{p}.json").write_text("".join(lines))
+
+
+def _paced_stream(sink, source: Path, seconds_a_slow_row: float):
+    from pyspark.sql.functions import udf
+
+    @udf("long")
+    def pace(slow):
+        if slow:
+            time.sleep(seconds_a_slow_row)
+        return slow
+
+    return sink.readStream.schema("account int, amount long, txid long, slow long").json(str(source)) \
+        .withColumn("slow", pace("slow"))
+
+
+@pytest.mark.timeout(120)
+def test_a_micro_batch_whose_run_was_discarded_while_it_ran_fails_instead_of_committing_nothing(
+        sink, make_bridged, tmp_path):
+    # Spark makes a new stream writer (so a new run id) for a micro-batch's commit: its Release named a run the
+    # bridge had never discarded, the bridge answered "released" for batches already gone, and the query went on
+    # with every row of the micro-batch lost.
+    system = make_bridged(account=DurableAccount)
+    source = tmp_path / "in"
+    _two_files(source, 40)
+    query = (_paced_stream(sink, source, 0.25).writeStream.format("reprise").option("port", str(system.admin_port))
+             .option("to", "/user/accounts/a{account}").option("feed_id", "paced")
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+    runs = wait_for(lambda: [r for r in staged_runs(system) if r.feed_id == "paced/0"], timeout=60, interval=0.1)
+    assert discard_staged(system, "paced/0", runs[0].run)  # (the operator's `reprise spark discard`)
+    with pytest.raises(Exception, match="was discarded by the bridge"):
+        query.awaitTermination(90)
+    assert not (tmp_path / "checkpoint" / "commits" / "0").exists(), "the micro-batch must not be committed"
+
+
+@pytest.mark.timeout(120)
+def test_an_aborted_micro_batch_discards_what_its_tasks_staged(sink, make_bridged, tmp_path):
+    # The abort's Discard named the new writer's run, not the tasks': their batches stayed staged (listed by
+    # `reprise spark staged`, holding the bridge's journal pruning back) until staged_ttl, a day later.
+    system = make_bridged(account=DurableAccount)
+    source = tmp_path / "in"
+    _two_files(source, 20, null_last=True)
+    query = (_paced_stream(sink, source, 0.05).writeStream.format("reprise").option("port", str(system.admin_port))
+             .option("to", "/user/accounts/a{account}").option("feed_id", "aborted")
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+    with pytest.raises(Exception, match="InvalidPath"):
+        query.awaitTermination(90)
+    wait_for(lambda: not [r for r in staged_runs(system) if r.feed_id == "aborted/0"], timeout=30, interval=0.2)
+    assert all(b.total == 0 for b in balances(system, [f"/user/accounts/a{a}" for a in range(5)]).values())
+
+
 # ---- bad options ------------------------------------------------------------------------------------
 
 
@@ -338,7 +411,10 @@ def test_stream_restarted_from_its_checkpoint_loses_and_repeats_nothing(sink, ma
     ({"ack": "eventually"}, 'option "ack" must be one of'),
     ({"batch_size": "0"}, 'option "batch_size" must be an integer >= 1'),
     ({"window": "many"}, 'option "window" must be an integer >= 1'),
-    ({"timeout": "-1"}, 'option "timeout" must be a number of seconds'),
+    ({"timeout": "-1"}, 'option "timeout" must be a finite number of seconds'),
+    ({"timeout": "inf"}, 'option "timeout" must be a finite number of seconds'),  # (ack="processed" hung forever)
+    ({"to": "/user/accounts/*"}, "contains a wildcard"),  # (it sent nothing and said so: rows=0)
+    ({"to": "/user/accounts/{account}/"}, "no empty segments"),
     ({"to": "nowhere"}, "to='nowhere' is not a column"),
     ({"to": "/user/accounts/{nobody}"}, r"placeholder \{nobody\} is not a column"),
     ({"to": "/user/accounts/{account"}, "path template"),
@@ -391,6 +467,61 @@ def test_bad_options_fail_a_stream_at_start(sink, bridged, tmp_path):
                 raise RuntimeError(str(query.exception()))
         finally:
             query.stop()
+
+
+@pytest.mark.timeout(60)
+def test_a_stream_in_complete_output_mode_is_refused_at_start(sink, bridged, tmp_path):
+    # Each micro-batch sent the whole result table to the actors again (30 deposited where 15 were).
+    from pyspark.sql.functions import col
+
+    stream = sink.readStream.format("rate").load().groupBy((col("value") % 2).alias("account")).count()
+    with pytest.raises(Exception, match=r'outputMode\("complete"\) is not supported'):
+        query = (stream.writeStream.format("reprise").outputMode("complete").option("port", str(bridged.admin_port))
+                 .option("to", "/user/accounts/a{account}").option("checkpointLocation", str(tmp_path / "cp")).start())
+        try:
+            query.awaitTermination(30)
+            if query.exception() is not None:
+                raise RuntimeError(str(query.exception()))
+        finally:
+            query.stop()
+
+
+@pytest.mark.timeout(60)
+def test_a_template_without_placeholders_sends_every_row_to_that_one_actor(sink, make_bridged):
+    # It rendered no path at all: the feed sent nothing and reported rows=0, even with ack="processed".
+    system = make_bridged(account=DurableAccount)
+    df = sink.range(0, 10, numPartitions=2).selectExpr("cast(1 as long) as amount", "id as txid")
+    assert feed(df, system, to="/user/accounts/7", ack="processed", feed_id="one-actor", progress=False).rows == 10
+    write(df, system.admin_port, to="/user/accounts/8", ack="processed", feed_id="one-actor-save")
+    got = balances(system, ["/user/accounts/7", "/user/accounts/8"])
+    assert [(b.total, b.applied) for b in got.values()] == [(10, 10), (10, 10)]
+
+
+@pytest.mark.timeout(90)
+def test_a_null_key_fails_the_feed_naming_the_column(sink, make_bridged):
+    # Rows with a null key were one key: all but the first were skipped as duplicates, silently.
+    system = make_bridged(account=DurableAccount)
+    df = sink.createDataFrame([(1, 10, None), (2, 20, None), (3, 30, "k3")], "account int, amount long, order_id string")
+    with pytest.raises(Exception, match="key='order_id': the column is null in a row"):
+        feed(df, system, to="/user/accounts/a{account}", key="order_id", feed_id="null-keys", progress=False)
+    assert all(b.total == 0 for b in balances(system, [f"/user/accounts/a{a}" for a in (1, 2, 3)]).values())
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"batch_size": 0}, "batch_size must be an int >= 1"),
+    ({"window": -1}, "window must be an int >= 1"),
+    ({"to": "nocolumn"}, "to='nocolumn' is not a column"),
+    ({"feed_id": ""}, "feed_id must be a non-empty string"),
+])
+def test_feed_stream_refuses_bad_arguments_before_the_query_starts(sink, bridged, tmp_path, kwargs, match):
+    # Only ack and timeout were checked at the call: the others started the query, made its checkpoint and failed
+    # in micro-batch 0; feed_id="" named every micro-batch "/N", shared with every other query fed so.
+    stream = sink.readStream.format("rate").load().selectExpr("cast(value as int) as account", "value as txid")
+    args = {"feed_id": "checked", "checkpoint": str(tmp_path / "cp"), "to": "/user/accounts/a{account}", **kwargs}
+    with pytest.raises(ValueError, match=match):
+        feed_stream(stream, bridged, **args)
+    assert not (tmp_path / "cp").exists()
 
 
 @pytest.mark.timeout(60)
