@@ -763,11 +763,14 @@ class SparkBridge(AtLeastOnceDelivery):
         # The coordinator knows the partitions every bridge released; a planned release was checked against them.
         decided = self._decided.setdefault(feed_id, {}) if self.path == BRIDGE_PATH else None
         elsewhere: dict[int, str] = decided if decided is not None and not event.planned else {}
+        # A micro-batch (its feed id has the "/" a batch feed's may not) released before is replayed: its rows are
+        # the same, split maybe into other partitions (a restart on more cores), so every partition is done.
+        replayed = "/" in feed_id and not event.planned and bool(released or elsewhere)
         for partition, winner in event.winners:
             # Done by another run of the feed id since this one staged it (two runs at once), here or (known
             # to the coordinator) at another bridge: only keyed batches still count, their keys were checked
             # when staged.
-            done = partition in released or partition in elsewhere
+            done = replayed or partition in released or partition in elsewhere
             released.add(partition)
             if decided is not None:
                 decided.setdefault(partition, "")
@@ -1011,8 +1014,10 @@ class SparkBridge(AtLeastOnceDelivery):
         decided = self._decided.get(m.feed_id, {})
         winners: list[list[Any]] = []
         excluded: list[list[Any]] = []
+        replayed = "/" in m.feed_id and bool(decided)  # (a micro-batch decided before: see _release_attempts)
         for partition, attempt, bridge in m.winners:
-            (excluded if not m.keyed and partition in decided else winners).append([partition, attempt, bridge])
+            done = not m.keyed and (replayed or partition in decided)
+            (excluded if done else winners).append([partition, attempt, bridge])
         event = ReleaseDecided(m.feed_id, m.run, winners, excluded)
         reply = ReleasePlan(m.feed_id, m.run, winners, excluded, self._earlier(event))
         self._decide(event)  # now: a repeat or a direct release arriving meanwhile sees the decision

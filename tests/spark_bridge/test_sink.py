@@ -35,6 +35,7 @@ from spark_bridge.bridge import PERSISTENCE_ID
 from spark_bridge.messages import (
     BatchAccepted,
     BatchStored,
+    Coordinate,
     Discard,
     Discarded,
     FeedProcessed,
@@ -284,6 +285,42 @@ def test_two_runs_of_one_feed_id_at_once_deliver_a_partition_once(system_with_jo
     assert probe.receive(10) == FeedReleased("twice", "runB", 1)  # runB's rows: discarded, partition 0 was done
     assert probe.receive(10) == FeedProcessed("twice")
     assert system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(10, 1, 0)
+
+
+def stage_partition(system, probe, feed_id: str, attempt: str, partition: int, txids: list[int]) -> BatchAccepted:
+    """Stage batch 0 of `partition` (deposits of 1 to account a0, one per txid) under `attempt`."""
+    paths = ["/user/accounts/a0"] * len(txids)
+    system.tell(BRIDGE_PATH, IngestBatch(feed_id, partition, 0, paths, [paths, [1] * len(txids), txids], probe.path,
+                                         ("destination", "amount", "txid"), attempt=attempt))
+    reply = probe.receive(10)
+    assert isinstance(reply, BatchAccepted)
+    return reply
+
+
+@pytest.mark.timeout(60)
+def test_a_micro_batch_replayed_in_other_partitions_delivers_nothing_again(system_with_journal):
+    # Spark replays an uncommitted micro-batch with the same rows, but a restart on more cores may split them into
+    # more partitions: those were new partition numbers to the bridge, and their rows were delivered again.
+    system, probe = system_with_journal
+    stage_partition(system, probe, "query/7", "runA/1", 0, [1, 2, 3, 4])
+    system.tell(BRIDGE_PATH, Release("query/7", "runA", [[0, "runA/1"]], probe.path))
+    assert probe.receive(10) == FeedReleased("query/7", "runA", 0)
+    # The replay: the same four rows in three partitions (partition 0 is known at once: not even stored).
+    assert stage_partition(system, probe, "query/7", "runB/1", 0, [1, 2]).duplicates == 2
+    stage_partition(system, probe, "query/7", "runB/2", 1, [3])
+    stage_partition(system, probe, "query/7", "runB/3", 2, [4])
+    system.tell(BRIDGE_PATH, Release("query/7", "runB", [[0, "runB/1"], [1, "runB/2"], [2, "runB/3"]], probe.path,
+                                     processed=True))
+    assert probe.receive(10) == FeedReleased("query/7", "runB", 2)
+    assert probe.receive(10) == FeedProcessed("query/7")
+    # A multi-bridge replay asks the coordinator first: every partition of a micro-batch decided before is left out.
+    system.tell(BRIDGE_PATH, Coordinate("query/8", "runA", [[0, "runA/1", BRIDGE_PATH]], False, probe.path))
+    assert probe.receive(10).winners == [[0, "runA/1", BRIDGE_PATH]]
+    system.tell(BRIDGE_PATH, Coordinate("query/8", "runB", [[0, "runB/1", BRIDGE_PATH], [1, "runB/2", BRIDGE_PATH]],
+                                        False, probe.path))
+    plan = probe.receive(10)
+    assert (plan.winners, [p for p, _, _ in plan.excluded]) == ([], [0, 1])
+    assert system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(4, 4, 0)
 
 
 @pytest.fixture
