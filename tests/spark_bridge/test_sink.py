@@ -496,14 +496,19 @@ def test_unreachable_system_and_missing_bridge_fail_the_write_saying_how_to_star
 def test_bad_options_fail_a_stream_at_start(sink, bridged, tmp_path):
     stream = sink.readStream.format("rate").load().selectExpr("cast(value as int) as account")
     with pytest.raises(Exception, match='option "ack" must be one of'):
-        query = (stream.writeStream.format("reprise").option("port", str(bridged.admin_port)).option("ack", "never")
-                 .option("to", "/user/accounts/a{account}").option("checkpointLocation", str(tmp_path / "cp")).start())
-        try:
-            query.awaitTermination(30)
-            if query.exception() is not None:
-                raise RuntimeError(str(query.exception()))
-        finally:
-            query.stop()
+        run_briefly(stream.writeStream.format("reprise").option("ack", "never"), bridged, tmp_path)
+
+
+def run_briefly(writer, system, tmp_path) -> None:
+    """Start `writer` into `system`'s accounts and wait up to 30 s; what failed it (at start or in a batch) raises."""
+    query = (writer.option("port", str(system.admin_port)).option("to", "/user/accounts/a{account}")
+             .option("checkpointLocation", str(tmp_path / "cp")).start())
+    try:
+        query.awaitTermination(30)
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()))
+    finally:
+        query.stop()
 
 
 @pytest.mark.timeout(60)
@@ -513,14 +518,7 @@ def test_a_stream_in_complete_output_mode_is_refused_at_start(sink, bridged, tmp
 
     stream = sink.readStream.format("rate").load().groupBy((col("value") % 2).alias("account")).count()
     with pytest.raises(Exception, match=r'outputMode\("complete"\) is not supported'):
-        query = (stream.writeStream.format("reprise").outputMode("complete").option("port", str(bridged.admin_port))
-                 .option("to", "/user/accounts/a{account}").option("checkpointLocation", str(tmp_path / "cp")).start())
-        try:
-            query.awaitTermination(30)
-            if query.exception() is not None:
-                raise RuntimeError(str(query.exception()))
-        finally:
-            query.stop()
+        run_briefly(stream.writeStream.format("reprise").outputMode("complete"), bridged, tmp_path)
 
 
 @pytest.mark.timeout(60)
