@@ -322,8 +322,8 @@ def test_an_offset_store_that_lost_its_connection_is_named_not_the_handler_and_t
 
     app = f"proj_store_{uuid.uuid4().hex[:8]}"
     journal, store = (f"{postgres_url}?schema={app}_{kind}&application_name={app}_{kind}" for kind in ("j", "r"))
+    system = make_system(base, journal=journal)
     try:
-        system = make_system(base, journal=journal)
         system.spawn(Mover, "/user/movers", entities=True)
         system.spawn(Projection, PROJECTION, kwargs=dict(
             source=EventsByTag("moves"), handler="tests.persistence.projection_fixtures:record_in_transaction",
@@ -341,7 +341,7 @@ def test_an_offset_store_that_lost_its_connection_is_named_not_the_handler_and_t
         reasons = [e.reason for e in system.errors().recent if e.path == PROJECTION]
         assert any("OffsetStoreError: projection /user/projection: the offset store" in r for r in reasons), reasons
         assert not any("the handler failed" in r for r in reasons), reasons
-        system.stop(PROJECTION)
     finally:
+        system.stop(PROJECTION)  # (a running projection would make its store's schema again)
         drop_schema(journal)
         drop_schema(store)
