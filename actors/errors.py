@@ -28,9 +28,11 @@ class SystemNotRunning(RepriseError, ConnectionError):
 
 
 class LeaderUnreachable(SystemNotRunning):
-    """The admin `actors.connect` was given is a member node whose leader does not answer (down or unreachable).
+    """A member node's leader does not answer (down or unreachable).
 
-    The member itself runs: `actors.shutdown` (`reprise down`) still stops it.
+    From `actors.connect`: the member itself runs, and `actors.shutdown` (`reprise down`) still stops it. From
+    `actors.start` of a member ("could not join its leader"): nothing listens at the leader's address, and
+    nothing of the member was started.
     """
 
 

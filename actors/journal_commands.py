@@ -95,9 +95,7 @@ def cmd_journal_ls(args: argparse.Namespace) -> int:
 
 def cmd_journal_show(args: argparse.Namespace) -> int:
     """`reprise journal show [URL] PID`: the events of one persistence id."""
-    url, pid = args.url, args.pid
-    if args.limit is not None and args.limit < 0 or args.from_nr < 0:
-        raise CliError("--from and --limit must not be negative", code=2)
+    url, pid = args.url, args.pid  # (--from and --limit are counts: argparse refused a negative one)
     if not pid:
         raise CliError("the persistence id is empty", "give one that `reprise journal ls` lists", code=2)
     try:

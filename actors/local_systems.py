@@ -43,7 +43,8 @@ def boot_option(admin_port: int, option: str, host: str | None = None) -> str | 
 def listen_address(admin_port: int) -> str | None:
     """The address this user's local system on `admin_port` listens on (for telling a user which --host)."""
     found = _boot_option(admin_port, "--tag", own_processes())
-    return _bind_of(found[0]) if found else None
+    addresses = _addresses_of(found[0]) if found else None
+    return addresses[0] if addresses else None
 
 
 def is_local_address(host: str) -> bool:
@@ -107,11 +108,6 @@ def _addresses_of(pid: str) -> tuple[str, str] | None:
         return None
     bind = env.get(b"REPRISE_BIND")
     return None if bind is None else (os.fsdecode(bind), os.fsdecode(env.get(b"THESPIAN_BASE_IPADDR", bind)))
-
-
-def _bind_of(pid: str) -> str | None:
-    addresses = _addresses_of(pid)
-    return addresses[0] if addresses else None
 
 
 def _listens_on(pid: str, host: str) -> bool:

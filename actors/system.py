@@ -219,17 +219,18 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
                 raise
         return system
 
-    if leader and tls_files is not None:
+    leader_address = _host_port(leader) if leader else None
+    if leader_address and tls_files is not None:
         # A member that cannot speak to its leader would start and never join: say why now.
-        why = tls_module.probe(*_host_port(leader), tls_files, unreachable_ok=True)
+        why = tls_module.probe(*leader_address, tls_files, unreachable_ok=True)
         if why is not None:
             raise tls_module.TlsError(f"this member cannot join leader {leader}: {why}")
     secret = _system_secret(secret_file, leader, bool(config.pop("insecure_no_auth", False)))
-    if leader and secret is not None and _listening(*_host_port(leader)):
+    if leader_address and secret is not None and _listening(*leader_address):
         # A wrong secret, or no TLS towards a TLS leader, showed only as Thespian's NoCompatibleSystemForActor,
         # or a PendingActor timeout 50 s later: one signed frame tells now.
-        verdict = admin_probe.signed_probe(*_host_port(leader), secret, tls_files, 5.0)
-        _refuse_unreadable(verdict, *_host_port(leader), tls_files, f"this member's secret ({secret_file})")
+        verdict = admin_probe.signed_probe(*leader_address, secret, tls_files, 5.0)
+        _refuse_unreadable(verdict, *leader_address, tls_files, f"this member's secret ({secret_file})")
     config["tls"] = None if tls_files is None else dict(cert=tls_files.cert, key=tls_files.key, ca=tls_files.ca)
     _configure_process_env(bind, advertise, peers)
     env = dict(os.environ)
@@ -271,7 +272,7 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
         kill_tagged(port_tag)
         with open(boot_log) as f:
             tail = f.read()[-2000:]
-        if leader and "NoCompatibleSystemForActor" in tail and not _listening(*_host_port(leader)):
+        if leader_address and "NoCompatibleSystemForActor" in tail and not _listening(*leader_address):
             if not run_dir:
                 shutil.rmtree(port_dir, ignore_errors=True)  # (nothing of this member ran: nothing to read)
             raise LeaderUnreachable(f"this member could not join its leader {leader}: nothing listens there; start "

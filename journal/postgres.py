@@ -55,7 +55,6 @@ __all__ = ["PostgresJournal", "PostgresSnapshotStore", "PostgresUrl", "drop_sche
 _DDL_LOCK = 0x7265707269736502
 
 
-
 def lock_ddl(cur: psycopg.Cursor[Any] | psycopg.Connection[Any]) -> None:
     """Hold Reprise's DDL lock until this transaction ends (call it inside one, before CREATE ... IF NOT EXISTS).
 

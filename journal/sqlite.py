@@ -196,7 +196,6 @@ def create_private_file(path: str) -> None:
         os.close(fd)
 
 
-
 def retry_busy(fn: Callable[[], R], busy_timeout: float) -> R:
     """`fn()`, run again while SQLite says busy or locked, for up to `busy_timeout` s.
 
@@ -215,6 +214,7 @@ def retry_busy(fn: Callable[[], R], busy_timeout: float) -> R:
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
+
 
 class _Connection:
     """The one SQLite connection of this process to one file, shared by every journal and snapshot store on it.
@@ -249,8 +249,8 @@ class _Connection:
         # the write path uses it, under `lock` (reads look the id up in SQL).
         self.ids: dict[str, int] = {}
         try:
-            self._with_retry(lambda: sqlite_schema.check_is_journal(self.conn, self.path), busy_timeout)
-            self._with_retry(lambda: self.conn.execute("PRAGMA journal_mode=WAL").fetchone(), busy_timeout)
+            retry_busy(lambda: sqlite_schema.check_is_journal(self.conn, self.path), busy_timeout)
+            retry_busy(lambda: self.conn.execute("PRAGMA journal_mode=WAL").fetchone(), busy_timeout)
             self.conn.execute(f"PRAGMA synchronous={synchronous}")
             # Neither touches durability (a commit syncs the WAL as `synchronous` says). A group commit of
             # ~2,000 events of as many ids dirties a page of the (persistence_id, sequence_nr) index per
@@ -271,9 +271,6 @@ class _Connection:
             self.conn.close()
             raise
 
-    def _with_retry(self, fn: Callable[[], R], busy_timeout: float) -> R:
-        return retry_busy(fn, busy_timeout)
-
     def configure(self, synchronous: str, busy_timeout: float) -> None:
         """Apply one handle's settings to the shared connection (outside a transaction, under `lock`)."""
         if synchronous != self.synchronous:
@@ -286,7 +283,7 @@ class _Connection:
     def begin(self, synchronous: str, busy_timeout: float) -> None:
         """Take the write lock now (BEGIN IMMEDIATE), waiting for other writers; the caller holds `lock`."""
         self.configure(synchronous, busy_timeout)
-        self._with_retry(lambda: self.conn.execute("BEGIN IMMEDIATE"), busy_timeout)
+        retry_busy(lambda: self.conn.execute("BEGIN IMMEDIATE"), busy_timeout)
         if not self.wal_full:
             self._write_wal_ahead()
 

@@ -283,9 +283,9 @@ class Projection(Actor):
             # The offset store's own failure: starting or committing the transaction, or saving the offset.
             assert self._store is not None
             raise OffsetStoreError(f"projection {self.name}: the offset store {redact_url(self._store.url)} failed "
-                                   f"(the handler's writes and the offset were not committed): {type(e).__name__}: "
-                                   f"{e}; restarted, the projection opens it again and goes on from the stored "
-                                   "offset") from e
+                                   f"(the offset was not stored; exactly-once: nor the handler's writes): "
+                                   f"{type(e).__name__}: {e}; restarted, the projection opens it again and goes on "
+                                   "from the stored offset") from e
 
     def _failed(self, envelopes: list[EventEnvelope], e: Exception) -> ProjectionHandlerError:
         # The host reports the message it was handling, which is only the projection's own timer tick:

@@ -238,14 +238,18 @@ class _StreamWriter(DataSourceStreamWriter):
         for feed_id in feeds:  # one, unless the query's id changed under it (it does not)
             if not feed_id.endswith(f"/{batchId}"):
                 raise FeedError(f"{SINK_NAME}: micro-batch {batchId} committed tasks of {feed_id!r}")
-            mine = [m for m in messages if isinstance(m, SinkCommit) and m.feed_id == feed_id]
+            mine = _of_feed(messages, feed_id)
             _commit(_tasks_run(self.plan, mine), feed_id, mine)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Discard what the micro-batch's attempts staged (those that reported; the rest stays unseen)."""
         for feed_id in {m.feed_id for m in messages if isinstance(m, SinkCommit)}:
-            discard_run(_tasks_run(self.plan, [m for m in messages if isinstance(m, SinkCommit) and
-                                               m.feed_id == feed_id]), feed_id)
+            discard_run(_tasks_run(self.plan, _of_feed(messages, feed_id)), feed_id)
+
+
+def _of_feed(messages: list[WriterCommitMessage | None], feed_id: str) -> list[SinkCommit]:
+    """The commit messages of the tasks that staged for `feed_id`."""
+    return [m for m in messages if isinstance(m, SinkCommit) and m.feed_id == feed_id]
 
 
 def _tasks_run(plan: _Plan, messages: list[SinkCommit]) -> _Plan:

@@ -287,7 +287,7 @@ def test_the_url_s_own_parameters_are_checked_and_libpq_s_reach_it_as_given(post
         open_offset_store(f"{postgres_url}?schema={long_schema}")
     name = f"reprise_url_{uuid.uuid4().hex[:8]}"
     # A space reached libpq as "+": application_name changed, and `options` (a libpq way to set a timeout) failed.
-    url = f"{postgres_url}?schema={name}&application_name=a%20b&options=-c%20work_mem%3D5MB"
+    url = f"{postgres_url}?schema={name}&application_name=a%20b&options=-c%20work_mem%3D5MB&statement_timeout=0"
     try:
         with open_journal(url) as j, psycopg.connect(postgres_url, autocommit=True) as admin:
             assert j.write_messages([AtomicWrite([PersistentRepr("x", 1, "p")])]) == [None]
