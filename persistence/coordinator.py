@@ -98,13 +98,19 @@ class PersistenceCoordinator:
                     start = group.handed
                     group.handed = start + n
                     mine = written[start:start + n]
-                    failed = next((r.error for r in mine if isinstance(r, _Failed)), None)
+                    failed = None
+                    if type(written) is _PartlyFailed:  # (looked for only then: a round has ~1 write an actor)
+                        failed = next((r.error for r in mine if isinstance(r, _Failed)), None)
                     results = failed if failed is not None else cast("list[BaseException | None]", mine)
             if actor.context.entities.get(actor.path) is actor:
                 actor._on_write_results(batch, results)
             else:  # it stopped with these events queued: they are written, its handlers do not run
                 actor._written_after_stop(results)
         return True
+
+
+class _PartlyFailed(list):
+    """A round's results of which some are _Failed (see _commit)."""
 
 
 class _Failed:
@@ -130,7 +136,7 @@ def _commit(journal: Journal, writes: list[AtomicWrite]) -> Sequence[BaseExcepti
         taken = exc
     except Exception as exc:
         return exc
-    results: list[BaseException | None | _Failed] = [None] * len(writes)
+    results = _PartlyFailed([None] * len(writes))
     pending = list(range(len(writes)))
     while True:
         bad = set(taken.persistence_ids)
