@@ -6,9 +6,10 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from journal.api import Journal
+from journal.model import Problem
 from journal.urls import redact_url
 
 from .cli_error import PROG, CliError
@@ -106,21 +107,47 @@ def cmd_journal_show(args: argparse.Namespace) -> int:
     from journal import MAX_SEQUENCE_NR
 
     with _open(url) as j:
-        events = list(j.show(pid, args.from_nr, MAX_SEQUENCE_NR if args.limit is None else args.limit))
+        events = list(j.show_readable(pid, args.from_nr, MAX_SEQUENCE_NR if args.limit is None else args.limit))
         if not events and j.highest_sequence_nr(pid) == 0:
             raise CliError(f"no events for persistence id {printable(pid)!r}", "list the ids with `reprise journal ls`")
     for e in events:
-        print(f"{e.sequence_nr:>8}  {_when(e.timestamp)}  {printable(e.manifest or '-')}  {printable(repr(e.payload))}")
-    return 0
+        if isinstance(e, Problem):
+            print(f"{e.sequence_nr:>8}  {_problem(e)}")
+        else:
+            print(f"{e.sequence_nr:>8}  {_when(e.timestamp)}  {printable(e.manifest or '-')}  {printable(repr(e.payload))}")
+    return _fail_on_problems(events)
 
 
 def cmd_journal_tail(args: argparse.Namespace) -> int:
     """`reprise journal tail [URL] [-n N]`: the most recent events of all ids."""
     with _open(args.url) as j:
-        envelopes = j.tail(args.n)
+        envelopes = j.tail_readable(args.n)
     for e in envelopes:
-        print(f"{e.offset:>8}  {_when(e.timestamp)}  {printable(e.persistence_id)}#{e.sequence_nr}  {printable(repr(e.event))}")
-    return 0
+        if isinstance(e, Problem):
+            print(f"{'?':>8}  {printable(e.persistence_id or '')}#{e.sequence_nr}  {_problem(e)}")
+        else:
+            print(f"{e.offset:>8}  {_when(e.timestamp)}  {printable(e.persistence_id)}#{e.sequence_nr}  "
+                  f"{printable(repr(e.event))}")
+    return _fail_on_problems(envelopes)
+
+
+def _problem(p: Problem) -> str:
+    """A record that could not be read, as show and tail print it in its place (verify's labels)."""
+    return f"{'UNREADABLE' if _unregistered(p.reason) else 'CORRUPT'}: {printable(redact_url(p.reason) or '')}"
+
+
+def _fail_on_problems(records: Sequence[object]) -> int:
+    """0, or CliError naming the first record that could not be read and the fix (the others are printed)."""
+    problems = [r for r in records if isinstance(r, Problem)]
+    if not problems:
+        return 0
+    first = problems[0]
+    more = f" (and {len(problems) - 1} more, printed in their places)" if len(problems) > 1 else ""
+    if all(_unregistered(p.reason) for p in problems):
+        raise CliError(f"an event cannot be read: {printable(first.reason)}{more}", "pass --import MODULE for the "
+                       "module that registers the event classes (e.g. --import myapp.events)")
+    raise CliError(f"a record cannot be read: {printable(redact_url(first.reason) or '')}{more}",
+                   "run `reprise journal verify URL` to list every corrupt record")
 
 
 def cmd_journal_verify(args: argparse.Namespace) -> int:

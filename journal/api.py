@@ -13,6 +13,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
 from journal.errors import InvalidQuery, JournalCorruption, JournalError, SequenceNrTaken, SerializationError
@@ -43,6 +44,7 @@ __all__ = ["EventReader", "Journal", "OrderingHorizon", "Query", "SnapshotStore"
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
+R = TypeVar("R")
 
 TaggedRow = tuple[int, str, int, bytes, int]
 """(offset, persistence_id, sequence_nr, record bytes, checksum): one event of a tag or tail query."""
@@ -506,6 +508,33 @@ class Journal(ABC):
             return []
         return decode_envelopes(sorted(self._read_tail(n)))
 
+    def show_readable(self, persistence_id: str, from_sequence_nr: int = 1, max: int = MAX_SEQUENCE_NR,  # noqa: A002
+                      ) -> Iterator[PersistentRepr | Problem]:
+        """`show`, with a Problem in place of each event that cannot be read (corrupt, or its class unknown here)
+        instead of stopping there: an operator looking into a damaged journal sees what is around it."""
+        start, limit, chunk = from_sequence_nr if from_sequence_nr > 0 else 0, max, self.replay_chunk
+        while limit > 0:
+            rows = self._read(persistence_id, start, MAX_SEQUENCE_NR, min(chunk, limit))
+            if not rows:
+                return
+            try:
+                yield from decode_rows(persistence_id, rows)
+            except (JournalCorruption, SerializationError):  # (rare: then each row of the chunk on its own)
+                for row in rows:
+                    yield _one_or_problem(partial(decode_rows, persistence_id), row, persistence_id, row[0])
+            if len(rows) < chunk:
+                return
+            limit -= len(rows)
+            start = rows[-1][0] + 1
+
+    def tail_readable(self, n: int = 10) -> list[EventEnvelope | Problem]:
+        """`tail`, with a Problem in place of each event that cannot be read (see show_readable)."""
+        rows = sorted(self._read_tail(n)) if n > 0 else []
+        try:
+            return list(decode_envelopes(rows))
+        except (JournalCorruption, SerializationError):
+            return [_one_or_problem(decode_envelopes, row, row[1], row[2]) for row in rows]
+
     def verify(self) -> VerifyReport:
         """Re-read every event and snapshot and check it; report each bad record by id and sequence number."""
         problems = list(self._verify_storage())
@@ -670,3 +699,11 @@ class SnapshotStore(ABC):
     def _load(self, persistence_id: str,
               criteria: SnapshotSelectionCriteria) -> tuple[int, int, bytes, int] | None:
         """(seq nr, timestamp, bytes, checksum) of the youngest matching snapshot, or None."""
+
+
+def _one_or_problem(decode: Callable[[Sequence[R]], Sequence[T]], row: R, persistence_id: str, sequence_nr: int) -> T | Problem:
+    """`row` decoded, or the Problem naming the record when it cannot be read."""
+    try:
+        return decode([row])[0]
+    except (JournalCorruption, SerializationError) as e:
+        return Problem(persistence_id, sequence_nr, str(e))

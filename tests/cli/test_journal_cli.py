@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -70,9 +71,10 @@ def test_show_of_an_event_whose_class_is_not_registered_hints_at_import(tmp_path
             assert j.write_messages([AtomicWrite([PersistentRepr(Unreadable(1), 1, "acct")])]) == [None]
     finally:
         unregister_type(Unreadable)
-    code, _, err = run(capsys, "journal", "show", url, "acct")
+    code, out, err = run(capsys, "journal", "show", url, "acct")
     assert code == 1 and "unknown manifest 'nosuchapp.events.Unreadable'" in err
     assert "(hint: pass --import MODULE for the module that registers the event classes" in err, err
+    assert out.split()[:2] == ["1", "UNREADABLE:"], out  # (in its place, as verify labels it)
 
 
 def test_tail_prints_the_most_recent_events_oldest_first(url, capsys) -> None:
@@ -103,6 +105,29 @@ def test_verify_names_the_corrupt_record(url, capsys) -> None:
     assert code == 1
     assert "persistence_id=acct-2 sequence_nr=2" in out
     assert "acct-1" not in out and "1 corrupt" in err
+
+
+def test_show_and_tail_print_the_records_around_a_corrupt_one_and_name_it(url, capsys) -> None:
+    # Both printed nothing at all when one record of what they read was corrupt: the operator looking into a
+    # damaged journal saw none of the intact records around it.
+    db = sqlite3.connect(url[len("sqlite://"):])
+    with db:
+        db.execute("UPDATE journal SET checksum = checksum + 1 WHERE persistence_id = 'acct-1' AND sequence_nr = 2")
+    db.close()
+    code, out, err = run(capsys, "journal", "show", url, "acct-1")
+    lines = out.splitlines()
+    assert code == 1 and [line.split()[0] for line in lines] == ["1", "2", "3"], out
+    assert "'amount': 10" in lines[0] and "'amount': 30" in lines[2]
+    assert "CORRUPT: corrupted event: persistence id 'acct-1', sequence nr 2" in lines[1], out
+    assert "a record cannot be read" in err and "(hint: run `reprise journal verify URL`" in err, err
+    code, out, err = run(capsys, "journal", "tail", url, "-n", "4")
+    lines = out.splitlines()
+    assert code == 1 and [re.search(r"acct-\d#\d", line)[0] for line in lines] == [
+        "acct-1#2", "acct-1#3", "acct-2#1", "acct-2#2"], out
+    assert "CORRUPT" in lines[0] and "'amount': 20" in lines[3]
+    assert "a record cannot be read" in err, err
+    code, out, err = run(capsys, "journal", "tail", url, "-n", "2")  # (the intact ones alone: no error)
+    assert code == 0 and "CORRUPT" not in out and not err
 
 
 def test_verify_of_a_file_sqlite_cannot_read_on_names_where_and_does_not_send_the_user_to_verify(tmp_path,
