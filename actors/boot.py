@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     from thespian.actors import ActorSystem
 
     from .guardian import NODE_TIMEOUT, GuardianInit, SetGuardian
-    from .messages import GuardianIs, Spawned
+    from .messages import GuardianIs, NodeRefused, Spawned
 
     capabilities = {"Admin Port": args.port, "Reprise Node": config.get("node") or "leader"}
     leader = config.get("leader")
@@ -113,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     node_timeout = config.get("node_timeout")
     reply = asys.ask(agent, SetGuardian(guardian, str(capabilities["Reprise Node"]) if leader else None,
                                         node_timeout if isinstance(node_timeout, float) else NODE_TIMEOUT), timeout)
+    if isinstance(reply, NodeRefused):
+        print(f"NodeRefused: {reply.why}", file=sys.stderr)
+        return 2
     if not isinstance(reply, GuardianIs):
         print(f"node agent did not start: {reply!r}", file=sys.stderr)
         return 2

@@ -54,6 +54,7 @@ from .messages import (
     NodeHello,
     NodePing,
     NodePong,
+    NodeRefused,
     Nodes,
     NodeWelcome,
     PidsGone,
@@ -85,6 +86,7 @@ RECENT_DEAD_LETTERS = 100
 CHILD_CHECK_DELAY = 1.0  # seconds after a host's exit to look for others that died unreported
 STATUS_WAIT = 2.0  # seconds a status request waits for busy hosts before answering without them
 NODE_TIMEOUT = 5.0  # seconds without an answer to heartbeats after which a node is down (start(node_timeout=))
+CLAIM_WAIT = 2.0  # seconds a node's agent has to answer before another agent registering its name replaces it
 # A moving host keeps serving this long after its path was routed to the guardian, so that what senders with
 # the old route still send it (hosts until their DirectoryUpdate lands, clients until their directory's 1 s TTL
 # ends) is handled there instead of arriving after its exit, where Thespian drops it.
@@ -193,6 +195,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         self.node_timeout = NODE_TIMEOUT
         self.ticking = False
         self.pings = itertools.count(1)
+        self.claims: dict[str, Address] = {}  # node name -> the agent claiming it while another holds it (_node_hello)
         self.rebalancing: RebalanceJob | None = None
 
     @staticmethod
@@ -611,10 +614,24 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
 
     def _node_hello(self, message: NodeHello, sender: Address) -> None:
         name = message.node
-        self.send(sender, NodeWelcome(name))
         if name == self.my_node:
-            log.warning("a member registered as node %r, the leader's own node name; it will not be watched", name)
+            self._refuse_node(sender, name, "that is the leader's own node name")
             return
+        node = self.nodes.get(name)
+        if node is not None and node.state == "up" and address_key(node.agent) != address_key(sender):
+            # Another agent under a node name that is up: the member restarted before we noticed it was gone,
+            # or a second member was started under the same name while the first runs. Only the first agent
+            # can tell: an answer from it (_node_pong) refuses the newcomer; none within CLAIM_WAIT admits it.
+            if name not in self.claims:
+                self.claims[name] = sender
+                self.send(node.agent, NodePing(next(self.pings), ()))
+                self.wakeupAfter(timedelta(seconds=min(CLAIM_WAIT, self.node_timeout)), ("claim", name))
+            return
+        self._admit_node(name, sender)
+
+    def _admit_node(self, name: str, sender: Address) -> None:
+        """Register node `name`'s agent at `sender` (welcomed), replacing a record of another agent of it."""
+        self.send(sender, NodeWelcome(name))
         node = self.nodes.get(name)
         if node is not None and node.state == "up" and address_key(node.agent) != address_key(sender):
             # It restarted (a new agent) before we noticed it was gone: its hosts died with the old one.
@@ -633,10 +650,27 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             self.ticking = True
             self.wakeupAfter(timedelta(seconds=self.node_timeout / 5), ("nodes",))
 
+    def _claim_due(self, name: str) -> None:
+        """The first agent of node `name` did not answer within CLAIM_WAIT: it is gone, the newcomer is the node."""
+        claimant = self.claims.pop(name, None)
+        if claimant is not None:
+            self._admit_node(name, claimant)
+
+    def _refuse_node(self, agent: Address, name: str, why: str) -> None:
+        log.error("refused a member registering as node %r from %s: %s", name, agent, why)
+        self._control(None, ActorError(time.time(), "guardian", GUARDIAN_PATH,
+                                       f"a member registering as node {name!r} from {agent} was refused: {why}"))
+        self.send(agent, NodeRefused(name, f"the leader refused node name {name!r}: {why}; start this member with "
+                                           "another node name (--node), or stop the other one first"))
+
     def _node_pong(self, message: NodePong, sender: Address) -> None:
         node = self.nodes.get(message.node)
         if node is not None and address_key(node.agent) == address_key(sender):
             node.last_seen = time.monotonic()
+            claimant = self.claims.pop(message.node, None)
+            if claimant is not None:
+                self._refuse_node(claimant, message.node, f"a live member already runs as that node (its agent "
+                                                          f"at {sender} answers)")
             if node.state == "down":  # (a ping sent before we gave up on it) it was cut off, not dead
                 log.warning("node %s answers again: it is up", message.node)
                 node.state = "up"
@@ -927,6 +961,8 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             self._resettle(RESETTLE, None)
         elif payload == ("nodes",):
             self._heartbeat()
+        elif isinstance(payload, tuple) and payload[:1] == ("claim",):
+            self._claim_due(payload[1])
         elif isinstance(payload, tuple) and payload[:1] == ("move",):
             record = self.hosts.get(payload[1])
             if record is not None and record.state == "moving" and record.address is not None:
@@ -1185,6 +1221,12 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
             self.last_ping = time.monotonic()
             if self.booting is not None:
                 self.send(self.booting, GuardianIs(self.guardian))
+                self.booting = None
+        elif isinstance(message, NodeRefused):
+            log.error("%s", message.why)
+            self.node = None  # (no more hellos: this member is not a node of the cluster)
+            if self.booting is not None:
+                self.send(self.booting, message)  # (boot fails with it)
                 self.booting = None
         elif isinstance(message, WhereIsGuardian):
             self.send(sender, GuardianIs(self.guardian))

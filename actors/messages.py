@@ -367,6 +367,14 @@ class NodeWelcome:
 
 
 @dataclass(frozen=True)
+class NodeRefused:
+    """Guardian -> node agent: not registered as `node` (another live member is that node), and why."""
+
+    node: str
+    why: str
+
+
+@dataclass(frozen=True)
 class NodePing:
     """Guardian -> node agent: a heartbeat (reply: NodePong), with the pids of the hosts running there."""
 

@@ -278,6 +278,11 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
             raise LeaderUnreachable(f"this member could not join its leader {leader}: nothing listens there; start "
                                     "the leader first (`reprise up TOPOLOGY.toml --node <its name>`), or fix the "
                                     "leader's address")
+        refused = next((line for line in tail.splitlines() if line.startswith("NodeRefused: ")), None)
+        if refused is not None:  # (another live member is that node: nothing of this one runs)
+            if not run_dir:
+                shutil.rmtree(port_dir, ignore_errors=True)
+            raise SpawnFailed(f"this member did not join: {refused[len('NodeRefused: '):]}")
         if "not a valid or useable ActorSystem Admin" not in tail or attempt + 1 >= _BOOT_ATTEMPTS or admin_port:
             raise SpawnFailed(f"the actor system on port {port} did not start (see {boot_log}):\n{tail}")
         if not run_dir:

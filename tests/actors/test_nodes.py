@@ -42,15 +42,16 @@ class Cluster:
 
     def __init__(self, tmp_path, **leader_options) -> None:
         self.tmp_path = tmp_path
-        self.leader = start_system("multiproc", tmp_path, node_timeout=NODE_TIMEOUT, **leader_options)
+        leader_options.setdefault("node_timeout", NODE_TIMEOUT)
+        self.leader = start_system("multiproc", tmp_path, **leader_options)
         self.members: dict[str, actors.System] = {}
         self.killed: list[str] = []  # tags of members killed (their processes must stay gone)
 
-    def join(self, name: str, admin_port: int | None = None) -> actors.System:
+    def join(self, name: str, admin_port: int | None = None, **options) -> actors.System:
         """Start member `name` (optionally on a given admin port) and wait until the guardian sees it up."""
         member = start_system("multiproc", self.tmp_path, leader=f"127.0.0.1:{self.leader.admin_port}", node=name,
                               secret_file=os.path.join(self.leader.run_dir, "secret"), admin_port=admin_port,
-                              node_timeout=NODE_TIMEOUT)
+                              node_timeout=NODE_TIMEOUT, **options)
         self.members[name] = member
         assert self.leader.nodes()[name] == "up"  # registered before start() returned
         return member
@@ -393,3 +394,47 @@ def test_a_host_dying_unreported_on_a_member_is_found_by_the_heartbeat(cluster):
     wait_for(lambda: c.leader.status().hosts["/user/e"].state == "running", timeout=20)
     assert c.leader.ask("/user/e", Ping(1), timeout=10) == Pong(1, "/user/e")
     assert c.leader.status().hosts["/user/e"].pid in tagged_pids(tag)
+
+
+def test_a_second_member_under_a_live_nodes_name_is_refused_and_the_first_keeps_its_hosts(cluster):
+    # It was admitted: the leader took it for a restart of the first, declared that one down and moved its hosts,
+    # while the first still ran them (two writers); the first's next hello then took the name back, and so on.
+    c = cluster("m1")
+    c.leader.spawn(Echo, "/user/pinned", node="m1")
+    before = c.leader.status().hosts["/user/pinned"]
+    tag = f"{c.members['m1'].tag}dup-"
+    for name, why in (("m1", "a live member already runs as that node"), ("leader", "that is the leader's own node name")):
+        with pytest.raises(actors.SpawnFailed) as failed:
+            c.join(name, tag=f"{tag}{name}-")
+        assert f"the leader refused node name {name!r}: {why}" in str(failed.value), failed.value
+        assert "start this member with another node name (--node)" in str(failed.value)
+        assert tagged_pids(f"{tag}{name}-") == []  # nothing of it runs
+    assert c.leader.nodes() == {"leader": "up", "m1": "up"}
+    after = c.leader.status().hosts["/user/pinned"]
+    assert (after.node, after.pid, after.state) == ("m1", before.pid, "running")
+    assert c.leader.ask("/user/pinned", Ping(1), timeout=10) == Pong(1, "/user/pinned")
+    reasons = [e.reason for e in c.leader.errors().recent]
+    assert any("registering as node 'm1'" in r and "was refused" in r for r in reasons), reasons
+
+
+def test_a_member_whose_first_incarnation_does_not_answer_takes_its_name_and_the_first_is_refused_later(cluster):
+    # The leader cannot tell a restart it has not noticed yet from a second member started under a live name:
+    # it asks the first; silence (here SIGSTOP; a crash on another machine) admits the newcomer.
+    c = cluster("m1", node_timeout=30.0)  # (heartbeats would notice the stopped one only after 30 s)
+    first = c.members["m1"]
+    groups = {os.getpgid(pid) for pid in tagged_pids(first.tag)} - {os.getpgid(0)}
+    for group in groups:
+        os.killpg(group, signal.SIGSTOP)
+    try:
+        c.join("m1")  # (it asserts the leader has m1 up when it returns)
+    finally:
+        for group in groups:
+            os.killpg(group, signal.SIGCONT)
+    log = os.path.join(c.leader.run_dir, "actors.log")
+    assert "node m1 is down (it registered again from" in open(log).read()
+    # Woken, the first says hello again: the newcomer answers for m1, so the first is refused, not admitted.
+    wait_for(lambda: "refused a member registering as node 'm1'" in open(log).read(), timeout=NODE_TIMEOUT + 15)
+    assert c.leader.nodes() == {"leader": "up", "m1": "up"}
+    assert "node m1 is down" not in open(log).read().split("refused a member registering as node 'm1'")[-1]
+    first._closed = True  # (not a member any more: its processes are killed, not shut down)
+    kill_tagged(first.tag)
