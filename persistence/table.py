@@ -42,6 +42,7 @@ from journal.serialization import (
     deserialize,
     ints_decoded,
     ints_encoded,
+    is_registered,
     repeats_decoded,
     repeats_encoded,
     run_decoded,
@@ -62,6 +63,25 @@ from persistence.persistent_actor import PersistentActor
 log = logging.getLogger("reprise.persistence")
 
 _MISSING = object()
+
+# The event types the journal is known to store: scalars, and each registered class once one of its events
+# encoded. A command's events are looked up here as the handler returns them (a set lookup per event: encoding
+# each one, about 2 µs, would cost a large part of its row), so that an event the journal cannot store fails its
+# command alone instead of the commit of the whole batch. Not caught so: a value the journal cannot encode in an
+# event of a class found storable before (an int beyond 64 bits, an unregistered object in a field); the
+# commit is then rejected and the table stops (_event_rejected).
+_storable_events: set[type] = {int, str, bytes, float, bool, type(None)}
+
+
+def _check_storable(event: object) -> None:
+    """Raise SerializationError (failing the command) for an event the journal cannot store; encoded once per
+    registered class, every time for a container or an unregistered class."""
+    try:
+        serialize(event)
+    except SerializationError as exc:
+        raise SerializationError(f"its event cannot be journaled, so the command was dropped: {exc}") from None
+    if is_registered(type(event)):
+        _storable_events.add(type(event))
 
 
 @register_type(manifest="reprise.persistence.TableCommit", version=2)
@@ -140,8 +160,12 @@ class EntityTable(PersistentActor):
     - A command (or its events' `event_handler`) that raises is dropped: none of its events are persisted,
       its entity keeps its state, its `apply_once` marks are forgotten, its replies are not sent; the error
       is reported for the entity's path (`system.errors()`; an asking client gets ActorFailed), and the
-      other messages go on. A failed write stops the table; the next message starts it again from the
-      journal (Akka's persist failure), so state never runs ahead of what is stored.
+      other messages go on. So is a command returning an event the journal cannot store (an unregistered
+      class: Akka's persist rejection, for that entity alone), found before its entity's state takes it; the
+      table checks a registered class once, so a value the journal cannot encode in an event of a class found
+      storable before (an int beyond 64 bits) still rejects the whole commit. A rejected commit or a failed
+      write stops the table; the next message starts it again from the journal (Akka's persist failure), so
+      state never runs ahead of what is stored.
     - Recovery: the newest TableSnapshot (one every `snapshot_every` commits, taken when no write is in
       flight; older ones are deleted), then the TableCommits after it. `entity_events()` reads one entity's
       history back. States are values: return a new state instead of changing the old one in place.
@@ -299,7 +323,7 @@ class EntityTable(PersistentActor):
         protocol, layered = self.mixin_table_messages, self.mixin_marks
         # (the gathering lists stay the same objects until _flush, below: bound once)
         marked_ids, after = self._delivery_ids, self._after
-        get = states.get
+        get, storable = states.get, _storable_events
         layer: object = None
         for entity_id, command, sender in items:
             if protocol and type(command) in protocol:
@@ -318,14 +342,22 @@ class EntityTable(PersistentActor):
                 produced = handle(entity_id, state, command)
                 if produced:
                     if type(produced) is list or type(produced) is tuple:
+                        # (each event checked storable before the entity's state is set: a later command of
+                        # the entity never sees one the journal would refuse; after event_handler, whose error
+                        # comes first)
                         if len(produced) == 1:  # (the usual case: no loop)
                             event = produced[0]
-                            states[entity_id] = apply(state, event)
+                            state = apply(state, event)
+                            if type(event) not in storable:
+                                _check_storable(event)
+                            states[entity_id] = state
                             ids.append(entity_id)
                             events.append(event)
                         else:
                             for event in produced:
                                 state = apply(state, event)
+                                if type(event) not in storable:
+                                    _check_storable(event)
                             ids.extend([entity_id] * len(produced))
                             events.extend(produced)
                             states[entity_id] = state
@@ -441,8 +473,9 @@ class EntityTable(PersistentActor):
                                              self.mixin_snapshot_columns()))
 
     def _event_rejected(self, event: object) -> None:
-        # The journal refused the commit (an event it cannot serialize): the states already hold its events,
-        # so the table stops and its next message recovers it from what is stored.
+        # The journal refused the commit (an event that passed _check_storable, as one of a class stored before,
+        # holds a value it cannot encode): the states already hold its events, so the table stops and its next
+        # message recovers it from what is stored.
         if type(event) is TableCommit:
             self._unwritten -= 1
             self._rejected = True
