@@ -109,7 +109,7 @@ class PersistenceCoordinator:
         return True
 
 
-class _PartlyFailed(list):
+class _PartlyFailed(list["BaseException | None | _Failed"]):
     """A round's results of which some are _Failed (see _commit)."""
 
 
