@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 
 from journal.api import Journal
 from journal.model import Problem
+from journal.records import UNREADABLE_PAYLOAD
 from journal.urls import redact_url
 
 from .cli_error import PROG, CliError
@@ -133,7 +134,7 @@ def cmd_journal_tail(args: argparse.Namespace) -> int:
 
 def _problem(p: Problem) -> str:
     """A record that could not be read, as show and tail print it in its place (verify's labels)."""
-    return f"{'UNREADABLE' if _unregistered(p.reason) else 'CORRUPT'}: {printable(redact_url(p.reason) or '')}"
+    return f"{_label(p.reason)}: {printable(redact_url(p.reason) or '')}"
 
 
 def _fail_on_problems(records: Sequence[object]) -> int:
@@ -143,9 +144,8 @@ def _fail_on_problems(records: Sequence[object]) -> int:
         return 0
     first = problems[0]
     more = f" (and {len(problems) - 1} more, printed in their places)" if len(problems) > 1 else ""
-    if all(_unregistered(p.reason) for p in problems):
-        raise CliError(f"an event cannot be read: {printable(first.reason)}{more}", "pass --import MODULE for the "
-                       "module that registers the event classes (e.g. --import myapp.events)")
+    if all(_intact(p.reason) for p in problems):
+        raise CliError(f"an event cannot be read: {printable(first.reason)}{more}", _unreadable_hint(problems))
     raise CliError(f"a record cannot be read: {printable(redact_url(first.reason) or '')}{more}",
                    "run `reprise journal verify URL` to list every corrupt record")
 
@@ -159,25 +159,36 @@ def cmd_journal_verify(args: argparse.Namespace) -> int:
         # Problems without an id concern the storage itself (e.g. a file SQLite cannot read).
         where = ("storage" if p.persistence_id is None else
                  f"persistence_id={printable(p.persistence_id)} sequence_nr={p.sequence_nr}")
-        label = "UNREADABLE" if _unregistered(p.reason) else "CORRUPT"
-        print(f"{label} {where}: {printable(redact_url(p.reason) or '')}")
+        print(f"{_label(p.reason)} {where}: {printable(redact_url(p.reason) or '')}")
     summary = f"checked {report.records_checked} records and {report.snapshots_checked} snapshots"
     if report.ok:
         print(f"{summary}: ok")
         return 0
-    if all(_unregistered(p.reason) for p in report.problems):
-        # Intact records whose event class is not registered in this process: not corruption.
-        print(f"{PROG}: error: {summary}: {len(report.problems)} unreadable (hint: pass --import MODULE for the "
-              "module that registers their event classes)", file=sys.stderr)
+    if all(_intact(p.reason) for p in report.problems):
+        # Intact records this process cannot build (its class not registered here, or changed): not corruption.
+        print(f"{PROG}: error: {summary}: {len(report.problems)} unreadable (hint: "
+              f"{_unreadable_hint(report.problems)})", file=sys.stderr)
         return 1
     print(f"{PROG}: error: {summary}: {len(report.problems)} corrupt (hint: restore the journal from a "
           "backup or delete the named records' persistence ids)", file=sys.stderr)
     return 1
 
 
-def _unregistered(reason: str) -> bool:
-    """True for a record whose checksum holds but whose event class is not registered in this process."""
-    return "unknown manifest" in reason
+def _intact(reason: str) -> bool:
+    """True for a record whose checksum holds but that this process cannot build (see check_row)."""
+    return reason.startswith(UNREADABLE_PAYLOAD)
+
+
+def _label(reason: str) -> str:
+    return "UNREADABLE" if _intact(reason) else "CORRUPT"
+
+
+def _unreadable_hint(problems: Sequence[Problem]) -> str:
+    """The fix for intact records this process cannot build: import their classes, or fix a class or upcaster."""
+    if all("unknown manifest" in p.reason for p in problems):
+        return "pass --import MODULE for the module that registers the event classes (e.g. --import myapp.events)"
+    return ("the stored bytes are intact, but the registered class or its upcaster cannot build them: fix it (a "
+            "changed class needs a higher version and an upcaster, journal.register_upcaster), then read again")
 
 
 def _when(millis: int) -> str:

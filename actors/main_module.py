@@ -10,28 +10,9 @@ there; a script without that guard is refused by `actors.start` inside the actor
 
 from __future__ import annotations
 
-import os
 import sys
 
-
-def importable_name() -> str | None:
-    """The module name under which another process can import this process's `__main__`, or None."""
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    if spec is not None and spec.name and spec.name != "__main__":
-        name: str = spec.name  # run with `python -m package.module`
-        return name
-    path = getattr(main, "__file__", None)
-    if not path or not path.endswith(".py"):
-        return None  # an interactive session or `python -c`: nothing another process could import
-    path = os.path.realpath(path)
-    for entry in sys.path:
-        root = os.path.realpath(entry or os.getcwd())
-        if os.path.dirname(path) == root or path.startswith(root + os.sep):
-            parts = os.path.relpath(path, root)[:-3].split(os.sep)
-            if all(part.isidentifier() for part in parts):
-                return ".".join(parts)
-    return None
+from journal.main_module import importable_name
 
 
 def adopt_main_classes() -> str | None:

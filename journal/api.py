@@ -30,6 +30,7 @@ from journal.model import (
     VerifyReport,
 )
 from journal.records import (
+    UNREADABLE_PAYLOAD,
     EncodedBatch,
     StoredRow,
     check_row,
@@ -556,8 +557,10 @@ class Journal(ABC):
                 snapshots += 1
                 try:
                     decode_snapshot(pid, seq, bytes(blob), ck)
-                except (JournalCorruption, SerializationError) as e:
+                except JournalCorruption as e:
                     problems.append(Problem(pid, seq, f"snapshot: {e}"))
+                except SerializationError as e:  # (intact: this process cannot build it)
+                    problems.append(Problem(pid, seq, f"{UNREADABLE_PAYLOAD}snapshot: {e}"))
         except JournalCorruption as e:
             problems.append(Problem(None, None, f"cannot read the snapshots on ({snapshots} read): {e}"))
         return VerifyReport(count, snapshots, tuple(problems))
@@ -705,5 +708,7 @@ def _one_or_problem(decode: Callable[[Sequence[R]], Sequence[T]], row: R, persis
     """`row` decoded, or the Problem naming the record when it cannot be read."""
     try:
         return decode([row])[0]
-    except (JournalCorruption, SerializationError) as e:
+    except JournalCorruption as e:
         return Problem(persistence_id, sequence_nr, str(e))
+    except SerializationError as e:
+        return Problem(persistence_id, sequence_nr, f"{UNREADABLE_PAYLOAD}{e}")

@@ -227,6 +227,10 @@ def decode_snapshot(persistence_id: str, sequence_nr: int, blob: bytes, ck: int)
     return metadata, snapshot
 
 
+UNREADABLE_PAYLOAD = "unreadable payload: "
+"""How a Problem's reason starts when the record is intact but this process cannot build its event."""
+
+
 def check_row(persistence_id: str, sequence_nr: int, blob: bytes, ck: int) -> str | None:
     """Why a stored event is unreadable, or None when its checksum and contents are fine (for verify)."""
     try:
@@ -234,6 +238,6 @@ def check_row(persistence_id: str, sequence_nr: int, blob: bytes, ck: int) -> st
     except JournalCorruption as e:
         return str(e)
     except SerializationError as e:
-        return f"unreadable payload: {e}"
+        return f"{UNREADABLE_PAYLOAD}{e}"
     return None
 

@@ -40,6 +40,7 @@ import msgpack
 from msgpack import ExtType
 
 from journal.errors import JournalCorruption, SerializationError
+from journal.main_module import importable_name
 
 log = logging.getLogger("reprise.journal")
 
@@ -110,6 +111,26 @@ def _sets_fields_only(cls: type, names: tuple[str, ...]) -> bool:
             and cls.__getattribute__ is object.__getattribute__)  # type: ignore[comparison-overlap]
 
 
+def _constructor(cls: type, names: tuple[str, ...]) -> Callable[[Sequence[Any]], Any]:
+    """How stored field values build a `cls`: cls(*values), or by keyword where its __init__ takes a field only so
+    (kw_only); TypeError now for a class that cannot be built from its fields alone (an InitVar or another
+    __init__ parameter without a default: stored events of it could never be read back)."""
+    try:
+        params = list(inspect.signature(cls).parameters.values())
+    except (TypeError, ValueError):
+        return lambda values: cls(*values)
+    needed = [p.name for p in params if p.name not in names and p.default is inspect.Parameter.empty
+              and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    if needed:
+        raise TypeError(f"register_type: {cls.__qualname__}() needs {', '.join(needed)}, which is not a field "
+                        "(an InitVar, or a parameter of its own __init__): the journal stores the fields only, so it "
+                        "could not build the events back; give it a default, or make it a field")
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if [p.name for p in params[:len(names)] if p.kind in positional] == list(names):
+        return lambda values: cls(*values)
+    return lambda values: cls(**dict(zip(names, values, strict=False)))  # (fewer values: the defaults)
+
+
 def _maker(cls: type, names: tuple[str, ...], manifest_at: int | None = None,
            version: int = 1) -> Callable[[list[Any]], Any]:
     """cls(*values); for a plain frozen dataclass the same object built without its __init__.
@@ -121,10 +142,21 @@ def _maker(cls: type, names: tuple[str, ...], manifest_at: int | None = None,
     object is built from the fields after it, and a version other than the registered one is upcast.
     """
     at = 0 if manifest_at is None else manifest_at + 2  # where the field values start
-    namespace: dict[str, Any] = {"cls": cls, "new": object.__new__,
+    construct = _constructor(cls, names)
+
+    def call(values: Sequence[Any]) -> Any:
+        try:
+            return construct(values)
+        except Exception as e:  # (the class changed since the values were stored, or its __post_init__ failed)
+            raise SerializationError(
+                f"cannot build {cls.__qualname__} from its {len(values)} stored field values: {e!r}; if the class "
+                f"changed since they were written (fields {', '.join(names)} now), register it with a higher "
+                "version and an upcaster (journal.register_upcaster)") from e
+
+    namespace: dict[str, Any] = {"cls": cls, "new": object.__new__, "call": call,
                                  "build": lambda v: build(v[at - 2], v[at - 1], v[at:])}
     if manifest_at is None:
-        check, fallback = f"len(values) != {len(names)}", "cls(*values)"
+        check, fallback = f"len(values) != {len(names)}", "call(values)"
     else:
         check, fallback = f"len(values) != {at + len(names)} or values[{at - 1}] != {version}", "build(values)"
     plain = _sets_fields_only(cls, names)
@@ -137,9 +169,9 @@ def _maker(cls: type, names: tuple[str, ...], manifest_at: int | None = None,
         namespace.update({f"set{i}": d.__set__ for i, d in enumerate(slots)})
         body = "    obj = new(cls)\n" + "".join(f"    set{i}(obj, values[{at + i}])\n" for i in range(len(names)))
     elif manifest_at is None:
-        return lambda values: cls(*values)
+        return call
     else:
-        body = f"    obj = cls(*values[{at}:])\n"
+        body = f"    obj = call(values[{at}:])\n"
     source = f"def make(values):\n    if {check}:\n        return {fallback}\n{body}    return obj\n"
     exec(source, namespace)  # noqa: S102  (field names are identifiers; as dataclasses does for __init__)
     make: Callable[[list[Any]], Any] = namespace["make"]
@@ -167,7 +199,13 @@ def register_type(cls: type[T] | None = None, manifest: str | None = None,
                             f"with @dataclass(frozen=True)")
         if not isinstance(version, int) or version < 1:
             raise ValueError(f"version must be an int >= 1, got {version!r}")
-        name = manifest or f"{klass.__module__}.{klass.__qualname__}"
+        module, alias = klass.__module__, None
+        if module == "__main__" and manifest is None:
+            # Another process imports the script by its module name (actors.main_module), so the stored name
+            # must be that one; "__main__.X" stays readable, as earlier versions stored it.
+            module = importable_name() or module
+            alias = f"__main__.{klass.__qualname__}" if module != "__main__" else None
+        name = manifest or f"{module}.{klass.__qualname__}"
         names = tuple(f.name for f in dataclasses.fields(klass) if f.init)
         reg = _Registration(klass, name, version, names, _values_getter(names), _maker(klass, names),
                             _maker(klass, names, 1, version), _maker(klass, names, 6, version),
@@ -182,6 +220,8 @@ def register_type(cls: type[T] | None = None, manifest: str | None = None,
                 _by_manifest.pop(old.manifest, None)
             _by_class[klass] = reg
             _by_manifest[name] = reg
+            if alias is not None and alias not in _by_manifest:
+                _by_manifest[alias] = reg
         return klass
 
     if cls is None:
@@ -198,8 +238,9 @@ def unregister_type(cls_or_manifest: type | str) -> None:
                 _by_class.pop(reg.cls, None)
         else:
             reg = _by_class.pop(cls_or_manifest, None)
-            if reg is not None:
-                _by_manifest.pop(reg.manifest, None)
+        if reg is not None:
+            for name in [name for name, other in _by_manifest.items() if other is reg]:  # (and its alias)
+                del _by_manifest[name]
 
 
 def register_upcaster(manifest: str, from_version: int, fn: Callable[[list[Any]], list[Any]]) -> None:
@@ -292,7 +333,16 @@ def _upcast(manifest: str, version: int, target: int, values: list[Any]) -> list
             raise SerializationError(
                 f"stored {manifest!r} is version {version} but the registered class is version {target} "
                 f"and no upcaster is registered: call journal.register_upcaster({manifest!r}, {version}, fn)")
-        values = list(fn(values))
+        try:
+            upcast = fn(values)
+        except Exception as e:
+            raise SerializationError(f"the upcaster of {manifest!r} from version {version} to {version + 1} "
+                                     f"failed on {values!r}: {e!r}") from e
+        if not isinstance(upcast, list | tuple):  # (a dict would pass list() as its keys)
+            raise SerializationError(f"the upcaster of {manifest!r} from version {version} returned "
+                                     f"{type(upcast).__name__}, not a list: it must return the field values of "
+                                     f"version {version + 1}, in order")
+        values = list(upcast)
         version += 1
     return values
 
@@ -330,9 +380,7 @@ def pack_values_with(cls: type, values: Callable[[Any], Sequence[object]]) -> No
         reg = _by_class.get(cls)
         if reg is None:
             raise KeyError(f"{cls.__qualname__} is not registered: register_type it before pack_values_with")
-        new = dataclasses.replace(reg, values=values, only_field=None)
-        _by_class[cls] = new
-        _by_manifest[reg.manifest] = new
+        _replace(reg, dataclasses.replace(reg, values=values, only_field=None))
 
 
 def store_values_with(cls: type, pack: Callable[[Any], Sequence[object]],
@@ -360,10 +408,15 @@ def store_values_with(cls: type, pack: Callable[[Any], Sequence[object]],
                 return build(fields[6], fields[7], fields[8:])
             return make(unpack(fields[8:]))
 
-        new = dataclasses.replace(reg, values=pack, make=make_stored, make_marked=make_marked, make_record=make_record,
-                                  only_field=None)
-        _by_class[cls] = new
-        _by_manifest[reg.manifest] = new
+        _replace(reg, dataclasses.replace(reg, values=pack, make=make_stored, make_marked=make_marked,
+                                          make_record=make_record, only_field=None))
+
+
+def _replace(old: _Registration, new: _Registration) -> None:
+    """Put `new` wherever `old` is registered (its class, its manifest and an alias); the caller holds the lock."""
+    _by_class[old.cls] = new
+    for name in [name for name, reg in _by_manifest.items() if reg is old]:
+        _by_manifest[name] = new
 
 
 def run_encoded(values: Sequence[Any]) -> list[Any]:
@@ -514,6 +567,10 @@ def build(manifest: str, version: int, fields: list[Any]) -> Any:
             raise SerializationError(f"stored {manifest!r} is version {version}, newer than the "
                                      f"registered class {reg.cls.__qualname__} (version {reg.version})")
         fields = _upcast(manifest, version, reg.version, fields)
+        if len(fields) > len(reg.field_names):
+            raise SerializationError(f"the upcasters of {manifest!r} from version {version} returned "
+                                     f"{len(fields)} values for the {len(reg.field_names)} fields of version "
+                                     f"{reg.version} ({', '.join(reg.field_names)})")
     return reg.make(fields)
 
 

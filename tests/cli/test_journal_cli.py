@@ -12,7 +12,14 @@ from dataclasses import dataclass
 import pytest
 
 from actors.cli import main
-from journal import AtomicWrite, PersistentRepr, open_journal, register_type, unregister_type
+from journal import (
+    AtomicWrite,
+    PersistentRepr,
+    open_journal,
+    register_type,
+    register_upcaster,
+    unregister_type,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -75,6 +82,42 @@ def test_show_of_an_event_whose_class_is_not_registered_hints_at_import(tmp_path
     assert code == 1 and "unknown manifest 'nosuchapp.events.Unreadable'" in err
     assert "(hint: pass --import MODULE for the module that registers the event classes" in err, err
     assert out.split()[:2] == ["1", "UNREADABLE:"], out  # (in its place, as verify labels it)
+
+
+@dataclass(frozen=True)
+class Charged:
+    cents: int
+
+
+def test_an_event_its_upcaster_cannot_build_is_unreadable_not_corrupt(tmp_path, capsys) -> None:
+    # verify said CORRUPT and told the user to restore a backup or delete the ids: the bytes were intact.
+    url = f"sqlite://{tmp_path}/journal.db"
+    register_type(Charged, manifest="billing.Charged")
+    try:
+        with open_journal(url) as j:
+            assert j.write_messages([AtomicWrite([PersistentRepr(Charged(n), n, "customer-1")]) for n in (1, 2)]) \
+                == [None, None]
+    finally:
+        unregister_type(Charged)
+
+    @dataclass(frozen=True)
+    class ChargedV2:
+        cents: int
+        currency: str
+
+    register_type(ChargedV2, manifest="billing.Charged", version=2)
+    register_upcaster("billing.Charged", 1, lambda values: [values[0], DEFAULT_CURRENCY])  # noqa: F821 (the bug)
+    try:
+        code, out, err = run(capsys, "journal", "verify", url)
+        assert code == 1 and out.count("UNREADABLE persistence_id=customer-1") == 2 and "CORRUPT" not in out, out
+        assert "the upcaster of 'billing.Charged' from version 1 to 2 failed" in out, out
+        assert "2 unreadable (hint: the stored bytes are intact" in err and "backup" not in err, err
+        code, out, err = run(capsys, "journal", "show", url, "customer-1")
+        assert code == 1 and [line.split()[:2] for line in out.splitlines()] == [["1", "UNREADABLE:"],
+                                                                                ["2", "UNREADABLE:"]], out
+        assert "an event cannot be read" in err and "the stored bytes are intact" in err, err
+    finally:
+        unregister_type(ChargedV2)
 
 
 def test_tail_prints_the_most_recent_events_oldest_first(url, capsys) -> None:

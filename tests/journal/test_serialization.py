@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import enum
 import os
+import subprocess
+import sys
 import uuid
 from dataclasses import dataclass, field
 
@@ -13,6 +15,8 @@ from hypothesis import strategies as st
 
 from journal import SerializationError, register_type, register_upcaster, unregister_type
 from journal.serialization import deserialize, manifest_of, pack_values_with, serialize
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @register_type
@@ -161,6 +165,72 @@ def test_upcasters_chain_version_by_version_and_a_missing_one_is_named() -> None
         assert deserialize(serialize(Money("2.00", "USD"))) == Money("2.00", "USD")
     finally:
         unregister_type(manifest)
+
+
+def test_an_upcaster_that_fails_or_returns_the_wrong_thing_is_named_not_taken_for_corruption() -> None:
+    # A dict was taken as its keys (a Moved(src='src', dst='dst') recovered silently); an upcaster's own error,
+    # or a wrong count of values, came out as JournalCorruption, and `journal verify` said to delete the data.
+    manifest = f"test.Moved-{uuid.uuid4().hex}"
+
+    @dataclass(frozen=True)
+    class MovedV1:
+        src: str
+
+    register_type(MovedV1, manifest=manifest)
+    old = serialize(MovedV1("A"))
+    unregister_type(MovedV1)
+
+    @register_type(manifest=manifest, version=2)
+    @dataclass(frozen=True)
+    class Moved:
+        src: str
+        dst: str
+
+    try:
+        for fn, why in ((lambda v: {"src": v[0], "dst": "?"}, "returned dict, not a list"),
+                        (lambda v: [v[0], MISSING], r"failed on \['A'\]: NameError"),  # noqa: F821
+                        (lambda v: [v[0], "B", "C"], "returned 3 values for the 2 fields of version 2"),
+                        (lambda v: [], r"cannot build \S*Moved from its 0 stored field values")):
+            register_upcaster(manifest, 1, fn)
+            with pytest.raises(SerializationError, match=why):
+                deserialize(old)
+        register_upcaster(manifest, 1, lambda v: (v[0], "B"))  # (a tuple is a list of values too)
+        assert deserialize(old) == Moved("A", "B")
+    finally:
+        unregister_type(manifest)
+
+
+def test_a_script_s_own_class_is_stored_under_the_name_other_processes_import_it_by(tmp_path) -> None:
+    # Stored as "__main__.Deposited" by `python script.py` on the local base, it could never be read by the actor
+    # processes of a multiproc system, nor by the same script there (they import it as `script`).
+    script = tmp_path / "depositing.py"
+    script.write_text(
+        "from dataclasses import dataclass\n"
+        "from journal import register_type\n"
+        "from journal.serialization import deserialize, manifest_of, serialize\n"
+        "@register_type\n"
+        "@dataclass(frozen=True)\n"
+        "class Deposited:\n"
+        "    amount: int\n"
+        "if __name__ == '__main__':\n"
+        "    import sys\n"
+        "    print(manifest_of(Deposited))\n"
+        "    with open(sys.argv[1], 'wb') as f:\n"
+        "        f.write(serialize(Deposited(5)))\n"
+        "    print(deserialize(bytes.fromhex(sys.argv[2])))  # (what earlier versions stored stays readable)\n")
+    register_type(_Legacy := dataclass(frozen=True)(type("Deposited", (), {"__annotations__": {"amount": int}})),
+                  manifest="__main__.Deposited")
+    legacy = serialize(_Legacy(3))
+    unregister_type(_Legacy)
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "stored"), legacy.hex()], capture_output=True,
+                         text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": REPO}, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["depositing.Deposited", "Deposited(amount=3)"]
+    reader = ("import sys; sys.path.insert(0, sys.argv[1]); from journal.serialization import deserialize; "
+              "print(deserialize(open(sys.argv[2], 'rb').read()))")
+    out = subprocess.run([sys.executable, "-c", reader, str(tmp_path), str(tmp_path / "stored")], capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": REPO}, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "Deposited(amount=5)", out.stderr
 
 
 @pytest.mark.parametrize("slots", [False, True])
