@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import errno
 import inspect
 import itertools
 import logging
@@ -243,6 +244,11 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
         if _listening(advertise or bind, port):
             raise SpawnFailed(f"admin port {port} is already in use; attach with actors.connect({port}) "
                               "or choose another port")
+        if not _bindable(bind, port):  # (bound by a program that does not listen: Thespian's error says neither)
+            if admin_port:
+                raise SpawnFailed(f"admin port {port} is bound by another program on {bind} (it does not listen, "
+                                  "so it is no actor system); choose another port")
+            continue
         port_tag = tag or f"reprise-system-{port}-{uuid.uuid4().hex[:8]}"
         port_dir = os.fspath(run_dir) if run_dir else tempfile.mkdtemp(prefix=f"reprise-{port}-")
         _private_run_dir(port_dir)
@@ -333,7 +339,11 @@ def _private_run_dir(path: str) -> None:
     they planted in it would make the system write its logs through it, over any file of this user (of root,
     for a system root starts). Once the directory is this user's and 0700, nobody else can add to it.
     """
-    os.makedirs(path, mode=0o700, exist_ok=True)
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # (the path, or a directory above it, is a file)
+        raise ConfigError(f"run_dir {path} cannot be a directory: it or a directory above it is a file; give a "
+                          "directory path") from None
     _refuse_foreign(path, f"run_dir {path}", "choose a directory of your own, or a new path (it is created 0700)",
                     stat.S_ISDIR)
     # makedirs leaves an existing directory's mode alone, and FileHandler appends to an existing log
@@ -664,6 +674,17 @@ def _check_metrics_port_is_not_admin_port(metrics_port: int | None, admin_port: 
     if metrics_port is not None and metrics_port == admin_port:
         raise ConfigError(f"metrics_port {metrics_port} is the admin_port: the admin listens there; give the "
                           "metrics endpoint a port of its own (e.g. 9464)")
+
+
+def _bindable(host: str, port: int) -> bool:
+    """True if this process could bind `port` on `host` as the admin does (SO_REUSEADDR: a port in TIME_WAIT is)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            return e.errno != errno.EADDRINUSE
+    return True
 
 
 def _listening(host: str, port: int) -> bool:

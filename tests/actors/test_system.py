@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 import threading
 import time
 
@@ -12,6 +13,7 @@ import pytest
 import actors
 from actors import (
     AskTimeout,
+    ConfigError,
     MessageUndelivered,
     PathTaken,
     SpawnFailed,
@@ -248,6 +250,25 @@ def test_multiproc_refuses_an_admin_port_in_use(make_system):
     owner = make_system("multiproc")
     with pytest.raises(SpawnFailed, match="already in use"):
         actors.start("multiproc", admin_port=owner.admin_port)
+
+
+def test_an_admin_port_another_program_bound_without_listening_is_refused_naming_it(tmp_path):
+    # Thespian's own error was a traceback ending "not a valid or useable ActorSystem Admin", and the run dir stayed.
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        port = holder.getsockname()[1]
+        before = set(os.listdir(tempfile.gettempdir()))
+        with pytest.raises(SpawnFailed, match=rf"admin port {port} is bound by another program on 127.0.0.1 \(it "
+                                              r"does not listen, so it is no actor system\); choose another port"):
+            actors.start("multiproc", admin_port=port)
+        assert not [d for d in set(os.listdir(tempfile.gettempdir())) - before if d.startswith(f"reprise-{port}-")]
+
+
+def test_a_run_dir_under_a_file_is_refused_naming_it(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match=r"run_dir .*/file/run cannot be a directory: it or a directory above it "
+                                          "is a file"):
+        actors.start("multiproc", run_dir=str(tmp_path / "file" / "run"))
 
 
 def test_unknown_base_is_rejected():
