@@ -51,10 +51,6 @@ class Withdrew:
     amount: int
 
 
-class Unstorable:
-    """An event class the journal cannot serialize (not registered, no msgpack form)."""
-
-
 @dataclass(frozen=True)
 class DepositTwice:
     """Deposit `amount` twice (two events of one command), once for delivery `delivery_id`; with `poisoned`,
@@ -94,11 +90,6 @@ class Accounts(EntityTable):
             return [Withdrew(command.amount)]
         if command == "balance":
             self.reply(self.sender, state)
-        elif command == "unstorable":
-            return [Unstorable()]
-        elif command == "unstorable, answered":
-            self.reply(self.sender, "stored")
-            return [Unstorable()]
         elif command == "not a list":
             return Deposited(1)  # type: ignore[return-value]  # (the mistake the test checks)
         elif command == "zero":
