@@ -212,7 +212,7 @@ def register_type(cls: type[T] | None = None, manifest: str | None = None,
                             operator.attrgetter(names[0]) if len(names) == 1 else None)
         with _registry_lock:
             other = _by_manifest.get(name)
-            if other is not None and other.cls is not klass:
+            if other is not None and other.cls is not klass and not _importable_copy(other.cls, klass, manifest):
                 raise ValueError(f"manifest {name!r} is already registered for {other.cls.__qualname__}; "
                                  f"call unregister_type first to replace it")
             old = _by_class.get(klass)
@@ -227,6 +227,14 @@ def register_type(cls: type[T] | None = None, manifest: str | None = None,
     if cls is None:
         return register
     return register(cls)
+
+
+def _importable_copy(main_class: type, klass: type, manifest: str | None) -> bool:
+    """True if `klass` is the importable module's copy of a class of the script run as `__main__` (a script that
+    imports itself, as `python -m bench.entities` does): both are stored under one name, and the copy, which the
+    other processes use, is built when reading; the script's own class still writes."""
+    return (manifest is None and main_class.__module__ == "__main__" and klass.__module__ != "__main__"
+            and main_class.__qualname__ == klass.__qualname__)
 
 
 def unregister_type(cls_or_manifest: type | str) -> None:

@@ -233,6 +233,27 @@ def test_a_script_s_own_class_is_stored_under_the_name_other_processes_import_it
     assert out.returncode == 0 and out.stdout.strip() == "Deposited(amount=5)", out.stderr
 
 
+def test_a_script_that_imports_itself_registers_its_classes_once_under_one_name(tmp_path) -> None:
+    # The script's classes and its importable copy's (`python -m bench.entities` runs `from bench import entities`)
+    # are two classes under one manifest: refused as a clash, the script could not start.
+    (tmp_path / "selfish.py").write_text(
+        "from dataclasses import dataclass\n"
+        "from journal import register_type\n"
+        "from journal.serialization import deserialize, serialize\n"
+        "@register_type\n"
+        "@dataclass(frozen=True)\n"
+        "class Deposited:\n"
+        "    amount: int\n"
+        "if __name__ == '__main__':\n"
+        "    import selfish\n"
+        "    mine, copy = serialize(Deposited(1)), serialize(selfish.Deposited(2))\n"
+        "    print(type(deserialize(mine)) is selfish.Deposited, deserialize(copy))\n")
+    out = subprocess.run([sys.executable, "selfish.py"], capture_output=True, text=True, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": REPO}, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True Deposited(amount=2)"
+
+
 @pytest.mark.parametrize("slots", [False, True])
 def test_records_of_an_older_version_are_upcast_at_the_top_and_nested(slots: bool) -> None:
     """Format 2 records: a registered payload inlined in the record, and marked objects inside it."""
