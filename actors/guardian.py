@@ -86,6 +86,7 @@ RECENT_DEAD_LETTERS = 100
 CHILD_CHECK_DELAY = 1.0  # seconds after a host's exit to look for others that died unreported
 STATUS_WAIT = 2.0  # seconds a status request waits for busy hosts before answering without them
 NODE_TIMEOUT = 5.0  # seconds without an answer to heartbeats after which a node is down (start(node_timeout=))
+FENCE_AFTER = 0.8  # of the guardian's node_timeout: a member unpinged so long stops its hosts (NodeAgent._fence)
 CLAIM_WAIT = 2.0  # seconds a node's agent has to answer before another agent registering its name replaces it
 # A moving host keeps serving this long after its path was routed to the guardian, so that what senders with
 # the old route still send it (hosts until their DirectoryUpdate lands, clients until their directory's 1 s TTL
@@ -624,7 +625,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             # can tell: an answer from it (_node_pong) refuses the newcomer; none within CLAIM_WAIT admits it.
             if name not in self.claims:
                 self.claims[name] = sender
-                self.send(node.agent, NodePing(next(self.pings), ()))
+                self._ping(name, node)
                 self.wakeupAfter(timedelta(seconds=min(CLAIM_WAIT, self.node_timeout)), ("claim", name))
             return
         self._admit_node(name, sender)
@@ -690,14 +691,19 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             if now - node.last_seen > self.node_timeout:
                 self._node_down(name, f"no answer to heartbeats for {self.node_timeout:g} s")
             else:
-                # With the pids of its hosts: a host that died there unreported (see _check_children) is
-                # found within a heartbeat.
-                pids = tuple(r.pid for r in self.hosts.values() if r.node == name and r.pid and _serving(r))
-                self.send(node.agent, NodePing(next(self.pings), pids))
+                self._ping(name, node)
         if self.shutting_down or not any(node.state == "up" for node in self.nodes.values()):
             self.ticking = False
             return
         self.wakeupAfter(timedelta(seconds=self.node_timeout / 5), ("nodes",))
+
+    def _ping(self, name: str, node: NodeRecord) -> None:
+        """A heartbeat to node `name`, with the pids of its hosts (a host that died there unreported, see
+        _check_children, is found within a heartbeat) and their addresses (the agent stops them if the
+        heartbeats stop: NodeAgent._fence)."""
+        serving = [r for r in self.hosts.values() if r.node == name and r.pid and _serving(r)]
+        self.send(node.agent, NodePing(next(self.pings), tuple(r.pid for r in serving),
+                                       tuple(_address(r) for r in serving), self.node_timeout))
 
     def _ask_nodes_about(self, dead_key: str) -> None:
         """Ask a member's agent whether the processes of its hosts at `dead_key` are gone (its /proc, not ours:
@@ -1176,7 +1182,9 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
     clients look up this local agent instead, which learned the guardian's address once at boot.
     It also forwards its admin's dead letters to the guardian. A member's agent registers its node with
     the guardian and answers its heartbeats; unpinged for node_timeout (declared down, or the guardian
-    lost it), it says hello again.
+    lost it), it says hello again. Unpinged for FENCE_AFTER of the guardian's node_timeout, it stops the hosts
+    the guardian placed on its node (_fence): by node_timeout the guardian declares the node down and starts
+    them elsewhere, and two processes must not serve (and journal) the same entities.
     """
 
     def __init__(self, *args: object, **kwargs: object) -> None:
@@ -1188,10 +1196,15 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
         self.node_timeout = NODE_TIMEOUT
         self.booting: Address | None = None  # who to tell GuardianIs once the guardian welcomed us
         self.last_ping = 0.0
+        self.last_hello = 0.0
+        self.leader_timeout = NODE_TIMEOUT  # the guardian's node_timeout (in its pings)
+        self.hosts_here: tuple[Address, ...] = ()  # the hosts the guardian runs on this node (its last ping)
 
     def receiveMessage(self, message: object, sender: Address) -> None:
         if isinstance(message, NodePing):
             self.last_ping = time.monotonic()
+            self.hosts_here = message.hosts
+            self.leader_timeout = message.node_timeout or self.leader_timeout
             if self.node is not None:
                 gone = tuple(pid for pid in message.pids if not _is_running_here(pid))
                 self.send(sender, NodePong(self.node, message.seq, gone))
@@ -1200,9 +1213,14 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
                 self.send(self.myAddress, ActorExitRequest())  # the admin died
         elif isinstance(message, WakeupMessage) and message.payload == ("hello",):
             if self.guardian is not None and self.node is not None:
-                if time.monotonic() - self.last_ping > self.node_timeout:
+                now = time.monotonic()
+                silent = now - self.last_ping
+                if silent > FENCE_AFTER * self.leader_timeout and self.hosts_here:
+                    self._fence(silent)
+                if silent > self.node_timeout and now - self.last_hello >= self.node_timeout / 2:
+                    self.last_hello = now
                     self.send(self.guardian, NodeHello(self.node))
-                self.wakeupAfter(timedelta(seconds=self.node_timeout / 2), ("hello",))
+                self.wakeupAfter(timedelta(seconds=min(self.node_timeout / 2, self.leader_timeout / 10)), ("hello",))
         elif isinstance(message, SetGuardian):
             self.guardian = message.address
             self.parent_watch = ParentWatch.start(self)
@@ -1224,6 +1242,8 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
                 self.booting = None
         elif isinstance(message, NodeRefused):
             log.error("%s", message.why)
+            if self.hosts_here:  # (an incarnation replaced while it was silent: its hosts run elsewhere now)
+                self._fence(time.monotonic() - self.last_ping)
             self.node = None  # (no more hellos: this member is not a node of the cluster)
             if self.booting is not None:
                 self.send(self.booting, message)  # (boot fails with it)
@@ -1235,3 +1255,13 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
         elif message == "handle-dead-letters":
             self.handleDeadLetters(True)
             self.send(sender, GuardianIs(self.guardian))
+
+    def _fence(self, silent: float) -> None:
+        """Stop the hosts the guardian placed here: it has not pinged for `silent` s, so it is about to declare
+        this node down and start them elsewhere (or it is gone); it starts them again here once it pings."""
+        log.error("node %s: no heartbeat from the guardian for %.1f s: stopping the %d host(s) it placed here, "
+                  "so that they do not serve beside their replacements elsewhere", self.node, silent,
+                  len(self.hosts_here))
+        for host in self.hosts_here:
+            self.send(host, ActorExitRequest())
+        self.hosts_here = ()

@@ -376,10 +376,13 @@ class NodeRefused:
 
 @dataclass(frozen=True)
 class NodePing:
-    """Guardian -> node agent: a heartbeat (reply: NodePong), with the pids of the hosts running there."""
+    """Guardian -> node agent: a heartbeat (reply: NodePong), with the pids and addresses of the hosts running
+    there, and the guardian's node_timeout (after which, unanswered, it declares the node down)."""
 
     seq: int
     pids: tuple[int, ...] = ()
+    hosts: tuple[Any, ...] = ()  # (Thespian addresses, parallel to pids)
+    node_timeout: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -438,3 +438,39 @@ def test_a_member_whose_first_incarnation_does_not_answer_takes_its_name_and_the
     assert "node m1 is down" not in open(log).read().split("refused a member registering as node 'm1'")[-1]
     first._closed = True  # (not a member any more: its processes are killed, not shut down)
     kill_tagged(first.tag)
+
+
+def test_a_member_its_leader_stops_pinging_stops_the_hosts_the_leader_placed_there(cluster):
+    # They served on beside the copies the leader started elsewhere (a partition, or a leader restarted): two
+    # writers of the same entities. Frozen here (SIGSTOP); a partition or a killed leader reads the same.
+    c = cluster("m1")
+    c.leader.spawn(Echo, "/user/roaming", nodes=["m1", "leader"])
+    c.leader.spawn(Echo, "/user/pinned", node="m1")
+    member = c.members["m1"]
+    hosts = c.leader.status().hosts
+    placed = [hosts["/user/roaming"].pid, hosts["/user/pinned"].pid]
+    assert set(placed) <= set(tagged_pids(member.tag))
+    # (no condition shows that m1's agent has had a heartbeat naming both hosts: two heartbeat periods)
+    time.sleep(2 * NODE_TIMEOUT / 5)
+    log = os.path.join(member.run_dir, "actors.log")
+    groups = {os.getpgid(pid) for pid in tagged_pids(c.leader.tag)} - {os.getpgid(0)}
+    for group in groups:
+        os.killpg(group, signal.SIGSTOP)
+    try:
+        # Within FENCE_AFTER (0.8) of node_timeout, before the leader could declare m1 down and start copies.
+        wait_for(lambda: "stopping the 2 host(s) it placed here" in open(log).read(), timeout=NODE_TIMEOUT + 5)
+    finally:
+        for group in groups:
+            os.killpg(group, signal.SIGCONT)
+    # (their processes exit once they have told their parent, the guardian, which was frozen)
+    wait_for(lambda: not set(placed) & set(tagged_pids(member.tag)), timeout=30)
+    # The leader, back, finds m1 silent (down), then up again: both serve again.
+    for n, path in enumerate(("/user/roaming", "/user/pinned")):
+        wait_for(lambda path=path, n=n: _answers(c.leader, path, n), timeout=NODE_TIMEOUT * 4 + 20)
+
+
+def _answers(system: actors.System, path: str, n: int) -> bool:
+    try:
+        return system.ask(path, Ping(n), timeout=2) == Pong(n, path)
+    except (actors.AskTimeout, actors.MessageUndelivered, actors.ActorFailed):
+        return False
