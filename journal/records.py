@@ -27,10 +27,10 @@ import msgpack
 from journal.errors import JournalCorruption, SerializationError
 from journal.model import AtomicWrite, EventEnvelope, PersistentRepr, replayed_repr
 from journal.serialization import (
+    _SEEDS_KEPT,
     FORMAT_FLAT,
     _by_class,
     _by_manifest,
-    _seeds,
     build,
     corruption,
     ext_hook,
@@ -64,27 +64,33 @@ class EncodedBatch:
 def encode_writes(
     messages: Sequence[AtomicWrite], timestamp: int,
 ) -> tuple[EncodedBatch, list[BaseException | None]]:
-    """Serialize every AtomicWrite; one that fails is left out and reported as its rejection."""
+    """Serialize every AtomicWrite; one that fails, or whose persistence id or tags no backend can store (not a
+    str, a NUL, a lone surrogate; an empty tag), is left out and reported as its rejection."""
     results: list[BaseException | None] = [None] * len(messages)
     rows: list[Row] = []
     tag_rows: list[tuple[str, str, int]] = []
     pack = thread_packer()
     registered = _by_class.get
-    seeds = _seeds
+    seeds = _write_seeds
+    good_tags = _good_tags
     crc = _crc32
     for i, aw in enumerate(messages):
         if type(aw) is not AtomicWrite and not isinstance(aw, AtomicWrite):
             raise TypeError(f"write_messages takes AtomicWrites, got {type(aw).__qualname__}")
         reprs = aw.payload
-        pid = reprs[0].persistence_id
-        seed = seeds.get(pid)
-        if seed is None:
-            seed = key_seed(pid)
+        r = reprs[0]  # (named by a rejection of the id, before the loop binds it)
+        pid = r.persistence_id
         n, n_tags = len(rows), len(tag_rows)
         try:
+            # Inside the try: an id or tag no backend can store is this write's rejection, and the batch goes on.
+            seed = seeds.get(pid)
+            if seed is None:
+                seed = _write_seed(pid)
             for r in reprs:  # one pass: record, checksum and row (most AtomicWrites hold one event)
                 seq = r.sequence_nr
                 tags = r.tags
+                if tags and not (type(tags) is frozenset and tags <= good_tags):
+                    _check_tags(tags)
                 payload = r.payload
                 reg = registered(type(payload))
                 # No tags are nil, not an empty array: an array costs a list hook call when replayed.
@@ -106,6 +112,59 @@ def encode_writes(
             rejection.__cause__ = cause
             results[i] = rejection
     return EncodedBatch(rows, tag_rows), results
+
+
+# The checksum seeds of persistence ids that passed _write_seed, and the tags that passed _check_tags: each id and
+# tag is checked once, not per write (serialization's _seeds also holds ids read back, which were never checked).
+_write_seeds: dict[str, int] = {}
+_good_tags: set[str] = set()
+
+
+def _write_seed(pid: object) -> int:
+    """The checksum seed of a persistence id to write, once it is checked to be storable on every backend."""
+    if not isinstance(pid, str):
+        raise SerializationError(f"the persistence id must be a str, got {type(pid).__qualname__} {pid!r} "
+                                 "(give the actor or AtomicWrite a str id, e.g. str(...) of it)")
+    if "\x00" in pid:
+        raise SerializationError("the persistence id holds a NUL character (U+0000), which PostgreSQL text cannot "
+                                 "store; remove it, or encode binary ids, e.g. as hex")
+    try:
+        seed = key_seed(pid)
+    except UnicodeEncodeError as e:
+        raise SerializationError(_not_utf8("the persistence id", pid, e)) from None
+    if len(_write_seeds) >= _SEEDS_KEPT:
+        _write_seeds.clear()  # (as serialization._seeds: a host's entities stay cached, a stream of ids is bounded)
+    _write_seeds[pid] = seed
+    return seed
+
+
+def _check_tags(tags: object) -> None:
+    """Raise SerializationError naming the first tag no backend can store (events_by_tag could not find it)."""
+    if not isinstance(tags, (frozenset, set)):
+        raise SerializationError(f"tags must be a frozenset of str, got {type(tags).__qualname__} {tags!r} "
+                                 "(PersistentRepr(..., tags=frozenset({...})); tags_for returns an iterable of str)")
+    for tag in tags:
+        if not isinstance(tag, str) or not tag:
+            raise SerializationError(
+                f"tag {tag!r} is not a non-empty str, the only tags events_by_tag finds (return str tags from "
+                "tags_for, e.g. str(...) of a number)")
+        if "\x00" in tag:
+            raise SerializationError(f"tag {tag!r} holds a NUL character (U+0000), which PostgreSQL text cannot "
+                                     "store; remove it from what tags_for returns")
+        try:
+            tag.encode()
+        except UnicodeEncodeError as e:
+            raise SerializationError(_not_utf8(f"tag {tag!r}", tag, e)) from None
+    if len(_good_tags) >= _SEEDS_KEPT:
+        _good_tags.clear()
+    _good_tags.update(tags)  # (only str tags get here; a str subclass equal to one is as storable)
+
+
+def _not_utf8(what: str, text: str, e: UnicodeEncodeError) -> str:
+    """Why `text` (a persistence id or tag) cannot be stored: a lone surrogate, not encodable as UTF-8."""
+    return (f"{what} holds the lone surrogate U+{ord(text[e.start]):04X}, which is not text: it cannot be encoded "
+            "as UTF-8 to store (it comes from decoding bytes that are not UTF-8, e.g. os.fsdecode of a file name); "
+            "decode such names with errors='replace', or encode binary ids, e.g. as hex")
 
 
 _R = TypeVar("_R")

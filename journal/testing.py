@@ -25,6 +25,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -358,6 +359,62 @@ class JournalSpec:
         assert "Unregistered" in str(result) and "register_type" in str(result)
         assert pid in str(result) and "6" in str(result)
         assert journal.highest_sequence_nr(pid) == 5
+
+    @pytest.mark.parametrize("tags,named,fix", [
+        (frozenset({"ok", "a\x00b"}), "'a\\x00b'", "NUL"),  # PostgreSQL text cannot hold it
+        (frozenset({42}), "42", "str tags"),  # SQLite and PostgreSQL found it as '42', memory did not
+        (frozenset({""}), "''", "str tags"),  # events_by_tag refuses "": no query could find it
+        (frozenset({"x\udcff"}), "'x\\udcff'", "UTF-8"),  # a lone surrogate: not encodable
+        (["ok"], "list", "frozenset"),  # a list may repeat a tag
+    ], ids=["nul", "int", "empty", "surrogate", "list"])
+    def test_a_write_with_a_tag_no_backend_can_store_is_rejected_alone(
+            self, journal: Journal, writer: str, tags: Any, named: str, fix: str) -> None:
+        # A tag no backend stores (or finds) rejects that write only, on every backend alike (Akka's
+        # onPersistRejected): PostgreSQL failed the whole batch on a NUL, and other actors' events with it.
+        a, bad, b, t = _fresh_pid(), _fresh_pid(), _fresh_pid(), f"t-{uuid.uuid4().hex[:6]}"
+        good = frozenset({t})
+        writes = [AtomicWrite([PersistentRepr("a-1", 1, a, writer_uuid=writer, tags=good)]),
+                  AtomicWrite([PersistentRepr("bad-1", 1, bad, writer_uuid=writer, tags=good),
+                               PersistentRepr("bad-2", 2, bad, writer_uuid=writer, tags=tags)]),
+                  AtomicWrite([PersistentRepr("b-1", 1, b, writer_uuid=writer, tags=good)])]
+        results = journal.write_messages(writes)
+        assert results[0] is None and results[2] is None, results
+        assert isinstance(results[1], SerializationError)
+        message = str(results[1])
+        assert f"persistence id {bad!r}, sequence nr 2" in message and named in message and fix in message, message
+        assert journal.highest_sequence_nr(bad) == 0 and list(journal.replay_messages(bad)) == []
+        assert _keys(journal.events_by_tag(t)) == [(a, 1), (b, 1)]
+        assert [e.tags for e in journal.events_by_persistence_id(b)] == [good]
+        assert list(journal.events_by_tag("42")) == []  # the int tag is not stored as the text '42' either
+        # Rejected again when written again (nothing about it was cached), and a fine retry is stored.
+        assert isinstance(journal.write_messages(writes[1:2])[0], SerializationError)
+        retry = AtomicWrite([PersistentRepr("bad-1", 1, bad, writer_uuid=writer, tags=good)])
+        assert journal.write_messages([retry]) == [None]
+        assert _keys(journal.events_by_tag(t)) == [(a, 1), (b, 1), (bad, 1)]
+
+    @pytest.mark.parametrize("bad,named,fix", [
+        ("bad-\udcff", "'bad-\\udcff'", "UTF-8"),  # from os.fsdecode of a file name that is not UTF-8
+        ("bad\x00id", "'bad\\x00id'", "NUL"),  # PostgreSQL text cannot hold it
+        (42, "42", "str"),
+    ], ids=["surrogate", "nul", "int"])
+    def test_a_write_with_a_persistence_id_no_backend_can_store_is_rejected_alone(
+            self, journal: Journal, writer: str, bad: Any, named: str, fix: str) -> None:
+        # The id's checksum seed was computed outside the per-write try: a surrogate raised a raw
+        # UnicodeEncodeError out of write_messages and the other writes of the batch were dropped.
+        a, b = _fresh_pid(), _fresh_pid()
+        writes = [AtomicWrite([_repr(a, 1, writer)]), AtomicWrite([_repr(bad, 1, writer)]),
+                  AtomicWrite([_repr(b, 1, writer)])]
+        for _ in range(2):  # rejected again the second time: a rejected id is not remembered as checked
+            results = journal.write_messages(writes[1:2])
+            assert isinstance(results[0], SerializationError), results
+        results = journal.write_messages(writes)
+        assert results[0] is None and results[2] is None, results
+        assert isinstance(results[1], SerializationError)
+        message = str(results[1])
+        assert f"persistence id {named}, sequence nr 1" in message and fix in message, message
+        assert list(journal.replay_messages(a)) == [_repr(a, 1, writer)]
+        assert list(journal.replay_messages(b)) == [_repr(b, 1, writer)]
+        assert bad not in set(journal.current_persistence_ids())
 
     def test_unknown_manifest_on_replay_raises_a_clear_error(
             self, journal: Journal, pid: str, writer: str) -> None:
