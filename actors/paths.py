@@ -10,9 +10,11 @@ from .errors import InvalidPath
 
 ROOTS = ("user", "system", "temp")
 WILDCARDS = set("*?[]")
-# C0/C1 controls and the bidirectional overrides: printed by `reprise journal ls`, `status` and logs they
-# would move the cursor, recolour or rewrite the terminal, or make one id look like another.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# Refused in paths: C0/C1 controls and the bidirectional overrides (printed by `reprise journal ls`, `status` and
+# logs they would move the cursor, recolour or rewrite the terminal, or make one id look like another), and lone
+# surrogates (a str from os.fsdecode or errors="surrogateescape" of bytes that are not UTF-8: not text, so no
+# journal can store an id holding one). One search a path: validate_path is on the tell path.
+_REFUSED = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 # Printed escaped too (allowed in paths): line and paragraph separators, which some terminals and viewers break
 # lines at, and invisible marks and joiners (RLM, zero-width space), with which two ids look the same.
 _INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u061c\u200b-\u200f\u2028\u2029"
@@ -25,18 +27,18 @@ def printable(text: str) -> str:
     return _INVISIBLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
 
 
-def control_character(text: str) -> str | None:
-    """The first control character in `text` as "U+001B", or None if it has none."""
-    found = _CONTROL.search(text)
-    return None if found is None else f"U+{ord(found.group()):04X}"
-
-
 def validate_path(path: str, *, what: str = "path") -> str:
     """Return `path` if it is a valid single-destination path, else raise InvalidPath."""
     if not isinstance(path, str):
         raise InvalidPath(f"{what} must be a string like '/user/orders', got {type(path).__name__}")
-    bad = control_character(path)
-    if bad:
+    found = _REFUSED.search(path)
+    if found:
+        bad = f"U+{ord(found.group()):04X}"
+        if "\ud800" <= found.group() <= "\udfff":
+            raise InvalidPath(f"{what} {path!r} contains the lone surrogate {bad}, which is not text (it cannot be "
+                              "encoded as UTF-8, so no journal can store it; it comes from decoding bytes that are "
+                              "not UTF-8, e.g. os.fsdecode of a file name); paths and entity ids must be printable "
+                              "text (decode such names with errors='replace', or encode binary ids, e.g. as hex)")
         raise InvalidPath(f"{what} {path!r} contains the control character {bad}; paths and entity ids must be "
                           "printable text (remove it, or encode binary ids, e.g. as hex)")
     if WILDCARDS.intersection(path):

@@ -63,3 +63,19 @@ def test_printable_escapes_control_and_invisible_characters_only():
 def test_tell_refuses_a_path_with_a_control_character(system):
     with pytest.raises(InvalidPath, match="U\\+001B"):
         system.tell("/user/accounts/ok\x1bcEVIL", "hello")
+
+
+@pytest.mark.parametrize("path", ["/user/files/report-\udcff.txt", "/user/files/\ud800", "/user/\udfff/x"])
+def test_a_lone_surrogate_is_refused_naming_it_and_the_fix(path):
+    # A str decoded from bytes that are not UTF-8 (os.fsdecode of a file name) was accepted as an entity id; its
+    # actor then failed at recovery with a raw UnicodeEncodeError, as no journal can store the id.
+    with pytest.raises(InvalidPath) as caught:
+        validate_path(path)
+    message = str(caught.value)
+    assert repr(path) in message and "lone surrogate U+D" in message and "UTF-8" in message
+    assert "errors='replace'" in message and "hex" in message
+
+
+def test_ask_refuses_an_entity_id_with_a_lone_surrogate(system):
+    with pytest.raises(InvalidPath, match="lone surrogate U\\+DCFF"):
+        system.ask("/user/files/file-\udcff", "hello", timeout=5)
