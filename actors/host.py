@@ -677,6 +677,9 @@ class Host:
             log.exception("pre_restart of %s failed", path)
         self._cancel_timers(entity)
         fresh = self._new_instance(path)
+        if self.spec.passivate_after is not None:
+            # (it took the old instance's place in the order, but is as recent as can be: last, for the sweep)
+            self.entities.move_to_end(path)
         try:
             fresh.around_post_restart(exc)
         except Exception as exc2:
@@ -817,10 +820,14 @@ class Host:
             self.handover.expire(payload[1])
         else:
             self._armed.discard(payload)
+            entities = self.entities
+            lru = self.spec.passivate_after is not None
             for timer in self.timers.pop_due(self.now):
                 owner: Actor = timer.owner
-                if self.entities.get(owner.path) is owner and timer.incarnation == owner._incarnation:
+                if entities.get(owner.path) is owner and timer.incarnation == owner._incarnation:
                     owner._last_active = self.now
+                    if lru:  # (the sweep stops at the first recent entity: keep them in order of activity)
+                        entities.move_to_end(owner.path)
                     self._invoke(owner, timer.message, owner.path)
             self._arm()
         self.settle()
@@ -848,6 +855,8 @@ class Host:
             self._drain_armed = False  # settle() goes on with the local work now
 
     def _passivate_idle(self) -> None:
+        """Stop the entities idle for `passivate_after`: `entities` is kept in order of last activity (every
+        delivery, timer tick and restart moves its entity to the end), so the walk stops at the first recent one."""
         deadline = self.now - cast(float, self.spec.passivate_after)  # (a sweep is armed only with one)
         idle: list[Actor] = []
         busy: list[Actor] = []

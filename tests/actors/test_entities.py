@@ -8,6 +8,9 @@ import threading
 
 import pytest
 
+import actors
+from actors.host import Host
+from actors.messages import GUARDIAN_PATH, HostSpec, InitHost
 from tests.actors.sample import Echo, Lifecycle, MarksItsStop
 from tests.waiting import dead_letters_reach, wait_for
 
@@ -122,3 +125,49 @@ def test_many_entities_in_one_host(system):
     got = sorted(probe.receive_many(n, timeout=60))
     assert got == list(range(n))
 
+
+
+# ---- the host's own bookkeeping, without processes (what no public view shows) ----------------------------
+
+class _Adapter:
+    """The HostActor side a Host calls, recording instead of sending."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[object, object]] = []
+        self.wakeups: list[tuple[float, object]] = []
+
+    def send_in_order(self, address: object, message: object) -> None:
+        self.sent.append((address, message))
+
+    def wakeup_after(self, seconds: float, payload: object) -> None:
+        self.wakeups.append((seconds, payload))
+
+
+class Fails(actors.Actor):
+    """Raises on "boom"."""
+
+    def receive(self, message, sender):
+        if message == "boom":
+            raise ValueError("boom")
+
+
+def bare_host(**spec: object) -> Host:
+    """An entity Host for /user/f (entities of Fails), driven by direct calls; its clock is `host.now`."""
+    host = Host(_Adapter(), InitHost(HostSpec("/user/f", Fails, entities=True, **spec), {GUARDIAN_PATH: "guardian"},
+                                     1, {}, "guardian"), "me")
+    host.start()
+    return host
+
+
+def test_an_entity_restarted_outside_a_delivery_is_not_taken_for_the_least_recent():
+    """A layer reports a failure outside any delivery (persistence, after a group commit): the new instance is
+    as recent as can be, so it goes last in the sweep's order; first, it stopped the sweep before the idle ones."""
+    host = bare_host(passivate_after=1.0)
+    host.now = 100.0
+    for name in ("a", "b", "c"):
+        host.deliver(None, f"/user/f/{name}", "hi")
+    host.now = 105.0
+    host.report_failure(host.entities["/user/f/a"], ValueError("late"), "hi", None)
+    host.now = 105.5
+    host._passivate_idle()
+    assert list(host.entities) == ["/user/f/a"]

@@ -2,7 +2,25 @@
 
 from __future__ import annotations
 
+import actors
 from tests.actors.sample import After, ForgetfulTicker, Ticker
+from tests.waiting import wait_for
+
+
+class Metronome(actors.Actor):
+    """Ticks every `interval` s on "start" (forever, silently); answers anything else with "pong"."""
+
+    def receive(self, message, sender):
+        if isinstance(message, tuple) and message[0] == "start":
+            self.schedule_repeatedly(message[1], "tick")
+            self.tell(sender, "started")
+        elif message != "tick":
+            self.tell(sender, "pong")
+
+
+def alive(system, path: str) -> int:
+    """How many actors the host at `path` runs (System.status)."""
+    return system.status().hosts[path].alive
 
 
 def test_schedule_once_fires_once(system):
@@ -44,6 +62,19 @@ def test_entity_with_a_live_timer_is_not_passivated(system):
     # Ticks keep counting up well past the idle timeout: the same instance stays alive.
     ticks = probe.receive_many(8, timeout=5)
     assert ticks == [("tick", i) for i in range(1, 9)]
+
+
+def test_a_ticking_entity_does_not_keep_the_idle_ones_behind_it_from_passivating(system):
+    """The sweep walks entities from the least recently active and stops at the first recent one: a tick must move
+    its entity to the end of that order (it stayed first, and no entity created after it was ever passivated)."""
+    system.spawn(Metronome, "/user/m", entities=True, passivate_after=0.3)
+    assert system.ask("/user/m/ticker", ("start", 0.05)) == "started"  # the first entity, ticking 6x per timeout
+    probe = system.probe()
+    for i in range(20):
+        probe.tell(f"/user/m/idle-{i}", "ping")
+    assert probe.receive_many(20, timeout=10) == ["pong"] * 20
+    wait_for(lambda: alive(system, "/user/m") == 1, timeout=10)  # the idle ones are gone, the ticker stays
+    assert system.ask("/user/m/ticker", "ping") == "pong"
 
 
 def test_timers_survive_a_wakeup_thespian_lost(system):
