@@ -823,8 +823,8 @@ class Host:
             entities = self.entities
             lru = self.spec.passivate_after is not None
             for timer in self.timers.pop_due(self.now):
-                owner: Actor = timer.owner
-                if entities.get(owner.path) is owner and timer.incarnation == owner._incarnation:
+                owner = timer.owner
+                if owner is not None and entities.get(owner.path) is owner and timer.incarnation == owner._incarnation:
                     owner._last_active = self.now
                     if lru:  # (the sweep stops at the first recent entity: keep them in order of activity)
                         entities.move_to_end(owner.path)

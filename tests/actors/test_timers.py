@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import actors
+from actors.timers import TimerQueue
 from tests.actors.sample import After, ForgetfulTicker, Ticker
 from tests.waiting import wait_for
 
@@ -16,6 +20,22 @@ class Metronome(actors.Actor):
             self.tell(sender, "started")
         elif message != "tick":
             self.tell(sender, "pong")
+
+
+class CancelsItsTwin(actors.Actor):
+    """On ("start", report): two timers due together; the first to fire cancels the other and reports."""
+
+    def receive(self, message, sender):
+        if isinstance(message, tuple) and message[0] == "start":
+            self.report = message[1]
+            self.timers = {name: self.schedule_once(0.05, name) for name in ("a", "b")}
+        elif message in ("a", "b"):
+            self.timers["b" if message == "a" else "a"].cancel()
+            self.tell(self.report, message)
+
+
+class Payload:
+    """A message that can be watched with a weakref."""
 
 
 def alive(system, path: str) -> int:
@@ -84,3 +104,44 @@ def test_timers_survive_a_wakeup_thespian_lost(system):
     assert system.ask("/user/t", "lose-a-wakeup") == "lost"
     probe.tell("/user/t", After(0.2, probe.path))
     assert probe.receive(timeout=10) == ("tick", 1)
+
+
+def test_a_cancelled_timer_lets_go_of_its_message_and_entity_at_once():
+    """It waits in the heap until its due time (an hour here): it must not keep its entity (passivated
+    meanwhile) or its message alive until then."""
+    queue = TimerQueue()
+    first = actors.Actor()
+    queue.schedule(10.0, None, "earlier", first)  # an earlier live timer: the cancelled one is not at the top
+    owner, message = actors.Actor(), Payload()
+    timer = queue.schedule(3600.0, None, message, owner)
+    gone = weakref.ref(owner), weakref.ref(message)
+    timer.cancel()
+    del owner, message
+    gc.collect()
+    assert gone[0]() is None and gone[1]() is None
+    assert not timer.active
+
+
+def test_cancelled_timers_do_not_pile_up_in_the_heap():
+    """A receive timeout (cancel the pending timer, schedule a new one, on every message) behind an earlier live
+    timer: the heap is rebuilt without the cancelled ones once they are most of it, not kept for an hour."""
+    queue = TimerQueue()
+    queue.schedule(10.0, None, "earlier", actors.Actor())
+    owner = actors.Actor()
+    timeout = queue.schedule(3600.0, None, "idle", owner)
+    for _ in range(10_000):
+        timeout.cancel()
+        timeout = queue.schedule(3600.0, None, "idle", owner)
+        assert len(queue._heap) <= 2 + 64  # (the two live ones, and cancelled ones up to the rebuild)
+    assert owner._timers == {timeout}
+    assert queue.next_due() is not None and len(list(queue.pop_due(float("inf")))) == 2
+
+
+def test_a_due_timer_cancelled_by_the_handler_of_another_due_with_it_is_dropped(system):
+    """Timer.cancel: a tick already due but not yet delivered is dropped too (it was delivered when both
+    were taken off the heap in one wakeup)."""
+    system.spawn(CancelsItsTwin, "/user/twins", entities=True)
+    probe = system.probe()
+    probe.tell("/user/twins/1", ("start", probe.path))
+    assert probe.receive(timeout=5) == "a"
+    probe.expect_no_message(0.3)
