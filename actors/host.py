@@ -756,6 +756,11 @@ class Host:
         log.debug("entity %s removed: %s", entity.path, reason)
         self.entities.pop(entity.path, None)
         self._cancel_timers(entity)
+        if self._restarts and self.spec.entities:
+            # An entity passivated or stopped starts afresh, restart count included; kept, the windows of every
+            # entity that ever failed grew the host without bound (~900 bytes each). (A top-level actor keeps its
+            # one window across its host's backoff restarts.)
+            self._restarts.pop(entity.path, None)
 
     @staticmethod
     def _post_stop(entity: Actor) -> None:

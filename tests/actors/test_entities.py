@@ -171,3 +171,27 @@ def test_an_entity_restarted_outside_a_delivery_is_not_taken_for_the_least_recen
     host.now = 105.5
     host._passivate_idle()
     assert list(host.entities) == ["/user/f/a"]
+
+
+def test_entities_that_failed_leave_no_restart_window_once_passivated_or_stopped():
+    """max_restarts within restart_window counts the restarts of an entity while it lives: one passivated or
+    stopped starts afresh, so its window goes with it (kept, every entity that ever failed grew the host)."""
+    host = bare_host(passivate_after=1.0)
+    host.now = 100.0
+    for i in range(5):
+        host.deliver(None, f"/user/f/{i}", "boom")  # each fails once and is restarted
+    assert len(host.entities) == 5 and set(host._restarts) == {f"/user/f/{i}" for i in range(5)}
+    host.stop_entity(host.entities["/user/f/0"], "stopped by request")
+    assert "/user/f/0" not in host._restarts
+    host.now = 102.0
+    host._passivate_idle()
+    assert host.entities == {} and host._restarts == {}
+
+
+def test_restarts_are_still_counted_across_the_restarts_of_a_live_entity():
+    host = bare_host(max_restarts=2)
+    for _ in range(2):
+        host.deliver(None, "/user/f/1", "boom")
+    assert "/user/f/1" in host.entities
+    host.deliver(None, "/user/f/1", "boom")  # the third within the window: stopped
+    assert "/user/f/1" not in host.entities
