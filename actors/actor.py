@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .context import DETACHED, ActorContext
+from .errors import ConfigError
 from .timers import Timer
 from .validation import check_number
 
@@ -14,6 +16,19 @@ if TYPE_CHECKING:
     from .lifecycle import Lifecycle
 
 log = logging.getLogger("reprise.actors")
+
+MAX_DELAY = 1e9
+"""The longest timer delay or interval, in seconds (about 31 years): Thespian took 2.5e11 (measured), and its
+wakeups (a timedelta) overflow below 1e15."""
+
+
+def _check_delay(name: str, value: object, hint: str) -> None:
+    """ConfigError unless `value` is a finite number of seconds up to MAX_DELAY (one below 0 means at once)."""
+    if (type(value) is float or type(value) is int) and -MAX_DELAY <= value <= MAX_DELAY:
+        return  # (the common case, in two comparisons: schedule_once is on some hot paths)
+    check_number(name, value, minimum=-math.inf, allow_equal=True, hint=hint)
+    if cast(float, value) > MAX_DELAY:
+        raise ConfigError(f"{name} must be <= {MAX_DELAY:g} seconds (about 31 years), got {value!r}; {hint}")
 
 
 class Actor:
@@ -93,14 +108,19 @@ class Actor:
         self.context.route(self.path if sender is None else sender, path, message)
 
     def schedule_once(self, delay: float, message: object) -> Timer:
-        """Deliver `message` to this actor after `delay` seconds; returns a cancellable Timer."""
+        """Deliver `message` to this actor after `delay` seconds (<= 0: at once); returns a cancellable Timer."""
+        # inf or a huge delay failed the actor with an OverflowError from inside Thespian; NaN fired at once.
+        _check_delay("delay", delay, "seconds until the message is delivered")
         return self.context.schedule(delay, None, message, self)
 
     def schedule_repeatedly(self, interval: float, message: object, initial_delay: float | None = None) -> Timer:
         """Deliver `message` every `interval` seconds (fixed delay); returns a cancellable Timer."""
         # 0 would fire on every pass of the host's loop: one core at 100% for as long as the timer lives.
         check_number("interval", interval, hint="seconds between two deliveries of the message")
+        _check_delay("interval", interval, "seconds between two deliveries of the message")
         check_number("initial_delay", initial_delay, allow_equal=True, allow_none=True)
+        if initial_delay is not None:
+            _check_delay("initial_delay", initial_delay, "seconds until the first delivery")
         first = interval if initial_delay is None else initial_delay
         return self.context.schedule(first, interval, message, self)
 

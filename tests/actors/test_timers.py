@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import gc
+import math
 import weakref
+
+import pytest
 
 import actors
 from actors.timers import TimerQueue
@@ -32,6 +35,18 @@ class CancelsItsTwin(actors.Actor):
         elif message in ("a", "b"):
             self.timers["b" if message == "a" else "a"].cancel()
             self.tell(self.report, message)
+
+
+class Schedules(actors.Actor):
+    """Schedules what it is asked to: ("once", delay) or ("every", interval, initial_delay); answers "scheduled"."""
+
+    def receive(self, message, sender):
+        if message[0] == "once":
+            self.schedule_once(message[1], "tick")
+        elif message[0] == "every":
+            self.schedule_repeatedly(message[1], "tick", initial_delay=message[2])
+        if message != "tick":
+            self.tell(sender, "scheduled")
 
 
 class Payload:
@@ -145,3 +160,20 @@ def test_a_due_timer_cancelled_by_the_handler_of_another_due_with_it_is_dropped(
     probe.tell("/user/twins/1", ("start", probe.path))
     assert probe.receive(timeout=5) == "a"
     probe.expect_no_message(0.3)
+
+
+@pytest.mark.parametrize("request_, words", [
+    (("once", math.inf), "ConfigError: delay must be a number, got inf"),
+    (("once", math.nan), "ConfigError: delay must be a number, got nan"),
+    (("once", 1e15), "ConfigError: delay must be <= 1e+09 seconds"),
+    (("every", 1e15, None), "ConfigError: interval must be <= 1e+09 seconds"),
+    (("every", 1.0, 1e15), "ConfigError: initial_delay must be <= 1e+09 seconds"),
+])
+def test_a_delay_thespian_cannot_take_is_refused_naming_it(system, request_, words):
+    """inf and 1e15 failed the actor with an OverflowError from inside Thespian, naming no delay; NaN fired at once."""
+    system.spawn(Schedules, "/user/s", entities=True)
+    with pytest.raises(actors.ActorFailed) as failed:
+        system.ask("/user/s/1", request_)
+    assert words in str(failed.value)
+    assert system.ask("/user/s/1", ("once", 1e9)) == "scheduled"  # the longest there is, and one below 0: at once
+    assert system.ask("/user/s/1", ("once", -1.0)) == "scheduled"
