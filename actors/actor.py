@@ -21,6 +21,12 @@ MAX_DELAY = 1e9
 """The longest timer delay or interval, in seconds (about 31 years): Thespian took 2.5e11 (measured), and its
 wakeups (a timedelta) overflow below 1e15."""
 
+MIN_INTERVAL = 0.001
+"""The shortest interval of a repeating timer, in seconds. Thespian handles a wakeup already due before it reads
+its sockets: a tick due again before the host is back at its poll starved its mailbox for good (1e-6 s: asks
+and status timed out, shutdown killed the processes). 3e-5 s was the shortest seen to work: 1 ms leaves a margin
+for the handler."""
+
 
 def _check_delay(name: str, value: object, hint: str) -> None:
     """ConfigError unless `value` is a finite number of seconds up to MAX_DELAY (one below 0 means at once)."""
@@ -117,6 +123,9 @@ class Actor:
         """Deliver `message` every `interval` seconds (fixed delay); returns a cancellable Timer."""
         # 0 would fire on every pass of the host's loop: one core at 100% for as long as the timer lives.
         check_number("interval", interval, hint="seconds between two deliveries of the message")
+        if interval < MIN_INTERVAL:
+            raise ConfigError(f"interval must be >= {MIN_INTERVAL:g} seconds (actors.actor.MIN_INTERVAL), got "
+                              f"{interval!r}: a shorter one keeps its host from reading its mailbox")
         _check_delay("interval", interval, "seconds between two deliveries of the message")
         check_number("initial_delay", initial_delay, allow_equal=True, allow_none=True)
         if initial_delay is not None:

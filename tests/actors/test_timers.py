@@ -167,13 +167,25 @@ def test_a_due_timer_cancelled_by_the_handler_of_another_due_with_it_is_dropped(
     (("once", math.nan), "ConfigError: delay must be a number, got nan"),
     (("once", 1e15), "ConfigError: delay must be <= 1e+09 seconds"),
     (("every", 1e15, None), "ConfigError: interval must be <= 1e+09 seconds"),
+    (("every", 1e-6, None), "ConfigError: interval must be >= 0.001 seconds (actors.actor.MIN_INTERVAL)"),
+    (("every", 0.000999, 0.0), "ConfigError: interval must be >= 0.001 seconds"),
     (("every", 1.0, 1e15), "ConfigError: initial_delay must be <= 1e+09 seconds"),
 ])
 def test_a_delay_thespian_cannot_take_is_refused_naming_it(system, request_, words):
-    """inf and 1e15 failed the actor with an OverflowError from inside Thespian, naming no delay; NaN fired at once."""
+    """inf and 1e15 failed the actor with an OverflowError from inside Thespian, naming no delay; NaN fired at once;
+    an interval of 1e-6 s starved its host's mailbox (asks and status timed out)."""
     system.spawn(Schedules, "/user/s", entities=True)
     with pytest.raises(actors.ActorFailed) as failed:
         system.ask("/user/s/1", request_)
     assert words in str(failed.value)
     assert system.ask("/user/s/1", ("once", 1e9)) == "scheduled"  # the longest there is, and one below 0: at once
     assert system.ask("/user/s/1", ("once", -1.0)) == "scheduled"
+
+
+def test_a_repeating_timer_at_the_shortest_interval_leaves_its_host_responsive(system):
+    """1 ms (MIN_INTERVAL): the host still reads its mailbox between ticks (1e-6 s: every ask timed out)."""
+    system.spawn(Schedules, "/user/s", entities=True)
+    assert system.ask("/user/s/fast", ("every", 0.001, None)) == "scheduled"
+    for _ in range(5):
+        assert system.ask("/user/s/other", ("once", 3600.0), timeout=5) == "scheduled"
+    assert system.status(timeout=5).hosts["/user/s"].alive == 2
