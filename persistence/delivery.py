@@ -8,7 +8,8 @@ from collections.abc import Callable, KeysView, Mapping, Sequence
 from itertools import repeat
 from typing import Any
 
-from actors import Timer, validate_path
+from actors import ConfigError, Timer, validate_path
+from actors.actor import MAX_DELAY, MIN_INTERVAL
 from persistence.messages import (
     AtLeastOnceDeliverySnapshot,
     DeadLetteredDelivery,
@@ -83,12 +84,25 @@ class AtLeastOnceDelivery(PersistentActor):
 
     def mixin_init(self) -> None:
         super().mixin_init()
+        self._check_redelivery_settings()
         self._delivery_seq = 0
         self._unconfirmed: dict[int, _Delivery] = {}
         self._redeliver_timer: Timer | None = None
         self._redelivered = 0  # sends of a delivery sent before, by this incarnation (for status)
         self._delivered = 0  # new deliveries (not replayed ones) by this incarnation (for status and metrics)
         self.context.watch_routes(self)
+
+    def _check_redelivery_settings(self) -> None:
+        """ConfigError naming a redelivery period the tick timer cannot run at (it ticks at half of it)."""
+        backoff = self.redelivery_backoff
+        for name, value in (("redeliver_interval", self.redeliver_interval),
+                            ("redelivery_backoff[0]", backoff[0] if backoff else None)):
+            if value is None:
+                continue
+            if type(value) not in (int, float) or not 2 * MIN_INTERVAL <= value <= MAX_DELAY:
+                raise ConfigError(f"{type(self).__name__}.{name} must be a number of seconds from "
+                                  f"{2 * MIN_INTERVAL:g} to {MAX_DELAY:g}, got {value!r}: the RedeliveryTick runs "
+                                  "every half of it")
 
     # ---- the API --------------------------------------------------------------------------------
     def deliver(self, destination: str, id_to_message: Callable[[int], object]) -> int:

@@ -229,3 +229,16 @@ def endpoint(fs, kind):
 
 def unconfirmed(fs, path):
     return fs.ask(path, "unconfirmed", 10)
+
+
+class TooFast(AtLeastOnceDelivery):
+    """An at-least-once sender whose redelivery period the RedeliveryTick timer cannot run at (1 ms: it ticks at
+    half of it, under actors.actor.MIN_INTERVAL)."""
+
+    redeliver_interval = 0.001
+
+    def receive_recover(self, event: object) -> None:
+        pass
+
+    def receive_command(self, message: object, sender: str | None) -> None:
+        pass

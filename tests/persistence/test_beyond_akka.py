@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from actors import SpawnFailed
 from persistence import AtLeastOnceDelivery, ConfirmUpTo, DeadLetteredDelivery
 from tests.persistence.beyond_actors import (
     DedupReceiver,
@@ -20,6 +21,7 @@ from tests.persistence.beyond_actors import (
     Nack,
     Payload,
     Send,
+    TooFast,
     endpoint,
     sender,
     unconfirmed,
@@ -40,6 +42,14 @@ def test_backoff_interval_grows_by_factor_and_is_capped():
     assert [a._interval(n) for n in range(1, 7)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
     a.redelivery_backoff = None
     assert a._interval(3) == a.redeliver_interval
+
+
+def test_a_redelivery_period_its_timer_cannot_run_at_is_refused_naming_it(fs):
+    # It started, then failed at its first deliver() with the timer's own error about an interval it never set.
+    path = f"/user/too-fast-{next(_ids)}"
+    with pytest.raises(SpawnFailed, match=r"TooFast.redeliver_interval must be a number of seconds from 0.002 "
+                                          r"to 1e\+09, got 0.001: the RedeliveryTick runs every half of it"):
+        fs.spawn(TooFast, path)
 
 
 def test_redelivery_backoff_spaces_attempts(fs):
