@@ -518,14 +518,15 @@ def feed_killing_the_accounts(system: actors.System, df, feed_id: str) -> FeedRe
              interval=0.05)
     pid = system.status().hosts["/user/accounts"].pid
     os.kill(pid, signal.SIGKILL)
-    worker.join(timeout=150)
+    # (63-112 s with two busy loops beside it; 158 s once in a CI run of the whole suite, when 150 s was its bound)
+    worker.join(timeout=240)
     assert not worker.is_alive(), "feed did not finish after the accounts' host was killed"
     assert "error" not in outcome, outcome.get("error")
     assert system.status().hosts["/user/accounts"].pid != pid
     return outcome["result"]
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 def test_accounts_host_killed_mid_feed_in_processed_mode_applies_and_posts_every_row_once(spark, make_bridged):
     from tests.spark_bridge.sample import EagerBridge
 
@@ -568,7 +569,7 @@ def test_rows_processed_by_a_feed_table_sum_exactly_once_durable_and_a_rerun_app
     df.unpersist()
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 def test_a_feed_table_host_killed_mid_feed_in_processed_mode_applies_every_row_and_follow_up_once(spark,
                                                                                                 make_bridged):
     from tests.spark_bridge.sample import TableAccounts
