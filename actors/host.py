@@ -138,6 +138,7 @@ class Host:
         self.local: deque[Entry] = deque()
         self.timers = TimerQueue()
         self._armed: set[float] = set()  # due times of the timer wakeups asked of Thespian
+        self._firing = False  # in on_wakeup's ticks and their settle: _arm waits until they are done
         self._sweep_armed = False
         self._sweep_due = 0.0
         self._linger_armed = False
@@ -793,12 +794,14 @@ class Host:
         self._arm()
         return timer
 
-    def _arm(self) -> None:
+    def _arm(self, floor: float = 0.0) -> None:
+        if self._firing:
+            return  # (on_wakeup arms once the work of its ticks is done)
         due = self.timers.next_due()
         if due is None or any(armed <= due for armed in self._armed):
             return
         self._armed.add(due)
-        self.adapter.wakeup_after(max(0.0, due - time.monotonic()), due)
+        self.adapter.wakeup_after(max(floor, due - time.monotonic()), due)
 
     def _arm_sweep(self) -> None:
         if self.spec.passivate_after is not None and not self._sweep_armed:
@@ -827,14 +830,23 @@ class Host:
             self._armed.discard(payload)
             entities = self.entities
             lru = self.spec.passivate_after is not None
-            for timer in self.timers.pop_due(self.now):
-                owner = timer.owner
-                if owner is not None and entities.get(owner.path) is owner and timer.incarnation == owner._incarnation:
-                    owner._last_active = self.now
-                    if lru:  # (the sweep stops at the first recent entity: keep them in order of activity)
-                        entities.move_to_end(owner.path)
-                    self._invoke(owner, timer.message, owner.path)
-            self._arm()
+            self._firing = True
+            try:
+                for timer in self.timers.pop_due(self.now):
+                    owner = timer.owner
+                    if owner is not None and entities.get(owner.path) is owner \
+                            and timer.incarnation == owner._incarnation:
+                        owner._last_active = self.now
+                        if lru:  # (the sweep stops at the first recent entity: keep them in order of activity)
+                            entities.move_to_end(owner.path)
+                        self._invoke(owner, timer.message, owner.path)
+                self.settle()
+            finally:
+                self._firing = False
+                # Armed after the work its ticks caused, never already due: Thespian handles a due wakeup before
+                # it reads its sockets, so ticks whose work outlasted their interval kept the host from its mailbox.
+                self._arm(_YIELD_WAIT)
+            return
         self.settle()
 
     def _rearm_lost_wakeups(self) -> None:

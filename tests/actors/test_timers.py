@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import math
+import time
 import weakref
 
 import pytest
@@ -180,6 +181,31 @@ def test_a_delay_thespian_cannot_take_is_refused_naming_it(system, request_, wor
     assert words in str(failed.value)
     assert system.ask("/user/s/1", ("once", 1e9)) == "scheduled"  # the longest there is, and one below 0: at once
     assert system.ask("/user/s/1", ("once", -1.0)) == "scheduled"
+
+
+class SlowTicks(actors.Actor):
+    """Ticks every 5 ms once asked ("start"), each tick's work taking 20 ms: longer than its interval."""
+
+    def receive(self, message, sender):
+        if message == "start":
+            self.schedule_repeatedly(0.005, "tick")
+            self.tell(sender, "started")
+        elif message == "tick":
+            end = time.monotonic() + 0.02
+            while time.monotonic() < end:
+                pass
+
+
+def test_ticks_whose_work_outlasts_their_interval_leave_the_host_its_mailbox(system):
+    # The next tick was armed before its work was done, so it was already due when the host got back to Thespian,
+    # which handles a due wakeup before it reads its sockets: the host never read its mailbox again.
+    system.spawn(SlowTicks, "/user/slow", entities=True)
+    system.spawn(Schedules, "/user/s", entities=True)
+    assert system.ask("/user/slow/1", "start", timeout=5) == "started"
+    for _ in range(5):
+        assert system.ask("/user/slow/2", "start", timeout=5) == "started"  # (an entity of the ticking host)
+        assert system.ask("/user/s/other", ("once", 3600.0), timeout=5) == "scheduled"
+    system.stop("/user/slow")
 
 
 def test_a_repeating_timer_at_the_shortest_interval_leaves_its_host_responsive(system):
