@@ -83,10 +83,24 @@ def _check_offset(name: str, value: object) -> int:
 
 def _check_tag(value: object, optional: bool) -> str | None:
     """`value` if it is a non-empty str (or None where `optional`), else InvalidQuery."""
-    if (value is None and optional) or (isinstance(value, str) and value):
+    if value is None and optional:
         return value
+    if isinstance(value, str) and value:
+        return _storable_text("tag", value)
     what = "a non-empty str (None: every event)" if optional else "a non-empty str, as returned by tags_for"
     raise InvalidQuery(f"tag must be {what}, got {value!r}")
+
+
+def _storable_text(name: str, value: str) -> str:
+    """`value`, or InvalidQuery for a text no write can hold (a NUL, a lone surrogate): no event has it, and the
+    database drivers' own errors for it (PostgreSQL refuses a NUL, SQLite a surrogate) would name neither."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise InvalidQuery(f"{name} {value!r} holds a lone surrogate, which no journal stores (writes refuse it)") from None
+    if "\x00" in value:
+        raise InvalidQuery(f"{name} {value!r} holds a NUL character, which no journal stores (writes refuse it)")
+    return value
 
 
 class Query(Iterator[T]):
@@ -368,6 +382,7 @@ class Journal(ABC):
         """
         if not isinstance(persistence_id, str) or not persistence_id:
             raise InvalidQuery(f"persistence_id must be a non-empty str, got {persistence_id!r}")
+        _storable_text("persistence_id", persistence_id)
         for name, value in (("from_sequence_nr", from_sequence_nr), ("to_sequence_nr", to_sequence_nr)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InvalidQuery(f"{name} must be a sequence number: an int >= 0, got {value!r}")

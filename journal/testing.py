@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from journal.api import Journal, SnapshotStore
-from journal.errors import JournalCorruption, JournalError, SequenceNrTaken, SerializationError
+from journal.errors import InvalidQuery, JournalCorruption, JournalError, SequenceNrTaken, SerializationError
 from journal.model import (
     MAX_SEQUENCE_NR,
     AtomicWrite,
@@ -415,6 +415,14 @@ class JournalSpec:
         assert list(journal.replay_messages(a)) == [_repr(a, 1, writer)]
         assert list(journal.replay_messages(b)) == [_repr(b, 1, writer)]
         assert bad not in set(journal.current_persistence_ids())
+
+    @pytest.mark.parametrize("bad", ["acct-\udcff", "acct-\x00"])
+    def test_a_query_for_an_id_or_tag_no_write_can_hold_is_refused_naming_it(self, journal: Journal, bad: str) -> None:
+        # The drivers' own errors came out instead (SQLite a UnicodeEncodeError, PostgreSQL a refused NUL).
+        with pytest.raises(InvalidQuery, match="which no journal stores"):
+            list(journal.events_by_persistence_id(bad))
+        with pytest.raises(InvalidQuery, match="which no journal stores"):
+            list(journal.events_by_tag(bad))
 
     def test_unknown_manifest_on_replay_raises_a_clear_error(
             self, journal: Journal, pid: str, writer: str) -> None:
