@@ -64,6 +64,23 @@ def test_show_of_an_unknown_id_fails_with_a_hint(url, capsys) -> None:
     assert code == 1 and "nobody" in err and "hint:" in err
 
 
+def journal_of_a_class_not_registered_here(tmp_path, cls: type, manifest: str,
+                                           events: list[tuple[str, object]]) -> str:
+    """The URL of a new journal holding `events` (persistence id, event; numbered per id) written by `cls` under
+    `manifest`, which is unregistered again: this process reads them as another one that lacks the class would."""
+    url = f"sqlite://{tmp_path}/journal.db"
+    register_type(cls, manifest=manifest)
+    try:
+        with open_journal(url) as j:
+            seqs: dict[str, int] = {}
+            for pid, event in events:
+                seqs[pid] = seqs.get(pid, 0) + 1
+                assert j.write_messages([AtomicWrite([PersistentRepr(event, seqs[pid], pid)])]) == [None]
+    finally:
+        unregister_type(cls)
+    return url
+
+
 @dataclass(frozen=True)
 class Unreadable:
     n: int
@@ -71,13 +88,8 @@ class Unreadable:
 
 def test_show_of_an_event_whose_class_is_not_registered_hints_at_import(tmp_path, capsys) -> None:
     # The hint was the library's (journal.register_type), not the command's own --import MODULE.
-    url = f"sqlite://{tmp_path}/journal.db"
-    register_type(Unreadable, manifest="nosuchapp.events.Unreadable")
-    try:
-        with open_journal(url) as j:
-            assert j.write_messages([AtomicWrite([PersistentRepr(Unreadable(1), 1, "acct")])]) == [None]
-    finally:
-        unregister_type(Unreadable)
+    url = journal_of_a_class_not_registered_here(tmp_path, Unreadable, "nosuchapp.events.Unreadable",
+                                                 [("acct", Unreadable(1))])
     code, out, err = run(capsys, "journal", "show", url, "acct")
     assert code == 1 and "unknown manifest 'nosuchapp.events.Unreadable'" in err
     assert "(hint: pass --import MODULE for the module that registers the event classes" in err, err
@@ -91,14 +103,8 @@ class Charged:
 
 def test_an_event_its_upcaster_cannot_build_is_unreadable_not_corrupt(tmp_path, capsys) -> None:
     # verify said CORRUPT and told the user to restore a backup or delete the ids: the bytes were intact.
-    url = f"sqlite://{tmp_path}/journal.db"
-    register_type(Charged, manifest="billing.Charged")
-    try:
-        with open_journal(url) as j:
-            assert j.write_messages([AtomicWrite([PersistentRepr(Charged(n), n, "customer-1")]) for n in (1, 2)]) \
-                == [None, None]
-    finally:
-        unregister_type(Charged)
+    url = journal_of_a_class_not_registered_here(tmp_path, Charged, "billing.Charged",
+                                                 [("customer-1", Charged(1)), ("customer-1", Charged(2))])
 
     @dataclass(frozen=True)
     class ChargedV2:

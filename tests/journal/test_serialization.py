@@ -139,6 +139,15 @@ def test_unknown_manifest_and_newer_version_are_clear_errors() -> None:
         unregister_type(manifest)
 
 
+def serialized_by_an_older_class(cls: type, manifest: str, value: object) -> bytes:
+    """`value` stored by `cls` registered under `manifest` (then unregistered, for a newer class to take it)."""
+    register_type(cls, manifest=manifest)
+    try:
+        return serialize(value)
+    finally:
+        unregister_type(cls)
+
+
 def test_upcasters_chain_version_by_version_and_a_missing_one_is_named() -> None:
     manifest = f"test.Money-{uuid.uuid4().hex}"
 
@@ -146,9 +155,7 @@ def test_upcasters_chain_version_by_version_and_a_missing_one_is_named() -> None
     class MoneyV1:
         cents: int
 
-    register_type(MoneyV1, manifest=manifest)
-    old = serialize([MoneyV1(150), MoneyV1(5)])
-    unregister_type(MoneyV1)
+    old = serialized_by_an_older_class(MoneyV1, manifest, [MoneyV1(150), MoneyV1(5)])
 
     @register_type(manifest=manifest, version=3)
     @dataclass(frozen=True)
@@ -176,9 +183,7 @@ def test_an_upcaster_that_fails_or_returns_the_wrong_thing_is_named_not_taken_fo
     class MovedV1:
         src: str
 
-    register_type(MovedV1, manifest=manifest)
-    old = serialize(MovedV1("A"))
-    unregister_type(MovedV1)
+    old = serialized_by_an_older_class(MovedV1, manifest, MovedV1("A"))
 
     @register_type(manifest=manifest, version=2)
     @dataclass(frozen=True)
