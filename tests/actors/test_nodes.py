@@ -104,7 +104,9 @@ def cluster(tmp_path):
 
 @pytest.fixture
 def pg_url(postgres_url):
-    """A journal URL with a schema of its own (every node reaches it: the journal failover needs)."""
+    """A journal URL with a schema of its own (every node reaches it: the journal failover needs). Name it before
+    `cluster` in a test's arguments: set up first, it is dropped after the nodes stopped (dropped while they ran,
+    their writes made it again, and it was left)."""
     name = f"reprise_nodes_{uuid.uuid4().hex[:10]}"
     url = f"{postgres_url}?schema={name}"
     yield url
@@ -149,7 +151,7 @@ def check_exact(system: actors.System, deposits: int, accounts: int) -> None:
     assert balances(system, list(expected), timeout=20) == expected
 
 
-def test_a_dead_members_shards_restart_on_the_other_nodes_with_exact_sums(cluster, pg_url):
+def test_a_dead_members_shards_restart_on_the_other_nodes_with_exact_sums(pg_url, cluster):
     c = cluster("m1", "m2", journal=pg_url)
     spawn_accounts(c)
     accounts = 30
@@ -232,7 +234,7 @@ def reprise(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([REPRISE, *argv], cwd=ROOT, capture_output=True, text=True, timeout=50)
 
 
-def test_rebalance_after_nodes_join_moves_shards_while_deposits_flow_with_exact_sums(cluster, pg_url):
+def test_rebalance_after_nodes_join_moves_shards_while_deposits_flow_with_exact_sums(pg_url, cluster):
     c = cluster(journal=pg_url)
     spawn_accounts(c)
     assert set(shard_nodes(c.leader, ACCOUNTS).values()) == {"leader"}  # the only live node of the three

@@ -20,6 +20,7 @@ import actors
 from actors.system import kill_tagged
 from examples.cluster.feed import ACCOUNTS_PATH, check
 from examples.cluster.model import deposit
+from journal.postgres import drop_schema
 from spark_bridge import Row
 from tests.conftest import SESSION_TOKEN
 from tests.ports import free_ports
@@ -84,7 +85,8 @@ def communicate_all(procs: dict[str, subprocess.Popen[str]], timeout: float) -> 
 
 
 def test_the_cluster_example_on_one_machine_without_namespaces(tmp_path, postgres_url) -> None:
-    path, ports = on_loopback(tmp_path, f"{postgres_url}?schema=cl_{uuid.uuid4().hex[:8]}")
+    journal_url = f"{postgres_url}?schema=cl_{uuid.uuid4().hex[:8]}"
+    path, ports = on_loopback(tmp_path, journal_url)
     tags = {name: f"{SESSION_TOKEN}-cluster-{name}-{next(_n)}-" for name in "abc"}
     started: list[subprocess.Popen[str]] = []
     outs: dict[str, str] = {}
@@ -137,6 +139,7 @@ def test_the_cluster_example_on_one_machine_without_namespaces(tmp_path, postgre
         kept = [d for d in run_dirs if os.path.exists(d)]
         for run_dir in kept:  # (so that a failing run does not litter /tmp)
             shutil.rmtree(run_dir, ignore_errors=True)
+        drop_schema(journal_url)  # (every node is down: none makes it again; each run left one)
     for name, (code, out) in downs.items():
         assert code == 0 and "shut down" in out, (name, out)
     assert not any(left.values()), f"processes left after `reprise down` (killed now): {left}"

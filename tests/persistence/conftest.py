@@ -48,7 +48,9 @@ def fs(shared_psystem):
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def projection_stores(request, tmp_path) -> tuple[str, str]:
-    """(journal URL, offset store URL) on one kind of database, for the projection tests."""
+    """(journal URL, offset store URL) on one kind of database, for the projection tests. Name it before
+    `make_system` in a test's arguments: its PostgreSQL schemas are dropped after the systems stopped (dropped while a
+    projection ran, the store was made again, and left)."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/journal.db", f"sqlite:///{tmp_path}/read-model.db"
     from journal.postgres import drop_schema

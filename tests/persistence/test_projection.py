@@ -64,7 +64,7 @@ def state(system):
     return system.ask(PROJECTION, GetProjectionState(), timeout=10)
 
 
-def test_exactly_once_from_a_topology_entry_hands_every_event_once_in_offset_order(base, make_system, projection_stores):
+def test_exactly_once_from_a_topology_entry_hands_every_event_once_in_offset_order(base, projection_stores, make_system):
     journal, store = projection_stores
     system = make_system(base, journal=journal)
     system.spawn(Mover, "/user/movers", entities=True)
@@ -94,7 +94,7 @@ def test_exactly_once_from_a_topology_entry_hands_every_event_once_in_offset_ord
 
 
 def test_exactly_once_grouped_survives_a_failing_handler_and_restarts_from_the_stored_offset(
-        base, make_system, projection_stores, tmp_path):
+        base, projection_stores, make_system, tmp_path):
     journal, store = projection_stores
     system = make_system(base, journal=journal)
     system.spawn(Mover, "/user/movers", entities=True)
@@ -119,8 +119,8 @@ def test_exactly_once_grouped_survives_a_failing_handler_and_restarts_from_the_s
                          r"\d+\) \(first of a group of \d\): RuntimeError", r) for r in reasons), reasons
 
 
-def test_exactly_once_with_two_systems_on_one_offset_store_applies_each_event_once(base, make_system,
-                                                                                  projection_stores):
+def test_exactly_once_with_two_systems_on_one_offset_store_applies_each_event_once(base, projection_stores,
+                                                                                  make_system):
     # Two systems started on the same journal and offset store (a topology brought up twice, or a node cut off
     # while its replacement runs): each projection committed its offset over the other's, and the read model
     # counted every event twice.
@@ -256,7 +256,7 @@ def test_postgresql_an_event_committing_late_with_a_smaller_offset_is_handled_fi
     assert rows == [(early, "early"), (later, "later")], "the late-committing smaller offset must not be skipped"
 
 
-def test_the_lag_is_exact_while_catching_up_counting_events_not_read_yet(base, make_system, projection_stores):
+def test_the_lag_is_exact_while_catching_up_counting_events_not_read_yet(base, projection_stores, make_system):
     journal, store = projection_stores
     system = make_system(base, journal=journal)
     system.spawn(Mover, "/user/movers", entities=True)

@@ -65,7 +65,7 @@ def test_the_read_model_is_exact_after_the_pipeline_runs(base, make_system, tmp_
 
 
 @pytest.mark.multiproc
-def test_the_read_model_is_exact_after_its_host_is_sigkilled_mid_stream(make_system, projection_stores):
+def test_the_read_model_is_exact_after_its_host_is_sigkilled_mid_stream(projection_stores, make_system):
     journal, store = projection_stores
     system = make_system("multiproc", journal=journal, snapshot_store=journal)
     start_pipeline(system, store)
