@@ -52,6 +52,7 @@ __all__ = [
     "deserialize",
     "manifest_of",
     "is_registered",
+    "check_storable",
 ]
 
 _EXT_OBJECT = 1
@@ -249,6 +250,7 @@ def unregister_type(cls_or_manifest: type | str) -> None:
         if reg is not None:
             for name in [name for name, other in _by_manifest.items() if other is reg]:  # (and its alias)
                 del _by_manifest[name]
+            STORABLE_TYPES.discard(reg.cls)
 
 
 def register_upcaster(manifest: str, from_version: int, fn: Callable[[list[Any]], list[Any]]) -> None:
@@ -260,6 +262,21 @@ def register_upcaster(manifest: str, from_version: int, fn: Callable[[list[Any]]
 def is_registered(cls: type) -> bool:
     """True if `cls` is registered (register_type): its instances are stored under its manifest."""
     return cls in _by_class
+
+
+STORABLE_TYPES: set[type] = {int, str, bytes, float, bool, type(None)}
+"""Types whose every value `check_storable` lets through uncoded: scalars, and the registered classes found storable
+(a registered class's fields are checked once, by its first instance; a container is checked every time)."""
+
+
+def check_storable(value: object) -> None:
+    """Raise SerializationError if the journal could not store `value`; cheap for a registered class seen before."""
+    t = type(value)
+    if t in STORABLE_TYPES:
+        return
+    serialize(value)
+    if t in _by_class:
+        STORABLE_TYPES.add(t)
 
 
 def manifest_of(cls: type) -> str:

@@ -39,10 +39,11 @@ from actors.errors import UnpicklableMessage
 from journal import Journal, SnapshotSelectionCriteria, register_type, register_upcaster
 from journal.errors import SerializationError
 from journal.serialization import (
+    STORABLE_TYPES,
+    check_storable,
     deserialize,
     ints_decoded,
     ints_encoded,
-    is_registered,
     repeats_decoded,
     repeats_encoded,
     run_decoded,
@@ -64,24 +65,19 @@ log = logging.getLogger("reprise.persistence")
 
 _MISSING = object()
 
-# The event types the journal is known to store: scalars, and each registered class once one of its events
-# encoded. A command's events are looked up here as the handler returns them (a set lookup per event: encoding
-# each one, about 2 µs, would cost a large part of its row), so that an event the journal cannot store fails its
-# command alone instead of the commit of the whole batch. Not caught so: a value the journal cannot encode in an
-# event of a class found storable before (an int beyond 64 bits, an unregistered object in a field); the
-# commit is then rejected and the table stops (_event_rejected).
-_storable_events: set[type] = {int, str, bytes, float, bool, type(None)}
 
-
+# A command's events are looked up in STORABLE_TYPES (scalars, and each registered class once one of its values
+# encoded) as the handler returns them: a set lookup per event, where encoding each one (about 2 µs) would cost a
+# large part of its row. So an event the journal cannot store fails its command alone instead of the commit of the
+# whole batch. Not caught so: a value the journal cannot encode in an event of a class found storable before (an
+# int beyond 64 bits, an unregistered object in a field); the commit is then rejected and the table stops
+# (_event_rejected).
 def _check_storable(event: object) -> None:
-    """Raise SerializationError (failing the command) for an event the journal cannot store; encoded once per
-    registered class, every time for a container or an unregistered class."""
+    """Raise SerializationError (failing the command) for an event the journal cannot store."""
     try:
-        serialize(event)
+        check_storable(event)
     except SerializationError as exc:
         raise SerializationError(f"its event cannot be journaled, so the command was dropped: {exc}") from None
-    if is_registered(type(event)):
-        _storable_events.add(type(event))
 
 
 @register_type(manifest="reprise.persistence.TableCommit", version=2)
@@ -323,7 +319,7 @@ class EntityTable(PersistentActor):
         protocol, layered = self.mixin_table_messages, self.mixin_marks
         # (the gathering lists stay the same objects until _flush, below: bound once)
         marked_ids, after = self._delivery_ids, self._after
-        get, storable = states.get, _storable_events
+        get, storable = states.get, STORABLE_TYPES
         layer: object = None
         for entity_id, command, sender in items:
             if protocol and type(command) in protocol:

@@ -33,7 +33,7 @@ from typing import Any, cast
 
 import actors
 from actors.paths import shard_of
-from journal.serialization import is_registered, marked, pack_values_with, serialize
+from journal.serialization import check_storable, marked, pack_values_with
 from persistence import EntityTable, IdempotentReceiver, RecoveryCompleted, SnapshotOffer
 from persistence.idempotent import Applied, AppliedBatch, SeenIds
 from spark_bridge.bridge import BRIDGE_PATH, PERSISTENCE_ID, _pick
@@ -353,20 +353,6 @@ def _reply_entity(table: str, shard: int, shards: int) -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-_storable_types: set[type] = {int, str, bytes, float, bool, type(None)}
-
-
-def _check_storable(message: object) -> None:
-    """Raise SerializationError (failing the command) for a follow-up the journal cannot store; checked once
-    per registered type, every time for a container."""
-    t = type(message)
-    if t in _storable_types:
-        return
-    serialize(message)
-    if is_registered(t):
-        _storable_types.add(t)
-
-
 FOLLOW_UPS_ENTITY = "~follow-ups"
 """The reserved entity id (with a suffix on some shards) of a FeedTable's own address: its follow-ups' receivers
 confirm there."""
@@ -435,7 +421,7 @@ class FeedTable(EntityTable):
         if follow_ups:
             pairs = _follow_ups(follow_ups)
             for _, message in pairs:
-                _check_storable(message)
+                check_storable(message)  # (a follow-up the journal cannot store fails the command)
             if pairs:
                 held = _Held(row.bridge, row.delivery_id)
                 self._held[held.key] = held

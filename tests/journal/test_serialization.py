@@ -14,7 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from journal import SerializationError, register_type, register_upcaster, unregister_type
-from journal.serialization import deserialize, manifest_of, pack_values_with, serialize
+from journal.serialization import (
+    STORABLE_TYPES,
+    check_storable,
+    deserialize,
+    manifest_of,
+    pack_values_with,
+    serialize,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -112,6 +119,24 @@ def test_register_type_refuses_what_it_cannot_round_trip() -> None:
 
     with pytest.raises(ValueError, match="already registered"):
         register_type(Impostor, manifest="test.Shape")
+
+
+def test_check_storable_caches_a_registered_class_until_it_is_unregistered() -> None:
+    @dataclass(frozen=True)
+    class Checked:
+        x: object
+
+    with pytest.raises(SerializationError, match="Checked"):
+        check_storable(Checked(1))  # not registered: refused every time, never cached
+    register_type(Checked, manifest=f"test.Checked-{uuid.uuid4().hex}")
+    check_storable(Checked(1))
+    assert Checked in STORABLE_TYPES
+    with pytest.raises(SerializationError, match="object"):
+        check_storable([Checked(object())])  # a container is checked every time, its items too
+    unregister_type(Checked)
+    assert Checked not in STORABLE_TYPES
+    with pytest.raises(SerializationError, match="Checked"):
+        check_storable(Checked(1))
 
 
 def test_unknown_manifest_and_newer_version_are_clear_errors() -> None:
