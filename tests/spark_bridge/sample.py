@@ -170,6 +170,8 @@ class Ledger(FeedReceiver):
                     self.repeated += 1
         elif isinstance(message, GetBalance):
             self.tell(sender, Balance(self.total, self.applied, self.repeated))
+        elif message == "waiting":  # (a stalled test's report: rows waiting for a round that never came)
+            self.tell(sender, len(self.waiting))
 
 
 class Deaf(actors.Actor):
