@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -108,7 +109,7 @@ def build_class_archive(path: str, jvm_options: str, timeout: float = BUILD_TIME
         try:
             code = child.wait(timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
+            _kill_group(child.pid)
             child.wait()
             _remove_partial(path, child.pid)
             raise ClassArchiveError(f"building the class archive {path} took over {timeout:.0f} s; run "
@@ -121,6 +122,32 @@ def build_class_archive(path: str, jvm_options: str, timeout: float = BUILD_TIME
             raise ClassArchiveError(f"building the class archive {path} failed (exit {code}); pass "
                                     f"class_archive=None to run without one. Its output ended:\n{tail}")
     return path
+
+
+def _kill_group(group: int, timeout: float = 30.0) -> None:
+    """SIGKILL process group `group` and wait until none of its members is alive (zombies aside)."""
+    os.killpg(group, signal.SIGKILL)
+    # SIGKILL is delivered at once but a JVM with many threads and a large heap takes a while to exit; until it
+    # has, it still writes to the scratch directory and the partial archive removed next (CI saw its pid after).
+    deadline = time.monotonic() + timeout
+    while _live_members(group) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _live_members(group: int) -> list[int]:
+    """The pids of this machine's processes in process group `group` that are not zombies."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                state, _ppid, pgrp = f.read().rsplit(")", 1)[1].split()[:3]
+        except OSError:
+            continue  # exited meanwhile
+        if int(pgrp) == group and state != "Z":
+            found.append(int(entry))
+    return found
 
 
 def _partial(path: str, pid: int) -> str:

@@ -15,6 +15,7 @@ import pytest
 from spark_bridge.class_archive import ClassArchiveError, archive_is_current, build_class_archive, jvm_path
 from spark_bridge.session import LEAN_JVM
 from tests.spark_bridge.conftest import ROOT
+from tests.waiting import wait_for
 
 pytest.importorskip("pyspark.sql")
 
@@ -103,6 +104,24 @@ def test_a_build_over_its_timeout_is_killed_with_its_jvm_and_leaves_nothing(tmp_
     # The child's JVM named the partial archive on its command line: none may still run.
     alive = subprocess.run(["pgrep", "-f", f"ArchiveClassesAtExit={archive}"], capture_output=True, text=True)
     assert alive.stdout.strip() == "", f"the build's JVM outlived its timeout: pids {alive.stdout.split()}"
+
+
+@pytest.mark.timeout(30)
+def test_a_killed_group_is_waited_for_until_no_member_lives_and_its_unreaped_zombies_do_not_count():
+    from spark_bridge.class_archive import _kill_group, _live_members
+
+    # A leader and a grandchild in a group of their own, as the build's python and its JVM are.
+    leader = subprocess.Popen(["sh", "-c", "sleep 300 & exec sleep 300"], start_new_session=True)
+    try:
+        wait_for(lambda: len(_live_members(leader.pid)) == 2, timeout=10)
+        _kill_group(leader.pid)
+        # Not reaped yet: the leader is a zombie of this process, which must not keep the wait (or the test) going.
+        assert _live_members(leader.pid) == []
+        with open(f"/proc/{leader.pid}/stat") as f:
+            assert f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    finally:
+        leader.kill()
+        leader.wait()
 
 
 def test_the_key_changes_with_the_jvm_library_even_when_the_launcher_stays(tmp_path, monkeypatch):
