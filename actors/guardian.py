@@ -936,7 +936,8 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         if info is not None:
             request.hosts[message.path] = replace(info, alive=message.alive, counters=dict(message.counters),
                                                   messages_in=message.messages_in, messages_out=message.messages_out,
-                                                  histograms=dict(message.histograms))
+                                                  histograms=dict(message.histograms),
+                                                  messages_parked=message.messages_parked)
         if not request.waiting:
             self._answer_status(message.token)
 

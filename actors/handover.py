@@ -68,6 +68,10 @@ class Handover:
         self.reply_path = sample_path(spec.path, spec.shard, spec.shards) if spec.entities else spec.path
 
     # ---- called by the host ----------------------------------------------------------------------
+    def parked(self) -> int:
+        """How many messages are parked now, over every destination being handed over."""
+        return sum(len(p.entries) for p in self.pending.values())
+
     def sent(self, key: str) -> None:
         """A batch left for the address `key`."""
         self.inflight[key] = self.inflight.get(key, 0) + 1
@@ -115,8 +119,8 @@ class Handover:
             shards = len(new_keys)
             for shard, (old_key, new_key) in enumerate(zip(old_keys, new_keys, strict=True)):
                 name = shard_key(prefix, shard, shards)
-                if old_key == new_key or old_key == self.host.my_key:
-                    continue
+                if old_key == new_key or self.host.my_key in (old_key, new_key):
+                    continue  # (what we send ourselves is delivered here, never parked: nothing to keep in order)
                 unsettled = self.inflight.get(old_key, 0) > 0
                 # Held by the guardian: sent while it held them, or rerouted there from the dead process
                 # before we learned of the death. The guardian's forwarding may land after our direct sends.
@@ -137,9 +141,13 @@ class Handover:
             if not pending.barrier_sent and not self._unsettled(pending.wait_keys):
                 self._send_barrier(name, pending)
 
-    def barrier_back(self, token: int) -> bool:
+    def barrier_back(self, barrier: Barrier) -> bool:
         """Our Barrier came back: release what its destination had parked. False if it is not ours."""
-        if token not in self.barriers:
+        # The origin first: a Barrier of another host's handover on its way through us may carry the token of
+        # one of ours (every process counts from 1); taken for ours, it released our parked messages early and
+        # never went back, so its host parked for HANDOVER_WAIT and then sent out of order.
+        token = barrier.token
+        if barrier.origin != self.host.my_key or token not in self.barriers:
             return False
         name = self.barriers.pop(token)
         if name is not None:
@@ -189,7 +197,7 @@ class Handover:
         pending.barrier_sent = True
         self.barriers[pending.token] = name
         hit = cast("tuple[str, Address]", self.host.router.resolve(GUARDIAN_PATH))  # (always routed)
-        self.host.outbox.add(hit[0], hit[1], (self.reply_path, pending.via, Barrier(pending.token)))
+        self.host.outbox.add(hit[0], hit[1], (self.reply_path, pending.via, Barrier(pending.token, self.host.my_key)))
 
     def _release(self, name: str) -> None:
         pending = self.pending.pop(name, None)

@@ -184,7 +184,7 @@ class Host:
             except Exception:  # a broken stats() must not break the status of the whole system
                 log.exception("stats() of %s failed", entity.path)
         return HostStats(token, self.key, len(self.entities), counters, self.messages_in, self.messages_out,
-                         host_histograms(self._extensions))
+                         host_histograms(self._extensions), self.handover.parked())
 
     # ---- starting ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -407,7 +407,7 @@ class Host:
             for sender, target, message in entries:
                 if type(message) is not Barrier:
                     deliver(sender, target, message)
-                elif target == self.handover.reply_path and self.handover.barrier_back(message.token):
+                elif self.handover.barrier_back(message):
                     pass  # ours came back: what it parked went out behind it
                 elif batch.origin == GUARDIAN_PATH:
                     self.route(target, sender, message)

@@ -233,9 +233,11 @@ class GetDirectory:
 class Barrier:
     """Client -> guardian -> host -> client: everything the client sent through the guardian before it has
     been delivered (the guardian forwards in order); the host sends it back to its sender, to no actor.
-    Hosts send them too (actors/handover.py), with a `token` naming the handover."""
+    Hosts send them too (actors/handover.py), with a `token` naming the handover and their own process's
+    address key as `origin`: each process numbers its handovers from 1, so a token alone is not one host's."""
 
     token: int = 0
+    origin: str = ""
 
 
 @dataclass(frozen=True)
@@ -318,6 +320,9 @@ class HostInfo:
     """Messages the host sent to other processes since it started."""
     histograms: dict[str, tuple[tuple[float, ...], tuple[int, ...], float]] = field(default_factory=dict)
     """Latency histograms the host's layers keep (actors.metrics.Histogram), e.g. journal_write_seconds."""
+    messages_parked: int = 0
+    """Messages the host holds back for destinations whose process changed, until what it sent them before has
+    landed (actors/handover.py: a few ms usually, HANDOVER_WAIT at most)."""
 
 
 @dataclass(frozen=True)
@@ -338,6 +343,7 @@ class HostStats:
     messages_in: int = 0
     messages_out: int = 0
     histograms: dict[str, tuple[tuple[float, ...], tuple[int, ...], float]] = field(default_factory=dict)
+    messages_parked: int = 0
 
 
 @dataclass(frozen=True)

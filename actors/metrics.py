@@ -110,6 +110,8 @@ def families(status: SystemStatus, node: str | None, leader: bool) -> list[Any]:
                                       "processes", labels=labels)
     messages_out = CounterMetricFamily("reprise_host_messages_out", "Messages the host sent to other processes",
                                        labels=labels)
+    parked = GaugeMetricFamily("reprise_host_messages_parked", "Messages the host holds back for destinations "
+                               "whose process changed until its earlier ones landed (10 s at most)", labels=labels)
     unconfirmed = GaugeMetricFamily("reprise_unconfirmed_deliveries", "At-least-once deliveries not confirmed "
                                     "yet (the host's actors' stats 'unconfirmed')", labels=labels)
     delivered = CounterMetricFamily("reprise_deliveries", "At-least-once deliveries made since the actors "
@@ -132,6 +134,7 @@ def families(status: SystemStatus, node: str | None, leader: bool) -> list[Any]:
         alive.add_metric(values, info.alive)
         messages_in.add_metric(values, info.messages_in)
         messages_out.add_metric(values, info.messages_out)
+        parked.add_metric(values, info.messages_parked)
         if "unconfirmed" in info.counters:
             unconfirmed.add_metric(values, info.counters["unconfirmed"])
         if "delivered" in info.counters:
@@ -149,7 +152,7 @@ def families(status: SystemStatus, node: str | None, leader: bool) -> list[Any]:
                 cumulative += count
                 buckets.append(("+Inf" if bound == math.inf else repr(float(bound)), cumulative))
             family.add_metric(values, buckets, total)
-    out: list[Any] = [up, alive, restarts, messages_in, messages_out, unconfirmed, delivered, stats,
+    out: list[Any] = [up, alive, restarts, messages_in, messages_out, parked, unconfirmed, delivered, stats,
                       *histograms.values()]
     if leader:
         out.append(CounterMetricFamily("reprise_dead_letters", "Dead letters recorded by the guardian (the "

@@ -71,6 +71,20 @@ class SlowToStop(Echo):
             time.sleep(1.0)
 
 
+class Gated(Echo):
+    """An Echo that on ("gate", started, opened) creates the file `started`, then waits in the message until the
+    file `opened` exists (60 s at most): its host reads nothing meanwhile."""
+
+    def receive(self, message, sender):
+        if isinstance(message, tuple) and message[0] == "gate":
+            open(message[1], "w").close()
+            deadline = time.monotonic() + 60
+            while not os.path.exists(message[2]) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        else:
+            super().receive(message, sender)
+
+
 @dataclass(frozen=True)
 class Seq:
     """One numbered message of a stream from `source`."""

@@ -22,10 +22,10 @@ import actors
 from actors import ActorError, ActorFailed, RepriseError
 from actors.cli import main as cli_main
 from actors.error_log import RECENT_ERRORS
-from actors.messages import Batch
+from actors.messages import Barrier, Batch
 from actors.transport import unpack
 from tests.actors.error_actors import Keeper, SlowBounceStreamer, Stream, Streamer
-from tests.actors.sample import Echo, Ping, Pong, Seq
+from tests.actors.sample import Echo, Gated, Ping, Pong, Seq
 from tests.actors.test_security import listening_addresses
 from tests.waiting import dead_letters_reach, wait_for
 
@@ -444,6 +444,45 @@ def test_a_bounced_batch_that_waits_for_a_retry_to_the_guardian_is_not_overtaken
     assert out_of_order_pairs(received) == 0, f"out of order: {_first_disorder(received)}"
     assert received[-1] == 2999
     assert len(received) == len(set(received))  # nothing twice
+
+
+@pytest.mark.timeout(180)
+def test_a_barrier_of_another_handover_passing_through_a_host_is_not_taken_for_its_own(make_system, tmp_path):
+    # Every process numbers its handovers from 1. A host whose own handover waited for its Barrier took another
+    # host's Barrier with the same number, on its way through it, for its own: it sent what it had parked before
+    # its earlier messages landed, and the other host, its Barrier swallowed, parked for HANDOVER_WAIT and then
+    # sent out of order (the parks of 10 s seen after the accounts' host was killed in a processed feed).
+    system = make_system("multiproc")
+    system.spawn(Echo, "/user/e")
+    system.spawn(Gated, "/user/z")
+    probe = system.probe()
+    system.tell("/user/e", ("fwd", "/user/z", ("fwd", probe.path, Seq("e", 0))))
+    assert probe.receive(timeout=10).i == 0  # e sends to z's process directly
+    z = system.ask("/user/z", "where")[1]
+    os.kill(z, signal.SIGKILL)
+    wait_for(lambda: _gone(z), 10)
+    started, opened = tmp_path / "started", tmp_path / "opened"
+    # Sent while z restarts: the guardian gives them to z's new process, which stops in the first; so the Barrier
+    # of e's handover, behind them, cannot come back until the gate opens.
+    system.tell("/user/e", ("fwd", "/user/z", ("gate", str(started), str(opened))))
+    system.tell_many([("/user/e", ("fwd", "/user/z", ("fwd", probe.path, Seq("e", i)))) for i in range(1, 50)])
+    wait_for(started.exists, 60)
+    system.tell_many([("/user/e", ("fwd", "/user/z", ("fwd", probe.path, Seq("e", i)))) for i in range(50, 100)])
+
+    def parked() -> int:
+        return system.status().hosts["/user/e"].messages_parked
+
+    assert wait_for(lambda: parked() == 50, 10), "e did not park what it sent z after z's restart"
+    # Barriers of other hosts' handovers reach e with any number, its own among them.
+    system.tell_many([("/user/e", Barrier(token)) for token in range(1, 6)])
+    assert system.ask("/user/e", "count") > 0  # (asked after the tells: e has taken the Barriers)
+    assert parked() == 50, "another handover's Barrier released what e parked before its earlier messages landed"
+    opened.touch()
+    received = [m.i for m in probe.receive_many(99, timeout=30)]
+    assert received == list(range(1, 100))
+    assert wait_for(lambda: parked() == 0, 10)
+    with open(os.path.join(system.run_dir, "actors.log")) as f:
+        assert "order may break" not in f.read(), "a handover waited for a Barrier that never came back"
 
 
 def _first_disorder(received: list[int]) -> list[int]:

@@ -104,6 +104,7 @@ def test_scrapes_follow_messages_writes_restarts_and_dead_letters(base, make_sys
     assert sample(after, "reprise_host_messages_out_total", host="/user/echo") >= 10  # the pongs
     assert sample(after, "reprise_host_messages_out_total", host="/user/producer") >= 5
     assert sample(after, "reprise_deliveries_total", host="/user/producer") == 5
+    assert sample(after, "reprise_host_messages_parked", host="/user/producer") == 0  # (a restart's handover is over)
     assert sample(after, "reprise_actor_stat", host="/user/producer", stat="unconfirmed") == 5
     writes = sample(after, "reprise_journal_write_seconds_count", host="/user/producer")
     inf = sample(after, "reprise_journal_write_seconds_bucket", host="/user/producer", le="+Inf")
