@@ -209,6 +209,9 @@ class FeedReceiver(IdempotentReceiver):
     def mixin_init(self) -> None:
         super().mixin_init()
         self._next_forward = 1
+        # Forward ids below it were sent (or are of rows whose write failed); those from it on are of rows whose
+        # write is in flight: not in _unaccepted yet, and not accepted either.
+        self._sent_below = 1
         self._unaccepted: dict[int, tuple[Forward, str | None]] = {}  # forward id -> (follow-up, its bridge)
         self._bridge_low: dict[str, int] = {}  # per bridge (origin): every delivery id below it is settled
         self._rows_until_trim = 0
@@ -235,10 +238,12 @@ class FeedReceiver(IdempotentReceiver):
         follow = _follow_ups(follow_ups) if follow_ups else []
         first = self._next_forward
         self._next_forward += len(follow)
-        low = min(self._unaccepted) if self._unaccepted else first
+        # (_unaccepted's ids are all below _sent_below: handlers run in the order their rows were persisted)
+        low = min(self._unaccepted) if self._unaccepted else self._sent_below
         inner = RowApplied(event, row.anchor, follow, first, low, self._bridge_low.get(origin, 0))
 
         def applied(e: RowApplied) -> None:
+            self._sent_below = e.first_forward + len(e.follow_ups)
             if handler is not None:
                 handler(e.event)
             if e.follow_ups:
@@ -289,7 +294,7 @@ class FeedReceiver(IdempotentReceiver):
             for k, (to, message) in enumerate(inner.follow_ups):
                 fid = inner.first_forward + k
                 self._unaccepted[fid] = (Forward(pid, fid, inner.anchor, to, message), bridge)
-            self._next_forward = max(self._next_forward, inner.first_forward + len(inner.follow_ups))
+            self._next_forward = self._sent_below = max(self._next_forward, inner.first_forward + len(inner.follow_ups))
             for fid in [f for f in self._unaccepted if f < inner.forwarded_low]:
                 del self._unaccepted[fid]
             super().mixin_recover_event(Applied(event.origin, event.delivery_id, inner.event))
@@ -300,7 +305,7 @@ class FeedReceiver(IdempotentReceiver):
     def mixin_recover_snapshot(self, offer: SnapshotOffer) -> None:
         snap = offer.snapshot
         if isinstance(snap, ReceiverSnapshot):
-            self._next_forward = snap.next_forward
+            self._next_forward = self._sent_below = snap.next_forward
             pid = self.persistence_id
             # [forward_id, anchor, to, message] and, for a node bridge's row, its path
             self._unaccepted = {p[0]: (Forward(pid, p[0], p[1], p[2], p[3]), p[4] if len(p) > 4 else None)
