@@ -747,6 +747,12 @@ class SparkBridge(AtLeastOnceDelivery):
         self._persisted_ingest_at = 0.0
         event = AttemptsReleased(m.feed_id, m.run, m.winners, self._next_id, m.planned)
         batches, discarded = self._release_attempts(event)
+        if batches:
+            # Their ids are allocated (_next_id is past them) but reach the backlog only once the event is durable:
+            # until then the settled watermark (_refresh_low) must stay below them, or rows sent meanwhile would
+            # carry a settled_below above ids still to be delivered, and receivers would forget those as settled
+            # and confirm each without applying it.
+            self._allocated[batches[0].first_id] = sum(b.size for b in batches)
         reply = FeedReleased(m.feed_id, m.run, discarded, self.path, sum(len(b.skipped) for b in batches))
         self.persist_async(event, lambda e: self._released_now(batches, m, reply))
 
@@ -807,6 +813,8 @@ class SparkBridge(AtLeastOnceDelivery):
         return batches, discarded
 
     def _released_now(self, batches: list[_Staged], m: Release, reply: FeedReleased) -> None:
+        if batches:
+            self._allocated.pop(batches[0].first_id, None)  # (in the backlog from here on: see _release)
         for b in batches:
             event = b.event
             if b.dead:  # dead-lettered once, when released (a losing attempt's rows are not)
