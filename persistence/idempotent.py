@@ -458,7 +458,34 @@ class IdempotentReceiver(PersistentActor):
 
     def mixin_wrap_snapshot(self, snapshot: object) -> object:
         seen = {o: s.state() for o, s in self._seen.items()}
+        in_flight = self._applications_in_flight()
+        if in_flight:
+            # The snapshot is stored at last_sequence_nr, now, before the applications queued since are written:
+            # they are marked seen (at the persist_applied call) but not applied. Kept in it, a write of theirs
+            # that failed (the actor stops) or never happened (its host killed) would leave them marked applied
+            # by the recovered instance, and their redelivery confirmed unapplied. Left out, a write that
+            # succeeds marks them again on replay (the events after the snapshot).
+            copies = {o: SeenIds(*state) for o, state in seen.items()}
+            for origin, delivery_id in in_flight:
+                copies[origin].discard(delivery_id)
+            seen = {o: c.state() for o, c in copies.items()}
         return IdempotentSnapshot(seen, super().mixin_wrap_snapshot(snapshot))
+
+    def _applications_in_flight(self) -> list[tuple[str, int]]:
+        """(origin, delivery id) of the applications queued and not written yet (gathered, or in this round's
+        batch: its writes and their handlers run together when the host settles)."""
+        found = [(origin, delivery_id) for origin, delivery_id, _, _, _ in self._unapplied]
+        for entry in self._batch or ():
+            atomic = entry.atomic
+            if atomic is None:
+                continue
+            for repr_ in atomic.payload:
+                stored = repr_.payload
+                if type(stored) is AppliedBatch:
+                    found += [(origin, delivery_id) for origin, delivery_id, _ in stored.entries()]
+                elif type(stored) is Applied:
+                    found.append((stored.origin, stored.delivery_id))
+        return found
 
 
 class _Applications(list[tuple[str, int, object, Callable[[Any], object], str | None]]):
