@@ -244,10 +244,14 @@ class FeedReceiver(IdempotentReceiver):
 
         def applied(e: RowApplied) -> None:
             self._sent_below = e.first_forward + len(e.follow_ups)
+            if e.follow_ups:
+                # Unaccepted before the handler runs: a snapshot it saves (Akka's pattern) is stored at this row's
+                # sequence number, which recovery from it does not replay, so it must hold them, or a recovered
+                # receiver forgets them (one lost on the way would never be sent again). They go out when the
+                # host settles, after the handler, as before.
+                self._send_follow_ups(e, row.bridge)
             if handler is not None:
                 handler(e.event)
-            if e.follow_ups:
-                self._send_follow_ups(e, row.bridge)
             _confirm(self, row.delivery_id, row.bridge)
 
         return self.persist_applied(origin, row.delivery_id, inner, applied)

@@ -4,11 +4,14 @@ bridge (rows carry its path as `Row.bridge`) and accepts nothing."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from persistence import SnapshotOffer
 from spark_bridge import Row
 from spark_bridge.messages import Confirmed, Forwards
-from tests.spark_bridge.sample import DurableAccount
+from tests.spark_bridge.sample import Deposited, DurableAccount
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -18,6 +21,19 @@ ACC = "/user/acc"
 def row(delivery_id: int, bridge: str) -> Row:
     """A row as the bridge at `bridge` delivers it to DurableAccount."""
     return Row(delivery_id, {"amount": delivery_id}, delivery_id, 0, None, bridge)
+
+
+class SnapshottingAccount(DurableAccount):
+    """A DurableAccount that saves a snapshot whenever a deposit is applied, in the deposit's handler (Akka's
+    pattern: snapshot in the persist handler every so many events)."""
+
+    def receive_recover(self, event: Any) -> None:
+        if isinstance(event, SnapshotOffer):
+            self.total, self.applied = event.snapshot
+            return
+        super().receive_recover(event)
+        if isinstance(event, Deposited) and self.recovery_finished:
+            self.save_snapshot((self.total, self.applied))
 
 
 def forwarded_until_confirmed(probe, confirms: int) -> list[int]:
@@ -47,3 +63,19 @@ def test_follow_ups_of_rows_applied_in_one_commit_are_all_sent_again_after_a_rec
     system.stop(f"{ACC}/a")  # its next instance recovers from the journal
     system.tell(f"{ACC}/a", row(1, probe.path), sender=probe.path)  # a redelivery: what is unaccepted goes again
     assert forwarded_until_confirmed(probe, 1) == [1, 2, 3], "a follow-up the bridge never accepted was forgotten"
+
+
+def test_follow_ups_of_a_row_whose_handler_saved_a_snapshot_are_sent_again_after_a_recovery(base, make_system,
+                                                                                            tmp_path):
+    # The row's follow-ups were taken as unaccepted only after its handler ran: a snapshot saved there (at the
+    # row's own sequence number, so its event is not replayed after it) held none of them. Recovered from it,
+    # the receiver forgot them, and one lost on the way (the host killed before it sent them) was never sent
+    # again: its ledger entry was lost.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/j.db", snapshot_store=f"sqlite:///{tmp_path}/s.db")
+    system.spawn(SnapshottingAccount, ACC, entities=True, kwargs={"ledger": "/user/ledger"})
+    probe = system.probe()
+    system.tell(f"{ACC}/a", row(1, probe.path), sender=probe.path)
+    assert forwarded_until_confirmed(probe, 1) == [1]
+    system.stop(f"{ACC}/a")  # its next instance recovers from the snapshot
+    system.tell(f"{ACC}/a", row(1, probe.path), sender=probe.path)  # a redelivery: what is unaccepted goes again
+    assert forwarded_until_confirmed(probe, 1) == [1], "a follow-up the bridge never accepted was forgotten"
