@@ -62,6 +62,18 @@ class IdempotentSnapshot:
     state: object
 
 
+@register_type(manifest="reprise.persistence.IdempotentSnapshotInBatch")
+@dataclass(frozen=True)
+class IdempotentSnapshotInBatch:
+    """An IdempotentSnapshot saved by the handler of one application of an AppliedBatch before those of the later
+    ones ran: stored at the sequence number before the batch's, so that recovery replays the batch, whose first
+    `handled` applications `state` (and `dedup`) hold already: those are not recovered again."""
+
+    dedup: dict[str, tuple[int, tuple[tuple[int, int], ...]]]
+    state: object
+    handled: int
+
+
 class SeenIds:
     """Ids seen from one origin: everything <= low, plus disjoint inclusive ranges above it.
 
@@ -241,6 +253,10 @@ class IdempotentReceiver(PersistentActor):
         self._unapplied: _Applications | tuple[()] = ()
         self._origin_only: tuple[str] = ("",)  # the origins field of the last single-application batch
         self._gathering: _OneWrite | None = None  # the fast path's write that gathers this round's (_gather)
+        # While an AppliedBatch's handlers run: its applications, and the index of the one whose handler runs.
+        self._handling: _Applications | None = None
+        self._handling_at = 0
+        self._skip_recovered = 0  # recovery: applications of the next AppliedBatch the snapshot holds already
 
     def already_applied(self, origin: str, delivery_id: int) -> bool:
         """True if delivery `delivery_id` from `origin` was applied (or is being persisted)."""
@@ -430,6 +446,15 @@ class IdempotentReceiver(PersistentActor):
         return super().mixin_tags(stored)
 
     def mixin_recover_event(self, event: Any) -> None:
+        if self._skip_recovered and type(event) is AppliedBatch:
+            # (the snapshot holds its first applications: marked seen there, and in the state)
+            skip = self._take_skip_recovered()
+            recover = super().mixin_recover_event
+            for origin, delivery_id, applied in event.entries()[skip:]:
+                seen_ids(self._seen, origin).add(delivery_id)
+                recover(applied)
+            return
+        self._skip_recovered = 0
         if type(event) is AppliedBatch:
             seen = self._seen
             recover = super().mixin_recover_event
@@ -451,14 +476,30 @@ class IdempotentReceiver(PersistentActor):
 
     def mixin_recover_snapshot(self, offer: SnapshotOffer) -> None:
         snap = offer.snapshot
-        if isinstance(snap, IdempotentSnapshot):
+        if isinstance(snap, IdempotentSnapshot | IdempotentSnapshotInBatch):
             self._seen = {o: SeenIds(low, tuple(ranges)) for o, (low, ranges) in snap.dedup.items()}
+            self._skip_recovered = snap.handled if type(snap) is IdempotentSnapshotInBatch else 0
             offer = SnapshotOffer(offer.metadata, snap.state)
         super().mixin_recover_snapshot(offer)
+
+    @property
+    def snapshot_sequence_nr(self) -> int:
+        # A snapshot saved by a handler of an AppliedBatch whose later applications' handlers have not run yet
+        # holds a state without them: stored at the batch's own sequence number, recovery would not replay the
+        # batch, and they would be lost (marked applied, never applied). It is stored just before it instead
+        # (IdempotentSnapshotInBatch), and recovery skips the applications it holds.
+        seq = super().snapshot_sequence_nr
+        handling = self._handling
+        return seq - 1 if handling is not None and self._handling_at < len(handling) - 1 else seq
 
     def mixin_wrap_snapshot(self, snapshot: object) -> object:
         seen = {o: s.state() for o, s in self._seen.items()}
         in_flight = self._applications_in_flight()
+        handling = self._handling
+        handled = 0
+        if handling is not None and self._handling_at < len(handling) - 1:
+            handled = self._handling_at + 1
+            in_flight += [(origin, delivery_id) for origin, delivery_id, _, _, _ in handling[handled:]]
         if in_flight:
             # The snapshot is stored at last_sequence_nr, now, before the applications queued since are written:
             # they are marked seen (at the persist_applied call) but not applied. Kept in it, a write of theirs
@@ -469,7 +510,15 @@ class IdempotentReceiver(PersistentActor):
             for origin, delivery_id in in_flight:
                 copies[origin].discard(delivery_id)
             seen = {o: c.state() for o, c in copies.items()}
+        if handled:
+            return IdempotentSnapshotInBatch(seen, super().mixin_wrap_snapshot(snapshot), handled)
         return IdempotentSnapshot(seen, super().mixin_wrap_snapshot(snapshot))
+
+    def _take_skip_recovered(self) -> int:
+        """Recovery: how many applications of this AppliedBatch the snapshot holds already (see
+        IdempotentSnapshotInBatch); only the first event replayed after it has any."""
+        skip, self._skip_recovered = self._skip_recovered, 0
+        return skip
 
     def _applications_in_flight(self) -> list[tuple[str, int]]:
         """(origin, delivery id) of the applications queued and not written yet (gathered, or in this round's
@@ -504,6 +553,11 @@ class _Applications(list[tuple[str, int, object, Callable[[Any], object], str | 
 
     def __call__(self, _: AppliedBatch) -> None:
         actor = self.actor
-        for _origin, _delivery_id, event, handler, sender in self:
-            actor.sender = sender
-            handler(event)
+        actor._handling = self  # (for a snapshot a handler saves: see IdempotentReceiver.snapshot_sequence_nr)
+        try:
+            for k, (_origin, _delivery_id, event, handler, sender) in enumerate(self):
+                actor._handling_at = k
+                actor.sender = sender
+                handler(event)
+        finally:
+            actor._handling = None

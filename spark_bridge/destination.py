@@ -287,8 +287,10 @@ class FeedReceiver(IdempotentReceiver):
 
     def mixin_recover_event(self, event: Any) -> None:
         if type(event) is AppliedBatch:
-            # Rows applied in one group commit: each entry recovers like a single Applied (below).
-            for origin, delivery_id, applied in event.entries():
+            # Rows applied in one group commit: each entry recovers like a single Applied (below), but for those a
+            # snapshot saved by a handler of a later one holds already (its state, dedup and unaccepted follow-ups).
+            skip = self._take_skip_recovered()
+            for origin, delivery_id, applied in event.entries()[skip:]:
                 self.mixin_recover_event(Applied(origin, delivery_id, applied))
             return
         if type(event) is Applied and type(event.event) is RowApplied:

@@ -1,5 +1,5 @@
 """IdempotentReceiver's snapshots with applications in flight, on both bases: a snapshot keeps as applied only
-what its sequence number covers, so a write that fails after it cannot leave a delivery marked applied unapplied."""
+what its state holds, and recovery replays what it does not, so no delivery is left marked applied unapplied."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ register_scheme("flakyidem", journal=lambda url: FlakyJournal(url.partition("://
 
 
 class SnapshottingReceiver(IdempotentReceiver):
-    """Applies each Parcel once; ("snap", parcel, ...) applies them and saves a snapshot in the same turn."""
+    """Applies each Parcel once; ("many", parcel, ...) applies them in one turn, ("snap", parcel, ...) too and then
+    saves a snapshot in the same turn."""
 
     journal_url = "flakyidem://idempotent-snapshot"
     snapshot_store_url = "flakyidem://idempotent-snapshot"
@@ -57,6 +58,9 @@ class SnapshottingReceiver(IdempotentReceiver):
     def receive_command(self, message: Any, sender: str | None) -> None:
         if isinstance(message, Parcel):
             self._apply(message, sender)
+        elif isinstance(message, tuple) and message[0] == "many":
+            for parcel in message[1:]:
+                self._apply(parcel, sender)
         elif isinstance(message, tuple) and message[0] == "snap":
             for parcel in message[1:]:
                 self._apply(parcel, sender)
@@ -71,6 +75,19 @@ class SnapshottingReceiver(IdempotentReceiver):
 
         if not self.persist_applied(cast_str(sender), parcel.delivery_id, parcel.payload, applied):
             self.defer_async(parcel.delivery_id, lambda i: self.tell(sender, ("confirm", i)))
+
+
+class SnapshotInHandler(SnapshottingReceiver):
+    """Saves a snapshot in the handler of its second application (Akka's pattern: in the persist handler)."""
+
+    def _apply(self, parcel: Parcel, sender: str | None) -> None:
+        def applied(event: str) -> None:
+            self.applied.append(event)
+            self.tell(sender, ("confirm", parcel.delivery_id))
+            if len(self.applied) == 2:
+                self.save_snapshot(tuple(self.applied))
+
+        self.persist_applied(cast_str(sender), parcel.delivery_id, parcel.payload, applied)
 
 
 def cast_str(sender: str | None) -> str:
@@ -103,3 +120,25 @@ def test_a_delivery_whose_write_failed_after_a_snapshot_is_applied_when_redelive
     assert sorted(probe.receive(10)[1] for _ in parcels) == [p.delivery_id for p in parcels]
     assert system.ask(path, "applied", timeout=10) == ("a", *[p.payload for p in parcels]), \
         "a delivery confirmed without being applied"
+
+
+def test_a_snapshot_saved_by_a_handler_of_a_gathered_commit_is_recovered_with_the_applications_after_it(
+        base, make_system, tmp_path):
+    # Applications of one turn are journaled as one AppliedBatch (one sequence number). A snapshot saved by the
+    # handler of the second of three was stored at that sequence number, with the state of two and all three
+    # marked applied: recovered from it (no crash needed: a restart), the third was neither replayed nor
+    # applicable again.
+    system = make_system(base)
+    system.spawn(SnapshotInHandler, path="/user/h", entities=True)
+    n = next(_ids)
+    path = f"/user/h/{tmp_path.name}-{n}"
+    probe = system.probe()
+    parcels = [Parcel(k, f"p{k}-{n}") for k in (1, 2, 3)]
+    probe.tell(path, ("many", *parcels))  # (applied in one turn: one AppliedBatch)
+    assert sorted(probe.receive(10)[1] for _ in parcels) == [1, 2, 3]
+    assert system.ask(path, "applied", timeout=10) == tuple(p.payload for p in parcels)
+    system.stop(path)  # its next instance recovers from the newest snapshot
+    wait_for(lambda: system.ask(path, "applied", timeout=10) == tuple(p.payload for p in parcels), timeout=10)
+    for parcel in parcels:  # redelivered: each a duplicate
+        probe.tell(path, parcel)
+    assert system.ask(path, "applied", timeout=10) == tuple(p.payload for p in parcels)

@@ -11,7 +11,7 @@ import pytest
 from persistence import SnapshotOffer
 from spark_bridge import Row
 from spark_bridge.messages import Confirmed, Forwards
-from tests.spark_bridge.sample import Deposited, DurableAccount
+from tests.spark_bridge.sample import Deposited, DurableAccount, GetBalance
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,13 +27,21 @@ class SnapshottingAccount(DurableAccount):
     """A DurableAccount that saves a snapshot whenever a deposit is applied, in the deposit's handler (Akka's
     pattern: snapshot in the persist handler every so many events)."""
 
+    every = 1
+
     def receive_recover(self, event: Any) -> None:
         if isinstance(event, SnapshotOffer):
             self.total, self.applied = event.snapshot
             return
         super().receive_recover(event)
-        if isinstance(event, Deposited) and self.recovery_finished:
+        if isinstance(event, Deposited) and self.recovery_finished and self.applied % self.every == 0:
             self.save_snapshot((self.total, self.applied))
+
+
+class SnapshotEverySecondAccount(SnapshottingAccount):
+    """Saves its snapshot at every second deposit applied: in a commit of three rows, in the second one's handler."""
+
+    every = 2
 
 
 def forwarded_until_confirmed(probe, confirms: int) -> list[int]:
@@ -79,3 +87,21 @@ def test_follow_ups_of_a_row_whose_handler_saved_a_snapshot_are_sent_again_after
     system.stop(f"{ACC}/a")  # its next instance recovers from the snapshot
     system.tell(f"{ACC}/a", row(1, probe.path), sender=probe.path)  # a redelivery: what is unaccepted goes again
     assert forwarded_until_confirmed(probe, 1) == [1], "a follow-up the bridge never accepted was forgotten"
+
+
+def test_rows_of_one_commit_after_a_snapshot_saved_by_an_earlier_ones_handler_are_recovered(base, make_system,
+                                                                                            tmp_path):
+    # Rows applied in one group commit are one AppliedBatch (one sequence number). A snapshot saved by the second
+    # row's handler was stored at that sequence number: recovered from it (a restart, no crash), the third row was
+    # marked applied but neither in the state nor replayed (its deposit lost), and its follow-up was forgotten.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/j.db", snapshot_store=f"sqlite:///{tmp_path}/s.db")
+    system.spawn(SnapshotEverySecondAccount, ACC, entities=True, kwargs={"ledger": "/user/ledger"})
+    probe = system.probe()
+    system.tell_many([(f"{ACC}/a", row(k, probe.path)) for k in (1, 2, 3)], sender=probe.path)
+    assert forwarded_until_confirmed(probe, 3) == [1, 2, 3]
+    system.stop(f"{ACC}/a")  # its next instance recovers from the snapshot
+    balance = system.ask(f"{ACC}/a", GetBalance(), timeout=10)
+    assert (balance.total, balance.applied) == (6, 3), f"a deposit marked applied was lost: {balance}"
+    system.tell(f"{ACC}/a", row(3, probe.path), sender=probe.path)  # a redelivery: what is unaccepted goes again
+    assert forwarded_until_confirmed(probe, 1) == [1, 2, 3], "a follow-up the bridge never accepted was forgotten"
+    assert system.ask(f"{ACC}/a", GetBalance(), timeout=10).total == 6
