@@ -5,6 +5,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, cast
 
 from journal import register_type
@@ -257,6 +258,8 @@ class IdempotentReceiver(PersistentActor):
         self._handling: _Applications | None = None
         self._handling_at = 0
         self._skip_recovered = 0  # recovery: applications of the next AppliedBatch the snapshot holds already
+        # While a write's handlers run: its entries whose events were not stored (see _on_write_results).
+        self._unstored: list[_Entry] | tuple[()] = ()
 
     def already_applied(self, origin: str, delivery_id: int) -> bool:
         """True if delivery `delivery_id` from `origin` was applied (or is being persisted)."""
@@ -412,7 +415,23 @@ class IdempotentReceiver(PersistentActor):
     def _on_write_results(self, batch: list[_Entry], results: WriteResults) -> None:
         if isinstance(results, list) and results.count(None) != len(results):  # rejections are rare
             batch, results = split_rejected(self, batch, results, AppliedBatch, self._requeue_one_by_one)
-        super()._on_write_results(batch, results)
+            writes = [e for e in batch if e.atomic is not None]
+            unstored = [e for e, r in zip(writes, results, strict=True) if r is not None]
+        elif isinstance(results, BaseException):
+            unstored = [e for e in batch if e.atomic is not None]
+        else:
+            super()._on_write_results(batch, results)
+            return
+        # The applications of this write that were not stored (rejected; or a failed write, outcome unknown) stay
+        # marked seen until their entry's turn comes (_event_rejected), after the handlers of the entries before
+        # them, and they are no longer queued: a snapshot saved by one of those handlers (Akka's pattern) would
+        # store them as applied, and the recovered instance would confirm their redeliveries unapplied. The
+        # snapshot leaves them out (see _applications_in_flight); one that was stored is replayed after it.
+        self._unstored = unstored
+        try:
+            super()._on_write_results(batch, results)
+        finally:
+            self._unstored = ()
 
     def _requeue_one_by_one(self, entry: _Entry) -> None:
         # Only the applications whose event cannot be stored are rejected; the others are applied.
@@ -522,9 +541,10 @@ class IdempotentReceiver(PersistentActor):
 
     def _applications_in_flight(self) -> list[tuple[str, int]]:
         """(origin, delivery id) of the applications queued and not written yet (gathered, or in this round's
-        batch: its writes and their handlers run together when the host settles)."""
+        batch: its writes and their handlers run together when the host settles), and, while a write's handlers
+        run, those of its entries that were not stored."""
         found = [(origin, delivery_id) for origin, delivery_id, _, _, _ in self._unapplied]
-        for entry in self._batch or ():
+        for entry in chain(self._batch or (), self._unstored):
             atomic = entry.atomic
             if atomic is None:
                 continue
