@@ -26,14 +26,24 @@ def split_rejected(actor: PersistentActor, batch: list[_Entry], results: list[Ba
                    requeue: Callable[[_Entry], None]) -> tuple[list[_Entry], list[BaseException | None]]:
     """Drop each rejected compact event of `event_type` holding several items from a written batch and
     hand its batch entry to `requeue` (which journals the items one per event, so that only the items that
-    cannot be stored are rejected); return the batch and results left for `_on_write_results`."""
+    cannot be stored are rejected); return the batch and results left for `_on_write_results`.
+
+    The deferrals (defer, defer_async) after the first such event go again too, each after the items requeued
+    before it: a deferral runs after every handler pending when it was called (the acknowledgement of a
+    duplicate, of deliveries journaled), so it must not run before the items' own writes are durable. Left
+    in this batch, it ran before them: had their write then failed (the actor stops) or never happened (host
+    killed), what it acknowledged was never stored, and its sender, acknowledged, never sent it again."""
     kept: list[_Entry] = []
     kept_results: list[BaseException | None] = []
     retry: list[_Entry] = []
     it = iter(results)
     for entry in batch:
         if entry.atomic is None:
-            kept.append(entry)
+            if retry:
+                actor._withdraw(entry)
+                retry.append(entry)
+            else:
+                kept.append(entry)
             continue
         result = next(it)
         event = entry.atomic.payload[0].payload
@@ -44,5 +54,8 @@ def split_rejected(actor: PersistentActor, batch: list[_Entry], results: list[Ba
         kept.append(entry)
         kept_results.append(result)
     for entry in retry:
-        requeue(entry)
+        if entry.atomic is None:
+            actor._queue_entry(entry, 1, entry.stashing)  # (behind what was requeued before it)
+        else:
+            requeue(entry)
     return kept, kept_results

@@ -1,5 +1,6 @@
 """IdempotentReceiver's snapshots with applications in flight, on both bases: a snapshot keeps as applied only
-what its state holds, and recovery replays what it does not, so no delivery is left marked applied unapplied."""
+what its state holds, and recovery replays what it does not, so no delivery is left marked applied unapplied.
+Also a duplicate's confirm, which waits for the original's write even when that write is split after a rejection."""
 
 from __future__ import annotations
 
@@ -179,3 +180,50 @@ def test_a_snapshot_saved_before_a_rejected_write_of_the_same_commit_is_handled_
     assert probe.receive(10) == ("confirm", 3)
     assert system.ask(path, "applied", timeout=10) == (f"a-{n}", f"b-{n}", f"c-{n}"), \
         "a delivery confirmed without being applied"
+
+
+_failed_split: set[str] = set()  # (per process: the host's) events whose first write as an Applied of their own failed
+
+
+class FailsSplitJournal(MemoryJournal):
+    """The first write of an application journaled on its own (an Applied: split from a rejected AppliedBatch)
+    whose event starts with "split-flaky" fails (a lost connection)."""
+
+    def write_messages(self, messages):
+        for aw in messages:
+            for r in aw.payload:
+                e = r.payload.event if type(r.payload) is Applied else None
+                if isinstance(e, str) and e.startswith("split-flaky") and e not in _failed_split:
+                    _failed_split.add(e)
+                    raise JournalError(f"simulated write failure: {e}")
+        return super().write_messages(messages)
+
+
+register_scheme("splitidem", journal=lambda url: FailsSplitJournal(url.partition("://")[2]),
+                snapshot_store=lambda url: MemorySnapshotStore(url.partition("://")[2]))
+
+
+class SplitReceiver(SnapshottingReceiver):
+    journal_url = "splitidem://idempotent-split"
+    snapshot_store_url = "splitidem://idempotent-split"
+
+
+def test_a_duplicate_is_confirmed_only_once_the_split_write_of_its_original_is_durable(base, make_system, tmp_path):
+    # a and b, applied in one turn, went as one AppliedBatch, rejected (b's event cannot be stored) and split: each
+    # application went again as an event of its own, in the next write. a's redelivery, in the same turn, was a
+    # duplicate, confirmed after the writes in flight (defer_async): it ran with the rejected write's handlers,
+    # before a's own write. That write failed (the actor stops): a was confirmed, never stored, and its sender
+    # stopped redelivering it: the delivery lost silently.
+    system = make_system(base)
+    system.spawn(SplitReceiver, path="/user/sp", entities=True)
+    n = next(_ids)
+    path = f"/user/sp/{tmp_path.name}-{n}"
+    probe = system.probe()
+    a = Parcel(1, f"split-flaky-{n}")
+    probe.tell(path, ("many", a, Parcel(2, 2**70), a))  # (an int beyond 64 bits: rejected)
+    wait_for(lambda: any("simulated write failure" in e.reason for e in system.errors().recent), timeout=10)
+    probe.tell(path, "applied")  # (its next instance, recovered: neither is stored)
+    assert probe.receive(10) == (), "a delivery confirmed before its event was durable (and it never was)"
+    probe.tell(path, a)  # its sender redelivers it (no confirm came)
+    assert probe.receive(10) == ("confirm", 1)
+    assert system.ask(path, "applied", timeout=10) == (a.payload,)
