@@ -355,8 +355,27 @@ class IdempotentReceiver(PersistentActor):
 
         if self.persist_applied(origin, delivery_id, event, applied):
             return True
-        self.defer_async(delivery_id, lambda i: self.tell(origin, Confirm(i)))
+        self._confirm_duplicate(origin, delivery_id, lambda: self.tell(origin, Confirm(delivery_id)))
         return False
+
+    def _confirm_duplicate(self, origin: str, delivery_id: int, confirm: Callable[[], object]) -> None:
+        """Call `confirm()`, the confirmation of a duplicate of delivery `delivery_id` from `origin`, after the writes
+        in flight, and only if the delivery is applied then.
+
+        The write in flight that made it a duplicate may be rejected (its event cannot be stored): its mark is
+        forgotten then, nothing is applied, and a confirm would tell the sender it was, so that it never sent the
+        delivery again (e.g. once fixed to send a storable event): lost silently. Not confirmed, it is redelivered.
+        Marked again meanwhile by a copy whose write is in flight, it is confirmed after that write.
+        """
+        def check(_: object) -> None:
+            if not self.already_applied(origin, delivery_id):
+                return
+            if (origin, delivery_id) in self._applications_in_flight():
+                self.defer_async(None, check)
+                return
+            confirm()
+
+        self.defer_async(None, check)
 
     def forget_applied_up_to(self, origin: str, delivery_id: int) -> None:
         """Take every delivery id <= `delivery_id` from `origin` as applied, keeping no memory of each.

@@ -232,8 +232,9 @@ class FeedReceiver(IdempotentReceiver):
             self._trim(_origin(row.bridge), row.settled_below - 1)
         origin = _origin(row.bridge)
         if self.already_applied(origin, row.delivery_id):
-            # After the pending handlers: the first copy's follow-ups must reach the bridge before this.
-            self.defer_async(row, self._reconfirm)
+            # After the pending handlers: the first copy's follow-ups must reach the bridge before this. Not at all
+            # if the first copy's write was rejected (nothing applied: see _confirm_duplicate).
+            self._confirm_duplicate(origin, row.delivery_id, lambda: self._reconfirm(row))
             return False
         follow = _follow_ups(follow_ups) if follow_ups else []
         first = self._next_forward

@@ -11,7 +11,7 @@ import pytest
 
 from journal import JournalError, register_scheme
 from journal.memory import MemoryJournal, MemorySnapshotStore
-from persistence import IdempotentReceiver, SnapshotOffer
+from persistence import Confirm, IdempotentReceiver, SnapshotOffer
 from persistence.idempotent import Applied, AppliedBatch
 from tests.persistence.compact_fixtures import Parcel
 from tests.waiting import wait_for
@@ -227,3 +227,45 @@ def test_a_duplicate_is_confirmed_only_once_the_split_write_of_its_original_is_d
     probe.tell(path, a)  # its sender redelivers it (no confirm came)
     assert probe.receive(10) == ("confirm", 1)
     assert system.ask(path, "applied", timeout=10) == (a.payload,)
+
+
+class ConfirmingReceiver(IdempotentReceiver):
+    """Applies each Parcel once with apply_and_confirm (a duplicate is confirmed again); ("many", parcel, ...)
+    applies them in one turn."""
+
+    journal_url = "flakyidem://idempotent-confirming"
+    snapshot_store_url = "flakyidem://idempotent-confirming"
+
+    def pre_start(self) -> None:
+        self.applied: list[Any] = []
+
+    def receive_recover(self, event: Any) -> None:
+        if isinstance(event, str):
+            self.applied.append(event)
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        parcels = message[1:] if isinstance(message, tuple) and message[0] == "many" else (message,)
+        if message == "applied":
+            self.tell(sender, tuple(self.applied))
+            return
+        for parcel in parcels:
+            self.apply_and_confirm(cast_str(sender), parcel.delivery_id, parcel.payload, self.applied.append)
+
+
+def test_a_duplicate_of_a_rejected_application_is_not_confirmed(base, make_system, tmp_path):
+    # A duplicate is confirmed after the write in flight of its original (apply_and_confirm): also when that write
+    # was rejected (its event cannot be stored), so nothing was applied. Its sender, confirmed, never sent it again
+    # (e.g. once fixed to send a storable event): the delivery lost silently.
+    system = make_system(base)
+    system.spawn(ConfirmingReceiver, path="/user/cr", entities=True)
+    n = next(_ids)
+    path = f"/user/cr/{tmp_path.name}-{n}"
+    probe = system.probe()
+    bad = Parcel(1, 2**70)  # (an int beyond 64 bits: rejected)
+    probe.tell(path, ("many", bad, bad))  # (the second is a duplicate while the first one's write is in flight)
+    wait_for(lambda: system.errors().recent, timeout=10)  # the rejection is reported
+    probe.tell(path, "applied")
+    assert probe.receive(10) == (), "a delivery confirmed although its event was rejected"
+    probe.tell(path, Parcel(1, f"fixed-{n}"))  # its sender redelivers it (no confirm came), storable now
+    assert probe.receive(10) == Confirm(1)
+    assert system.ask(path, "applied", timeout=10) == (f"fixed-{n}",)
