@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from journal import AtomicWrite, PersistentRepr
+from journal import AtomicWrite, JournalError, PersistentRepr, register_scheme
+from journal.memory import MemoryJournal, MemorySnapshotStore
 from journal.sqlite import SqliteJournal
 from persistence import ConfirmDeliveries
 from persistence.durable import DeliveriesConfirmed, DeliveriesSent, DeliveryConfirmed, DeliverySent
 from persistence.idempotent import AppliedBatch
-from tests.persistence.compact_fixtures import CountingShipper, Parcel, Receiver, Ship, Shipper
+from tests.persistence.compact_fixtures import CountingShipper, Parcel, Receiver, Ship, Shipper, _message
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(90)
@@ -232,3 +235,58 @@ def test_forget_applied_up_to_drops_the_gaps_below_and_keeps_those_above(psystem
     psystem.tell(RCV, Parcel(5, "p5"), sender=probe.path)
     wait_for(lambda: len(psystem.ask(RCV, "status")[0]) == 4)
     assert sorted(psystem.ask(RCV, "status")[0]) == ["p2", "p4", "p5", "p6"]
+
+
+_failed_sent: set[str] = set()  # (per process: the host's) messages whose first write as a delivery of its own failed
+
+
+class FailsSplitSentJournal(MemoryJournal):
+    """The first write of a DeliveriesSent of one delivery (split from a rejected one) whose message is a Parcel
+    with a payload starting "split-flaky" fails (a lost connection)."""
+
+    def write_messages(self, messages):
+        for aw in messages:
+            for r in aw.payload:
+                if type(r.payload) is DeliveriesSent and len(r.payload) == 1:
+                    m = r.payload.messages[0]
+                    if type(m) is Parcel and m.payload.startswith("split-flaky") and m.payload not in _failed_sent:
+                        _failed_sent.add(m.payload)
+                        raise JournalError(f"simulated write failure: {m.payload}")
+        return super().write_messages(messages)
+
+
+register_scheme("splitsent", journal=lambda url: FailsSplitSentJournal(url.partition("://")[2]),
+                snapshot_store=lambda url: MemorySnapshotStore(url.partition("://")[2]))
+
+
+class AckingShipper(Shipper):
+    """Ship: delivers, then acknowledges ("acked") once everything delivered is journaled (defer_async, as the
+    accounts example's Feeder); "unconfirmed" replies the number of deliveries not confirmed."""
+
+    journal_url = "splitsent://compact-split"
+    snapshot_store_url = "splitsent://compact-split"
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, Ship):
+            for p in message.payloads:
+                self.deliver(message.destination, lambda i, p=p: _message(i, p))
+            self.defer_async("acked", lambda m: self.tell(sender, m))
+        elif message == "unconfirmed":
+            self.tell(sender, ("unconfirmed", self.number_of_unconfirmed))
+        else:
+            super().receive_command(message, sender)
+
+
+def test_deliveries_are_acknowledged_only_once_journaled_even_when_their_event_is_split(base, make_system, tmp_path):
+    # The round's DeliveriesSent was rejected (one message cannot be stored) and split: each delivery went again as
+    # an event of its own, in the next write. The acknowledgement deferred after them (defer_async) ran with the
+    # rejected write's handlers, before that write, which failed (the actor stops): the client was told its
+    # delivery was journaled, and it never was: lost silently.
+    system = make_system(base)
+    system.spawn(AckingShipper, path="/user/ack", entities=True)
+    path = f"/user/ack/{tmp_path.name}"
+    probe = system.probe()
+    probe.tell(path, Ship("/user/nowhere", (f"split-flaky-{tmp_path.name}", "bad")))
+    wait_for(lambda: any("simulated write failure" in e.reason for e in system.errors().recent), timeout=10)
+    probe.tell(path, "unconfirmed")  # (its next instance, recovered: nothing was journaled)
+    assert probe.receive(10) == ("unconfirmed", 0), "deliveries acknowledged before they were journaled"
