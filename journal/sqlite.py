@@ -21,7 +21,9 @@ Before its first connection to a file, a process walks the WAL as SQLite's recov
 (journal.sqlite_wal) and refuses with JournalCorruption, naming the frame, a WAL from which SQLite would
 silently drop committed transactions: a flipped byte mid-WAL, a WAL cut inside a frame, a WAL cut at a
 frame boundary when SQLite's WAL index says more was committed, an empty database file beside a WAL.
-What a crash leaves (an unfinished last transaction) opens normally. `?torn_wal=accept` opens anyway,
+What a crash leaves (an unfinished last transaction) opens normally. Not when a connection of this process
+that is not the registry's (an offset store sharing the file) already has the file open: it is live, and
+reading its -shm would mean closing a descriptor of it (see `_wal_refusal`). `?torn_wal=accept` opens anyway,
 accepting SQLite's rollback to the last intact commit (e.g. right after a power loss during a write that
 was never acknowledged).
 
@@ -123,7 +125,51 @@ def torn_wal_problem(db_path: str) -> str | None:
     return sqlite_wal.problem(db_path, use_shm=False)
 
 
+def _open_in_this_process(db_path: str) -> bool | None:
+    """Whether a descriptor of this process already refers to `db_path` or its -shm (None: cannot tell).
+
+    Nothing is opened: each descriptor listed in /proc/self/fd (/dev/fd on macOS) is fstat'ed and compared.
+    """
+    files = set()
+    for name in (db_path, db_path + "-shm"):
+        try:
+            st = os.stat(name)
+        except OSError:
+            continue
+        files.add((st.st_dev, st.st_ino))
+    if not files:
+        return False
+    for listing in ("/proc/self/fd", "/dev/fd"):
+        try:
+            fds = os.listdir(listing)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                st = os.fstat(int(fd))
+            except (OSError, ValueError):  # (the listing's own descriptor, closed meanwhile)
+                continue
+            if (st.st_dev, st.st_ino) in files:
+                return True
+        return False
+    return None
+
+
 def _wal_refusal(db_path: str, use_shm: bool = True) -> str | None:
+    if use_shm:
+        # This runs before the registry's first connection to the file, but another SQLite connection of this
+        # process, not ours, may have it open: a projection's offset store sharing the journal's file
+        # (persistence.offset_store, opened before the journal), the user's own sqlite3 connection. Opening and
+        # closing the -shm would then drop that connection's lock on it (SQLite's "DMS" byte: closing any
+        # descriptor of a file drops all of the process's POSIX locks on it), and the next process to open the
+        # file would take itself for the first, truncate the -shm this process has mapped and rebuild it under
+        # it (a writer died of SIGBUS). Such a database is live here: SQLite runs no recovery of its WAL, as
+        # for a database another process has open, so there is nothing to check (see sqlite_wal.problem).
+        here = _open_in_this_process(db_path)
+        if here:
+            return None
+        if here is None:
+            use_shm = False  # (no way to list this process's descriptors: read the WAL alone, never the -shm)
     # Another process may be writing the WAL right now (a frame takes two write() calls, a commit of pages
     # written twice rewrites checksums after its commit frame): a problem only counts once it has been
     # seen unchanged a few times (bounded: at most ~20 polls).

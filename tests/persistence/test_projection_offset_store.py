@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 import threading
 import uuid
 
 import pytest
 
+from journal import open_journal, sqlite_wal
 from persistence import OffsetConflict, OffsetStore, OffsetStoreError, open_offset_store
 
 pytestmark = pytest.mark.timeout(60)
@@ -141,3 +145,61 @@ def test_stores_opened_at_once_on_a_new_database_all_open(store_url):
     finally:
         for s in opened:
             s.close()
+
+
+_STORE_THEN_JOURNAL = """
+import sys
+from journal import AtomicWrite, PersistentRepr, open_journal
+from persistence import open_offset_store
+path = sys.argv[1]
+store = open_offset_store(f"sqlite://{path}")  # the read model's offsets first (a projection of another journal)
+store.save("p", 1)
+journal = open_journal(f"sqlite://{path}")  # then the process's journal on the same file
+n = 0
+while sys.stdin.readline():
+    n += 1
+    journal.write_messages([AtomicWrite([PersistentRepr(f"e-{n}", n, "w")])])
+    store.save("p", n)
+    print(n, flush=True)  # acknowledged
+journal.close()
+store.close()
+"""
+
+
+def test_a_journal_opened_after_an_offset_store_on_its_file_keeps_the_process_s_locks(tmp_path):
+    # An offset store may share the journal's file (sqlite_schema.check_is_journal lets its table be there). Opened
+    # first in a process, its connection took SQLite's lock on the -shm; the journal's first open in that process
+    # then opened and closed the -shm (to check the WAL before SQLite's recovery), which drops every POSIX lock of
+    # the process on it. The next process to open the file believed itself the first and truncated the -shm the
+    # host had mapped (a host writing meanwhile died of SIGBUS; the WAL index was reset under it).
+    path = f"{tmp_path}/j.db"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    host = subprocess.Popen([sys.executable, "-c", _STORE_THEN_JOURNAL, path], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
+                            env={**os.environ, "PYTHONPATH": root})
+    assert host.stdin is not None and host.stdout is not None
+    acknowledged, held = 0, []
+    try:
+        for _ in range(40):
+            host.stdin.write("w\n")
+            host.stdin.flush()
+            line = host.stdout.readline()
+            if not line:
+                break
+            acknowledged = int(line)
+            held.append(sqlite_wal.in_use_elsewhere(path))  # (this process has no connection to the file)
+            reader = sqlite3.connect(path)  # another process reading it: `reprise journal ls`, a Spark executor
+            reader.execute("SELECT count(*) FROM events").fetchone()
+            reader.close()
+        host.stdin.close()
+        code = host.wait(30)
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait(10)
+    stderr = host.stderr.read() if host.stderr else ""
+    assert code == 0, f"the host process died ({code}): {stderr[-500:]}"
+    assert acknowledged == 40
+    assert held == [True] * 40, "the host's lock on the -shm was dropped"
+    with open_journal(f"sqlite://{path}") as j:
+        assert [e.sequence_nr for e in j.replay_messages("w")] == list(range(1, 41))
