@@ -38,6 +38,7 @@ twice.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sqlite3
@@ -226,20 +227,48 @@ def create_private_file(path: str) -> None:
     SQLite gives a database's -wal and -shm the database file's mode, and sqlite3.connect would create the
     file with the process umask (0644 under 022).
     """
-    # Only for a file that does not exist yet, and only while no connection of this process has it open
-    # (the caller holds the registry lock): closing a descriptor of a file drops every POSIX lock this
+    # Only for a file that does not exist yet: closing a descriptor of a file drops every POSIX lock this
     # process holds on it, which for a live database lets another process checkpoint and unlink its WAL.
+    # The file is made under a name of its own and linked into place only once its descriptor is closed:
+    # made at `path`, a connection of this process that does not hold the registry lock (a projection's
+    # offset store sharing the journal's file; the journal, when the offset store creates the file) could
+    # find it and take its locks before that close dropped them.
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     if os.path.lexists(path):
         return
+    new = os.path.join(os.path.dirname(path), f".reprise-{os.getpid()}-{threading.get_ident()}.new")
+    try:
+        fd = os.open(new, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    except FileExistsError:  # (left by a process of this pid killed right here)
+        os.unlink(new)
+        fd = os.open(new, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            os.fchmod(fd, 0o600)  # whatever the umask (SQLite gives -wal and -shm this file's mode)
+        finally:
+            os.close(fd)
+        os.link(new, path)  # (never replaces: FileExistsError)
+    except FileExistsError:  # another process or thread created it meanwhile: it is theirs, and may be live
+        pass
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
+            raise
+        _create_and_keep(path)
+    finally:
+        os.unlink(new)
+
+
+_kept_fds: list[int] = []
+
+
+def _create_and_keep(path: str) -> None:
+    """create_private_file on a file system without hard links: made at `path`, its descriptor never closed."""
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
     except FileExistsError:  # another process created it meanwhile: it is theirs, and may be live
         return
-    try:
-        os.fchmod(fd, 0o600)  # whatever the umask (SQLite gives -wal and -shm this file's mode)
-    finally:
-        os.close(fd)
+    os.fchmod(fd, 0o600)
+    _kept_fds.append(fd)  # (one descriptor per file this process creates there: closing it could drop locks)
 
 
 def retry_busy(fn: Callable[[], R], busy_timeout: float) -> R:

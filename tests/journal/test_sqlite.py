@@ -365,6 +365,39 @@ def test_another_process_opening_and_closing_the_file_loses_no_later_write(tmp_p
         assert _seqs(j, "p") == [1, 2]
 
 
+def test_a_file_created_while_the_journal_of_the_process_opens_it_keeps_the_journal_s_locks(tmp_path,
+                                                                                          monkeypatch) -> None:
+    # create_private_file (a projection's SQLite offset store calls it outside the registry's lock) created the
+    # file at its path and closed that descriptor after fchmod. The journal of the same process, opening the
+    # file meanwhile (a persistent actor starting in another thread of the host), found it and connected: the
+    # close dropped the journal connection's locks, and the next process to close the file took itself for
+    # the last, checkpointed and unlinked the WAL still in use: the next acknowledged write was lost.
+    from journal.sqlite import create_private_file
+
+    path = f"{tmp_path}/j.db"
+    opened: list[journal.Journal] = []
+    fchmod = os.fchmod
+
+    def fchmod_then_the_journal_opens(fd: int, mode: int) -> None:
+        fchmod(fd, mode)
+        if not opened and os.path.lexists(path):  # the other thread's turn, between the fchmod and the close
+            opened.append(open_journal(f"sqlite://{path}"))
+
+    monkeypatch.setattr(os, "fchmod", fchmod_then_the_journal_opens)
+    create_private_file(path)
+    monkeypatch.undo()
+    j = opened[0] if opened else open_journal(f"sqlite://{path}")
+    with j:
+        _write(j, "p", range(1, 2))
+        assert _rows_seen_by_another_process(path) == 1  # a plain sqlite3 reader, opened and closed
+        _write(j, "p", range(2, 3))  # acknowledged
+        assert _rows_seen_by_another_process(path) == 2
+        assert os.path.exists(path + "-wal")
+    with open_journal(f"sqlite://{path}") as j:
+        assert _seqs(j, "p") == [1, 2]
+    assert sorted(os.listdir(tmp_path)) == ["j.db"]  # (nothing left beside it)
+
+
 def test_journal_and_snapshot_store_of_a_process_share_one_connection(tmp_path) -> None:
     url = f"sqlite://{tmp_path}/j.db"
     j, s = open_journal(url), journal.open_snapshot_store(url)
