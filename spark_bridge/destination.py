@@ -202,9 +202,14 @@ class FeedReceiver(IdempotentReceiver):
 
     Follow-ups are stored in the same event as the row's effect, so a crash after the write cannot lose
     them: they are sent again (the bridge deduplicates them by this actor's persistence id and a forward
-    id) whenever the bridge redelivers a row this actor already applied, until the bridge accepts them.
+    id) when the bridge redelivers a row this actor already applied (those of the row's tree with every copy,
+    the others at most once per `follow_up_resend_interval`), until the bridge accepts them.
     Dedup memory stays bounded: rows carry the bridge's settled watermark, below which ids are forgotten.
     """
+
+    follow_up_resend_interval: float = 10.0
+    """Seconds between two resends of every follow-up the bridge has not accepted, on rows redelivered (the
+    follow-ups of a redelivered row's own tree are sent again with each copy)."""
 
     def mixin_init(self) -> None:
         super().mixin_init()
@@ -215,13 +220,15 @@ class FeedReceiver(IdempotentReceiver):
         self._unaccepted: dict[int, tuple[Forward, str | None]] = {}  # forward id -> (follow-up, its bridge)
         self._bridge_low: dict[str, int] = {}  # per bridge (origin): every delivery id below it is settled
         self._rows_until_trim = 0
+        self._resend_all_after = 0.0  # (monotonic) _reconfirm sends every unaccepted follow-up again from then on
 
     def apply_row(self, row: Row, event: object, handler: Callable[[Any], object] | None = None,
                   follow_ups: Iterable[tuple[str, object]] = ()) -> bool:
         """Persist `event` for `row` unless already applied, run `handler(event)`, send follow-ups, confirm.
 
-        Returns False for a row applied before (it is confirmed again, after any write in flight, and
-        follow-ups the bridge has not accepted yet are sent again first).
+        Returns False for a row applied before (it is confirmed again, after any write in flight, and the
+        follow-ups of its tree the bridge has not accepted yet are sent again first; the other unaccepted ones
+        too, at most once per `follow_up_resend_interval`).
         """
         if type(row) is not Row and not isinstance(row, Row):
             raise TypeError(f"apply_row needs the spark_bridge.Row the bridge delivered, got {type(row).__name__}")
@@ -271,8 +278,24 @@ class FeedReceiver(IdempotentReceiver):
             _forward(self, f, bridge)
 
     def _reconfirm(self, row: Row) -> None:
-        for f, bridge in list(self._unaccepted.values()):
-            _forward(self, f, bridge)
+        # The follow-ups of the row's tree go again before its confirmation: the tree's XOR must count them
+        # first, and they may have died with an earlier process of this receiver (or never been sent). Every
+        # other unaccepted one goes again only once per follow_up_resend_interval (one whose acceptance was
+        # lost), not with each copy: when redeliveries piled up (this receiver's host restarted, the bridge
+        # parked its messages to it, the guardian held more), each of tens of thousands of copies resent all of
+        # them (40-120), the bridge's acceptances queued behind that flood, so they stayed unaccepted and the
+        # next copies resent them all again: 5-7 million follow-ups resent for a 40,000-row feed, and on a slowed
+        # machine no batch was processed for 90 s (test_feed.py's processed feed with the accounts' host killed).
+        now = time.monotonic()
+        if now >= self._resend_all_after:
+            self._resend_all_after = now + self.follow_up_resend_interval
+            for f, bridge in list(self._unaccepted.values()):
+                _forward(self, f, bridge)
+        else:
+            anchor = row.anchor
+            for f, bridge in self._unaccepted.values():
+                if f.anchor == anchor:
+                    _forward(self, f, bridge)
         _confirm(self, row.delivery_id, row.bridge)
 
     def _trim(self, origin: str, low: int) -> None:
