@@ -355,10 +355,10 @@ class IdempotentReceiver(PersistentActor):
 
         if self.persist_applied(origin, delivery_id, event, applied):
             return True
-        self._confirm_duplicate(origin, delivery_id, lambda: self.tell(origin, Confirm(delivery_id)))
+        self.confirm_duplicate(origin, delivery_id, lambda: self.tell(origin, Confirm(delivery_id)))
         return False
 
-    def _confirm_duplicate(self, origin: str, delivery_id: int, confirm: Callable[[], object]) -> None:
+    def confirm_duplicate(self, origin: str, delivery_id: int, confirm: Callable[[], object]) -> None:
         """Call `confirm()`, the confirmation of a duplicate of delivery `delivery_id` from `origin`, after the writes
         in flight, and only if the delivery is applied then.
 
@@ -486,7 +486,7 @@ class IdempotentReceiver(PersistentActor):
     def mixin_recover_event(self, event: Any) -> None:
         if self._skip_recovered and type(event) is AppliedBatch:
             # (the snapshot holds its first applications: marked seen there, and in the state)
-            skip = self._take_skip_recovered()
+            skip = self.take_applications_recovered()
             recover = super().mixin_recover_event
             for origin, delivery_id, applied in event.entries()[skip:]:
                 seen_ids(self._seen, origin).add(delivery_id)
@@ -552,9 +552,9 @@ class IdempotentReceiver(PersistentActor):
             return IdempotentSnapshotInBatch(seen, super().mixin_wrap_snapshot(snapshot), handled)
         return IdempotentSnapshot(seen, super().mixin_wrap_snapshot(snapshot))
 
-    def _take_skip_recovered(self) -> int:
-        """Recovery: how many applications of this AppliedBatch the snapshot holds already (see
-        IdempotentSnapshotInBatch); only the first event replayed after it has any."""
+    def take_applications_recovered(self) -> int:
+        """Recovery, for a mixin that recovers an AppliedBatch's entries itself: how many of its first applications
+        the snapshot holds already (see IdempotentSnapshotInBatch; only the first event replayed after it has any)."""
         skip, self._skip_recovered = self._skip_recovered, 0
         return skip
 

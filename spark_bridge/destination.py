@@ -240,8 +240,8 @@ class FeedReceiver(IdempotentReceiver):
         origin = _origin(row.bridge)
         if self.already_applied(origin, row.delivery_id):
             # After the pending handlers: the first copy's follow-ups must reach the bridge before this. Not at all
-            # if the first copy's write was rejected (nothing applied: see _confirm_duplicate).
-            self._confirm_duplicate(origin, row.delivery_id, lambda: self._reconfirm(row))
+            # if the first copy's write was rejected (nothing applied: see confirm_duplicate).
+            self.confirm_duplicate(origin, row.delivery_id, lambda: self._reconfirm(row))
             return False
         follow = _follow_ups(follow_ups) if follow_ups else []
         first = self._next_forward
@@ -313,7 +313,7 @@ class FeedReceiver(IdempotentReceiver):
         if type(event) is AppliedBatch:
             # Rows applied in one group commit: each entry recovers like a single Applied (below), but for those a
             # snapshot saved by a handler of a later one holds already (its state, dedup and unaccepted follow-ups).
-            skip = self._take_skip_recovered()
+            skip = self.take_applications_recovered()
             for origin, delivery_id, applied in event.entries()[skip:]:
                 self.mixin_recover_event(Applied(origin, delivery_id, applied))
             return
