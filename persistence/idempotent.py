@@ -432,15 +432,15 @@ class IdempotentReceiver(PersistentActor):
             object.__setattr__(repr_, "tags", self.mixin_tags(stored))
 
     def _on_write_results(self, batch: list[_Entry], results: WriteResults) -> None:
-        if isinstance(results, list) and results.count(None) != len(results):  # rejections are rare
+        if results is None or (type(results) is list and results.count(None) == len(results)):
+            super()._on_write_results(batch, results)  # (all stored, or nothing written: the usual case)
+            return
+        if isinstance(results, list):  # rejections are rare
             batch, results = split_rejected(self, batch, results, AppliedBatch, self._requeue_one_by_one)
             writes = [e for e in batch if e.atomic is not None]
             unstored = [e for e, r in zip(writes, results, strict=True) if r is not None]
-        elif isinstance(results, BaseException):
+        else:  # the whole write failed
             unstored = [e for e in batch if e.atomic is not None]
-        else:
-            super()._on_write_results(batch, results)
-            return
         # The applications of this write that were not stored (rejected; or a failed write, outcome unknown) stay
         # marked seen until their entry's turn comes (_event_rejected), after the handlers of the entries before
         # them, and they are no longer queued: a snapshot saved by one of those handlers (Akka's pattern) would
