@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from journal import AtomicWrite, JournalError, PersistentRepr, register_scheme
-from journal.memory import MemoryJournal, MemorySnapshotStore
+from journal import AtomicWrite, PersistentRepr
 from journal.sqlite import SqliteJournal
 from persistence import ConfirmDeliveries
 from persistence.durable import DeliveriesConfirmed, DeliveriesSent, DeliveryConfirmed, DeliverySent
 from persistence.idempotent import AppliedBatch
 from tests.persistence.compact_fixtures import CountingShipper, Parcel, Receiver, Ship, Shipper, _message
+from tests.persistence.failing_journals import register_failing_first_write
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(90)
@@ -237,26 +237,17 @@ def test_forget_applied_up_to_drops_the_gaps_below_and_keeps_those_above(psystem
     assert sorted(psystem.ask(RCV, "status")[0]) == ["p2", "p4", "p5", "p6"]
 
 
-_failed_sent: set[str] = set()  # (per process: the host's) messages whose first write as a delivery of its own failed
+def _split_sent(payload: object) -> list[str]:
+    """A DeliveriesSent of one delivery (split from a rejected one) whose Parcel's payload starts "split-flaky": its
+    first write fails."""
+    if type(payload) is DeliveriesSent and len(payload) == 1:
+        m = payload.messages[0]
+        if type(m) is Parcel and m.payload.startswith("split-flaky"):
+            return [m.payload]
+    return []
 
 
-class FailsSplitSentJournal(MemoryJournal):
-    """The first write of a DeliveriesSent of one delivery (split from a rejected one) whose message is a Parcel
-    with a payload starting "split-flaky" fails (a lost connection)."""
-
-    def write_messages(self, messages):
-        for aw in messages:
-            for r in aw.payload:
-                if type(r.payload) is DeliveriesSent and len(r.payload) == 1:
-                    m = r.payload.messages[0]
-                    if type(m) is Parcel and m.payload.startswith("split-flaky") and m.payload not in _failed_sent:
-                        _failed_sent.add(m.payload)
-                        raise JournalError(f"simulated write failure: {m.payload}")
-        return super().write_messages(messages)
-
-
-register_scheme("splitsent", journal=lambda url: FailsSplitSentJournal(url.partition("://")[2]),
-                snapshot_store=lambda url: MemorySnapshotStore(url.partition("://")[2]))
+register_failing_first_write("splitsent", _split_sent)
 
 
 class AckingShipper(Shipper):

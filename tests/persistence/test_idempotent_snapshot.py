@@ -9,35 +9,22 @@ from typing import Any
 
 import pytest
 
-from journal import JournalError, register_scheme
-from journal.memory import MemoryJournal, MemorySnapshotStore
 from persistence import Confirm, IdempotentReceiver, SnapshotOffer
 from persistence.idempotent import Applied, AppliedBatch
 from tests.persistence.compact_fixtures import Parcel
+from tests.persistence.failing_journals import register_failing_first_write
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
-_failed: set[str] = set()  # (per process: the host's) payloads whose first write failed
+def _flaky(payload: object) -> list[str]:
+    """The events of an application (alone or gathered) starting with "flaky": their first write fails."""
+    events = payload.events if type(payload) is AppliedBatch else (
+        (payload.event,) if type(payload) is Applied else ())
+    return [e for e in events if isinstance(e, str) and e.startswith("flaky")]
 
 
-class FlakyJournal(MemoryJournal):
-    """The first write of an application whose event starts with "flaky" fails (a full disk, a lost connection)."""
-
-    def write_messages(self, messages):
-        for aw in messages:
-            for r in aw.payload:
-                events = r.payload.events if type(r.payload) is AppliedBatch else (
-                    (r.payload.event,) if type(r.payload) is Applied else ())
-                for e in events:
-                    if isinstance(e, str) and e.startswith("flaky") and e not in _failed:
-                        _failed.add(e)
-                        raise JournalError(f"simulated write failure: {e}")
-        return super().write_messages(messages)
-
-
-register_scheme("flakyidem", journal=lambda url: FlakyJournal(url.partition("://")[2]),
-                snapshot_store=lambda url: MemorySnapshotStore(url.partition("://")[2]))
+register_failing_first_write("flakyidem", _flaky)
 
 
 class SnapshottingReceiver(IdempotentReceiver):
@@ -182,25 +169,14 @@ def test_a_snapshot_saved_before_a_rejected_write_of_the_same_commit_is_handled_
         "a delivery confirmed without being applied"
 
 
-_failed_split: set[str] = set()  # (per process: the host's) events whose first write as an Applied of their own failed
+def _split_flaky(payload: object) -> list[str]:
+    """An application journaled on its own (an Applied: split from a rejected AppliedBatch) whose event starts
+    with "split-flaky": its first write fails."""
+    e = payload.event if type(payload) is Applied else None
+    return [e] if isinstance(e, str) and e.startswith("split-flaky") else []
 
 
-class FailsSplitJournal(MemoryJournal):
-    """The first write of an application journaled on its own (an Applied: split from a rejected AppliedBatch)
-    whose event starts with "split-flaky" fails (a lost connection)."""
-
-    def write_messages(self, messages):
-        for aw in messages:
-            for r in aw.payload:
-                e = r.payload.event if type(r.payload) is Applied else None
-                if isinstance(e, str) and e.startswith("split-flaky") and e not in _failed_split:
-                    _failed_split.add(e)
-                    raise JournalError(f"simulated write failure: {e}")
-        return super().write_messages(messages)
-
-
-register_scheme("splitidem", journal=lambda url: FailsSplitJournal(url.partition("://")[2]),
-                snapshot_store=lambda url: MemorySnapshotStore(url.partition("://")[2]))
+register_failing_first_write("splitidem", _split_flaky)
 
 
 class SplitReceiver(SnapshottingReceiver):
