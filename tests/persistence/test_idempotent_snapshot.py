@@ -96,6 +96,15 @@ def cast_str(sender: str | None) -> str:
 _ids = itertools.count(1)
 
 
+def _entity(make_system, base: str, cls: type, prefix: str, tmp_path) -> tuple[Any, str, Any, int]:
+    """A system on `base` with entities of `cls` at `prefix`; one new entity's path, a probe, and its number (the
+    journal and what failed are per process: each case has its own entity and events)."""
+    system = make_system(base)
+    system.spawn(cls, path=prefix, entities=True)
+    n = next(_ids)
+    return system, f"{prefix}/{tmp_path.name}-{n}", system.probe(), n
+
+
 @pytest.mark.parametrize("count", [1, 2], ids=["one", "gathered"])
 def test_a_delivery_whose_write_failed_after_a_snapshot_is_applied_when_redelivered(base, make_system, tmp_path,
                                                                                      count):
@@ -103,12 +112,8 @@ def test_a_delivery_whose_write_failed_after_a_snapshot_is_applied_when_redelive
     # applications were queued in the same turn, not written yet. Their write failed (the actor stops, as Akka's
     # persist failure), the next instance recovered from that snapshot, took the redeliveries for duplicates and
     # confirmed them without applying them: the deliveries were lost.
-    system = make_system(base)
-    system.spawn(SnapshottingReceiver, path="/user/r", entities=True)
-    n = next(_ids)  # (the journal and what failed are per process: each case has its own entity and events)
-    path = f"/user/r/{tmp_path.name}-{n}"
+    system, path, probe, n = _entity(make_system, base, SnapshottingReceiver, "/user/r", tmp_path)
     parcels = [Parcel(2, f"flaky-{n}"), Parcel(3, f"c-{n}")][:count]  # (gathered: one AppliedBatch for both)
-    probe = system.probe()
     probe.tell(path, Parcel(1, "a"))
     assert probe.receive(10) == ("confirm", 1)
     probe.tell(path, ("snap", *parcels))  # their write fails: no confirm
@@ -126,11 +131,7 @@ def test_a_snapshot_saved_by_a_handler_of_a_gathered_commit_is_recovered_with_th
     # handler of the second of three was stored at that sequence number, with the state of two and all three
     # marked applied: recovered from it (no crash needed: a restart), the third was neither replayed nor
     # applicable again.
-    system = make_system(base)
-    system.spawn(SnapshotInHandler, path="/user/h", entities=True)
-    n = next(_ids)
-    path = f"/user/h/{tmp_path.name}-{n}"
-    probe = system.probe()
+    system, path, probe, n = _entity(make_system, base, SnapshotInHandler, "/user/h", tmp_path)
     parcels = [Parcel(k, f"p{k}-{n}") for k in (1, 2, 3)]
     probe.tell(path, ("many", *parcels))  # (applied in one turn: one AppliedBatch)
     assert sorted(probe.receive(10)[1] for _ in parcels) == [1, 2, 3]
@@ -150,11 +151,7 @@ def test_a_snapshot_saved_before_a_rejected_write_of_the_same_commit_is_handled_
     # longer queued, was stored in it as applied. Recovered from that snapshot (a restart, e.g. after c's
     # sender was fixed to send a storable event), the receiver took c's redelivery for a duplicate and confirmed
     # it without applying it: the delivery was lost silently.
-    system = make_system(base)
-    system.spawn(SnapshotInHandlerConfirmingDuplicates, path="/user/rj", entities=True)
-    n = next(_ids)
-    path = f"/user/rj/{tmp_path.name}-{n}"
-    probe = system.probe()
+    system, path, probe, n = _entity(make_system, base, SnapshotInHandlerConfirmingDuplicates, "/user/rj", tmp_path)
     probe.tell(path, Parcel(1, f"a-{n}"))
     assert probe.receive(10) == ("confirm", 1)
     probe.tell(path, ("many", Parcel(2, f"b-{n}"), Parcel(3, 2**70)))  # (an int beyond 64 bits: rejected)
@@ -190,11 +187,7 @@ def test_a_duplicate_is_confirmed_only_once_the_split_write_of_its_original_is_d
     # duplicate, confirmed after the writes in flight (defer_async): it ran with the rejected write's handlers,
     # before a's own write. That write failed (the actor stops): a was confirmed, never stored, and its sender
     # stopped redelivering it: the delivery lost silently.
-    system = make_system(base)
-    system.spawn(SplitReceiver, path="/user/sp", entities=True)
-    n = next(_ids)
-    path = f"/user/sp/{tmp_path.name}-{n}"
-    probe = system.probe()
+    system, path, probe, n = _entity(make_system, base, SplitReceiver, "/user/sp", tmp_path)
     a = Parcel(1, f"split-flaky-{n}")
     probe.tell(path, ("many", a, Parcel(2, 2**70), a))  # (an int beyond 64 bits: rejected)
     wait_for(lambda: any("simulated write failure" in e.reason for e in system.errors().recent), timeout=10)
@@ -232,11 +225,7 @@ def test_a_duplicate_of_a_rejected_application_is_not_confirmed(base, make_syste
     # A duplicate is confirmed after the write in flight of its original (apply_and_confirm): also when that write
     # was rejected (its event cannot be stored), so nothing was applied. Its sender, confirmed, never sent it again
     # (e.g. once fixed to send a storable event): the delivery lost silently.
-    system = make_system(base)
-    system.spawn(ConfirmingReceiver, path="/user/cr", entities=True)
-    n = next(_ids)
-    path = f"/user/cr/{tmp_path.name}-{n}"
-    probe = system.probe()
+    system, path, probe, n = _entity(make_system, base, ConfirmingReceiver, "/user/cr", tmp_path)
     bad = Parcel(1, 2**70)  # (an int beyond 64 bits: rejected)
     probe.tell(path, ("many", bad, bad))  # (the second is a duplicate while the first one's write is in flight)
     wait_for(lambda: system.errors().recent, timeout=10)  # the rejection is reported

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from spark_bridge import BRIDGE_PATH, SparkBridge, start_bridge
-from spark_bridge.messages import BatchAccepted, FeedReleased, IngestBatch, Release
+from spark_bridge.messages import BatchAccepted, FeedProcessed, FeedReleased, IngestBatch, Release
 from tests.spark_bridge.sample import DurableAccount, GetBalance
 from tests.waiting import wait_for
 
@@ -47,6 +47,6 @@ def test_rows_of_a_release_in_flight_stay_above_the_settled_watermark(base, make
     assert isinstance(accepted, BatchAccepted), accepted
     system.tell(BRIDGE_PATH, Release("f", "runA", [[0, "runA/1"]], probe.path, processed=True))
     assert probe.receive(10) == FeedReleased("f", "runA", 0)
-    probe.receive(30)  # FeedProcessed: every row confirmed
+    assert isinstance(probe.receive(30), FeedProcessed)  # every row confirmed
     balance = wait_for(lambda: system.ask("/user/accounts/a0", GetBalance(), timeout=10), timeout=30)
     assert (balance.total, balance.applied) == (310, 21), f"rows confirmed without being applied: {balance}"
