@@ -301,6 +301,7 @@ class _Connection:
     def __init__(self, path: str, synchronous: str, busy_timeout: float, accept_torn: bool):
         self.path = path
         self.users = 0
+        self.inherited = False  # True in a forked child: its parent's connection, never used or closed there
         if not accept_torn:
             problem = _wal_refusal(self.path)
             if problem is not None:
@@ -454,11 +455,24 @@ _inherited: list[_Connection] = []
 
 def _forget_after_fork() -> None:
     # A forked child must not use or close its parent's connections (closing one could checkpoint or drop
-    # locks it never held); they are kept referenced, never closed, and the child opens its own.
+    # locks it never held); they are kept referenced, never closed. Nor may it open the same file again:
+    # SQLite keeps its POSIX lock records per file in process memory, which the fork copied, so the child's
+    # new connection takes no real locks, and another process may then checkpoint and remove the WAL the
+    # child is writing to: its acknowledged writes vanish (_acquire refuses; tests/journal/test_sqlite.py).
     global _registry_lock
+    for c in _registry.values():
+        c.inherited = True
     _inherited.extend(_registry.values())
     _registry.clear()
     _registry_lock = threading.Lock()
+
+
+def _forked_error(path: str) -> JournalError:
+    return JournalError(
+        f"{path} was open in the process this one was forked from: SQLite cannot lock a file from a forked child "
+        "whose parent had it open (its lock records were copied by the fork), so writes here could be lost. "
+        "Start the child with multiprocessing.get_context('spawn') or 'forkserver' (or as a new program), or "
+        "open the journal only after the fork, in the parent too")
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
@@ -466,6 +480,8 @@ os.register_at_fork(after_in_child=_forget_after_fork)
 
 def _acquire(path: str, synchronous: str, busy_timeout: float, accept_torn: bool) -> _Connection:
     real = os.path.realpath(os.path.abspath(path))
+    if any(i.path == real for i in _inherited):
+        raise _forked_error(real)
     with _registry_lock:
         c = _registry.get(real)
         if c is None:
@@ -479,7 +495,7 @@ def _acquire(path: str, synchronous: str, busy_timeout: float, accept_torn: bool
 def _release(c: _Connection) -> None:
     with _registry_lock:
         c.users -= 1
-        if c.users > 0:
+        if c.users > 0 or c.inherited:  # (a parent's connection is never closed in a forked child)
             return
         if _registry.get(c.path) is c:
             del _registry[c.path]
@@ -498,9 +514,12 @@ class _Handle:
 
     @property
     def c(self) -> _Connection:
-        if self._c is None:
+        c = self._c
+        if c is None:
             raise JournalError(f"{self.path} is closed")
-        return self._c
+        if c.inherited:
+            raise _forked_error(self.path)
+        return c
 
     def begin(self) -> None:
         """Take the write lock with this handle's settings; the caller holds the connection's lock."""
