@@ -25,6 +25,7 @@ from actors.system import tagged_pids
 from journal.urls import redact_url
 from tests.actors.sample import Echo, Ping, Pong
 from tests.conftest import SESSION_TOKEN
+from tests.forking import in_forked_child
 from tests.waiting import wait_for
 
 
@@ -420,25 +421,14 @@ def test_another_user_cannot_read_the_secret_and_is_told_why(make_system):
         pytest.skip("NOT RUN: needs root to act as user nobody")
     system = make_system("multiproc")
     path = auth.find_secret_file(system.admin_port)
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child becomes nobody and tries what actors.connect would do
-        try:
-            os.close(read)
-            os.setgid(65534)
-            os.setuid(65534)
-            try:
-                auth.read_secret(path)
-                message = "read it"
-            except auth.SecretUnavailable as exc:
-                message = f"SecretUnavailable: {exc}"
-            os.write(write, message.encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as f:
-        message = f.read()
-    os.waitpid(pid, 0)
+
+    def as_nobody() -> str:  # what actors.connect would do, as user nobody
+        os.setgid(65534)
+        os.setuid(65534)
+        auth.read_secret(path)
+        return "read it"
+
+    message = in_forked_child(as_nobody)
     assert message.startswith("SecretUnavailable: cannot read the secret file"), message
     assert "permission denied" in message and "secret_file=" in message
 

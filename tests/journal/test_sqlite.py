@@ -10,12 +10,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
 
 import journal
 from journal import AtomicWrite, JournalCorruption, JournalError, PersistentRepr, open_journal, sqlite_wal
+from tests.forking import in_forked_child
 
 PAGE = 4096
 
@@ -432,27 +432,6 @@ def test_a_new_file_is_created_0600_whatever_the_umask(tmp_path) -> None:
     assert modes == {"": 0o600, "-wal": 0o600, "-shm": 0o600}
 
 
-def _in_forked_child(work: Callable[[], str]) -> str:
-    """Run `work()` in a forked child: what it returned, or its error's type and message."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(read)
-            try:
-                result = work()
-            except BaseException as e:  # (reported to the parent, whatever it is)
-                result = f"{type(e).__name__}: {e}"
-            os.write(write, result.encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as f:
-        said = f.read()
-    os.waitpid(pid, 0)
-    return said
-
-
 def test_a_forked_child_is_refused_the_journal_its_parent_has_open_and_told_how_to_start_it(tmp_path) -> None:
     # SQLite keeps its POSIX lock records per file in process memory; a fork copies them, so a child's new
     # connection to a file its parent has open takes no real locks. Another process could then checkpoint and
@@ -482,10 +461,10 @@ def test_a_forked_child_is_refused_the_journal_its_parent_has_open_and_told_how_
                 return f"wrote {_seqs(child, 'q')}"
 
         for work in (open_again, use_the_parents):
-            said = _in_forked_child(work)
+            said = in_forked_child(work)
             assert said.startswith("JournalError: ") and "forked" in said and "'spawn'" in said, said
-        assert _in_forked_child(close_the_parents) == "closed"
-        assert _in_forked_child(open_another_file) == "wrote [1, 2]"
+        assert in_forked_child(close_the_parents) == "closed"
+        assert in_forked_child(open_another_file) == "wrote [1, 2]"
         _write(j, "p", range(2, 4))  # the parent goes on as before
         assert _seqs(j, "p") == [1, 2, 3]
     with open_journal(url) as j, open_journal(other) as o:
@@ -496,4 +475,4 @@ def test_a_forked_child_is_refused_the_journal_its_parent_has_open_and_told_how_
         with open_journal(url) as child:
             return str(_seqs(child, "p"))
 
-    assert _in_forked_child(reopen_after_the_parent_closed) == "[1, 2, 3]"
+    assert in_forked_child(reopen_after_the_parent_closed) == "[1, 2, 3]"
