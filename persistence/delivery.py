@@ -37,6 +37,9 @@ class _Delivery:
 
 
 _GONE = _Delivery("", None, 0.0, 0)  # what confirm_deliveries finds for an id that is not unconfirmed
+_UNSENT = float("inf")
+"""The timestamp of a delivery registered but not durable yet (DurableDelivery: its sent event is being written):
+never overdue, and left out of delivery snapshots."""
 
 
 def check_destination(destination: str) -> None:
@@ -248,9 +251,13 @@ class AtLeastOnceDelivery(PersistentActor):
         return {"unconfirmed": len(self._unconfirmed), "delivered": self._delivered, "redelivered": self._redelivered}
 
     def get_delivery_snapshot(self) -> AtLeastOnceDeliverySnapshot:
-        """The delivery state, to embed in a snapshot."""
+        """The delivery state, to embed in a snapshot (without the deliveries whose sent event is still being written)."""
+        # A snapshot is stored at last_sequence_nr, below a delivery's sent event in flight: held in it, a delivery
+        # whose write then failed (the actor stops, its client untold) would be sent by the recovered instance;
+        # left out, a write that succeeds brings it back on replay (an event after the snapshot).
         return AtLeastOnceDeliverySnapshot(self._delivery_seq, tuple(
-            UnconfirmedDelivery(i, d.destination, d.message) for i, d in sorted(self._unconfirmed.items())))
+            UnconfirmedDelivery(i, d.destination, d.message) for i, d in sorted(self._unconfirmed.items())
+            if d.timestamp != _UNSENT))
 
     def set_delivery_snapshot(self, snapshot: AtLeastOnceDeliverySnapshot) -> None:
         """Replace the delivery state (from a SnapshotOffer); entries are resent after replay."""

@@ -16,7 +16,7 @@ from typing import Any, cast
 from journal import AtomicWrite, register_type
 from persistence.compact import expand, same_or_each, split_rejected
 from persistence.coordinator import WriteResults
-from persistence.delivery import _GONE, AtLeastOnceDelivery, _Delivery, check_destination
+from persistence.delivery import _GONE, _UNSENT, AtLeastOnceDelivery, _Delivery, check_destination
 from persistence.messages import (
     AtLeastOnceDeliverySnapshot,
     Confirm,
@@ -25,8 +25,6 @@ from persistence.messages import (
     SnapshotOffer,
 )
 from persistence.persistent_actor import _Entry
-
-_UNSENT = float("inf")  # the timestamp of a delivery whose sent event is not durable yet: never overdue
 
 
 @register_type(manifest="reprise.persistence.DeliveriesSent")

@@ -1,0 +1,53 @@
+"""Actors for tests/persistence/test_delivery_audit.py (importable by module path, as multiproc requires)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from persistence import DurableDelivery
+from persistence.durable import DeliveriesSent
+from tests.persistence.beyond_actors import Payload
+from tests.persistence.failing_journals import register_failing_first_write
+
+
+def _failing_sent(payload: object) -> list[str]:
+    """The first write of a DeliveriesSent holding a Payload whose body starts "fail-" fails (once per body)."""
+    if type(payload) is DeliveriesSent:
+        return [m.body for m in payload.messages if type(m) is Payload and m.body.startswith("fail-")]
+    return []
+
+
+register_failing_first_write("auditsent", _failing_sent)
+
+
+@dataclass(frozen=True)
+class ShipAndSnap:
+    """Deliver `body` to `destination`, then save a snapshot at once (the DeliveriesSent still in flight)."""
+
+    destination: str
+    body: str
+
+
+class SnapshottingShipper(DurableDelivery):
+    """A DurableDelivery entity that saves a snapshot while its deliveries' event is still being written."""
+
+    journal_url = "auditsent://delivery-audit"
+    snapshot_store_url = "auditsent://delivery-audit"
+    redeliver_interval = 30.0  # (only the burst after recovery resends within a test)
+
+    def receive_recover(self, event: Any) -> None:
+        pass
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, ShipAndSnap):
+            delivery_id = self.deliver(message.destination, lambda i: Payload(i, message.body))
+            self.save_snapshot("state")
+            # The client is told once the delivery is journaled (as the accounts example's Feeder does).
+            self.defer_async(delivery_id, lambda i: self.tell(sender, ("shipped", i)))
+        elif isinstance(message, tuple) and message[0] == "mark":
+            self.persist(message[1], lambda e: self.tell(sender, ("marked", e)))
+        elif message == "unconfirmed":
+            self.tell(sender, ("unconfirmed", tuple(self.unconfirmed_ids())))
+        elif message == "boom":
+            raise RuntimeError("boom")
