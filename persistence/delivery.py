@@ -285,6 +285,9 @@ class AtLeastOnceDelivery(PersistentActor):
     def _send(self, delivery_id: int, d: _Delivery, now: float) -> None:
         if d.attempt and not self.should_redeliver(delivery_id, d.destination, d.message):
             return
+        self._transmit(d, now)
+
+    def _transmit(self, d: _Delivery, now: float) -> None:
         self.tell(d.destination, d.message)
         d.timestamp = now
         if d.attempt:
@@ -336,9 +339,13 @@ class AtLeastOnceDelivery(PersistentActor):
             if max_attempts is not None and d.attempt >= max_attempts:
                 exhausted.append((delivery_id, d))
                 continue
+            # Held back is not sent: counted against the burst limit, as many held deliveries as the limit would
+            # take every tick and starve those after them; and warned about, they would be at every tick.
+            if d.attempt and not self.should_redeliver(delivery_id, d.destination, d.message):
+                continue
             if d.attempt == warn_at:
                 warnings.append(UnconfirmedDelivery(delivery_id, d.destination, d.message))
-            self._send(delivery_id, d, now)
+            self._transmit(d, now)
             sent += 1
         for delivery_id, d in exhausted:
             del self._unconfirmed[delivery_id]

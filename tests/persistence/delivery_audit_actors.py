@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from persistence import DurableDelivery
+from persistence import AtLeastOnceDelivery, DurableDelivery, UnconfirmedWarning
 from persistence.durable import DeliveriesSent
 from tests.persistence.beyond_actors import Payload
 from tests.persistence.failing_journals import register_failing_first_write
@@ -51,3 +51,32 @@ class SnapshottingShipper(DurableDelivery):
             self.tell(sender, ("unconfirmed", tuple(self.unconfirmed_ids())))
         elif message == "boom":
             raise RuntimeError("boom")
+
+
+class HoldingSender(AtLeastOnceDelivery):
+    """Never resends to a destination whose path holds "held" (should_redeliver); burst limit 2, warns at 1 attempt.
+
+    ("send", destination, body) delivers at once (no event: its tests need no restart); "warned" replies the ids
+    of the UnconfirmedWarnings got so far.
+    """
+
+    redeliver_interval = 0.2
+    redelivery_burst_limit = 2
+    warn_after_number_of_unconfirmed_attempts = 1
+
+    def pre_start(self) -> None:
+        self.warned: list[int] = []
+
+    def should_redeliver(self, delivery_id: int, destination: str, message: Any) -> bool:
+        return "held" not in destination
+
+    def receive_recover(self, event: Any) -> None:
+        pass
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, tuple) and message[0] == "send":
+            self.tell(sender, ("sent", self.deliver(message[1], lambda i: Payload(i, message[2]))))
+        elif isinstance(message, UnconfirmedWarning):
+            self.warned.extend(u.delivery_id for u in message.unconfirmed_deliveries)
+        elif message == "warned":
+            self.tell(sender, tuple(self.warned))
