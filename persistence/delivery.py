@@ -260,11 +260,18 @@ class AtLeastOnceDelivery(PersistentActor):
             if d.timestamp != _UNSENT))
 
     def set_delivery_snapshot(self, snapshot: AtLeastOnceDeliverySnapshot) -> None:
-        """Replace the delivery state (from a SnapshotOffer); entries are resent after replay."""
+        """Replace the delivery state (from a SnapshotOffer); entries are resent after replay (outside recovery: by
+        the next redelivery tick)."""
         back = time.monotonic() - self._interval(0)
         self._delivery_seq = snapshot.current_delivery_id
         self._unconfirmed = {u.delivery_id: _Delivery(u.destination, u.message, back, 0)
                              for u in sorted(snapshot.unconfirmed_deliveries, key=lambda u: u.delivery_id)}
+        if not self._recovery_running:
+            # No replay ends to resend them: without a timer running they would wait for a later deliver().
+            if self._unconfirmed:
+                self._ensure_timer()
+            else:
+                self._stop_timer()
 
     def on_delivery_exhausted(self, delivery: UnconfirmedDelivery, attempts: int) -> None:
         """Called when a delivery used up max_delivery_attempts (it was removed, and dead-lettered).

@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from persistence import AtLeastOnceDelivery, DurableDelivery, UnconfirmedWarning
+from persistence import (
+    AtLeastOnceDelivery,
+    AtLeastOnceDeliverySnapshot,
+    DurableDelivery,
+    UnconfirmedDelivery,
+    UnconfirmedWarning,
+)
 from persistence.durable import DeliveriesSent
 from tests.persistence.beyond_actors import Payload
 from tests.persistence.failing_journals import register_failing_first_write
@@ -56,8 +62,8 @@ class SnapshottingShipper(DurableDelivery):
 class HoldingSender(AtLeastOnceDelivery):
     """Never resends to a destination whose path holds "held" (should_redeliver); burst limit 2, warns at 1 attempt.
 
-    ("send", destination, body) delivers at once (no event: its tests need no restart); "warned" replies the ids
-    of the UnconfirmedWarnings got so far.
+    ("send", destination, body) delivers at once (no event: its tests need no restart); ("restore", id, destination,
+    body) sets a delivery snapshot of that one delivery; "warned" replies the ids of the UnconfirmedWarnings got.
     """
 
     redeliver_interval = 0.2
@@ -76,6 +82,12 @@ class HoldingSender(AtLeastOnceDelivery):
     def receive_command(self, message: Any, sender: str | None) -> None:
         if isinstance(message, tuple) and message[0] == "send":
             self.tell(sender, ("sent", self.deliver(message[1], lambda i: Payload(i, message[2]))))
+        elif isinstance(message, tuple) and message[0] == "restore":
+            # A delivery state restored outside recovery (e.g. one kept beside the journal, loaded on a command).
+            _, delivery_id, destination, body = message
+            self.set_delivery_snapshot(AtLeastOnceDeliverySnapshot(
+                delivery_id, (UnconfirmedDelivery(delivery_id, destination, Payload(delivery_id, body)),)))
+            self.tell(sender, "restored")
         elif isinstance(message, UnconfirmedWarning):
             self.warned.extend(u.delivery_id for u in message.unconfirmed_deliveries)
         elif message == "warned":

@@ -56,3 +56,16 @@ def test_deliveries_held_back_by_should_redeliver_do_not_use_up_the_redelivery_b
     # The first copy, then resends (the test confirms nothing): at least one is needed for a lost first copy.
     assert dst.receive_many(3, 10) == [Payload(3, "wanted")] * 3, "never resent: the burst went to held deliveries"
     assert system.ask(snd, "warned", timeout=10) == (3,), "warned once, with its first resend"
+
+
+def test_a_delivery_snapshot_set_outside_recovery_is_sent(psystem, tmp_path):
+    # set_delivery_snapshot ("entries are resent after replay") started no redelivery timer: called outside recovery
+    # (restore_unconfirmed does start it there) on an actor with nothing unconfirmed, its deliveries were never sent
+    # until some later deliver() happened to start the timer.
+    system = psystem
+    system.spawn(HoldingSender, path="/user/snd", entities=True)
+    snd = f"/user/snd/{tmp_path.name}"
+    dst = system.probe()
+    assert system.ask(snd, ("restore", 7, dst.path, "restored"), timeout=10) == "restored"
+    assert dst.receive(10) == Payload(7, "restored")
+    assert system.ask(snd, ("send", dst.path, "next"), timeout=10) == ("sent", 8), "ids go on above the snapshot's"
