@@ -20,7 +20,8 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from types import TracebackType
+from typing import Any, Literal
 
 from journal import InvalidUrl, RepriseError
 from journal.sqlite import create_private_file, retry_busy
@@ -133,6 +134,37 @@ class _SqlOffsetStore(OffsetStore):
                 "the projection goes on from the stored offset")
 
 
+class _StoreConnection(sqlite3.Connection):
+    """The SQLite store's connection. Inside `transaction` (while an exactly-once handler runs) nothing the handler
+    calls on it may end the transaction early, or its writes would commit apart from the offset: `with conn:` and
+    `commit()` leave the commit to the transaction (with the offset); `rollback()` and `executescript()` (which
+    commits first) are refused."""
+
+    in_projection = False
+
+    def commit(self) -> None:
+        if not self.in_projection:
+            super().commit()
+
+    def rollback(self) -> None:
+        if self.in_projection:
+            raise OffsetStoreError("an exactly-once handler must not roll back the projection's transaction (its "
+                                   "offset commits in it): raise an exception to roll back its writes with the offset")
+        super().rollback()
+
+    def executescript(self, sql_script: str, /) -> sqlite3.Cursor:
+        if self.in_projection:
+            raise OffsetStoreError("an exactly-once handler must not call executescript, which commits the "
+                                   "projection's transaction before its offset: use execute or executemany")
+        return super().executescript(sql_script)
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None, /) -> Literal[False]:
+        if self.in_projection:
+            return False  # (an exception goes on to the transaction, which rolls back the writes with the offset)
+        return super().__exit__(exc_type, exc, tb)
+
+
 class SqliteOffsetStore(_SqlOffsetStore):
     """Offsets in a SQLite file (WAL, synchronous=FULL); the handler gets its sqlite3.Connection."""
 
@@ -142,7 +174,8 @@ class SqliteOffsetStore(_SqlOffsetStore):
         try:
             create_private_file(path)  # a read model is as private as the journal it is built from
             # isolation_level=None: no implicit transactions; transaction() opens its own BEGIN IMMEDIATE.
-            self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+            self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0,
+                                         factory=_StoreConnection)
             # (several stores opening one new file at once: switching it to WAL is refused busy to all but one)
             retry_busy(lambda: self._conn.execute("PRAGMA journal_mode=WAL").fetchone(), 30.0)
             self._conn.execute("PRAGMA synchronous=FULL")
@@ -156,12 +189,17 @@ class SqliteOffsetStore(_SqlOffsetStore):
     @contextmanager
     def transaction(self, projection_id: str, offset: int,
                     expected: int | None = None) -> Iterator[sqlite3.Connection]:
-        """Yield the sqlite3 connection inside BEGIN IMMEDIATE; the offset is written and committed with it."""
+        """Yield the sqlite3 connection inside BEGIN IMMEDIATE; the offset is written and committed with it (the
+        block's `with conn:` and `conn.commit()` commit nothing early: see _StoreConnection)."""
         with self._lock:
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
             try:
-                yield conn
+                conn.in_projection = True
+                try:
+                    yield conn
+                finally:
+                    conn.in_projection = False
                 self._advance(conn, projection_id, offset, expected)
                 conn.execute("COMMIT")
             except BaseException:

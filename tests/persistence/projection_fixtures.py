@@ -72,3 +72,14 @@ def record_offsets_to(path: str, envelope: EventEnvelope) -> None:
     with sqlite3.connect(path, timeout=30) as db:
         db.execute("CREATE TABLE IF NOT EXISTS offsets (event_offset INTEGER, persistence_id TEXT)")
         db.execute("INSERT INTO offsets VALUES (?, ?)", (envelope.offset, envelope.persistence_id))
+
+
+def failing_once_in_with_block(fail_marker: str, conn: Any, envelope: EventEnvelope) -> None:
+    """Exactly-once on SQLite, written the idiomatic sqlite3 way (`with conn:`), failing once on amount 13 after its
+    insert (creating `fail_marker`): the transaction must roll back the insert with the offset."""
+    conn.execute(_CREATE)
+    with conn:
+        conn.execute("INSERT INTO handled VALUES (?, ?, ?, ?, ?)", _row(envelope, 1))
+    if envelope.event.amount == 13 and not os.path.exists(fail_marker):
+        open(fail_marker, "w").close()
+        raise RuntimeError("injected handler failure on amount 13")
