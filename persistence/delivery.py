@@ -37,9 +37,9 @@ class _Delivery:
 
 
 _GONE = _Delivery("", None, 0.0, 0)  # what confirm_deliveries finds for an id that is not unconfirmed
+# The timestamp of a delivery registered but not durable yet (DurableDelivery: its sent event is being written):
+# never overdue, and left out of delivery snapshots.
 _UNSENT = float("inf")
-"""The timestamp of a delivery registered but not durable yet (DurableDelivery: its sent event is being written):
-never overdue, and left out of delivery snapshots."""
 
 
 def check_destination(destination: str) -> None:
@@ -260,8 +260,7 @@ class AtLeastOnceDelivery(PersistentActor):
             if d.timestamp != _UNSENT))
 
     def set_delivery_snapshot(self, snapshot: AtLeastOnceDeliverySnapshot) -> None:
-        """Replace the delivery state (from a SnapshotOffer); entries are resent after replay (outside recovery: by
-        the next redelivery tick)."""
+        """Replace the delivery state (from a SnapshotOffer); entries are resent after replay (or at the next tick)."""
         back = time.monotonic() - self._interval(0)
         self._delivery_seq = snapshot.current_delivery_id
         self._unconfirmed = {u.delivery_id: _Delivery(u.destination, u.message, back, 0)

@@ -135,11 +135,11 @@ class _SqlOffsetStore(OffsetStore):
 
 
 class _StoreConnection(sqlite3.Connection):
-    """The SQLite store's connection. Inside `transaction` (while an exactly-once handler runs) nothing the handler
-    calls on it may end the transaction early, or its writes would commit apart from the offset: `with conn:` and
-    `commit()` leave the commit to the transaction (with the offset); `rollback()` and `executescript()` (which
-    commits first) are refused."""
+    """The SQLite store's connection: inside `transaction`, what the handler calls on it cannot end it early."""
 
+    # Ended early, the handler's writes would commit apart from the offset (and stay if the handler then fails): there
+    # `with conn:` and commit() leave the commit to the transaction, with the offset; rollback() and executescript()
+    # (which commits first) are refused, naming what to do instead.
     in_projection = False
 
     def commit(self) -> None:
@@ -189,8 +189,7 @@ class SqliteOffsetStore(_SqlOffsetStore):
     @contextmanager
     def transaction(self, projection_id: str, offset: int,
                     expected: int | None = None) -> Iterator[sqlite3.Connection]:
-        """Yield the sqlite3 connection inside BEGIN IMMEDIATE; the offset is written and committed with it (the
-        block's `with conn:` and `conn.commit()` commit nothing early: see _StoreConnection)."""
+        """Yield the sqlite3 connection inside BEGIN IMMEDIATE; the offset is written and committed with it."""
         with self._lock:
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")

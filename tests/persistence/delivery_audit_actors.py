@@ -60,12 +60,10 @@ class SnapshottingShipper(DurableDelivery):
 
 
 class HoldingSender(AtLeastOnceDelivery):
-    """Never resends to a destination whose path holds "held" (should_redeliver); burst limit 2, warns at 1 attempt.
+    """Never resends to a destination whose path holds "held"; burst limit 2; warns with the first resend."""
 
-    ("send", destination, body) delivers at once (no event: its tests need no restart); ("restore", id, destination,
-    body) sets a delivery snapshot of that one delivery; "warned" replies the ids of the UnconfirmedWarnings got.
-    """
-
+    # ("send", destination, body) delivers at once (no event: its tests need no restart); ("restore", id, destination,
+    # body) sets a delivery snapshot of that one delivery; "warned" replies the ids of the UnconfirmedWarnings got.
     redeliver_interval = 0.2
     redelivery_burst_limit = 2
     warn_after_number_of_unconfirmed_attempts = 1

@@ -75,8 +75,7 @@ def record_offsets_to(path: str, envelope: EventEnvelope) -> None:
 
 
 def failing_once_in_with_block(fail_marker: str, conn: Any, envelope: EventEnvelope) -> None:
-    """Exactly-once on SQLite, written the idiomatic sqlite3 way (`with conn:`), failing once on amount 13 after its
-    insert (creating `fail_marker`): the transaction must roll back the insert with the offset."""
+    """Exactly-once on SQLite the idiomatic sqlite3 way (`with conn:`), failing once on amount 13 after its insert."""
     conn.execute(_CREATE)
     with conn:
         conn.execute("INSERT INTO handled VALUES (?, ?, ?, ?, ?)", _row(envelope, 1))
