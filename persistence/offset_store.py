@@ -138,8 +138,9 @@ class _StoreConnection(sqlite3.Connection):
     """The SQLite store's connection: inside `transaction`, what the handler calls on it cannot end it early."""
 
     # Ended early, the handler's writes would commit apart from the offset (and stay if the handler then fails): there
-    # `with conn:` and commit() leave the commit to the transaction, with the offset; rollback() and executescript()
-    # (which commits first) are refused, naming what to do instead.
+    # `with conn:` and commit() leave the commit to the transaction, with the offset; rollback() discards the
+    # handler's writes and opens the transaction again, for the offset; executescript() (which commits first) is
+    # refused, naming what to do instead.
     in_projection = False
 
     def commit(self) -> None:
@@ -147,10 +148,9 @@ class _StoreConnection(sqlite3.Connection):
             super().commit()
 
     def rollback(self) -> None:
-        if self.in_projection:
-            raise OffsetStoreError("an exactly-once handler must not roll back the projection's transaction (its "
-                                   "offset commits in it): raise an exception to roll back its writes with the offset")
         super().rollback()
+        if self.in_projection:
+            self.execute("BEGIN IMMEDIATE")  # (_advance's condition still sees another instance's commit meanwhile)
 
     def executescript(self, sql_script: str, /) -> sqlite3.Cursor:
         if self.in_projection:

@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from journal import open_journal
-from persistence import EventsByTag, GetProjectionState, Projection
+from persistence import EventsByTag, GetProjectionState, OffsetStoreError, Projection, open_offset_store
 from tests.persistence.projection_fixtures import failing_once_in_with_block
 from tests.persistence.tagging_actors import Mover
 from tests.waiting import wait_for
@@ -43,3 +43,29 @@ def test_an_exactly_once_handler_s_with_block_commits_with_the_offset_not_before
     assert handled == offsets, "each event once: the failed handler's row rolled back with the offset"
     reasons = [e.reason for e in system.errors().recent if e.path == PROJECTION]
     assert len(reasons) == 1 and "injected handler failure" in reasons[0], reasons
+
+
+def test_what_an_exactly_once_handler_calls_on_the_sqlite_connection_never_commits_apart_from_the_offset(tmp_path):
+    # The store level of the test above: commit() and `with conn:` commit with the offset; rollback() discards the
+    # handler's writes so far and the offset still commits (the handler chose to write nothing); executescript, which
+    # would commit first, is refused; a handler that fails rolls back everything, its `with conn:` block's writes too.
+    path = f"{tmp_path}/read-model.db"
+    with open_offset_store(f"sqlite://{path}") as store:
+        with store.transaction("p", 1, expected=0) as conn:
+            conn.execute("CREATE TABLE rows (v INTEGER)")
+        with store.transaction("p", 2, expected=1) as conn:
+            conn.execute("INSERT INTO rows VALUES (1)")
+            conn.rollback()
+            with conn:
+                conn.execute("INSERT INTO rows VALUES (2)")
+            conn.commit()
+            conn.execute("INSERT INTO rows VALUES (3)")
+        with pytest.raises(RuntimeError), store.transaction("p", 3, expected=2) as conn:
+            with conn:
+                conn.execute("INSERT INTO rows VALUES (4)")
+            raise RuntimeError("the handler fails")
+        with pytest.raises(OffsetStoreError, match="executescript"), store.transaction("p", 3, expected=2) as conn:
+            conn.executescript("INSERT INTO rows VALUES (5);")
+        assert store.load("p") == 2
+    with sqlite3.connect(path) as db:
+        assert [r[0] for r in db.execute("SELECT v FROM rows ORDER BY v")] == [2, 3]
