@@ -223,9 +223,14 @@ class AtLeastOnceDelivery(PersistentActor):
             self._stop_timer()
         return True
 
-    def confirm_deliveries_up_to(self, delivery_id: int) -> int:
-        """Confirm every unconfirmed id <= `delivery_id` at once; returns how many were confirmed."""
-        done = [i for i in self._unconfirmed if i <= delivery_id]
+    def confirm_deliveries_up_to(self, delivery_id: int, destination: str | None = None) -> int:
+        """Confirm every unconfirmed id <= `delivery_id` (only those to `destination`, if given); how many."""
+        # Ids are numbered across destinations: a destination's cumulative confirm, unscoped, would also confirm
+        # ids of other destinations that it never saw, which then are never resent.
+        if destination is None:
+            done = [i for i in self._unconfirmed if i <= delivery_id]
+        else:
+            done = [i for i, d in self._unconfirmed.items() if i <= delivery_id and d.destination == destination]
         for i in done:
             del self._unconfirmed[i]
         if done and not self._unconfirmed:

@@ -127,8 +127,13 @@ class DurableDelivery(AtLeastOnceDelivery):
             self._confirmed_ids.append(delivery_id)
         return True
 
-    def confirm_deliveries_up_to(self, delivery_id: int) -> int:
-        """Cumulative confirm, journaled as one event."""
+    def confirm_deliveries_up_to(self, delivery_id: int, destination: str | None = None) -> int:
+        """Cumulative confirm (of the deliveries to `destination` only, if given), journaled as one event."""
+        if destination is not None:
+            # (journaled as the ids it confirmed: DeliveriesConfirmed.up_to covers every destination)
+            ids = [i for i, d in self._unconfirmed.items() if i <= delivery_id and d.destination == destination]
+            self._confirm_many(ids)
+            return len(ids)
         n = super().confirm_deliveries_up_to(delivery_id)
         if n and not self._recovery_running:
             if not self._journaling:
@@ -217,7 +222,13 @@ class DurableDelivery(AtLeastOnceDelivery):
         elif t is Confirm:
             self.confirm_delivery(message.delivery_id)
         elif t is ConfirmUpTo:
-            self.confirm_deliveries_up_to(message.delivery_id)
+            # A destination's cumulative confirm covers what was delivered to it (RabbitMQ's multiple=true covers
+            # its channel's deliveries): the ids of other destinations below it stay unconfirmed.
+            if sender is None:
+                self.context.dead_letter(sender, self.path, message, "a ConfirmUpTo confirms the deliveries to its "
+                                         "sender's path, and this one has no sender: send it from the destination")
+            else:
+                self.confirm_deliveries_up_to(message.delivery_id, sender)
         else:
             super().mixin_command(message, sender)
 

@@ -135,7 +135,7 @@ class Confirm:
 @register_type(manifest="reprise.persistence.ConfirmUpTo")
 @dataclass(frozen=True)
 class ConfirmUpTo:
-    """A cumulative confirmation of every delivery id <= delivery_id (RabbitMQ's multiple=true)."""
+    """A destination's cumulative confirm of its deliveries with ids <= delivery_id (RabbitMQ's multiple=true)."""
 
     delivery_id: int
 

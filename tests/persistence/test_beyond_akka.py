@@ -145,6 +145,24 @@ def test_cumulative_confirms_from_another_process_with_durable_delivery(fs):
     probe.expect_no_message(0.3)
 
 
+def test_a_cumulative_confirm_confirms_only_the_deliveries_made_to_its_sender(fs):
+    # Delivery ids are numbered across destinations: cumul's ConfirmUpTo(5) once confirmed silent's 2 and 4 too,
+    # which it never saw, and they were never resent.
+    path, _ = sender(fs, DurableSender, interval=30.0)
+    cumul, cumul_probe = endpoint(fs, "cumul")  # ConfirmUpTo at every 5th delivery id it gets
+    silent, silent_probe = endpoint(fs, "silent")
+    for i in range(1, 11):
+        fs.tell(path, Send(cumul if i % 2 else silent, f"m{i}"))
+    assert [p.delivery_id for p in cumul_probe.receive_many(5, 10)] == [1, 3, 5, 7, 9]
+    assert [p.delivery_id for p in silent_probe.receive_many(5, 10)] == [2, 4, 6, 8, 10]
+    wait_for(lambda: unconfirmed(fs, path) == 7, 10)  # 1, 3 and 5 confirmed by ConfirmUpTo(5)
+    fs.tell(path, ConfirmUpTo(10))  # no sender: whose deliveries it confirms cannot be told
+    assert unconfirmed(fs, path) == 7
+    fs.tell(path, "boom")  # the confirms were journaled as the ids they confirmed
+    assert unconfirmed(fs, path) == 7
+    assert sorted(p.delivery_id for p in silent_probe.receive_many(5, 10)) == [2, 4, 6, 8, 10]  # resent after replay
+
+
 # ---- IdempotentReceiver ---------------------------------------------------------------------------------------
 
 def test_idempotent_receiver_memory_is_bounded_by_gaps(fs):
