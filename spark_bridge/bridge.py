@@ -89,7 +89,6 @@ from spark_bridge.messages import (
     FeedProgress,
     FeedReleased,
     Forward,
-    ForwardAccepted,
     Forwards,
     ForwardsAccepted,
     GetFeedProgress,
@@ -300,6 +299,7 @@ class SparkBridge(AtLeastOnceDelivery):
         self._confirmed: list[int] = []
         self._forwards: list[list[Any]] = []
         self._forward_replies: list[tuple[str | None, int]] = []
+        self._duplicates: list[tuple[str, int]] = []  # (sender, forward id) of follow-ups stored before
         self._abandoned: list[int] = []
         self._completed: list[Tree] = []
         self._flush_queued = False
@@ -1182,9 +1182,11 @@ class SparkBridge(AtLeastOnceDelivery):
             seen = self._forwarded.get(origin)
             if seen is None:
                 seen = self._forwarded[origin] = SeenIds()
-            if forward_id in seen:  # sent again after a crash: accepted once the original is durable
-                self._flush()
-                self.defer_async(ForwardAccepted(forward_id), lambda a: self.tell(cast(str, sender), a))
+            if forward_id in seen:  # sent again (a crash, a redelivered row): accepted once the original is durable
+                if sender is not None:
+                    # Answered with the round's others (_flush): one message per receiving host, not one each.
+                    self._duplicates.append((sender, forward_id))
+                    self._queue_flush()
                 return
             seen.add(forward_id)
         if to not in self._valid_paths:
@@ -1229,10 +1231,16 @@ class SparkBridge(AtLeastOnceDelivery):
             stores, self._stores = self._stores, []
             context = iter(stores)
             self.persist_all_async([s[0] for s in stores], lambda e: self._stored(e, *next(context)[1:]))
+        duplicates = self._duplicates
+        if duplicates:
+            self._duplicates = []
         if not (self._confirmed or self._forwards or self._abandoned or self._forward_replies):
+            if duplicates:  # their originals were written before: accepted once every write in flight is durable
+                self.defer_async(duplicates, self._accept_forwards)
             return
         event = Progress(self._confirmed, self._forwards, self._abandoned)
         replies, completed = self._forward_replies, self._completed
+        replies.extend(duplicates)  # (their originals are in this event or an earlier one: accepted with its own)
         self._confirmed, self._forwards, self._abandoned, self._forward_replies, self._completed = [], [], [], [], []
         self.persist_async(event, lambda e: self._progressed(e, replies, completed))
 
@@ -1250,10 +1258,7 @@ class SparkBridge(AtLeastOnceDelivery):
                 out.anchors.append(anchor)
                 out.values.append(message)
             self._deliver_rows(out, low)
-        replies = [r for r in replies if r[0] is not None]
-        if replies:
-            targets, ids = cast("list[str]", [r[0] for r in replies]), [r[1] for r in replies]  # (None filtered out)
-            self.context.scatter(self.path, targets, lambda idx: ForwardsAccepted(*_pick(idx, targets, ids)))
+        self._accept_forwards(cast("list[tuple[str, int]]", [r for r in replies if r[0] is not None]))
         for tree in completed:
             self._feed(tree.feed_id)[1] += tree.rows
             if tree.reply_to is not None:
@@ -1261,6 +1266,12 @@ class SparkBridge(AtLeastOnceDelivery):
             if tree.feed_id in self._feed_waiters and tree.feed_id not in self._open:
                 for waiter in self._feed_waiters.pop(tree.feed_id):
                     self.tell(waiter, FeedProcessed(tree.feed_id, self.path))
+
+    def _accept_forwards(self, replies: list[tuple[str, int]]) -> None:
+        """Tell each sender that its follow-ups in `replies` (sender, forward id) are durable: one message per host."""
+        if replies:
+            targets, ids = [r[0] for r in replies], [r[1] for r in replies]
+            self.context.scatter(self.path, targets, lambda idx: ForwardsAccepted(*_pick(idx, targets, ids)))
 
     # ---- fan-out --------------------------------------------------------------------------------
     def _enqueue(self, seq: int, event: BatchStored | None, first_id: int, size: int = -1,

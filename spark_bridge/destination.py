@@ -305,7 +305,10 @@ class FeedReceiver(IdempotentReceiver):
 
     def mixin_command(self, message: Any, sender: str | None) -> None:
         if type(message) is ForwardAccepted:
-            self._unaccepted.pop(message.forward_id, None)
+            unaccepted = self._unaccepted
+            unaccepted.pop(message.forward_id, None)
+            for forward_id in message.more:
+                unaccepted.pop(forward_id, None)
         else:
             super().mixin_command(message, sender)
 

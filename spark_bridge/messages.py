@@ -414,9 +414,10 @@ class Forward:
 
 @dataclass(frozen=True)
 class ForwardAccepted:
-    """Bridge -> destination: the follow-up `forward_id` is durable in the bridge (stop resending it)."""
+    """Bridge -> destination: follow-ups `forward_id` and `more` are durable in the bridge (stop resending them)."""
 
     forward_id: int
+    more: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -436,14 +437,22 @@ class Forwards:
 
 @dataclass(frozen=True)
 class ForwardsAccepted(Scatter):
-    """Bridge -> a destination host: ForwardAccepted(forward_ids[k]) for `targets[k]`, in columns."""
+    """Bridge -> a destination host: follow-up `forward_ids[k]` of `targets[k]` accepted, in columns."""
 
     targets: list[str]
     forward_ids: list[int]
 
     def items(self) -> list[tuple[str, ForwardAccepted]]:
-        """One ForwardAccepted per target, in order."""
-        return [(t, ForwardAccepted(f)) for t, f in zip(self.targets, self.forward_ids, strict=True)]
+        """One ForwardAccepted per target, with every id of that target (in order)."""
+        # One message per receiver, not per id: a redelivery pile's resends are accepted by the thousand.
+        ids_of: dict[str, list[int]] = {}
+        for target, forward_id in zip(self.targets, self.forward_ids, strict=True):
+            ids = ids_of.get(target)
+            if ids is None:
+                ids_of[target] = [forward_id]
+            else:
+                ids.append(forward_id)
+        return [(t, ForwardAccepted(ids[0], tuple(ids[1:]))) for t, ids in ids_of.items()]
 
 
 # ---- the bridge's journal -------------------------------------------------------------------------

@@ -1,0 +1,106 @@
+"""The bridge's acceptance of follow-ups (ForwardAccepted), on both bases: duplicates (follow-ups it stored
+before, sent again) are answered together and cost no write each, and a FeedReceiver takes every id an answer
+carries. No Spark: probes speak the bridge's protocol (spark_bridge.messages) as receivers do."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from journal import open_journal
+from spark_bridge import BRIDGE_PATH, Row, start_bridge
+from spark_bridge.bridge import PERSISTENCE_ID
+from spark_bridge.messages import ForwardAccepted, Forwards
+from tests.spark_bridge.sample import DurableAccount
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.timeout(90)
+
+ORIGIN = "/user/origin"
+
+
+def forwards(sender: str, ids: list[int], to: str) -> Forwards:
+    """Follow-ups `ids` of ORIGIN from `sender`, each to `to`, as a receiver's host sends them in one round."""
+    n = len(ids)
+    return Forwards([sender] * n, [ORIGIN] * n, ids, [None] * n, [to] * n, [f"m{f}" for f in ids])
+
+
+def accepted(probe, count: int) -> list[ForwardAccepted]:
+    """The ForwardAccepted messages the probe gets until they accepted `count` forward ids."""
+    answers: list[ForwardAccepted] = []
+    while sum(1 + len(a.more) for a in answers) < count:
+        answer = probe.receive(30)
+        assert type(answer) is ForwardAccepted, answer
+        answers.append(answer)
+    return answers
+
+
+def ids_of(answers: list[ForwardAccepted]) -> list[int]:
+    """Every forward id the answers accepted, sorted."""
+    return sorted(f for a in answers for f in (a.forward_id, *a.more))
+
+
+def bridge_events(url: str) -> int:
+    """How many events the bridge has written to the journal at `url`."""
+    with open_journal(url) as j:
+        return j.highest_sequence_nr(PERSISTENCE_ID)
+
+
+def test_duplicate_follow_ups_of_one_round_are_accepted_in_one_message(base, make_system, tmp_path):
+    # The bridge answered each duplicate with its own ForwardAccepted (and its own deferred handler): a receiver
+    # whose redelivered rows resent thousands of follow-ups got thousands of messages back, one per id.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/j.db")
+    start_bridge(system)
+    receiver, destination = system.probe("receiver"), system.probe("destination")
+    receiver.tell(BRIDGE_PATH, forwards(receiver.path, [1, 2, 3, 4], destination.path))
+    assert ids_of(accepted(receiver, 4)) == [1, 2, 3, 4]
+    receiver.tell(BRIDGE_PATH, forwards(receiver.path, [1, 2, 3, 4], destination.path))  # all stored before
+    assert accepted(receiver, 4) == [ForwardAccepted(1, (2, 3, 4))], "duplicates answered one message each"
+    assert [destination.receive(30).delivery_id for _ in range(4)] == [1, 2, 3, 4]
+
+
+def test_duplicates_among_new_follow_ups_cost_no_bridge_write_each(base, make_system, tmp_path):
+    # Each duplicate flushed the bridge's round at once, so that its deferred answer came after the original's
+    # write: in a round of new follow-ups and resent ones (a receiver's host applying new rows while redelivered
+    # copies of applied ones come in) every duplicate cut a Progress event of its own, one write per resend.
+    url = f"sqlite:///{tmp_path}/j.db"
+    system = make_system(base, journal=url)
+    start_bridge(system)
+    receiver, destination = system.probe("receiver"), system.probe("destination")
+    receiver.tell(BRIDGE_PATH, forwards(receiver.path, [1, 2, 3, 4], destination.path))
+    assert ids_of(accepted(receiver, 4)) == [1, 2, 3, 4]
+    before = bridge_events(url)
+    receiver.tell(BRIDGE_PATH, forwards(receiver.path, [5, 1, 6, 2, 7, 3, 8, 4], destination.path))
+    assert ids_of(accepted(receiver, 8)) == list(range(1, 9))
+    assert bridge_events(url) - before == 1, "the duplicates among them split the round's Progress event"
+
+
+@dataclass(frozen=True)
+class GetUnaccepted:
+    """Ask a CountingAccount how many of its follow-ups the bridge has not accepted (an int)."""
+
+
+class CountingAccount(DurableAccount):
+    """A DurableAccount that answers GetUnaccepted."""
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        """GetUnaccepted replies with unaccepted_follow_ups; the rest as DurableAccount."""
+        if type(message) is GetUnaccepted:
+            self.tell(sender, self.unaccepted_follow_ups)
+        else:
+            super().receive_command(message, sender)
+
+
+def test_a_feed_receiver_takes_every_follow_up_one_acceptance_carries(base, make_system, tmp_path):
+    # One ForwardAccepted carries all of a receiver's follow-ups accepted together: a receiver that took only the
+    # first id would resend the others (with every redelivered copy of their rows) forever.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/j.db")
+    system.spawn(CountingAccount, "/user/acc", entities=True, kwargs={"ledger": "/user/ledger"})
+    bridge = system.probe("bridge")  # (plays the bridge: rows name it as theirs)
+    system.tell_many([("/user/acc/a", Row(k, {"amount": k}, k, 0, None, bridge.path)) for k in (1, 2, 3)],
+                     sender=bridge.path)
+    wait_for(lambda: system.ask("/user/acc/a", GetUnaccepted(), timeout=10) == 3, timeout=30)
+    bridge.tell("/user/acc/a", ForwardAccepted(1, (2, 3)))
+    wait_for(lambda: system.ask("/user/acc/a", GetUnaccepted(), timeout=10) == 0, timeout=30)
