@@ -1,17 +1,19 @@
 """FeedReceiver's follow-ups across its recovery, on both bases: every follow-up the bridge has not accepted is
 sent again when a row is redelivered, however the rows were gathered into commits; a redelivered row's own tree's
-ones with every copy, the others not with each. The test's probe plays the bridge (rows carry its path as
-`Row.bridge`) and accepts nothing."""
+ones with every copy, the others at most once per follow_up_resend_interval. The test's probe plays the bridge
+(rows carry its path as `Row.bridge`) and accepts nothing, unless a test says so."""
 
 from __future__ import annotations
 
+import itertools
+import time
 from typing import Any
 
 import pytest
 
 from persistence import SnapshotOffer
 from spark_bridge import Row
-from spark_bridge.messages import Confirmed, Forwards
+from spark_bridge.messages import Confirmed, ForwardAccepted, Forwards
 from tests.spark_bridge.sample import Deposited, DurableAccount, GetBalance
 from tests.waiting import wait_for
 
@@ -168,3 +170,39 @@ def test_a_redelivered_row_sends_again_its_own_tree_s_follow_ups_not_every_unacc
     assert resent.count(5) == copies, "each copy's confirmation follows its tree's unaccepted follow-up"
     # (every unaccepted one once, maybe twice on a machine slow enough for the interval to pass meanwhile)
     assert len(resent) <= copies + 2 * (n - 1), f"{len(resent)} follow-ups sent again for {copies} copies of a row"
+
+
+class QuickResendAccount(DurableAccount):
+    """A DurableAccount that resends every unaccepted follow-up at most once a second (not every 10 s)."""
+
+    follow_up_resend_interval = 1.0
+
+
+def test_an_unaccepted_follow_up_of_another_tree_is_resent_once_per_interval(base, make_system, tmp_path):
+    # A follow-up whose acceptance was lost (the bridge stored it, its ForwardAccepted died with a connection) is
+    # of another tree than the rows redelivered later: only the resend of every unaccepted follow-up, at most once
+    # per follow_up_resend_interval, sends it again. Without it the receiver would keep it (and its snapshots
+    # would carry it) forever; with it on every copy, a redelivery pile resends them all with each copy.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/j.db")
+    system.spawn(QuickResendAccount, ACC, entities=True, kwargs={"ledger": "/user/ledger"})
+    probe = system.probe()
+    system.tell_many([(f"{ACC}/a", row(k, probe.path)) for k in (1, 2, 3)], sender=probe.path)  # tree k each
+    assert forwarded_until_confirmed(probe, 3) == [1, 2, 3]
+    system.tell(f"{ACC}/a", ForwardAccepted(2), sender=probe.path)  # (follow-up 3's acceptance was lost)
+    copies: list[tuple[float, list[int], float]] = []  # per copy of row 1: (sent at, follow-ups resent, answered at)
+
+    def resent_three_times() -> bool:
+        sent = time.monotonic()
+        system.tell(f"{ACC}/a", row(1, probe.path), sender=probe.path)
+        copies.append((sent, forwarded_until_confirmed(probe, 1), time.monotonic()))
+        return sum(3 in resent for _, resent, _ in copies) >= 3
+
+    # (the first copy resends it, then one after each interval: two intervals)
+    wait_for(resent_three_times, timeout=30, interval=0.05)
+    assert all(1 in resent for _, resent, _ in copies), "a copy was confirmed without its own tree's follow-up"
+    assert not any(2 in resent for _, resent, _ in copies), "an accepted follow-up was sent again"
+    with_3 = [(sent, answered) for sent, resent, answered in copies if 3 in resent]
+    interval = QuickResendAccount.follow_up_resend_interval
+    for (sent, _), (_, answered) in itertools.pairwise(with_3):  # (the receiver decided within [sent, answered])
+        assert answered - sent >= interval, f"follow-up 3 resent twice within {answered - sent:.3f} s"
+    assert len(copies) > len(with_3), "every copy resent every unaccepted follow-up"
