@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from journal import open_journal
-from spark_bridge import BRIDGE_PATH, Row, start_bridge
+from spark_bridge import BRIDGE_PATH, Row, SparkBridge, start_bridge
 from spark_bridge.bridge import PERSISTENCE_ID
-from spark_bridge.messages import ForwardAccepted, Forwards
+from spark_bridge.messages import ForwardAccepted, Forwards, Progress
+from tests.persistence.failing_journals import register_failing_first_write
 from tests.spark_bridge.sample import DurableAccount
 from tests.waiting import wait_for
 
@@ -80,6 +81,29 @@ def test_duplicates_among_new_follow_ups_cost_no_bridge_write_each(base, make_sy
 @dataclass(frozen=True)
 class GetUnaccepted:
     """Ask a CountingAccount how many of its follow-ups the bridge has not accepted (an int)."""
+
+
+# The first write of a Progress event holding a follow-up fails (a full disk, a lost connection).
+register_failing_first_write("failforward", lambda p: ["forward"] if type(p) is Progress and p.forwards else [])
+
+
+class FailingForwardBridge(SparkBridge):
+    """A bridge whose first write of a follow-up fails (it is stopped), its memory journal kept by its process."""
+
+    journal_url = "failforward://bridge"
+    snapshot_store_url = "failforward://bridge"
+
+
+def test_a_duplicate_is_not_accepted_before_its_original_is_durable(base, make_system):
+    # Duplicates are answered with the round's other acceptances: not before the write holding their original is
+    # durable. That write failing, the follow-up is not in the bridge's journal: accepted, the receiver would stop
+    # resending it, and it would be lost.
+    system = make_system(base)
+    start_bridge(system, cls=FailingForwardBridge)
+    receiver, destination = system.probe("receiver"), system.probe("destination")
+    receiver.tell(BRIDGE_PATH, forwards(receiver.path, [1, 1], destination.path))  # sent twice in one round
+    wait_for(lambda: system.errors().recent, timeout=30)  # the failed write is reported
+    receiver.expect_no_message(0.5)
 
 
 class CountingAccount(DurableAccount):
