@@ -620,14 +620,15 @@ class FeedTable(EntityTable):
     def _relay(self, m: Forwards) -> None:
         """Follow-ups that receivers of this table's follow-ups anchored to them: journaled, then sent like
         this table's own, holding the same row; each accepted (ForwardAccepted) once durable."""
+        again: list[tuple[str, int]] = []  # (sender, forward id) of those relayed before
         for sender, origin, forward_id, anchor, to, message in zip(m.senders, m.origins, m.forward_ids, m.anchors,
                                                                    m.tos, m.messages, strict=True):
             if origin is not None:
                 seen = self._relayed.get(origin)
                 if seen is None:
                     seen = self._relayed[origin] = SeenIds()
-                if forward_id in seen:  # sent again after its sender restarted: accepted once durable
-                    self.when_durable(self._accept_again, (sender, forward_id))
+                if forward_id in seen:  # sent again (its sender restarted, its row redelivered): accepted once durable
+                    again.append((sender, forward_id))
                     continue
                 seen.add(forward_id)
                 self._relay_origins.append(origin)
@@ -641,9 +642,12 @@ class FeedTable(EntityTable):
             parent = self._unconfirmed.get(anchor) if type(anchor) is int else None
             # A follow-up of a follow-up confirmed already (or of none) is delivered, but holds no row.
             self._add_follow_up(to, message, None if parent is None else parent[2])
+        if again:  # (together: one message per receiving host, not one per follow-up sent again)
+            self.when_durable(self._accept_again, again)
 
-    def _accept_again(self, reply: tuple[str, int]) -> None:
-        self.context.route(self.path, reply[0], ForwardAccepted(reply[1]))
+    def _accept_again(self, replies: list[tuple[str, int]]) -> None:
+        targets, ids = [r[0] for r in replies], [r[1] for r in replies]
+        self.context.scatter(self.path, targets, lambda idx: ForwardsAccepted(*_pick(idx, targets, ids)))
 
     def mixin_command(self, message: Any, sender: str | None) -> None:
         if type(message) is _RedeliverFollowUps:

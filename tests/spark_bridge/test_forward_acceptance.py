@@ -1,6 +1,7 @@
-"""The bridge's acceptance of follow-ups (ForwardAccepted), on both bases: duplicates (follow-ups it stored
-before, sent again) are answered together and cost no write each, and a FeedReceiver takes every id an answer
-carries. No Spark: probes speak the bridge's protocol (spark_bridge.messages) as receivers do."""
+"""The acceptance of follow-ups (ForwardAccepted) by the bridge and by a FeedTable relaying them, on both bases:
+duplicates (follow-ups stored before, sent again) are answered together and cost no write each, and a
+FeedReceiver takes every id an answer carries. No Spark: probes speak the bridge's protocol
+(spark_bridge.messages) as receivers do."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import pytest
 from journal import open_journal
 from spark_bridge import BRIDGE_PATH, Row, SparkBridge, start_bridge
 from spark_bridge.bridge import PERSISTENCE_ID
+from spark_bridge.destination import FOLLOW_UPS_ENTITY
 from spark_bridge.messages import ForwardAccepted, Forwards, Progress
 from tests.persistence.failing_journals import register_failing_first_write
 from tests.spark_bridge.sample import DurableAccount
+from tests.spark_bridge.table_sample import Holder, Posting
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(90)
@@ -81,6 +84,20 @@ def test_duplicates_among_new_follow_ups_cost_no_bridge_write_each(base, make_sy
 @dataclass(frozen=True)
 class GetUnaccepted:
     """Ask a CountingAccount how many of its follow-ups the bridge has not accepted (an int)."""
+
+
+def test_duplicate_follow_ups_relayed_by_a_feed_table_are_accepted_in_one_message(base, make_system, tmp_path):
+    # A FeedTable relays the follow-ups that receivers of its own anchored to them, and answered each one sent
+    # again with a ForwardAccepted of its own, as the bridge did.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/j.db")
+    system.spawn(Holder, "/user/ledger")
+    system.spawn(Posting, "/user/acc", entities=True, kwargs={"ledger": "/user/ledger"})
+    receiver = system.probe("receiver")
+    relay = f"/user/acc/{FOLLOW_UPS_ENTITY}"  # (the table's own address: one shard)
+    receiver.tell(relay, forwards(receiver.path, [1, 2, 3, 4], "/user/ledger"))
+    assert ids_of(accepted(receiver, 4)) == [1, 2, 3, 4]
+    receiver.tell(relay, forwards(receiver.path, [1, 2, 3, 4], "/user/ledger"))  # all relayed before
+    assert accepted(receiver, 4) == [ForwardAccepted(1, (2, 3, 4))], "duplicates answered one message each"
 
 
 # The first write of a Progress event holding a follow-up fails (a full disk, a lost connection).
