@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, KeysView, Mapping, Sequence
+from collections.abc import Callable, Iterator, KeysView, Mapping, Sequence
 from itertools import repeat
 from typing import Any
 
@@ -206,6 +206,10 @@ class AtLeastOnceDelivery(PersistentActor):
         """The ids of the deliveries not confirmed yet, in the order they were registered (a live view: copy it
         before confirming while iterating)."""
         return self._unconfirmed.keys()
+
+    def unconfirmed_destinations(self) -> Iterator[tuple[int, str]]:
+        """(delivery id, destination) of each delivery not confirmed yet, in the order they were registered."""
+        return ((i, d.destination) for i, d in self._unconfirmed.items())
 
     def should_redeliver(self, delivery_id: int, destination: str, message: Any) -> bool:
         """Called before each resend (not before the first send); False skips it.

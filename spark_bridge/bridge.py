@@ -57,6 +57,7 @@ from typing import Any, cast
 import actors
 from actors import PathTaken
 from journal import SnapshotSelectionCriteria
+from journal.serialization import serialize
 from persistence import (
     AtLeastOnceDelivery,
     Confirm,
@@ -299,6 +300,8 @@ class SparkBridge(AtLeastOnceDelivery):
         self._confirmed: list[int] = []
         self._forwards: list[list[Any]] = []
         self._forward_replies: list[tuple[str | None, int]] = []
+        # id(Progress) -> its replies and completed trees, for the Progress events being written
+        self._progress_in_flight: dict[int, tuple[list[tuple[str | None, int]], list[Tree]]] = {}
         self._duplicates: list[tuple[str, int]] = []  # (sender, forward id) of follow-ups stored before
         self._abandoned: list[int] = []
         self._completed: list[Tree] = []
@@ -547,8 +550,15 @@ class SparkBridge(AtLeastOnceDelivery):
             accepted, processed = self._feeds.get(message.feed_id, (0, 0))
             self.tell(cast(str, sender), FeedProgress(message.feed_id, accepted, processed))
         elif t is ConfirmUpTo:
-            for delivery_id in [d for d in self.unconfirmed_ids() if d <= message.delivery_id]:
-                self._confirm(delivery_id)
+            # A destination's cumulative confirm covers the rows delivered to it: ids are numbered across every
+            # destination, and another's below it may not have arrived (they would never be resent).
+            if sender is None:
+                self.context.dead_letter(sender, self.path, message, "a ConfirmUpTo confirms the rows delivered to "
+                                         "its sender's path, and this one has no sender: send it from the destination")
+            else:
+                for delivery_id in [d for d, to in self.unconfirmed_destinations() if d <= message.delivery_id
+                                    and to == sender]:
+                    self._confirm(delivery_id)
         elif t is SaveSnapshotSuccess:
             self.log.debug("spark bridge snapshot at %d", message.metadata.sequence_nr)
             self._snapshot_saved(message.metadata.sequence_nr)
@@ -1242,9 +1252,60 @@ class SparkBridge(AtLeastOnceDelivery):
         replies, completed = self._forward_replies, self._completed
         replies.extend(duplicates)  # (their originals are in this event or an earlier one: accepted with its own)
         self._confirmed, self._forwards, self._abandoned, self._forward_replies, self._completed = [], [], [], [], []
-        self.persist_async(event, lambda e: self._progressed(e, replies, completed))
+        self._persist_progress(event, replies, completed)
 
-    def _progressed(self, event: Progress, replies: list[tuple[str | None, int]], completed: list[Tree]) -> None:
+    def _persist_progress(self, event: Progress, replies: list[tuple[str | None, int]], completed: list[Tree]) -> None:
+        """Write a round's Progress; once durable, deliver its follow-ups, answer, report (_progressed)."""
+        self._progress_in_flight[id(event)] = (replies, completed)
+        self.persist_async(event, self._progressed)
+
+    def on_persist_rejected(self, cause: BaseException, event: Any, sequence_nr: int) -> None:
+        """A rejected Progress goes again without the follow-ups the journal cannot store (each dead-lettered)."""
+        super().on_persist_rejected(cause, event, sequence_nr)
+        if type(event) is Progress:
+            self._progress_rejected(event, cause)
+
+    def _progress_rejected(self, event: Progress, cause: BaseException) -> None:
+        # Nothing of it is stored, but what it records was acted on: its follow-ups are marked seen (a resend is
+        # taken for a duplicate and accepted), their delivery ids allocated (no snapshot is taken while one is)
+        # and awaited by their rows' trees. Left so, an accepted follow-up was never delivered and its feed never
+        # completed. A follow-up the journal cannot store is refused as one to an invalid path is (_forward):
+        # dead-lettered and accepted, no longer awaited; the rest goes again.
+        replies, completed = self._progress_in_flight.pop(id(event))
+        if not event.forwards:
+            # Only ids, which always encode: rejected for something else. What it lost are confirmations, which
+            # a restart redelivers (destinations dedup): go on as if it were stored.
+            self._act_on_progress(event, replies, completed)
+            return
+        kept: list[list[Any]] = []
+        refused: list[tuple[list[Any], BaseException]] = []
+        for forward in event.forwards:
+            try:
+                serialize(Progress([], [forward], []))
+                kept.append(forward)
+            except Exception as exc:
+                refused.append((forward, exc))
+        if not refused:  # (the follow-ups encode, yet were rejected together: none is tried again)
+            kept, refused = [], [(forward, cause) for forward in event.forwards]
+        for (_, _, anchor, delivery_id, to, message), why in refused:
+            self.log.error("spark bridge dropped a follow-up to %s: the journal cannot store it: %s", to, why)
+            self.context.dead_letter(None, to, message, f"the spark bridge's journal cannot store this follow-up: {why}")
+            self._allocated.pop(delivery_id, None)
+            tree = self._trees.get(anchor)
+            if tree is not None:
+                tree.value ^= edge(delivery_id)
+                if tree.value == 0:
+                    self._complete(tree, replaying=False)  # (reported with the next Progress)
+        if self._completed:
+            self._queue_flush()
+        self._persist_progress(Progress(event.confirmed, kept, event.abandoned), replies, completed)
+
+    def _progressed(self, event: Progress) -> None:
+        replies, completed = self._progress_in_flight.pop(id(event))
+        self._act_on_progress(event, replies, completed)
+
+    def _act_on_progress(self, event: Progress, replies: list[tuple[str | None, int]], completed: list[Tree]) -> None:
+        """Once `event` is durable: deliver its follow-ups, accept them, report the trees it completed."""
         low = self._low
         if event.forwards:
             # Delivered together, sent as one RowChunk per host.

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from journal import open_journal
+from persistence import ConfirmUpTo
 from spark_bridge import BRIDGE_PATH, Row, SparkBridge, start_bridge
 from spark_bridge.bridge import PERSISTENCE_ID
 from spark_bridge.destination import FOLLOW_UPS_ENTITY
@@ -147,18 +148,43 @@ def test_a_feed_receiver_takes_every_follow_up_one_acceptance_carries(base, make
     wait_for(lambda: system.ask("/user/acc/a", GetUnaccepted(), timeout=10) == 0, timeout=30)
 
 
-@pytest.mark.xfail(strict=True, reason="not fixed: a rejected Progress event's follow-ups stay marked seen")
-def test_a_follow_up_of_a_rejected_progress_event_is_delivered_once_accepted(base, make_system, tmp_path):
-    # Found, not fixed: an ack() destination's follow-up the journal cannot store (nothing checks it on its way)
-    # gets the bridge's Progress event rejected, with the other follow-ups of its round. The bridge goes on with
-    # them marked seen but not stored: a receiver's resend is taken for a duplicate and accepted, and the
-    # follow-up is never delivered (nor stored: a restart forgets it too). Acknowledged, then lost.
+def test_a_follow_up_the_journal_cannot_store_is_dead_lettered_and_the_others_of_its_round_delivered(
+        base, make_system, tmp_path):
+    # An ack() destination's follow-up the journal cannot store (nothing checks it on its way) got the bridge's
+    # Progress event rejected with the other follow-ups of its round, which the bridge went on with as seen but
+    # not stored: a receiver's resend was taken for a duplicate and accepted, and the follow-up never delivered.
     system = make_system(base, journal=f"sqlite:///{tmp_path}/j.db")
     start_bridge(system)
     receiver, destination = system.probe("receiver"), system.probe("destination")
-    receiver.tell(BRIDGE_PATH, Forwards([receiver.path] * 2, [None, ORIGIN], [0, 1], [None, None],
-                                        [destination.path] * 2, [2**70, "m1"]))  # (beyond 64 bits: rejected)
-    wait_for(lambda: system.errors().recent, timeout=30)  # the rejection is reported
-    receiver.tell(BRIDGE_PATH, forwards(receiver.path, [1], destination.path))  # no acceptance came: resent
-    assert accepted(receiver, 1) == [ForwardAccepted(1)]
-    assert destination.receive(5).body == "m1", "a follow-up was accepted and never delivered"
+    receiver.tell(BRIDGE_PATH, Forwards([receiver.path] * 2, [ORIGIN] * 2, [1, 2], [None, None],
+                                        [destination.path] * 2, [2**70, "m2"]))  # (beyond 64 bits: rejected)
+    assert ids_of(accepted(receiver, 2)) == [1, 2]  # (the refused one too: resending it would not help)
+    assert destination.receive(10).body == "m2"
+    letters = wait_for(lambda: [d for d in system.dead_letters().recent if d.message == 2**70] or None, timeout=10)
+    assert "cannot store" in letters[0].reason and letters[0].target == destination.path
+    receiver.tell(BRIDGE_PATH, forwards(receiver.path, [2], destination.path))  # a resend: stored before
+    assert accepted(receiver, 1) == [ForwardAccepted(2)]
+    destination.expect_no_message(0.3)
+
+
+class _QuickBridge(SparkBridge):
+    """A bridge that resends an unconfirmed row after 2 s (not 10 s and more)."""
+
+    redeliver_interval = 2.0
+    redelivery_backoff = None
+
+
+def test_a_cumulative_confirm_confirms_only_the_rows_delivered_to_its_sender(base, make_system, tmp_path):
+    # Delivery ids are numbered across destinations: a's ConfirmUpTo once confirmed b's rows below it too,
+    # rows b never confirmed (nor perhaps got), which were then never resent.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/j.db")
+    start_bridge(system, cls=_QuickBridge)
+    receiver, a, b = system.probe("receiver"), system.probe("a"), system.probe("b")
+    receiver.tell(BRIDGE_PATH, Forwards([receiver.path] * 4, [ORIGIN] * 4, [1, 2, 3, 4], [None] * 4,
+                                        [a.path, b.path, a.path, b.path], ["a1", "b2", "a3", "b4"]))
+    rows = a.receive_many(2, 10) + b.receive_many(2, 10)
+    a.tell(BRIDGE_PATH, ConfirmUpTo(max(r.delivery_id for r in rows)))
+    assert sorted(r.body for r in b.receive_many(2, 10)) == ["b2", "b4"]  # resent: still unconfirmed
+    a.expect_no_message(3.0)  # confirmed: not resent
+
+
