@@ -104,12 +104,16 @@ _QUERIES = {
               "AND sequence_nr >= %s AND sequence_nr <= %s ORDER BY sequence_nr LIMIT %s",
     "highest": "SELECT greatest((SELECT max(sequence_nr) FROM {s}.journal WHERE persistence_id = %(p)s), "
                "(SELECT sequence_nr FROM {s}.highest_sequence_nr WHERE persistence_id = %(p)s), 0)",
-    "keep_highest": "INSERT INTO {s}.highest_sequence_nr VALUES (%s, %s) ON CONFLICT (persistence_id) "
-                    "DO UPDATE SET sequence_nr = greatest({s}.highest_sequence_nr.sequence_nr, "
-                    "excluded.sequence_nr)",
-    "delete_tags": "DELETE FROM {s}.tags WHERE ordering IN (SELECT ordering FROM {s}.journal "
-                   "WHERE persistence_id = %s AND sequence_nr <= %s)",
-    "delete": "DELETE FROM {s}.journal WHERE persistence_id = %s AND sequence_nr <= %s",
+    # One statement, so one snapshot: the events, their tags and the highest kept are the same rows. As four
+    # statements (READ COMMITTED: a snapshot each), a write of the id committing in between was deleted after the
+    # highest was read (the highest went down) or after the tags were (a tag without its event, which cut a tag
+    # query's chunk short: the query took it for its end and skipped the events after it).
+    "delete": "WITH d AS (DELETE FROM {s}.journal WHERE persistence_id = %(p)s AND sequence_nr <= %(to)s "
+              "RETURNING sequence_nr, ordering), "
+              "t AS (DELETE FROM {s}.tags WHERE ordering IN (SELECT ordering FROM d)) "
+              "INSERT INTO {s}.highest_sequence_nr SELECT %(p)s, max(sequence_nr) FROM d HAVING count(*) > 0 "
+              "ON CONFLICT (persistence_id) DO UPDATE SET sequence_nr = "
+              "greatest({s}.highest_sequence_nr.sequence_nr, excluded.sequence_nr)",
     "ids": "SELECT DISTINCT persistence_id FROM {s}.journal UNION "
            "SELECT persistence_id FROM {s}.highest_sequence_nr ORDER BY 1",
     # The chunk's offsets first, then their events by the ordering index. Joined instead, a custom plan (the offsets
@@ -428,14 +432,10 @@ class PostgresJournal(Journal):
 
     def delete_messages_to(self, persistence_id: str, to_sequence_nr: int) -> None:
         """Delete all events with seq nr <= to (2**63 - 1 deletes all) without lowering the highest."""
-        def delete(cur: psycopg.Cursor[Any]) -> None:
-            cur.execute(self._q["highest"], {"p": persistence_id})
-            highest = cur.fetchone()[0]  # type: ignore[index]
-            if highest:
-                cur.execute(self._q["keep_highest"], (persistence_id, highest))
-            cur.execute(self._q["delete_tags"], (persistence_id, to_sequence_nr))
-            cur.execute(self._q["delete"], (persistence_id, to_sequence_nr))
-        self._db.write("delete", delete, landed=_run_again)
+        # The highest kept is that of the events deleted: the highest ever stored is then still the greatest of
+        # the events left and the highest kept.
+        self._db.write("delete", lambda cur: cur.execute(self._q["delete"], {"p": persistence_id, "to": to_sequence_nr}),
+                       landed=_run_again)
 
     def current_persistence_ids(self) -> Iterator[str]:
         """Every persistence id that has ever been written (sorted)."""

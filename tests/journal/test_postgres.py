@@ -1,0 +1,74 @@
+"""PostgreSQL journal cases that need a second session holding a lock at the right moment (real server, no mocks)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from journal import AtomicWrite, PersistentRepr, open_journal
+from journal.model import MAX_SEQUENCE_NR
+from journal.postgres import drop_schema
+from tests.journal.postgres_server import SERVER, postgres_url  # noqa: F401  (fixture)
+from tests.waiting import wait_for
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+def pg(postgres_url: str) -> Iterator[tuple[str, str]]:  # noqa: F811
+    """(journal URL on a fresh schema whose connections carry that name as application_name, the name)."""
+    name = f"audit_pg_{uuid.uuid4().hex[:10]}"
+    url = f"{SERVER}?schema={name}&application_name={name}"
+    yield url, name
+    drop_schema(url)
+
+
+def _event(pid: str, n: int, tag: str) -> AtomicWrite:
+    return AtomicWrite([PersistentRepr(f"{pid}-{n}", n, pid, tags=frozenset({tag}))])
+
+
+def _waiting_on_a_lock(admin: psycopg.Connection, app: str) -> bool:
+    return bool(admin.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+                              "AND wait_event_type = 'Lock'", (app,)).fetchone()[0])  # type: ignore[index]
+
+
+def test_a_delete_racing_a_write_of_its_id_keeps_the_highest_and_leaves_no_tag_without_its_event(pg) -> None:
+    """A write of the id commits while delete_messages_to(MAX) runs: the highest must not go down (the next writer
+    would reuse an acknowledged number) and no tag may outlive its event (a tag chunk holding one read short, and
+    the query took that for its end: it skipped the events after it, of every id)."""
+    url, app = pg
+    pid, other, tag = "p", "q", "t"
+    with open_journal(url) as journal, open_journal(url) as second, \
+            psycopg.connect(SERVER, autocommit=True) as admin, psycopg.connect(SERVER) as locker:
+        assert journal.write_messages([_event(pid, n, tag) for n in range(1, 6)]) == [None] * 5
+        # The delete waits on one of its tag rows: the write of 6 commits while it runs.
+        locker.execute(f"SELECT 1 FROM {app}.tags WHERE ordering = (SELECT ordering FROM {app}.journal "
+                       "WHERE persistence_id = %s AND sequence_nr = 5) FOR UPDATE", (pid,))
+        failed: list[BaseException] = []
+
+        def delete() -> None:
+            try:
+                journal.delete_messages_to(pid, MAX_SEQUENCE_NR)
+            except BaseException as e:  # noqa: BLE001  (reported to the test thread)
+                failed.append(e)
+        deleter = threading.Thread(target=delete)
+        deleter.start()
+        try:
+            wait_for(lambda: _waiting_on_a_lock(admin, app), 20)
+            assert second.write_messages([_event(pid, 6, tag)]) == [None]
+        finally:
+            locker.commit()
+            deleter.join(30)
+        assert not deleter.is_alive() and not failed, failed
+        assert journal.highest_sequence_nr(pid) == 6, "an acknowledged sequence number would be given out again"
+        assert journal.write_messages([_event(other, n, tag) for n in range(1, 4)]) == [None] * 3
+        orphans = admin.execute(f"SELECT count(*) FROM {app}.tags t WHERE NOT EXISTS "
+                                f"(SELECT 1 FROM {app}.journal j WHERE j.ordering = t.ordering)").fetchone()
+        assert orphans == (0,), "a tag outlived its event"
+        journal.replay_chunk = 2  # so that a chunk holds the tag of a deleted event
+        got = [(e.persistence_id, e.sequence_nr) for e in journal.events_by_tag(tag)]
+        assert [k for k in got if k[0] == other] == [(other, 1), (other, 2), (other, 3)], got
