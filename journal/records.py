@@ -25,7 +25,7 @@ from zlib import crc32 as _crc32
 import msgpack
 
 from journal.errors import JournalCorruption, SerializationError
-from journal.model import AtomicWrite, EventEnvelope, PersistentRepr, replayed_repr
+from journal.model import MAX_SEQUENCE_NR, AtomicWrite, EventEnvelope, PersistentRepr, replayed_repr
 from journal.serialization import (
     _SEEDS_KEPT,
     FORMAT_FLAT,
@@ -88,6 +88,8 @@ def encode_writes(
                 seed = _write_seed(pid)
             for r in reprs:  # one pass: record, checksum and row (most AtomicWrites hold one event)
                 seq = r.sequence_nr
+                if type(seq) is not int or not 0 <= seq <= MAX_SEQUENCE_NR:
+                    seq = _checked_sequence_nr(seq)
                 tags = r.tags
                 if tags and not (type(tags) is frozenset and tags <= good_tags):
                     _check_tags(tags)
@@ -158,6 +160,16 @@ def _check_tags(tags: object) -> None:
     if len(_good_tags) >= _SEEDS_KEPT:
         _good_tags.clear()
     _good_tags.update(tags)  # (only str tags get here; a str subclass equal to one is as storable)
+
+
+def _checked_sequence_nr(seq: object) -> int:
+    """`seq` as an int if every backend stores and replays it as given (an int subclass too), else SerializationError."""
+    if isinstance(seq, int) and not isinstance(seq, bool) and 0 <= seq <= MAX_SEQUENCE_NR:
+        return int(seq)
+    # A negative one was stored but never replayed (replay starts at 0); one beyond a 64-bit int or a bool failed
+    # the whole batch on PostgreSQL and SQLite; a str was multiplied into the checksum seed (gigabytes).
+    raise SerializationError(f"the sequence nr must be an int from 0 to {MAX_SEQUENCE_NR}, got "
+                             f"{type(seq).__qualname__} {seq!r}")
 
 
 def _not_utf8(what: str, text: str, e: UnicodeEncodeError) -> str:

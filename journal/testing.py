@@ -416,6 +416,23 @@ class JournalSpec:
         assert list(journal.replay_messages(b)) == [_repr(b, 1, writer)]
         assert bad not in set(journal.current_persistence_ids())
 
+    @pytest.mark.parametrize("bad", [-1, MAX + 1, False], ids=["negative", "beyond-max", "bool"])
+    def test_a_write_with_a_sequence_nr_no_backend_can_store_is_rejected_alone(
+            self, journal: Journal, writer: str, bad: Any) -> None:
+        # A negative number was stored and acknowledged but never replayed (replay starts at 0); one beyond a
+        # 64-bit int, or a bool, failed the whole batch on PostgreSQL and SQLite, and every other write with it.
+        a, p, b = _fresh_pid(), _fresh_pid(), _fresh_pid()
+        writes = [AtomicWrite([_repr(a, 1, writer)]), AtomicWrite([_repr(p, 1, writer), _repr(p, bad, writer)]),
+                  AtomicWrite([_repr(b, 1, writer)])]
+        results = journal.write_messages(writes)
+        assert results[0] is None and results[2] is None, results
+        assert isinstance(results[1], SerializationError), results
+        assert f"persistence id {p!r}, sequence nr {bad!r}" in str(results[1]) and "sequence nr must be" in str(
+            results[1]), results[1]
+        assert journal.highest_sequence_nr(p) == 0 and list(journal.replay_messages(p)) == []
+        assert list(journal.replay_messages(a)) == [_repr(a, 1, writer)]
+        assert list(journal.replay_messages(b)) == [_repr(b, 1, writer)]
+
     @pytest.mark.parametrize("bad", ["acct-\udcff", "acct-\x00"])
     def test_a_query_for_an_id_or_tag_no_write_can_hold_is_refused_naming_it(self, journal: Journal, bad: str) -> None:
         # The drivers' own errors came out instead (SQLite a UnicodeEncodeError, PostgreSQL a refused NUL).
