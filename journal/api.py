@@ -57,9 +57,10 @@ OrderingBatch = tuple[Sequence[int], tuple[int, int] | None]
 _GAP_RECHECK = 0.05
 """Seconds between two looks at a gap that may still be in flight (a query waits on it, bounded)."""
 _XID_GRACE = 0.25
-"""A writer's INSERT draws its offset a moment (microseconds: no lock or trigger in between) before
-PostgreSQL gives its transaction an id; until then the snapshot does not list it as running. So a gap's
-transaction horizon is only taken this long after the gap was first seen (see OrderingHorizon)."""
+"""A plain INSERT draws its offset a moment before PostgreSQL gives its transaction an id; until then the
+snapshot does not list it as running. Reprise's writes take the id first (journal.postgres's "insert"), so
+this margin is for writers that do not (an older Reprise on the same schema): a gap's transaction horizon
+is only taken this long after the gap was first seen (see OrderingHorizon)."""
 
 
 def now_millis() -> int:
@@ -167,8 +168,8 @@ class OrderingHorizon:
     - the transactions that were running _XID_GRACE after it was first seen have all ended (a later
       snapshot's xmin passed that snapshot's xmax), and the offsets are still missing: then they never
       will appear. This settles rolled-back writes and deleted events in about _XID_GRACE, where Akka
-      waits out its timeout. (It assumes that the INSERT that drew a missing offset got its transaction
-      id within _XID_GRACE: the two are a few function calls apart inside the server.) Or
+      waits out its timeout. (It needs the INSERT that drew a missing offset to have its transaction id
+      by then: Reprise's writes take it before they draw, other writers within _XID_GRACE.) Or
     - `gap_timeout` passed (Akka: query-delay 1 s x max-tries 10): the gap is skipped as a rolled-back
       write, with a warning naming it. So a write transaction that takes longer than `gap_timeout` to
       commit is missed by the query (while it runs it keeps xmin back: only the timeout ends the wait).

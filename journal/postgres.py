@@ -97,7 +97,12 @@ _SCHEMA = (
 _QUERIES = {
     "size": "SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'",
-    "insert": "INSERT INTO {s}.journal (persistence_id, sequence_nr, record, checksum) VALUES (%s, %s, %s, %s)",
+    # The transaction takes its id (the one-time filter runs before the row, so before the identity draws its
+    # offset): OrderingHorizon sees every write that drew an offset as running in the snapshot. Otherwise the id
+    # came with the row's heap insert, after the offset (unless nextval wrote WAL, every 32 offsets): a write
+    # held in between (a descheduled backend, a BEFORE trigger) was taken for rolled back and skipped by queries.
+    "insert": "INSERT INTO {s}.journal (persistence_id, sequence_nr, record, checksum) "
+              "SELECT %s, %s, %s, %s WHERE pg_current_xact_id() IS NOT NULL",
     "insert_tag": "INSERT INTO {s}.tags (tag, ordering) "
                   "SELECT %s, ordering FROM {s}.journal WHERE persistence_id = %s AND sequence_nr = %s",
     "replay": "SELECT sequence_nr, record, checksum FROM {s}.journal WHERE persistence_id = %s "

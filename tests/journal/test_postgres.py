@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from journal import AtomicWrite, PersistentRepr, open_journal
+from journal import AtomicWrite, EventEnvelope, PersistentRepr, open_journal
 from journal.model import MAX_SEQUENCE_NR
 from journal.postgres import drop_schema
 from tests.journal.postgres_server import SERVER, postgres_url  # noqa: F401  (fixture)
@@ -72,3 +72,66 @@ def test_a_delete_racing_a_write_of_its_id_keeps_the_highest_and_leaves_no_tag_w
         journal.replay_chunk = 2  # so that a chunk holds the tag of a deleted event
         got = [(e.persistence_id, e.sequence_nr) for e in journal.events_by_tag(tag)]
         assert [k for k in got if k[0] == other] == [(other, 1), (other, 2), (other, 3)], got
+
+
+_HOLD_EARLY = 0x7265707269736598  # advisory lock the test holds; the early write's INSERT waits for it
+
+
+def test_a_write_held_after_drawing_its_offset_is_not_skipped_by_a_query(pg) -> None:
+    """An INSERT draws its offset (the identity default) before its transaction has an id: a write held
+    in between (here a BEFORE trigger; in production a descheduled backend) was invisible to the snapshot
+    rule, the gap below the later committed event was given up after _XID_GRACE, and the query ended
+    without the early event, which then committed: a query resumed from the later offset never saw it."""
+    url, app = pg
+    tag = "t"
+    with open_journal(url) as journal, psycopg.connect(SERVER, autocommit=True) as admin:
+        journal.execute("CREATE FUNCTION {s}.hold_early() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN "
+                        f"IF NEW.persistence_id = ''early'' THEN PERFORM pg_advisory_xact_lock_shared({_HOLD_EARLY}); "
+                        "END IF; RETURN NEW; END'")
+        journal.execute("CREATE TRIGGER hold_early BEFORE INSERT ON {s}.journal "
+                        "FOR EACH ROW EXECUTE FUNCTION {s}.hold_early()")
+        # nextval() takes a transaction id itself when it writes WAL, every 32 offsets (the first one included):
+        # draw one first, so that the early write's offset is one that does not.
+        assert journal.write_messages([_event("first", 1, "other")]) == [None]
+        admin.execute("SELECT pg_advisory_lock(%s)", (_HOLD_EARLY,))
+        outcome: list[object] = []
+        writer = threading.Thread(target=lambda: outcome.append(journal.write_messages([_event("early", 1, tag)])))
+        writer.start()
+        query: Reader | None = None
+        try:
+            wait_for(lambda: admin.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+                                           "AND wait_event = 'advisory'", (app,)).fetchone()[0], 20)  # type: ignore[index]
+            assert journal.write_messages([_event("late", 1, tag)]) == [None]
+            query = Reader(journal.events_by_tag(tag, gap_timeout=30))
+            # A negative shown over a window: well past _XID_GRACE, the query still waits for the early write.
+            assert not query.done.wait(1.5), [e.persistence_id for e in query.got]
+        finally:
+            admin.execute("SELECT pg_advisory_unlock(%s)", (_HOLD_EARLY,))
+            writer.join(30)
+        assert outcome == [[None]]
+        assert query is not None
+        wait_for(query.done.is_set, 30)
+        assert query.error is None
+        assert [e.persistence_id for e in query.got] == ["early", "late"]
+
+
+class Reader(threading.Thread):
+    """Runs a query in a thread, collecting what it yields; `done` once the query ended."""
+
+    def __init__(self, query: Iterator[EventEnvelope]):
+        super().__init__(daemon=True)
+        self.query = query
+        self.got: list[EventEnvelope] = []
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        """Collect the query's envelopes until it ends."""
+        try:
+            for e in self.query:
+                self.got.append(e)
+        except BaseException as e:  # noqa: BLE001  (reported by the test)
+            self.error = e
+        finally:
+            self.done.set()
