@@ -212,7 +212,9 @@ def _configure_with(statement_timeout: float) -> Callable[[psycopg.Connection[An
         # after 100k inserts PostgreSQL estimated 3 rows and chose bitmap scan + sort per replay chunk (15 ms
         # instead of 0.3 ms). The generic plan walks the primary key in order, whatever the statistics say.
         conn.execute("SET plan_cache_mode = force_generic_plan")
-        conn.execute(f"SET statement_timeout = {int(statement_timeout * 1000)}")
+        # In whole milliseconds, and at least one: 0 is PostgreSQL's "no timeout" (0.0004 s cut to 0 was none).
+        ms = max(1, round(statement_timeout * 1000)) if statement_timeout > 0 else 0
+        conn.execute(f"SET statement_timeout = {ms}")
     return configure
 
 

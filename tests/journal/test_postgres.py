@@ -11,7 +11,7 @@ import pytest
 
 from journal import AtomicWrite, EventEnvelope, PersistentRepr, open_journal
 from journal.model import MAX_SEQUENCE_NR
-from journal.postgres import drop_schema
+from journal.postgres import drop_schema, split_url
 from tests.journal.postgres_server import SERVER, postgres_url  # noqa: F401  (fixture)
 from tests.waiting import wait_for
 
@@ -135,3 +135,15 @@ class Reader(threading.Thread):
             self.error = e
         finally:
             self.done.set()
+
+
+
+@pytest.mark.parametrize("seconds,setting", [(0.0004, "1ms"), (0.0015, "2ms"), (2.5, "2500ms"), (0.0, "0")])
+def test_a_statement_timeout_under_a_millisecond_is_one_not_none(seconds: float, setting: str) -> None:
+    """statement_timeout=0.0004 became int(0.4) = 0 ms: PostgreSQL's "no timeout", the opposite of what was asked."""
+    from journal.postgres import _configure_with
+
+    assert split_url(f"{SERVER}?statement_timeout={seconds}").statement_timeout == seconds
+    with psycopg.connect(SERVER, autocommit=True) as conn:
+        _configure_with(seconds)(conn)  # what each pooled connection runs when it is opened
+        assert conn.execute("SHOW statement_timeout").fetchone() == (setting,)
