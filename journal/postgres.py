@@ -26,8 +26,9 @@ Dropped connections (server restart, pg_terminate_backend, idle_session_timeout)
     N already exists (another writer?)" for events that it had stored itself. If the rows are absent
     the write runs again; if other bytes are there, another writer took the sequence numbers and the
     caller gets that duplicate error, correctly.
-  - everything else (`execute`, a second loss) raises JournalError saying the outcome is unknown; a
-    PersistentActor then stops and its recovery replays whatever was stored.
+  - everything else (`execute`, a second loss, a second run failing after a lost COMMIT, which may still
+    land) raises JournalError saying the outcome is unknown; a PersistentActor then stops and its recovery
+    replays whatever was stored.
 """
 
 from __future__ import annotations
@@ -295,6 +296,7 @@ class _Database:
         `landed` is asked after a lost COMMIT: True = it was stored, False = run `body` again;
         None = the outcome cannot be told, raise.
         """
+        lost_commit = False  # the first run's COMMIT was lost and read back as not (yet) stored: it may still land
         for attempt in (1, 2):
             conn: psycopg.Connection[Any] | None = None
             committing = False
@@ -319,8 +321,11 @@ class _Database:
                         raise JournalError(f"{what} on PostgreSQL {self.where}: the connection was lost at "
                                            f"COMMIT ({e}) and reading back whether it was stored failed: "
                                            f"{again}; outcome unknown") from e
+                    lost_commit = True
                     continue
-                unknown = "; outcome unknown" if committing else ""
+                unknown = ("; outcome unknown" if committing else
+                           "; outcome unknown: the first run's COMMIT was lost, and it may still land" if lost_commit
+                           else "")
                 retried = " (on a new connection, after one lost)" if attempt == 2 else ""
                 raise JournalError(f"{what} failed on PostgreSQL {self.where}{retried}: {e}{unknown}"
                                    f"{self._timed_out(e)}") from e

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import uuid
 from collections.abc import Iterator
@@ -9,7 +11,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from journal import AtomicWrite, EventEnvelope, PersistentRepr, open_journal
+from journal import AtomicWrite, EventEnvelope, JournalError, PersistentRepr, open_journal
 from journal.model import MAX_SEQUENCE_NR
 from journal.postgres import drop_schema, split_url
 from tests.journal.postgres_server import SERVER, postgres_url  # noqa: F401  (fixture)
@@ -147,3 +149,55 @@ def test_a_statement_timeout_under_a_millisecond_is_one_not_none(seconds: float,
     with psycopg.connect(SERVER, autocommit=True) as conn:
         _configure_with(seconds)(conn)  # what each pooled connection runs when it is opened
         assert conn.execute("SHOW statement_timeout").fetchone() == (setting,)
+
+
+_WAIT_AT_COMMIT = 0x7265707269736597  # advisory lock the test holds; the journal's COMMITs wait for it
+
+
+def test_a_write_whose_lost_commit_may_still_land_is_reported_as_of_unknown_outcome(pg) -> None:
+    """The COMMIT is lost and not yet landed when read back; the second run waits on the first's primary key
+    and fails (here lock_timeout): that failure said "write failed", though the first commits a moment later."""
+    url, app = pg
+    journal = open_journal(f"{url}&statement_timeout=0&options=-c%20lock_timeout%3D1000")
+    used: list[psycopg.Connection] = []
+    getconn = journal._db.pool.getconn
+
+    def spy(timeout: float | None = None) -> psycopg.Connection:
+        used.append(conn := getconn(timeout))
+        return conn
+    journal._db.pool.getconn = spy  # type: ignore[method-assign]
+    try:
+        with psycopg.connect(SERVER, autocommit=True) as admin:
+            assert journal.write_messages([_event("p", 1, "t")]) == [None]
+            # A deferred trigger makes COMMIT wait for the test (its own wait exempt from lock_timeout).
+            journal.execute("CREATE FUNCTION {s}.wait_at_commit() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN "
+                            "PERFORM set_config(''lock_timeout'', ''0'', true); "
+                            f"PERFORM pg_advisory_xact_lock_shared({_WAIT_AT_COMMIT}); RETURN NULL; END'")
+            journal.execute("CREATE CONSTRAINT TRIGGER wait_at_commit AFTER INSERT ON {s}.journal "
+                            "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {s}.wait_at_commit()")
+            admin.execute("SELECT pg_advisory_lock(%s)", (_WAIT_AT_COMMIT,))
+            outcome: list[BaseException | list[BaseException | None]] = []
+
+            def write() -> None:
+                try:
+                    outcome.append(journal.write_messages([_event("p", 2, "t")]))
+                except BaseException as e:  # noqa: BLE001  (reported to the test thread)
+                    outcome.append(e)
+            writer = threading.Thread(target=write)
+            writer.start()
+            try:
+                backend = wait_for(lambda: (r := admin.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND query = 'COMMIT' "
+                    "AND wait_event = 'advisory'", (app,)).fetchone()) and r[0], 20)
+                conn = next(c for c in reversed(used) if c.info.backend_pid == backend)
+                socket.socket(fileno=os.dup(conn.fileno())).shutdown(socket.SHUT_RDWR)  # the client loses it
+                writer.join(30)
+            finally:
+                admin.execute("SELECT pg_advisory_unlock(%s)", (_WAIT_AT_COMMIT,))
+            assert not writer.is_alive()
+            (error,) = outcome
+            assert isinstance(error, JournalError), error
+            wait_for(lambda: journal.highest_sequence_nr("p") == 2, 20)  # the first run's COMMIT landed
+            assert "outcome unknown" in str(error), str(error)
+    finally:
+        journal.close()
