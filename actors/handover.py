@@ -60,7 +60,10 @@ class Handover:
         self.host = host
         self.inflight: dict[str | None, int] = {}
         self.pending: dict[str, _Pending] = {}  # destination host name -> its handover
-        self.barriers: dict[int, str | None] = {}  # token -> destination host name (None: expired), on their way
+        # token -> destination host name, while its handover waits for it. An expired or restarted handover's
+        # token goes at once: if its Barrier still comes back, its origin says it is ours (barrier_back), and no
+        # token is kept for a Barrier that never does (one kept, a table host took no batch in bulk again).
+        self.barriers: dict[int, str] = {}
         self.via_guardian: set[str] = set()  # destination host names we sent to while the guardian held them
         self.rerouted: set[str] = set()  # addresses of dead processes whose batches we handed to the guardian
         self._tokens = itertools.count(1)
@@ -142,16 +145,19 @@ class Handover:
                 self._send_barrier(name, pending)
 
     def barrier_back(self, barrier: Barrier) -> bool:
-        """Our Barrier came back: release what its destination had parked. False if it is not ours."""
-        # The origin first: a Barrier of another host's handover on its way through us may carry the token of
+        """A Barrier of ours came back: release what its destination parked (nothing if its handover has
+        ended: expired or restarted). False if it is not ours."""
+        # The origin decides: a Barrier of another host's handover on its way through us may carry the token of
         # one of ours (every process counts from 1); taken for ours, it released our parked messages early and
         # never went back, so its host parked for HANDOVER_WAIT and then sent out of order.
-        token = barrier.token
-        if barrier.origin != self.host.my_key or token not in self.barriers:
+        if barrier.origin != self.host.my_key:
             return False
-        name = self.barriers.pop(token)
+        name = self.barriers.pop(barrier.token, None)
         if name is not None:
             self._release(name)
+        else:
+            log.debug("host %s: a Barrier of an ended handover came back (token %d): dropped",
+                      self.host.key, barrier.token)
         return True
 
     def expire(self, token: int) -> None:
@@ -160,8 +166,7 @@ class Handover:
             if pending.token == token:
                 log.warning("host %s: messages to %s were parked %.0f s waiting for earlier ones to land; "
                             "sending them now (order may break)", self.host.key, name, HANDOVER_WAIT)
-                if token in self.barriers:
-                    self.barriers[token] = None  # swallowed when it comes back
+                self.barriers.pop(token, None)  # (if it still comes back, barrier_back drops it)
                 self._release(name)
 
     def release_all(self) -> None:
@@ -181,8 +186,7 @@ class Handover:
 
     def _restart(self, name: str, wait_key: str | None) -> None:
         pending = self.pending[name]
-        if pending.token in self.barriers:
-            self.barriers[pending.token] = None  # swallowed if it still comes back
+        self.barriers.pop(pending.token, None)  # (if it still comes back, barrier_back drops it)
         # Still waiting for the process before the last one too: when a destination's route went from its dead
         # process to the guardian (restarting) and then to its new process, the dead process's batches may
         # still be bouncing, one by one, to the guardian; the Barrier must go behind all of them.

@@ -397,27 +397,24 @@ class Host:
         self.now = time.monotonic()
         deliver = self.deliver
         # An entity table takes a Scatter's rows in bulk (_table_batch); everything else sees them expanded.
-        bulk = self.table and batch.origin != GUARDIAN_PATH and not self.handover.barriers
+        bulk = self.table and batch.origin != GUARDIAN_PATH
         entries = unpack(batch, self._unreadable, expand=not bulk)
         self.messages_in += len(entries)
         if bulk:
             self._table_batch(entries)
-        elif batch.origin == GUARDIAN_PATH or self.handover.barriers:
+        elif batch.origin == GUARDIAN_PATH:
             # Held and rerouted messages; a Barrier behind them goes back to its sender, to no actor.
             for sender, target, message in entries:
                 if type(message) is not Barrier:
                     deliver(sender, target, message)
-                elif self.handover.barrier_back(message):
-                    pass  # ours came back: what it parked went out behind it
-                elif batch.origin == GUARDIAN_PATH:
-                    self.route(target, sender, message)
                 else:
-                    log.warning("host %s: dropped a Barrier for %s that is not ours", self.key, target)
-        elif self.table:
-            self._table_batch(entries)  # (held or rerouted messages: expanded, no Scatter among them)
+                    self.on_barrier(sender, target, message, passing=True)
         elif self.batching:
             groups: dict[str, list[tuple[Any, str | None]]] = {}
             for sender, target, message in entries:
+                if type(message) is Barrier:  # (one of ours back: see on_barrier)
+                    self.on_barrier(sender, target, message, passing=False)
+                    continue
                 group = groups.get(target)
                 if group is None:
                     groups[target] = [(message, sender)]
@@ -427,8 +424,26 @@ class Host:
                 self.deliver_batch(target, messages)
         else:
             for sender, target, message in entries:
-                deliver(sender, target, message)
+                if type(message) is not Barrier:
+                    deliver(sender, target, message)
+                else:  # (one of ours back: see on_barrier)
+                    self.on_barrier(sender, target, message, passing=False)
         self.settle()
+
+    def on_barrier(self, sender: str | None, target: str, barrier: Barrier, passing: bool) -> None:
+        """A Barrier arrived: one of ours back (actors/handover.py), or, `passing` (from the guardian), one to
+        send back to its sender. Never an actor's message: every path of on_batch looks for them."""
+        # Ours back comes straight from the host it went to, or through the guardian (that host could not reach
+        # us); its handover may have ended long ago (expired, restarted), and its token is forgotten then: what
+        # recognises it is its origin, and a Barrier not recognised reached an actor as a user message.
+        if self.handover.barrier_back(barrier):
+            return
+        if passing:
+            back = self.router.resolve(sender) if sender is not None else None
+            if back is None or back[0] != self.my_key:  # (sent back to a path here, it would reach an actor)
+                self.route(target, sender, barrier)
+                return
+        log.warning("host %s: dropped a Barrier for %s that is not ours", self.key, target)
 
     def deliver(self, sender: str | None, target: str, message: object) -> None:
         """Hand one message to the entity at `target`, creating it on first use."""
@@ -503,6 +518,9 @@ class Host:
                         self._hand_to_table(items)
                         items = []
                     self._table_batch([(sender, t, m) for t, m in zip(targets, messages, strict=True)])
+                continue
+            if type(message) is Barrier:  # (one of ours back, in a batch taken in bulk: see on_barrier)
+                self.on_barrier(sender, target, message, passing=False)
                 continue
             if target.startswith(prefix):
                 entity_id = target[n:]

@@ -77,12 +77,17 @@ class Gated(Echo):
 
     def receive(self, message, sender):
         if isinstance(message, tuple) and message[0] == "gate":
-            open(message[1], "w").close()
-            deadline = time.monotonic() + 60
-            while not os.path.exists(message[2]) and time.monotonic() < deadline:
-                time.sleep(0.01)
+            wait_at_gate(message[1], message[2])
         else:
             super().receive(message, sender)
+
+
+def wait_at_gate(started: str, opened: str) -> None:
+    """Create the file `started`, then wait until the file `opened` exists (60 s at most)."""
+    open(started, "w").close()
+    deadline = time.monotonic() + 60
+    while not os.path.exists(opened) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 @dataclass(frozen=True)
@@ -284,3 +289,40 @@ class Sleeper(actors.Actor):
             open(message[3], "w").close()
         else:
             self.tell(sender, "done")
+
+
+class Recorder(actors.Actor):
+    """Tells ("got", its path, message) to the probe at `probe` for every message it receives."""
+
+    def __init__(self, probe: str) -> None:
+        self.probe = probe
+
+    def receive(self, message, sender):
+        self.tell(self.probe, ("got", self.path, message))
+
+
+class RecorderTable(actors.Actor):
+    """A table of entities (receive_entities): an entity forwards ("fwd", path, message) and tells the probe at
+    `probe` ("got", its path, message) for anything else. To the table's path: "calls" replies with how many
+    messages each receive_entities call took since the last "calls"; ("gate", started, opened) as Gated's."""
+
+    def __init__(self, probe: str) -> None:
+        self.probe = probe
+        self.calls: list[int] = []
+
+    def receive_entities(self, messages):
+        self.calls.append(len(messages))
+        for entity_id, message, sender in messages:
+            if isinstance(message, tuple) and message[0] == "fwd":
+                self.tell(message[1], message[2], sender=sender)
+            else:
+                self.tell(self.probe, ("got", f"{self.path}/{entity_id}", message))
+
+    def receive(self, message, sender):
+        if message == "calls":
+            calls, self.calls = self.calls, []
+            self.tell(sender, calls)
+        elif isinstance(message, tuple) and message[0] == "gate":
+            wait_at_gate(message[1], message[2])
+        else:
+            self.tell(self.probe, ("got", self.path, message))
