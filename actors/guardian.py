@@ -32,6 +32,7 @@ from .messages import (
     GUARDIAN_PATH,
     ActorBackingOff,
     ActorRestarted,
+    Barrier,
     Batch,
     CheckPids,
     DeadLetter,
@@ -839,7 +840,10 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
                     if bounced:
                         record.held.insert(record.front, entry)
                         record.front += 1
-                    elif len(record.held) < record.spec.hold_limit:
+                    elif len(record.held) < record.spec.hold_limit or type(message) is Barrier:
+                        # A Barrier past the limit too (one per handover or client drain): dropped, it was a dead
+                        # letter among the user's, and its sender held back what it sends there until another
+                        # came back, or its wait ran out and it sent them anyway (order may break).
                         record.held.append(entry)
                     else:
                         doing = "backing off" if record.state == "backoff" else record.state

@@ -568,6 +568,40 @@ def test_a_table_host_takes_batches_in_bulk_again_after_a_handover_whose_barrier
     assert system.ask("/user/e", "calls") == [100], "e took a batch message by message"
 
 
+@pytest.mark.timeout(180)
+def test_the_guardians_hold_limit_drops_no_barrier(make_system, tmp_path):
+    # A handover's Barrier that found the guardian's hold for its restarting destination full became a dead
+    # letter (a Barrier among the user's dead letters), and its sender parked what it sent there until another
+    # Barrier came back, or for HANDOVER_WAIT and then sent it out of order. Handovers are multiproc only.
+    system = make_system("multiproc")
+    probe = system.probe()
+    system.spawn(Gated, "/user/e")
+    system.spawn(Echo, "/user/z", backoff=(5, 5, 0), hold_limit=0)  # (down 5 s after a death: nothing held)
+    system.tell("/user/e", ("fwd", "/user/z", ("fwd", probe.path, Seq("e", 0))))
+    assert probe.receive(timeout=10).i == 0  # e sends to z's process directly
+    z = system.status().hosts["/user/z"].pid
+    started, opened = tmp_path / "started", tmp_path / "opened"
+    # e stops in a message while z dies, then sends what followed it to z's dead process: they bounce to the
+    # guardian, which holds none (dead letters, over the limit), and e's handover sends its Barrier while z is down.
+    system.tell_many([("/user/e", ("gate", str(started), str(opened)))]
+                     + [("/user/e", ("fwd", "/user/z", ("fwd", probe.path, Seq("e", i)))) for i in range(1, 10)])
+    wait_for(started.exists, 10)
+    os.kill(z, signal.SIGKILL)
+    wait_for(lambda: _gone(z), 10)
+    wait_for(lambda: system.status().hosts["/user/z"].state != "running", 10)  # (its new route is on its way to e)
+    opened.touch()
+    system.tell_many([("/user/e", ("fwd", "/user/z", ("fwd", probe.path, Seq("e", i)))) for i in range(10, 20)])
+    received = drain_past(probe, 19)
+    # What did not fit in the hold is a dead letter, as a user's message must be; the Barrier is not.
+    letters = system.dead_letters().recent
+    assert [d.message[2].i for d in letters if not isinstance(d.message, Barrier)] == list(range(1, 10))
+    assert all("hold limit 0 reached" in d.reason for d in letters)
+    assert [d for d in letters if isinstance(d.message, Barrier)] == [], "the hold limit dropped a Barrier"
+    assert received == list(range(10, 20)), received
+    with open(os.path.join(system.run_dir, "actors.log")) as f:
+        assert "order may break" not in f.read(), "a handover waited for a Barrier that never came back"
+
+
 def _first_disorder(received: list[int]) -> list[int]:
     """The numbers around the first pair received in the wrong order."""
     at = next(i for i, (a, b) in enumerate(zip(received, received[1:], strict=False)) if b < a)
