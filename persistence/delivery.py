@@ -65,6 +65,8 @@ class AtLeastOnceDelivery(PersistentActor):
     redelivery_burst_limit: int = 10_000
     warn_after_number_of_unconfirmed_attempts: int = 5
     max_unconfirmed_messages: int = 100_000
+    """deliver() beyond it raises MaxUnconfirmedMessagesExceeded. From an event handler, check
+    number_of_unconfirmed before persisting: raised while the handler replays, it fails every recovery (Akka too)."""
     # Beyond Akka.
     redelivery_backoff: tuple[float, float, float] | None = None
     """(minimum, maximum, factor): the n-th resend waits min(maximum, minimum * factor**(n-1))."""
