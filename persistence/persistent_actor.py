@@ -372,6 +372,10 @@ class PersistentActor(Actor):
         self._recover()
 
     def around_post_stop(self) -> None:
+        # Written now, not at the host's next group commit: a new instance of this id may start before that
+        # (a command right behind the stop) and must recover these events, or it reuses their sequence numbers
+        # (Akka's journal has the old instance's write before the new one's replay).
+        self._write_now(self._take_batch(), "stopped")
         # As in Akka: commands still stashed behind a persist when the actor stops become dead letters.
         stash, self._stash = self._stash, ()
         for message, sender in stash:
@@ -390,14 +394,21 @@ class PersistentActor(Actor):
         # handlers are not run on this instance: the new one gets them through replay.
         batch = self._take_batch()  # before _replaced is set: _take_batch yields nothing for a replaced actor
         self._replaced = True
-        writes = [e.atomic for e in batch if e.atomic is not None]
-        if writes:
-            try:
-                cast(Journal, self._journal).write_messages(writes)  # (writes imply recovery opened it)
-            except Exception:
-                log.exception("persistenceId %s: writing events queued before a failure failed", self.persistence_id)
+        self._write_now(batch, "failed")
         carry, self._stash = list(self._stash), ()
         return carry
+
+    def _write_now(self, batch: list[_Entry], why: str) -> None:
+        """Write the events of `batch`, taken from an instance that goes away (its handlers do not run), before
+        the next instance of this persistence id can recover; a write that fails is reported."""
+        writes = [atomic for e in batch if (atomic := e.atomic) is not None]
+        if not writes:
+            return
+        try:
+            results: WriteResults = cast(Journal, self._journal).write_messages(writes)  # (writes imply recovery)
+        except Exception as exc:
+            results = exc
+        self._written_after_stop(results, why)
 
     def keep_alive(self) -> bool:
         return super().keep_alive() or bool(self._stash) or self._pending > 0 or bool(self._contributors)
@@ -694,17 +705,17 @@ class PersistentActor(Actor):
             return []
         return batch
 
-    def _written_after_stop(self, results: WriteResults) -> None:
+    def _written_after_stop(self, results: WriteResults, why: str = "stopped") -> None:
         """The group commit of events this instance persisted before it stopped is done: handlers do not run on
         a stopped actor (as in Akka), but a write that failed is reported, or nobody would hear of it."""
         if isinstance(results, BaseException):
-            why = f"{type(results).__name__}: {results}"
+            what = f"{type(results).__name__}: {results}"
         elif results and any(r is not None for r in results):
             rejected = [r for r in results if r is not None]
-            why = f"{len(rejected)} rejected: {type(rejected[0]).__name__}: {rejected[0]}"
+            what = f"{len(rejected)} rejected: {type(rejected[0]).__name__}: {rejected[0]}"
         else:
             return
-        self.context.report_error(self.path, f"events persisted just before it stopped were not written ({why})")
+        self.context.report_error(self.path, f"events persisted just before it {why} were not written ({what})")
 
     def _on_write_results(self, batch: list[_Entry], results: WriteResults) -> None:
         """Run handlers in call order for one committed batch, then let waiting commands in."""

@@ -33,3 +33,16 @@ def test_commands_stashed_when_a_persistent_actor_stops_become_dead_letters(psys
     assert all("stashed behind a persist" in d.reason for d in stashed)
     assert psystem.ask("/user/s/3", "state") == ("a",)  # x and y were neither persisted nor handled
     probe.expect_no_message(0.3)
+
+
+def test_a_new_instance_started_right_after_a_stop_recovers_the_events_the_old_one_persisted(psystem):
+    psystem.spawn(Stopping, "/user/s", entities=True)
+    probe = psystem.probe()
+    # One batch: the new instance that takes "state" and "b" starts before the host's next group commit, and must
+    # still recover "a" (the journal has it before any later incarnation reads it, as Akka's journal orders them).
+    psystem.tell_many([("/user/s/4", ("persist-then-stop", "a")), ("/user/s/4", "state"), ("/user/s/4", "b")],
+                      sender=probe.path)
+    assert probe.receive() == ("a",)
+    assert probe.receive() == ("handled", "b")
+    assert psystem.ask("/user/s/4", "state") == ("a", "b")
+    assert psystem.errors().count == 0
