@@ -706,10 +706,15 @@ class Host:
             self.report_error(path, f"stopped: failed while restarting: {one_line(exc2)}")
             self.stop_entity(fresh, f"failed to restart: {exc2!r}")
             return
-        for carried, carried_sender in carryover:
-            if self.entities.get(path) is not fresh:
+        for i, (carried, carried_sender) in enumerate(carryover):
+            # A carried message that fails the new instance too restarts it again: the rest go to the instance
+            # after it (Akka loses only the failing message), and become dead letters if the actor stopped.
+            current = self.entities.get(path)
+            if current is None:
+                for message_, sender_ in carryover[i:]:
+                    self.dead_letter(sender_, path, message_, "actor stopped while restarting")
                 break
-            self._invoke(fresh, carried, carried_sender)
+            self._invoke(current, carried, carried_sender)
 
     # ---- stopping ------------------------------------------------------------------------------
     def stop_entity(self, entity: Actor, reason: str) -> None:

@@ -1,0 +1,36 @@
+"""Persistent actors for the audit of persist ordering, restarts and stops (tests/persistence/test_core_audit.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from persistence import PersistentActor
+
+
+class Flaky(PersistentActor):
+    """("persist-then-fail", e): persist e, whose handler raises; "boom": raises; "state": its events;
+    anything else is persisted and its handler tells the sender ("handled", e)."""
+
+    def pre_start(self) -> None:
+        self.state: list[Any] = []
+
+    def receive_recover(self, event: Any) -> None:
+        if isinstance(event, str):  # (not RecoveryCompleted)
+            self.state.append(event)
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if message == "state":
+            self.tell(sender, tuple(self.state))
+        elif message == "boom":
+            raise RuntimeError("boom")
+        elif isinstance(message, tuple) and message[0] == "persist-then-fail":
+            self.persist(message[1], self._fail)
+        else:
+            self.persist(message, lambda e: self._handled(e, sender))
+
+    def _fail(self, event: Any) -> None:
+        raise RuntimeError(f"handler of {event} failed")
+
+    def _handled(self, event: Any, sender: str | None) -> None:
+        self.state.append(event)
+        self.tell(sender, ("handled", event))
