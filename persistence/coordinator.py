@@ -62,7 +62,16 @@ class PersistenceCoordinator:
         try:
             for actor in queue.values():
                 self._taking = actor
-                batch = actor._take_batch()
+                try:
+                    batch = actor._take_batch()
+                except Exception as exc:
+                    # What a mixin flushes here runs user code (tags_for of a compact event): that actor fails
+                    # as in a command, and none of its round is written. Let out, the exception lost the others'
+                    # taken writes and had the transport deliver the dispatch's messages again.
+                    actor._batch = ()
+                    self._taking = None
+                    actor.context.report_failure(actor, exc, None, actor.sender)
+                    continue
                 if actor._batch:
                     # An override of _take_batch queued more after taking: the next round writes it, as
                     # the enqueue ignored meanwhile would have arranged.
@@ -103,7 +112,10 @@ class PersistenceCoordinator:
                         failed = next((r.error for r in mine if isinstance(r, _Failed)), None)
                     results = failed if failed is not None else cast("list[BaseException | None]", mine)
             if actor.context.entities.get(actor.path) is actor:
-                actor._on_write_results(batch, results)
+                try:
+                    actor._on_write_results(batch, results)
+                except Exception as exc:  # (a mixin's, outside the handlers: its events are stored, replay has them)
+                    actor.context.report_failure(actor, exc, None, actor.sender)
             else:  # it stopped with these events queued: they are written, its handlers do not run
                 actor._written_after_stop(results)
         return True

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from persistence import PersistentActor
+from journal import MAX_SEQUENCE_NR
+from persistence import IdempotentReceiver, PersistentActor
 
 
 class Flaky(PersistentActor):
@@ -34,3 +35,35 @@ class Flaky(PersistentActor):
     def _handled(self, event: Any, sender: str | None) -> None:
         self.state.append(event)
         self.tell(sender, ("handled", event))
+
+
+class BadTags(IdempotentReceiver):
+    """("apply", origin, id, e): persist_applied e, its handler tells the sender ("applied", e); tags_for fails on
+    "bad"; "state": its events; "journal": its stored events and pending handlers; anything else is persisted asynchronously and answered ("handled", e)."""
+
+    def pre_start(self) -> None:
+        self.state: list[Any] = []
+
+    def tags_for(self, event: Any) -> tuple[str, ...]:
+        if event == "bad":
+            raise ValueError("no tags for bad")
+        return ()
+
+    def receive_recover(self, event: Any) -> None:
+        if isinstance(event, str):  # (not RecoveryCompleted)
+            self.state.append(event)
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if message == "state":
+            self.tell(sender, tuple(self.state))
+        elif message == "journal":
+            self.tell(sender, (tuple(self.read_events(1, MAX_SEQUENCE_NR)), self.pending_handlers))
+        elif isinstance(message, tuple) and message[0] == "apply":
+            _, origin, delivery_id, event = message
+            self.persist_applied(origin, delivery_id, event, lambda e: self._handled(e, sender, "applied"))
+        else:
+            self.persist_async(message, lambda e: self._handled(e, sender, "handled"))
+
+    def _handled(self, event: Any, sender: str | None, what: str) -> None:
+        self.state.append(event)
+        self.tell(sender, (what, event))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.persistence.core_audit_actors import Flaky
+from tests.persistence.core_audit_actors import BadTags, Flaky
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -19,3 +19,18 @@ def test_commands_stashed_before_a_restart_survive_a_second_failure_on_the_first
     assert probe.receive() == ("handled", "x")
     assert probe.receive() == ("handled", "y")
     assert psystem.ask("/user/f/1", "state") == ("a", "x", "y")
+
+
+def test_an_entity_whose_tags_fail_at_the_group_commit_does_not_hold_up_the_others_of_its_round(psystem):
+    psystem.spawn(BadTags, "/user/t", entities=True)
+    probe = psystem.probe()
+    # One round: "x" of entity a, then two applications of entity b gathered into one write whose tags are taken
+    # at the group commit, where tags_for fails on "bad". Entity a's write goes on and its handler runs.
+    psystem.tell_many([("/user/t/a", "x"), ("/user/t/b", ("apply", "o", 1, "ok")),
+                       ("/user/t/b", ("apply", "o", 2, "bad"))], sender=probe.path)
+    assert probe.receive() == ("handled", "x")
+    # Stored once, its handler done: the failure neither lost a's write nor had the dispatch run twice.
+    assert psystem.ask("/user/t/a", "journal") == (("x",), 0)
+    # Entity b failed (restarted) as if tags_for had failed in its command: it applied neither event.
+    assert psystem.ask("/user/t/b", "journal") == ((), 0)
+    probe.expect_no_message(0.3)
