@@ -70,7 +70,8 @@ class PersistenceCoordinator:
                     # taken writes and had the transport deliver the dispatch's messages again.
                     actor._batch = ()
                     self._taking = None
-                    actor.context.report_failure(actor, exc, None, actor.sender)
+                    if actor.context.entities.get(actor.path) is actor:  # (not one that stopped meanwhile)
+                        actor.context.report_failure(actor, exc, None, actor.sender)
                     continue
                 if actor._batch:
                     # An override of _take_batch queued more after taking: the next round writes it, as

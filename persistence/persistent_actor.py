@@ -375,7 +375,7 @@ class PersistentActor(Actor):
         # Written now, not at the host's next group commit: a new instance of this id may start before that
         # (a command right behind the stop) and must recover these events, or it reuses their sequence numbers
         # (Akka's journal has the old instance's write before the new one's replay).
-        self._write_now(self._take_batch(), "stopped")
+        self._write_now("stopped")
         # As in Akka: commands still stashed behind a persist when the actor stops become dead letters.
         stash, self._stash = self._stash, ()
         for message, sender in stash:
@@ -392,15 +392,20 @@ class PersistentActor(Actor):
     def restart_carryover(self) -> list[tuple[object, str | None]]:
         # Events persisted before the failure are still written (Akka flushes in the error path); their
         # handlers are not run on this instance: the new one gets them through replay.
-        batch = self._take_batch()  # before _replaced is set: _take_batch yields nothing for a replaced actor
+        self._write_now("failed")  # before _replaced is set: _take_batch yields nothing for a replaced actor
         self._replaced = True
-        self._write_now(batch, "failed")
         carry, self._stash = list(self._stash), ()
         return carry
 
-    def _write_now(self, batch: list[_Entry], why: str) -> None:
-        """Write the events of `batch`, taken from an instance that goes away (its handlers do not run), before
-        the next instance of this persistence id can recover; a write that fails is reported."""
+    def _write_now(self, why: str) -> None:
+        """Write the events queued by this instance, which goes away (their handlers do not run), before the next
+        instance of this persistence id can recover; a write that fails is reported."""
+        try:
+            batch = self._take_batch()
+        except Exception as exc:  # (a mixin's flush runs user code: tags_for) nothing of the round is written
+            batch, self._batch = [], ()
+            self.context.report_error(self.path, f"events persisted just before it {why} were not written "
+                                                 f"({type(exc).__name__}: {exc})")
         writes = [atomic for e in batch if (atomic := e.atomic) is not None]
         if not writes:
             return

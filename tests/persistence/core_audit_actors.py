@@ -39,7 +39,7 @@ class Flaky(PersistentActor):
 
 class BadTags(IdempotentReceiver):
     """("apply", origin, id, e): persist_applied e, its handler tells the sender ("applied", e); tags_for fails on
-    "bad"; "state": its events; "journal": its stored events and pending handlers; anything else is persisted asynchronously and answered ("handled", e)."""
+    "bad"; "state": its events; "journal": its stored events and pending handlers; "stop": stops; anything else is persisted asynchronously and answered ("handled", e)."""
 
     def pre_start(self) -> None:
         self.state: list[Any] = []
@@ -56,6 +56,8 @@ class BadTags(IdempotentReceiver):
     def receive_command(self, message: Any, sender: str | None) -> None:
         if message == "state":
             self.tell(sender, tuple(self.state))
+        elif message == "stop":
+            self.stop()
         elif message == "journal":
             self.tell(sender, (tuple(self.read_events(1, MAX_SEQUENCE_NR)), self.pending_handlers))
         elif isinstance(message, tuple) and message[0] == "apply":

@@ -34,3 +34,15 @@ def test_an_entity_whose_tags_fail_at_the_group_commit_does_not_hold_up_the_othe
     # Entity b failed (restarted) as if tags_for had failed in its command: it applied neither event.
     assert psystem.ask("/user/t/b", "journal") == ((), 0)
     probe.expect_no_message(0.3)
+
+
+def test_an_entity_whose_tags_fail_as_it_stops_writes_nothing_behind_its_next_instance(psystem):
+    psystem.spawn(BadTags, "/user/t", entities=True)
+    probe = psystem.probe()
+    # The two applications are gathered into one write whose tags are taken when the stop writes it: tags_for
+    # fails, so nothing is written, neither then nor at the next group commit (after the new instance recovered).
+    psystem.tell_many([("/user/t/c", ("apply", "o", 1, "ok")), ("/user/t/c", ("apply", "o", 2, "bad")),
+                       ("/user/t/c", "stop"), ("/user/t/c", "z")], sender=probe.path)
+    assert probe.receive() == ("handled", "z")
+    assert psystem.ask("/user/t/c", "journal") == (("z",), 0)
+    probe.expect_no_message(0.3)
