@@ -302,6 +302,8 @@ class SparkBridge(AtLeastOnceDelivery):
         self._forward_replies: list[tuple[str | None, int]] = []
         # id(Progress) -> its replies and completed trees, for the Progress events being written
         self._progress_in_flight: dict[int, tuple[list[tuple[str | None, int]], list[Tree]]] = {}
+        # id(BatchStored) -> (reply_to, tree), for the batches being written
+        self._stores_in_flight: dict[int, tuple[str, Tree | None]] = {}
         self._duplicates: list[tuple[str, int]] = []  # (sender, forward id) of follow-ups stored before
         self._abandoned: list[int] = []
         self._completed: list[Tree] = []
@@ -1239,8 +1241,9 @@ class SparkBridge(AtLeastOnceDelivery):
         """Persist the round's batches, and its confirmations and follow-ups as one event; act once durable."""
         if self._stores:
             stores, self._stores = self._stores, []
-            context = iter(stores)
-            self.persist_all_async([s[0] for s in stores], lambda e: self._stored(e, *next(context)[1:]))
+            for stored, reply_to, tree in stores:
+                self._stores_in_flight[id(stored)] = (reply_to, tree)
+            self.persist_all_async([s[0] for s in stores], self._store_written)
         duplicates = self._duplicates
         if duplicates:
             self._duplicates = []
@@ -1264,6 +1267,57 @@ class SparkBridge(AtLeastOnceDelivery):
         super().on_persist_rejected(cause, event, sequence_nr)
         if type(event) is Progress:
             self._progress_rejected(event, cause)
+        elif type(event) is BatchStored:
+            self._batch_rejected(event)
+
+    def _store_written(self, event: BatchStored) -> None:
+        reply_to, tree = self._stores_in_flight.pop(id(event))
+        self._stored(event, reply_to, tree)
+
+    def _batch_rejected(self, event: BatchStored) -> None:
+        """Undo what accepting `event` marked: nothing of it is stored, nor of the round's other batches.
+
+        The batches of a round are one atomic write, so one the journal cannot store takes the others with it.
+        Left marked, a task's resend of any of them was answered "accepted" as a duplicate (of nothing durable:
+        a restart lost it, a release delivered it from memory with ids a restart gives to other rows). Unmarked,
+        the resend is staged (or stored) again; the batch that cannot be stored is never accepted.
+        """
+        self._stores_in_flight.pop(id(event), None)
+        feed_id, partition, batch_no = event.feed_id, event.partition, event.batch_no
+        counts = self._feed(feed_id)
+        if event.attempt is not None:
+            attempts = self._staged.get((feed_id, partition), {})
+            batches = attempts.get(event.attempt, {})
+            b = batches.get(batch_no)
+            if b is None or b.seq >= 0:  # released or discarded meanwhile (its run's driver did not wait for it)
+                return
+            del batches[batch_no]
+            if b.event is not None:
+                self._staged_rows -= b.size
+            counts[0] -= b.size + b.duplicates
+            if not batches:
+                del attempts[event.attempt]
+            if not attempts:
+                self._staged.pop((feed_id, partition), None)
+            return
+        seen = self._batches.get((feed_id, partition))
+        if seen is not None:
+            seen.discard(batch_no)
+        if event.keys is not None:  # (all new: _new_rows left out the keys known before)
+            self._keys.get(feed_id, set()).difference_update(event.keys)
+        self._allocated.pop(event.first_id, None)  # (its ids stay unused: the settled watermark passes them)
+        n = len(event.paths) + event.duplicates
+        counts[0] -= n
+        tree_id = self._by_batch.pop((feed_id, partition, batch_no), None)
+        if tree_id is None:
+            counts[1] -= n
+        else:
+            self._trees.pop(tree_id, None)
+            left = self._open.get(feed_id, 1) - 1
+            if left > 0:
+                self._open[feed_id] = left
+            else:
+                self._open.pop(feed_id, None)
 
     def _progress_rejected(self, event: Progress, cause: BaseException) -> None:
         # Nothing of it is stored, but what it records was acted on: its follow-ups are marked seen (a resend is
