@@ -38,7 +38,8 @@ whose TTL (or an operator) finds a run idle asks it first (PlanOf, resent every 
 A decided run the node bridge releases itself, as its dead driver's planned Release would (AttemptsReleased,
 planned); an undecided one the coordinator first records abandoned (RunAbandoned: its Coordinate is refused
 with ReleaseRefused from then on), and only then the node bridge discards it. The coordinator releases its own
-decided runs likewise, and refuses the Coordinate of a run it discarded.
+decided runs likewise, and refuses the Coordinate of a run it discarded. A driver's Discard of a run staged here
+goes the same way (Spark aborts a job whose commit failed after the decision): a decided run is released.
 
 The batches and the Progress of one incoming message share one commit. Rows are fanned out after their
 batch is durable, at most `fan_out_window` unconfirmed at a time (the rest wait in a backlog, read back
@@ -337,7 +338,8 @@ class SparkBridge(AtLeastOnceDelivery):
         # f"{feed}/{run}" a node bridge found idle, undecided -> [bridge, reason, idle s]: its Coordinate is refused
         self._abandoned_runs: OrderedDict[str, list[Any]] = OrderedDict()
         # A node bridge's: (feed, run) asked of the coordinator (PlanOf) -> [reason, idle s], resent every _Expire
-        # tick until answered; the operators waiting, each [sender, {(feed, run) asked}, discarded, released].
+        # tick until answered; the operators (and drivers' Discards) waiting, each [sender, {(feed, run) asked},
+        # discarded, released, the reply to send (None: StagedDiscarded)].
         self._asking: dict[tuple[str, str], list[Any]] = {}
         self._discard_waits: list[list[Any]] = []
         self._plan_asks = 0  # PlanOf sent by this incarnation
@@ -848,6 +850,17 @@ class SparkBridge(AtLeastOnceDelivery):
 
     def _discard(self, m: Discard) -> None:
         if f"{m.feed_id}/{m.run}" not in self._runs and f"{m.feed_id}/{m.run}" not in self._discarded:
+            # Spark aborts a job whose commit failed, also after the coordinator decided its run (a bridge slow to
+            # confirm its Release): discarded here, rows the coordinator counts as released would be gone, and a
+            # rerun skips their partitions. A decided run is released instead, as its planned Release would be.
+            staged = [r for r in self.staged_runs() if (r.feed_id, r.run) == (m.feed_id, m.run)]
+            if staged and self.path != BRIDGE_PATH:  # only the coordinator knows: ask it first (_run_plan)
+                self._discard_waits.append([m.reply_to, {(m.feed_id, m.run)}, [], [], Discarded(m.feed_id, m.run)])
+                self._ask_plans(staged, "")
+                return
+            if staged and self._release_decided(staged):
+                self._answer_operator(m.reply_to, Discarded(m.feed_id, m.run))
+                return
             self._flush()
             self._discard_run(m.feed_id, m.run, "", 0.0)
             self.persist_async(AttemptsDiscarded(m.feed_id, m.run), lambda e: None)
@@ -870,7 +883,7 @@ class SparkBridge(AtLeastOnceDelivery):
                   if (m.feed_id is None or r.feed_id == m.feed_id) and (m.run is None or r.run == m.run)
                   and (m.idle_for is None or r.idle_seconds >= m.idle_for)]
         if self.path != BRIDGE_PATH and chosen:
-            self._discard_waits.append([sender, {(r.feed_id, r.run) for r in chosen}, [], []])
+            self._discard_waits.append([sender, {(r.feed_id, r.run) for r in chosen}, [], [], None])
             self._ask_plans(chosen, "operator")
             return
         released = self._release_decided(chosen)
@@ -887,7 +900,8 @@ class SparkBridge(AtLeastOnceDelivery):
         for r in runs:
             self.log.warning("spark bridge %s: discarded run %s of feed %r (%s): %d batches, %d rows staged, "
                              "never released, idle %.0f s", self.path, r.run, r.feed_id,
-                             "staged_ttl" if reason == "ttl" else reason, r.batches, r.rows, r.idle_seconds)
+                             "staged_ttl" if reason == "ttl" else reason or "the driver's Discard", r.batches, r.rows,
+                             r.idle_seconds)
             self._discard_run(r.feed_id, r.run, reason, r.idle_seconds)
         self.persist_all_async([AttemptsDiscarded(r.feed_id, r.run, reason, r.idle_seconds) for r in runs],
                                lambda e: None)
@@ -895,10 +909,12 @@ class SparkBridge(AtLeastOnceDelivery):
     def _expire(self) -> None:
         """Discard the runs idle for staged_ttl (their driver is presumably gone)."""
         ttl = self.staged_ttl
-        if ttl is None or self.recovery_running or not self._activity:
+        if ttl is None or self.recovery_running:
             return
         now = time.monotonic()
-        if all(now - a[0] < ttl for a in self._activity.values()):
+        if not self._activity or all(now - a[0] < ttl for a in self._activity.values()):
+            if self._asking:  # questions of an operator or a driver's Discard, unanswered (lost): asked again
+                self._ask_plans([], "")
             return
         staged = self._staged_keys()
         for key in [k for k, a in self._activity.items() if now - a[0] >= ttl and k not in staged]:
@@ -978,7 +994,7 @@ class SparkBridge(AtLeastOnceDelivery):
     def _settle_waits(self, key: tuple[str, str], r: StagedRun | None, outcome: str) -> None:
         """Answer the operators whose runs are all settled now (once what was done is durable)."""
         for wait in list(self._discard_waits):
-            sender, keys, discarded, released = wait
+            sender, keys, discarded, released, reply = wait
             if key not in keys:
                 continue
             keys.discard(key)
@@ -986,9 +1002,10 @@ class SparkBridge(AtLeastOnceDelivery):
                 (discarded if outcome == "discarded" else released).append(r)
             if not keys:
                 self._discard_waits.remove(wait)
-                self._answer_operator(sender, StagedDiscarded(self.path, discarded, released))
+                # (a driver's Discard is answered Discarded: its run is settled here, released or discarded)
+                self._answer_operator(sender, reply or StagedDiscarded(self.path, discarded, released))
 
-    def _answer_operator(self, sender: str | None, done: StagedDiscarded) -> None:
+    def _answer_operator(self, sender: str | None, done: StagedDiscarded | Discarded) -> None:
         """Tell the operator (a DiscardStaged's sender) what was done, once it is durable."""
         self.defer_async(done, lambda d: self.tell(cast(str, sender), d))
 

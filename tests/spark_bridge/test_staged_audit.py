@@ -69,3 +69,39 @@ def test_a_batch_staged_in_the_write_of_a_rejected_one_is_durable_once_accepted(
                                  None))
     wait_for(lambda: system.ask("/user/accounts/a0", GetBalance(), timeout=10).applied == 2, timeout=30)
     assert system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(11, 2, 0)
+
+
+def test_an_aborted_commit_s_discard_releases_a_run_the_coordinator_had_decided(bridged):
+    """Spark calls the job's abort when its commit fails, e.g. a bridge that did not confirm its Release within
+    the timeout (it was restarting): the driver's FeedError says "run it again", and its abort sends a Discard to
+    every bridge. A bridge still holding the decided run staged used to discard it: the coordinator had decided its
+    partitions, so the rerun skipped them and its resent release was refused: their rows were never delivered
+    under the feed id. The run is released, as its planned Release would have, and the rerun succeeds."""
+    from spark_bridge import bridge_path, start_bridges
+    from spark_bridge.messages import Coordinate, Discard, Discarded, ReleasePlan
+    from tests.spark_bridge.test_staged_bridges import release, stage
+
+    system, probe, _ = bridged
+    [node] = system.nodes()
+    nb = bridge_path(node)
+    assert start_bridges(system, nodes=[node]) == [nb]
+    stage(system, probe, nb, "f", "runA/1", 0, [1, 2], 0)
+    stage(system, probe, BRIDGE_PATH, "f", "runA/2", 1, [3], 2, account="a1")  # (its node had no bridge then)
+    system.tell(BRIDGE_PATH, Coordinate("f", "runA", [[0, "runA/1", nb], [1, "runA/2", BRIDGE_PATH]], False,
+                                        probe.path))
+    plan = probe.receive(10)
+    assert isinstance(plan, ReleasePlan) and len(plan.winners) == 2
+    # The Releases are lost (the bridges were restarting), the commit fails, and Spark's abort discards the run.
+    for bridge in (BRIDGE_PATH, nb):
+        system.tell(bridge, Discard("f", "runA", probe.path))
+    assert [probe.receive(10), probe.receive(10)] == [Discarded("f", "runA")] * 2
+    wait_for(lambda: system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(3, 2, 0)
+             and system.ask("/user/accounts/a1", GetBalance(), timeout=10) == Balance(3, 1, 0), timeout=30)
+    # The rerun: its partitions were decided by runA, whose releases it resends: repeats, not refused.
+    system.tell(BRIDGE_PATH, Coordinate("f", "runB", [[0, "runB/1", nb], [1, "runB/2", nb]], False, probe.path))
+    rerun = probe.receive(10)
+    assert isinstance(rerun, ReleasePlan) and rerun.winners == [] and len(rerun.earlier) == 2
+    for run, bridge, winners in rerun.earlier:
+        assert release(system, probe, bridge, "f", run, winners) == FeedReleased("f", run, 0, bridge)
+    assert system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(3, 2, 0)
+    assert system.ask("/user/accounts/a1", GetBalance(), timeout=10) == Balance(3, 1, 0)
