@@ -942,10 +942,18 @@ class SparkBridge(AtLeastOnceDelivery):
 
     def _release_planned(self, r: StagedRun, winners: list[list[Any]]) -> None:
         """Release the decided run `r` here as its (dead) driver's planned Release would: delivered once."""
+        if not winners:  # (none of its partitions is released here: what it staged here were other attempts)
+            self.log.info("spark bridge %s: dropped the other attempts of decided run %s of feed %r (%d rows)",
+                          self.path, r.run, r.feed_id, r.rows)
+        else:
+            self._warn_planned(r)
+        self._release(Release(r.feed_id, r.run, winners, self.path, planned=True))  # (its reply comes here)
+
+    def _warn_planned(self, r: StagedRun) -> None:
+        """Log that this bridge released the decided run `r` itself (its driver died after the decision)."""
         self.log.warning("spark bridge %s: released run %s of feed %r itself (%d batches, %d rows staged, idle "
                          "%.0f s): the coordinator had decided it, but its driver never sent the release here "
                          "(it died)", self.path, r.run, r.feed_id, r.batches, r.rows, r.idle_seconds)
-        self._release(Release(r.feed_id, r.run, winners, self.path, planned=True))  # (its reply comes here)
 
     def _ask_plans(self, runs: list[StagedRun], reason: str) -> None:
         """A node bridge's: ask the coordinator whether `runs` (and those still unanswered) were decided."""
