@@ -283,7 +283,7 @@ class EntityTable(PersistentActor):
         super().mixin_init()
         self._states: dict[str, Any] = {}
         self._seen: dict[str, SeenIds] = {}
-        # The columns of the commit being gathered (one per incoming batch) and its replies.
+        # The columns of the commit being gathered (one per group commit) and its replies.
         self._ids: list[str] = []
         self._events: list[object] = []
         self._origins: list[str] = []
@@ -296,6 +296,11 @@ class EntityTable(PersistentActor):
         # The replies of each commit not written yet (by the commit's id): a rejected commit fails its asks with them.
         self._replies_of: dict[int, list[tuple[str | None | Callable[[Any], object], object]]] = {}
         self._commits_since_snapshot = 0
+        # A round's batches are gathered into one commit, queued when the coordinator takes the round's writes
+        # (_flush_round): a commit queued per batch could be stored right after a rejected one of the same round,
+        # decided on its state. _gathering: a round's commit is being gathered; _applying: a batch is being run.
+        self._gathering = False
+        self._applying = False
 
     def receive_entities(self, messages: list[tuple[str, Any, str | None]]) -> None:
         self.receive(_EntityBatch(messages), None)
@@ -313,14 +318,15 @@ class EntityTable(PersistentActor):
             super().mixin_command(message, sender)
 
     def _apply(self, items: list[tuple[str, Any, str | None]]) -> None:
-        """Run the command handler over the batch, then queue its events as one commit."""
+        """Run the command handler over the batch; its events join the round's commit (_flush_round)."""
         states, ids, events = self._states, self._ids, self._events
         handle, apply, empty = self.command_handler, self.event_handler, self.empty_state
         protocol, layered = self.mixin_table_messages, self.mixin_marks
-        # (the gathering lists stay the same objects until _flush, below: bound once)
+        # (the gathering lists stay the same objects until _flush, at the round's end: bound once)
         marked_ids, after = self._delivery_ids, self._after
         get, storable = states.get, STORABLE_TYPES
         layer: object = None
+        self._applying = True
         for entity_id, command, sender in items:
             if protocol and type(command) in protocol:
                 self.mixin_table_message(entity_id, command, sender)
@@ -370,7 +376,21 @@ class EntityTable(PersistentActor):
                     self.mixin_undo(layer)
                 self._command_failed(entity_id, command, sender, exc)
         self._entity = ""
+        self._applying = False
+        if not self._gathering:
+            self._gathering = True
+            self._contribute(self._flush_round)
+
+    def _flush_round(self) -> None:
+        """Queue what the round's batches gathered as one commit (the coordinator is taking the round's writes)."""
+        self._gathering = False
+        if self._applying or self._dead or self._replaced:
+            # A batch raised midway (the table is restarting and its queued writes are being taken): none of the
+            # round's gathered work is queued, and none of it was acknowledged. Its senders' retries apply it.
+            return
         self._flush()
+        if self.stop_requested:  # (columns that cannot be journaled: nobody else looks at the stop now)
+            self.context.stop_entity(self, "stopped")
 
     def _undo(self, marks: int, n_events: int, n_after: int) -> None:
         """Forget what a failed command did: its events, its delivery marks, its replies."""
@@ -388,7 +408,8 @@ class EntityTable(PersistentActor):
                       "".join(traceback.format_exception(exc)))
 
     def _flush(self) -> None:
-        """Queue the gathered columns as one TableCommit; replies go out once it (and all before it) is durable."""
+        """Queue the gathered columns as one TableCommit; replies go out once it (and all before it) is durable.
+        Called once per group commit (_flush_round)."""
         layer = self.mixin_commit_columns()
         replies = self._after
         columns = None
@@ -461,8 +482,8 @@ class EntityTable(PersistentActor):
         self.committed(commit)
         self._commits_since_snapshot += 1
         every = self.snapshot_every
-        if every is not None and self._commits_since_snapshot >= every and not self._unwritten:
-            # Only with nothing in flight: the states then hold exactly the events up to last_sequence_nr.
+        if every is not None and self._commits_since_snapshot >= every and not self._unwritten and not self._gathering:
+            # Only with nothing in flight or gathered: the states then hold exactly the events up to last_sequence_nr.
             self._commits_since_snapshot = 0
             self.save_snapshot(TableSnapshot(self.context.shards, dict(self._states),
                                              {o: s.state() for o, s in self._seen.items()},

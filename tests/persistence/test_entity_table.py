@@ -387,3 +387,26 @@ def test_a_table_host_that_starts_over_on_the_paths_it_knew_applies_every_scatte
     assert balances(system, ids) == {i: 1 + 2 + 3 + (200 if i == "e0" else 0) for i in ids}
     dead = wait_for(lambda: [d for d in system.dead_letters().recent if d.target == f"{ACC}/e0/x"] or None, 10)
     assert len(dead) == 2
+
+
+def test_commands_after_a_rejected_commit_in_the_same_group_commit_are_not_stored_on_its_state(base, make_system,
+                                                                                              tmp_path):
+    # Each batch handed to the table was one TableCommit, and a group commit could hold several: a message to the
+    # table's own path between two entity messages of one incoming batch splits it. When the first commit was
+    # rejected, the second was stored all the same, decided on the first one's state: a withdrawal of money whose
+    # deposit was never stored (the balance read -5 after the table recovered).
+    urls = {"journal": f"sqlite:///{tmp_path}/j.db", "snapshot_store": f"sqlite:///{tmp_path}/s.db"}
+    system = make_system(base, **urls)
+    system.spawn(Accounts, ACC, entities=True)
+    assert system.ask(f"{ACC}/a", Deposit("/o", 1, 10)) == Confirm(1)  # (Deposited is now checked storable)
+    probe = system.probe()
+    system.tell_many([(f"{ACC}/a", Deposit("/o", 2, 5)),
+                      (f"{ACC}/x", Deposit("/o", 3, 2**70)),   # the journal rejects the commit holding it
+                      (ACC, "count"),                          # (the table's own path: the batch is split here)
+                      (f"{ACC}/a", Withdraw(15))], sender=probe.path)  # 15 only with the rejected deposit of 5
+    wait_for(lambda: any("rejected a commit" in e.reason for e in system.errors().recent), 10)
+    assert system.ask(f"{ACC}/a", "balance") == 10, "neither the rejected deposit nor a withdrawal decided on it"
+    assert [c.delivery_ids for c in commits(urls["journal"])] == [(1,)], "nothing of that group commit is stored"
+    assert system.ask(f"{ACC}/a", Deposit("/o", 2, 5)) == Confirm(2), "the deposit's redelivery applies"
+    system.tell(f"{ACC}/a", Withdraw(15))
+    assert system.ask(f"{ACC}/a", "balance") == 0
