@@ -585,6 +585,11 @@ def entity_events(journal: Journal, table_path: str, entity_id: str, shards: int
             commit = envelope.event
             if type(commit) is not TableCommit:
                 continue
+            if commit.shards != shards:
+                # (the shard read exists under this count too, but holds other entities: its events would read
+                # as none)
+                raise ValueError(f"entity_events: the table {table_path} was written with shards={commit.shards}, "
+                                 f"not {shards}: pass shards={commit.shards}")
             for owner, event in zip(commit.entity_ids, commit.events, strict=True):
                 if owner == entity_id:
                     n += 1

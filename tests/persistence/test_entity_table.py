@@ -410,3 +410,17 @@ def test_commands_after_a_rejected_commit_in_the_same_group_commit_are_not_store
     assert system.ask(f"{ACC}/a", Deposit("/o", 2, 5)) == Confirm(2), "the deposit's redelivery applies"
     system.tell(f"{ACC}/a", Withdraw(15))
     assert system.ask(f"{ACC}/a", "balance") == 0
+
+
+def test_entity_events_of_a_sharded_table_read_with_another_shard_count_fail_instead_of_reading_none(psystem,
+                                                                                                    tmp_path):
+    # With shards=3, entity 4 of a table of 2 shards maps to shard 1, which exists: its commits were read, none
+    # held entity 4 (it is in shard 0), and its events read as none. Each commit says its shard count.
+    psystem.spawn(Accounts, ACC, entities=True, shards=2)
+    for n in range(1, 9):
+        assert psystem.ask(f"{ACC}/{n - 1}", Deposit("/o", n, n)) == Confirm(n)
+    with open_journal(f"sqlite:///{tmp_path}/journal.db") as journal:
+        assert [e.amount for _, e in entity_events(journal, ACC, "4", shards=2)] == [5]
+        for wrong in (3, 4):
+            with pytest.raises(ValueError, match=f"written with shards=2, not {wrong}: pass shards=2"):
+                list(entity_events(journal, ACC, "4", shards=wrong))
