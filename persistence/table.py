@@ -316,6 +316,8 @@ class EntityTable(PersistentActor):
             pass  # (a failed save was reported by save_snapshot; the next one comes snapshot_every commits later)
         else:
             super().mixin_command(message, sender)
+            if self._after or self._delivery_ids:
+                self._gather()  # (receive_command replied, or marked a delivery: not only with the next batch)
 
     def _apply(self, items: list[tuple[str, Any, str | None]]) -> None:
         """Run the command handler over the batch; its events join the round's commit (_flush_round)."""
@@ -377,6 +379,10 @@ class EntityTable(PersistentActor):
                 self._command_failed(entity_id, command, sender, exc)
         self._entity = ""
         self._applying = False
+        self._gather()
+
+    def _gather(self) -> None:
+        """Have what was gathered queued as (part of) the round's commit when the round's writes are taken."""
         if not self._gathering:
             self._gathering = True
             self._contribute(self._flush_round)

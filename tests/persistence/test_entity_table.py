@@ -424,3 +424,29 @@ def test_entity_events_of_a_sharded_table_read_with_another_shard_count_fail_ins
         for wrong in (3, 4):
             with pytest.raises(ValueError, match=f"written with shards=2, not {wrong}: pass shards=2"):
                 list(entity_events(journal, ACC, "4", shards=wrong))
+
+
+class TotalAccounts(Accounts):
+    """Accounts whose own path answers "total" with self.reply (importable by host processes)."""
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if message == "total":
+            self.reply(sender, sum(self.entity_states().values()))
+        else:
+            super().receive_command(message, sender)
+
+
+def test_a_reply_from_the_table_s_own_path_is_sent_without_waiting_for_an_entity_s_message(base, make_system,
+                                                                                          tmp_path):
+    # self.reply in receive_command joined the replies of the next batch of entity messages: with none coming,
+    # it was never sent.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/j.db", snapshot_store=f"sqlite:///{tmp_path}/s.db")
+    system.spawn(TotalAccounts, ACC, entities=True)
+    assert system.ask(f"{ACC}/a", Deposit("/o", 1, 10)) == Confirm(1)
+    assert system.ask(f"{ACC}/b", Deposit("/o", 2, 5)) == Confirm(2)
+    assert system.ask(ACC, "total", timeout=10) == 15
+    probe = system.probe()
+    # Asked in the same incoming batch as deposits: answered once they are durable, with them.
+    system.tell_many([(f"{ACC}/a", Deposit("/o", 3, 1)), (ACC, "total"), (f"{ACC}/b", Deposit("/o", 4, 1))],
+                     sender=probe.path)
+    assert probe.receive_many(3, 10) == [Confirm(3), 16, Confirm(4)]
