@@ -611,6 +611,14 @@ def _refuse_another_shard_count(journal: Journal, table_path: str, shards: int) 
         raise ValueError(f"entity_events: the journal holds the table {table_path} as "
                          f"{'one host' if stored == 1 else f'{stored} or more shards'}, not {shards}: pass the shards= "
                          f"it was spawned with{'' if stored == 1 else f', e.g. shards={stored}'}")
+    for pid in ids[:1]:
+        # A shard that exists says the count (the shard asked for may be one the table never had: shard 2 of 3
+        # for a table of 2, whose events would read as none).
+        with journal.events_by_persistence_id(pid) as query:
+            written = next((e.event.shards for e in query if type(e.event) is TableCommit), shards)
+        if written != shards:
+            raise ValueError(f"entity_events: the table {table_path} was written with shards={written}, not "
+                             f"{shards}: pass shards={written}")
 
 
 __all__ = ["EntityTable", "TableCommit", "TableSnapshot", "entity_events"]

@@ -424,6 +424,9 @@ def test_entity_events_of_a_sharded_table_read_with_another_shard_count_fail_ins
         for wrong in (3, 4):
             with pytest.raises(ValueError, match=f"written with shards=2, not {wrong}: pass shards=2"):
                 list(entity_events(journal, ACC, "4", shards=wrong))
+        # Entity 0 with shards=3 maps to shard 2, which the table does not have: its events read as none too.
+        with pytest.raises(ValueError, match="written with shards=2, not 3: pass shards=2"):
+            list(entity_events(journal, ACC, "0", shards=3))
 
 
 class TotalAccounts(Accounts):
