@@ -4,21 +4,20 @@
 import collections
 import sys
 
-from spy import load
+from spy import load, store_line_rules
 
-# (stage, substring of a frame); the innermost frame matching a rule decides. Lines of journal/sqlite.py's
-# SqliteJournal._store as of schema 2: check them against the file when it changes.
+# (stage, substring of a frame); the innermost frame matching a rule decides. The lines of SqliteJournal._store
+# that run SQLite are read from its source (spy.store_line_rules).
 RULES = [
-    ("sqlite COMMIT (fsync wait + WAL write)", "journal/sqlite.py:390)"),
+    *store_line_rules("sqlite INSERT", "sqlite INSERT", "sqlite COMMIT (fsync wait + WAL write)"),
     ("sqlite BEGIN IMMEDIATE (write lock)", "_Connection.begin"),
-    ("sqlite INSERT", "journal/sqlite.py:377)"),
     ("journal: encode (encode_writes, serialize)", "encode_writes"),
     ("journal: other Python (write_messages, _store)", "journal/"),
     ("persistence: persist, batch, handlers (PersistentActor, coordinator)", "persistence/"),
     ("bench actor (receive_command, handler)", "bench/_delivery_actors"),
     ("host: settle loop, deliver", "actors/"),
 ]
-IDLE = ("EpollSelector.select", "watch (actors/supervision.py")
+IDLE = ("EpollSelector.select", "PollPass.select", "watch (actors/supervision.py")  # (PollPass: since §24)
 
 stacks = load(sys.argv[1])
 us = float(sys.argv[2])

@@ -35,6 +35,23 @@ def load(path):
     return stacks
 
 
+def store_line_rules(insert: str, tags: str, commit: str) -> list[tuple[str, str]]:
+    """(stage, frame substring) rules for the lines of SqliteJournal._store that run SQLite's INSERTs (`insert`),
+    tag INSERTs (`tags`) and COMMIT (`commit`), read from the source: line numbers move with the file."""
+    import inspect
+
+    from journal.sqlite import SqliteJournal
+
+    lines, first = inspect.getsourcelines(SqliteJournal._store)
+    rules = []
+    for n, text in enumerate(lines, first):
+        stage = (tags if "_INSERT_TAG" in text else insert if "(_INSERT" in text and "execute" in text
+                 else commit if '"COMMIT"' in text else None)
+        if stage is not None:
+            rules.append((stage, f"journal/sqlite.py:{n})"))
+    return rules
+
+
 def short(f):
     m = re.match(r"(.*) \((.*?):(\d+)\)$", f)
     if not m:

@@ -4,18 +4,14 @@
 import collections
 import sys
 
-from spy import load, short
+from spy import load, short, store_line_rules
 
 ENTITY_RULES = [
     # innermost-first wins, so specific rules are listed as they nest (any order works: innermost frame decides)
-    # journal/sqlite.py's _store as of 46ab1e7 (line numbers move with the file: check them when it changes)
-    ("journal write: sqlite INSERT (multi-row)", "sqlite.py:377"),
-    ("journal write: sqlite INSERT (multi-row)", "sqlite.py:381"),
-    ("journal write: sqlite INSERT (multi-row)", "sqlite.py:385"),
-    ("journal write: sqlite INSERT (multi-row)", "sqlite.py:387"),
-    ("journal write: sqlite INSERT tags", "sqlite.py:389"),
-    ("journal write: sqlite COMMIT (fsync, WAL)", "sqlite.py:390"),
-    ("journal write: sqlite BEGIN IMMEDIATE", "sqlite.py:249"),
+    # the lines of journal/sqlite.py's _store that run SQLite, read from its source (they move with the file)
+    *store_line_rules("journal write: sqlite INSERT (multi-row)", "journal write: sqlite INSERT tags",
+                      "journal write: sqlite COMMIT (fsync, WAL)"),
+    ("journal write: sqlite BEGIN IMMEDIATE", "_Connection.begin"),
     ("journal write: sqlite other", "SqliteJournal._store"),
     ("event encode: msgpack + ext hooks (serialize)", "serialize (journal/serialization.py"),
     ("event encode: msgpack + ext hooks (serialize)", "_Encoder._default"),
@@ -57,7 +53,7 @@ ENTITY_RULES = [
     ("host on_batch (self)", "Host.on_batch"),
     ("Thespian transport (receive, select, send, acks)", "thespian/"),
 ]
-IDLE = ("EpollSelector.select", "sitecustomize")
+IDLE = ("EpollSelector.select", "PollPass.select", "sitecustomize")  # (PollPass: Thespian's poll since §24)
 FEED_RULES = [
     ("Row objects: RowChunk.items / _expand (a Row per row), Row.body (a dict per row)", "RowChunk.items"),
     (
