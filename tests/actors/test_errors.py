@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import uuid
+from typing import Any
 
 import pytest
 
@@ -522,16 +523,13 @@ def test_a_barrier_of_an_ended_handover_reaches_no_actor_on_any_delivery_path(sy
                        for m in messages), f"a Barrier reached the actor at {target}: {got}"
 
 
-@pytest.mark.timeout(180)
-def test_a_table_host_takes_batches_in_bulk_again_after_a_handover_whose_barrier_never_came_back(make_system, tmp_path):
-    # A host kept the token of a handover's Barrier after the handover ended (expired or, here, restarted), for the
-    # Barrier to be recognised if it came back; one that never does (lost here with the process it reached) stayed
-    # for the life of the host, and a host keeping any took every batch message by message: an entity table (a
-    # feed's) no longer took a Scatter's rows in bulk, for good. Handovers are multiproc only.
+def _table_host_sending_to_z(make_system: Any, **z_options: Any) -> tuple[Any, Any, Any, Any]:
+    """A multiproc system whose table /user/e forwards (entity a) to a Gated /user/z, e's first message to z
+    arrived: (system, probe, to_z(message) -> what to tell e, parked() -> what e's host parks)."""
     system = make_system("multiproc")
     probe = system.probe()
     system.spawn(RecorderTable, "/user/e", entities=True, args=(probe.path,))
-    system.spawn(Gated, "/user/z", backoff=(5, 5, 0))  # (down 5 s after each death: the guardian holds meanwhile)
+    system.spawn(Gated, "/user/z", **z_options)
 
     def to_z(message: object) -> tuple[str, object]:
         return "/user/e/a", ("fwd", "/user/z", message)
@@ -541,6 +539,17 @@ def test_a_table_host_takes_batches_in_bulk_again_after_a_handover_whose_barrier
 
     system.tell(*to_z(("fwd", probe.path, Seq("e", 0))))
     assert probe.receive(timeout=10).i == 0  # e sends to z's process directly
+    return system, probe, to_z, parked
+
+
+@pytest.mark.timeout(180)
+def test_a_table_host_takes_batches_in_bulk_again_after_a_handover_whose_barrier_never_came_back(make_system, tmp_path):
+    # A host kept the token of a handover's Barrier after the handover ended (expired or, here, restarted), for the
+    # Barrier to be recognised if it came back; one that never does (lost here with the process it reached) stayed
+    # for the life of the host, and a host keeping any took every batch message by message: an entity table (a
+    # feed's) no longer took a Scatter's rows in bulk, for good. Handovers are multiproc only.
+    # (z down 5 s after each death: the guardian holds meanwhile)
+    system, probe, to_z, parked = _table_host_sending_to_z(make_system, backoff=(5, 5, 0))
     z = system.status().hosts["/user/z"].pid
     e_started, e_opened, z_started = tmp_path / "e-started", tmp_path / "e-opened", tmp_path / "z-started"
     # e stops in a message while z dies, then sends what followed it (one batch: a host stopped in a message takes
@@ -574,19 +583,7 @@ def test_a_barrier_back_after_its_handover_expired_is_dropped_by_a_table_host_ta
                                                                                                    tmp_path):
     # Its token forgotten when the handover expired, the late Barrier is known by its origin, on the path a table
     # host takes a batch in bulk on: it reaches no entity, and bulk delivery goes on. Handovers are multiproc only.
-    system = make_system("multiproc")
-    probe = system.probe()
-    system.spawn(RecorderTable, "/user/e", entities=True, args=(probe.path,))
-    system.spawn(Gated, "/user/z")
-
-    def to_z(message: object) -> tuple[str, object]:
-        return "/user/e/a", ("fwd", "/user/z", message)
-
-    def parked() -> int:
-        return system.status().hosts["/user/e"].messages_parked
-
-    system.tell(*to_z(("fwd", probe.path, Seq("e", 0))))
-    assert probe.receive(timeout=10).i == 0  # e sends to z's process directly
+    system, probe, to_z, parked = _table_host_sending_to_z(make_system)
     z = system.status().hosts["/user/z"].pid
     os.kill(z, signal.SIGKILL)
     wait_for(lambda: _gone(z), 10)

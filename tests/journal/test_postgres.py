@@ -11,10 +11,11 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from journal import AtomicWrite, EventEnvelope, JournalError, PersistentRepr, open_journal
+from journal import AtomicWrite, JournalError, PersistentRepr, open_journal
 from journal.model import MAX_SEQUENCE_NR
 from journal.postgres import drop_schema, split_url
 from tests.journal.postgres_server import SERVER, postgres_url  # noqa: F401  (fixture)
+from tests.journal.query_reader import Reader
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
@@ -115,29 +116,6 @@ def test_a_write_held_after_drawing_its_offset_is_not_skipped_by_a_query(pg) -> 
         wait_for(query.done.is_set, 30)
         assert query.error is None
         assert [e.persistence_id for e in query.got] == ["early", "late"]
-
-
-class Reader(threading.Thread):
-    """Runs a query in a thread, collecting what it yields; `done` once the query ended."""
-
-    def __init__(self, query: Iterator[EventEnvelope]):
-        super().__init__(daemon=True)
-        self.query = query
-        self.got: list[EventEnvelope] = []
-        self.error: BaseException | None = None
-        self.done = threading.Event()
-        self.start()
-
-    def run(self) -> None:
-        """Collect the query's envelopes until it ends."""
-        try:
-            for e in self.query:
-                self.got.append(e)
-        except BaseException as e:  # noqa: BLE001  (reported by the test)
-            self.error = e
-        finally:
-            self.done.set()
-
 
 
 @pytest.mark.parametrize("seconds,setting", [(0.0004, "1ms"), (0.0015, "2ms"), (2.5, "2500ms"), (0.0, "0")])

@@ -20,10 +20,11 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from journal import AtomicWrite, EventEnvelope, Journal, PersistentRepr, open_journal, open_snapshot_store
+from journal import AtomicWrite, Journal, PersistentRepr, open_journal, open_snapshot_store
 from journal.api import OrderingBatch, OrderingHorizon, now_millis
 from journal.records import encode_writes
 from tests.journal.postgres_server import SERVER, postgres_url  # noqa: F401  (fixture)
+from tests.journal.query_reader import Reader
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
@@ -183,25 +184,6 @@ def _visible_tag_offsets(url: str, tag: str) -> list[int]:
     with psycopg.connect(SERVER, autocommit=True) as c:
         return [r[0] for r in c.execute(f"SELECT ordering FROM {_schema(url)}.tags WHERE tag = %s ORDER BY 1",
                                         (tag,))]
-
-
-class Reader(threading.Thread):
-    """Runs a query in a thread, collecting what it yields; `done` once the query ended."""
-
-    def __init__(self, query: Iterator[EventEnvelope]):
-        super().__init__(daemon=True)
-        self.query, self.got, self.error = query, [], None
-        self.done = threading.Event()
-        self.start()
-
-    def run(self) -> None:
-        try:
-            for e in self.query:
-                self.got.append(e)
-        except BaseException as e:  # reported by the test
-            self.error = e
-        finally:
-            self.done.set()
 
 
 @pytest.fixture

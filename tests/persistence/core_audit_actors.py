@@ -6,18 +6,12 @@ from typing import Any
 
 from journal import MAX_SEQUENCE_NR
 from persistence import IdempotentReceiver, PersistentActor
+from tests.persistence.event_log import EventLog
 
 
-class Flaky(PersistentActor):
+class Flaky(EventLog, PersistentActor):
     """("persist-then-fail", e): persist e, whose handler raises; "boom": raises; "state": its events;
     anything else is persisted and its handler tells the sender ("handled", e)."""
-
-    def pre_start(self) -> None:
-        self.state: list[Any] = []
-
-    def receive_recover(self, event: Any) -> None:
-        if isinstance(event, str):  # (not RecoveryCompleted)
-            self.state.append(event)
 
     def receive_command(self, message: Any, sender: str | None) -> None:
         if message == "state":
@@ -32,26 +26,15 @@ class Flaky(PersistentActor):
     def _fail(self, event: Any) -> None:
         raise RuntimeError(f"handler of {event} failed")
 
-    def _handled(self, event: Any, sender: str | None) -> None:
-        self.state.append(event)
-        self.tell(sender, ("handled", event))
 
-
-class BadTags(IdempotentReceiver):
+class BadTags(EventLog, IdempotentReceiver):
     """("apply", origin, id, e): persist_applied e, its handler tells the sender ("applied", e); tags_for fails on
     "bad"; "state": its events; "journal": its stored events and pending handlers; "stop": stops; anything else is persisted asynchronously and answered ("handled", e)."""
-
-    def pre_start(self) -> None:
-        self.state: list[Any] = []
 
     def tags_for(self, event: Any) -> tuple[str, ...]:
         if event == "bad":
             raise ValueError("no tags for bad")
         return ()
-
-    def receive_recover(self, event: Any) -> None:
-        if isinstance(event, str):  # (not RecoveryCompleted)
-            self.state.append(event)
 
     def receive_command(self, message: Any, sender: str | None) -> None:
         if message == "state":
@@ -65,7 +48,3 @@ class BadTags(IdempotentReceiver):
             self.persist_applied(origin, delivery_id, event, lambda e: self._handled(e, sender, "applied"))
         else:
             self.persist_async(message, lambda e: self._handled(e, sender, "handled"))
-
-    def _handled(self, event: Any, sender: str | None, what: str) -> None:
-        self.state.append(event)
-        self.tell(sender, (what, event))

@@ -5,19 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from persistence import PersistentActor
+from tests.persistence.event_log import EventLog
 
 
-class Stopping(PersistentActor):
+class Stopping(EventLog, PersistentActor):
     """("persist-then-stop", e) / ("persist-async-then-stop", e): persist e and stop in the same command;
     ("stop-in-handler", e): persist e and stop in its handler; "state": its events; anything else is persisted.
     Every handler that runs tells the command's sender ("handled", e)."""
-
-    def pre_start(self) -> None:
-        self.state: list[Any] = []
-
-    def receive_recover(self, event: Any) -> None:
-        if isinstance(event, str):  # (not RecoveryCompleted)
-            self.state.append(event)
 
     def receive_command(self, message: Any, sender: str | None) -> None:
         if message == "state":
