@@ -15,7 +15,8 @@ writes a page of holds (integer, sequence nr) instead of (text, sequence nr): be
 
 Schema 1 (user_version 0, a `journal` table keyed by the text persistence id) is migrated when a file is
 opened: in one transaction (a crash or SIGKILL at any point leaves schema 1 whole, migrated at the next
-open), ids assigned in persistence id order, rows copied in offset order with their offsets, the unique
+open), ids assigned in persistence id order, rows copied in offset order with their offsets (and a tombstone at
+the greatest offset an AUTOINCREMENT file of the first schema 1 code handed out), the unique
 index built after the copy (a sort, not one index page per row), and the file (with its -wal and -shm) made
 private (0600) as a new journal is. A file with a newer schema is refused.
 Cost, measured: 1,000,000 events (220 MB) migrate in ~2 s, holding the write lock (other processes' writes
@@ -82,6 +83,14 @@ _VIEW = (
 _VERSION = f"PRAGMA user_version = {SCHEMA_VERSION}"
 
 _CREATE = (*_COMMON, *_IDS, _EVENTS, _INDEX, *_VIEW, _VERSION)
+# The first schema 1 files drew offsets with AUTOINCREMENT and deleted the newest events without a tombstone:
+# sqlite_sequence alone remembers the greatest offset handed out. A tombstone at it (as a delete leaves today) keeps
+# the next write from reusing an offset a projection has already read past. (DROP TABLE forgets sqlite_sequence's
+# row, so this runs before it; the step is left out when the file has no sqlite_sequence.)
+_KEEP_AUTOINCREMENT = (
+    "INSERT INTO events (ordering, pid, sequence_nr, record, checksum) "
+    "SELECT seq, 0, seq, x'', 0 FROM sqlite_sequence "
+    "WHERE name = 'journal' AND seq > coalesce((SELECT max(ordering) FROM events), 0)")
 _MIGRATE_FROM_1 = (
     *_COMMON,
     *_IDS,
@@ -91,6 +100,7 @@ _MIGRATE_FROM_1 = (
     "INSERT INTO events (ordering, pid, sequence_nr, record, checksum) "
     "SELECT j.ordering, p.id, j.sequence_nr, j.record, j.checksum "
     "FROM journal j CROSS JOIN persistence_ids p ON p.persistence_id = j.persistence_id ORDER BY j.ordering",
+    _KEEP_AUTOINCREMENT,
     "DROP TABLE journal",
     _INDEX,
     *_VIEW,
@@ -163,6 +173,8 @@ def ensure(conn: sqlite3.Connection, path: str, begin: Callable[[], None], rollb
                 steps = _CREATE
             elif old[0] == "table" and version == 0:
                 steps = _MIGRATE_FROM_1
+                if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'").fetchone() is None:
+                    steps = tuple(sql for sql in steps if sql != _KEEP_AUTOINCREMENT)
                 migrated = True
             else:
                 raise JournalError(f"{path} has a 'journal' {old[0]} at schema version {version}: not a journal "

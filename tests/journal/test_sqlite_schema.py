@@ -332,3 +332,33 @@ def test_a_writer_that_forgets_its_cached_ids_looks_them_up_again(tmp_path, monk
         assert all([r.payload for r in j.replay_messages(f"p-{i}")] == [1, 2] for i in range(5))
         with closing(sqlite3.connect(j.path)) as db:
             assert db.execute("SELECT count(*) FROM persistence_ids").fetchone() == (6,)  # '' and p-0 .. p-4
+
+
+def test_a_schema_1_file_of_the_autoincrement_era_keeps_the_offsets_it_handed_out(tmp_path) -> None:
+    """The first schema 1 files (journal/sqlite.py before e2bdc34) drew offsets with AUTOINCREMENT and deleted the
+    newest events without a tombstone: only sqlite_sequence remembered their offsets. The migration must keep that
+    high-water mark, or the next write reuses an offset a projection already read past (and never sees it)."""
+    path = str(tmp_path / "j.db")
+    writes = [AtomicWrite([PersistentRepr(n, n, "p-1", writer_uuid="w", tags=frozenset({"t"}))])
+              for n in range(1, 6)]
+    batch, rejected = encode_writes(writes, now_millis())
+    assert rejected == [None] * len(writes)
+    with closing(sqlite3.connect(path, isolation_level=None)) as db:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(SCHEMA_1[0].replace("ordering INTEGER PRIMARY KEY", "ordering INTEGER PRIMARY KEY AUTOINCREMENT"))
+        for ddl in SCHEMA_1[1:]:
+            db.execute(ddl)
+        db.executemany(INSERT_1, batch.rows)
+        db.executemany(INSERT_TAG_1, batch.tag_rows)
+        # That era's delete of the newest events (4 and 5): the rows went, sqlite_sequence kept 5.
+        db.execute("INSERT INTO highest_sequence_nr VALUES ('p-1', 5)")
+        db.execute("DELETE FROM tags WHERE ordering IN (SELECT ordering FROM journal WHERE sequence_nr >= 4)")
+        db.execute("DELETE FROM journal WHERE sequence_nr >= 4")
+        assert db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'journal'").fetchone() == (5,)
+    os.chmod(path, 0o600)
+    with open_journal(f"sqlite://{path}") as j:
+        assert j.newest_offset() == 3 and j.highest_sequence_nr("p-1") == 5
+        assert j.write_messages([AtomicWrite([PersistentRepr("new", 1, "p-2", tags=frozenset({"t"}))])]) == [None]
+        assert [(e.persistence_id, e.offset) for e in j.events_by_tag("t", 5)] == [("p-2", 6)]
+        assert [e.sequence_nr for e in j.all_events()] == [1, 2, 3, 1]
+        assert j.verify().ok
