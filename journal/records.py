@@ -29,6 +29,8 @@ from journal.model import MAX_SEQUENCE_NR, AtomicWrite, EventEnvelope, Persisten
 from journal.serialization import (
     _SEEDS_KEPT,
     FORMAT_FLAT,
+    HIGH_SEED_STEP,
+    SEED_STEP,
     _by_class,
     _by_manifest,
     build,
@@ -44,7 +46,8 @@ from journal.serialization import checksum as checksum
 _unpackb = msgpack.unpackb
 _NO_TAGS: frozenset[str] = frozenset()
 _MASK = 0xFFFFFFFF
-_SEED_STEP = 0x9E3779B1
+_SEED_STEP = SEED_STEP
+_HIGH_STEP = HIGH_SEED_STEP  # (see serialization.SEED_STEP)
 
 Row = tuple[str, int, bytes, int]
 """(persistence_id, sequence_nr, record bytes, checksum): what backends store for one event."""
@@ -102,7 +105,7 @@ def encode_writes(
                 else:
                     blob = pack([FORMAT_FLAT, r.writer_uuid, r.manifest, timestamp, sorted(tags) if tags else None,
                                  r.metadata, reg.manifest, reg.version, *reg.values(payload)])
-                rows.append((pid, seq, blob, crc(blob, (seed + seq * _SEED_STEP) & _MASK)))
+                rows.append((pid, seq, blob, crc(blob, (seed + seq * _SEED_STEP + (seq >> 32) * _HIGH_STEP) & _MASK)))
                 if tags:
                     tag_rows.extend((t, pid, seq) for t in tags)
         except (SerializationError, TypeError, ValueError, OverflowError) as e:
@@ -230,7 +233,7 @@ def _decoded(rows: Iterable[tuple[str, StoredRow, Any]], make: Callable[..., _R]
     for persistence_id, (seq, blob, ck), extra in rows:
         if persistence_id != last:
             seed, last = key_seed(persistence_id), persistence_id
-        if crc(blob, (seed + seq * _SEED_STEP) & _MASK) != ck:
+        if crc(blob, (seed + seq * _SEED_STEP + (seq >> 32) * _HIGH_STEP) & _MASK) != ck:
             raise corruption(persistence_id, seq)
         try:
             head = blob[0]

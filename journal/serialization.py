@@ -706,9 +706,18 @@ def key_seed(persistence_id: str) -> int:
     return seed
 
 
+SEED_STEP = 0x9E3779B1
+HIGH_SEED_STEP = 0x85EBCA6B
+"""The sequence nr's part of a checksum seed: `seq * SEED_STEP + (seq >> 32) * HIGH_SEED_STEP` (mod 2**32). The
+first term alone repeats every 2**32 sequence nrs, so a stored sequence nr with one of its bits 32-62 flipped
+passed the check (the event was replayed under the wrong number); the second term, 0 below 2**32, keeps every
+record written before it valid (a record of a sequence nr from 2**32 on written before fails it). Both steps are odd,
+so two sequence nrs one bit apart never share a seed, and a different seed always changes a crc32."""
+
+
 def checksum(seed: int, sequence_nr: int, data: bytes) -> int:
     """crc32 of the stored bytes, seeded by the record's key so a record moved to another key fails too."""
-    return _crc32(data, (seed + sequence_nr * 0x9E3779B1) & 0xFFFFFFFF)
+    return _crc32(data, (seed + sequence_nr * SEED_STEP + (sequence_nr >> 32) * HIGH_SEED_STEP) & 0xFFFFFFFF)
 
 
 def corruption(persistence_id: str, sequence_nr: int, what: str = "event") -> JournalCorruption:

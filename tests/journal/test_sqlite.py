@@ -476,3 +476,20 @@ def test_a_forked_child_is_refused_the_journal_its_parent_has_open_and_told_how_
             return str(_seqs(child, "p"))
 
     assert in_forked_child(reopen_after_the_parent_closed) == "[1, 2, 3]"
+
+
+def test_a_bit_flipped_in_a_stored_sequence_nr_is_corruption_not_another_event(tmp_path) -> None:
+    path = f"{tmp_path}/j.db"
+    with open_journal(f"sqlite://{path}") as j:
+        _write(j, "p", range(1, 4))
+    db = sqlite3.connect(path)
+    try:  # bit 40 of event 2's sequence nr, as a damaged disk page would turn it
+        db.execute("UPDATE events SET sequence_nr = sequence_nr | (1 << 40) WHERE sequence_nr = 2")
+        db.commit()
+    finally:
+        db.close()
+    with open_journal(f"sqlite://{path}") as j:
+        with pytest.raises(JournalCorruption) as err:
+            _seqs(j, "p")
+        assert (err.value.persistence_id, err.value.sequence_nr) == ("p", 2**40 + 2)
+        assert [(p.persistence_id, p.sequence_nr) for p in j.verify().problems] == [("p", 2**40 + 2)]
