@@ -102,6 +102,12 @@ _ORDERED = (f"SELECT e.ordering, p.persistence_id, e.sequence_nr, e.record, e.ch
             "WHERE e.ordering > ? AND e.ordering <= ? AND e.pid <> 0 ORDER BY e.ordering LIMIT ?")
 _NEWEST = "SELECT ordering FROM events WHERE pid <> 0 ORDER BY ordering DESC LIMIT 1"
 _NEWEST_TAGGED = "SELECT max(ordering) FROM tags WHERE tag = ?"
+# Events that every read above skips because their integer id was damaged (verify names them): an id that names no
+# persistence id (the joins drop the row), or 0 on a row that is no tombstone (one has an empty record, a checksum
+# of 0 and its offset as its sequence nr).
+_LOST_IDS = ("SELECT e.ordering, e.pid, e.sequence_nr FROM events e LEFT JOIN persistence_ids p ON p.id = e.pid "
+             "WHERE CASE WHEN e.pid = 0 THEN length(e.record) <> 0 OR e.checksum <> 0 OR e.sequence_nr <> e.ordering "
+             "ELSE p.id IS NULL END ORDER BY e.ordering")
 
 log = logging.getLogger("reprise.journal")
 
@@ -570,7 +576,7 @@ def _delete_slice(conn: sqlite3.Connection, pid: int, to_sequence_nr: int, rows:
     newest = conn.execute("SELECT ordering, pid, sequence_nr FROM events ORDER BY ordering DESC LIMIT 1").fetchone()
     if newest and newest[1] == pid and newest[2] <= upto:
         # The newest row becomes the tombstone that keeps its offset (module doc).
-        conn.execute("DELETE FROM events WHERE pid = 0")
+        conn.execute("DELETE FROM events WHERE pid = 0 AND length(record) = 0")  # (a damaged event's row stays for verify)
         conn.execute("UPDATE events SET pid = 0, sequence_nr = ordering, record = x'', "
                      "checksum = 0 WHERE ordering = ?", (newest[0],))
     conn.execute("DELETE FROM events WHERE pid = ? AND sequence_nr <= ?", (pid, upto))
@@ -735,6 +741,15 @@ class SqliteJournal(Journal):
                     yield Problem(None, None, f"SQLite integrity_check: {line}")
         except JournalError as e:
             yield Problem(None, None, str(e))
+        try:
+            lost = cast("list[tuple[int, int, int]]", self._h.c.query("verify", _LOST_IDS))
+        except JournalError as e:
+            yield Problem(None, None, str(e))
+            return
+        for ordering, pid, seq in lost:
+            what = "the tombstone's id 0" if pid == 0 else f"integer persistence id {pid}, which names none"
+            yield Problem(None, seq, f"the event at offset {ordering} (sequence nr {seq}) has {what}: its persistence "
+                                     "id was damaged, and no replay or query sees it")
 
     def pragma(self, name: str) -> SqlValue:
         """The value of a PRAGMA on the journal's connection (e.g. "synchronous", "journal_mode")."""

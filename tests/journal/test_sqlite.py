@@ -493,3 +493,29 @@ def test_a_bit_flipped_in_a_stored_sequence_nr_is_corruption_not_another_event(t
             _seqs(j, "p")
         assert (err.value.persistence_id, err.value.sequence_nr) == ("p", 2**40 + 2)
         assert [(p.persistence_id, p.sequence_nr) for p in j.verify().problems] == [("p", 2**40 + 2)]
+
+
+def test_verify_reports_events_whose_integer_persistence_id_was_damaged(tmp_path) -> None:
+    """An event whose integer id names no persistence id, or became 0 (the tombstone's), is seen by no replay
+    or query: verify must name it rather than call the journal ok with the event silently gone."""
+    path = f"{tmp_path}/j.db"
+    with open_journal(f"sqlite://{path}") as j:
+        _write(j, "a", range(1, 4))
+        _write(j, "b", range(1, 4))
+        j.delete_messages_to("b", 1)
+    db = sqlite3.connect(path)
+    try:  # one flipped bit each: a's id (1) to 0; b's id (2) to 10, which is no id
+        db.execute("UPDATE events SET pid = 0 WHERE ordering = 2")
+        db.execute("UPDATE events SET pid = pid | 8 WHERE ordering = 5")
+        db.commit()
+    finally:
+        db.close()
+    with open_journal(f"sqlite://{path}") as j:
+        assert (_seqs(j, "a"), _seqs(j, "b")) == ([1, 3], [3])
+        problems = j.verify().problems
+        assert [p.reason for p in problems if "offset 2 " in p.reason and "sequence nr 2" in p.reason] != []
+        assert [p.reason for p in problems if "offset 5 " in p.reason and "sequence nr 2" in p.reason] != []
+        assert len(problems) == 2, problems
+        _write(j, "a", range(4, 5))
+        j.delete_messages_to("a", 4)  # (the newest: a tombstone of its own, which verify takes for one)
+        assert len(j.verify().problems) == 2
