@@ -62,7 +62,9 @@ SqlValue = int | float | str | bytes | None
 """A value SQLite returns (its storage classes: INTEGER, REAL, TEXT, BLOB, NULL)."""
 
 # The statements use the tables, never the `journal` view: `pid` is the integer id (see journal.sqlite_schema).
-_PID = "(SELECT id FROM persistence_ids WHERE persistence_id = ?1)"
+# Never 0: '' is no persistence id a write can have, and its id's rows are tombstones (replaying, or deleting, them
+# as events of '' removed the newest offset's tombstone, and offsets were handed out twice).
+_PID = "(SELECT id FROM persistence_ids WHERE persistence_id = ?1 AND id <> 0)"
 _INSERT = "INSERT INTO events (pid, sequence_nr, record, checksum) VALUES (?, ?, ?, ?)"
 _MULTI_ROWS = 100
 # Which form of INSERT is cheapest depends on how many ids a commit holds (bench/PROFILE.md §10): rows of few
@@ -658,9 +660,10 @@ class SqliteJournal(Journal):
             highest = conn.execute(_HIGHEST, (persistence_id,)).fetchone()[0]
             if highest:
                 conn.execute("INSERT OR REPLACE INTO highest_sequence_nr VALUES (?, ?)", (persistence_id, highest))
-            known = conn.execute("SELECT id FROM persistence_ids WHERE persistence_id = ?",
-                                 (persistence_id,)).fetchone()
-            return None if known is None else (int(known[0]), _delete_slice(conn, known[0], to_sequence_nr, rows))
+            known = conn.execute(f"SELECT {_PID}", (persistence_id,)).fetchone()
+            if known[0] is None:
+                return None
+            return int(known[0]), _delete_slice(conn, known[0], to_sequence_nr, rows)
 
         began = time.perf_counter()
         first = self._h.transaction("delete", first_slice)

@@ -584,6 +584,22 @@ class JournalSpec:
         assert "" not in set(journal.current_persistence_ids())
         assert journal.verify().ok
 
+    def test_deleting_the_empty_persistence_id_changes_nothing(self, journal: Journal, writer: str) -> None:
+        # No write can have the id '' (AtomicWrite refuses it); a backend may use it for rows of its own (SQLite's
+        # tombstone keeping the newest offset): deleting it must neither remove them nor make '' an id.
+        a = _fresh_pid()
+        assert journal.write_messages([AtomicWrite([PersistentRepr(n, n, a, writer_uuid=writer)]) for n in (1, 2)]
+                                      ) == [None, None]
+        newest = journal.newest_offset()
+        journal.delete_messages_to(a, MAX)  # a held the newest offset
+        journal.delete_messages_to("", MAX)
+        assert journal.highest_sequence_nr("") == 0 and list(journal.replay_messages("")) == []
+        assert "" not in set(journal.current_persistence_ids())
+        assert "" not in {s.persistence_id for s in journal.summaries()}
+        assert journal.write_messages([AtomicWrite([PersistentRepr(3, 3, a, writer_uuid=writer)])]) == [None]
+        assert [e.offset for e in journal.events_by_persistence_id(a)][0] > newest
+        assert journal.verify().ok
+
     def test_deleting_many_events_removes_them_and_their_tags_and_keeps_the_highest_and_the_newest_offset(
             self, journal: Journal, writer: str) -> None:
         # Enough events that a backend deleting in slices (SQLite) needs several.
