@@ -3,10 +3,16 @@
 Thespian 4.0.1's multiprocTCPBase unpickles whatever arrives on an actor's or admin's port, so anyone
 who could connect could run code as the system's user. Here, as with `multiprocessing.connection`'s
 authkey, every process of a system knows a per-system secret (32 random bytes, kept in a 0600 file in
-the run dir), and every frame Thespian sends is `HMAC-SHA256(secret, pickle) + pickle`. The receive
+the run dir), and every frame Thespian sends carries `HMAC-SHA256(secret, pickle)` before the pickle. The receive
 path checks the tag with `hmac.compare_digest` before `pickle.loads`; a frame that fails is dropped
 (Thespian answers it with its data-error ACK and closes the connection). Thespian's two fixed ACK
 frames are recognised by their exact bytes and never unpickled.
+
+Thespian buffers a whole frame, of the size its `<size>>` header claims, before anything reads it: any local
+user could make any process of a system hold gigabytes (until the kernel's OOM killer picked one). So a frame
+first carries `HMAC-SHA256(secret, "reprise-frame <size>")`, checked as soon as its 32 bytes arrive: a frame
+without it is dropped after at most one read (1 MB, Thespian's largest) and its connection closed. The body
+follows, with its own tag: `size tag + HMAC-SHA256(secret, pickle) + pickle`.
 
 An HMAC on every frame (not a handshake per connection) survives Thespian's connection reuse and costs
 one pass of SHA-256 over bytes that were just pickled. A captured frame can be replayed by someone who
@@ -171,10 +177,23 @@ def allow_unauthenticated() -> None:
     apply()
 
 
+def size_tag(key: bytes, size: int) -> bytes:
+    """The tag that opens a frame body of `size` bytes: checked before the receiver buffers the rest."""
+    return hmac.digest(key, b"reprise-frame %d" % size, "sha256")
+
+
 def sign(key: bytes, obj: object) -> bytes:
-    """One authenticated Thespian frame body: HMAC-SHA256 tag, then the pickle."""
+    """One authenticated Thespian frame body: the size tag, the pickle's HMAC-SHA256 tag, then the pickle."""
     body = pickle.dumps(obj)
-    return hmac.digest(key, body, "sha256") + body
+    return size_tag(key, 2 * _TAG + len(body)) + hmac.digest(key, body, "sha256") + body
+
+
+def size_is_signed(size: int, head: bytes) -> bool:
+    """Whether `head` (a frame body's first bytes) opens with a size tag of a secret this process holds."""
+    if len(head) < _TAG:
+        return False
+    tag = head[:_TAG]
+    return any(hmac.compare_digest(size_tag(key, size), tag) for key in _accepted)
 
 
 def verify_and_load(data: bytes) -> object:
@@ -183,9 +202,9 @@ def verify_and_load(data: bytes) -> object:
         control = _control.get(data)
         if control is not None:
             return control  # Thespian's ACK frames: constants, recognised without unpickling anything
-    if len(data) > _TAG:
+    if len(data) > 2 * _TAG:
         view = memoryview(data)
-        tag, body = view[:_TAG], view[_TAG:]
+        tag, body = view[_TAG:2 * _TAG], view[2 * _TAG:]  # (the size tag before them was checked on arrival)
         for key in _accepted:
             if hmac.compare_digest(hmac.digest(key, body, "sha256"), tag):
                 return pickle.loads(body)
@@ -230,7 +249,23 @@ def apply() -> None:
         body = pickle.dumps(obj) if key is None else sign(key, obj)
         return b"%d>" % len(body) + body
 
+    original_add_more = streamBuffer.ReceiveBuffer.addMore
+
+    def add_more(self: Any, buf: bytes) -> None:
+        original_add_more(self, buf)
+        size = self._size
+        # Frames up to _CONTROL_MAX bytes (Thespian's ACKs) are bounded anyway; every other frame must prove it
+        # comes from a holder of the secret before more than one read of it is kept.
+        if (size is not None and size > _CONTROL_MAX and self._blen >= _TAG
+                and not getattr(self, "_reprise_sized", False) and not _unauthenticated):
+            if not size_is_signed(size, bytes(self._buf[:_TAG])):
+                self._buf, self._extra = b"", b""  # (freed now, not when Thespian drops the buffer)
+                raise AuthenticationFailed(f"dropped a {size}-byte frame whose size is not signed with this "
+                                           "actor system's secret (an unauthenticated or foreign sender)")
+            self._reprise_sized = True
+
     tcp.TCPTransport.__init__ = init
     tcp.TCPTransport.serializer = serializer
     tcp.serializer = _Serializer
+    streamBuffer.ReceiveBuffer.addMore = add_more
     _applied = True

@@ -297,6 +297,55 @@ def test_frames_with_a_negative_or_missing_size_close_their_connection_and_kill_
     assert system.status().hosts["/user/a"].restarts == 0
 
 
+def resident_mib(pid: int) -> int:
+    """The resident memory of process `pid`, in MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) // 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def bytes_taken_before_refusal(ip: str, port: int, claimed: int, limit: int, seconds: float) -> int:
+    """Send a frame claiming `claimed` bytes with no valid tag, up to `limit` bytes of it within `seconds`;
+    how many bytes went out before the receiver closed the connection (`limit` if it never did)."""
+    chunk = b"\0" * (1 << 20)
+    sent = 0
+    deadline = time.monotonic() + seconds
+    with socket.create_connection((ip, port), timeout=5) as conn:
+        try:
+            conn.sendall(b"%d>" % claimed + b"\0" * 64)
+            while sent < limit and time.monotonic() < deadline:
+                conn.sendall(chunk)
+                sent += len(chunk)
+        except OSError:  # (reset, broken pipe: the receiver closed it; a timeout: it stopped reading)
+            return sent
+    return sent
+
+
+@pytest.mark.timeout(120)
+def test_an_unsigned_frame_is_dropped_before_the_receiver_buffers_it(make_system):
+    # Thespian buffered a whole frame, of whatever size its header claimed, before the HMAC check: any local
+    # process could make the admin or a host hold gigabytes (300 MB took 40 s here) until the OOM killer came.
+    system = two_hosts(make_system)
+    pids = sorted(tagged_pids(system.tag))
+    sockets = listening_sockets(pids)
+    assert len(sockets) >= 5, sockets  # admin, logger, guardian, node agent, two hosts
+    limit = 32 << 20
+    for (ip, port), holders in sockets.values():
+        (pid,) = holders
+        before = resident_mib(pid)
+        sent = bytes_taken_before_refusal(ip, port, 1 << 30, limit, seconds=20)
+        assert sent < 8 << 20, f"{ip}:{port} (pid {pid}) took {sent >> 20} MiB of an unsigned frame"
+        assert resident_mib(pid) - before < 8, f"pid {pid} grew from {before} MiB to {resident_mib(pid)} MiB"
+    # Signed traffic still flows, small and large (a 2 MiB message spans many reads).
+    assert system.ask("/user/a", Ping(2)) == Pong(2, "/user/a")
+    assert system.ask("/user/b/2", Ping(3)) == Pong(3, "/user/b/2")
+    big = "x" * (2 << 20)
+    assert system.ask("/user/a", Ping(big)) == Pong(big, "/user/a")  # type: ignore[arg-type]  # (any payload)
+    assert sorted(tagged_pids(system.tag)) == pids, "a process of the system died or was restarted"
+
+
 def test_secret_is_in_a_private_file_of_the_run_dir(make_system):
     system = make_system("multiproc")
     path = os.path.join(system.run_dir, auth.SECRET_NAME)
@@ -452,7 +501,9 @@ class RunCode:
         return exec, (f"open({marker!r}, 'a').write('ran' + chr(10))",)
 
 ack, body = pickle.dumps("ACK"), pickle.dumps(RunCode())
-answers = [b"%d>" % len(ack) + ack, b"%d>" % (32 + len(body)) + hmac.digest(key, body, "sha256") + body]
+size = 64 + len(body)  # a frame as actors.auth signs it: size tag, pickle tag, pickle
+signed = hmac.digest(key, b"reprise-frame %d" % size, "sha256") + hmac.digest(key, body, "sha256") + body
+answers = [b"%d>" % len(ack) + ack, b"%d>" % size + signed]
 
 def frames(conn):
     data = b""
