@@ -10,6 +10,12 @@ while that connection is idle; otherwise it opens a new one, from the replying n
 joined after the client's last directory fetch is refused at first: the client sees the refusal (`take_refused`),
 fetches its directory again, and the node's next retry of that send gets in.
 
+A connection that has not delivered an authenticated frame yet costs the process a file descriptor and a
+share of every pass of Thespian's loop, which it would keep for up to 7 minutes (Thespian's limit per frame):
+any local user could open thousands and slow a host a hundredfold (2,800 took 70% of a core, idle) or exhaust
+its descriptors. A process keeps at most MAX_UNAUTHENTICATED of them; a new one closes the oldest. A peer whose
+first frame is cut off that way retries (Thespian retries every send), once the flood stops.
+
 These only narrow who can connect: any local user can reach loopback, and any process on a peer can
 reach the peer's ports. What keeps them from running code through Thespian's unpickling is the
 authenticated transport (actors/auth.py): no frame is unpickled without the system's secret.
@@ -18,6 +24,7 @@ authenticated transport (actors/auth.py): no frame is unpickled without the syst
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -32,6 +39,8 @@ _refused: set[str] = set()  # addresses refused since take_refused() last took t
 # instead, with the count of those not logged since.
 WARN_EVERY = 60.0
 _warned: dict[str, tuple[float, int]] = {}  # address -> (when it was last logged, refusals not logged since)
+MAX_UNAUTHENTICATED = 100  # accepted connections per process that have not sent an authenticated frame yet
+_flood_warned = -math.inf  # time.monotonic() of the last warning that MAX_UNAUTHENTICATED was passed
 
 
 def bind_address() -> str:
@@ -80,6 +89,28 @@ def _warn_refused(address: str, now: float | None = None) -> None:
     log.warning("refused a connection from %s: not an allowed peer (REPRISE_PEERS)%s", address, more)
 
 
+def _unauthenticated(incoming: Any) -> bool:
+    """Whether an accepted connection has not delivered an authenticated frame (its sender is still unknown)."""
+    return getattr(getattr(incoming, "fromAddress", None), "addressDetails", None) is None
+
+
+def _close_oldest_unauthenticated(incoming_sockets: dict[int, Any]) -> None:
+    """Close the oldest accepted connections without an authenticated frame beyond MAX_UNAUTHENTICATED."""
+    # (the dict is in accept order: Thespian replaces an entry in place when a frame follows another)
+    strangers = [fd for fd, incoming in incoming_sockets.items() if _unauthenticated(incoming)]
+    excess = len(strangers) - MAX_UNAUTHENTICATED
+    if excess <= 0:
+        return
+    for fd in strangers[:excess]:
+        incoming_sockets.pop(fd).close()
+    global _flood_warned
+    now = time.monotonic()
+    if now - _flood_warned >= WARN_EVERY:  # (a flood would otherwise write a line per connection)
+        _flood_warned = now
+        log.warning("more than %d connections sent no authenticated frame: closing the oldest (a flood of "
+                    "connections from a process without the system's secret?)", MAX_UNAUTHENTICATED)
+
+
 def apply() -> None:
     """Patch Thespian's TCP transport once per process (idempotent)."""
     global _applied
@@ -117,6 +148,8 @@ def apply() -> None:
                 _refused.add(peer[0])
             self._incomingSockets.pop(sock.fileno(), None)
             sock.close()
+        if len(self._incomingSockets) > MAX_UNAUTHENTICATED:
+            _close_oldest_unauthenticated(self._incomingSockets)
 
     TCPTransport.TCPTransport.new_socket = new_socket
     TCPTransport.TCPTransport._acceptNewIncoming = accept_new_incoming

@@ -346,6 +346,42 @@ def test_an_unsigned_frame_is_dropped_before_the_receiver_buffers_it(make_system
     assert sorted(tagged_pids(system.tag)) == pids, "a process of the system died or was restarted"
 
 
+def open_fds(pid: int) -> int:
+    """How many file descriptors process `pid` holds."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@pytest.mark.timeout(180)
+def test_idle_connections_without_the_secret_cannot_pile_up_in_a_process(make_system):
+    # Thespian kept every accepted connection up to 7 minutes waiting for a frame: any local process could hold
+    # thousands open, each a descriptor and a share of every loop pass (2,800 on a host cost 70% of a core while
+    # idle and made an ask 100 times slower), until the host ran out of descriptors.
+    system = two_hosts(make_system)
+    pids = sorted(tagged_pids(system.tag))
+    sockets = {address: next(iter(holders)) for address, holders in listening_sockets(pids).values()}
+    host = system.status().hosts["/user/a"].pid
+    targets = [(address, pid) for address, pid in sockets.items()
+               if address[1] == system.admin_port or pid == host]
+    assert len(targets) == 2, targets
+    for (ip, port), pid in targets:
+        before = open_fds(pid)
+        held = []
+        try:
+            deadline = time.monotonic() + 60
+            for _ in range(600):
+                assert time.monotonic() < deadline, f"opening connections to {ip}:{port} took over 60 s"
+                conn = socket.create_connection((ip, port), timeout=5)
+                conn.sendall(b"1")  # the start of a size header, never finished
+                held.append(conn)
+            # (at most 100 of them are kept: netsec.MAX_UNAUTHENTICATED; a few more descriptors come and go)
+            wait_for(lambda pid=pid, before=before: open_fds(pid) < before + 150, timeout=10)
+            assert system.ask("/user/a", Ping(2), timeout=10) == Pong(2, "/user/a")
+        finally:
+            for conn in held:
+                conn.close()
+    assert sorted(tagged_pids(system.tag)) == pids, "a process of the system died or was restarted"
+
+
 def test_secret_is_in_a_private_file_of_the_run_dir(make_system):
     system = make_system("multiproc")
     path = os.path.join(system.run_dir, auth.SECRET_NAME)
