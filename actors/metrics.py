@@ -206,10 +206,44 @@ class Endpoint:
 METRICS_PATH = "/metrics"
 
 
+MAX_CONNECTIONS = 16
+"""Connections the endpoint serves at once: a thread each. Prometheus scrapes one at a time; any local process could
+otherwise start a thread per connection it opened, in the process serving the endpoint (yours, on the in-process
+base), without limit."""
+REQUEST_TIMEOUT = 10.0
+"""Seconds a connection may take to send its request (and to read the answer) before it is closed."""
+
+
 class _Server(ThreadingMixIn, WSGIServer):
-    """One thread per scrape (a scrape waits for the status), none kept at exit."""
+    """One thread per scrape (a scrape waits for the status), at most MAX_CONNECTIONS, none kept at exit."""
 
     daemon_threads = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve the connection in a thread of its own, or close it at once when MAX_CONNECTIONS are served."""
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)  # (a flood: one more thread each would cost the process without bound)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        """Serve one connection; its slot is free again when it ends."""
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Log at debug: a client that timed out or hung up must not print a traceback on the user's stderr."""
+        log.debug("metrics: a connection from %s failed", client_address, exc_info=True)
 
 
 class _Server6(_Server):
@@ -217,6 +251,8 @@ class _Server6(_Server):
 
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = REQUEST_TIMEOUT  # (StreamRequestHandler sets it on the socket: a silent client is closed)
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
         """Nothing: a scrape every few seconds would fill stderr."""
 

@@ -24,6 +24,7 @@ from actors import auth, client_log, netsec
 from actors.system import tagged_pids
 from journal.urls import redact_url
 from tests.actors.sample import Echo, Ping, Pong
+from tests.actors.test_metrics import sample, scrape
 from tests.conftest import SESSION_TOKEN
 from tests.forking import in_forked_child
 from tests.waiting import wait_for
@@ -380,6 +381,56 @@ def test_idle_connections_without_the_secret_cannot_pile_up_in_a_process(make_sy
             for conn in held:
                 conn.close()
     assert sorted(tagged_pids(system.tag)) == pids, "a process of the system died or was restarted"
+
+
+def closed_within(conn: socket.socket, seconds: float) -> bool:
+    """Whether the other end closes `conn` within `seconds` (whatever it answers first)."""
+    conn.settimeout(seconds)
+    try:
+        while conn.recv(4096):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def scrape_or_none(port: int) -> dict | None:
+    """The endpoint's samples, or None when it closed the connection (all its slots taken)."""
+    try:
+        return scrape(port)
+    except OSError:
+        return None
+
+
+def metrics_connection_threads() -> int:
+    """Threads of this process serving a metrics endpoint's connections (socketserver names them so)."""
+    return sum("process_request_thread" in t.name for t in threading.enumerate())
+
+
+@pytest.mark.timeout(90)
+def test_a_flood_of_connections_to_the_metrics_port_costs_a_bounded_number_of_threads(make_system):
+    # The endpoint started a thread per connection, kept while the client sent nothing: any local process
+    # could start thousands in the process serving it, which on the in-process base is the user's own.
+    port = actors.free_port()
+    system = make_system("local", metrics_port=port)
+    assert sample(scrape(port), "reprise_status_ok") == 1
+    flood = []
+    try:
+        for _ in range(200):
+            conn = socket.create_connection(("127.0.0.1", port), timeout=5)
+            conn.sendall(b"GET /met")  # a request line never finished
+            flood.append(conn)
+        assert closed_within(flood[-1], 5), "a connection beyond the limit was kept"
+        assert metrics_connection_threads() <= 16  # (metrics.MAX_CONNECTIONS are served at once)
+        # A client that never finishes its request is closed (after metrics.REQUEST_TIMEOUT, 10 s).
+        assert closed_within(flood[0], 20), "a silent client kept its connection and its thread"
+    finally:
+        for conn in flood:
+            conn.close()
+    assert sample(wait_for(lambda: scrape_or_none(port)), "reprise_status_ok") == 1  # (once the flood's slots are free)
+    assert system.status().config["metrics_port"] == port
 
 
 def test_secret_is_in_a_private_file_of_the_run_dir(make_system):
