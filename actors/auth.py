@@ -86,7 +86,9 @@ def write_secret(path: str, secret: bytes) -> str:
 def read_secret(path: str) -> bytes:
     """The secret in `path`; refuses files other users own or may read (as ssh does with private keys)."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        # O_NONBLOCK: a FIFO (another user's, at a path in a shared directory) would block the open forever,
+        # before the checks below could refuse it; on a regular file it changes nothing.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise SecretUnavailable(f"secret file {path} does not exist; copy the system's secret file there "
                                 "(the leader's secret_file, or <run dir>/secret of the system)") from None

@@ -470,6 +470,33 @@ def test_secret_files_readable_by_others_are_refused(tmp_path):
         auth.read_secret(str(tmp_path / "junk"))
 
 
+@pytest.mark.timeout(60)
+def test_a_fifo_another_user_put_where_the_secret_file_should_be_is_refused_at_once(tmp_path):
+    # Opening it blocked until someone wrote to it: a `reprise node --secret-file /tmp/...` hung for good,
+    # before the owner check could refuse the file.
+    fifo = str(tmp_path / "cluster.secret")
+    os.mkfifo(fifo, 0o600)
+    if os.geteuid() == 0:
+        os.chown(fifo, 65534, 65534)  # (made by user nobody)
+    outcome: list[BaseException | bytes] = []
+
+    def read() -> None:
+        try:
+            outcome.append(auth.read_secret(fifo))
+        except BaseException as e:  # (reported to the test)
+            outcome.append(e)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(10)
+    if reader.is_alive():  # let the blocked open go, so that the thread ends with the test
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(10)
+        pytest.fail("reading the secret from a FIFO blocked")
+    assert len(outcome) == 1 and isinstance(outcome[0], auth.SecretUnavailable), outcome
+    assert "not a file" in str(outcome[0]) or "belongs to uid" in str(outcome[0]), outcome
+
+
 def test_a_member_without_the_leaders_secret_is_refused_before_anything_starts():
     with pytest.raises(auth.MissingSecret, match="secret_file="):
         actors.start("multiproc", leader="127.0.0.1:1", node="m1")
