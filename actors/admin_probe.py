@@ -86,6 +86,10 @@ def _answer_query_ack(conn: socket.socket, listener: socket.socket, ack: bytes, 
         conn.sendall(ack)
 
 
+_FRAME_MAX = 1 << 20
+"""The largest frame the probe reads (an ACK, or the admin's QueryAck: a few hundred bytes)."""
+
+
 def _read_frame(sock: socket.socket, deadline: float) -> bytes | None:
     """One whole Thespian frame (`<length>>` + body) as sent, or None if it does not arrive by `deadline`.
 
@@ -109,6 +113,9 @@ def _read_frame(sock: socket.socket, deadline: float) -> bytes | None:
             if not data[:-1].isdigit():
                 return None
             size = len(data) + int(data[:-1])
+            if size > _FRAME_MAX:
+                # (whoever holds the port claimed it: recv() of that size would allocate it, gigabytes)
+                return None
         elif size is None and len(data) > 20:
             return None  # no Thespian frame header
     return data

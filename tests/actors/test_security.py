@@ -893,3 +893,23 @@ def test_every_file_of_a_run_dir_the_system_made_itself_is_private() -> None:
         assert ".temporary" in modes and set(modes.values()) == {0o600}, modes
     finally:
         system.shutdown()
+
+
+def test_a_squatter_claiming_a_huge_frame_gets_a_probe_verdict_not_an_allocation() -> None:
+    # The client's probe of an admin port read an answer of the size its header claimed in one recv(): a process
+    # of another user squatting the port could make every client allocate gigabytes (MemoryError, not a verdict).
+    from actors.admin_probe import Verdict, signed_probe
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+
+        def squat() -> None:
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"1000000000000>")
+                conn.recv(1)  # (holds the connection until the probe gives up)
+
+        threading.Thread(target=squat, daemon=True).start()
+        assert signed_probe("127.0.0.1", server.getsockname()[1], b"s" * 32, None, 5.0) is Verdict.FOREIGN
