@@ -272,6 +272,11 @@ class _Publisher:
         if keys is not None and None in keys:  # (a scan in C) all nulls would be one key: all but one row skipped
             raise ValueError(f"key={self.plan.key!r}: the column is null in a row, so the row has no idempotency "
                              "key; fill it, or filter such rows out before the feed")
+        # NaN equals nothing, itself included: the bridge would never see a NaN key as released, and a rerun
+        # would deliver its row again. (A float column's keys are all floats or None: its first one tells.)
+        if keys and type(keys[0]) is float and any(k != k for k in keys):
+            raise ValueError(f"key={self.plan.key!r}: the column is NaN in a row, and NaN equals no key, not even "
+                             "itself, so the row could be delivered twice; fill it, or filter such rows out")
         self.settle(self.plan.window - 1)
         message = IngestBatch(self.feed_id, self.partition, batch_no, paths, values, self.probe.path, columns,
                               keys, attempt=self.attempt)
@@ -909,6 +914,25 @@ def check_path_column(schema: Any, to: object) -> None:
                              f"template, e.g. to=\"/user/accounts/{{{to}}}\"")
 
 
+_KEY_TYPES = {"BooleanType", "ByteType", "ShortType", "IntegerType", "LongType", "FloatType", "DoubleType",
+              "StringType", "CharType", "VarcharType", "BinaryType", "NullType"}
+"""Spark types whose values (bool, int, float, str, bytes) the bridge can compare as idempotency keys."""
+
+
+def check_key_column(schema: Any, key: str | None) -> None:
+    """ValueError when `key` is not a column, or is one whose values cannot be idempotency keys (array, map, struct:
+    lists and dicts, which the bridge cannot hash)."""
+    if key is None:
+        return
+    if key not in schema.fieldNames():
+        raise ValueError(f"key={key!r} is not a column of the DataFrame (columns: {schema.fieldNames()})")
+    kind = schema[key].dataType
+    if type(kind).__name__ not in _KEY_TYPES:
+        raise ValueError(f"key={key!r} names a column of type {kind.simpleString()}: an idempotency key must be a "
+                         f"string, number, boolean or binary value; derive one, e.g. "
+                         f"`df.withColumn({key!r}, to_json(col({key!r})))`")
+
+
 def check_batch_feed_id(feed_id: str) -> str:
     """Why a batch feed may not be named `feed_id` (one with a '/'), for the caller's error."""
     return (f"feed_id {feed_id!r} has a '/': the feeds of a stream's micro-batches are named '<feed id>/<batch id>' "
@@ -938,8 +962,7 @@ def _check_feed_args(df: DataFrame, to: str | Callable[[Row], str], message: Cal
         raise TypeError(f"to must be a column name, a path template or a callable Row -> path, got {to!r}")
     target = check_to(to, df.columns) if isinstance(to, str) else to
     check_path_column(df.schema, target)
-    if key is not None and key not in df.columns:
-        raise ValueError(f"key={key!r} is not a column of the DataFrame (columns: {df.columns})")
+    check_key_column(df.schema, key)
     if message is not None and not callable(message):
         raise TypeError(f"message must be a callable Row -> message, got {message!r}")
     if feed_id is not None and (not isinstance(feed_id, str) or not feed_id):

@@ -53,6 +53,7 @@ from spark_bridge.feed import (
     _Plan,
     check_batch_feed_id,
     check_columns,
+    check_key_column,
     check_path_column,
     check_system,
     check_to,
@@ -142,6 +143,10 @@ def _plan(options: Mapping[str, str], schema: StructType, feed_id: str) -> tuple
         raise SinkOptionError(f'{SINK_NAME}: option "to": {e}') from None
     if o.key is not None and o.key not in columns:
         raise SinkOptionError(f'{SINK_NAME}: option "key": {o.key!r} is not a column (columns: {columns})')
+    try:
+        check_key_column(schema, o.key)
+    except ValueError as e:
+        raise SinkOptionError(f'{SINK_NAME}: option "key": {e}') from None
     try:
         check_columns(schema)
     except FeedError as e:
