@@ -43,6 +43,7 @@ import datetime
 import importlib
 import json
 import os
+import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -257,6 +258,7 @@ class _Mismatch(Exception):
 
 
 _MISSING = object()
+_FLOAT32 = struct.Struct("<f")
 _INT_RANGES = {"tinyint": 2 ** 7, "smallint": 2 ** 15, "int": 2 ** 31, "bigint": 2 ** 63}
 
 
@@ -306,10 +308,18 @@ def _non_null_converter(dtype: DataType, path: str) -> Callable[[Any], Any]:
             return value
         return integer
     if isinstance(dtype, (DoubleType, FloatType)):
+        single = isinstance(dtype, FloatType)
+
         def floating(value: Any) -> Any:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise wrong(value)
-            return float(value)
+            value = float(value)
+            if single:
+                try:  # a finite value beyond float32's range would silently become an infinity
+                    _FLOAT32.pack(value)
+                except OverflowError:
+                    raise _Mismatch(path, f"{value!r} does not fit the schema's {name}") from None
+            return value
         return floating
     simple: dict[type[DataType], tuple[type, ...]] = {
         StringType: (str,), BooleanType: (bool,), BinaryType: (bytes,),

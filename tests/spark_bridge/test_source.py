@@ -364,6 +364,19 @@ def test_an_event_that_does_not_fit_the_struct_fails_naming_field_and_types(spar
     assert "persistence id 'acc', sequence nr 1" in str(info.value) and "read the event as JSON" in str(info.value)
 
 
+def test_a_number_beyond_the_schemas_float_fails_instead_of_reading_as_infinity(spark, registered, tmp_path) -> None:
+    # Arrow turned 1e39 into a float32 infinity: the column read inf where the event held a finite number.
+    url = f"sqlite:///{tmp_path}/j.db"
+    write(url, "big", 1, [{"x": 1.5, "y": -1e39}])
+    df = spark.read.format("reprise-journal").schema("event struct<x:float, y:float>").option("url", url).load()
+    with pytest.raises(Exception, match=re.escape("event field 'y': -1e+39 does not fit the schema's float")):
+        df.collect()
+    assert event_struct({"x": 3.4e38, "y": float("-inf")}, "x float, y float") == (3.4e38, float("-inf"))
+    (row,) = spark.read.format("reprise-journal").schema("event struct<x:float, y:double>").option("url", url).load(
+        ).collect()
+    assert (row.event.x, row.event.y) == (1.5, -1e39)
+
+
 @pytest.mark.parametrize(("schema", "message"), [
     ("offset string", "schema column 'offset' is string, it must be bigint"),
     ("offset long, amount long", "schema column 'amount' is unknown: the columns are offset, persistence_id"),
