@@ -188,6 +188,20 @@ def _shape(t: type) -> tuple[str, tuple[str, ...]]:
     return shape
 
 
+class _KeyClash(Exception):
+    """A dict whose keys give one JSON key text twice (1 and "1", True and "true")."""
+
+    def __init__(self, mapping: dict[Any, Any]):
+        seen: dict[str, Any] = {}
+        for k in mapping:
+            text = k if type(k) is str else json.dumps(_jsonable(k))
+            if text in seen:
+                break
+            seen[text] = k
+        super().__init__(f"keys {seen[text]!r} and {k!r} are both {json.dumps(text)} in JSON, so one of their "
+                         "values would be lost")
+
+
 def _jsonable(obj: Any) -> Any:
     """`obj` as JSON values: a registered dataclass becomes {"@type": manifest, field: value, ...}."""
     t = type(obj)
@@ -210,7 +224,10 @@ def _jsonable(obj: Any) -> Any:
         except TypeError:
             return sorted(items, key=lambda x: json.dumps(x, sort_keys=True))
     if t is dict:
-        return {k if type(k) is str else json.dumps(_jsonable(k)): _jsonable(v) for k, v in obj.items()}
+        out = {k if type(k) is str else json.dumps(_jsonable(k)): _jsonable(v) for k, v in obj.items()}
+        if len(out) < len(obj):  # two keys with one JSON text ({1: .., "1": ..}): one value would be lost
+            raise _KeyClash(obj)
+        return out
     if t is bytes:
         return base64.b64encode(obj).decode("ascii")
     return str(obj)  # (the journal stores nothing else; kept total for safety)
@@ -242,8 +259,21 @@ _encode = _c_encode()
 def event_json(event: object) -> str:
     """The event column: JSON where a registered dataclass is an object of its fields plus "@type" (its
     manifest), tuples, sets and frozensets are arrays (sets sorted), bytes are base64 strings, and dict
-    keys that are not strings are their JSON text."""
-    return _encode(_jsonable(event))
+    keys that are not strings are their JSON text (JournalSourceError if two keys of a dict give one text)."""
+    try:
+        return _encode(_jsonable(event))
+    except _KeyClash as e:
+        raise JournalSourceError(f"{SOURCE_NAME}: cannot give an event as JSON: {e}") from None
+
+
+def _envelope_json(e: EventEnvelope) -> str:
+    """event_json of an envelope's event; a failure names the event (id, sequence nr, offset)."""
+    try:
+        return _encode(_jsonable(e.event))
+    except _KeyClash as clash:
+        raise JournalSourceError(f"{SOURCE_NAME}: cannot give an event as JSON: {clash}; in the event of persistence "
+                                 f"id {e.persistence_id!r}, sequence nr {e.sequence_nr} (offset {e.offset}). Read it "
+                                 f"with a schema whose event struct has a map for that dict") from None
 
 
 # --- events as structs (a schema given by the user) -----------------------------------------------
@@ -455,7 +485,7 @@ def _row_maker(schema: StructType) -> Callable[[EventEnvelope], Row]:
                     raise JournalSourceError(_mismatch_message(m, e.event, e)) from None
             getters.append(event)
         else:
-            getters.append(lambda e: event_json(e.event))
+            getters.append(_envelope_json)
     return lambda e: tuple(g(e) for g in getters)
 
 
@@ -512,7 +542,7 @@ def _batch_maker(schema: StructType) -> Callable[[list[EventEnvelope]], pa.Recor
         elif isinstance(f.dataType, StructType):
             columns.append(_structs(_converter(f.dataType, "", False)))
         else:
-            columns.append(lambda events: [event_json(e.event) for e in events])
+            columns.append(lambda events: [_envelope_json(e) for e in events])
     types = [field.type for field in arrow_schema]
 
     def batch(events: list[EventEnvelope]) -> pa.RecordBatch:

@@ -377,6 +377,17 @@ def test_a_number_beyond_the_schemas_float_fails_instead_of_reading_as_infinity(
     assert (row.event.x, row.event.y) == (1.5, -1e39)
 
 
+def test_an_event_whose_dict_keys_collide_as_json_text_fails_instead_of_losing_one(spark, registered,
+                                                                                    tmp_path) -> None:
+    # {1: ..., "1": ...}: both keys are "1" in JSON; the event column kept one value and dropped the other.
+    url = f"sqlite:///{tmp_path}/j.db"
+    write(url, "keys", 1, [{"n": {1: "int one", "1": "str one"}}])
+    with pytest.raises(Exception, match=re.escape("keys 1 and '1' are both \"1\" in JSON")) as info:
+        load(spark, url).collect()
+    assert "persistence id 'keys', sequence nr 1" in str(info.value)
+    assert event_json({1: "a", (1, 2): "b", None: "c"}) == '{"1":"a","[1, 2]":"b","null":"c"}'
+
+
 @pytest.mark.parametrize(("schema", "message"), [
     ("offset string", "schema column 'offset' is string, it must be bigint"),
     ("offset long, amount long", "schema column 'amount' is unknown: the columns are offset, persistence_id"),
