@@ -125,6 +125,12 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     if parsed.scheme == "memory":
         raise JournalSourceError(f'{SOURCE_NAME}: option "url" {redact_url(url)!r}: a memory:// journal lives in '
                                  f'one process and Spark reads in its executors: use sqlite:// or postgresql://')
+    # An empty value is refused, not taken as the option left out: .option("tag", name) with name "" would read
+    # every event of every id (the journal's own queries refuse an empty tag too).
+    for name in ("tag", "persistence_id", "gap_timeout"):
+        if name in options and not options[name]:
+            raise JournalSourceError(f'{SOURCE_NAME}: option "{name}" must not be empty (leave it out to read '
+                                     f'{"every event" if name in ("tag", "persistence_id") else "without it"})')
     tag, pid = options.get("tag") or None, options.get("persistence_id") or None
     if tag is not None and pid is not None:
         raise JournalSourceError(f'{SOURCE_NAME}: options "tag" and "persistence_id" exclude each other: '

@@ -117,6 +117,16 @@ def test_without_a_tag_every_event_and_with_an_id_only_its_events(spark, registe
     assert load(spark, journal_url, persistence_id="nobody").count() == 0
 
 
+@pytest.mark.parametrize("option", ["tag", "persistence_id", "gap_timeout"])
+def test_an_empty_filter_option_is_refused_instead_of_reading_every_event(spark, registered, tmp_path,
+                                                                         option: str) -> None:
+    # .option("tag", name) with name "" was taken as no tag at all: the read gave every event of every id.
+    url = f"sqlite:///{tmp_path}/j.db"
+    fill(url)
+    with pytest.raises(Exception, match=f'option "{option}" must not be empty'):
+        load(spark, url, **{option: ""}).collect()
+
+
 def test_an_empty_journal_reads_as_an_empty_dataframe(spark, registered, tmp_path) -> None:
     url = f"sqlite:///{tmp_path}/empty.db"
     open_journal(url).close()
