@@ -362,8 +362,11 @@ def _non_null_converter(dtype: DataType, path: str) -> Callable[[Any], Any]:
         TimestampType: (datetime.datetime,), DateType: (datetime.date,)}
     for kind, accepted in simple.items():
         if isinstance(dtype, kind):
-            def plain(value: Any, accepted: tuple[type, ...] = accepted) -> Any:
-                if not isinstance(value, accepted):
+            # A datetime is a date to isinstance: Spark would keep its day and drop its time without a word.
+            refused = datetime.datetime if kind is DateType else type(None)
+
+            def plain(value: Any, accepted: tuple[type, ...] = accepted, refused: type = refused) -> Any:
+                if not isinstance(value, accepted) or isinstance(value, refused):
                     raise wrong(value)
                 return value
             return plain

@@ -356,6 +356,20 @@ def test_an_event_struct_with_a_timestamp_and_a_date_reads_as_written(spark, reg
     assert [tuple(r) for p in reader.partitions() for r in reader.read(p)] == [((stamped.at, stamped.day),)]
 
 
+def test_a_datetime_read_as_a_date_fails_instead_of_dropping_its_time(spark, registered, tmp_path) -> None:
+    # A datetime is a date to isinstance: a date field took it, and Spark kept its day, silently dropping the time.
+    import datetime
+
+    from tests.spark_bridge.sample import Stamped
+
+    url = f"sqlite:///{tmp_path}/j.db"
+    write(url, "stamps", 1, [Stamped(datetime.datetime(2026, 11, 30, 23, 30), datetime.date(2026, 12, 1))])
+    df = (spark.read.format("reprise-journal").schema("event struct<at:date, day:date>").option("url", url)
+          .option("imports", SAMPLE).load())
+    with pytest.raises(Exception, match=re.escape("event field 'at': the schema says date, the event has datetime")):
+        df.collect()
+
+
 @pytest.mark.parametrize(("struct", "message"), [
     ("struct<amount:string>", "event field 'amount': the schema says string, the event has int 7"),
     ("struct<amount:long, memo:string>", "event field 'memo': tests.spark_bridge.Deposited has no field 'memo'"),
