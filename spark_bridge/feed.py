@@ -32,6 +32,7 @@ import json
 import logging
 import math
 import os
+import stat
 import struct
 import sys
 import tempfile
@@ -641,10 +642,19 @@ def refused_message(reply: ReleaseRefused, bridge: str, others: list[str], run: 
 
 def _results_dir() -> str:
     """The directory of committed writes' results, created private to this user."""
-    where = os.environ.get(RESULTS_DIR) or os.path.join(tempfile.gettempdir(), f"reprise-spark-results-{os.getuid()}")
+    given = os.environ.get(RESULTS_DIR)
+    where = given or os.path.join(tempfile.gettempdir(), f"reprise-spark-results-{os.getuid()}")
     os.makedirs(where, mode=0o700, exist_ok=True)
+    # lstat, not stat: in a shared temp dir another user can put a symlink at this name, to any directory of ours,
+    # and results would be written there, and that directory's oldest .json files pruned (security audit).
+    st = os.lstat(where)
+    if stat.S_ISLNK(st.st_mode) and not given:
+        raise FeedError(f"{where} is a symbolic link (in a shared temp dir, anyone's): remove it, or set {RESULTS_DIR} "
+                        "to a directory of yours")
     if os.stat(where).st_uid != os.getuid():  # a shared temp dir: never trust another user's directory
         raise FeedError(f"{where} belongs to another user: set {RESULTS_DIR} to a directory of yours")
+    if not given and st.st_mode & 0o077:
+        os.chmod(where, 0o700)  # (ours, made by an older version or by hand: others could plant results in it)
     return where
 
 

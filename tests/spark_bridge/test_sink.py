@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -610,6 +612,26 @@ def test_a_results_directory_of_another_user_is_refused_and_does_not_fail_the_wr
     assert "its result cannot be kept for last_write_result" in caplog.text
     with pytest.raises(FeedError, match=f"belongs to another user: set {RESULTS_DIR} to a directory of yours"):
         last_write_result("theirs")
+
+
+def test_a_symlink_at_the_default_results_directory_is_refused_and_nothing_is_written_through_it(tmp_path,
+                                                                                               monkeypatch):
+    # Another user could put a symlink at /tmp/reprise-spark-results-<uid> to any directory of ours: a committed
+    # write then wrote its result there and pruned that directory's oldest .json files (it checked the owner of
+    # what the link pointed to). The default directory must be a real directory.
+    from spark_bridge import FeedError, FeedResult
+    from spark_bridge.feed import RESULTS_DIR, _remember
+
+    monkeypatch.delenv(RESULTS_DIR, raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "config.json").write_text("{}")
+    (tmp_path / f"reprise-spark-results-{os.getuid()}").symlink_to(victim)
+    _remember(FeedResult(1, 0, 0, 1.0, 1.0, feed_id="via-link"))  # (the rows were released: no exception)
+    assert sorted(p.name for p in victim.iterdir()) == ["config.json"]
+    with pytest.raises(FeedError, match="is a symbolic link"):
+        last_write_result("via-link")
 
 
 @pytest.mark.timeout(120)
