@@ -273,6 +273,11 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
                 kill_tagged(port_tag)
                 raise SpawnFailed(f"the actor system on port {port} did not start within {start_timeout} s; "
                                   f"see {boot_log}") from None
+            except BaseException:
+                # Ctrl-C (or another interruption) while booting: subprocess.run killed only the boot command,
+                # and the admin it daemonised ran on with what it had forked, with nobody to stop it.
+                _abandon_boot(port_tag, None if run_dir else port_dir)
+                raise
         if proc.returncode == 0:
             break
         kill_tagged(port_tag)
@@ -294,12 +299,28 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
         if not run_dir:
             shutil.rmtree(port_dir, ignore_errors=True)  # the next attempt makes its own
         log.warning("the actor system on port %d did not start (port taken meanwhile?); trying another port", port)
+    try:
+        system = connect(port, host=advertise or bind, _owner=True, _secret=secret, _tls=tls_files)
+    except BaseException as e:
+        # Nobody would get a handle to shut the booted system down: stop it now. Its temporary run dir goes
+        # too when interrupted; after an error it stays for its logs.
+        _abandon_boot(port_tag, None if run_dir or isinstance(e, Exception) else port_dir)
+        raise
     tag, run_dir = port_tag, port_dir
-    system = connect(port, host=advertise or bind, _owner=True, _secret=secret, _tls=tls_files)
     system.tag, system.run_dir = tag, run_dir
     logging.getLogger("reprise").info("actor system on port %d started; its logs (actors.log: errors inside "
                                       "actors with tracebacks) are in %s", port, run_dir)
     return system
+
+
+def _abandon_boot(tag: str, temporary_dir: str | None) -> None:
+    """Kill every process of a system whose start did not complete, and remove its run dir if start made it."""
+    # The admin may be forking while it is killed: a child forked after the listing is found by the next one.
+    for _ in range(20):
+        if not kill_tagged(tag):
+            break
+    if temporary_dir is not None:
+        shutil.rmtree(temporary_dir, ignore_errors=True)
 
 
 _INTERNAL_OPTIONS = ("insecure_no_auth",)  # benchmarks only (bench/transport.py): not a user's option

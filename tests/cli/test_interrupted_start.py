@@ -1,0 +1,81 @@
+"""Ctrl-C while `actors.start("multiproc")` is still booting the system leaves nothing behind.
+
+The admin daemonises itself and forks the system's processes while `start` waits for the boot command: an
+interrupt then killed only that command, and the admin, the guardian and their processes ran on with nobody
+holding their port or knowing it (no `with` block had been entered), beside a run dir nobody would remove.
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from actors.system import kill_tagged, tagged_pids
+from tests.conftest import SESSION_TOKEN
+from tests.waiting import wait_for
+
+pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(150)]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_n = itertools.count(1)
+
+# A user's script: start a system on SQLite and use it inside a `with` block.
+SCRIPT = """
+import sys
+import actors
+with actors.start("multiproc", journal=sys.argv[1], tag=sys.argv[2]) as system:
+    print("READY", flush=True)
+    sys.stdin.read()
+"""
+
+
+def _default_sigint() -> None:
+    """The child takes SIGINT as a terminal's Ctrl-C would reach it (a shell may have left it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _interrupt_while_booting(tmp_path, tag: str, booted: int) -> tuple[str, list[int]]:
+    """Run SCRIPT, send its process group SIGINT once `booted` processes of its system exist; its output and
+    the processes of the system still running afterwards (bounded wait for them to go)."""
+    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=ROOT)
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, f"sqlite:///{tmp_path}/j.db", tag], cwd=ROOT, env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, preexec_fn=_default_sigint)
+    try:
+        wait_for(lambda: len(tagged_pids(tag)) >= booted or proc.poll() is not None, 60)
+        os.killpg(proc.pid, signal.SIGINT)  # (the whole group, as Ctrl-C in a terminal does)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    try:
+        wait_for(lambda: not tagged_pids(tag), 10)
+    except AssertionError:
+        pass  # (reported by the caller, with the pids)
+    return out, tagged_pids(tag)
+
+
+@pytest.mark.parametrize("booted", [1, 3], ids=["boot-command-running", "admin-forking"])
+def test_ctrl_c_while_start_boots_a_multiproc_system_leaves_no_process_and_no_run_dir(tmp_path, booted) -> None:
+    # The moment is read off the system's own processes (1: the boot command, 3: the admin has forked), and
+    # retried in the rare case the start finished first (the script then says READY).
+    for _attempt in range(3):
+        tag = f"{SESSION_TOKEN}-interrupted-{next(_n)}-"
+        try:
+            out, left = _interrupt_while_booting(tmp_path, tag, booted)
+        finally:
+            killed = kill_tagged(tag)
+        if "READY" in out:
+            continue
+        assert "KeyboardInterrupt" in out, out
+        assert left == [] and killed == [], f"an interrupted start left the processes {left or killed} running"
+        assert glob.glob(f"{tmp_path}/reprise-*") == [], "an interrupted start left its run dir"
+        return
+    pytest.skip("the system started before every interrupt landed")
