@@ -49,6 +49,10 @@ def parse_url(url: str) -> ParsedUrl:
         # (it became a file named ":memory:" in the working directory)
         raise InvalidUrl(f"{url!r}: a journal in SQLite's memory would be one connection's; use memory://NAME for a "
                          "journal in this process's memory, or sqlite:///abs/path.db")
+    if scheme == "sqlite" and os.path.isdir(target):
+        # (SQLite said only "unable to open database file", and the reading commands "no journal file")
+        raise InvalidUrl(f"{redact_url(url)!r} names the directory {target!r}, not a file: name the journal file "
+                         f"in it, e.g. sqlite:///{os.path.join(os.path.abspath(target), 'journal.db').lstrip('/')}")
     return ParsedUrl(scheme, target, options)
 
 

@@ -1,0 +1,56 @@
+"""Bad configuration at start, spawn and the command line: refused at once, naming the value and the fix."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import actors
+from actors.system import tagged_pids
+from tests.actors.validation_sample import Tally
+from tests.conftest import SESSION_TOKEN
+
+pytestmark = pytest.mark.timeout(120)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def reprise(*argv: str) -> subprocess.CompletedProcess:
+    """The `reprise` command of this checkout (the installed script may import another one)."""
+    return subprocess.run([sys.executable, "-m", "actors.cli", *argv], cwd=ROOT, capture_output=True, text=True, timeout=90)
+
+
+def test_a_sqlite_url_naming_a_directory_is_refused_at_start_and_spawn_naming_the_directory(base, make_system,
+                                                                                             tmp_path) -> None:
+    # SQLite said only "unable to open database file", and only once a persistent actor's host opened it.
+    directory = tmp_path / "journal.db"
+    directory.mkdir()
+    url = f"sqlite://{directory}"
+    for option in ("journal", "snapshot_store"):
+        with pytest.raises(actors.ConfigError, match="names the directory .*journal.db/journal.db"):
+            actors.start(base, **{option: url})
+    system = make_system(base)
+    with pytest.raises(actors.ConfigError, match=f"names the directory '{directory}', not a file"):
+        system.spawn(Tally, "/user/tally", journal=url)
+    # (refused before anything was spawned: the path is still free)
+    system.spawn(Tally, "/user/tally", journal=f"sqlite://{directory}/journal.db")
+    assert system.ask("/user/tally", 3) == 3
+
+
+def test_the_journal_commands_and_up_name_a_directory_given_as_the_journal(tmp_path) -> None:
+    directory = tmp_path / "data"
+    directory.mkdir()
+    listed = reprise("journal", "ls", f"sqlite://{directory}")
+    assert listed.returncode == 2, listed
+    assert f"names the directory '{directory}', not a file" in listed.stderr and "no journal file" not in listed.stderr
+    topology = tmp_path / "topo.toml"
+    topology.write_text('[system]\njournal = "sqlite://data"\n\n[[actor]]\npath = "/user/tally"\n'
+                        'class = "tests.actors.validation_sample:Tally"\n')
+    tag = f"{SESSION_TOKEN}-bad-config-up-"
+    up = reprise("up", str(topology), "--detach", "--port", str(actors.free_port()), "--tag", tag)
+    assert up.returncode == 2, up
+    assert "names the directory" in up.stderr and "Traceback" not in up.stderr
+    assert tagged_pids(tag) == []  # (refused before anything started)
