@@ -104,6 +104,7 @@ from .validation import (
     check_process_local_stores,
     check_shared_stores,
     check_spawn_options,
+    check_spawn_target,
 )
 
 log = logging.getLogger("reprise.system")
@@ -878,8 +879,9 @@ class System:
         `rebalance` to spread them again). Its stores must then be reachable from every node (PostgreSQL).
         """
         validate_path(path)
+        check_spawn_target(cls, entities, args, kwargs)
         if type(shards) is not int or shards < 1 or (shards > 1 and not entities):
-            raise ValueError(f"shards must be an int >= 1, and > 1 only for entity hosts (entities=True); got "
+            raise ConfigError(f"shards must be an int >= 1, and > 1 only for entity hosts (entities=True); got "
                              f"shards={shards!r}, entities={entities!r}")
         # Host options, opaque here: their owner's checks run now if it is imported in this process, and
         # in the host process (which imports the factory first) in any case.

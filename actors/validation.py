@@ -75,6 +75,28 @@ def check_port(name: str, value: object) -> None:
         raise ConfigError(f"{name} must be an integer in 1..65535 (or None for a free port), got {value!r}")
 
 
+def check_spawn_target(cls: object, entities: object, args: object, kwargs: object) -> None:
+    """ConfigError unless spawn's `cls` makes actors and `entities`, `args`, `kwargs` have their types: a wrong one
+    failed in the host process with a traceback, or (a truthy `entities="no"`) silently spawned an entity host."""
+    from .actor import Actor
+
+    if isinstance(cls, type) and not issubclass(cls, Actor):
+        raise ConfigError(f"cls must be a subclass of actors.Actor (or a factory returning one), got the class "
+                          f"{cls.__qualname__}, which is not")
+    if not callable(cls):
+        raise ConfigError(f"cls must be an actor class (a subclass of actors.Actor) or a factory returning an actor, "
+                          f"got {cls!r}")
+    if not isinstance(entities, bool):
+        raise ConfigError(f"entities must be True (one actor per path below the host's, made on demand) or False "
+                          f"(one actor at the path), got {entities!r}")
+    if isinstance(args, str | bytes | Mapping) or not isinstance(args, list | tuple):
+        raise ConfigError(f"args must be a tuple (or list) of the positional arguments for cls, e.g. args=(1,), "
+                          f"got {args!r}")
+    if kwargs is not None and not (isinstance(kwargs, Mapping) and all(isinstance(k, str) for k in kwargs)):
+        raise ConfigError(f"kwargs must be a dict of cls's keyword arguments by name, e.g. kwargs={{'size': 3}}, "
+                          f"got {kwargs!r}")
+
+
 def check_constructor(cls: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """ConfigError when `cls(*args, **kwargs)` cannot be called (an argument missing, or one it does not take,
     named with the one meant): a misspelt keyword failed the spawn with a traceback from the host process."""

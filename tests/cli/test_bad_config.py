@@ -10,6 +10,7 @@ import pytest
 
 import actors
 from actors.system import tagged_pids
+from tests.actors.sample import Echo, Ping
 from tests.actors.validation_sample import Tally
 from tests.conftest import SESSION_TOKEN
 
@@ -21,6 +22,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def reprise(*argv: str) -> subprocess.CompletedProcess:
     """The `reprise` command of this checkout (the installed script may import another one)."""
     return subprocess.run([sys.executable, "-m", "actors.cli", *argv], cwd=ROOT, capture_output=True, text=True, timeout=90)
+
+
+class NotAnActor:
+    """A class that is no actors.Actor."""
 
 
 def test_a_sqlite_url_naming_a_directory_is_refused_at_start_and_spawn_naming_the_directory(base, make_system,
@@ -54,3 +59,25 @@ def test_the_journal_commands_and_up_name_a_directory_given_as_the_journal(tmp_p
     assert up.returncode == 2, up
     assert "names the directory" in up.stderr and "Traceback" not in up.stderr
     assert tagged_pids(tag) == []  # (refused before anything started)
+
+
+@pytest.mark.parametrize(("options", "named"), [
+    (dict(cls=5), "cls must be an actor class"),
+    (dict(cls=NotAnActor), "cls must be a subclass of actors.Actor .* NotAnActor"),
+    (dict(entities="no"), "entities must be True .* or False .* got 'no'"),
+    (dict(entities=1), "entities must be True"),
+    (dict(args=5), "args must be a tuple .* got 5"),
+    (dict(args="ab"), "args must be a tuple"),
+    (dict(kwargs=[("x", 1)]), "kwargs must be a dict"),
+    (dict(kwargs={1: 2}), "kwargs must be a dict"),
+])
+def test_spawn_refuses_a_bad_class_entities_args_or_kwargs_naming_it(base, make_system, options, named) -> None:
+    # A non-class failed in the host with a traceback, args=5 with "'int' object is not iterable", and a
+    # truthy entities="no" silently spawned an entity host.
+    system = make_system(base)
+    options = dict(options)  # (the parameter's own dict serves both bases)
+    cls = options.pop("cls", Echo)
+    with pytest.raises(actors.ConfigError, match=named):
+        system.spawn(cls, "/user/x", **options)
+    system.spawn(Echo, "/user/x")  # (nothing was spawned: the path is free)
+    assert system.ask("/user/x", Ping(1)).n == 1
