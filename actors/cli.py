@@ -107,13 +107,15 @@ def _classify(e: BaseException) -> tuple[int, str]:
     """Exit code and hint for exceptions raised by the libraries below the CLI."""
     from journal.errors import JournalCorruption
 
-    from .errors import ConfigError, LeaderUnreachable, SystemNotRunning
+    from .errors import ConfigError, InvalidPath, LeaderUnreachable, SystemNotRunning
     from .topology import TopologyError
 
     if isinstance(e, TopologyError):
         return 2, "see the topology format in `reprise up --help` and examples/topologies/"
     if isinstance(e, ConfigError):
         return 2, "fix the value named above"
+    if isinstance(e, InvalidPath):
+        return 2, "actor paths look like /user/accounts (an absolute path below /user or /system)"
     if isinstance(e, FileNotFoundError):
         return 2, "check the file name and the working directory"
     if isinstance(e, LeaderUnreachable) and "could not join its leader" in str(e):
@@ -140,6 +142,9 @@ def _classify(e: BaseException) -> tuple[int, str]:
         return 1, "pass --import MODULE for the module that registers the event classes (e.g. --import myapp.events)"
     from .auth import SecretUnavailable
 
+    if isinstance(e, SecretUnavailable) and str(e).startswith(("secret file ", "cannot read the secret file ")):
+        # (the file given is missing, unreadable, malformed or shared: the port may well be right)
+        return 2, "--secret-file FILE takes a copy of the system's secret (its <run dir>/secret), mode 0600"
     if isinstance(e, SecretUnavailable):
         return 1, "check that --port is a Reprise admin's; on the command line secret_file= is --secret-file FILE"
     from .tls import TlsError

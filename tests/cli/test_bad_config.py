@@ -81,3 +81,22 @@ def test_spawn_refuses_a_bad_class_entities_args_or_kwargs_naming_it(base, make_
         system.spawn(cls, "/user/x", **options)
     system.spawn(Echo, "/user/x")  # (nothing was spawned: the path is free)
     assert system.ask("/user/x", Ping(1)).n == 1
+
+
+def test_a_malformed_path_or_a_missing_secret_file_on_the_command_line_is_a_usage_error_with_its_own_hint(
+        make_system, tmp_path) -> None:
+    # They exited 1 with "rerun with --verbose for the traceback", and a missing --secret-file with the hint
+    # "check that --port is a Reprise admin's", about a port that was right.
+    system = make_system("multiproc")
+    port = str(system.admin_port)
+    moved = reprise("rebalance", "--port", port, "--path", "user/t")
+    assert moved.returncode == 2, moved
+    assert "path 'user/t' must look like '/user/<name>" in moved.stderr and "--verbose" not in moved.stderr
+    for secret in (tmp_path / "missing", tmp_path / "shared"):
+        if secret.name == "shared":
+            secret.write_text("x" * 64)
+            secret.chmod(0o644)
+        status = reprise("status", "--port", port, "--secret-file", str(secret))
+        assert status.returncode == 2, status
+        assert f"secret file {secret}" in status.stderr and "Reprise admin's" not in status.stderr, status.stderr
+    assert reprise("status", "--port", port).returncode == 0  # (the system was not disturbed)
