@@ -31,7 +31,7 @@ from .journal_commands import (
 )
 from .paths import printable
 from .spark_commands import cmd_spark_discard, cmd_spark_help, cmd_spark_staged, duration
-from .system_commands import cmd_down, cmd_node, cmd_rebalance, cmd_status, cmd_up
+from .system_commands import Terminated, cmd_down, cmd_node, cmd_rebalance, cmd_status, cmd_up
 
 # This module parses the arguments and dispatches: the commands live in system_commands and
 # journal_commands, the benchmark runner in a checkout's bench/.
@@ -91,6 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except CliError as e:
         return _report(str(e), e.hint, e.code, verbose)
+    except Terminated as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 128 + e.signum  # (as a shell reports a command a signal ended)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -10,6 +10,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TypedDict
 
 from journal.urls import REDACTED, redact_url
@@ -38,8 +40,37 @@ def _tls_options(args: argparse.Namespace) -> TlsOptions:
 
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP reached `up` or `node` before it waits for them: stop as Ctrl-C does."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"{signal.Signals(signum).name} while starting: stopped what had started")
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, _frame: object) -> None:
+    raise Terminated(signum)
+
+
+@contextmanager
+def _terminable() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise Terminated meanwhile (as Ctrl-C raises KeyboardInterrupt): start and spawn then
+    stop what they had started, instead of dying at once and leaving the system running with nobody to stop it."""
+    previous = {sig: signal.signal(sig, _raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     """`reprise up`: start a system from a topology file, spawn its actors, then wait or detach."""
+    with _terminable():
+        return _up(args)
+
+
+def _up(args: argparse.Namespace) -> int:
     import actors
 
     from .topology import load, resolve_class
@@ -90,6 +121,11 @@ def _up_cluster_node(topo: Any, args: argparse.Namespace) -> int:
 
 def cmd_node(args: argparse.Namespace) -> int:
     """`reprise node`: start a convention member that joins `--leader`, then wait or detach."""
+    with _terminable():
+        return _node(args)
+
+
+def _node(args: argparse.Namespace) -> int:
     import actors
 
     host, sep, port = args.leader.rpartition(":")

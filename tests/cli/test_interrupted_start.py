@@ -79,3 +79,28 @@ def test_ctrl_c_while_start_boots_a_multiproc_system_leaves_no_process_and_no_ru
         assert glob.glob(f"{tmp_path}/reprise-*") == [], "an interrupted start left its run dir"
         return
     pytest.skip("the system started before every interrupt landed")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_reprise_up_terminated_while_it_starts_the_system_stops_what_had_started(tmp_path, signum) -> None:
+    # `up` handled SIGTERM and SIGHUP only once it waited: before, they ended it at once (a supervisor stopping
+    # it right after starting it), and the system it was starting ran on with nobody to stop it.
+    topology = tmp_path / "topo.toml"
+    topology.write_text('[system]\njournal = "sqlite://j.db"\n\n[[entities]]\npath = "/user/t"\n'
+                        'class = "tests.actors.validation_sample:Tally"\nshards = 2\n')
+    tag = f"{SESSION_TOKEN}-terminated-up-{next(_n)}-"
+    proc = subprocess.Popen([sys.executable, "-m", "actors.cli", "up", str(topology), "--tag", tag], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: len(tagged_pids(tag)) >= 3 or proc.poll() is not None, 60)  # (the admin has forked)
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        left = tagged_pids(tag)
+        kill_tagged(tag)
+    assert "running;" not in out, "the signal came after the start: nothing tested"
+    assert left == [], f"`reprise up` {signal.Signals(signum).name}ed while starting left {left} running"
+    assert proc.returncode == 128 + signum and "while starting: stopped what had started" in err, (out, err)
