@@ -83,9 +83,9 @@ def check_spawn_target(cls: object, entities: object, args: object, kwargs: obje
     if isinstance(cls, type) and not issubclass(cls, Actor):
         raise ConfigError(f"cls must be a subclass of actors.Actor (or a factory returning one), got the class "
                           f"{cls.__qualname__}, which is not")
-    if not callable(cls):
-        raise ConfigError(f"cls must be an actor class (a subclass of actors.Actor) or a factory returning an actor, "
-                          f"got {cls!r}")
+    if not callable(cls) and not isinstance(cls, str):  # (a str names the class, "module:Class", for the host)
+        raise ConfigError(f"cls must be an actor class (a subclass of actors.Actor), its name ('module:Class') or a "
+                          f"factory returning an actor, got {cls!r}")
     if not isinstance(entities, bool):
         raise ConfigError(f"entities must be True (one actor per path below the host's, made on demand) or False "
                           f"(one actor at the path), got {entities!r}")

@@ -100,3 +100,10 @@ def test_a_malformed_path_or_a_missing_secret_file_on_the_command_line_is_a_usag
         assert status.returncode == 2, status
         assert f"secret file {secret}" in status.stderr and "Reprise admin's" not in status.stderr, status.stderr
     assert reprise("status", "--port", port).returncode == 0  # (the system was not disturbed)
+
+
+def test_spawn_still_takes_the_class_by_name(base, make_system) -> None:
+    # ("module:Class" is resolved in the host: the type checks must let a str through)
+    system = make_system(base)
+    system.spawn("tests.actors.sample:Echo", "/user/by-name")
+    assert system.ask("/user/by-name", Ping(2)).n == 2
