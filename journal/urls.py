@@ -49,6 +49,12 @@ def parse_url(url: str) -> ParsedUrl:
         # (it became a file named ":memory:" in the working directory)
         raise InvalidUrl(f"{url!r}: a journal in SQLite's memory would be one connection's; use memory://NAME for a "
                          "journal in this process's memory, or sqlite:///abs/path.db")
+    if scheme == "sqlite":
+        # Its options are checked with the URL (start, spawn, topology files), not once a host opens it: a
+        # misspelt one started a system whose every persistent host then failed to start.
+        from journal.sqlite import _options
+
+        _options(**options)
     if scheme == "sqlite" and os.path.isdir(target):
         # (SQLite said only "unable to open database file", and the reading commands "no journal file")
         raise InvalidUrl(f"{redact_url(url)!r} names the directory {target!r}, not a file: name the journal file "

@@ -107,3 +107,24 @@ def test_spawn_still_takes_the_class_by_name(base, make_system) -> None:
     system = make_system(base)
     system.spawn("tests.actors.sample:Echo", "/user/by-name")
     assert system.ask("/user/by-name", Ping(2)).n == 2
+
+
+@pytest.mark.parametrize(("query", "named"), [("fsync=1", r"unknown sqlite journal option\(s\) \['fsync'\]"),
+                                               ("synchronous=OFF", "synchronous must be one of"),
+                                               ("torn_wal=yes", "torn_wal must be 'refuse' or 'accept'")])
+def test_a_bad_sqlite_url_option_is_refused_at_start_not_when_a_host_opens_the_journal(base, tmp_path, query,
+                                                                                       named) -> None:
+    # start() accepted it, and every persistent host of the system then failed to start.
+    with pytest.raises(actors.ConfigError, match=named):
+        actors.start(base, journal=f"sqlite://{tmp_path}/j.db?{query}")
+    assert not (tmp_path / "j.db").exists()
+
+
+def test_up_refuses_a_bad_sqlite_url_option_before_starting_anything(tmp_path) -> None:
+    topology = tmp_path / "topo.toml"
+    topology.write_text('[system]\njournal = "sqlite://j.db?busy_timout=5"\n\n[[actor]]\npath = "/user/tally"\n'
+                        'class = "tests.actors.validation_sample:Tally"\n')
+    tag = f"{SESSION_TOKEN}-bad-option-up-"
+    up = reprise("up", str(topology), "--detach", "--port", str(actors.free_port()), "--tag", tag)
+    assert up.returncode == 2 and "['busy_timout']" in up.stderr and "supported are" in up.stderr, up
+    assert tagged_pids(tag) == [] and not (tmp_path / "j.db").exists()
