@@ -195,6 +195,10 @@ def _wal_refusal(db_path: str, use_shm: bool = True) -> str | None:
     return seen
 
 
+_BUSY_MAX = 86_400.0
+"""The longest busy_timeout (s): a day."""
+
+
 def _options(synchronous: str = "FULL", busy_timeout: str = "30", torn_wal: str = "refuse",
              **unknown: str) -> tuple[str, float, bool]:
     if unknown:
@@ -210,6 +214,10 @@ def _options(synchronous: str = "FULL", busy_timeout: str = "30", torn_wal: str 
         busy = float(busy_timeout)
     except ValueError:
         raise InvalidUrl(f"busy_timeout must be a number of seconds, got {busy_timeout!r}") from None
+    # (negative: SQLite waits for no lock, so writers beside another process fail at once; nan and inf cannot be
+    # turned into its milliseconds, and failed every host that opened the journal)
+    if not 0 <= busy <= _BUSY_MAX:
+        raise InvalidUrl(f"busy_timeout must be from 0 to {_BUSY_MAX:.0f} seconds, got {busy_timeout!r}")
     return sync, busy, torn_wal == "accept"
 
 

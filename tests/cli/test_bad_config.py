@@ -111,7 +111,9 @@ def test_spawn_still_takes_the_class_by_name(base, make_system) -> None:
 
 @pytest.mark.parametrize(("query", "named"), [("fsync=1", r"unknown sqlite journal option\(s\) \['fsync'\]"),
                                                ("synchronous=OFF", "synchronous must be one of"),
-                                               ("torn_wal=yes", "torn_wal must be 'refuse' or 'accept'")])
+                                               ("torn_wal=yes", "torn_wal must be 'refuse' or 'accept'"),
+                                               ("busy_timeout=-1", "busy_timeout must be from 0 to 86400 seconds"),
+                                               ("busy_timeout=nan", "busy_timeout must be from 0 to 86400 seconds")])
 def test_a_bad_sqlite_url_option_is_refused_at_start_not_when_a_host_opens_the_journal(base, tmp_path, query,
                                                                                        named) -> None:
     # start() accepted it, and every persistent host of the system then failed to start.
