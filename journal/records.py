@@ -271,6 +271,8 @@ def decode_row(persistence_id: str, sequence_nr: int, blob: bytes, ck: int) -> P
 
 def encode_snapshot(persistence_id: str, sequence_nr: int, metadata: object, snapshot: object) -> tuple[bytes, int]:
     """Serialize a snapshot (and its metadata) with its checksum."""
+    if type(sequence_nr) is not int or not 0 <= sequence_nr <= MAX_SEQUENCE_NR:
+        sequence_nr = _checked_sequence_nr(sequence_nr)  # (as for events: SQLite raised a raw OverflowError)
     try:
         blob = thread_packer()([FORMAT_FLAT, metadata, snapshot])
     except SerializationError:

@@ -980,6 +980,14 @@ class SnapshotStoreSpec:
 
     # --- SnapshotStoreSpec: mandatory cases 1-11 --------------------------------------------------
 
+    @pytest.mark.parametrize("bad", [-1, MAX + 1, True], ids=["negative", "beyond-max", "bool"])
+    def test_a_snapshot_at_a_sequence_nr_no_backend_can_store_is_refused_naming_it(
+            self, store: SnapshotStore, pid: str, bad: Any) -> None:
+        # Beyond a 64-bit int SQLite raised a raw OverflowError; a negative one was stored where no recovery looks.
+        with pytest.raises(SerializationError, match="the sequence nr must be an int from 0 to"):
+            store.save(SnapshotMetadata(pid, bad), "s")
+        assert store.load(pid) is None
+
     def test_not_load_a_snapshot_given_an_invalid_persistence_id(
             self, store: SnapshotStore, md: list[SnapshotMetadata]) -> None:
         """1: Load("invalid", Latest) -> None."""
