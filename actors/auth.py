@@ -10,7 +10,7 @@ frames are recognised by their exact bytes and never unpickled.
 
 Thespian buffers a whole frame, of the size its `<size>>` header claims, before anything reads it: any local
 user could make any process of a system hold gigabytes (until the kernel's OOM killer picked one). So a frame
-first carries `HMAC-SHA256(secret, "reprise-frame <size>")`, checked as soon as its 32 bytes arrive: a frame
+first carries a MAC of its size (keyed BLAKE2s of "reprise-frame <size>"), checked as soon as its 32 bytes arrive: a frame
 without it is dropped after at most one read (1 MB, Thespian's largest) and its connection closed. The body
 follows, with its own tag: `size tag + HMAC-SHA256(secret, pickle) + pickle`.
 
@@ -181,7 +181,9 @@ def allow_unauthenticated() -> None:
 
 def size_tag(key: bytes, size: int) -> bytes:
     """The tag that opens a frame body of `size` bytes: checked before the receiver buffers the rest."""
-    return hmac.digest(key, b"reprise-frame %d" % size, "sha256")
+    # Keyed BLAKE2s (a MAC by design, 32 bytes as the body's HMAC): 0.55 µs against HMAC-SHA256's 1.6, paid on
+    # every frame by its sender and its receiver (request/response round trips were ~6% slower with the HMAC).
+    return hashlib.blake2s(b"reprise-frame %d" % size, key=key[:32]).digest()
 
 
 def sign(key: bytes, obj: object) -> bytes:
