@@ -218,6 +218,9 @@ class _Server(ThreadingMixIn, WSGIServer):
     """One thread per scrape (a scrape waits for the status), at most MAX_CONNECTIONS, none kept at exit."""
 
     daemon_threads = True
+    # socketserver's 5 overflowed under a burst of connections: the kernel then dropped their handshakes' last
+    # ACK and retried seconds later, so a connection beyond MAX_CONNECTIONS waited that long to be closed.
+    request_queue_size = 128
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
