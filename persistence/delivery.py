@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterator, KeysView, Mapping, Sequence
+from collections.abc import Callable, KeysView, Mapping, Sequence
 from itertools import repeat
 from typing import Any
 
@@ -209,9 +209,13 @@ class AtLeastOnceDelivery(PersistentActor):
         before confirming while iterating)."""
         return self._unconfirmed.keys()
 
-    def unconfirmed_destinations(self) -> Iterator[tuple[int, str]]:
-        """(delivery id, destination) of each delivery not confirmed yet, in the order they were registered."""
-        return ((i, d.destination) for i, d in self._unconfirmed.items())
+    def unconfirmed_up_to(self, delivery_id: int, destination: str | None = None) -> list[int]:
+        """The unconfirmed ids <= `delivery_id` (only those to `destination`, if given), in registration order."""
+        # Ids are numbered across destinations: a destination's cumulative confirm, unscoped, would also confirm
+        # ids of other destinations that it never saw, which then are never resent.
+        if destination is None:
+            return [i for i in self._unconfirmed if i <= delivery_id]
+        return [i for i, d in self._unconfirmed.items() if i <= delivery_id and d.destination == destination]
 
     def should_redeliver(self, delivery_id: int, destination: str, message: Any) -> bool:
         """Called before each resend (not before the first send); False skips it.
@@ -231,12 +235,7 @@ class AtLeastOnceDelivery(PersistentActor):
 
     def confirm_deliveries_up_to(self, delivery_id: int, destination: str | None = None) -> int:
         """Confirm every unconfirmed id <= `delivery_id` (only those to `destination`, if given); how many."""
-        # Ids are numbered across destinations: a destination's cumulative confirm, unscoped, would also confirm
-        # ids of other destinations that it never saw, which then are never resent.
-        if destination is None:
-            done = [i for i in self._unconfirmed if i <= delivery_id]
-        else:
-            done = [i for i, d in self._unconfirmed.items() if i <= delivery_id and d.destination == destination]
+        done = self.unconfirmed_up_to(delivery_id, destination)
         for i in done:
             del self._unconfirmed[i]
         if done and not self._unconfirmed:

@@ -131,7 +131,7 @@ class DurableDelivery(AtLeastOnceDelivery):
         """Cumulative confirm (of the deliveries to `destination` only, if given), journaled as one event."""
         if destination is not None:
             # (journaled as the ids it confirmed: DeliveriesConfirmed.up_to covers every destination)
-            ids = [i for i, d in self._unconfirmed.items() if i <= delivery_id and d.destination == destination]
+            ids = self.unconfirmed_up_to(delivery_id, destination)
             self._confirm_many(ids)
             return len(ids)
         n = super().confirm_deliveries_up_to(delivery_id)

@@ -560,8 +560,7 @@ class SparkBridge(AtLeastOnceDelivery):
                 self.context.dead_letter(sender, self.path, message, "a ConfirmUpTo confirms the rows delivered to "
                                          "its sender's path, and this one has no sender: send it from the destination")
             else:
-                for delivery_id in [d for d, to in self.unconfirmed_destinations() if d <= message.delivery_id
-                                    and to == sender]:
+                for delivery_id in self.unconfirmed_up_to(message.delivery_id, sender):
                     self._confirm(delivery_id)
         elif t is SaveSnapshotSuccess:
             self.log.debug("spark bridge snapshot at %d", message.metadata.sequence_nr)
@@ -1184,13 +1183,17 @@ class SparkBridge(AtLeastOnceDelivery):
                 self._complete(tree, replaying)
         return True
 
+    def _close_tree(self, feed_id: str) -> None:
+        """One tree of `feed_id` fewer open (completed, or its batch rejected)."""
+        left = self._open.get(feed_id, 1) - 1
+        if left > 0:
+            self._open[feed_id] = left
+        else:
+            self._open.pop(feed_id, None)
+
     def _complete(self, tree: Tree, replaying: bool) -> None:
         del self._trees[tree.tree_id]
-        left = self._open.get(tree.feed_id, 1) - 1
-        if left > 0:
-            self._open[tree.feed_id] = left
-        else:
-            self._open.pop(tree.feed_id, None)
+        self._close_tree(tree.feed_id)
         self._by_batch.pop((tree.feed_id, tree.partition, tree.batch_no), None)
         if replaying:
             self._feed(tree.feed_id)[1] += tree.rows
@@ -1338,11 +1341,7 @@ class SparkBridge(AtLeastOnceDelivery):
             counts[1] -= n
         else:
             self._trees.pop(tree_id, None)
-            left = self._open.get(feed_id, 1) - 1
-            if left > 0:
-                self._open[feed_id] = left
-            else:
-                self._open.pop(feed_id, None)
+            self._close_tree(feed_id)
 
     def _progress_rejected(self, event: Progress, cause: BaseException) -> None:
         # Nothing of it is stored, but what it records was acted on: its follow-ups are marked seen (a resend is
