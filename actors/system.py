@@ -573,7 +573,8 @@ def _not_our_admin(host: str, admin_port: int, source: str) -> auth.Authenticati
     """The error for an admin that would not read our frames: not a Reprise admin, or another secret."""
     return auth.AuthenticationFailed(
         f"the process on {host}:{admin_port} did not answer as a Reprise admin: it is not one, or {source} "
-        "is not that system's secret (pass secret_file= the system's <run dir>/secret)")
+        "is not that system's secret (pass secret_file= the system's <run dir>/secret), or it runs another "
+        "version of Reprise (every process and client of a system must run the same one: frames differ)")
 
 
 def _find_secret_file(host: str, admin_port: int, settle: float = 3.0) -> str:
