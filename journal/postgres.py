@@ -29,12 +29,18 @@ Dropped connections (server restart, pg_terminate_backend, idle_session_timeout)
   - everything else (`execute`, a second loss, a second run failing after a lost COMMIT, which may still
     land) raises JournalError saying the outcome is unknown; a PersistentActor then stops and its recovery
     replays whatever was stored.
+
+A process forked from one with a journal or snapshot store open may not use it (JournalError: start the child
+with spawn/forkserver, or open its own): its pooled connections are the parent's sockets. Closing it there
+sends nothing (psycopg's close sends libpq's Terminate, which would end the parent's sessions).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import select
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -242,6 +248,25 @@ class _Pool(psycopg_pool.ConnectionPool[psycopg.Connection[Any]]):
         _check_idle(conn)
 
 
+_open: weakref.WeakSet[_Database] = weakref.WeakSet()
+_inherited: list[_Database] = []
+
+
+def _forget_after_fork() -> None:
+    # A forked child shares its parent's sockets: a statement sent on one mixes with the parent's, and the
+    # replies go to whichever process reads first; psycopg's close() sends libpq's Terminate message, which
+    # ends the parent's session. The parent's databases are refused here and never closed (kept referenced,
+    # so that no pool finalizer runs either; psycopg itself does not finish a connection of another process
+    # when it is collected). A journal the child opens itself gets its own connections and works.
+    for db in list(_open):
+        db.inherited = True
+        _inherited.append(db)
+    _open.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def _lost(error: BaseException, conn: psycopg.Connection[Any] | None) -> bool:
     return isinstance(error, psycopg.OperationalError) and conn is not None and conn.closed
 
@@ -251,6 +276,7 @@ class _Database:
 
     def __init__(self, url: str):
         conninfo, schema, pool_min, pool_max, statement_timeout = split_url(url)
+        self.inherited = False  # True in a forked child: its parent's connections, never used or closed there
         self.schema = schema
         self.statement_timeout = statement_timeout
         self.where = f"{urlsplit(conninfo).hostname or 'localhost'}/{urlsplit(conninfo).path.lstrip('/')}"
@@ -265,6 +291,7 @@ class _Database:
             self.pool.wait(timeout=10)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
             raise JournalError(f"cannot connect to PostgreSQL at {self.where}: {e}") from e
+        _open.add(self)
         ident = sql.Identifier(schema)
         self.q = {name: sql.SQL(text).format(s=ident).as_string(None) for name, text in _QUERIES.items()}
 
@@ -296,6 +323,8 @@ class _Database:
         `landed` is asked after a lost COMMIT: True = it was stored, False = run `body` again;
         None = the outcome cannot be told, raise.
         """
+        if self.inherited:
+            raise self._forked_error()
         lost_commit = False  # the first run's COMMIT was lost and read back as not (yet) stored: it may still land
         for attempt in (1, 2):
             conn: psycopg.Connection[Any] | None = None
@@ -332,6 +361,8 @@ class _Database:
 
     def query(self, what: str, name: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
         """Run a read and fetch all rows (once more on a new connection if the first one was lost)."""
+        if self.inherited:
+            raise self._forked_error()
         for attempt in (1, 2):
             conn: psycopg.Connection[Any] | None = None
             try:
@@ -353,8 +384,19 @@ class _Database:
                 "holding a lock on the journal's tables, e.g. a migration or VACUUM FULL, or a server that stalls; "
                 "for longer statements give the URL ?statement_timeout=SECONDS, 0 for none)")
 
+    def _forked_error(self) -> JournalError:
+        return JournalError(
+            f"this PostgreSQL journal ({self.where}, schema {self.schema!r}) was opened in the process this one was "
+            "forked from: its connections are that process's sockets, and statements sent on them here would mix "
+            "with the parent's (replies read by the wrong process). Start the child with "
+            "multiprocessing.get_context('spawn') or 'forkserver' (or as a new program), or open a journal of its "
+            "own in the child (journal.open_journal(url) after the fork)")
+
     def close(self) -> None:
-        """Close every pooled connection."""
+        """Close every pooled connection (in a forked child: none, they are the parent's)."""
+        if self.inherited:
+            return
+        _open.discard(self)
         self.pool.close()
 
 

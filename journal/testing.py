@@ -118,6 +118,35 @@ def write_tagged_in_child(url: str, pids: list[str], events: int, tag: str, star
                     raise SystemExit(f"unexpected rejection: {results}")
 
 
+def _in_forked_child(work: Any) -> str:
+    """Run `work()` in a forked child: what it returned, or "Type: message" of its error ("" if it died)."""
+    import os
+    import signal
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            signal.alarm(30)  # a child that hangs dies, and the parent reads "" instead of waiting for ever
+            try:
+                result = str(work())
+            except BaseException as e:  # (reported to the parent, whatever it is)
+                result = f"{type(e).__name__}: {e}"
+            os.write(write, result.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        said = f.read()
+    os.waitpid(pid, 0)
+    return said
+
+
+def _refused_to_a_forked_child(said: str) -> bool:
+    return said.startswith("JournalError: ") and "forked" in said and "'spawn'" in said
+
+
 def _keys(envelopes: Iterator[EventEnvelope] | list[EventEnvelope]) -> list[tuple[str, int]]:
     return [(e.persistence_id, e.sequence_nr) for e in envelopes]
 
@@ -939,11 +968,48 @@ class JournalSpec:
             assert journal.highest_sequence_nr(pid) == events
 
 
+    @pytest.mark.timeout(120)
+    def test_a_forked_child_is_refused_its_parents_journal_and_closing_it_there_leaves_the_parents_alone(
+            self, journal: Journal, journal_url: str, pid: str, writer: str) -> None:
+        """A store that other processes share holds OS resources (SQLite's file locks, PostgreSQL's sockets) that
+        a fork copies: the child must not use its parent's journal (JournalError naming 'spawn'), closing it
+        there must leave the parent's connections alone, and a journal the child opens itself either works or
+        is refused the same way."""
+        if not self.supports_multiple_processes:
+            pytest.skip(f"{type(self).__name__} cannot be shared between processes")
+        other = _fresh_pid()
+
+        def write() -> str:
+            return str(journal.write_messages([AtomicWrite([_repr(pid, 6, writer)])]))
+
+        def read() -> str:
+            return str(journal.highest_sequence_nr(pid))
+
+        def close() -> str:
+            journal.close()
+            return "closed"
+
+        def reopen() -> str:
+            with open_journal(journal_url) as mine:
+                return str(mine.write_messages([AtomicWrite([_repr(other, 1, writer)])]))
+
+        for work in (write, read):
+            said = _in_forked_child(work)
+            assert _refused_to_a_forked_child(said), f"{work.__name__} in a forked child: {said!r}"
+        assert _in_forked_child(close) == "closed"
+        said = _in_forked_child(reopen)
+        assert said == "[None]" or _refused_to_a_forked_child(said), said
+        assert journal.write_messages([AtomicWrite([_repr(pid, 6, writer)])]) == [None]
+        assert [r.sequence_nr for r in journal.replay_messages(pid)] == [1, 2, 3, 4, 5, 6]
+        assert [r.sequence_nr for r in journal.replay_messages(other)] == ([1] if said == "[None]" else [])
+
 class SnapshotStoreSpec:
     """Akka's SnapshotStoreSpec (cases 1-13) plus Reprise's snapshot cases."""
 
     supports_serialization: bool = True
     supports_metadata: bool = False
+    supports_multiple_processes: bool = False
+    """The store at `snapshot_url` can be opened by other OS processes (enables the forked-child case)."""
 
     @pytest.fixture
     def snapshot_url(self) -> str:
@@ -1144,3 +1210,39 @@ class SnapshotStoreSpec:
             assert _must_load(store, pid, SnapshotSelectionCriteria(max_sequence_nr=14)).snapshot == "s-4"
         finally:
             store.close()
+
+    @pytest.mark.timeout(120)
+    def test_a_forked_child_is_refused_its_parents_store_and_closing_it_there_leaves_the_parents_alone(
+            self, store: SnapshotStore, snapshot_url: str, pid: str, md: list[SnapshotMetadata]) -> None:
+        """As JournalSpec's case: a forked child may not use its parent's store; closing it there is harmless."""
+        if not self.supports_multiple_processes:
+            pytest.skip(f"{type(self).__name__} cannot be shared between processes")
+        other = _fresh_pid()
+
+        def save() -> str:
+            return str(store.save(SnapshotMetadata(pid, 100), "child").sequence_nr)
+
+        def load() -> str:
+            return str(store.load(pid))
+
+        def close() -> str:
+            store.close()
+            return "closed"
+
+        def reopen() -> str:
+            mine = open_snapshot_store(snapshot_url)
+            try:
+                return str(mine.save(SnapshotMetadata(other, 1), "child").sequence_nr)
+            finally:
+                mine.close()
+
+        for work in (save, load):
+            said = _in_forked_child(work)
+            assert _refused_to_a_forked_child(said), f"{work.__name__} in a forked child: {said!r}"
+        assert _in_forked_child(close) == "closed"
+        said = _in_forked_child(reopen)
+        assert said == "1" or _refused_to_a_forked_child(said), said
+        assert _must_load(store, pid).metadata == md[4]
+        assert store.save(SnapshotMetadata(pid, 16), "s-6").sequence_nr == 16
+        assert _must_load(store, pid).snapshot == "s-6"
+        assert (store.load(other) is not None) == (said == "1")

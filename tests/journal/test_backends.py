@@ -63,6 +63,7 @@ class TestSqliteJournal(JournalSpec):
 
 class TestSqliteSnapshotStore(SnapshotStoreSpec):
     supports_metadata = True
+    supports_multiple_processes = True
 
     @pytest.fixture
     def snapshot_url(self, tmp_path) -> str:
@@ -143,6 +144,7 @@ class TestPostgresJournal(JournalSpec):
 @pytest.mark.postgres
 class TestPostgresSnapshotStore(SnapshotStoreSpec):
     supports_metadata = True
+    supports_multiple_processes = True
 
     @pytest.fixture
     def snapshot_url(self, postgres_url) -> str:  # noqa: F811

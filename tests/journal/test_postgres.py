@@ -11,9 +11,10 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from journal import AtomicWrite, JournalError, PersistentRepr, open_journal
+from journal import AtomicWrite, JournalError, PersistentRepr, open_journal, open_snapshot_store
 from journal.model import MAX_SEQUENCE_NR
 from journal.postgres import drop_schema, split_url
+from tests.forking import in_forked_child
 from tests.journal.postgres_server import SERVER, postgres_url  # noqa: F401  (fixture)
 from tests.journal.query_reader import Reader
 from tests.waiting import wait_for
@@ -179,3 +180,34 @@ def test_a_write_whose_lost_commit_may_still_land_is_reported_as_of_unknown_outc
             assert "outcome unknown" in str(error), str(error)
     finally:
         journal.close()
+
+
+def _sessions(admin: psycopg.Connection, app: str) -> set[int]:
+    return {r[0] for r in admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,))}
+
+
+def test_closing_the_parents_journal_in_a_forked_child_does_not_end_the_parents_sessions(pg) -> None:
+    """psycopg's close() sends libpq's Terminate message down the socket, which a fork shares with the parent:
+    the server ended the parent's session, and the parent had to reconnect (a statement in flight there was
+    lost). The child's close must leave the parent's sessions alone: the parent's next statements, queued
+    behind where a Terminate would be on the same socket, run in the very same server sessions."""
+    url, app = pg
+    url += "&pool_min=2&pool_max=2"
+    with open_journal(url) as journal, psycopg.connect(SERVER, autocommit=True) as admin:
+        store = open_snapshot_store(url)
+        try:
+            assert journal.write_messages([_event("p", 1, "t")]) == [None]
+            wait_for(lambda: len(_sessions(admin, app)) == 4, 20)  # both pools filled: 2 + 2
+            before = _sessions(admin, app)
+
+            def close_both() -> str:
+                journal.close()
+                store.close()
+                return "closed"
+            assert in_forked_child(close_both) == "closed"
+            for _ in range(2):  # (through each pooled connection: they are handed out in turn)
+                assert journal.highest_sequence_nr("p") == 1
+                assert store.load("p") is None
+            assert _sessions(admin, app) == before
+        finally:
+            store.close()
