@@ -71,9 +71,15 @@ def lock_ddl(cur: psycopg.Cursor[Any] | psycopg.Connection[Any]) -> None:
     cur.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
 
 
-_RELATIONS = ("journal", "journal_ordering", "tags", "highest_sequence_nr", "snapshot")
-"""Everything _SCHEMA creates (tables and the ordering index): when all exist, opening runs no DDL."""
-_READY = "SELECT " + " AND ".join(["to_regclass(%s) IS NOT NULL"] * len(_RELATIONS))
+_BASE = ("journal", "journal_ordering", "tags", "highest_sequence_nr", "snapshot")
+"""What every journal schema has, of any version: a reader finds a journal where these exist."""
+_RELATIONS = (*_BASE, "tags_ordering")
+"""Everything _SCHEMA creates (tables and indexes): when all exist, opening runs no DDL. A schema made before
+tags_ordering (an index added later) is upgraded when opened: _SCHEMA creates the index, and _UPGRADE runs."""
+
+
+def _ready(relations: tuple[str, ...]) -> str:
+    return "SELECT " + " AND ".join(["to_regclass(%s) IS NOT NULL"] * len(relations))
 
 _SCHEMA = (
     "CREATE SCHEMA IF NOT EXISTS {s}",
@@ -89,6 +95,9 @@ _SCHEMA = (
         tag TEXT NOT NULL,
         ordering BIGINT NOT NULL,
         PRIMARY KEY (tag, ordering))""",
+    # A delete finds its events' tags by offset: without this index it read the whole tags table (26 ms per
+    # delete at 200k tags, growing with it; 0.5 ms with it).
+    "CREATE INDEX IF NOT EXISTS tags_ordering ON {s}.tags (ordering)",
     """CREATE TABLE IF NOT EXISTS {s}.highest_sequence_nr (
         persistence_id TEXT PRIMARY KEY,
         sequence_nr BIGINT NOT NULL)""",
@@ -100,6 +109,13 @@ _SCHEMA = (
         checksum BIGINT NOT NULL,
         PRIMARY KEY (persistence_id, sequence_nr))""",
 )
+
+_UPGRADE = (
+    # Tags orphaned by the delete race of schemas before tags_ordering (fixed by the one-statement delete): a tag
+    # chunk holding one read short, and the query took that for its end and skipped the events after it.
+    "DELETE FROM {s}.tags t WHERE NOT EXISTS (SELECT 1 FROM {s}.journal j WHERE j.ordering = t.ordering)",
+)
+"""Run once, with _SCHEMA, on a schema that lacked a relation of _RELATIONS (on a new one they find nothing)."""
 
 _QUERIES = {
     "size": "SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
@@ -295,17 +311,23 @@ class _Database:
         ident = sql.Identifier(schema)
         self.q = {name: sql.SQL(text).format(s=ident).as_string(None) for name, text in _QUERIES.items()}
 
+        def complete(cur: psycopg.Cursor[Any]) -> bool:
+            cur.execute(_ready(_RELATIONS), [f"{ident.as_string(None)}.{name}" for name in _RELATIONS])
+            row = cur.fetchone()
+            return bool(row is not None and row[0])
+
         def create(cur: psycopg.Cursor[Any]) -> None:
             # CREATE ... IF NOT EXISTS locks its table before it looks, and CREATE INDEX then waits for every
             # write in flight: a schema that is complete is left alone, so opening never waits on writers.
-            cur.execute(_READY, [f"{sql.Identifier(schema).as_string(None)}.{name}" for name in _RELATIONS])
-            row = cur.fetchone()
-            if row is not None and row[0]:
+            if complete(cur):
                 return
             lock_ddl(cur)
-            for ddl in _SCHEMA:
+            if complete(cur):  # another session created or upgraded it while this one waited for the lock
+                return
+            for ddl in (*_SCHEMA, *_UPGRADE):
                 cur.execute(sql.SQL(ddl).format(s=ident))
-        self.write("create schema", create, landed=_run_again)
+        self.write("create or upgrade the schema (on a schema made before index tags_ordering: create it and remove "
+                   "orphaned tags, once)", create, landed=_run_again)
 
     def _check(self, conn: psycopg.Connection[Any]) -> None:
         try:
@@ -411,7 +433,7 @@ def missing_schema(url: str) -> str | None:
     where = f"{urlsplit(conninfo).hostname or 'localhost'}/{urlsplit(conninfo).path.lstrip('/')}"
     try:
         with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
-            ready = conn.execute(_READY, [f"{sql.Identifier(schema).as_string(None)}.{name}" for name in _RELATIONS])
+            ready = conn.execute(_ready(_BASE), [f"{sql.Identifier(schema).as_string(None)}.{name}" for name in _BASE])
             row = ready.fetchone()
             if row is not None and row[0]:
                 return None
