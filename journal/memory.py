@@ -182,10 +182,10 @@ class MemoryJournal(Journal):
                     for seq, blob, ck, _ in ev.rows]
         return iter(rows)
 
-    def _read_all_snapshots(self) -> Iterator[tuple[str, int, bytes, int]]:
+    def _read_all_snapshots(self) -> Iterator[tuple[str, int, int, bytes, int]]:
         with self._s.lock:
-            rows = [(pid, seq, blob, ck) for pid, snaps in sorted(self._s.snapshots.items())
-                    for seq, (_, blob, ck) in sorted(snaps.items())]
+            rows = [(pid, seq, ts, blob, ck) for pid, snaps in sorted(self._s.snapshots.items())
+                    for seq, (ts, blob, ck) in sorted(snaps.items())]
         return iter(rows)
 
     def summaries(self) -> list[PersistenceIdSummary]:
@@ -233,6 +233,11 @@ class MemorySnapshotStore(SnapshotStore):
                     return seq, ts, blob, ck
         return None
 
+    def _younger(self, persistence_id: str, after: int, to: int) -> Sequence[tuple[int, int, bytes, int]]:
+        with self._s.lock:
+            snaps = self._s.snapshots.get(persistence_id, {})
+            return [(seq, *snaps[seq]) for seq in sorted(snaps) if after < seq <= to]
+
     def delete(self, metadata: SnapshotMetadata) -> None:
         """Delete the snapshot at (pid, seq nr); a timestamp of 0 matches any timestamp."""
         with self._s.lock:
@@ -251,6 +256,13 @@ class MemorySnapshotStore(SnapshotStore):
 
     def close(self) -> None:
         """Nothing to release."""
+
+    def corrupt_timestamp(self, persistence_id: str, sequence_nr: int, bit: int) -> None:
+        """Flip one bit of a stored snapshot's timestamp (for corruption-detection tests)."""
+        with self._s.lock:
+            snaps = self._s.snapshots[persistence_id]
+            ts, blob, ck = snaps[sequence_nr]
+            snaps[sequence_nr] = (ts ^ (1 << bit), blob, ck)
 
     def corrupt(self, persistence_id: str, sequence_nr: int, position: int = -1) -> None:
         """Flip one byte of a stored snapshot (for corruption-detection tests)."""

@@ -168,7 +168,7 @@ _QUERIES = {
           " GROUP BY p ORDER BY p",
     "all": "SELECT ordering, persistence_id, sequence_nr, record, checksum FROM {s}.journal "
            "WHERE ordering > %s ORDER BY ordering LIMIT 1000",
-    "all_snapshots": "SELECT persistence_id, sequence_nr, snapshot, checksum FROM {s}.snapshot "
+    "all_snapshots": "SELECT persistence_id, sequence_nr, timestamp, snapshot, checksum FROM {s}.snapshot "
                      "ORDER BY persistence_id, sequence_nr",
     "save_snapshot": "INSERT INTO {s}.snapshot VALUES (%s, %s, %s, %s, %s) "
                      "ON CONFLICT (persistence_id, sequence_nr) DO UPDATE SET timestamp = excluded.timestamp, "
@@ -176,6 +176,8 @@ _QUERIES = {
     "load_snapshot": "SELECT sequence_nr, timestamp, snapshot, checksum FROM {s}.snapshot "
                      "WHERE persistence_id = %s AND sequence_nr BETWEEN %s AND %s "
                      "AND timestamp BETWEEN %s AND %s ORDER BY sequence_nr DESC, timestamp DESC LIMIT 1",
+    "younger_snapshots": "SELECT sequence_nr, timestamp, snapshot, checksum FROM {s}.snapshot "
+                         "WHERE persistence_id = %s AND sequence_nr > %s AND sequence_nr <= %s",
     "delete_snapshot": "DELETE FROM {s}.snapshot WHERE persistence_id = %s AND sequence_nr = %s "
                        "AND (%s = 0 OR timestamp = %s)",
     "delete_snapshots": "DELETE FROM {s}.snapshot WHERE persistence_id = %s AND sequence_nr BETWEEN %s AND %s "
@@ -560,7 +562,7 @@ class PostgresJournal(Journal):
                 return
             last = rows[-1][0]
 
-    def _read_all_snapshots(self) -> Iterator[tuple[str, int, bytes, int]]:
+    def _read_all_snapshots(self) -> Iterator[tuple[str, int, int, bytes, int]]:
         yield from self._db.query("verify", "all_snapshots")
 
     def execute(self, statement: str, params: Sequence[Any] = ()) -> None:
@@ -593,6 +595,9 @@ class PostgresSnapshotStore(SnapshotStore):
                               (persistence_id, criteria.min_sequence_nr, criteria.max_sequence_nr,
                                criteria.min_timestamp, criteria.max_timestamp))
         return rows[0] if rows else None
+
+    def _younger(self, persistence_id: str, after: int, to: int) -> Sequence[tuple[int, int, bytes, int]]:
+        return self._db.query("load snapshot", "younger_snapshots", (persistence_id, after, to))
 
     def delete(self, metadata: SnapshotMetadata) -> None:
         """Delete the snapshot at (pid, seq nr); a timestamp of 0 matches any timestamp."""

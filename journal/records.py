@@ -11,7 +11,10 @@ by the key, as one msgpack array (the formats are described in journal.serializa
   payload]` or `[..., metadata, payload manifest, version, *field values]`, with nested ext values.
 
 The two are told apart by the array's first item: the int 2, or the writer uuid (a str). A snapshot is
-`[2, metadata, snapshot]` (format 2) or `[metadata, snapshot]` (format 1), with a checksum seeded the same way.
+`[3, metadata, snapshot]` (format 3, written today), `[2, metadata, snapshot]` (format 2) or `[metadata,
+snapshot]` (format 1), with a checksum seeded the same way; format 3's checksum goes on over the snapshot's
+timestamp (8 bytes, big-endian), which is stored beside the bytes: a flipped bit there made a load with a
+timestamp bound pick another snapshot than the one asked for, unnoticed.
 """
 
 from __future__ import annotations
@@ -269,25 +272,42 @@ def decode_row(persistence_id: str, sequence_nr: int, blob: bytes, ck: int) -> P
     return decode_rows(persistence_id, ((sequence_nr, blob, ck),))[0]
 
 
-def encode_snapshot(persistence_id: str, sequence_nr: int, metadata: object, snapshot: object) -> tuple[bytes, int]:
-    """Serialize a snapshot (and its metadata) with its checksum."""
+SNAPSHOT_FORMAT = 3
+"""The format snapshots are written in: format 2's array, the checksum covering the timestamp too."""
+
+
+def _timed(ck: int, timestamp: int) -> int:
+    return _crc32(timestamp.to_bytes(8, "big", signed=True), ck)
+
+
+def encode_snapshot(persistence_id: str, sequence_nr: int, timestamp: int, metadata: object, snapshot: object
+                    ) -> tuple[bytes, int]:
+    """Serialize a snapshot (and its metadata) with its checksum (of the key, the bytes and the timestamp)."""
     if type(sequence_nr) is not int or not 0 <= sequence_nr <= MAX_SEQUENCE_NR:
         sequence_nr = _checked_sequence_nr(sequence_nr)  # (as for events: SQLite raised a raw OverflowError)
     try:
-        blob = thread_packer()([FORMAT_FLAT, metadata, snapshot])
+        blob = thread_packer()([SNAPSHOT_FORMAT, metadata, snapshot])
     except SerializationError:
         raise
     except (TypeError, ValueError, OverflowError) as e:
         raise SerializationError(f"cannot serialize {type(snapshot).__qualname__}: {e}") from e
-    return blob, checksum(key_seed(persistence_id), sequence_nr, blob)
+    return blob, _timed(checksum(key_seed(persistence_id), sequence_nr, blob), timestamp)
 
 
-def decode_snapshot(persistence_id: str, sequence_nr: int, blob: bytes, ck: int) -> tuple[object, object]:
+def check_snapshot(persistence_id: str, sequence_nr: int, timestamp: int, blob: bytes, ck: int) -> None:
+    """Raise JournalCorruption unless the checksum matches the stored bytes (and timestamp, from format 3 on)."""
+    expected = checksum(key_seed(persistence_id), sequence_nr, blob)
+    timed = len(blob) > 1 and blob[0] == 0x93 and blob[1] == SNAPSHOT_FORMAT
+    if (_timed(expected, timestamp) if timed else expected) != ck:
+        raise corruption(persistence_id, sequence_nr, "snapshot", " or timestamp" if timed else "")
+
+
+def decode_snapshot(persistence_id: str, sequence_nr: int, timestamp: int, blob: bytes, ck: int
+                    ) -> tuple[object, object]:
     """Check and decode a stored snapshot into (metadata, snapshot); never returns None for a bad one."""
-    if checksum(key_seed(persistence_id), sequence_nr, blob) != ck:
-        raise corruption(persistence_id, sequence_nr, "snapshot")
+    check_snapshot(persistence_id, sequence_nr, timestamp, blob, ck)
     try:
-        if blob[0] == 0x93 and blob[1] == FORMAT_FLAT:  # [2, metadata, snapshot]; format 1 is a pair
+        if blob[0] == 0x93 and blob[1] in (FORMAT_FLAT, SNAPSHOT_FORMAT):  # [2 or 3, metadata, snapshot]; 1: a pair
             _, metadata, snapshot = _unpackb(blob, ext_hook=flat_ext_hook, list_hook=list_hook,
                                              strict_map_key=False)
         else:

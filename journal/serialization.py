@@ -720,8 +720,8 @@ def checksum(seed: int, sequence_nr: int, data: bytes) -> int:
     return _crc32(data, (seed + sequence_nr * SEED_STEP + (sequence_nr >> 32) * HIGH_SEED_STEP) & 0xFFFFFFFF)
 
 
-def corruption(persistence_id: str, sequence_nr: int, what: str = "event") -> JournalCorruption:
-    """The error for a stored record whose checksum does not match its bytes."""
+def corruption(persistence_id: str, sequence_nr: int, what: str = "event", also: str = "") -> JournalCorruption:
+    """The error for a stored record whose checksum does not match its bytes (`also`: " or timestamp")."""
     return JournalCorruption(
         f"corrupted {what}: persistence id {persistence_id!r}, sequence nr {sequence_nr} "
-        f"(stored checksum does not match the stored bytes)", persistence_id, sequence_nr)
+        f"(stored checksum does not match the stored bytes{also})", persistence_id, sequence_nr)

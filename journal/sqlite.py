@@ -735,9 +735,9 @@ class SqliteJournal(Journal):
                 return
             last = rows[-1][0]
 
-    def _read_all_snapshots(self) -> Iterator[tuple[str, int, bytes, int]]:
-        yield from cast("list[tuple[str, int, bytes, int]]",
-                        self._h.c.query("verify", "SELECT persistence_id, sequence_nr, snapshot, checksum "
+    def _read_all_snapshots(self) -> Iterator[tuple[str, int, int, bytes, int]]:
+        yield from cast("list[tuple[str, int, int, bytes, int]]",
+                        self._h.c.query("verify", "SELECT persistence_id, sequence_nr, timestamp, snapshot, checksum "
                                                   "FROM snapshot ORDER BY persistence_id, sequence_nr"))
 
     def _verify_storage(self) -> Iterator[Problem]:
@@ -810,6 +810,11 @@ class SqliteSnapshotStore(SnapshotStore):
             (persistence_id, criteria.min_sequence_nr, criteria.max_sequence_nr,
              criteria.min_timestamp, criteria.max_timestamp)))
         return rows[0] if rows else None
+
+    def _younger(self, persistence_id: str, after: int, to: int) -> Sequence[tuple[int, int, bytes, int]]:
+        return cast("list[tuple[int, int, bytes, int]]", self._h.c.query(
+            "load snapshot", "SELECT sequence_nr, timestamp, snapshot, checksum FROM snapshot "
+            "WHERE persistence_id = ? AND sequence_nr > ? AND sequence_nr <= ?", (persistence_id, after, to)))
 
     def delete(self, metadata: SnapshotMetadata) -> None:
         """Delete the snapshot at (pid, seq nr); a timestamp of 0 matches any timestamp."""

@@ -1027,6 +1027,11 @@ class SnapshotStoreSpec:
         """Damage the stored bytes of one snapshot; return the store to read it with (it may reopen)."""
         pytest.skip(f"{type(self).__name__} gives no way to damage a stored snapshot")
 
+    def corrupt_snapshot_timestamp(self, store: SnapshotStore, snapshot_url: str, pid: str, sequence_nr: int,
+                                   bit: int) -> SnapshotStore:
+        """Flip bit `bit` of one snapshot's stored timestamp; return the store to read it with (it may reopen)."""
+        pytest.skip(f"{type(self).__name__} gives no way to damage a stored timestamp")
+
     @pytest.fixture
     def pid(self) -> str:
         return _fresh_pid()
@@ -1246,3 +1251,34 @@ class SnapshotStoreSpec:
         assert store.save(SnapshotMetadata(pid, 16), "s-6").sequence_nr == 16
         assert _must_load(store, pid).snapshot == "s-6"
         assert (store.load(other) is not None) == (said == "1")
+
+    @pytest.mark.parametrize("younger", [True, False], ids=["flipped-younger", "flipped-older"])
+    def test_a_flipped_bit_in_a_stored_timestamp_is_corruption_not_another_snapshot(
+            self, store: SnapshotStore, snapshot_url: str, pid: str, md: list[SnapshotMetadata], younger: bool) -> None:
+        """The timestamp is stored beside the checksummed bytes: flipped younger, a load bounded by max_timestamp
+        passed the newest snapshot over and returned an older one (a recovery from it then replays events that may
+        have been deleted since); flipped older, it returned the newest where the bound excluded it."""
+        ts = md[4].timestamp
+        bit = 50 if younger else ts.bit_length() - 1  # far beyond any bound, or below the others' timestamps
+        assert ((ts ^ (1 << bit)) > ts) == younger
+        store = self.corrupt_snapshot_timestamp(store, snapshot_url, pid, 15, bit)
+        try:
+            bounded = SnapshotSelectionCriteria(max_timestamp=ts if younger else md[3].timestamp)
+            for criteria in (bounded, SnapshotSelectionCriteria.LATEST):
+                with pytest.raises(JournalCorruption, match="timestamp") as err:
+                    store.load(pid, criteria)
+                assert (err.value.persistence_id, err.value.sequence_nr) == (pid, 15)
+            assert _must_load(store, pid, SnapshotSelectionCriteria(max_sequence_nr=14)).metadata == md[3]
+        finally:
+            store.close()
+
+    def test_a_snapshot_of_the_format_before_the_timestamp_was_checksummed_still_loads(
+            self, store: SnapshotStore, pid: str) -> None:
+        from journal.serialization import FORMAT_FLAT, checksum, key_seed, thread_packer
+
+        for seq in (1, 2):  # as the release before format 3 wrote them: [2, metadata, snapshot], key and bytes only
+            blob = thread_packer()([FORMAT_FLAT, None, f"old-{seq}"])
+            store._save(SnapshotMetadata(pid, seq, 1000 * seq), blob, checksum(key_seed(pid), seq, blob))
+        assert _must_load(store, pid).snapshot == "old-2"
+        assert _must_load(store, pid, SnapshotSelectionCriteria(max_timestamp=1999)) == SelectedSnapshot(
+            SnapshotMetadata(pid, 1, 1000), "old-1")

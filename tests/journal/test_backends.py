@@ -78,6 +78,19 @@ class TestSqliteSnapshotStore(SnapshotStoreSpec):
         _flip_stored_bytes(path, blob)
         return open_snapshot_store(snapshot_url)
 
+    def corrupt_snapshot_timestamp(self, store: SnapshotStore, snapshot_url: str, pid: str, sequence_nr: int,
+                                   bit: int) -> SnapshotStore:
+        path = store.path
+        store.close()  # (no second connection to a file this process has open)
+        conn = sqlite3.connect(path)
+        try:
+            conn.execute("UPDATE snapshot SET timestamp = (timestamp | ?1) - (timestamp & ?1) "  # (xor: SQLite has none)
+                         "WHERE persistence_id = ?2 AND sequence_nr = ?3", (1 << bit, pid, sequence_nr))
+            conn.commit()
+        finally:
+            conn.close()
+        return open_snapshot_store(snapshot_url)
+
 
 # --- in-memory -----------------------------------------------------------------------------------
 
@@ -117,6 +130,12 @@ class TestMemorySnapshotStore(SnapshotStoreSpec):
         store.corrupt(pid, sequence_nr)
         return store
 
+    def corrupt_snapshot_timestamp(self, store: SnapshotStore, snapshot_url: str, pid: str, sequence_nr: int,
+                                   bit: int) -> SnapshotStore:
+        assert isinstance(store, MemorySnapshotStore)
+        store.corrupt_timestamp(pid, sequence_nr, bit)
+        return store
+
 
 # --- PostgreSQL ----------------------------------------------------------------------------------
 
@@ -154,4 +173,11 @@ class TestPostgresSnapshotStore(SnapshotStoreSpec):
                          ) -> SnapshotStore:
         assert isinstance(store, PostgresSnapshotStore)
         store.execute(_FLIP_LAST_BYTE % (("snapshot",) + ("snapshot",) * 5), (pid, sequence_nr))
+        return store
+
+    def corrupt_snapshot_timestamp(self, store: SnapshotStore, snapshot_url: str, pid: str, sequence_nr: int,
+                                   bit: int) -> SnapshotStore:
+        assert isinstance(store, PostgresSnapshotStore)
+        store.execute("UPDATE {s}.snapshot SET timestamp = timestamp # %s WHERE persistence_id = %s AND sequence_nr = %s",
+                      (1 << bit, pid, sequence_nr))
         return store

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,12 +138,16 @@ def test_an_event_row_is_written_flat_and_format_1_rows_replay() -> None:
     assert r.payload == (1, "x") and type(r.payload) is tuple and r.tags == frozenset()
 
 
-def test_snapshots_are_written_flat_and_format_1_snapshots_load() -> None:
-    blob, ck = encode_snapshot("pid", 3, {"m": (1,)}, NESTED)
-    assert blob == reference_flat([2, {"m": (1,)}, NESTED])
-    old = reference_packb([{"m": (1,)}, NESTED])
-    for data in (blob, old):
-        assert decode_snapshot("pid", 3, data, checksum(key_seed("pid"), 3, data)) == ({"m": (1,)}, NESTED)
+def test_snapshots_are_written_flat_with_the_timestamp_checksummed_and_formats_1_and_2_load() -> None:
+    blob, ck = encode_snapshot("pid", 3, 1234, {"m": (1,)}, NESTED)
+    assert blob == reference_flat([3, {"m": (1,)}, NESTED])
+    assert ck == zlib.crc32((1234).to_bytes(8, "big"), checksum(key_seed("pid"), 3, blob))
+    assert decode_snapshot("pid", 3, 1234, blob, ck) == ({"m": (1,)}, NESTED)
+    with pytest.raises(JournalCorruption, match="bytes or timestamp"):
+        decode_snapshot("pid", 3, 1234 ^ (1 << 40), blob, ck)
+    # Formats 1 and 2 (written before) have the key and bytes checksummed only: any timestamp loads them.
+    for data in (reference_flat([2, {"m": (1,)}, NESTED]), reference_packb([{"m": (1,)}, NESTED])):
+        assert decode_snapshot("pid", 3, 99, data, checksum(key_seed("pid"), 3, data)) == ({"m": (1,)}, NESTED)
 
 
 def test_long_records_are_told_apart_by_their_first_item_too() -> None:
@@ -250,10 +255,10 @@ def test_a_stored_sequence_nr_with_any_one_bit_flipped_fails_its_checksum() -> N
         aw = AtomicWrite([PersistentRepr("e", seq, "pid", "", "w")])
         [(_, _, blob, ck)] = encode_writes([aw], 1234)[0].rows
         assert decode_rows("pid", [(seq, blob, ck)])[0].sequence_nr == seq
-        snap, snap_ck = encode_snapshot("pid", seq, None, "s")
+        snap, snap_ck = encode_snapshot("pid", seq, 1234, None, "s")
         for bit in range(63):
             moved = seq ^ (1 << bit)
             with pytest.raises(JournalCorruption):
                 decode_rows("pid", [(moved, blob, ck)])
             with pytest.raises(JournalCorruption):
-                decode_snapshot("pid", moved, snap, snap_ck)
+                decode_snapshot("pid", moved, 1234, snap, snap_ck)
