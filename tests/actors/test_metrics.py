@@ -12,6 +12,7 @@ import pytest
 import actors
 from actors.system import free_port, tagged_pids
 from actors.topology import TopologyError, loads
+from tests.actors.refusal import start_refused
 from tests.actors.sample import Echo, Ping, Pong
 from tests.cli import test_lifecycle
 from tests.cli.test_lifecycle import reprise
@@ -170,7 +171,7 @@ def test_connect_refuses_bad_metrics_options_naming_them():
 ])
 def test_bad_metrics_options_are_refused_naming_the_option(base, options, named):
     with pytest.raises(actors.ConfigError, match=named):
-        actors.start(base, **options)
+        start_refused(base, **options)
 
 
 def test_a_port_in_use_is_refused_naming_the_option(base):
@@ -179,7 +180,7 @@ def test_a_port_in_use_is_refused_naming_the_option(base):
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(actors.SpawnFailed, match=f"metrics_port {port} is already in use"):
-            actors.start(base, metrics_port=port)
+            start_refused(base, metrics_port=port)
 
 
 def test_topology_system_section_takes_metrics_options():

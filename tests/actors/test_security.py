@@ -23,6 +23,7 @@ import actors
 from actors import auth, client_log, netsec
 from actors.system import tagged_pids
 from journal.urls import redact_url
+from tests.actors.refusal import start_refused
 from tests.actors.sample import Echo, Ping, Pong
 from tests.actors.test_metrics import sample, scrape
 from tests.conftest import SESSION_TOKEN
@@ -502,7 +503,7 @@ def test_a_fifo_another_user_put_where_the_secret_file_should_be_is_refused_at_o
 
 def test_a_member_without_the_leaders_secret_is_refused_before_anything_starts():
     with pytest.raises(auth.MissingSecret, match="secret_file="):
-        actors.start("multiproc", leader="127.0.0.1:1", node="m1")
+        start_refused("multiproc", leader="127.0.0.1:1", node="m1")
 
 
 def test_without_a_local_admin_on_the_port_the_error_names_secret_file():

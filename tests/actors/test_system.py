@@ -22,7 +22,9 @@ from actors import (
 )
 from actors.messages import GetDirectory
 from actors.system import free_ports, tagged_pids
+from tests.actors.refusal import start_refused
 from tests.actors.sample import Echo, Holder, Mutable, Ping, Pong, Sleeper
+from tests.conftest import SESSION_TOKEN
 from tests.thespian_retry import retry_first_send, stop_retrying
 from tests.waiting import dead_letters_reach, wait_for
 
@@ -213,10 +215,18 @@ def test_shutdown_kills_only_the_system_s_processes_not_others_that_mention_its_
             p.wait()
 
 
+def test_start_refused_shuts_down_a_system_that_started_instead_of_refusing(base):
+    # A bare actors.start() inside pytest.raises left the system running when the refusal under test was missing.
+    tag = f"{SESSION_TOKEN}-not-refused-"
+    with pytest.raises(pytest.fail.Exception, match=r"started a system \(now shut down\) instead of refusing"):
+        start_refused(base, **({} if base == "local" else {"tag": tag}))
+    assert tagged_pids(tag) == []
+
+
 def test_a_tag_must_be_a_non_empty_string_without_spaces():
     for bad in ("", " ", "a b", 7):
         with pytest.raises(actors.ConfigError, match="tag"):
-            actors.start("multiproc", tag=bad)
+            start_refused("multiproc", tag=bad)
 
 
 def test_shutdown_by_port_stops_every_process_of_the_system(make_system):
@@ -249,7 +259,7 @@ def test_shutdown_ends_every_process_without_killing_one(make_system, caplog):
 def test_multiproc_refuses_an_admin_port_in_use(make_system):
     owner = make_system("multiproc")
     with pytest.raises(SpawnFailed, match="already in use"):
-        actors.start("multiproc", admin_port=owner.admin_port)
+        start_refused("multiproc", admin_port=owner.admin_port)
 
 
 def test_an_admin_port_another_program_bound_without_listening_is_refused_naming_it(tmp_path):
@@ -260,7 +270,7 @@ def test_an_admin_port_another_program_bound_without_listening_is_refused_naming
         before = set(os.listdir(tempfile.gettempdir()))
         with pytest.raises(SpawnFailed, match=rf"admin port {port} is bound by another program on 127.0.0.1 \(it "
                                               r"does not listen, so it is no actor system\); choose another port"):
-            actors.start("multiproc", admin_port=port)
+            start_refused("multiproc", admin_port=port)
         assert not [d for d in set(os.listdir(tempfile.gettempdir())) - before if d.startswith(f"reprise-{port}-")]
 
 
@@ -268,12 +278,12 @@ def test_a_run_dir_under_a_file_is_refused_naming_it(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match=r"run_dir .*/file/run cannot be a directory: it or a directory above it "
                                           "is a file"):
-        actors.start("multiproc", run_dir=str(tmp_path / "file" / "run"))
+        start_refused("multiproc", run_dir=str(tmp_path / "file" / "run"))
 
 
 def test_unknown_base_is_rejected():
     with pytest.raises(ValueError, match="multiprocQueueBase is not offered"):
-        actors.start("multiprocQueueBase")
+        start_refused("multiprocQueueBase")
 
 
 @pytest.mark.timeout(60)

@@ -22,6 +22,7 @@ from actors import tls
 from actors.errors import ConfigError
 from actors.system import tagged_pids
 from actors.topology import TopologyError, loads
+from tests.actors.refusal import start_refused
 from tests.actors.sample import Echo, Ping, Pong
 from tests.actors.test_security import _admin_of, listening_addresses
 
@@ -293,12 +294,12 @@ def test_a_tls_client_of_a_stopped_tls_admin_is_told_it_may_be_busy_or_stopped(m
 def test_a_tls_member_that_cannot_speak_to_its_leader_is_refused_before_it_starts(make_system, pki):
     plain = make_system("multiproc")
     with pytest.raises(actors.TlsError, match="cannot join leader .*does not use TLS"):
-        actors.start("multiproc", leader=f"127.0.0.1:{plain.admin_port}", node="m1", tls=pki["node"],
-                     secret_file=os.path.join(plain.run_dir, "secret"))
+        start_refused("multiproc", leader=f"127.0.0.1:{plain.admin_port}", node="m1", tls=pki["node"],
+                      secret_file=os.path.join(plain.run_dir, "secret"))
     secure = make_system("multiproc", tls=pki["node"])
     with pytest.raises(actors.TlsError, match="cannot join leader .*not signed by tls_ca"):
-        actors.start("multiproc", leader=f"127.0.0.1:{secure.admin_port}", node="m1", tls=pki["foreign"],
-                     secret_file=os.path.join(secure.run_dir, "secret"))
+        start_refused("multiproc", leader=f"127.0.0.1:{secure.admin_port}", node="m1", tls=pki["foreign"],
+                      secret_file=os.path.join(secure.run_dir, "secret"))
 
 
 @pytest.mark.multiproc
@@ -308,42 +309,42 @@ def test_a_member_without_tls_or_with_another_secret_is_refused_before_it_starts
     # request"; with another secret at once, but as "NoCompatibleSystemForActor ... actors.guardian.Guardian".
     secure = make_system("multiproc", tls=pki["node"])
     with pytest.raises(actors.TlsError, match="uses TLS"):
-        actors.start("multiproc", leader=f"127.0.0.1:{secure.admin_port}", node="m1",
-                     secret_file=os.path.join(secure.run_dir, "secret"))
+        start_refused("multiproc", leader=f"127.0.0.1:{secure.admin_port}", node="m1",
+                      secret_file=os.path.join(secure.run_dir, "secret"))
     plain = make_system("multiproc")
     other = tmp_path / "other-secret"
     other.write_text("cd" * 32 + "\n")
     other.chmod(0o600)
     with pytest.raises(actors.AuthenticationFailed, match=f"this member's secret \\({other}\\) is not that system's"):
-        actors.start("multiproc", leader=f"127.0.0.1:{plain.admin_port}", node="m1", secret_file=str(other))
+        start_refused("multiproc", leader=f"127.0.0.1:{plain.admin_port}", node="m1", secret_file=str(other))
 
 
 # ---- configuration ----------------------------------------------------------------------------------
 
 def test_all_three_files_or_none(pki):
     with pytest.raises(ConfigError, match="tls_ca missing"):
-        actors.start("multiproc", tls_cert=pki["node"].cert, tls_key=pki["node"].key)
+        start_refused("multiproc", tls_cert=pki["node"].cert, tls_key=pki["node"].key)
     with pytest.raises(ConfigError, match="either tls=TlsConfig"):
-        actors.start("multiproc", tls=pki["node"], tls_ca=pki["node"].ca)
+        start_refused("multiproc", tls=pki["node"], tls_ca=pki["node"].ca)
     with pytest.raises(ConfigError, match="multiproc"):
-        actors.start("local", tls=pki["node"])
+        start_refused("local", tls=pki["node"])
 
 
 def test_bad_files_are_refused_before_anything_starts(pki, tmp_path):
     node, foreign = pki["node"], pki["foreign"]
     with pytest.raises(ConfigError, match="tls_cert .*missing.pem does not exist"):
-        actors.start("multiproc", tls_cert=str(tmp_path / "missing.pem"), tls_key=node.key, tls_ca=node.ca)
+        start_refused("multiproc", tls_cert=str(tmp_path / "missing.pem"), tls_key=node.key, tls_ca=node.ca)
     open_key = tmp_path / "open.key"
     shutil.copy(node.key, open_key)
     os.chmod(open_key, 0o644)
     with pytest.raises(ConfigError, match="chmod 600"):
-        actors.start("multiproc", tls_cert=node.cert, tls_key=str(open_key), tls_ca=node.ca)
+        start_refused("multiproc", tls_cert=node.cert, tls_key=str(open_key), tls_ca=node.ca)
     with pytest.raises(ConfigError, match="is not the private key of tls_cert"):
-        actors.start("multiproc", tls_cert=node.cert, tls_key=foreign.key, tls_ca=node.ca)
+        start_refused("multiproc", tls_cert=node.cert, tls_key=foreign.key, tls_ca=node.ca)
     with pytest.raises(ConfigError, match="is not accepted by tls_ca"):
-        actors.start("multiproc", tls_cert=foreign.cert, tls_key=foreign.key, tls_ca=node.ca)
+        start_refused("multiproc", tls_cert=foreign.cert, tls_key=foreign.key, tls_ca=node.ca)
     with pytest.raises(ConfigError, match="holds no PEM CA certificate"):
-        actors.start("multiproc", tls_cert=node.cert, tls_key=node.key, tls_ca=node.key)
+        start_refused("multiproc", tls_cert=node.cert, tls_key=node.key, tls_ca=node.key)
     with pytest.raises(ConfigError, match="tls_key .*missing.key does not exist"):
         actors.connect(1, tls_cert=node.cert, tls_key=str(tmp_path / "missing.key"), tls_ca=node.ca)
 

@@ -16,6 +16,7 @@ import pytest
 import actors
 from actors import ConfigError, RepriseError, SpawnFailed, SystemNotRunning
 from actors.system import kill_tagged, tagged_pids
+from tests.actors.refusal import start_refused
 from tests.actors.sample import Echo, Ping, Pong
 from tests.actors.validation_sample import Connector, Tally, Ticking
 from tests.conftest import SESSION_TOKEN, start_system, stop_system
@@ -310,7 +311,7 @@ def test_a_misspelt_or_unknown_start_option_is_refused_naming_the_one_meant(base
                              ({"internal_stash_overflow_strategy": "bounce"},
                               "internal_stash_overflow_strategy must be \"throw\", \"drop\"")):
         with pytest.raises(ConfigError, match=re.escape(message)):
-            actors.start(base, **options).shutdown()  # (a system the old code started must not be left)
+            start_refused(base, **options)
 
 
 @pytest.mark.timeout(60)

@@ -10,6 +10,7 @@ import pytest
 
 import actors
 from actors.system import tagged_pids
+from tests.actors.refusal import start_refused
 from tests.actors.sample import Echo, Ping
 from tests.actors.validation_sample import Tally
 from tests.conftest import SESSION_TOKEN
@@ -36,7 +37,7 @@ def test_a_sqlite_url_naming_a_directory_is_refused_at_start_and_spawn_naming_th
     url = f"sqlite://{directory}"
     for option in ("journal", "snapshot_store"):
         with pytest.raises(actors.ConfigError, match="names the directory .*journal.db/journal.db"):
-            actors.start(base, **{option: url})
+            start_refused(base, **{option: url})
     system = make_system(base)
     with pytest.raises(actors.ConfigError, match=f"names the directory '{directory}', not a file"):
         system.spawn(Tally, "/user/tally", journal=url)
@@ -118,7 +119,7 @@ def test_a_bad_sqlite_url_option_is_refused_at_start_not_when_a_host_opens_the_j
                                                                                        named) -> None:
     # start() accepted it, and every persistent host of the system then failed to start.
     with pytest.raises(actors.ConfigError, match=named):
-        actors.start(base, journal=f"sqlite://{tmp_path}/j.db?{query}")
+        start_refused(base, journal=f"sqlite://{tmp_path}/j.db?{query}")
     assert not (tmp_path / "j.db").exists()
 
 
