@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
@@ -67,6 +68,9 @@ class Handover:
         self.via_guardian: set[str] = set()  # destination host names we sent to while the guardian held them
         self.rerouted: set[str] = set()  # addresses of dead processes whose batches we handed to the guardian
         self._tokens = itertools.count(1)
+        # This process's own: a later process of the host may get the same address (the port reused), and must
+        # not take a late Barrier of this one for its own (Barrier).
+        self.nonce = os.urandom(8).hex()
         spec = host.spec
         self.reply_path = sample_path(spec.path, spec.shard, spec.shards) if spec.entities else spec.path
 
@@ -150,7 +154,10 @@ class Handover:
         # The origin decides: a Barrier of another host's handover on its way through us may carry the token of
         # one of ours (every process counts from 1); taken for ours, it released our parked messages early and
         # never went back, so its host parked for HANDOVER_WAIT and then sent out of order.
-        if barrier.origin != self.host.my_key:
+        # The nonce too: a later process of a host may listen on the address of an earlier one (its port reused),
+        # and a late Barrier of the earlier one carried a token of that one's numbering, which released the
+        # later one's parked messages early.
+        if barrier.nonce != self.nonce or barrier.origin != self.host.my_key:
             return False
         name = self.barriers.pop(barrier.token, None)
         if name is not None:
@@ -158,6 +165,15 @@ class Handover:
         else:
             log.debug("host %s: a Barrier of an ended handover came back (token %d): dropped",
                       self.host.key, barrier.token)
+        return True
+
+    def earlier_process(self, barrier: Barrier) -> bool:
+        """True if `barrier` is of an earlier process of this host (come back after that process ended): its
+        handover ended with that process, and what it parked there with it; nothing here waits for it."""
+        if barrier.host != self.host.key or barrier.nonce == self.nonce:
+            return False
+        log.info("host %s: a Barrier of an earlier process of this host (at %s, handover %d) came back after that "
+                 "process ended: dropped", self.host.key, barrier.origin, barrier.token)
         return True
 
     def expire(self, token: int) -> None:
@@ -201,7 +217,8 @@ class Handover:
         pending.barrier_sent = True
         self.barriers[pending.token] = name
         hit = cast("tuple[str, Address]", self.host.router.resolve(GUARDIAN_PATH))  # (always routed)
-        self.host.outbox.add(hit[0], hit[1], (self.reply_path, pending.via, Barrier(pending.token, self.host.my_key)))
+        barrier = Barrier(pending.token, self.host.my_key, self.nonce, self.host.key)
+        self.host.outbox.add(hit[0], hit[1], (self.reply_path, pending.via, barrier))
 
     def _release(self, name: str) -> None:
         pending = self.pending.pop(name, None)

@@ -436,7 +436,9 @@ class Host:
         # Ours back comes straight from the host it went to, or through the guardian (that host could not reach
         # us); its handover may have ended long ago (expired, restarted), and its token is forgotten then: what
         # recognises it is its origin, and a Barrier not recognised reached an actor as a user message.
-        if self.handover.barrier_back(barrier):
+        # (An earlier process's may come back through the guardian too, from a path on another host: sent on
+        # there, it was dropped as "not ours" by that host.)
+        if self.handover.barrier_back(barrier) or self.handover.earlier_process(barrier):
             return
         if passing:
             back = self.router.resolve(sender) if sender is not None else None

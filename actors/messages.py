@@ -233,11 +233,16 @@ class GetDirectory:
 class Barrier:
     """Client -> guardian -> host -> client: everything the client sent through the guardian before it has
     been delivered (the guardian forwards in order); the host sends it back to its sender, to no actor.
-    Hosts send them too (actors/handover.py), with a `token` naming the handover and their own process's
-    address key as `origin`: each process numbers its handovers from 1, so a token alone is not one host's."""
+    Hosts send them too (actors/handover.py), with a `token` naming the handover, their own process's address
+    key as `origin`, a `nonce` of that process and their `host` key: each process numbers its handovers from 1,
+    so a token alone is not one host's, and a later process of the host may listen on the same address (its
+    port reused), so an origin alone is not one process's: the nonce is. `host` names whose a Barrier from an
+    earlier process is, when it comes back to a later one."""
 
     token: int = 0
     origin: str = ""
+    nonce: str = ""
+    host: str = ""
 
 
 @dataclass(frozen=True)

@@ -450,11 +450,14 @@ def test_a_bounced_batch_that_waits_for_a_retry_to_the_guardian_is_not_overtaken
 
 
 @pytest.mark.timeout(180)
-def test_a_barrier_of_another_handover_passing_through_a_host_is_not_taken_for_its_own(make_system, tmp_path):
+@pytest.mark.parametrize("whose", ["another host's", "an earlier process's on the same port"])
+def test_a_barrier_of_another_handover_passing_through_a_host_is_not_taken_for_its_own(make_system, tmp_path, whose):
     # Every process numbers its handovers from 1. A host whose own handover waited for its Barrier took another
     # host's Barrier with the same number, on its way through it, for its own: it sent what it had parked before
     # its earlier messages landed, and the other host, its Barrier swallowed, parked for HANDOVER_WAIT and then
     # sent out of order (the parks of 10 s seen after the accounts' host was killed in a processed feed).
+    # Told by their origin (the sending process's address) since; but a later process of a host may get the port
+    # of an earlier one, and a late Barrier of the earlier one, origin and all, was taken for the later one's.
     system = make_system("multiproc")
     system.spawn(Echo, "/user/e")
     system.spawn(Gated, "/user/z")
@@ -476,8 +479,10 @@ def test_a_barrier_of_another_handover_passing_through_a_host_is_not_taken_for_i
         return system.status().hosts["/user/e"].messages_parked
 
     assert wait_for(lambda: parked() == 50, 10), "e did not park what it sent z after z's restart"
-    # Barriers of other hosts' handovers reach e with any number, its own among them.
-    system.tell_many([("/user/e", Barrier(token)) for token in range(1, 6)])
+    # Barriers of other hosts' handovers reach e with any number, its own among them; so may late ones of an
+    # earlier process of e that had e's address (made with that process's nonce, not this one's).
+    origin = system._resolve("/user/e")[0] if whose != "another host's" else ""
+    system.tell_many([("/user/e", Barrier(token, origin)) for token in range(1, 6)])
     assert system.ask("/user/e", "count") > 0  # (asked after the tells: e has taken the Barriers)
     assert parked() == 50, "another handover's Barrier released what e parked before its earlier messages landed"
     opened.touch()
@@ -521,6 +526,40 @@ def test_a_barrier_of_an_ended_handover_reaches_no_actor_on_any_delivery_path(sy
         messages = [m[2] if m[0] == "got" else list(m[2]) for m in got]
         assert not any(isinstance(m, Barrier) or (isinstance(m, list) and any(isinstance(x, Barrier) for x in m))
                        for m in messages), f"a Barrier reached the actor at {target}: {got}"
+
+
+@pytest.mark.timeout(120)
+def test_a_late_barrier_of_an_earlier_process_of_a_host_is_dropped_as_such_not_as_someone_elses(base, make_system,
+                                                                                               caplog):
+    # A Barrier of a host's handover that comes back after its process died reaches the host's next process: taken
+    # for another host's, it was logged "dropped a Barrier ... that is not ours", or, come back through the guardian
+    # from a path on another host, sent on to that host, which logged it so. Its host and nonce say whose it is.
+    system = make_system(base, log_level="INFO")
+    probe = system.probe()
+    system.spawn(Recorder, "/user/one", args=(probe.path,))
+    system.spawn(Recorder, "/user/other", args=(probe.path,))
+    earlier = "127.0.0.1:1"  # (the address of the process before: any other; the same one is covered above)
+    caplog.set_level(logging.INFO, logger="reprise.host")
+    # Back from the host it went to...
+    system.tell_many([("/user/one", Barrier(7, earlier, "0" * 16, "/user/one")), ("/user/one", "after the direct one")])
+    # ...or through the guardian, from a path on that host.
+    back = [("/user/other", "/user/one", Barrier(8, earlier, "0" * 16, "/user/one")),
+            (None, "/user/one", "after the one through the guardian")]
+    system._send(system._guardian, pack(system.prefix, back, system._refuse))
+    got = [probe.receive(timeout=10), probe.receive(timeout=10)]
+    assert sorted(m[2] for m in got) == ["after the direct one", "after the one through the guardian"], got
+    system.tell_many([("/user/one", "end"), ("/user/other", "end")])  # (after both: the hosts have done with them)
+    assert sorted(probe.receive(timeout=10)[1] for _ in range(2)) == ["/user/one", "/user/other"]
+    said = "a Barrier of an earlier process of this host (at 127.0.0.1:1, handover"
+
+    def logged() -> str:
+        if base == "local":
+            return "\n".join(r.getMessage() for r in caplog.records)
+        with open(os.path.join(system.run_dir, "actors.log")) as f:  # (written by Thespian's logger process)
+            return f.read()
+
+    text = wait_for(lambda: (lambda t: t if t.count(said) >= 2 or "not ours" in t else None)(logged()), 10)
+    assert "not ours" not in text and text.count(said) == 2, text
 
 
 def _table_host_sending_to_z(make_system: Any, **z_options: Any) -> tuple[Any, Any, Any, Any]:
