@@ -539,8 +539,10 @@ class Host:
                 self._hand_to_table(items)
                 items = []
             if target == self.path:
-                table = self._table()
-                if table is None:
+                table = self._table() if not self.done else None
+                if self.done:  # (stopped: see _materialize)
+                    self.dead_letter(sender, target, message, f"entity host {self.key} stopped")
+                elif table is None:
                     self.dead_letter(sender, target, message, f"entity table {self.key} failed to start")
                 else:
                     table._last_active = self.now
@@ -571,6 +573,10 @@ class Host:
         return ids
 
     def _hand_to_table(self, items: list[tuple[str, Any, str | None]]) -> None:
+        if self.done:  # (stopped: see _materialize)
+            for entity_id, message, sender in items:
+                self.dead_letter(sender, self.entity_prefix + entity_id, message, f"entity host {self.key} stopped")
+            return
         table = self._table()
         if table is None:
             for entity_id, message, sender in items:
@@ -604,6 +610,12 @@ class Host:
         return self.entities.get(self.path)  # (None if it stopped while starting: its recovery failed)
 
     def _materialize(self, sender: str | None, target: str, message: object) -> Actor | None:
+        if self.done and self.spec.entities:
+            # The host stopped (shutdown dropped every entity): what its entities' post_stop sent one another
+            # started a new instance that no one stopped (its pre_start ran, a persistent one recovered, and
+            # its post_stop never did).
+            self.dead_letter(sender, target, message, f"entity host {self.key} stopped")
+            return None
         if self.spec.entities and target.startswith(self.entity_prefix):
             if "/" in target[len(self.entity_prefix):]:
                 self.dead_letter(sender, target, message, f"no entity at {target}: entity ids are one path segment")

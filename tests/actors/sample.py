@@ -326,3 +326,48 @@ class RecorderTable(actors.Actor):
             wait_at_gate(message[1], message[2])
         else:
             self.tell(self.probe, ("got", self.path, message))
+
+
+class TellsOnStop(actors.Actor):
+    """Tells the probe at `probe` ("start", its path), ("got", its path, message) and ("stop", its path); its
+    post_stop also tells `then` (a path) "from post_stop"."""
+
+    def __init__(self, probe: str, then: str) -> None:
+        self.probe = probe
+        self.then = then
+
+    def pre_start(self):
+        self.tell(self.probe, ("start", self.path))
+
+    def receive(self, message, sender):
+        self.tell(self.probe, ("got", self.path, message))
+
+    def post_stop(self):
+        self.tell(self.probe, ("stop", self.path))
+        self.tell(self.then, "from post_stop")
+
+
+class TellsOnStopTable(TellsOnStop):
+    """TellsOnStop as a table of entities (receive_entities): ("got", entity path, message) per entity message."""
+
+    def receive_entities(self, messages):
+        for entity_id, message, _ in messages:
+            self.tell(self.probe, ("got", f"{self.path}/{entity_id}", message))
+
+
+class SchedulesOnStop(actors.Actor):
+    """On "stop" stops; its post_stop schedules a repeating and a one-shot timer and tells the probe at `probe`
+    ("scheduled in post_stop", [timer.active of each])."""
+
+    def __init__(self, probe: str) -> None:
+        self.probe = probe
+
+    def receive(self, message, sender):
+        if message == "stop":
+            self.stop()
+        else:
+            self.tell(self.probe, ("got", self.path, message))
+
+    def post_stop(self):
+        timers = [self.schedule_repeatedly(0.01, "tick"), self.schedule_once(0.01, "tick")]
+        self.tell(self.probe, ("scheduled in post_stop", [t.active for t in timers]))

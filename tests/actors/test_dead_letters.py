@@ -10,7 +10,7 @@ import pytest
 
 from actors import ActorError, DeadLetter
 from actors.messages import GUARDIAN_PATH
-from tests.actors.sample import Echo, Ping, Pong
+from tests.actors.sample import Echo, Ping, Pong, TellsOnStop, TellsOnStopTable
 from tests.waiting import dead_letters_reach, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -117,3 +117,22 @@ def test_a_dead_letter_its_stopped_subscriber_never_takes_is_logged_not_recorded
     finally:
         client.kill()
         client.wait(10)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("cls", [TellsOnStop, TellsOnStopTable])
+def test_what_a_stopping_entity_host_sends_its_own_entities_is_a_dead_letter_not_a_new_instance(system, cls):
+    # Host.shutdown stops every entity, then delivers what they sent: a message to an entity of the host (from a
+    # post_stop here) started a new instance (a table, for a table host) after the host had stopped, whose
+    # pre_start ran (a persistent one recovered) and whose post_stop never did; nothing said it was lost.
+    probe = system.probe()
+    system.spawn(cls, "/user/h", entities=True, args=(probe.path, "/user/h/b"))
+    system.tell("/user/h/a", "hello")
+    first = "/user/h/a" if cls is TellsOnStop else "/user/h"  # (a table starts once, at the host's path)
+    assert probe.receive_many(2, timeout=10) == [("start", first), ("got", "/user/h/a", "hello")]
+    system.stop("/user/h")
+    assert probe.receive(timeout=10) == ("stop", first)
+    letters = dead_letters_reach(system, 1).recent
+    assert [(d.sender, d.target, d.message, d.reason) for d in letters] == [
+        (first, "/user/h/b", "from post_stop", "entity host /user/h stopped")]
+    probe.expect_no_message(0.3)  # (no new instance started, nor took it)
