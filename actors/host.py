@@ -827,6 +827,11 @@ class Host:
     def schedule(self, delay: float, interval: float | None, message: object, owner: Actor) -> Timer:
         """Schedule `message` to `owner`; one Thespian wakeup serves the earliest timer."""
         check_message(message)
+        if self.entities.get(owner.path) is not owner:
+            # A stopped actor's (scheduled in post_stop, or by an instance a restart replaced): its timers were
+            # cancelled when it stopped, and this one would be too. Queued, it was never delivered, but kept its
+            # message and actor, and a repeating one woke the host every interval for the host's life.
+            return Timer(0.0, interval, None, owner, owner._incarnation, -1).cancelled()
         timer = self.timers.schedule(delay, interval, message, owner)
         self._arm()
         return timer

@@ -47,6 +47,14 @@ class Timer:
         if self.queue is not None:
             self.queue._cancelled_one()
 
+    def cancelled(self) -> Timer:
+        """This timer, made inactive before it was queued (its owner has stopped)."""
+        self.active = False
+        self.owner = None
+        self.message = None
+        self.queue = None
+        return self
+
     def __lt__(self, other: Timer) -> bool:
         return (self.due, self.seq) < (other.due, other.seq)
 
