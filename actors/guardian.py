@@ -359,19 +359,8 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             return
         if message.error:
             log.error("host %s failed to start:\n%s", message.path, message.error)
-            record.state = "failed"
             self.send(sender, ActorExitRequest())
-            for other in self._shards(record):  # a spawn succeeds whole or not at all
-                if other is not record and other.state in ("starting", "running"):
-                    other.state = "stopping"
-                    if other.address is not None:
-                        self.send(other.address, ActorExitRequest())
-            self._release_held(record, f"actor at {message.path} failed to start")
-            for waiter in lead.waiters:
-                # The reason on the first line, unless all there is to say is a traceback.
-                sep = "\n" if message.error.startswith("Traceback") else " "
-                self.send(waiter, Spawned(path, f"{message.path} failed to start:{sep}{message.error}"))
-            lead.waiters.clear()
+            self._spawn_failed(record, message.error)
             return
         # The reply's sender is the host's real address (createActor returned a local placeholder).
         self._new_address(record, sender)
@@ -404,6 +393,22 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             job.moves.append(Move(record.spec.key, job.from_node, record.node or self.my_node))
             job.current = None
             self._next_move()
+
+    def _spawn_failed(self, record: HostRecord, error: str) -> None:
+        """The first start of `record`'s host failed (`error` says why): its spawn fails, every shard with it."""
+        record.state = "failed"
+        for other in self._shards(record):  # a spawn succeeds whole or not at all
+            if other is not record and other.state in ("starting", "running"):
+                other.state = "stopping"
+                if other.address is not None:
+                    self.send(other.address, ActorExitRequest())
+        self._release_held(record, f"actor at {record.spec.key} failed to start")
+        lead = self._shards(record)[0]
+        for waiter in lead.waiters:
+            # The reason on the first line, unless all there is to say is a traceback.
+            sep = "\n" if error.startswith("Traceback") else " "
+            self.send(waiter, Spawned(record.spec.path, f"{record.spec.key} failed to start:{sep}{error}"))
+        lead.waiters.clear()
 
     def _host_done(self, message: HostDone, sender: Address) -> None:
         record = self.hosts.get(message.path)
@@ -458,6 +463,12 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         key = address_key(address)
         found = [(p, r) for p, r in self.hosts.items() if r.address is not None and address_key(r.address) == key]
         if not found:
+            # A process that died before its HostReady: its record still holds the placeholder createActor
+            # returned, whose key is not the real address's (Thespian's own comparison knows them for one). Its
+            # exit was ignored: the host stayed "starting" for good, and its spawn timed out after 60 s.
+            found = [(p, r) for p, r in self.hosts.items()
+                     if r.address is not None and not r.pid and r.address == address]
+        if not found:
             return  # Thespian reports each exit twice on multiproc; the second finds nothing.
         path, record = found[0]
         self._process_gone(record)
@@ -479,7 +490,17 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             self._release_held(record, f"actor at {path} stopped")
             self._stopped_waiters(record)
             return
-        self._back_off(record, record.failure or f"process exited unexpectedly (pid {record.pid})")
+        if not record.pid and record.state == "starting":
+            # Its first start: a spawn succeeds whole or not at all, and restarting what cannot start once would
+            # loop (as for a HostReady with an error).
+            record.last_exit = ("its process exited while starting, before it reported ready (killed, or the "
+                                "interpreter ended: os._exit, a crash in native code)")
+            log.error("host %s failed to start: %s", record.spec.key, record.last_exit)
+            self._spawn_failed(record, record.last_exit)
+            return
+        # (pid 0: its process had not reported ready; "pid 0" named no process)
+        self._back_off(record, record.failure or (f"process exited unexpectedly (pid {record.pid})" if record.pid
+                                                  else "process exited while restarting, before it reported ready"))
 
     def _stopped_waiters(self, record: HostRecord) -> None:
         """Answer those waiting for `record`'s host to stop, once the last of its shards has: shards need not

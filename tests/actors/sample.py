@@ -371,3 +371,20 @@ class SchedulesOnStop(actors.Actor):
     def post_stop(self):
         timers = [self.schedule_repeatedly(0.01, "tick"), self.schedule_once(0.01, "tick")]
         self.tell(self.probe, ("scheduled in post_stop", [t.active for t in timers]))
+
+
+class ExitsInPreStart(actors.Actor):
+    """Its pre_start ends its process (os._exit, before the host reports ready) while the file `marker` exists;
+    "die" ends the process at once; anything else is echoed."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def pre_start(self):
+        if os.path.exists(self.marker):
+            os._exit(3)
+
+    def receive(self, message, sender):
+        if message == "die":
+            os._exit(3)
+        self.tell(sender, message)

@@ -308,3 +308,34 @@ def test_a_killed_host_whose_restart_fails_backs_off_until_it_starts(make_system
     flag.unlink()
     _running_pid(system, "/user/flaky", not_pid=pid)
     assert system.ask("/user/flaky", "where", 20)[0] == "here"
+
+
+def test_a_host_whose_process_dies_while_starting_fails_its_spawn_at_once_naming_why(make_system, tmp_path) -> None:
+    # A process that died before its HostReady was reported under its real address, while the guardian's record
+    # held createActor's placeholder for it: the exit was ignored, the host stayed "starting" for good and the
+    # spawn timed out (AskTimeout after its 60 s; 20 s here).
+    system = make_system("multiproc")
+    marker = tmp_path / "exit"
+    marker.touch()
+    with pytest.raises(actors.SpawnFailed, match="/user/x failed to start: its process exited while starting, "
+                                                 "before it reported ready"):
+        system.spawn("tests.actors.sample:ExitsInPreStart", "/user/x", args=(str(marker),), timeout=20)
+    assert system.status().hosts["/user/x"].state == "failed"
+    marker.unlink()  # (a failed spawn leaves the path free)
+    system.spawn("tests.actors.sample:ExitsInPreStart", "/user/x", args=(str(marker),), timeout=20)
+    assert system.ask("/user/x", "hi") == "hi"
+
+
+def test_a_host_whose_process_dies_while_restarting_backs_off_naming_why(make_system, tmp_path) -> None:
+    # Its exit was ignored too (see above): the host stayed "restarting" for good, its messages held. Backed off,
+    # it was said to have "exited unexpectedly (pid 0)".
+    system = make_system("multiproc")
+    marker = tmp_path / "exit"
+    system.spawn("tests.actors.sample:ExitsInPreStart", "/user/x", args=(str(marker),),
+                 backoff={"min": 0.05, "max": 0.05, "random_factor": 0, "max_restarts": 3, "reset_after": 60})
+    marker.touch()
+    system.tell("/user/x", "die")
+    assert wait_for(lambda: system.status().hosts["/user/x"].state == "failed", 20)
+    assert system.status().hosts["/user/x"].last_exit == "process exited while restarting, before it reported ready"
+    with open(os.path.join(system.run_dir, "actors.log")) as f:
+        assert "pid 0" not in f.read()
