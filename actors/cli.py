@@ -203,7 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("down", cmd_down, "shut a running actor system down")
     _attach_options(p)
-    p.add_argument("--timeout", type=positive_seconds, default=20.0, help="seconds to wait for its processes to end")
+    p.add_argument("--timeout", type=positive_seconds, default=20.0,
+                   help="seconds to wait for the admin to answer, then for its processes to end")
 
     p = command("status", cmd_status, "show a running system's hosts, actors alive, unconfirmed deliveries, dead letters and journal size")
     _attach_options(p)

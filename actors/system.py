@@ -792,10 +792,11 @@ def shutdown(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 20.0,
     `connect()` hands out non-owner handles that refuse to shut the shared system down; this is the
     explicit, deliberate way. Local processes of that system are waited for, and killed if they linger.
     On a cluster member it shuts that member down, even when its leader is gone (with a warning saying so).
+    `timeout` bounds the wait for the admin's answer too (it was connect's 30 s whatever the timeout).
     """
     leaderless: list[tuple[str, str]] = []
-    system = connect(admin_port, host=host, secret_file=secret_file, _owner=True, _leaderless=leaderless,
-                     **tls_options)
+    system = connect(admin_port, host=host, timeout=timeout, secret_file=secret_file, _owner=True,
+                     _leaderless=leaderless, **tls_options)
     if leaderless:
         node, leader = leaderless[0]
         log.warning("member node %r on %s:%d: its leader %s does not answer (it is down or unreachable from here); "

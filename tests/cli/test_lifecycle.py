@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -400,3 +401,25 @@ def test_a_killed_guardian_is_named_by_status_and_down_kills_what_is_left(topolo
     up = reprise("up", topology, "--detach", "--port", str(port), "--tag", tag, "--run-dir", str(tmp_path / "run2"))
     assert up.returncode == 0, up.stderr
     assert reprise("down", "--port", str(port)).returncode == 0
+
+
+@pytest.mark.timeout(120)
+def test_down_timeout_bounds_the_wait_for_a_frozen_admin(make_system) -> None:
+    # `reprise down --timeout 2` against an admin that accepts connections but does not answer (SIGSTOP, a
+    # debugger) waited connect's own 30 s, then said "try again, or with a longer timeout".
+    system = make_system("multiproc")
+    pids = set(tagged_pids(system.tag))
+    admin = next(p for p in pids if _parent(p) not in pids)
+    os.kill(admin, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        down = subprocess.run([sys.executable, "-m", "actors.cli", "down", "--port", str(system.admin_port),
+                               "--timeout", "2"], cwd=ROOT, capture_output=True, text=True, timeout=90)
+        took = time.monotonic() - started
+    finally:
+        if admin in tagged_pids(system.tag):
+            os.kill(admin, signal.SIGCONT)
+    assert down.returncode == 0, down.stderr
+    assert "does not answer" in down.stdout and "killed the" in down.stdout, down.stdout
+    assert took < 15, f"down --timeout 2 took {took:.0f} s"  # (~2 s to answer, then the kill; 30 s before)
+    assert wait_for(lambda: tagged_pids(system.tag) == [], 10)
