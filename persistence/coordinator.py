@@ -139,9 +139,11 @@ def _commit(journal: Journal, writes: list[AtomicWrite]) -> Sequence[BaseExcepti
     """One write_messages call for the round's writes: its results, or the exception that failed it all.
 
     Akka writes each actor's events in a call of its own, so a sequence number another writer took fails only
-    the actors of that persistence id. Here one call holds the round's writes of every actor of the host: when it
-    fails on such a number (SequenceNrTaken, nothing stored), those actors' writes fail (_Failed) and the others'
-    go again in a new call. Any other failure's outcome is unknown (Akka: every actor of the call stops).
+    that actor. Here one call holds the round's writes of every actor of the host: when it fails on such a number
+    (SequenceNrTaken, nothing stored), the writes of the persistence ids it names go again one writer (actor
+    instance) at a time, in the order they were queued, each in a call of its own: the first of two writers of one
+    id in a round keeps its events, the second fails alone. The others' writes go again together first. Any other
+    failure's outcome is unknown (Akka: every actor of the call stops). Only a failed call pays for this.
     """
     try:
         return journal.write_messages(writes)
@@ -151,26 +153,36 @@ def _commit(journal: Journal, writes: list[AtomicWrite]) -> Sequence[BaseExcepti
         return exc
     results = _PartlyFailed([None] * len(writes))
     pending = list(range(len(writes)))
+    alone: dict[tuple[str, str], list[int]] = {}  # the writes of a named id, per writer, in queued order
     while True:
         bad = set(taken.persistence_ids)
-        failed = [i for i in pending if writes[i].persistence_id in bad]
-        if not failed:  # (it names no id of these writes: nothing to go on with)
+        named = [i for i in pending if writes[i].persistence_id in bad]
+        if not named:  # (it names no id of these writes: nothing to go on with)
             return taken
-        for i in failed:
-            results[i] = _Failed(taken)
+        for i in named:
+            write = writes[i]
+            alone.setdefault((write.persistence_id, write.payload[0].writer_uuid), []).append(i)
         pending = [i for i in pending if writes[i].persistence_id not in bad]
         if not pending:
-            return results
+            break
         try:
             for i, result in zip(pending, journal.write_messages([writes[i] for i in pending]), strict=True):
                 results[i] = result
-            return results
+            break
         except SequenceNrTaken as exc:
             taken = exc
         except Exception as exc:
             for i in pending:
                 results[i] = _Failed(exc)
-            return results
+            break
+    for mine in alone.values():
+        try:
+            for i, result in zip(mine, journal.write_messages([writes[i] for i in mine]), strict=True):
+                results[i] = result
+        except Exception as exc:
+            for i in mine:
+                results[i] = _Failed(exc)
+    return results
 
 
 class _Group:

@@ -48,3 +48,20 @@ class BadTags(EventLog, IdempotentReceiver):
             self.persist_applied(origin, delivery_id, event, lambda e: self._handled(e, sender, "applied"))
         else:
             self.persist_async(message, lambda e: self._handled(e, sender, "handled"))
+
+
+class SharedId(EventLog, PersistentActor):
+    """Entities "<x>-<n>" share the persistence id "shared-<n>" (two writers of one id in one host): "state": its
+    events; "journal": its stored events; anything else is persisted and answered ("handled", e)."""
+
+    @property
+    def persistence_id(self) -> str:
+        return "shared-" + self.path.rsplit("-", 1)[1]
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if message == "state":
+            self.tell(sender, tuple(self.state))
+        elif message == "journal":
+            self.tell(sender, tuple(self.read_events(1, MAX_SEQUENCE_NR)))
+        else:
+            self.persist(message, lambda e: self._handled(e, sender))

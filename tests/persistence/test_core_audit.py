@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.persistence.core_audit_actors import BadTags, Flaky
+from tests.persistence.core_audit_actors import BadTags, Flaky, SharedId
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -46,3 +46,23 @@ def test_an_entity_whose_tags_fail_as_it_stops_writes_nothing_behind_its_next_in
     assert probe.receive() == ("handled", "z")
     assert psystem.ask("/user/t/c", "journal") == (("z",), 0)
     probe.expect_no_message(0.3)
+
+
+def test_two_writers_of_one_persistence_id_in_one_round_the_first_keeps_its_write_the_second_fails(psystem):
+    psystem.spawn(SharedId, "/user/s", entities=True)
+    probe = psystem.probe()
+    # Both recovered (nothing stored), then one round where each persists sequence nr 1 of "shared-1". As in Akka,
+    # where each actor's write is a call of its own, the first writer's event is stored and handled, and only the
+    # second fails (on_persist_failure, stopped): before, both failed and the first's event was lost.
+    assert psystem.ask("/user/s/a-1", "state") == ()
+    assert psystem.ask("/user/s/b-1", "state") == ()
+    psystem.tell_many([("/user/s/a-1", "x"), ("/user/s/b-1", "y")], sender=probe.path)
+    assert probe.receive() == ("handled", "x")
+    probe.expect_no_message(0.3)
+    assert psystem.ask("/user/s/a-1", "state") == ("x",)
+    assert psystem.ask("/user/s/a-1", "journal") == ("x",)
+    # The second writer was stopped: a new instance of it (and any other) replays the first's event.
+    assert psystem.ask("/user/s/b-1", "state") == ("x",)
+    assert psystem.ask("/user/s/c-1", "state") == ("x",)
+    assert any("b-1" in e.path and "persist of str (sequence nr 1) failed" in e.reason
+               for e in psystem.errors().recent)
