@@ -731,8 +731,10 @@ class PersistentActor(Actor):
         per_write: list[BaseException | None] = results  # type: ignore[assignment]
         wi = 0
         for entry in batch:
-            if self._replaced or self._dead:
-                return
+            if self._replaced or self._dead or self._stopping:
+                # A handler stopped it (stop()): as in Akka, where each handler is a message of its own and a stopped
+                # actor takes no more, the later handlers do not run (their events are written: replay has them).
+                break
             if not self._stashing and self._stash:
                 # As in Akka: waiting commands run as soon as no stashing handler is pending, ahead of the
                 # remaining persist_async/defer_async handlers (PersistentActorSpec "handle new messages
@@ -777,6 +779,8 @@ class PersistentActor(Actor):
             wi += 1
             if result is None:
                 for repr_ in atomic.payload:
+                    if self._stopping:  # (an earlier event's handler of this persist_all stopped it)
+                        break
                     self.last_sequence_nr = repr_.sequence_nr
                     if not self._invoke(entry, repr_.payload):
                         return
@@ -794,7 +798,9 @@ class PersistentActor(Actor):
                     except Exception as exc:
                         host.report_failure(self, exc, event, entry.sender)
                         return
-        if self.stop_requested:
+        if self._replaced or self._dead:
+            return
+        if self._stopping:
             host.stop_entity(self, "stopped")
             return
         if not self._stashing and self._stash:

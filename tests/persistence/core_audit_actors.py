@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from journal import MAX_SEQUENCE_NR
-from persistence import IdempotentReceiver, PersistentActor
+from persistence import IdempotentReceiver, PersistentActor, RecoveryCompleted
 from tests.persistence.event_log import EventLog
 
 
@@ -65,3 +65,34 @@ class SharedId(EventLog, PersistentActor):
             self.tell(sender, tuple(self.read_events(1, MAX_SEQUENCE_NR)))
         else:
             self.persist(message, lambda e: self._handled(e, sender))
+
+
+class RcFails(EventLog, PersistentActor):
+    """After a restart ("boom" raises), its RecoveryCompleted handler persists "rc" and then raises, unless "rc" was
+    replayed; the handler of "rc" tells the client's probe named after the entity ("rc handled", e). "state": its
+    events."""
+
+    restarted = False
+
+    def __init__(self, client: str) -> None:
+        self.client = client
+
+    def post_restart(self, error: BaseException) -> None:
+        self.restarted = True
+        super().post_restart(error)
+
+    def receive_recover(self, event: Any) -> None:
+        super().receive_recover(event)
+        if isinstance(event, RecoveryCompleted) and self.restarted and "rc" not in self.state:
+            self.persist("rc", self._rc)
+            raise RuntimeError("RecoveryCompleted handler failed after persisting rc")
+
+    def _rc(self, event: Any) -> None:
+        self.state.append(event)
+        self.tell(f"{self.client}/{self.entity_id}", ("rc handled", event))
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if message == "state":
+            self.tell(sender, tuple(self.state))
+        elif message == "boom":
+            raise RuntimeError("boom")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.persistence.core_audit_actors import BadTags, Flaky, SharedId
+from tests.persistence.core_audit_actors import BadTags, Flaky, RcFails, SharedId
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -66,3 +66,20 @@ def test_two_writers_of_one_persistence_id_in_one_round_the_first_keeps_its_writ
     assert psystem.ask("/user/s/c-1", "state") == ("x",)
     assert any("b-1" in e.path and "persist of str (sequence nr 1) failed" in e.reason
                for e in psystem.errors().recent)
+
+
+def test_a_recovery_completed_handler_that_persists_then_fails_runs_no_handler_on_the_failed_instance(psystem):
+    psystem.spawn(RcFails, "/user/rc", entities=True, kwargs={"client": psystem.prefix})
+    probe = psystem.probe("rc-1")
+    replies = psystem.probe()
+    assert psystem.ask("/user/rc/rc-1", "state") == ()
+    # "boom" restarts it; the new instance persists "rc" in its RecoveryCompleted handler, then raises: it fails
+    # again (Akka: it fails and its supervisor acts). Its event is written, as events persisted before any failure,
+    # but its handler must not run on the failed instance (it did, at the group commit of that dispatch, before the
+    # restart): the next instance replays "rc" instead (and persists nothing again).
+    replies.tell("/user/rc/rc-1", "boom")  # (alone: that dispatch's group commit comes before the next command)
+    probe.expect_no_message(0.5)
+    replies.tell("/user/rc/rc-1", "state")
+    assert replies.receive() == ("rc",)
+    psystem.stop("/user/rc/rc-1")
+    assert psystem.ask("/user/rc/rc-1", "state") == ("rc",)  # stored once
