@@ -270,11 +270,17 @@ class AtLeastOnceDelivery(PersistentActor):
             if d.timestamp != _UNSENT))
 
     def set_delivery_snapshot(self, snapshot: AtLeastOnceDeliverySnapshot) -> None:
-        """Replace the delivery state (from a SnapshotOffer); entries are resent after replay (or at the next tick)."""
+        """Replace the delivery state (from a SnapshotOffer); entries are resent after replay (or at the next tick).
+
+        The delivery id counter only goes up (beyond Akka, which sets it): to the snapshot's current id, or above its
+        highest delivery. Called outside recovery with an older snapshot, a lowered counter gave the next deliver()
+        an id used already (a receiver's dedup drops the message); in a SnapshotOffer the counter is 0 anyway, and
+        in replay it is what it was when the call was made live, so replay derives the same ids."""
         back = time.monotonic() - self._interval(0)
-        self._delivery_seq = snapshot.current_delivery_id
-        self._unconfirmed = {u.delivery_id: _Delivery(u.destination, u.message, back, 0)
-                             for u in sorted(snapshot.unconfirmed_deliveries, key=lambda u: u.delivery_id)}
+        unconfirmed = sorted(snapshot.unconfirmed_deliveries, key=lambda u: u.delivery_id)
+        self._delivery_seq = max(self._delivery_seq, snapshot.current_delivery_id,
+                                 unconfirmed[-1].delivery_id if unconfirmed else 0)
+        self._unconfirmed = {u.delivery_id: _Delivery(u.destination, u.message, back, 0) for u in unconfirmed}
         if not self._recovery_running:
             # No replay ends to resend them: without a timer running they would wait for a later deliver().
             if self._unconfirmed:

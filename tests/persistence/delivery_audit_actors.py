@@ -63,7 +63,7 @@ class HoldingSender(AtLeastOnceDelivery):
     """Never resends to a destination whose path holds "held"; burst limit 2; warns with the first resend."""
 
     # ("send", destination, body) delivers at once (no event: its tests need no restart); ("restore", id, destination,
-    # body) sets a delivery snapshot of that one delivery; "warned" replies the ids of the UnconfirmedWarnings got.
+    # body[, current id]) sets a delivery snapshot of that one delivery; "warned" replies the ids of the UnconfirmedWarnings got.
     redeliver_interval = 0.2
     redelivery_burst_limit = 2
     warn_after_number_of_unconfirmed_attempts = 1
@@ -82,9 +82,11 @@ class HoldingSender(AtLeastOnceDelivery):
             self.tell(sender, ("sent", self.deliver(message[1], lambda i: Payload(i, message[2]))))
         elif isinstance(message, tuple) and message[0] == "restore":
             # A delivery state restored outside recovery (e.g. one kept beside the journal, loaded on a command).
-            _, delivery_id, destination, body = message
+            # (a fifth element: the snapshot's current delivery id, else the delivery's)
+            _, delivery_id, destination, body, *current = message
             self.set_delivery_snapshot(AtLeastOnceDeliverySnapshot(
-                delivery_id, (UnconfirmedDelivery(delivery_id, destination, Payload(delivery_id, body)),)))
+                current[0] if current else delivery_id,
+                (UnconfirmedDelivery(delivery_id, destination, Payload(delivery_id, body)),)))
             self.tell(sender, "restored")
         elif isinstance(message, UnconfirmedWarning):
             self.warned.extend(u.delivery_id for u in message.unconfirmed_deliveries)

@@ -69,3 +69,22 @@ def test_a_delivery_snapshot_set_outside_recovery_is_sent(psystem, tmp_path):
     assert system.ask(snd, ("restore", 7, dst.path, "restored"), timeout=10) == "restored"
     assert dst.receive(10) == Payload(7, "restored")
     assert system.ask(snd, ("send", dst.path, "next"), timeout=10) == ("sent", 8), "ids go on above the snapshot's"
+
+
+def test_a_delivery_snapshot_set_live_never_lowers_the_delivery_id_counter(psystem, tmp_path):
+    # set_delivery_snapshot set the counter to the snapshot's current delivery id even outside recovery: an older
+    # snapshot (or one whose deliveries are above its current id) lowered it, and the next deliver() took an id
+    # already used, so a receiver that dedups by id dropped the new message as a duplicate (or an unconfirmed one
+    # was replaced). The counter now never goes below what it is nor below the snapshot's deliveries.
+    system = psystem
+    system.spawn(HoldingSender, path="/user/snd", entities=True)
+    snd = f"/user/snd/{tmp_path.name}"
+    dst = system.probe()
+    for k in (1, 2, 3):
+        assert system.ask(snd, ("send", dst.path, f"m{k}"), timeout=10) == ("sent", k)
+    # An older snapshot: current id 2, delivery 2 unconfirmed.
+    assert system.ask(snd, ("restore", 2, dst.path, "old", 2), timeout=10) == "restored"
+    assert system.ask(snd, ("send", dst.path, "next"), timeout=10) == ("sent", 4), "id 3 was used already"
+    # A snapshot whose delivery (9) is above its current id (5): the next id is above both.
+    assert system.ask(snd, ("restore", 9, dst.path, "high", 5), timeout=10) == "restored"
+    assert system.ask(snd, ("send", dst.path, "after"), timeout=10) == ("sent", 10), "id 9 is unconfirmed"
