@@ -243,11 +243,14 @@ class AtLeastOnceDelivery(PersistentActor):
         return len(done)
 
     def redeliver_now(self, delivery_id: int) -> bool:
-        """Resend `delivery_id` at once (a negative acknowledgement); False if it is not unconfirmed."""
+        """Resend `delivery_id` at once (a negative acknowledgement); False if it is not unconfirmed, or if
+        should_redeliver held the resend back (nothing was sent)."""
         d = self._unconfirmed.get(delivery_id)
         if d is None or self._recovery_running:
             return False
-        self._send(delivery_id, d, time.monotonic())
+        if d.attempt and not self.should_redeliver(delivery_id, d.destination, d.message):
+            return False
+        self._transmit(d, time.monotonic())
         return True
 
     @property

@@ -63,7 +63,8 @@ class HoldingSender(AtLeastOnceDelivery):
     """Never resends to a destination whose path holds "held"; burst limit 2; warns with the first resend."""
 
     # ("send", destination, body) delivers at once (no event: its tests need no restart); ("restore", id, destination,
-    # body[, current id]) sets a delivery snapshot of that one delivery; "warned" replies the ids of the UnconfirmedWarnings got.
+    # body[, current id]) sets a delivery snapshot of that one delivery; "warned" replies the ids of the
+    # UnconfirmedWarnings got; ("redeliver-now", id) replies ("redelivered", redeliver_now(id)).
     redeliver_interval = 0.2
     redelivery_burst_limit = 2
     warn_after_number_of_unconfirmed_attempts = 1
@@ -88,6 +89,8 @@ class HoldingSender(AtLeastOnceDelivery):
                 current[0] if current else delivery_id,
                 (UnconfirmedDelivery(delivery_id, destination, Payload(delivery_id, body)),)))
             self.tell(sender, "restored")
+        elif isinstance(message, tuple) and message[0] == "redeliver-now":
+            self.tell(sender, ("redelivered", self.redeliver_now(message[1])))
         elif isinstance(message, UnconfirmedWarning):
             self.warned.extend(u.delivery_id for u in message.unconfirmed_deliveries)
         elif message == "warned":

@@ -88,3 +88,19 @@ def test_a_delivery_snapshot_set_live_never_lowers_the_delivery_id_counter(psyst
     # A snapshot whose delivery (9) is above its current id (5): the next id is above both.
     assert system.ask(snd, ("restore", 9, dst.path, "high", 5), timeout=10) == "restored"
     assert system.ask(snd, ("send", dst.path, "after"), timeout=10) == ("sent", 10), "id 9 is unconfirmed"
+
+
+def test_redeliver_now_says_false_when_should_redeliver_held_the_resend_back(psystem, tmp_path):
+    # redeliver_now returned True ("resent") for a delivery should_redeliver held back, so a caller that nacks and
+    # counts on the resend (or reports it) was told a message went out that did not.
+    system = psystem
+    system.spawn(HoldingSender, path="/user/snd", entities=True)
+    snd = f"/user/snd/{tmp_path.name}"
+    dst = system.probe()
+    assert system.ask(snd, ("send", "/user/held-1", "held"), timeout=10) == ("sent", 1)
+    assert system.ask(snd, ("send", dst.path, "wanted"), timeout=10) == ("sent", 2)
+    assert dst.receive(10) == Payload(2, "wanted")
+    assert system.ask(snd, ("redeliver-now", 1), timeout=10) == ("redelivered", False)
+    assert system.ask(snd, ("redeliver-now", 2), timeout=10) == ("redelivered", True)
+    assert dst.receive(10) == Payload(2, "wanted")
+    assert system.ask(snd, ("redeliver-now", 3), timeout=10) == ("redelivered", False)  # (not unconfirmed)
