@@ -13,7 +13,9 @@ handler's unqualified table names land next to the offset table.
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -134,14 +136,72 @@ class _SqlOffsetStore(OffsetStore):
                 "the projection goes on from the stored offset")
 
 
+# A statement that begins or ends the transaction (after any comments): COMMIT, END, BEGIN, or ROLLBACK not TO a savepoint.
+_TX_CONTROL = re.compile(r"(?:\s|--[^\n]*(?:\n|$)|/\*.*?\*/)*(BEGIN|COMMIT|END|ROLLBACK(?!\s+(?:TRANSACTION\s+)?TO\b))\b",
+                         re.IGNORECASE | re.DOTALL)
+
+
+@functools.lru_cache(maxsize=256)  # (a handler runs the same few statements for every event)
+def _tx_control(sql: object) -> str | None:
+    """The transaction statement `sql` is (upper case: "COMMIT", "ROLLBACK", ...), or None."""
+    found = _TX_CONTROL.match(sql) if isinstance(sql, str) else None
+    return found.group(1).upper().split()[0] if found else None
+
+
+def _handler_sql(conn: _StoreConnection, sql: object) -> bool:
+    """Check a statement an exactly-once handler executes: True for ROLLBACK (to run, then reopen the transaction, as
+    rollback() does); OffsetStoreError for one that would begin or end the projection's transaction."""
+    what = _tx_control(sql)
+    if what is None:
+        return False
+    if what == "ROLLBACK":
+        return True
+    raise OffsetStoreError(f"an exactly-once handler must not execute {what} ({sql!r}): the projection commits its "
+                           "writes together with the offset, so that a failure after them applies the event again "
+                           "from nothing. Drop the statement (conn.commit() and `with conn:` are fine there), or use "
+                           "SAVEPOINT / RELEASE / ROLLBACK TO for a part of the handler's writes")
+
+
+class _StoreCursor(sqlite3.Cursor):
+    """A cursor of the store's connection: the same checks as the connection's execute and executescript."""
+
+    def execute(self, sql: str, parameters: Any = (), /) -> _StoreCursor:
+        conn = self.connection
+        if type(conn) is _StoreConnection and conn.in_projection and _handler_sql(conn, sql):
+            super().execute(sql, parameters)
+            conn.reopen()
+            return self
+        return super().execute(sql, parameters)
+
+    def executescript(self, sql_script: str, /) -> sqlite3.Cursor:
+        conn = self.connection
+        if type(conn) is _StoreConnection and conn.in_projection:
+            conn.executescript(sql_script)  # (refused, naming the fix)
+        return super().executescript(sql_script)
+
+
 class _StoreConnection(sqlite3.Connection):
     """The SQLite store's connection: inside `transaction`, what the handler calls on it cannot end it early."""
 
     # Ended early, the handler's writes would commit apart from the offset (and stay if the handler then fails): there
-    # `with conn:` and commit() leave the commit to the transaction, with the offset; rollback() discards the
-    # handler's writes and opens the transaction again, for the offset; executescript() (which commits first) is
-    # refused, naming what to do instead.
+    # `with conn:` and commit() leave the commit to the transaction, with the offset; rollback() (or ROLLBACK)
+    # discards the handler's writes and opens the transaction again, for the offset; executescript() (which commits
+    # first) and the statements COMMIT, END and BEGIN are refused, naming what to do instead.
     in_projection = False
+
+    def cursor(self, factory: Any = None) -> Any:
+        return super().cursor(factory or _StoreCursor)
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        if self.in_projection and _handler_sql(self, sql):
+            cursor = super().execute(sql, parameters)
+            self.reopen()
+            return cursor
+        return super().execute(sql, parameters)
+
+    def reopen(self) -> None:
+        """Open the projection's transaction again after the handler rolled it back."""
+        super().execute("BEGIN IMMEDIATE")  # (_advance's condition still sees another instance's commit meanwhile)
 
     def commit(self) -> None:
         if not self.in_projection:
@@ -150,7 +210,7 @@ class _StoreConnection(sqlite3.Connection):
     def rollback(self) -> None:
         super().rollback()
         if self.in_projection:
-            self.execute("BEGIN IMMEDIATE")  # (_advance's condition still sees another instance's commit meanwhile)
+            self.reopen()
 
     def executescript(self, sql_script: str, /) -> sqlite3.Cursor:
         if self.in_projection:
@@ -222,6 +282,30 @@ def postgres_conninfo(url: str) -> tuple[str, str]:
     return parts.conninfo, parts.schema
 
 
+@functools.cache
+def _pg_connection_class() -> type[Any]:
+    """The PostgreSQL store's psycopg connection class (made on first use: psycopg is imported only for it)."""
+    import psycopg
+
+    class _PgStoreConnection(psycopg.Connection[Any]):
+        """Inside `transaction`, `with conn:` is refused as it is entered: psycopg's block commits at its end, which
+        psycopg refuses inside the projection's transaction (every event failed with "Explicit commit() forbidden"),
+        and closes the store's connection when the block raises. commit() and rollback() psycopg refuses itself."""
+
+        in_projection = False
+
+        def __enter__(self) -> Any:
+            if self.in_projection:
+                raise OffsetStoreError("an exactly-once handler must not use `with conn:` on the PostgreSQL offset "
+                                       "store's connection (psycopg commits and closes the connection at its end): "
+                                       "the projection commits the handler's writes together with the offset. Drop "
+                                       "the with block, or use `with conn.transaction():` (a savepoint) for a part "
+                                       "of the writes")
+            return super().__enter__()
+
+    return _PgStoreConnection
+
+
 class PostgresOffsetStore(_SqlOffsetStore):
     """Offsets in PostgreSQL (table in the URL's `schema`); the handler gets the psycopg connection."""
 
@@ -236,7 +320,7 @@ class PostgresOffsetStore(_SqlOffsetStore):
         self.url = url
         conninfo, self.schema = postgres_conninfo(url)
         try:
-            self._conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=10)
+            self._conn = _pg_connection_class().connect(conninfo, autocommit=True, connect_timeout=10)
             ident = sql.Identifier(self.schema)
             with self._conn.transaction():
                 lock_ddl(self._conn)  # (two systems may start one projection on a new store at once)
@@ -252,9 +336,14 @@ class PostgresOffsetStore(_SqlOffsetStore):
     @contextmanager
     def transaction(self, projection_id: str, offset: int, expected: int | None = None) -> Iterator[Any]:
         """Yield the psycopg connection inside a transaction; the offset is written and committed with it."""
-        with self._lock, self._conn.transaction():
-            yield self._conn
-            self._advance(self._conn, projection_id, offset, expected)
+        conn = self._conn
+        with self._lock, conn.transaction():
+            conn.in_projection = True
+            try:
+                yield conn
+            finally:
+                conn.in_projection = False
+            self._advance(conn, projection_id, offset, expected)
 
     def close(self) -> None:
         """Close the connection."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+import uuid
 
 import pytest
 
@@ -69,3 +70,67 @@ def test_what_an_exactly_once_handler_calls_on_the_sqlite_connection_never_commi
         assert store.load("p") == 2
     with sqlite3.connect(path) as db:
         assert [r[0] for r in db.execute("SELECT v FROM rows ORDER BY v")] == [2, 3]
+
+
+@pytest.mark.parametrize("sql", ["COMMIT", "end transaction", "  /* done */ commit", "-- done\nCOMMIT TRANSACTION",
+                                 "BEGIN"])
+@pytest.mark.parametrize("through", ["connection", "cursor"])
+def test_an_exactly_once_handler_s_raw_transaction_sql_is_refused_before_it_commits_apart_from_the_offset(
+        tmp_path, sql, through):
+    # commit() and `with conn:` were guarded, but the same commit as SQL (conn.execute("COMMIT"), or through a cursor)
+    # committed the handler's writes before the offset: they stayed when the projection then failed (the final COMMIT
+    # found no transaction), and the restarted projection applied the event again. It is refused now, before it runs,
+    # naming the fix; the transaction (the handler's writes with it) rolls back.
+    path = f"{tmp_path}/read-model.db"
+    with open_offset_store(f"sqlite://{path}") as store:
+        with store.transaction("p", 1, expected=0) as conn:
+            conn.execute("CREATE TABLE rows (v INTEGER)")
+        with pytest.raises(OffsetStoreError, match="must not execute"), store.transaction("p", 2, expected=1) as conn:
+            conn.execute("INSERT INTO rows VALUES (1)")
+            (conn if through == "connection" else conn.cursor()).execute(sql)
+        with pytest.raises(OffsetStoreError, match="executescript"), store.transaction("p", 2, expected=1) as conn:
+            conn.cursor().executescript("INSERT INTO rows VALUES (2);")
+        # Raw ROLLBACK does what rollback() does (discards the writes so far; the offset commits), and savepoints work.
+        with store.transaction("p", 2, expected=1) as conn:
+            conn.execute("INSERT INTO rows VALUES (3)")
+            (conn if through == "connection" else conn.cursor()).execute("ROLLBACK")
+            conn.execute("SAVEPOINT s")
+            conn.execute("INSERT INTO rows VALUES (4)")
+            conn.execute("ROLLBACK TO s")
+            conn.execute("RELEASE s")
+            conn.execute("INSERT INTO rows VALUES (5)")
+        assert store.load("p") == 2
+        conn.execute("INSERT INTO rows VALUES (6)")  # (outside a transaction: nothing is refused)
+    with sqlite3.connect(path) as db:
+        assert [r[0] for r in db.execute("SELECT v FROM rows ORDER BY v")] == [5, 6]
+
+
+def test_an_exactly_once_handler_s_with_block_on_postgresql_is_refused_as_it_is_entered(postgres_url):
+    # On PostgreSQL, `with conn:` (fine on the SQLite store) failed every event with psycopg's "Explicit commit()
+    # forbidden within a Transaction context", which names neither the handler nor the fix; a block that raised also
+    # closed the store's connection. It is refused as it is entered now, naming the fix; nothing is committed, and
+    # the store goes on.
+    from journal.postgres import drop_schema
+
+    url = f"{postgres_url}?schema=proj_with_{uuid.uuid4().hex[:8]}"
+    try:
+        with open_offset_store(url) as store:
+            with store.transaction("p", 1, expected=0) as conn:
+                conn.execute("CREATE TABLE rows (v integer)")
+            for failing in (False, True):
+                with pytest.raises(OffsetStoreError, match="must not use `with conn:`"), \
+                        store.transaction("p", 2, expected=1) as conn:
+                    conn.execute("INSERT INTO rows VALUES (1)")
+                    with conn:
+                        conn.execute("INSERT INTO rows VALUES (2)")
+                        if failing:
+                            raise RuntimeError("the handler fails")
+            assert store.load("p") == 1
+            with store.transaction("p", 2, expected=1) as conn:
+                with conn.transaction():  # (a savepoint: fine)
+                    conn.execute("INSERT INTO rows VALUES (3)")
+            assert store.load("p") == 2
+            with store.transaction("p", 3, expected=2) as conn:
+                assert [r[0] for r in conn.execute("SELECT v FROM rows ORDER BY v")] == [3]
+    finally:
+        drop_schema(url)
