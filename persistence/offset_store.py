@@ -136,9 +136,13 @@ class _SqlOffsetStore(OffsetStore):
                 "the projection goes on from the stored offset")
 
 
-# A statement that begins or ends the transaction (after any comments): COMMIT, END, BEGIN, or ROLLBACK not TO a savepoint.
-_TX_CONTROL = re.compile(r"(?:\s|--[^\n]*(?:\n|$)|/\*.*?\*/)*(BEGIN|COMMIT|END|ROLLBACK(?!\s+(?:TRANSACTION\s+)?TO\b))\b",
+# A statement that begins or ends the transaction (after any comments): COMMIT, END, BEGIN, ROLLBACK not TO a savepoint,
+# and PostgreSQL's ABORT, START TRANSACTION and PREPARE TRANSACTION.
+_TX_CONTROL = re.compile(r"(?:\s|--[^\n]*(?:\n|$)|/\*.*?\*/)*(BEGIN|COMMIT|END|ABORT|START\s+TRANSACTION|"
+                         r"PREPARE\s+TRANSACTION|ROLLBACK(?!\s+(?:TRANSACTION\s+|WORK\s+)?TO\b))\b",
                          re.IGNORECASE | re.DOTALL)
+_SQLITE_HINT = "conn.commit() and `with conn:` are fine there"
+_PG_HINT = "`with conn.transaction():` makes a savepoint"
 
 
 @functools.lru_cache(maxsize=256)  # (a handler runs the same few statements for every event)
@@ -148,18 +152,19 @@ def _tx_control(sql: object) -> str | None:
     return found.group(1).upper().split()[0] if found else None
 
 
-def _handler_sql(conn: _StoreConnection, sql: object) -> bool:
-    """Check a statement an exactly-once handler executes: True for ROLLBACK (to run, then reopen the transaction, as
-    rollback() does); OffsetStoreError for one that would begin or end the projection's transaction."""
+def _handler_sql(sql: object, allow_rollback: bool, hint: str) -> bool:
+    """Check a statement an exactly-once handler executes: True for ROLLBACK if `allow_rollback` (to run, then open the
+    transaction again, as rollback() does); OffsetStoreError for one that would begin or end the projection's
+    transaction."""
     what = _tx_control(sql)
     if what is None:
         return False
-    if what == "ROLLBACK":
+    if what == "ROLLBACK" and allow_rollback:
         return True
     raise OffsetStoreError(f"an exactly-once handler must not execute {what} ({sql!r}): the projection commits its "
                            "writes together with the offset, so that a failure after them applies the event again "
-                           "from nothing. Drop the statement (conn.commit() and `with conn:` are fine there), or use "
-                           "SAVEPOINT / RELEASE / ROLLBACK TO for a part of the handler's writes")
+                           f"from nothing. Drop the statement ({hint}), or use SAVEPOINT / RELEASE / ROLLBACK TO for a "
+                           "part of the handler's writes")
 
 
 class _StoreCursor(sqlite3.Cursor):
@@ -167,7 +172,7 @@ class _StoreCursor(sqlite3.Cursor):
 
     def execute(self, sql: str, parameters: Any = (), /) -> _StoreCursor:
         conn = self.connection
-        if type(conn) is _StoreConnection and conn.in_projection and _handler_sql(conn, sql):
+        if type(conn) is _StoreConnection and conn.in_projection and _handler_sql(sql, True, _SQLITE_HINT):
             super().execute(sql, parameters)
             conn.reopen()
             return self
@@ -193,7 +198,7 @@ class _StoreConnection(sqlite3.Connection):
         return super().cursor(factory or _StoreCursor)
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
-        if self.in_projection and _handler_sql(self, sql):
+        if self.in_projection and _handler_sql(sql, True, _SQLITE_HINT):
             cursor = super().execute(sql, parameters)
             self.reopen()
             return cursor
@@ -283,8 +288,9 @@ def postgres_conninfo(url: str) -> tuple[str, str]:
 
 
 @functools.cache
-def _pg_connection_class() -> type[Any]:
-    """The PostgreSQL store's psycopg connection class (made on first use: psycopg is imported only for it)."""
+def _pg_classes() -> tuple[type[Any], type[Any]]:
+    """The PostgreSQL store's psycopg connection and cursor classes (made on first use: psycopg is imported only for
+    them)."""
     import psycopg
 
     class _PgStoreConnection(psycopg.Connection[Any]):
@@ -303,7 +309,17 @@ def _pg_connection_class() -> type[Any]:
                                        "of the writes")
             return super().__enter__()
 
-    return _PgStoreConnection
+    class _PgStoreCursor(psycopg.Cursor[Any]):
+        """Inside `transaction`, a statement that would end the projection's transaction (COMMIT, ROLLBACK, ...) is
+        refused before it runs: psycopg does not see it, and the handler's writes committed before the offset.
+        (Connection.execute runs through the connection's cursor_factory: this covers it too.)"""
+
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            if self.connection.in_projection:  # type: ignore[attr-defined]  # (_PgStoreConnection's)
+                _handler_sql(query, False, _PG_HINT)
+            return super().execute(query, params, **kwargs)
+
+    return _PgStoreConnection, _PgStoreCursor
 
 
 class PostgresOffsetStore(_SqlOffsetStore):
@@ -320,7 +336,8 @@ class PostgresOffsetStore(_SqlOffsetStore):
         self.url = url
         conninfo, self.schema = postgres_conninfo(url)
         try:
-            self._conn = _pg_connection_class().connect(conninfo, autocommit=True, connect_timeout=10)
+            connection, cursor = _pg_classes()
+            self._conn = connection.connect(conninfo, autocommit=True, connect_timeout=10, cursor_factory=cursor)
             ident = sql.Identifier(self.schema)
             with self._conn.transaction():
                 lock_ddl(self._conn)  # (two systems may start one projection on a new store at once)

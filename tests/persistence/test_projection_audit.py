@@ -134,3 +134,35 @@ def test_an_exactly_once_handler_s_with_block_on_postgresql_is_refused_as_it_is_
                 assert [r[0] for r in conn.execute("SELECT v FROM rows ORDER BY v")] == [3]
     finally:
         drop_schema(url)
+
+
+@pytest.mark.parametrize("sql", ["COMMIT", "end", "/* done */ ROLLBACK", "abort", "start transaction", "BEGIN"])
+@pytest.mark.parametrize("through", ["connection", "cursor"])
+def test_an_exactly_once_handler_s_raw_transaction_sql_on_postgresql_is_refused_before_it_runs(
+        postgres_url, sql, through):
+    # As on SQLite: a raw COMMIT (or ROLLBACK, END, ...) on the PostgreSQL store's connection ended the projection's
+    # transaction behind psycopg's back: the handler's writes committed before the offset and stayed when the handler
+    # then failed (applied twice after the restart). Refused before it runs; a savepoint's ROLLBACK TO is fine.
+    from journal.postgres import drop_schema
+
+    url = f"{postgres_url}?schema=proj_raw_{uuid.uuid4().hex[:8]}"
+    try:
+        with open_offset_store(url) as store:
+            with store.transaction("p", 1, expected=0) as conn:
+                conn.execute("CREATE TABLE rows (v integer)")
+            with pytest.raises(OffsetStoreError, match="must not execute"), \
+                    store.transaction("p", 2, expected=1) as conn:
+                conn.execute("INSERT INTO rows VALUES (1)")
+                (conn if through == "connection" else conn.cursor()).execute(sql)
+                raise RuntimeError("the handler fails after it")  # (before: its write stayed)
+            assert store.load("p") == 1
+            with store.transaction("p", 2, expected=1) as conn:
+                conn.execute("SAVEPOINT s")
+                conn.execute("INSERT INTO rows VALUES (2)")
+                conn.execute("ROLLBACK TO SAVEPOINT s")
+                conn.execute("INSERT INTO rows VALUES (3)")
+            assert store.load("p") == 2
+            with store.transaction("p", 3, expected=2) as conn:
+                assert [r[0] for r in conn.execute("SELECT v FROM rows ORDER BY v")] == [3]
+    finally:
+        drop_schema(url)
