@@ -595,6 +595,10 @@ class _Applications(list[tuple[str, int, object, Callable[[Any], object], str | 
         actor._handling = self  # (for a snapshot a handler saves: see IdempotentReceiver.snapshot_sequence_nr)
         try:
             for k, (_origin, _delivery_id, event, handler, sender) in enumerate(self):
+                if actor._stopping:
+                    # An earlier application's handler stopped the actor: as for separate events, the later handlers
+                    # do not run (their applications are stored: the next instance recovers them).
+                    break
                 actor._handling_at = k
                 actor.sender = sender
                 handler(event)

@@ -96,3 +96,20 @@ class RcFails(EventLog, PersistentActor):
             self.tell(sender, tuple(self.state))
         elif message == "boom":
             raise RuntimeError("boom")
+
+
+class StopApplying(EventLog, IdempotentReceiver):
+    """("apply", origin, id, e): persist_applied e, its handler tells the sender ("applied", e) and stops the actor if
+    e starts with "stop"; "state": its events."""
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if message == "state":
+            self.tell(sender, tuple(self.state))
+        elif isinstance(message, tuple) and message[0] == "apply":
+            _, origin, delivery_id, event = message
+            self.persist_applied(origin, delivery_id, event, self._applied)
+
+    def _applied(self, event: Any) -> None:
+        self._handled(event, self.sender, "applied")
+        if event.startswith("stop"):
+            self.stop()

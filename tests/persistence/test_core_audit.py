@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.persistence.core_audit_actors import BadTags, Flaky, RcFails, SharedId
+from tests.persistence.core_audit_actors import BadTags, Flaky, RcFails, SharedId, StopApplying
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -83,3 +83,21 @@ def test_a_recovery_completed_handler_that_persists_then_fails_runs_no_handler_o
     assert replies.receive() == ("rc",)
     psystem.stop("/user/rc/rc-1")
     assert psystem.ask("/user/rc/rc-1", "state") == ("rc",)  # stored once
+
+
+def test_an_application_handler_that_stops_the_receiver_is_the_last_that_runs_of_its_applied_batch(psystem):
+    psystem.spawn(StopApplying, "/user/i", entities=True)
+    probe = psystem.probe()
+    # One round: three applications journaled as one AppliedBatch, whose handlers ran all on the stopping instance
+    # (as persist_all's did). As for separate events (Akka), the handler that stops the actor is the last to run;
+    # the later applications are stored, and the next instance recovers them (marked applied: a redelivery of them
+    # is a duplicate).
+    psystem.tell_many([("/user/i/1", ("apply", "o", 1, "a")), ("/user/i/1", ("apply", "o", 2, "stop")),
+                       ("/user/i/1", ("apply", "o", 3, "c"))], sender=probe.path)
+    assert probe.receive() == ("applied", "a")
+    assert probe.receive() == ("applied", "stop")
+    probe.expect_no_message(0.3)
+    assert psystem.ask("/user/i/1", "state") == ("a", "stop", "c")
+    probe.tell("/user/i/1", ("apply", "o", 3, "c"))  # a duplicate now: not applied again
+    assert psystem.ask("/user/i/1", "state") == ("a", "stop", "c")
+    probe.expect_no_message(0.2)
