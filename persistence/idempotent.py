@@ -595,7 +595,7 @@ class _Applications(list[tuple[str, int, object, Callable[[Any], object], str | 
         actor._handling = self  # (for a snapshot a handler saves: see IdempotentReceiver.snapshot_sequence_nr)
         try:
             for k, (_origin, _delivery_id, event, handler, sender) in enumerate(self):
-                if actor._stopping:
+                if actor._stop_called:
                     # An earlier application's handler stopped the actor: as for separate events, the later handlers
                     # do not run (their applications are stored: the next instance recovers them).
                     break
