@@ -145,11 +145,26 @@ _SQLITE_HINT = "conn.commit() and `with conn:` are fine there"
 _PG_HINT = "`with conn.transaction():` makes a savepoint"
 
 
-@functools.lru_cache(maxsize=256)  # (a handler runs the same few statements for every event)
 def _tx_control(sql: object) -> str | None:
     """The transaction statement `sql` is (upper case: "COMMIT", "ROLLBACK", ...), or None."""
-    found = _TX_CONTROL.match(sql) if isinstance(sql, str) else None
+    # (Only text is cached: psycopg's composed queries are unhashable; _pg_text turned them into text.)
+    return _tx_control_text(sql) if type(sql) is str else None
+
+
+@functools.lru_cache(maxsize=256)  # (a handler runs the same few statements for every event)
+def _tx_control_text(sql: str) -> str | None:
+    found = _TX_CONTROL.match(sql)
     return found.group(1).upper().split()[0] if found else None
+
+
+def _pg_text(query: Any, context: Any) -> object:
+    """The text of a query psycopg takes: a str as it is, bytes decoded, a psycopg.sql object rendered."""
+    if type(query) is str:
+        return query
+    if isinstance(query, bytes | bytearray | memoryview):
+        return bytes(query).decode("utf-8", "replace")
+    as_string = getattr(query, "as_string", None)  # (psycopg.sql.Composable: what its docs build queries with)
+    return as_string(context) if callable(as_string) else query
 
 
 def _handler_sql(sql: object, allow_rollback: bool, hint: str) -> bool:
@@ -316,7 +331,7 @@ def _pg_classes() -> tuple[type[Any], type[Any]]:
 
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
             if self.connection.in_projection:  # type: ignore[attr-defined]  # (_PgStoreConnection's)
-                _handler_sql(query, False, _PG_HINT)
+                _handler_sql(_pg_text(query, self), False, _PG_HINT)
             return super().execute(query, params, **kwargs)
 
     return _PgStoreConnection, _PgStoreCursor

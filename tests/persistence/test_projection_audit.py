@@ -166,3 +166,32 @@ def test_an_exactly_once_handler_s_raw_transaction_sql_on_postgresql_is_refused_
                 assert [r[0] for r in conn.execute("SELECT v FROM rows ORDER BY v")] == [3]
     finally:
         drop_schema(url)
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(60)
+def test_an_exactly_once_handler_s_composed_psycopg_queries_run_and_a_composed_commit_is_refused(postgres_url):
+    # Queries built with psycopg.sql (unhashable objects, not str) are how psycopg's docs say to name tables: the
+    # check of what a handler executes raised TypeError on every one of them. They run, and a composed COMMIT is
+    # refused like a text one; bytes too.
+    from psycopg import sql as pgsql
+
+    from journal.postgres import drop_schema
+
+    url = f"{postgres_url}?schema=proj_comp_{uuid.uuid4().hex[:8]}"
+    try:
+        with open_offset_store(url) as store:
+            with store.transaction("p", 1, expected=0) as conn:
+                conn.execute(pgsql.SQL("CREATE TABLE {} (v integer)").format(pgsql.Identifier("rows")))
+                conn.execute(pgsql.SQL("INSERT INTO {} VALUES (%s)").format(pgsql.Identifier("rows")), (1,))
+                conn.cursor().execute(b"INSERT INTO rows VALUES (2)")
+            for commit in (pgsql.SQL("COMMIT"), pgsql.SQL("{}").format(pgsql.SQL("END")), b"COMMIT"):
+                with pytest.raises(OffsetStoreError, match="must not execute"), \
+                        store.transaction("p", 2, expected=1) as conn:
+                    conn.execute(pgsql.SQL("INSERT INTO {} VALUES (9)").format(pgsql.Identifier("rows")))
+                    conn.execute(commit)
+                assert store.load("p") == 1
+            with store.transaction("p", 2, expected=1) as conn:
+                assert [r[0] for r in conn.execute("SELECT v FROM rows ORDER BY v")] == [1, 2]
+    finally:
+        drop_schema(url)
