@@ -604,7 +604,9 @@ class Journal(ABC):
 
     @abstractmethod
     def _read_tag(self, tag: str, offset: int, limit: int, upto: int) -> Sequence[TaggedRow]:
-        """Up to `limit` tagged events with `offset` < offset <= `upto`, ascending by offset."""
+        """Up to `limit` tagged events with `offset` < offset <= `upto`, ascending by offset; fewer only when no
+        more are stored up to `upto` (a query takes a short chunk for its end: a tag whose event is gone must not
+        make one)."""
 
     @abstractmethod
     def _read_ordered(self, offset: int, limit: int, upto: int) -> Sequence[TaggedRow]:

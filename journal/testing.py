@@ -183,6 +183,10 @@ class JournalSpec:
         """Paths of the files that hold the journal (for the permission case); [] = not file based."""
         return []
 
+    def remove_event_behind_the_journal(self, journal: Journal, journal_url: str, pid: str, sequence_nr: int) -> None:
+        """Delete one stored event in the store itself, leaving its tags (as an operator's SQL DELETE would)."""
+        pytest.skip(f"{type(self).__name__} gives no way to delete an event behind the journal's back")
+
     # --- fixture: [1] [2] [3] [4,5] (or five single writes) ---------------------------------------
 
     @pytest.fixture
@@ -767,6 +771,41 @@ class JournalSpec:
         assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
         middle = got[len(got) // 2]
         assert _keys(journal.events_by_tag(t, middle.offset)) == _keys(got[len(got) // 2 + 1:])
+
+    @pytest.mark.timeout(60)
+    def test_tags_of_events_deleted_behind_the_journal_cut_no_tag_query_short(
+            self, journal: Journal, journal_url: str, writer: str) -> None:
+        """A tag whose event was deleted by hand (SQL on the store) made a tag chunk read short, and every tag
+        query took that for its end: it skipped the events after it, up to its horizon (a current query ended
+        without them, a live one and an events_reader passed them for good)."""
+        a, b, c, t = _fresh_pid(), _fresh_pid(), _fresh_pid(), f"t-{uuid.uuid4().hex[:6]}"
+        writes = [AtomicWrite([PersistentRepr(n, n, p, writer_uuid=writer, tags=frozenset() if p == c else frozenset({t}))])
+                  for p, last in ((a, 4), (b, 3), (c, 1)) for n in range(1, last + 1)]
+        assert journal.write_messages(writes) == [None] * len(writes)
+        for p, n in ((a, 2), (a, 3), (b, 3)):  # b-3: the tag's newest (c-1 after it keeps offsets from reuse)
+            self.remove_event_behind_the_journal(journal, journal_url, p, n)
+        expected = [(a, 1), (a, 4), (b, 1), (b, 2)]
+        journal.replay_chunk = 2  # the first chunk [a-1, (a-2's tag)] reads one event of two
+        assert _keys(journal.events_by_tag(t)) == expected
+        assert _keys(journal.events_between(0, journal.newest_offset(), tag=t)) == expected
+        first = next(iter(journal.events_by_tag(t)))
+        assert _keys(journal.events_by_tag(t, first.offset)) == expected[1:]  # a first chunk of only a-2, a-3's tags
+        reader, read = journal.events_reader(tag=t), list[EventEnvelope]()
+        deadline = time.monotonic() + 20
+        while len(read) < len(expected) and time.monotonic() < deadline:
+            batch = reader.read(2)
+            read += batch
+            if not batch:
+                threading.Event().wait(0.02)  # the reader never waits itself: a gap (the deleted events) settles
+        assert _keys(read) == expected
+        with journal.events_by_tag(t, live=True, poll_interval=0.02) as q:
+            closer = threading.Timer(20, q.close)  # bounds the wait for an event the query passed
+            closer.start()
+            try:
+                live = [next(q, None) for _ in expected]
+            finally:
+                closer.cancel()
+        assert [k for k in _keys(e for e in live if e is not None)] == expected
 
     def test_newest_offset_and_events_between_read_offset_ranges(
             self, journal: Journal, pid: str, writer: str) -> None:

@@ -54,6 +54,14 @@ class TestSqliteJournal(JournalSpec):
         _flip_stored_bytes(path, blob)
         return open_journal(journal_url)
 
+    def remove_event_behind_the_journal(self, journal: Journal, journal_url: str, pid: str, sequence_nr: int) -> None:
+        conn = sqlite3.connect(journal.path)
+        try:
+            conn.execute("DELETE FROM journal WHERE persistence_id = ? AND sequence_nr = ?", (pid, sequence_nr))
+            conn.commit()
+        finally:
+            conn.close()
+
     def journal_files(self, journal: Journal) -> list[str]:
         assert isinstance(journal, SqliteJournal)
         files = [journal.path + suffix for suffix in ("", "-wal", "-shm")]
@@ -158,6 +166,10 @@ class TestPostgresJournal(JournalSpec):
         assert isinstance(journal, PostgresJournal)
         journal.execute(_FLIP_LAST_BYTE % (("journal",) + ("record",) * 5), (pid, sequence_nr))
         return journal
+
+    def remove_event_behind_the_journal(self, journal: Journal, journal_url: str, pid: str, sequence_nr: int) -> None:
+        assert isinstance(journal, PostgresJournal)
+        journal.execute("DELETE FROM {s}.journal WHERE persistence_id = %s AND sequence_nr = %s", (pid, sequence_nr))
 
 
 @pytest.mark.postgres
