@@ -685,7 +685,7 @@ class SnapshotStore(ABC):
              criteria: SnapshotSelectionCriteria = SnapshotSelectionCriteria.LATEST) -> SelectedSnapshot | None:
         """The youngest snapshot matching `criteria`, or None; a matching snapshot that cannot be read raises."""
         row = self._load(persistence_id, criteria)
-        if criteria.min_timestamp > 0 or criteria.max_timestamp < MAX_SEQUENCE_NR:
+        if _bounds_timestamps(criteria):
             # The younger snapshots in the bounds were passed over for their timestamps: one flipped out of the
             # bounds would make this load return an older snapshot (and a recovery replay events since deleted).
             after = criteria.min_sequence_nr - 1 if row is None else row[0]
@@ -732,6 +732,32 @@ class SnapshotStore(ABC):
         """(seq nr, timestamp, bytes, checksum) of the snapshots with after < seq nr <= to (load checks that they
         were passed over for their real timestamps). Default: none (a store that cannot tell)."""
         return ()
+
+    def _verified(self, persistence_id: str, min_sequence_nr: int, max_sequence_nr: int, min_timestamp: int,
+                  max_timestamp: int) -> list[tuple[int, int]]:
+        """(seq nr, timestamp) of the snapshots in the sequence nr bounds whose timestamp, checked against its
+        checksum, is in the timestamp bounds: what a delete by timestamp removes (by key and that timestamp).
+
+        The stored timestamp is beside the checksummed bytes: a flipped bit made a delete keep the snapshot it
+        named, or remove one the bounds excluded (the newest, say). A snapshot that fails its check raises
+        JournalCorruption and nothing is deleted: its timestamp cannot be told."""
+        keys: list[tuple[int, int]] = []
+        for seq, ts, blob, ck in self._younger(persistence_id, min_sequence_nr - 1, max_sequence_nr):
+            try:
+                check_snapshot(persistence_id, seq, ts, bytes(blob), ck)
+            except JournalCorruption as e:
+                raise JournalCorruption(
+                    f"{e}; deleting snapshots by timestamp needs it: nothing was deleted (delete this one by its "
+                    "sequence nr alone: delete(SnapshotMetadata(persistence_id, sequence_nr)), timestamp 0)",
+                    persistence_id, seq) from e
+            if min_timestamp <= ts <= max_timestamp:
+                keys.append((seq, ts))
+        return keys
+
+
+def _bounds_timestamps(criteria: SnapshotSelectionCriteria) -> bool:
+    """Whether `criteria` selects by timestamp (then loads and deletes check the timestamps they compare)."""
+    return criteria.min_timestamp > 0 or criteria.max_timestamp < MAX_SEQUENCE_NR
 
 
 def _one_or_problem(decode: Callable[[Sequence[R]], Sequence[T]], row: R, persistence_id: str, sequence_nr: int) -> T | Problem:

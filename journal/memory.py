@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from journal.api import Journal, SnapshotStore, TaggedRow
+from journal.api import Journal, SnapshotStore, TaggedRow, _bounds_timestamps
 from journal.errors import JournalError
 from journal.model import PersistenceIdSummary, SnapshotMetadata, SnapshotSelectionCriteria
 from journal.records import EncodedBatch, StoredRow
@@ -239,19 +239,28 @@ class MemorySnapshotStore(SnapshotStore):
             return [(seq, *snaps[seq]) for seq in sorted(snaps) if after < seq <= to]
 
     def delete(self, metadata: SnapshotMetadata) -> None:
-        """Delete the snapshot at (pid, seq nr); a timestamp of 0 matches any timestamp."""
-        with self._s.lock:
-            snaps = self._s.snapshots.get(metadata.persistence_id, {})
-            found = snaps.get(metadata.sequence_nr)
-            if found is not None and metadata.timestamp in (0, found[0]):
-                del snaps[metadata.sequence_nr]
+        """Delete the snapshot at (pid, seq nr); a timestamp of 0 matches any timestamp (else it is checked)."""
+        pid, seq, ts = metadata.persistence_id, metadata.sequence_nr, metadata.timestamp
+        self._delete_keys(pid, [(seq, 0)] if ts == 0 else self._verified(pid, seq, seq, ts, ts))
 
     def delete_matching(self, persistence_id: str, criteria: SnapshotSelectionCriteria) -> None:
-        """Delete every snapshot of the id matching `criteria`."""
+        """Delete every snapshot of the id matching `criteria` (timestamps checked when it bounds them)."""
+        lo, hi = criteria.min_sequence_nr, criteria.max_sequence_nr
+        if not _bounds_timestamps(criteria):
+            with self._s.lock:
+                snaps = self._s.snapshots.get(persistence_id, {})
+                self._delete_keys(persistence_id, [(seq, 0) for seq in snaps if lo <= seq <= hi])
+            return
+        self._delete_keys(persistence_id, self._verified(persistence_id, lo, hi, criteria.min_timestamp,
+                                                         criteria.max_timestamp))
+
+    def _delete_keys(self, persistence_id: str, keys: list[tuple[int, int]]) -> None:
+        """Delete the snapshots (seq nr, timestamp; 0: any); one saved over since keeps its new timestamp."""
         with self._s.lock:
             snaps = self._s.snapshots.get(persistence_id, {})
-            for seq, (ts, _, _) in list(snaps.items()):
-                if criteria.matches(SnapshotMetadata(persistence_id, seq, ts)):
+            for seq, ts in keys:
+                found = snaps.get(seq)
+                if found is not None and ts in (0, found[0]):
                     del snaps[seq]
 
     def close(self) -> None:

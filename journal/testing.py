@@ -1311,6 +1311,33 @@ class SnapshotStoreSpec:
         finally:
             store.close()
 
+    @pytest.mark.parametrize("how", ["delete", "delete_matching"])
+    def test_a_delete_by_timestamp_checks_the_stored_timestamp(
+            self, store: SnapshotStore, snapshot_url: str, pid: str, md: list[SnapshotMetadata], how: str) -> None:
+        """Deletes compared the stored timestamp without its checksum: with a bit of the newest snapshot's timestamp
+        flipped low, delete_matching(max_timestamp=the one before) removed the newest snapshot too, and delete(its
+        metadata) kept it while reporting success. Now the delete raises JournalCorruption naming it, deleting
+        nothing; a delete without timestamp bounds still removes it."""
+        ts = md[4].timestamp
+        store = self.corrupt_snapshot_timestamp(store, snapshot_url, pid, 15, ts.bit_length() - 1)  # now the oldest
+        try:
+            with pytest.raises(JournalCorruption, match="nothing was deleted") as err:
+                if how == "delete":
+                    store.delete(md[4])
+                else:
+                    store.delete_matching(pid, SnapshotSelectionCriteria(max_timestamp=md[3].timestamp))
+            assert (err.value.persistence_id, err.value.sequence_nr) == (pid, 15)
+            with pytest.raises(JournalCorruption):
+                store.load(pid)  # the damaged newest snapshot is still there
+            assert _must_load(store, pid, SnapshotSelectionCriteria(max_sequence_nr=14)).metadata == md[3]
+            # Sound snapshots are deleted by timestamp as before; the damaged one by sequence nr alone.
+            store.delete(md[3])
+            store.delete_matching(pid, SnapshotSelectionCriteria(max_sequence_nr=12, max_timestamp=md[1].timestamp))
+            store.delete(SnapshotMetadata(pid, 15))
+            assert _must_load(store, pid).metadata == md[2]
+        finally:
+            store.close()
+
     def test_a_snapshot_of_the_format_before_the_timestamp_was_checksummed_still_loads(
             self, store: SnapshotStore, pid: str) -> None:
         from journal.serialization import FORMAT_FLAT, checksum, key_seed, thread_packer
