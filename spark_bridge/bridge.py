@@ -98,6 +98,7 @@ from spark_bridge.messages import (
     GetStagedRuns,
     IngestBatch,
     OpenBatches,
+    PartitionsMismatch,
     PlanOf,
     Progress,
     Release,
@@ -322,6 +323,8 @@ class SparkBridge(AtLeastOnceDelivery):
         self._staged_rows = 0  # rows of staged batches kept in memory
         self._rows_in = 0  # new rows taken from feeds by this incarnation (the metrics' feed rows)
         self._released: dict[str, set[int]] = {}
+        # batch feed id -> the partition count of its first released (or decided) run: its reruns must match it
+        self._partitions: dict[str, int] = {}
         self._runs: OrderedDict[str, None] = OrderedDict()  # f"{feed}/{run}" released
         # f"{feed}/{run}" discarded -> (reason, idle seconds) as in AttemptsDiscarded: a late Release is refused
         self._discarded: OrderedDict[str, tuple[str, float]] = OrderedDict()
@@ -429,6 +432,7 @@ class SparkBridge(AtLeastOnceDelivery):
             run = (feed_id, attempt.split("/", 1)[0])
             self._activity[run] = [now, wall.get(run, 0.0)]  # the idle clock restarts at recovery
         self._released = {f: set(p) for f, p in s.released.items()}
+        self._partitions = dict(s.partitions)
         self._runs = OrderedDict.fromkeys(s.runs)
         self._discarded = OrderedDict((run_key, (reason, idle)) for run_key, reason, idle in s.discarded)
         self._decided = {f: {p: run for p, run in d} for f, d in s.decided.items()}
@@ -463,6 +467,7 @@ class SparkBridge(AtLeastOnceDelivery):
             [[k, *why] for k, why in self._discarded.items()],
             [[f, run, a[1]] for (f, run), a in self._activity.items() if a[1]],
             [[k, *why] for k, why in self._abandoned_runs.items()],
+            dict(self._partitions),
         )
 
     def stats(self) -> dict[str, int]:
@@ -754,11 +759,13 @@ class SparkBridge(AtLeastOnceDelivery):
             # a repeat (the driver resends until answered)
             self.defer_async(FeedReleased(m.feed_id, m.run, 0, self.path), lambda r: self._released_reply(m, r))
             return
+        if not m.planned and self._partitions_mismatch(m.feed_id, m.run, m.partitions, m.keyed, m.reply_to):
+            return  # (its staged batches stay until its driver's Discard, or staged_ttl)
         self._flush()  # batches buffered before it are journaled before it
         # Its tasks are done staging: their batches' busy linger would throttle its own fan-out for busy_for s
         # (1,000 rows per 50 ms: ~0.4 s of a 1M-row processed feed). Another run still staging sets it again.
         self._persisted_ingest_at = 0.0
-        event = AttemptsReleased(m.feed_id, m.run, m.winners, self._next_id, m.planned)
+        event = AttemptsReleased(m.feed_id, m.run, m.winners, self._next_id, m.planned, m.partitions)
         batches, discarded = self._release_attempts(event)
         if batches:
             # Their ids are allocated (_next_id is past them) but reach the backlog only once the event is durable:
@@ -773,6 +780,7 @@ class SparkBridge(AtLeastOnceDelivery):
         """Apply a release (live or replaying): ids, trees and keys of the winners' batches; drop the rest."""
         feed_id, run = event.feed_id, event.run
         self._remember_run(f"{feed_id}/{run}")
+        self._record_partitions(feed_id, event.partitions)
         released = self._released.setdefault(feed_id, set())
         keys = self._keys.setdefault(feed_id, set())
         counts = self._feed(feed_id)
@@ -1055,6 +1063,8 @@ class SparkBridge(AtLeastOnceDelivery):
             refused = ReleaseRefused(m.feed_id, m.run, reason, idle, bridge)
             self.defer_async(refused, lambda r: self.tell(m.reply_to, r))
             return
+        if self._partitions_mismatch(m.feed_id, m.run, m.partitions, m.keyed, m.reply_to):
+            return
         decided = self._decided.get(m.feed_id, {})
         winners: list[list[Any]] = []
         excluded: list[list[Any]] = []
@@ -1062,7 +1072,7 @@ class SparkBridge(AtLeastOnceDelivery):
         for partition, attempt, bridge in m.winners:
             done = not m.keyed and (replayed or partition in decided)
             (excluded if done else winners).append([partition, attempt, bridge])
-        event = ReleaseDecided(m.feed_id, m.run, winners, excluded)
+        event = ReleaseDecided(m.feed_id, m.run, winners, excluded, m.partitions)
         reply = ReleasePlan(m.feed_id, m.run, winners, excluded, self._earlier(event))
         self._decide(event)  # now: a repeat or a direct release arriving meanwhile sees the decision
         self.persist_async(event, lambda e: self.tell(m.reply_to, reply))
@@ -1110,12 +1120,32 @@ class SparkBridge(AtLeastOnceDelivery):
             self._abandoned_runs.popitem(last=False)
 
     def _decide(self, event: ReleaseDecided) -> None:
+        self._record_partitions(event.feed_id, event.partitions)
         decided = self._decided.setdefault(event.feed_id, {})
         for partition, _, _ in event.winners:
             decided.setdefault(partition, event.run)
         self._plans[f"{event.feed_id}/{event.run}"] = event
         while len(self._plans) > KEPT_PLANS:
             self._plans.popitem(last=False)
+
+    def _record_partitions(self, feed_id: str, partitions: int) -> None:
+        """Remember the partition count of a batch feed id's first run released (or decided) that said it."""
+        if partitions > 0 and "/" not in feed_id:  # (a micro-batch replayed is done whole however it splits)
+            self._partitions.setdefault(feed_id, partitions)
+
+    def _partitions_mismatch(self, feed_id: str, run: str, partitions: int, keyed: bool,
+                             reply_to: str) -> bool:
+        """Refuse a rerun of an unkeyed batch feed id split into another partition count than its released runs:
+        a rerun skips released partitions by number, so its rows would be skipped or delivered twice."""
+        known = self._partitions.get(feed_id)
+        if keyed or not partitions or known is None or known == partitions:
+            return False
+        self.log.warning("spark bridge %s: refused run %s of feed %r: %d partitions, its released runs had %d",
+                         self.path, run, feed_id, partitions, known)
+        self._flush()
+        refused = PartitionsMismatch(feed_id, run, partitions, known, self.path)
+        self.defer_async(refused, lambda r: self.tell(reply_to, r))  # (once the count recorded is durable)
+        return True
 
     def _remember_run(self, run_key: str) -> None:
         self._runs[run_key] = None

@@ -59,6 +59,7 @@ from spark_bridge.messages import (
     GetOpenBatches,
     IngestBatch,
     OpenBatches,
+    PartitionsMismatch,
     Release,
     ReleasePlan,
     ReleaseRefused,
@@ -467,13 +468,18 @@ def result_batch(partition: int, attempt: str, rows: int, duplicates: int, dead:
 # ---- the driver side: the job's commit --------------------------------------------------------------
 
 
-def commit_run(plan: _Plan, feed_id: str, staged: Iterable[tuple[Any, ...]], started: float) -> FeedResult:
+def commit_run(plan: _Plan, feed_id: str, staged: Iterable[tuple[Any, ...]], started: float,
+               partitions: int | None = None) -> FeedResult:
     """Release the winning attempts and wait as `plan.processed` asks.
 
     `staged` holds one commit message per partition: (partition, attempt, rows, duplicates, dead[, bridge]).
-    With node bridges, the coordinator decides first which partitions each bridge releases (ReleasePlan).
+    `partitions`: the job's partition count (default: one per commit message), which the bridge checks against
+    the feed id's released runs. With node bridges, the coordinator decides first which partitions each bridge
+    releases (ReleasePlan).
     """
     messages = sorted((m[0], m[1], m[2], m[3], m[4], m[5] if len(m) > 5 else BRIDGE_PATH) for m in staged)
+    count = len(messages) if partitions is None else partitions
+    keyed = plan.key is not None
     system = actors.connect(plan.port, host=plan.host)
     excluded: set[tuple[int, str]] = set()
     try:
@@ -482,20 +488,29 @@ def commit_run(plan: _Plan, feed_id: str, staged: Iterable[tuple[Any, ...]], sta
         releases: dict[tuple[str, str], Release] = {}
         if not plan.bridges and bridges in ([], [BRIDGE_PATH]):  # one bridge: it checks everything itself
             winners = [[p, attempt] for p, attempt, *_ in messages]
-            releases[BRIDGE_PATH, plan.run] = Release(feed_id, plan.run, winners, probe.path, plan.processed)
+            releases[BRIDGE_PATH, plan.run] = Release(feed_id, plan.run, winners, probe.path, plan.processed,
+                                                      partitions=count, keyed=keyed)
         else:
-            decision = _coordinate(system, probe, plan, feed_id, messages)
+            decision = _coordinate(system, probe, plan, feed_id, messages, count)
             excluded = {(p, attempt) for p, attempt, _ in decision.excluded}
             for bridge in bridges:  # (a bridge whose winners were all excluded drops what the run staged there)
                 winners = [[p, attempt] for p, attempt, b in decision.winners if b == bridge]
-                releases[bridge, plan.run] = Release(feed_id, plan.run, winners, probe.path, plan.processed, True)
+                releases[bridge, plan.run] = Release(feed_id, plan.run, winners, probe.path, plan.processed, True,
+                                                     count, keyed)
             for run, bridge, winners in decision.earlier:
                 releases.setdefault((bridge, run), Release(feed_id, run, winners, probe.path, plan.processed, True))
         for other in sorted({BRIDGE_PATH, *plan.bridges}.difference(b for b, _ in releases)):
             system.tell(other, Discard(feed_id, plan.run, probe.path))  # losing attempts may have staged there
         discarded, skipped = _release(system, probe, plan, feed_id, releases)
+    except _Mismatched as exc:
+        mismatch: PartitionsMismatch | None = exc.reply
+    else:
+        mismatch = None
     finally:
         system.close()
+    if mismatch is not None:
+        discard_run(plan, feed_id)  # (nothing of the run was released: what it staged goes now, not after a day)
+        raise FeedError(mismatch.explain())
     seconds = time.monotonic() - started
     rows = sum(m[2] for m in messages)
     duplicates, dead = skipped, 0  # (skipped: rows whose key another partition or run released first)
@@ -527,19 +542,29 @@ def _ask_bridge(system: actors.System, probe: actors.Probe, plan: _Plan, path: s
     return None
 
 
+class _Mismatched(Exception):
+    """A bridge refused the run: its partition count is not that of the feed id's released runs."""
+
+    def __init__(self, reply: PartitionsMismatch) -> None:
+        super().__init__(reply.explain())
+        self.reply = reply
+
+
 def _coordinate(system: actors.System, probe: actors.Probe, plan: _Plan, feed_id: str,
-                messages: list[tuple[int, str, int, int, int, str]]) -> ReleasePlan:
+                messages: list[tuple[int, str, int, int, int, str]], partitions: int) -> ReleasePlan:
     """The coordinator's durable decision on which bridge releases which partition."""
     ask = Coordinate(feed_id, plan.run, [[p, attempt, bridge] for p, attempt, _, _, _, bridge in messages],
-                     plan.key is not None, probe.path)
+                     plan.key is not None, probe.path, partitions)
     reply = _ask_bridge(system, probe, plan, BRIDGE_PATH, ask,
-                        lambda r: isinstance(r, ReleasePlan | ReleaseRefused) and r.feed_id == feed_id
-                        and r.run == plan.run)
+                        lambda r: isinstance(r, ReleasePlan | ReleaseRefused | PartitionsMismatch)
+                        and r.feed_id == feed_id and r.run == plan.run)
     if reply is None:
         raise FeedError(f"feed {feed_id!r}: the coordinator {BRIDGE_PATH} did not answer within {plan.timeout} s; "
                         "nothing was delivered: run it again")
     if isinstance(reply, ReleaseRefused):  # a bridge discarded the run, undecided, before this Coordinate came
         raise FeedError(refused_message(reply, reply.bridge or BRIDGE_PATH, [], plan.run))
+    if isinstance(reply, PartitionsMismatch):
+        raise _Mismatched(reply)
     return cast(ReleasePlan, reply)
 
 
@@ -588,6 +613,8 @@ def _release(system: actors.System, probe: actors.Probe, plan: _Plan, feed_id: s
             released.setdefault((bridge, reply.run), (reply.discarded, reply.duplicates))
         elif isinstance(reply, ReleaseRefused) and reply.feed_id == feed_id and (bridge, reply.run) in releases:
             raise FeedError(refused_message(reply, bridge, [b for b, _ in released if b != bridge], plan.run))
+        elif isinstance(reply, PartitionsMismatch) and reply.feed_id == feed_id and (bridge, reply.run) in releases:
+            raise _Mismatched(reply)
         elif isinstance(reply, FeedProcessed) and reply.feed_id == feed_id and bridge in involved:
             processed.add(bridge)
     missing = sorted({b for b, run in releases if (b, run) not in released})

@@ -70,6 +70,11 @@ class Release:
     planned: bool = False
     """Sent as the coordinator's plan says (a multi-bridge feed): the coordinator already left out the
     partitions released by any bridge; this bridge checks only its own."""
+    partitions: int = 0
+    """The number of partitions of the run's Spark job (0: not said, by an older driver: not checked). A rerun of
+    a batch feed id split into another number than the runs released before is refused (PartitionsMismatch)."""
+    keyed: bool = False
+    """The feed is keyed (`feed(key=...)`): its rows are deduplicated by key, so its partitioning may change."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,8 @@ class Coordinate:
     winners: list[list[Any]]
     keyed: bool
     reply_to: str
+    partitions: int = 0
+    """As Release.partitions: the job's partition count, checked against the feed id's released runs."""
 
 
 @dataclass(frozen=True)
@@ -193,6 +200,30 @@ class ReleaseRefused:
     def explain(self) -> str:
         """Why, in words: "after 3600 s without staging activity (the bridge's staged_ttl)"."""
         return DISCARD_REASONS.get(self.reason, self.reason).format(idle=self.idle_seconds)
+
+
+@dataclass(frozen=True)
+class PartitionsMismatch:
+    """Bridge -> driver: the Release (or Coordinate) of a rerun of a batch feed id split into `partitions`, but
+    its earlier runs released `released` partitions: partitions are what a rerun skips, by number, so rows would
+    be skipped or delivered twice. Nothing of the run is released (its driver discards what it staged)."""
+
+    feed_id: str
+    run: str
+    partitions: int
+    released: int
+    bridge: str = field(default="", compare=False)
+
+    def explain(self) -> str:
+        """The driver's FeedError: what is wrong, and how to run the feed again."""
+        return (f"feed {self.feed_id!r}: this run splits its rows into {self.partitions} partitions, but the "
+                f"earlier run(s) of this feed_id released {self.released} partitions (bridge "
+                f"{self.bridge or 'unknown'}): a rerun skips the partitions released before by their numbers, so "
+                "with another split rows would be skipped or delivered twice. Nothing of this run was delivered. "
+                f"Split the rows into {self.released} partitions as before, each holding the same rows "
+                f"(e.g. df.repartition({self.released}, <columns>) or the same input files and settings), and run "
+                "it again with this feed_id; or give key= (a column of idempotency keys). A new feed_id delivers "
+                f"every row again: use one only if no partition of {self.feed_id!r} was released before")
 
 
 @dataclass(frozen=True)
@@ -556,6 +587,9 @@ class AttemptsReleased:
     """The winners' batches get the delivery ids first_id .. in the order of `winners`, then of batch_no."""
     planned: bool = False
     """Released as the coordinator's plan said (Release.planned)."""
+    partitions: int = 0
+    """The number of partitions of the run's job (Release.partitions; 0: not said, or written by an older
+    version). The first one recorded for a batch feed id is what its reruns must match."""
 
 
 @register_type(manifest="spark_bridge.ReleaseDecided")
@@ -567,6 +601,8 @@ class ReleaseDecided:
     run: str
     winners: list[list[Any]]  # [partition, attempt, bridge]
     excluded: list[list[Any]]
+    partitions: int = 0
+    """As AttemptsReleased.partitions (Coordinate.partitions; 0: not said, or written by an older version)."""
 
 
 @register_type(manifest="spark_bridge.RunAbandoned")
@@ -651,6 +687,8 @@ class BridgeSnapshot:
     staged_at: list[list[Any]] = field(default_factory=list)  # [feed_id, run, wall time of its newest staged batch]
     # (the coordinator's, added later) runs a node bridge found idle before they were decided: never decided
     abandoned: list[list[Any]] = field(default_factory=list)  # [f"{feed_id}/{run}", bridge, reason, idle_seconds]
+    # (added later) the partition count of each batch feed id's released or decided runs: reruns must match it
+    partitions: dict[str, int] = field(default_factory=dict)
 
 
 # ---- a durable destination's journal -----------------------------------------------------------------

@@ -185,7 +185,7 @@ class SinkCommit(WriterCommitMessage):
 
 def _commit(plan: _Plan, feed_id: str, messages: Sequence[WriterCommitMessage | None]) -> None:
     mine = [m.staged() for m in messages if isinstance(m, SinkCommit)]
-    commit_run(plan, feed_id, mine, time.monotonic())
+    commit_run(plan, feed_id, mine, time.monotonic(), len(messages))
 
 
 class _BatchWriter(DataSourceWriter):
