@@ -79,6 +79,7 @@ from spark_bridge.messages import (
     AwaitBatch,
     BatchAccepted,
     BatchProcessed,
+    BatchRefused,
     BatchRestaged,
     BatchStored,
     BridgeSnapshot,
@@ -597,7 +598,11 @@ class SparkBridge(AtLeastOnceDelivery):
             if m.processed:
                 self._await(m.feed_id, m.partition, m.batch_no, m.reply_to)
             return
-        paths, values, keys, dead = self._new_rows(m)
+        try:
+            paths, values, keys, dead = self._new_rows(m)
+        except _Refused as exc:
+            self._refuse(m, str(exc))
+            return
         event = BatchStored(m.feed_id, m.partition, m.batch_no, paths, values, m.columns, keys, self._next_id,
                             dead, len(m.paths) - len(paths))
         # State changes now, not in the handler: a copy arriving while this write is in flight is a
@@ -612,13 +617,18 @@ class SparkBridge(AtLeastOnceDelivery):
         """The rows of `m` whose key is new (all without keys), and which of them no host serves."""
         paths, values, keys = m.paths, m.values, m.keys
         if keys is not None:
+            if len(keys) != len(paths):
+                raise _Refused(f"it has {len(keys)} keys for {len(paths)} rows: give one key per row")
             known = self._keys.get(m.feed_id, ())
             fresh: list[int] = []
             taken: set[Hashable] = set()  # (a key twice in one batch: its first row goes)
-            for i, k in enumerate(keys):
-                if k not in known and k not in taken:
-                    taken.add(k)
-                    fresh.append(i)
+            try:  # (free unless raised: no check per row)
+                for i, k in enumerate(keys):
+                    if k not in known and k not in taken:
+                        taken.add(k)
+                        fresh.append(i)
+            except TypeError:
+                raise _Refused(_unhashable(keys)) from None
             if len(fresh) < len(paths):
                 paths = [paths[i] for i in fresh]
                 keys = [keys[i] for i in fresh]
@@ -629,6 +639,20 @@ class SparkBridge(AtLeastOnceDelivery):
         # A path no host serves goes to dead letters once (the guardian records it), and is counted.
         unserved = {p for p in set(paths) if resolve(p) is None}
         return paths, values, keys, [i for i, p in enumerate(paths) if p in unserved] if unserved else []
+
+    def _refuse(self, m: IngestBatch, reason: str) -> None:
+        """Tell the sender its batch is refused (nothing of it taken): what is wrong with it."""
+        self.log.error("spark bridge %s refused batch %d of partition %d of feed %r: %s", self.path, m.batch_no,
+                       m.partition, m.feed_id, reason)
+        self.tell(m.reply_to, BatchRefused(m.feed_id, m.partition, m.batch_no, reason))
+
+    def _drop_attempt(self, feed_id: str, partition: int, attempt: str) -> None:
+        """Forget an attempt that has no batch staged (its first one was refused)."""
+        attempts = self._staged.get((feed_id, partition), {})
+        if not attempts.get(attempt, True):
+            del attempts[attempt]
+        if not attempts:
+            self._staged.pop((feed_id, partition), None)
 
     def _accept(self, event: BatchStored, reply_to: str | None = None) -> Tree | None:
         """Dedup marks, ids and the batch's tree (live before the write, or while replaying)."""
@@ -702,7 +726,13 @@ class SparkBridge(AtLeastOnceDelivery):
                                      0 if old is None else len(old.dead))
             self.defer_async(accepted, lambda ack: self.tell(m.reply_to, ack))
             return
-        paths, values, keys, dead = self._new_rows(m)
+        try:
+            paths, values, keys, dead = self._new_rows(m)
+        except _Refused as exc:
+            if not batches:  # (nothing of the attempt staged: it is not a staged run)
+                self._drop_attempt(m.feed_id, m.partition, attempt)
+            self._refuse(m, str(exc))
+            return
         event = BatchStored(m.feed_id, m.partition, m.batch_no, paths, values, m.columns, keys, 0, dead,
                             len(m.paths) - len(paths), attempt, round(time.time(), 3))
         batches[m.batch_no] = self._staged_batch(event, -1)
@@ -1713,6 +1743,22 @@ def start_bridge(system: actors.System, timeout: float = 60.0, cls: type[SparkBr
 def _with_ttl(options: dict[str, Any], staged_ttl: float | None) -> dict[str, Any]:
     """Spawn options whose constructor kwargs carry `staged_ttl` (checked now: a bad one fails the caller)."""
     return {**options, "kwargs": {**(options.get("kwargs") or {}), "staged_ttl": check_staged_ttl(staged_ttl)}}
+
+
+class _Refused(Exception):
+    """A batch the bridge cannot take as it is (its message says why)."""
+
+
+def _unhashable(keys: list[Any]) -> str:
+    """Why a batch whose keys cannot all be hashed is refused: the first such key, and what a key may be."""
+    for i, k in enumerate(keys):
+        try:
+            hash(k)
+        except TypeError:
+            return (f"the key of row {i} is {k!r:.100}, a {type(k).__name__}, which cannot be hashed: an idempotency "
+                    "key is a str, int, float, bytes, bool or a tuple of them (feed()'s key column: not an array, "
+                    "map or struct)")
+    return "its keys cannot be hashed"
 
 
 def _claim_keys(batch_keys: list[Hashable], released: set[Hashable], dead: list[int]) -> list[int]:

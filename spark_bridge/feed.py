@@ -49,6 +49,7 @@ from journal.serialization import serialize
 from spark_bridge.bridge import BRIDGE_PATH, BRIDGES_PATH, bridge_path
 from spark_bridge.messages import (
     BatchAccepted,
+    BatchRefused,
     Coordinate,
     Discard,
     Discarded,
@@ -298,6 +299,9 @@ class _Publisher:
                 self._late(time.monotonic())
                 continue
             entry = inflight.get(getattr(reply, "batch_no", -1))
+            if isinstance(reply, BatchRefused) and entry is not None and reply.feed_id == self.feed_id:
+                raise FeedError(f"feed {self.feed_id!r}: partition {self.partition} batch {reply.batch_no} was "
+                                f"refused by {self.bridge}: {reply.reason}")
             if entry is None or not isinstance(reply, BatchAccepted) or reply.feed_id != self.feed_id:
                 continue
             self.duplicates += reply.duplicates

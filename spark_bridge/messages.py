@@ -324,6 +324,17 @@ class BatchAccepted:
 
 
 @dataclass(frozen=True)
+class BatchRefused:
+    """Bridge -> task: the batch is not stored, and never will be as it is: `reason` says what is wrong with it
+    (e.g. a key that cannot be hashed); nothing of it was taken, the bridge goes on with other batches."""
+
+    feed_id: str
+    partition: int
+    batch_no: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class BatchProcessed:
     """Bridge -> task: every row of the batch and everything anchored to it was confirmed (the XOR is 0)."""
 

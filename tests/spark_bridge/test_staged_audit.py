@@ -105,3 +105,35 @@ def test_an_aborted_commit_s_discard_releases_a_run_the_coordinator_had_decided(
         assert release(system, probe, bridge, "f", run, winners) == FeedReleased("f", run, 0, bridge)
     assert system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(3, 2, 0)
     assert system.ask("/user/accounts/a1", GetBalance(), timeout=10) == Balance(3, 1, 0)
+
+
+@pytest.mark.parametrize("staged", [True, False], ids=["staged", "delivered-at-once"])
+def test_a_batch_with_an_unhashable_key_is_refused_alone_and_later_batches_go_on(bridged, staged):
+    """A client that tells the bridge rows directly (not through feed(), which refuses such keys before the job)
+    sent a key that cannot be hashed (a list): the bridge raised in the middle of taking the batch, and later
+    batches were not handled as before. The batch is refused, naming its key, and the next ones go on."""
+    from spark_bridge.messages import BatchRefused
+
+    system, probe, _ = bridged
+    system.spawn(SparkBridge, path=BRIDGE_PATH)
+    attempt = "run1/1" if staged else None
+    paths = ["/user/accounts/a0"] * 2
+
+    def batch(batch_no: int, keys: list[object], amounts: list[int]) -> IngestBatch:
+        values = [{"amount": a, "txid": f"k{batch_no}-{i}"} for i, a in enumerate(amounts)]
+        return IngestBatch("f", 0, batch_no, paths, values, probe.path, keys=keys, attempt=attempt)
+
+    system.tell(BRIDGE_PATH, batch(0, ["a", ["b"]], [1, 2]))
+    refused = probe.receive(10)
+    assert isinstance(refused, BatchRefused) and (refused.feed_id, refused.partition, refused.batch_no) == ("f", 0, 0)
+    assert "row 1" in refused.reason and "['b']" in refused.reason and "list" in refused.reason, refused.reason
+    # The same batch number with good keys, and the next: stored, the keys of the refused one not taken.
+    system.tell(BRIDGE_PATH, batch(0, ["a", "b"], [1, 2]))
+    assert probe.receive(10) == BatchAccepted("f", 0, 0, 0)
+    system.tell(BRIDGE_PATH, batch(1, ["b", "c"], [4, 8]))
+    # (key "b" again: skipped at once when delivered at once, when released when staged)
+    assert probe.receive(10) == BatchAccepted("f", 0, 1, 0 if staged else 1)
+    if staged:
+        system.tell(BRIDGE_PATH, Release("f", "run1", [[0, "run1/1"]], probe.path, partitions=1, keyed=True))
+        assert probe.receive(10) == FeedReleased("f", "run1", 0, duplicates=1)
+    wait_for(lambda: system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(11, 3, 0), timeout=30)
