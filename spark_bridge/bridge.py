@@ -131,6 +131,9 @@ Release pass as a new run releasing nothing (rare, and small: a dead driver's ru
 RESTAGE_RATIO = 8
 """A staged batch is written again (BatchRestaged) once its run holds the journal's pruning back by this many
 events per batch of the run written again (see SparkBridge._restage_held)."""
+NOTHING_STAGED = "nothing staged"
+"""AttemptsDiscarded.reason of a driver's Discard that found nothing of its run staged at the bridge: it dropped
+nothing, so a later Release of the run is not refused (see SparkBridge._discard)."""
 STAGED_TTL = 24 * 3600.0
 """Default staged_ttl: a run idle (no batch staged) this long is discarded. Spark stages a run's batches while
 its write tasks run and releases them as soon as the last one finishes: a live run is idle for seconds, or for
@@ -778,6 +781,8 @@ class SparkBridge(AtLeastOnceDelivery):
     def _release(self, m: Release) -> None:
         run_key = f"{m.feed_id}/{m.run}"
         why = self._discarded.get(run_key)
+        if why is not None and why[0] == NOTHING_STAGED:
+            why = None  # (its Discard dropped nothing here: releasing it loses nothing; _release_attempts forgets it)
         if why is not None or run_key in self._runs:
             self._flush()
             if why is not None:  # discarded (staged_ttl, an operator, its own Discard): its rows are gone
@@ -810,6 +815,7 @@ class SparkBridge(AtLeastOnceDelivery):
         """Apply a release (live or replaying): ids, trees and keys of the winners' batches; drop the rest."""
         feed_id, run = event.feed_id, event.run
         self._remember_run(f"{feed_id}/{run}")
+        self._discarded.pop(f"{feed_id}/{run}", None)  # (a Discard that found nothing staged: see _discard)
         self._record_partitions(feed_id, event.partitions)
         released = self._released.setdefault(feed_id, set())
         keys = self._keys.setdefault(feed_id, set())
@@ -898,9 +904,13 @@ class SparkBridge(AtLeastOnceDelivery):
             if staged and self._release_decided(staged):
                 self._answer_operator(m.reply_to, Discarded(m.feed_id, m.run))
                 return
+            # Nothing staged here: nothing is dropped (a winner's batches are all staged before its job commits),
+            # and its Release may still come (a decided run whose winner here had an empty partition, its Release
+            # lost): it is not refused then. Batches of the run that come later are still ignored (zombies').
+            reason = "" if staged else NOTHING_STAGED
             self._flush()
-            self._discard_run(m.feed_id, m.run, "", 0.0)
-            self.persist_async(AttemptsDiscarded(m.feed_id, m.run), lambda e: None)
+            self._discard_run(m.feed_id, m.run, reason, 0.0)
+            self.persist_async(AttemptsDiscarded(m.feed_id, m.run, reason), lambda e: None)
         self.defer_async(Discarded(m.feed_id, m.run), lambda d: self.tell(m.reply_to, d))
 
     def _discard_run(self, feed_id: str, run: str, reason: str, idle: float) -> None:
@@ -1080,6 +1090,8 @@ class SparkBridge(AtLeastOnceDelivery):
             return
         abandoned = self._abandoned_runs.get(f"{m.feed_id}/{m.run}")
         why = self._discarded.get(f"{m.feed_id}/{m.run}")  # (what it staged here is gone)
+        if why is not None and why[0] == NOTHING_STAGED:  # (nothing was: see _discard)
+            why = None
         if abandoned is not None or why is not None:
             # A bridge found it idle and discarded it, undecided: deciding it now would have rows of it released
             # at the other bridges but not there, and a rerun would skip those partitions: refused.

@@ -616,7 +616,9 @@ def _release(system: actors.System, probe: actors.Probe, plan: _Plan, feed_id: s
         if isinstance(reply, FeedReleased) and reply.feed_id == feed_id and (bridge, reply.run) in releases:
             released.setdefault((bridge, reply.run), (reply.discarded, reply.duplicates))
         elif isinstance(reply, ReleaseRefused) and reply.feed_id == feed_id and (bridge, reply.run) in releases:
-            raise FeedError(refused_message(reply, bridge, [b for b, _ in released if b != bridge], plan.run))
+            partitions = [p for p, _ in releases[bridge, reply.run].winners]
+            raise FeedError(refused_message(reply, bridge, [b for b, _ in released if b != bridge], plan.run,
+                                            partitions))
         elif isinstance(reply, PartitionsMismatch) and reply.feed_id == feed_id and (bridge, reply.run) in releases:
             raise _Mismatched(reply)
         elif isinstance(reply, FeedProcessed) and reply.feed_id == feed_id and bridge in involved:
@@ -655,13 +657,18 @@ def _processed_rows(system: actors.System, feed_id: str, bridges: set[str]) -> i
     return done
 
 
-def refused_message(reply: ReleaseRefused, bridge: str, others: list[str], run: str) -> str:
+def refused_message(reply: ReleaseRefused, bridge: str, others: list[str], run: str,
+                    partitions: list[int] | None = None) -> str:
     """Why a Release was refused and what to do: the FeedError of a run discarded before its commit."""
     if reply.run != run:  # an earlier run's release, resent by this one (a bridge per node): it stays refused
+        which = f"partitions {', '.join(map(str, sorted(partitions)))}" if partitions else "its partitions there"
+        # Only those rows: the feed's other partitions were delivered, and a new feed_id for the whole feed would
+        # deliver them twice.
         return (f"feed {reply.feed_id!r}: the earlier run {reply.run}, whose release this run resent, was "
-                f"discarded by the bridge {bridge} {reply.explain()}: the coordinator had decided its partitions, "
-                "but their rows staged there are gone and were never delivered, and a rerun of this feed_id "
-                "skips those partitions. Feed their rows again under a new feed_id")
+                f"discarded by the bridge {bridge} {reply.explain()}: the coordinator had decided {which}, but "
+                "their rows staged there are gone and were never delivered, and a rerun of this feed_id skips "
+                f"them. The feed's other partitions were delivered: feed only the rows of {which} again, under a "
+                "new feed_id (the whole feed under a new feed_id would deliver the others twice)")
     done = (f"{', '.join(sorted(set(others)))} released theirs" if others
             else "nothing of this run was delivered")
     return (f"feed {reply.feed_id!r}: run {reply.run} was discarded by the bridge {bridge} {reply.explain()} "

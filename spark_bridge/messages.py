@@ -181,7 +181,8 @@ class Discarded:
 
 DISCARD_REASONS = {"": "because its Spark job was aborted (the driver's Discard)",
                    "ttl": "after {idle:.0f} s without staging activity (the bridge's staged_ttl)",
-                   "operator": "by an operator ({idle:.0f} s after its last staging activity)"}
+                   "operator": "by an operator ({idle:.0f} s after its last staging activity)",
+                   "nothing staged": "by the driver's Discard, with nothing of it staged there"}
 """Why a run's staged batches were discarded (AttemptsDiscarded.reason), worded for messages."""
 
 
@@ -638,7 +639,8 @@ class AttemptsDiscarded:
     feed_id: str
     run: str
     reason: str = ""
-    """"" (the driver's Discard), "ttl" or "operator": see DISCARD_REASONS."""
+    """"" (the driver's Discard), "ttl", "operator" or "nothing staged" (a driver's Discard that dropped nothing: a
+    later Release of the run is not refused): see DISCARD_REASONS."""
     idle_seconds: float = 0.0
     """How long the run had been idle (its staged_ttl clock) when discarded by "ttl" or "operator"."""
 

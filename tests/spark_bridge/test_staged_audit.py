@@ -137,3 +137,60 @@ def test_a_batch_with_an_unhashable_key_is_refused_alone_and_later_batches_go_on
         system.tell(BRIDGE_PATH, Release("f", "run1", [[0, "run1/1"]], probe.path, partitions=1, keyed=True))
         assert probe.receive(10) == FeedReleased("f", "run1", 0, duplicates=1)
     wait_for(lambda: system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(11, 3, 0), timeout=30)
+
+
+@pytest.mark.parametrize("cls", [SparkBridge, "snapshots"], ids=["replayed", "from-a-snapshot"])
+def test_an_abort_s_discard_at_a_node_bridge_whose_winner_was_empty_lets_the_decided_run_be_released(bridged, cls):
+    """A decided run whose winner at a node bridge had an empty partition (nothing staged there): the driver's
+    Release to that bridge was lost, the commit failed, Spark's abort sent a Discard everywhere. With nothing
+    staged, the node bridge did not ask the coordinator and recorded the decided run as discarded: the rerun's
+    resent release of it was refused, and its FeedError advised a new feed id, which would deliver the other
+    partitions again. A Discard that drops nothing does not make a later Release refused."""
+    from spark_bridge import bridge_path, start_bridges
+    from spark_bridge.messages import Coordinate, Discard, Discarded, ReleasePlan
+    from tests.spark_bridge.test_staged import SnapshotEveryBatch, restart_at
+    from tests.spark_bridge.test_staged_bridges import release, stage
+
+    cls = SnapshotEveryBatch if cls == "snapshots" else cls
+    system, probe, _ = bridged
+    [node] = system.nodes()
+    nb = bridge_path(node)
+    assert start_bridges(system, nodes=[node], cls=cls) == [nb]
+    stage(system, probe, BRIDGE_PATH, "f", "runA/1", 0, [1, 2], 0)  # partition 1 (at nb) is empty
+    stage(system, probe, nb, "g", "runX/1", 0, [4], 10, account="a1")  # (another feed's: nb has a journal to snapshot)
+    system.tell(BRIDGE_PATH, Coordinate("f", "runA", [[0, "runA/1", BRIDGE_PATH], [1, "runA/2", nb]], False,
+                                        probe.path, 2))
+    plan = probe.receive(10)
+    assert isinstance(plan, ReleasePlan) and len(plan.winners) == 2
+    assert release(system, probe, BRIDGE_PATH, "f", "runA", [[0, "runA/1"]]) == FeedReleased("f", "runA", 0)
+    # nb's Release is lost, the commit fails, the abort discards the run at every bridge.
+    for bridge in (BRIDGE_PATH, nb):
+        system.tell(bridge, Discard("f", "runA", probe.path))
+    assert [probe.receive(10), probe.receive(10)] == [Discarded("f", "runA")] * 2
+    system.tell(nb, Release("g", "runX", [[0, "runX/1"]], probe.path))  # (a snapshot of nb, for SnapshotEveryBatch)
+    assert probe.receive(10) == FeedReleased("g", "runX", 0)
+    restart_at(system, nb, cls)
+    # The rerun: runA decided both partitions; its resent releases are answered "released", not refused.
+    system.tell(BRIDGE_PATH, Coordinate("f", "runB", [[0, "runB/1", nb], [1, "runB/2", nb]], False, probe.path, 2))
+    rerun = probe.receive(10)
+    assert isinstance(rerun, ReleasePlan) and rerun.winners == [] and len(rerun.earlier) == 2
+    for run, bridge, winners in rerun.earlier:
+        assert release(system, probe, bridge, "f", run, winners) == FeedReleased("f", run, 0, bridge)
+    # runA's rows delivered once (a1's row of feed g may come again: its confirmation may not have been durable
+    # when nb restarted).
+    wait_for(lambda: system.ask("/user/accounts/a1", GetBalance(), timeout=10).total == 4, timeout=30)
+    wait_for(lambda: system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(3, 2, 0), timeout=30)
+
+
+def test_the_error_of_an_earlier_run_s_refused_release_names_its_partitions_and_no_whole_new_feed():
+    """A rerun resends the releases of the earlier run that decided its partitions; one refused (its rows were
+    discarded at that bridge) fails the feed. Its FeedError said "Feed their rows again under a new feed_id",
+    read as the whole feed: its other partitions, delivered, would come twice. It names the partitions."""
+    from spark_bridge.feed import refused_message
+    from spark_bridge.messages import ReleaseRefused
+
+    text = refused_message(ReleaseRefused("f", "runA", "operator", 90.0), "/system/spark-bridges/n1", [], "runB",
+                           [3, 1])
+    assert "earlier run runA" in text and "partitions 1, 3" in text, text
+    assert "feed only the rows of partitions 1, 3 again, under a new feed_id" in text, text
+    assert "would deliver the others twice" in text, text
