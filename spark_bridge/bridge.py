@@ -393,6 +393,11 @@ class SparkBridge(AtLeastOnceDelivery):
             self._restore(event.snapshot)
             self._newest_snapshot = (event.metadata.sequence_nr, self._floor(event.metadata.sequence_nr))
         elif t is RecoveryCompleted:
+            if self.last_sequence_nr == 0 and self._newest_snapshot is None:
+                # A new journal's first event, which the journal always stores (an empty Progress, which every version
+                # reads): a rejected write uses its sequence numbers too, and a journal whose first write was rejected
+                # would start past 1, which recovery takes for a pruned one with its snapshots gone (_check_unpruned).
+                self.persist_async(Progress([], [], []), lambda e: None)
             if self.staged_ttl is not None:  # checked often enough to discard within a tenth of the TTL late
                 self.schedule_repeatedly(min(60.0, max(0.05, self.staged_ttl / 10)), _EXPIRE)
             else:

@@ -9,7 +9,7 @@ import pytest
 
 import actors
 from spark_bridge import BRIDGE_PATH, SparkBridge
-from spark_bridge.messages import BatchAccepted, FeedReleased, IngestBatch, Release
+from spark_bridge.messages import BatchAccepted, FeedReleased, GetFeedProgress, IngestBatch, Release
 from tests.spark_bridge.sample import Balance, GetBalance
 from tests.spark_bridge.test_staged import restart, runs, staged_system
 from tests.waiting import wait_for
@@ -43,8 +43,8 @@ def test_a_batch_staged_in_the_write_of_a_rejected_one_is_durable_once_accepted(
     a duplicate although nothing of its batch was durable, and a bridge restarted before the release lost it."""
     system, probe, _ = bridged
     system.spawn(LingeringBridge, path=BRIDGE_PATH)
-    # (An earlier feed's batch first: a journal whose first events were rejected starts past sequence nr 1, which
-    # recovery takes for a pruned journal whose snapshots are gone.)
+    # (An earlier feed's batch first: written when a journal whose first write was rejected could not recover,
+    # see test_a_bridge_whose_first_write_was_rejected_recovers.)
     system.tell(BRIDGE_PATH, ingest("other", "run0/1", 0, [1], 100, probe.path))
     assert isinstance(probe.receive(10), BatchAccepted)
     bad = system.probe("bad-task")
@@ -194,3 +194,32 @@ def test_the_error_of_an_earlier_run_s_refused_release_names_its_partitions_and_
     assert "earlier run runA" in text and "partitions 1, 3" in text, text
     assert "feed only the rows of partitions 1, 3 again, under a new feed_id" in text, text
     assert "would deliver the others twice" in text, text
+
+
+@pytest.mark.parametrize("staged", [True, False], ids=["staged", "delivered-at-once"])
+def test_a_bridge_whose_first_write_was_rejected_recovers(bridged, staged):
+    """A rejected write uses its sequence numbers: a bridge whose first batch the journal rejected (a value it
+    cannot store) has a journal starting past 1. With no snapshot yet, recovery took that for a journal pruned
+    with its snapshots gone and refused to start, for good: every batch accepted after it was out of reach."""
+    system, probe, _ = bridged
+    system.spawn(SparkBridge, path=BRIDGE_PATH)
+    attempt = "run1/{}" if staged else None
+
+    def batch(partition: int, amounts: list[object], first_txid: int) -> IngestBatch:
+        return IngestBatch("f", partition, 0, ["/user/accounts/a0"] * len(amounts),
+                           [{"amount": a, "txid": t} for t, a in enumerate(amounts, first_txid)], probe.path,
+                           attempt=attempt and attempt.format(partition))
+
+    system.tell(BRIDGE_PATH, batch(0, [2**70], 0))  # (beyond 64 bits: rejected)
+    wait_for(lambda: system.errors().recent, timeout=30)  # the rejection is reported
+    system.tell(BRIDGE_PATH, batch(1, [5, 6], 1))
+    assert probe.receive(10) == BatchAccepted("f", 1, 0, 0)
+    restart(system)
+    assert system.ask(BRIDGE_PATH, GetFeedProgress("f"), timeout=10).accepted == 2  # recovered, with the batch
+    if staged:  # the staged batch is there to release
+        assert [(r.run, r.batches, r.rows) for r in runs(system)] == [("run1", 1, 2)]
+        system.tell(BRIDGE_PATH, Release("f", "run1", [[1, "run1/1"]], probe.path))
+        assert probe.receive(10) == FeedReleased("f", "run1", 0)
+    wait_for(lambda: system.ask("/user/accounts/a0", GetBalance(), timeout=10).total == 11, timeout=30)
+    assert system.ask("/user/accounts/a0", GetBalance(), timeout=10).applied == 2
+
