@@ -329,7 +329,8 @@ class SparkBridge(AtLeastOnceDelivery):
         self._released: dict[str, set[int]] = {}
         # batch feed id -> the partition count of its first released (or decided) run: its reruns must match it
         self._partitions: dict[str, int] = {}
-        self._runs: OrderedDict[str, None] = OrderedDict()  # f"{feed}/{run}" released
+        # f"{feed}/{run}" released -> (rows discarded, duplicates skipped): its FeedReleased's, for a repeat's answer
+        self._runs: OrderedDict[str, tuple[int, int]] = OrderedDict()
         # f"{feed}/{run}" discarded -> (reason, idle seconds) as in AttemptsDiscarded: a late Release is refused
         self._discarded: OrderedDict[str, tuple[str, float]] = OrderedDict()
         # (feed, run) staged -> [monotonic, wall-clock time] of its last staging activity: the staged_ttl clock
@@ -442,7 +443,7 @@ class SparkBridge(AtLeastOnceDelivery):
             self._activity[run] = [now, wall.get(run, 0.0)]  # the idle clock restarts at recovery
         self._released = {f: set(p) for f, p in s.released.items()}
         self._partitions = dict(s.partitions)
-        self._runs = OrderedDict.fromkeys(s.runs)
+        self._runs = OrderedDict((k, cast("tuple[int, int]", tuple(s.run_counts.get(k, (0, 0))))) for k in s.runs)
         self._discarded = OrderedDict((run_key, (reason, idle)) for run_key, reason, idle in s.discarded)
         self._decided = {f: {p: run for p, run in d} for f, d in s.decided.items()}
         for feed_id, run, winners, excluded in s.plans:
@@ -477,6 +478,7 @@ class SparkBridge(AtLeastOnceDelivery):
             [[f, run, a[1]] for (f, run), a in self._activity.items() if a[1]],
             [[k, *why] for k, why in self._abandoned_runs.items()],
             dict(self._partitions),
+            {k: list(counts) for k, counts in self._runs.items() if counts != (0, 0)},
         )
 
     def stats(self) -> dict[str, int]:
@@ -796,8 +798,10 @@ class SparkBridge(AtLeastOnceDelivery):
                 refused = ReleaseRefused(m.feed_id, m.run, why[0], why[1], self.path)
                 self.defer_async(refused, lambda r: self.tell(m.reply_to, r))
                 return
-            # a repeat (the driver resends until answered)
-            self.defer_async(FeedReleased(m.feed_id, m.run, 0, self.path), lambda r: self._released_reply(m, r))
+            # a repeat (the driver resends until answered, and keeps the first answer it gets): the original's counts
+            discarded, duplicates = self._runs[run_key]
+            repeat = FeedReleased(m.feed_id, m.run, discarded, self.path, duplicates)
+            self.defer_async(repeat, lambda r: self._released_reply(m, r))
             return
         if not m.planned and self._partitions_mismatch(m.feed_id, m.run, m.partitions, m.keyed, m.reply_to):
             return  # (its staged batches stay until its driver's Discard, or staged_ttl)
@@ -819,7 +823,6 @@ class SparkBridge(AtLeastOnceDelivery):
     def _release_attempts(self, event: AttemptsReleased) -> tuple[list[_Staged], int]:
         """Apply a release (live or replaying): ids, trees and keys of the winners' batches; drop the rest."""
         feed_id, run = event.feed_id, event.run
-        self._remember_run(f"{feed_id}/{run}")
         self._discarded.pop(f"{feed_id}/{run}", None)  # (a Discard that found nothing staged: see _discard)
         self._record_partitions(feed_id, event.partitions)
         released = self._released.setdefault(feed_id, set())
@@ -872,6 +875,7 @@ class SparkBridge(AtLeastOnceDelivery):
         if not keys:
             self._keys.pop(feed_id, None)
         self._next_id = max(self._next_id, next_id)
+        self._remember_run(f"{feed_id}/{run}", discarded, sum(len(b.skipped) for b in batches))
         return batches, discarded
 
     def _released_now(self, batches: list[_Staged], m: Release, reply: FeedReleased) -> None:
@@ -1194,8 +1198,8 @@ class SparkBridge(AtLeastOnceDelivery):
         self.defer_async(refused, lambda r: self.tell(reply_to, r))  # (once the count recorded is durable)
         return True
 
-    def _remember_run(self, run_key: str) -> None:
-        self._runs[run_key] = None
+    def _remember_run(self, run_key: str, discarded: int, duplicates: int) -> None:
+        self._runs[run_key] = (discarded, duplicates)
         while len(self._runs) > KEPT_RUNS:  # runs older than that are not recognised as repeats
             self._runs.popitem(last=False)
 

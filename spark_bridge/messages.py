@@ -702,6 +702,8 @@ class BridgeSnapshot:
     abandoned: list[list[Any]] = field(default_factory=list)  # [f"{feed_id}/{run}", bridge, reason, idle_seconds]
     # (added later) the partition count of each batch feed id's released or decided runs: reruns must match it
     partitions: dict[str, int] = field(default_factory=dict)
+    # (added later) the counts of FeedReleased of the released `runs`, for a repeat's answer: [discarded, duplicates]
+    run_counts: dict[str, list[int]] = field(default_factory=dict)  # f"{feed_id}/{run}" -> (only those not 0, 0)
 
 
 # ---- a durable destination's journal -----------------------------------------------------------------

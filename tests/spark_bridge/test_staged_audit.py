@@ -223,3 +223,36 @@ def test_a_bridge_whose_first_write_was_rejected_recovers(bridged, staged):
     wait_for(lambda: system.ask("/user/accounts/a0", GetBalance(), timeout=10).total == 11, timeout=30)
     assert system.ask("/user/accounts/a0", GetBalance(), timeout=10).applied == 2
 
+
+@pytest.mark.parametrize("cls", [SparkBridge, "snapshots"], ids=["replayed", "from-a-snapshot"])
+def test_a_repeated_release_is_answered_with_the_counts_of_the_original(bridged, cls):
+    """The driver resends its Release until answered and keeps the first answer: when the first was lost, it took
+    a repeat's, which said 0 rows discarded and 0 duplicates: its FeedResult undercounted both. A repeat carries
+    the original counts, also after a restart (replayed, or from a snapshot)."""
+    from tests.spark_bridge.test_staged import SnapshotEveryBatch
+
+    cls = SnapshotEveryBatch if cls == "snapshots" else cls
+    system, probe, _ = bridged
+    system.spawn(cls, path=BRIDGE_PATH)
+
+    def keyed(partition: int, attempt: str, keys: list[str], amounts: list[int]) -> None:
+        system.tell(BRIDGE_PATH, IngestBatch("f", partition, 0, ["/user/accounts/a0"] * len(keys),
+                                             [{"amount": a, "txid": k} for k, a in zip(keys, amounts, strict=True)],
+                                             probe.path, keys=keys, attempt=attempt))
+        assert isinstance(probe.receive(10), BatchAccepted)
+
+    keyed(0, "run1/1", ["a", "b"], [1, 2])
+    keyed(0, "run1/9", ["a", "b", "z"], [1, 2, 9])  # a failed attempt of partition 0: its 3 rows are discarded
+    keyed(1, "run1/2", ["b", "c"], [2, 4])  # key b again: a duplicate
+    release = Release("f", "run1", [[0, "run1/1"], [1, "run1/2"]], probe.path, partitions=2, keyed=True)
+    system.tell(BRIDGE_PATH, release)
+    first = probe.receive(10)
+    assert first == FeedReleased("f", "run1", 3, duplicates=1), first
+    system.tell(BRIDGE_PATH, release)  # (the driver's resend: the first answer was lost)
+    assert probe.receive(10) == first
+    wait_for(lambda: system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(7, 3, 0), timeout=30)
+    system.tell(BRIDGE_PATH, Release("g", "run2", [], probe.path))  # (one more round: a snapshot after the release)
+    assert probe.receive(10) == FeedReleased("g", "run2", 0)
+    restart(system, cls)
+    system.tell(BRIDGE_PATH, release)
+    assert probe.receive(10) == first
