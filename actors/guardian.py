@@ -1272,8 +1272,14 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
                 self._fence(time.monotonic() - self.last_ping)
             self.node = None  # (no more hellos: this member is not a node of the cluster)
             if self.booting is not None:
-                self.send(self.booting, message)  # (boot fails with it)
+                self.send(self.booting, message)  # (boot fails with it; start() then kills what it booted)
                 self.booting = None
+            else:
+                # Admitted once, then silent (frozen, cut off) while another member took the node's name: nothing
+                # will ever place work here again, and its admin would run on outside the cluster for good.
+                log.error("node %s: refused by the leader (another member is that node now): shutting this member's "
+                          "actor system down (its admin and every actor process)", message.node)
+                self.actorSystemShutdown()
         elif isinstance(message, WhereIsGuardian):
             self.send(sender, GuardianIs(self.guardian))
         elif isinstance(message, DeadEnvelope) and self.guardian is not None:

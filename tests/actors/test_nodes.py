@@ -419,6 +419,7 @@ def test_a_second_member_under_a_live_nodes_name_is_refused_and_the_first_keeps_
     assert any("registering as node 'm1'" in r and "was refused" in r for r in reasons), reasons
 
 
+@pytest.mark.timeout(90)
 def test_a_member_whose_first_incarnation_does_not_answer_takes_its_name_and_the_first_is_refused_later(cluster):
     # The leader cannot tell a restart it has not noticed yet from a second member started under a live name:
     # it asks the first; silence (here SIGSTOP; a crash on another machine) admits the newcomer.
@@ -438,8 +439,20 @@ def test_a_member_whose_first_incarnation_does_not_answer_takes_its_name_and_the
     wait_for(lambda: "refused a member registering as node 'm1'" in open(log).read(), timeout=NODE_TIMEOUT + 15)
     assert c.leader.nodes() == {"leader": "up", "m1": "up"}
     assert "node m1 is down" not in open(log).read().split("refused a member registering as node 'm1'")[-1]
-    first._closed = True  # (not a member any more: its processes are killed, not shut down)
-    kill_tagged(first.tag)
+    # Refused, the first shuts its whole system down (admin, logger, agent: nothing of it runs on outside the
+    # cluster), saying why in its own log.
+    first._closed = True  # (it shuts itself down: nothing for the test to shut down or detach from)
+    try:
+        wait_for(lambda: not tagged_pids(first.tag), timeout=20)
+    except AssertionError:
+        left = kill_tagged(first.tag)
+        raise AssertionError(f"the refused first incarnation of m1 still runs: pids {left}") from None
+    assert "shutting this member's actor system down" in open(os.path.join(first.run_dir, "actors.log")).read()
+    # Its leaving the convention does not touch the node m1 that the second incarnation is.
+    assert c.leader.nodes() == {"leader": "up", "m1": "up"}
+    c.leader.spawn(Echo, "/user/on-m1", node="m1")
+    assert c.leader.ask("/user/on-m1", Ping(1)) == Pong(1, "/user/on-m1")
+    assert c.leader.status().hosts["/user/on-m1"].pid in tagged_pids(c.members["m1"].tag)
 
 
 def test_a_member_its_leader_stops_pinging_stops_the_hosts_the_leader_placed_there(cluster):
