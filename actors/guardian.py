@@ -18,6 +18,7 @@ from thespian.actors import (
 )
 from thespian.actors import (
     ActorExitRequest,
+    ActorSystemConventionUpdate,
     ChildActorExited,
     DeadEnvelope,
     PoisonMessage,
@@ -89,6 +90,9 @@ STATUS_WAIT = 2.0  # seconds a status request waits for busy hosts before answer
 NODE_TIMEOUT = 5.0  # seconds without an answer to heartbeats after which a node is down (start(node_timeout=))
 FENCE_AFTER = 0.8  # of the guardian's node_timeout: a member unpinged so long stops its hosts (NodeAgent._fence)
 CLAIM_WAIT = 2.0  # seconds a node's agent has to answer before another agent registering its name replaces it
+# A member's admin capability: its node agent's address. A leader started again learns its members' agents from
+# their admins' convention registrations (Guardian._convention_update): the agents know only the dead guardian.
+AGENT_CAPABILITY = "Reprise Agent"
 # A moving host keeps serving this long after its path was routed to the guardian, so that what senders with
 # the old route still send it (hosts until their DirectoryUpdate lands, clients until their directory's 1 s TTL
 # ends) is handled there instead of arriving after its exit, where Thespian drops it.
@@ -229,6 +233,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         self._publish()
         self.send(sender, Spawned(GUARDIAN_PATH))
         self.parent_watch = ParentWatch.start(self)
+        self.notifyOnSystemRegistrationChanges(True)  # (members' admins: _convention_update; a no-op on local)
 
     def _where(self, message: WhereIsGuardian, sender: Address) -> None:
         self.send(sender, GuardianIs(self.myAddress))
@@ -382,6 +387,11 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         record.running_since = time.monotonic()
         record.next_attempt = None
         self._publish()
+        node = self.nodes.get(record.node or "")
+        if node is not None and node.state == "up":
+            # Its agent learns of it now, not at the next heartbeat (node_timeout/5 away): were this guardian to die
+            # meanwhile, the agent would not stop it (_fence), and a restarted leader would start a second copy.
+            self._ping(record.node or "", node)
         if all(r.state == "running" for r in self._shards(record)):
             for waiter in lead.waiters:
                 self.send(waiter, Spawned(path))
@@ -651,6 +661,20 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
                 self.wakeupAfter(timedelta(seconds=min(CLAIM_WAIT, self.node_timeout)), ("claim", name))
             return
         self._admit_node(name, sender)
+
+    def _convention_update(self, message: ActorSystemConventionUpdate, sender: Address) -> None:
+        """A member's admin registered with this leader's admin: if it names its node agent (AGENT_CAPABILITY), take
+        it as that agent's hello. The agent of a node that joined this guardian says hello itself; this is for the
+        members of a leader killed and started again, whose agents say hello to the dead guardian (and whose
+        admins re-register when their agents hear no heartbeat, see NodeAgent)."""
+        capabilities = message.remoteCapabilities or {}
+        name, agent = capabilities.get("Reprise Node"), capabilities.get(AGENT_CAPABILITY)
+        if message.remoteAdded and isinstance(name, str) and agent is not None and not self.shutting_down:
+            node = self.nodes.get(name)
+            if node is None or node.state != "up" or address_key(node.agent) != address_key(agent):
+                log.warning("node %s registered with this leader's admin (agent %s): taking it as its hello",
+                            name, agent)
+                self._node_hello(NodeHello(name), agent)
 
     def _admit_node(self, name: str, sender: Address) -> None:
         """Register node `name`'s agent at `sender` (welcomed), replacing a record of another agent of it."""
@@ -1160,6 +1184,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         WakeupMessage: _wakeup,
         NodeHello: _node_hello,
         NodePong: _node_pong,
+        ActorSystemConventionUpdate: _convention_update,
         GetNodes: _get_nodes,
         Rebalance: _rebalance,
         PidsGone: _pids_gone,
@@ -1242,10 +1267,14 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
                 now = time.monotonic()
                 silent = now - self.last_ping
                 if silent > FENCE_AFTER * self.leader_timeout and self.hosts_here:
-                    self._fence(silent)
+                    self._fence(f"no heartbeat from the guardian for {silent:.1f} s")
                 if silent > self.node_timeout and now - self.last_hello >= self.node_timeout / 2:
                     self.last_hello = now
                     self.send(self.guardian, NodeHello(self.node))
+                    # A leader killed and started again has another guardian, which knows this node only once our
+                    # admin registers with its admin (Thespian does so every 7 min 22 s): updating a capability,
+                    # even to the same value, registers now (see Guardian._convention_update).
+                    self.updateCapability(AGENT_CAPABILITY, self.myAddress)
                 self.wakeupAfter(timedelta(seconds=min(self.node_timeout / 2, self.leader_timeout / 10)), ("hello",))
         elif isinstance(message, SetGuardian):
             self.guardian = message.address
@@ -1256,6 +1285,7 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
             else:
                 self.booting = sender  # answered on NodeWelcome: the node is known before boot returns
                 self.last_ping = time.monotonic()
+                self.updateCapability(AGENT_CAPABILITY, self.myAddress)  # (before the hello: the leader has it)
                 self.send(self.guardian, NodeHello(self.node))
                 self.wakeupAfter(timedelta(seconds=self.node_timeout / 2), ("hello",))
         elif isinstance(message, CheckPids):
@@ -1263,13 +1293,18 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
                 self.send(sender, PidsGone(self.node, tuple(p for p in message.pids if not _is_running_here(p))))
         elif isinstance(message, NodeWelcome):
             self.last_ping = time.monotonic()
+            if self.guardian is not None and address_key(sender) != address_key(self.guardian) and self.hosts_here:
+                # The leader was started again (a new guardian) before this node fenced: the new guardian knows
+                # nothing of the hosts its predecessor placed here, and may start them again.
+                self._fence(f"welcomed by another guardian ({sender}; the leader was started again)")
+            self.guardian = sender  # (another guardian than the one boot named, if the leader was started again)
             if self.booting is not None:
                 self.send(self.booting, GuardianIs(self.guardian))
                 self.booting = None
         elif isinstance(message, NodeRefused):
             log.error("%s", message.why)
             if self.hosts_here:  # (an incarnation replaced while it was silent: its hosts run elsewhere now)
-                self._fence(time.monotonic() - self.last_ping)
+                self._fence(f"no heartbeat from the guardian for {time.monotonic() - self.last_ping:.1f} s")
             self.node = None  # (no more hellos: this member is not a node of the cluster)
             if self.booting is not None:
                 self.send(self.booting, message)  # (boot fails with it; start() then kills what it booted)
@@ -1288,12 +1323,11 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
             self.handleDeadLetters(True)
             self.send(sender, GuardianIs(self.guardian))
 
-    def _fence(self, silent: float) -> None:
-        """Stop the hosts the guardian placed here: it has not pinged for `silent` s, so it is about to declare
+    def _fence(self, why: str) -> None:
+        """Stop the hosts the guardian placed here: it has not pinged for a while, so it is about to declare
         this node down and start them elsewhere (or it is gone); it starts them again here once it pings."""
-        log.error("node %s: no heartbeat from the guardian for %.1f s: stopping the %d host(s) it placed here, "
-                  "so that they do not serve beside their replacements elsewhere", self.node, silent,
-                  len(self.hosts_here))
+        log.error("node %s: %s: stopping the %d host(s) it placed here, so that they do not serve beside their "
+                  "replacements elsewhere", self.node, why, len(self.hosts_here))
         for host in self.hosts_here:
             self.send(host, ActorExitRequest())
         self.hosts_here = ()

@@ -511,6 +511,7 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
                                f"guardian or node agent were killed (`reprise down --port {admin_port}` kills what "
                                "is left)")
     system = System(asys, base="multiproc", guardian=reply.address, owner=_owner, admin_port=admin_port)
+    system._agent = agent
     system.admin_host = host
     if is_local_address(host):
         system._admin_tag = boot_option(admin_port, "--tag", host)
@@ -842,6 +843,7 @@ class System:
         # _check_admin_alive); set by connect.
         self._admin_tag: str | None = None
         self._admin_checked = float("-inf")
+        self._agent: Address | None = None  # the node agent of the admin attached to (multiproc; see _guardian_moved)
 
     # ---- context manager ------------------------------------------------------------------------
     def __enter__(self) -> System:
@@ -1351,6 +1353,8 @@ class System:
         if failure is SendStatus.BadPacket or (isinstance(failure, ActorSystemFailure)
                                                and "BadPacketError" in str(failure)):
             raise self._unreadable(message)
+        if failure is SendStatus.DeadTarget and who == "the guardian" and self._guardian_moved(address):
+            return self._ask(self._guardian, message, max(timeout - (time.monotonic() - started), 0.0))
         if failure is not None:
             if who == "the guardian" and failure is SendStatus.DeadTarget:
                 # (the admin forwards to the guardian, and found its process gone: nothing restarts it)
@@ -1360,6 +1364,28 @@ class System:
             raise MessageNotSent(f"{type(message).__name__} to {who} was not sent ({failure}): the actor "
                                  f"system's processes may be gone; check `reprise status --port {self.admin_port}`")
         return self._listen(max(timeout - (time.monotonic() - started), 0.0))
+
+    def _guardian_moved(self, dead: Address) -> bool:
+        """The guardian at `dead` is gone: True if the admin's node agent now names another (a leader killed and
+        started again, which this member rejoined), which this handle then uses, with its reply route registered
+        there. Only on that failure: never on a message's way."""
+        if self._agent is None or address_key(dead) != address_key(self._guardian):
+            return False
+        deadline = time.monotonic() + 10.0
+        reply = self._ask(self._agent, WhereIsGuardian(), 10.0, "the node agent")
+        while reply is not None and not isinstance(reply, GuardianIs):
+            self._accept(reply)  # (for probes: it came meanwhile)
+            reply = self._listen(max(deadline - time.monotonic(), 0.0))
+        if reply is None or reply.address is None or address_key(reply.address) == address_key(dead):
+            return False
+        log.warning("the guardian at %s is gone; the node agent names the one at %s (the leader was started again): "
+                    "using it", dead, reply.address)
+        self._guardian = reply.address
+        self._fetched = float("-inf")
+        if self._registered:  # (replies to this client's probes and asks are routed by the guardian's directory)
+            self._registered = False
+            self._ensure_route()
+        return True
 
     def _unreadable(self, message: Any) -> UnpicklableMessage:
         """The error for a request the guardian's process could not unpickle, with its reason from the log."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -488,4 +489,45 @@ def _answers(system: actors.System, path: str, n: int) -> bool:
     try:
         return system.ask(path, Ping(n), timeout=2) == Pong(n, path)
     except (actors.AskTimeout, actors.MessageUndelivered, actors.ActorFailed):
+        return False
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("leader_timeout", [NODE_TIMEOUT, 30.0], ids=["fenced-before", "welcomed-before-fencing"])
+def test_a_leader_killed_and_started_again_gets_its_members_back(cluster, leader_timeout):
+    # A member's agent knew only the first guardian's address, and its admin re-registers with the convention
+    # every 7 min 22 s (Thespian): a leader restarted on the same port and secret never saw its members again.
+    # With the leader's node_timeout 30 s the member fences only after 24 s, but says hello (its own node_timeout)
+    # after 1.5 s: the new guardian's welcome must stop what the old one placed there.
+    c = cluster("m1", node_timeout=leader_timeout)
+    c.leader.spawn(Echo, "/user/pinned", node="m1")
+    assert c.leader.ask("/user/pinned", Ping(1)) == Pong(1, "/user/pinned")
+    first_host = c.leader.status().hosts["/user/pinned"].pid
+    old = c.leader
+    assert old.tag and old.admin_port
+    for group in {os.getpgid(pid) for pid in tagged_pids(old.tag)} - {os.getpgid(0)}:
+        os.killpg(group, signal.SIGKILL)
+    wait_for(lambda: not tagged_pids(old.tag), timeout=10)
+    old._closed = True
+    c.killed.append(old.tag)
+    # (a killed process shows as a zombie once its main thread is dead; its other threads may hold the port a
+    # little longer)
+    wait_for(lambda: not _listening(old.admin_port), timeout=10)
+    c.leader = start_system("multiproc", c.tmp_path, admin_port=old.admin_port, node_timeout=leader_timeout,
+                            secret_file=os.path.join(old.run_dir, "secret"))
+    # Its agent, unpinged, fenced the host the first leader placed there; it registers with the new one.
+    wait_for(lambda: c.leader.nodes().get("m1") == "up", timeout=NODE_TIMEOUT * 4 + 10)
+    wait_for(lambda: first_host not in tagged_pids(c.members["m1"].tag), timeout=10)
+    c.leader.spawn(Echo, "/user/pinned", node="m1")
+    assert c.leader.ask("/user/pinned", Ping(2)) == Pong(2, "/user/pinned")
+    assert c.leader.status().hosts["/user/pinned"].pid in tagged_pids(c.members["m1"].tag)
+    # A client of the member finds the new guardian as well.
+    assert c.members["m1"].ask("/user/pinned", Ping(3), timeout=10) == Pong(3, "/user/pinned")
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+            return True
+    except OSError:
         return False
