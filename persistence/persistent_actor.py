@@ -66,10 +66,17 @@ _STRATEGIES = ("throw", "drop")
 
 
 class _RestartAfterRecovery:
-    """Told to self when the RecoveryCompleted handler failed, so that the restart happens without a command."""
+    """Told to self when the RecoveryCompleted handler failed, so that the restart happens without a command.
 
+    It carries the failure: only the instance that failed with it raises it. Told to the path, it reaches later
+    instances too (and makes one when the entity stopped meanwhile), which must not take it for their own: each
+    such instance failed again and told one more, and an entity stopped after max_restarts was made again by the
+    last one, restarting without end."""
 
-_RESTART_AFTER_RECOVERY = _RestartAfterRecovery()
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
 
 
 class _Call:
@@ -477,7 +484,7 @@ class PersistentActor(Actor):
             # Not a recovery failure (Akka): the actor goes to its supervisor, here a restart, and the
             # commands that wait survive it. The host restarts actors from receive, hence the self-tell.
             self._failed_after_recovery = exc
-            self._tell_self(_RESTART_AFTER_RECOVERY)
+            self._tell_self(_RestartAfterRecovery(exc))
 
     def _load_snapshot(self, pid: str, criteria: SnapshotSelectionCriteria) -> SelectedSnapshot | None:
         """The youngest loadable snapshot: an unreadable one is skipped for an older one (Akka's local store)."""
@@ -517,13 +524,15 @@ class PersistentActor(Actor):
     # ---- message entry point --------------------------------------------------------------------
     def receive(self, message: object, sender: str | None) -> None:
         """The actors entry point: commands wait in the stash while a stashing persist is pending."""
+        if type(message) is _RestartAfterRecovery and message.error is not self._failed_after_recovery:
+            return  # an earlier instance's (replaced or stopped since), or this one's failure was raised already
         if self._dead:
             self.context.dead_letter(sender, self.path, message,
                                      f"persistent actor stopped: {self._dead_because}")
             return
         if self._failed_after_recovery is not None:
             exc, self._failed_after_recovery = self._failed_after_recovery, None
-            if message is not _RESTART_AFTER_RECOVERY:
+            if type(message) is not _RestartAfterRecovery:
                 self._stashed(message, sender)  # carried over to the new incarnation
             raise exc
         if type(message) is _RestartAfterRecovery:

@@ -14,6 +14,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +32,7 @@ from journal import (
     PersistentRepr,
     open_journal,
 )
-from persistence import EventsByTag, GetProjectionState, Projection
+from persistence import EventsByTag, GetProjectionState, PersistentActor, Projection
 from tests.actors.sample import Echo, Ping, Pong
 from tests.actors.test_security import listening_sockets
 from tests.waiting import wait_for
@@ -384,3 +385,43 @@ def test_a_cleanly_stopped_system_leaves_its_sqlite_journal_whole_in_the_db_file
     finally:
         journal.close()
     assert events == [[f"{i}-x" for i in range(k, 40, 4)] for k in range(4)]
+
+
+# ---- a receive_recover that takes RecoveryCompleted for an event ------------------------------------
+
+class SumsEveryReplayedMessage(PersistentActor):
+    """A newcomer's receive_recover: it treats every message it gets as an event, and RecoveryCompleted,
+    which comes last (Akka's), has no `amount`."""
+
+    def receive_recover(self, event: object) -> None:
+        self.balance = getattr(self, "balance", 0) + event.amount  # type: ignore[attr-defined]
+
+    def receive_command(self, command: object, sender: str | None) -> None:
+        self.tell(sender, command)
+
+
+def errors_settled(system: actors.System) -> object:
+    """A condition for wait_for: the system's error count, once it did not move between two polls."""
+    seen: list[int] = []
+
+    def settled() -> int | None:
+        seen.append(system.errors().count)
+        return seen[-1] if len(seen) > 1 and seen[-1] == seen[-2] else None
+    return settled
+
+
+def test_an_entity_failing_on_recovery_completed_stops_after_max_restarts_instead_of_restarting_for_ever(
+        base, make_system, tmp_path) -> None:
+    # Each failed instance told itself a restart at its path; the tells outlived it, so every later instance took
+    # an earlier one's for its own and told one more, and the last made the entity again after its stop for too
+    # many restarts: ~450 restarts a second without end, and a multiproc shutdown that waited 30 s and killed it.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/j.db")
+    system.spawn(SumsEveryReplayedMessage, "/user/accounts", entities=True, max_restarts=3)
+    with pytest.raises((actors.ActorFailed, actors.MessageUndelivered)):
+        system.ask("/user/accounts/1", "hello", timeout=30)
+    count = wait_for(errors_settled(system), timeout=20, interval=0.5)
+    assert count <= 3 * (3 + 2), system.errors().recent
+    assert any("RecoveryCompleted" in e.reason and "amount" in e.reason for e in system.errors().recent)
+    started = time.monotonic()
+    system.shutdown()
+    assert time.monotonic() - started < 10
