@@ -807,8 +807,12 @@ class PersistentActor(Actor):
                     self.sender = entry.sender
                     event = repr_.payload
                     self._event_rejected(event)
+                    # An asking client gets no reply from a handler that did not run: its ask fails now (as on a
+                    # persist failure) instead of at its timeout, unless the actor handles rejections itself.
+                    replies = type(self).on_persist_rejected is PersistentActor.on_persist_rejected
                     host.report_error(self.path, f"persist of {type(event).__name__} (sequence nr "
-                                                 f"{repr_.sequence_nr}) rejected: {type(result).__name__}: {result}")
+                                                 f"{repr_.sequence_nr}) rejected: {type(result).__name__}: {result}",
+                                      entry.sender if replies else None, result)
                     try:
                         self.on_persist_rejected(result, event, repr_.sequence_nr)
                     except Exception as exc:

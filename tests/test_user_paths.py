@@ -13,6 +13,7 @@ import shutil
 import sqlite3
 import stat
 import subprocess
+import datetime
 import sys
 import time
 import uuid
@@ -425,3 +426,36 @@ def test_an_entity_failing_on_recovery_completed_stops_after_max_restarts_instea
     started = time.monotonic()
     system.shutdown()
     assert time.monotonic() - started < 10
+
+
+# ---- an ask whose command's event the journal rejects ------------------------------------------------
+
+class PersistsWhatItIsTold(PersistentActor):
+    """Persists each command as its event and replies with it once stored."""
+
+    def receive_command(self, command: object, sender: str | None) -> None:
+        self.persist(command, lambda event: self.tell(sender, event))
+
+
+class RepliesToRejections(PersistsWhatItIsTold):
+    """Handles rejections itself (Akka's onPersistRejected), replying to the command's sender."""
+
+    def on_persist_rejected(self, cause: BaseException, event: object, sequence_nr: int) -> None:
+        self.tell(self.sender, f"rejected #{sequence_nr}")
+
+
+def test_an_ask_whose_event_the_journal_rejects_fails_at_once_naming_the_value(base, make_system, tmp_path) -> None:
+    # The handler never runs, so no reply came: the ask waited out its whole timeout (60 s by default) and said
+    # only "no reply"; why was in system.errors() alone.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/j.db")
+    system.spawn(PersistsWhatItIsTold, "/user/accounts", entities=True)
+    started = time.monotonic()
+    with pytest.raises(actors.ActorFailed, match="SerializationError: .*datetime.datetime: store primitives"):
+        system.ask("/user/accounts/1", {"at": datetime.datetime(2026, 1, 1)}, timeout=30)
+    with pytest.raises(actors.ActorFailed, match="SerializationError: .*outside msgpack's 64-bit range"):
+        system.ask("/user/accounts/1", 2 ** 70, timeout=30)
+    assert time.monotonic() - started < 10
+    assert system.ask("/user/accounts/1", {"amount": 3}) == {"amount": 3}  # the actor goes on (Akka)
+    # An actor that handles rejections answers them itself: its answer is the ask's.
+    system.spawn(RepliesToRejections, "/user/careful", entities=True)
+    assert system.ask("/user/careful/1", {"at": datetime.datetime(2026, 1, 1)}, timeout=30) == "rejected #1"
