@@ -13,7 +13,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, UnpicklableMessage
+from .pickling import dumps
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -95,6 +96,34 @@ def check_spawn_target(cls: object, entities: object, args: object, kwargs: obje
     if kwargs is not None and not (isinstance(kwargs, Mapping) and all(isinstance(k, str) for k in kwargs)):
         raise ConfigError(f"kwargs must be a dict of cls's keyword arguments by name, e.g. kwargs={{'size': 3}}, "
                           f"got {kwargs!r}")
+    if isinstance(cls, str):
+        module, colon, name = cls.partition(":")
+        if not (module and colon and name):
+            dotted = cls.rpartition(".")
+            example = f" (e.g. '{dotted[0]}:{dotted[2]}')" if dotted[0] and dotted[2] else ""
+            raise ConfigError(f"cls {cls!r} must name its class as 'module:Class'{example}: the host process "
+                              "imports the module and takes the class from it")
+    _check_picklable_spawn(cls, args, kwargs)
+
+
+def _check_picklable_spawn(cls: object, args: object, kwargs: object) -> None:
+    """UnpicklableMessage unless the host process can be sent `cls`, `args` and `kwargs`: the multiproc base
+    failed with a raw pickling error from Thespian's transport, the local one took them (on both bases, so that
+    the in-process base behaves like the real one, as for messages)."""
+    qualname = getattr(cls, "__qualname__", "")
+    if callable(cls) and isinstance(qualname, str) and "<locals>" in qualname:
+        raise UnpicklableMessage(
+            f"cls {qualname} is defined inside a function: actor processes import actor classes by module path, "
+            f"so define it at the top level of a module (or of the script you run)")
+    for what, value in (("cls", cls), ("args", args), ("kwargs", kwargs)):
+        try:
+            dumps(value)
+        except Exception as exc:
+            raise UnpicklableMessage(
+                f"spawn's {what} cannot be sent to the host process ({type(exc).__name__}: {exc}): give actors "
+                "plain data (str, numbers, tuples, dicts, frozen dataclasses) and classes or functions defined at "
+                "the top level of a module; open files, locks, connections and lambdas in the actor itself "
+                "(pre_start)") from exc
 
 
 def check_constructor(cls: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

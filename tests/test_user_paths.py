@@ -15,6 +15,7 @@ import stat
 import subprocess
 import datetime
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -459,3 +460,33 @@ def test_an_ask_whose_event_the_journal_rejects_fails_at_once_naming_the_value(b
     # An actor that handles rejections answers them itself: its answer is the ask's.
     system.spawn(RepliesToRejections, "/user/careful", entities=True)
     assert system.ask("/user/careful/1", {"at": datetime.datetime(2026, 1, 1)}, timeout=30) == "rejected #1"
+
+
+# ---- spawn's class and arguments, as newcomers give them ---------------------------------------------
+
+def test_a_class_or_arguments_the_host_process_cannot_get_fail_the_spawn_naming_them(base, make_system) -> None:
+    # A class defined in a function, a lock or a lambda among the arguments: the multiproc base raised Thespian's
+    # raw pickling error (AttributeError: Can't pickle local object ...) from deep in its transport, and the local
+    # base took them, so code tried on it failed only on the real one. A dotted name ('module.Class', as topology
+    # files take) failed in the host process with a traceback of ModuleNotFoundError.
+    system = make_system(base)
+
+    class Nested(Echo):
+        pass
+
+    with pytest.raises(actors.UnpicklableMessage, match="Nested is defined inside a function: .*define it at the "
+                                                        "top level of a module"):
+        system.spawn(Nested, "/user/echo")
+    with pytest.raises(actors.UnpicklableMessage, match="spawn's kwargs cannot be sent to the host process "
+                                                        r"\(TypeError: cannot pickle '_thread.lock' object\)"):
+        system.spawn(Echo, "/user/echo", kwargs={"lock": threading.Lock()})
+    with pytest.raises(actors.UnpicklableMessage, match="spawn's args cannot be sent .*lambda"):
+        system.spawn(Echo, "/user/echo", args=(lambda: 1,))
+    with pytest.raises(actors.ConfigError, match="cls 'tests.actors.sample.Echo' must name its class as "
+                                                 r"'module:Class' \(e.g. 'tests.actors.sample:Echo'\)"):
+        system.spawn("tests.actors.sample.Echo", "/user/echo")
+    with pytest.raises(actors.ConfigError, match="cls 'Echo' must name its class as 'module:Class':"):
+        system.spawn("Echo", "/user/echo")
+    # Nothing was spawned: the path is free for the right spawn.
+    system.spawn("tests.actors.sample:Echo", "/user/echo")
+    assert system.ask("/user/echo", Ping(1)) == Pong(1, "/user/echo")
