@@ -7,13 +7,13 @@ endpoint, Projections and their offset stores.
 
 from __future__ import annotations
 
+import datetime
 import http.client
 import os
 import shutil
 import sqlite3
 import stat
 import subprocess
-import datetime
 import sys
 import threading
 import time
