@@ -57,6 +57,7 @@ A cluster file describes every node of a multi-host system instead of one `[syst
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import re
@@ -292,13 +293,21 @@ def resolve_class(spec: str) -> type:
     return obj
 
 
+def _unknown_keys(unknown: set[str], known: set[str] | frozenset[str]) -> str:
+    """"unknown key(s) [...]", with the known key each one is likely a typo of, then the known keys."""
+    guesses = [f"{key!r} -> {close[0]!r}" for key in sorted(unknown)
+               for close in [difflib.get_close_matches(key, sorted(known), n=1)] if close]
+    hint = f" (did you mean {', '.join(guesses)}?)" if guesses else ""
+    return f"unknown key(s) {sorted(unknown)}{hint}; known: {sorted(known)}"
+
+
 def _check_table(table: Any, name: str, known: set[str], source: str) -> None:
     """TopologyError unless `table` is a TOML table whose keys are all `known`."""
     if not isinstance(table, dict):
         raise TopologyError(f"{source}: {name} must be a table")
     unknown = set(table) - known
     if unknown:
-        raise TopologyError(f"{source}: {name} has unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
+        raise TopologyError(f"{source}: {name} has {_unknown_keys(unknown, known)}")
 
 
 def _system(table: Any, source: str, base_dir: str | None) -> SystemSection:
@@ -430,7 +439,7 @@ def _node(table: Any, where: str) -> NodeSection:
     where = f"{where} ({name!r})"
     unknown = set(table) - NODE_KEYS
     if unknown:
-        raise TopologyError(f"{where} has unknown key(s) {sorted(unknown)}; known: {sorted(NODE_KEYS)}")
+        raise TopologyError(f"{where} has {_unknown_keys(unknown, NODE_KEYS)}")
     port = table.get("admin_port")
     if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
         raise TopologyError(f"{where} admin_port must be an integer in 1..65535 (the port its admin listens on), "
@@ -500,7 +509,7 @@ def _entry(table: Any, entities: bool, where: str, base_dir: str | None) -> Acto
         raise TopologyError(f"{where} must be a table")
     unknown = set(table) - ENTRY_KEYS
     if unknown:
-        raise TopologyError(f"{where} has unknown key(s) {sorted(unknown)}; known: {sorted(ENTRY_KEYS)}")
+        raise TopologyError(f"{where} has {_unknown_keys(unknown, ENTRY_KEYS)}")
     for key in ("path", "class"):
         if not isinstance(table.get(key), str):
             raise TopologyError(f"{where} needs a string {key!r}")

@@ -84,7 +84,9 @@ def test_the_shipped_example_parses() -> None:
 
 
 @pytest.mark.parametrize("text, needle", [
-    ("[system]\nadmin_prot = 1", "unknown key(s) ['admin_prot']"),
+    ("[system]\nadmin_prot = 1", "unknown key(s) ['admin_prot'] (did you mean 'admin_prot' -> 'admin_port'?)"),
+    ("[[entities]]\npath = '/user/a'\nclass = 'm:C'\npasivate_after = 1",
+     "unknown key(s) ['pasivate_after'] (did you mean 'pasivate_after' -> 'passivate_after'?)"),
     ("[system]\nadmin_port = 'x'", "admin_port must be an integer"),
     ("[[actor]]\npath = '/user/a'", "needs a string 'class'"),
     ("[[actor]]\npath = 'user/a'\nclass = 'm:C'", "[[actor]] #1"),
@@ -222,7 +224,8 @@ def _cluster(edit: str) -> str:
     ('bind = "10.0.0.3" => bind = "ten"', "[[node]] #3 ('c') bind"),
     ('bind = "10.0.0.3" => bind = "10.0.0.1"', "[[node]] address and admin_port declared twice"),
     ('metrics_port = 9464 => metrics_port = 1900', "[[node]] #1 ('a') metrics_port and admin_port are both 1900"),
-    ('metrics_port = 9464 => metric_port = 9464', "[[node]] #1 ('a') has unknown key(s) ['metric_port']"),
+    ('metrics_port = 9464 => metric_port = 9464',
+     "[[node]] #1 ('a') has unknown key(s) ['metric_port'] (did you mean 'metric_port' -> 'metrics_port'?)"),
     ('bridges = true => bridges = "yes"', "[spark] bridges must be true or false"),
     ('bridges = true => bridge = true', "[spark] has unknown key(s) ['bridge']"),
     ('bridges = true => bridges = true\nstaged_ttl = "1h"', "[spark] staged_ttl must be a number of seconds > 0"),
