@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -110,7 +111,7 @@ def _classify(e: BaseException) -> tuple[int, str]:
     """Exit code and hint for exceptions raised by the libraries below the CLI."""
     from journal.errors import JournalCorruption
 
-    from .errors import ConfigError, InvalidPath, LeaderUnreachable, SystemNotRunning
+    from .errors import ConfigError, InvalidPath, LeaderUnreachable, SpawnFailed, SystemNotRunning
     from .topology import TopologyError
 
     if isinstance(e, TopologyError):
@@ -119,6 +120,11 @@ def _classify(e: BaseException) -> tuple[int, str]:
         return 2, "fix the value named above"
     if isinstance(e, InvalidPath):
         return 2, "actor paths look like /user/accounts (an absolute path below /user or /system)"
+    busy = re.match(r"admin port (\d+) is already in use", str(e))
+    if isinstance(e, SpawnFailed) and busy:
+        port = busy.group(1)
+        return 1, (f"a system already runs there: `{PROG} status --port {port}` shows it, `{PROG} down --port {port}` "
+                   "stops it; or give [system] admin_port / --port another port")
     if isinstance(e, FileNotFoundError):
         return 2, "check the file name and the working directory"
     if isinstance(e, LeaderUnreachable) and "could not join its leader" in str(e):

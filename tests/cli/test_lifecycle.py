@@ -66,6 +66,12 @@ def test_up_detach_status_down(topology, tag, tmp_path) -> None:
     assert up.returncode == 0, up.stderr
     assert f"127.0.0.1:{port}" in up.stdout and "/user/echoes" in up.stdout
     assert tagged_pids(tag), "--detach must leave the system running"
+    # A second `up` on its port is refused, pointing at the running system (it said "rerun with --verbose").
+    second = reprise("up", topology, "--detach", "--port", str(port), "--tag", tag + "second-",
+                     "--run-dir", str(tmp_path / "run2"))
+    assert second.returncode == 1 and f"admin port {port} is already in use" in second.stderr, second.stderr
+    assert f"reprise status --port {port}" in second.stderr and f"reprise down --port {port}" in second.stderr
+    assert "--verbose" not in second.stderr
 
     client = actors.connect(port)
     try:
