@@ -17,12 +17,16 @@ if TYPE_CHECKING:
 
 WriteResults = list[BaseException | None] | BaseException | None
 """What one actor's `_on_write_results` gets: per write None (stored) or why it was rejected; one exception
-when the whole journal write failed; None when the actor only deferred (nothing was written)."""
+when the whole journal write failed; None when every write of its batch was stored, or it only deferred (nothing
+was written)."""
 
 
 def coordinator_for(context: ActorContext) -> PersistenceCoordinator:
     """The coordinator of the host behind `context`, made (and registered as a settle hook) on first use."""
     return context.extension(PersistenceCoordinator, PersistenceCoordinator)
+
+
+_NO_JOURNAL = object()  # (no actor's journal: an actor's may be None)
 
 
 class PersistenceCoordinator:
@@ -38,6 +42,9 @@ class PersistenceCoordinator:
         self.queue: dict[int, PersistentActor] = {}
         self._taking: PersistentActor | None = None
         self._write_latency = histogram(context, JOURNAL_WRITE)  # one observation per journal and round
+        from persistence.persistent_actor import _OneEvent, _OneWrite  # (that module imports this one)
+
+        self._one_write_types = (_OneWrite, _OneEvent)  # batch entries that are their own AtomicWrite
         context.on_settle(self.settle)
 
     def enqueue(self, actor: PersistentActor) -> None:
@@ -54,11 +61,15 @@ class PersistenceCoordinator:
         if not queue:
             return False
         self.queue = {}
+        one_write, one_event = self._one_write_types
         # Parallel lists, not a tuple per actor: everything made here lives until the handlers ran.
         taken: list[PersistentActor] = []
         batches: list[list[_Entry]] = []
         counts: list[int] = []  # writes of each batch, in its journal's write_messages call
         groups: dict[int, _Group] = {}
+        # The last actor's journal and its group's writes: a host's actors mostly share one journal (no lookup each).
+        journal: object = _NO_JOURNAL
+        group_writes: list[AtomicWrite] = []
         try:
             for actor in queue.values():
                 self._taking = actor
@@ -81,37 +92,39 @@ class PersistenceCoordinator:
                     continue
                 taken.append(actor)
                 batches.append(batch)
-                # (entry.atomic read once: an _OneWrite's is a property)
-                writes = [atomic for entry in batch if (atomic := entry.atomic) is not None]
-                n = len(writes)
+                n = len(batch)
+                if n == 1 and ((t := type(batch[0])) is one_write or t is one_event):
+                    writes: list[AtomicWrite] = batch  # type: ignore[assignment]  # (the usual batch: one write, itself)
+                else:
+                    # (entry.atomic read once: an _OneWrite's is a property)
+                    writes = [atomic for entry in batch if (atomic := entry.atomic) is not None]
+                    n = len(writes)
                 counts.append(n)
                 if n:
-                    journal = actor._journal
-                    group = groups.get(id(journal))
-                    if group is None:
-                        group = groups[id(journal)] = _Group(cast("Journal", journal))  # (opened by recovery)
-                    group.writes += writes
+                    if actor._journal is not journal:
+                        journal = actor._journal
+                        found = groups.get(id(journal))
+                        if found is None:
+                            found = groups[id(journal)] = _Group(cast("Journal", journal))  # (opened by recovery)
+                        group_writes = found.writes
+                    group_writes += writes
         finally:
             self._taking = None
         for group in groups.values():
             began = time.perf_counter()
-            group.results = _commit(group.journal, group.writes)
+            written = group.results = _commit(group.journal, group.writes)
             self._write_latency.observe(time.perf_counter() - began)
+            # Every write stored (the usual round): each actor gets None, no slice of the results of its own.
+            group.stored = type(written) is list and written.count(None) == len(written)
+        journal = _NO_JOURNAL
         for actor, batch, n in zip(taken, batches, counts, strict=True):
-            results: WriteResults = None  # deferrals only
+            results: WriteResults = None  # every write stored, or deferrals only
             if n:
-                group = groups[id(actor._journal)]
-                written = group.results  # (written above: a list or the exception)
-                if isinstance(written, BaseException):
-                    results = written
-                else:
-                    start = group.handed
-                    group.handed = start + n
-                    mine = written[start:start + n]
-                    failed = None
-                    if type(written) is _PartlyFailed:  # (looked for only then: a round has ~1 write an actor)
-                        failed = next((r.error for r in mine if isinstance(r, _Failed)), None)
-                    results = failed if failed is not None else cast("list[BaseException | None]", mine)
+                if actor._journal is not journal:
+                    journal = actor._journal
+                    group = groups[id(journal)]
+                if not group.stored:
+                    results = self._results_of(group, n)
             if actor.context.entities.get(actor.path) is actor:
                 try:
                     actor._on_write_results(batch, results)
@@ -120,6 +133,21 @@ class PersistenceCoordinator:
             else:  # it stopped with these events queued: they are written, its handlers do not run
                 actor._written_after_stop(results)
         return True
+
+    @staticmethod
+    def _results_of(group: _Group, n: int) -> WriteResults:
+        """The results of the next `n` writes of `group` (a round with a rejection or a failure)."""
+        written = group.results  # (written above: a list or the exception)
+        if isinstance(written, BaseException):
+            return written
+        start = group.handed
+        group.handed = start + n
+        mine = written[start:start + n]
+        if type(written) is _PartlyFailed:
+            failed = next((r.error for r in mine if isinstance(r, _Failed)), None)
+            if failed is not None:
+                return failed
+        return mine  # type: ignore[return-value]  # (no _Failed among them)
 
 
 class _PartlyFailed(list["BaseException | None | _Failed"]):
@@ -188,10 +216,11 @@ def _commit(journal: Journal, writes: list[AtomicWrite]) -> Sequence[BaseExcepti
 class _Group:
     """The writes of one journal in one settle round (one write_messages call), then its results."""
 
-    __slots__ = ("journal", "writes", "results", "handed")
+    __slots__ = ("journal", "writes", "results", "handed", "stored")
 
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
         self.writes: list[AtomicWrite] = []
         self.results: Sequence[BaseException | None | _Failed] | BaseException = ()
         self.handed = 0  # results handed to actors so far, in the order their writes were added
+        self.stored = False  # every write stored: each actor's results are None

@@ -741,10 +741,12 @@ class PersistentActor(Actor):
     def _on_write_results(self, batch: list[_Entry], results: WriteResults) -> None:
         """Run handlers in call order for one committed batch, then let waiting commands in."""
         host = self.context
-        failure = results if isinstance(results, BaseException) else None
-        # (read only when there was a write, and no failure; an annotation, not typing.cast: a call per entity and
+        # None: every write stored (the usual round), or deferrals only.
+        failure = results if results is not None and isinstance(results, BaseException) else None
+        # (read only when there were results, and no failure; an annotation, not typing.cast: a call per entity and
         # commit)
         per_write: list[BaseException | None] = results  # type: ignore[assignment]
+        stored = results is None
         wi = 0
         for entry in batch:
             if self._replaced or self._dead or self._stop_called:
@@ -758,7 +760,8 @@ class PersistentActor(Actor):
                 self._drain_stash()
                 if self._replaced or self._dead or self.stop_requested:
                     return
-            if (type(entry) is _OneWrite or type(entry) is _OneEvent) and failure is None and per_write[wi] is None:
+            if (type(entry) is _OneWrite or type(entry) is _OneEvent) and (stored or (failure is None
+                                                                              and per_write[wi] is None)):
                 # The fast path: one stored event, its handler gets the event it was queued with.
                 wi += 1
                 self.last_sequence_nr = entry.payload[0].sequence_nr
@@ -791,7 +794,7 @@ class PersistentActor(Actor):
                                   entry.sender, failure)
                 self._die("persist failed")
                 return
-            result = per_write[wi]
+            result = None if stored else per_write[wi]
             wi += 1
             if result is None:
                 for repr_ in atomic.payload:
