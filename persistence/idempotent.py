@@ -269,7 +269,13 @@ class IdempotentReceiver(PersistentActor):
     def persist_applied(self, origin: str, delivery_id: int, event: object, handler: Callable[[Any], object],
                         asynchronous: bool = True) -> bool:
         """Persist `event` for this delivery unless it was already applied; False for a duplicate."""
-        if not mark_applied(self._seen, origin, delivery_id):
+        # mark_applied(self._seen, origin, delivery_id) and seen_ids inlined (once per message)
+        if type(delivery_id) is not int or delivery_id < 1:
+            mark_applied(self._seen, origin, delivery_id)  # (raises its ValueError)
+        seen = self._seen.get(origin)
+        if seen is None:
+            seen = self._seen[origin] = SeenIds()
+        if not seen.add(delivery_id):
             return False
         if asynchronous and not self._recovery_running:
             unapplied = self._unapplied

@@ -545,7 +545,11 @@ class PersistentActor(Actor):
             if not self._stashing:
                 self._drain_stash()
             return
-        self.mixin_command(message, sender)
+        if type(self).mixin_command is _BASE_MIXIN_COMMAND:  # (no mixin's: its call inlined, once per command)
+            self.sender = sender
+            self.receive_command(message, sender)
+        else:
+            self.mixin_command(message, sender)
 
     def _stashed(self, message: object, sender: str | None) -> None:
         """Put a command in the stash, making the deque on the first one."""
@@ -649,11 +653,16 @@ class PersistentActor(Actor):
         """Queue `payload` as one persist_async write whose handler gets `event` (an _OneWrite: the fast path
         of compact-event mixins). The caller checked that recovery finished and nothing is contributed."""
         seq = self._seq_alloc + 1
-        pid = self.persistence_id
+        # (the default persistence_id is the path: read without the property's call, once per entity and commit)
+        pid = self.path if type(self).persistence_id is _PATH_IS_ID else self.persistence_id
         if self._tagging:
             reprs = (_repr(payload, seq, pid, self._writer_uuid, self.mixin_tags(payload)),)
-        else:
-            reprs = (_repr(payload, seq, pid, self._writer_uuid),)
+        else:  # _repr inlined
+            r = _new(PersistentRepr)
+            _set(r, "__dict__", {"payload": payload, "sequence_nr": seq, "persistence_id": pid, "manifest": "",
+                                 "writer_uuid": self._writer_uuid, "timestamp": 0, "tags": _NO_TAGS,
+                                 "metadata": None})
+            reprs = (r,)
         if not pid:
             AtomicWrite(reprs)  # raises its error for an id that went empty since recovery checked it
         self._seq_alloc = seq
@@ -662,7 +671,16 @@ class PersistentActor(Actor):
         _set_event(write, event)
         _set_handler(write, handler)
         _set_sender(write, self.sender)
-        self._queue_entry(write, 1, False)
+        # _queue_entry(write, 1, False) inlined, with the coordinator's enqueue
+        batch = self._batch
+        if batch:
+            batch.append(write)
+        else:  # the round's first: no list is kept between rounds (PROFILE.md §27)
+            self._batch = [write]
+        self._pending += 1
+        coordinator = self._coordinator
+        if self is not coordinator._taking:  # (see PersistenceCoordinator.enqueue)
+            coordinator.queue[id(self)] = self
 
     def _queue_defer(self, event: object, handler: Handler, stashing: bool) -> None:
         if self._contributors:
@@ -892,3 +910,7 @@ class PersistentActor(Actor):
             self._tell_self(DeleteMessagesSuccess(to_sequence_nr))
         except Exception as exc:
             self._tell_self(DeleteMessagesFailure(exc, to_sequence_nr))
+
+
+_PATH_IS_ID = PersistentActor.__dict__["persistence_id"]  # (the default persistence_id property: the path)
+_BASE_MIXIN_COMMAND = PersistentActor.mixin_command
