@@ -423,11 +423,29 @@ class Host:
             for target, messages in groups.items():
                 self.deliver_batch(target, messages)
         else:
+            # deliver and _invoke inlined for an entity that exists (once per message in a host of many entities)
+            entities = self.entities
+            get = entities.get
+            move_to_end = entities.move_to_end if self.spec.passivate_after is not None else None
+            now = self.now
             for sender, target, message in entries:
-                if type(message) is not Barrier:
-                    deliver(sender, target, message)
-                else:  # (one of ours back: see on_barrier)
+                if type(message) is Barrier:  # (one of ours back: see on_barrier)
                     self.on_barrier(sender, target, message, passing=False)
+                    continue
+                entity = get(target)
+                if entity is None:
+                    deliver(sender, target, message)  # (made on first use)
+                    continue
+                if move_to_end is not None:
+                    move_to_end(target)
+                entity._last_active = now
+                try:
+                    entity.receive(message, sender)
+                except Exception as exc:
+                    self.report_failure(entity, exc, message, sender)
+                    continue
+                if entity._stopping:
+                    self.stop_entity(entity, "stopped")
         self.settle()
 
     def on_barrier(self, sender: str | None, target: str, barrier: Barrier, passing: bool) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 import pickle
 from collections.abc import Callable
+from itertools import repeat
 from typing import cast
 
 from .errors import UnpicklableMessage
@@ -175,10 +177,13 @@ def unpack(batch: Batch, on_bad: Callable[[Entry, str], None], expand: bool = Tr
             entries += _salvage(batch.origin, payload, exc, on_bad)
     if not expand:
         return entries
-    for entry in entries:
-        if isinstance(entry[2], Scatter):
-            return _expand(entries)
+    # (the messages looked at in C: a call per message less than a loop here)
+    if any(map(isinstance, map(_message_of, entries), repeat(Scatter))):
+        return _expand(entries)
     return entries
+
+
+_message_of = operator.itemgetter(2)
 
 
 class _Unresolved:
