@@ -80,9 +80,13 @@ def encode_writes(
     seeds = _write_seeds
     good_tags = _good_tags
     crc = _crc32
+    write_types = _write_types
     for i, aw in enumerate(messages):
-        if type(aw) is not AtomicWrite and not isinstance(aw, AtomicWrite):
-            raise TypeError(f"write_messages takes AtomicWrites, got {type(aw).__qualname__}")
+        if type(aw) not in write_types:
+            if not isinstance(aw, AtomicWrite):
+                raise TypeError(f"write_messages takes AtomicWrites, got {type(aw).__qualname__}")
+            if len(write_types) < 64:
+                write_types.add(type(aw))  # (an AtomicWrite subclass, e.g. persistence's _OneWrite: no isinstance each)
         reprs = aw.payload
         r = reprs[0]  # (named by a rejection of the id, before the loop binds it)
         pid = r.persistence_id
@@ -105,6 +109,9 @@ def encode_writes(
                 if reg is None:
                     blob = pack([FORMAT_FLAT, r.writer_uuid, r.manifest, timestamp, sorted(tags) if tags else None,
                                  r.metadata, payload])
+                elif reg.only_field is not None:  # (one field: its getter, in C, not the values lambda)
+                    blob = pack([FORMAT_FLAT, r.writer_uuid, r.manifest, timestamp, sorted(tags) if tags else None,
+                                 r.metadata, reg.manifest, reg.version, reg.only_field(payload)])
                 else:
                     blob = pack([FORMAT_FLAT, r.writer_uuid, r.manifest, timestamp, sorted(tags) if tags else None,
                                  r.metadata, reg.manifest, reg.version, *reg.values(payload)])
@@ -126,6 +133,7 @@ def encode_writes(
 # tag is checked once, not per write (serialization's _seeds also holds ids read back, which were never checked).
 _write_seeds: dict[str, int] = {}
 _good_tags: set[str] = set()
+_write_types: set[type] = {AtomicWrite}  # AtomicWrite and the subclasses of it met so far
 
 
 def _write_seed(pid: object) -> int:

@@ -392,6 +392,9 @@ def marked(value: Any) -> Any:
         return [_TUPLE_EXT, *value]
     reg = _by_class.get(t)
     if reg is not None:
+        only = reg.only_field  # (a one-field object's value by its getter, in C: no call of a Python lambda)
+        if only is not None:
+            return [_OBJECT_EXT, reg.manifest, reg.version, only(value)]
         return [_OBJECT_EXT, reg.manifest, reg.version, *reg.values(value)]
     return value
 
