@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
 WriteResults = list[BaseException | None] | BaseException | None
 """What one actor's `_on_write_results` gets: per write None (stored) or why it was rejected; one exception
-when the whole journal write failed; None when every write of its batch was stored, or it only deferred (nothing
-was written)."""
+when the whole journal write failed. None when every write of its batch was stored, or it only deferred (nothing
+was written): the coordinator then calls `_run_handlers`, not `_on_write_results`."""
 
 
 def coordinator_for(context: ActorContext) -> PersistenceCoordinator:
@@ -127,7 +127,10 @@ class PersistenceCoordinator:
                     results = self._results_of(group, n)
             if actor.context.entities.get(actor.path) is actor:
                 try:
-                    actor._on_write_results(batch, results)
+                    if results is None:  # (every write stored: no mixin has rejections to handle)
+                        actor._run_handlers(batch, None)
+                    else:
+                        actor._on_write_results(batch, results)
                 except Exception as exc:  # (a mixin's, outside the handlers: its events are stored, replay has them)
                     actor.context.report_failure(actor, exc, None, actor.sender)
             else:  # it stopped with these events queued: they are written, its handlers do not run

@@ -757,6 +757,11 @@ class PersistentActor(Actor):
         self.context.report_error(self.path, f"events persisted just before it {why} were not written ({what})")
 
     def _on_write_results(self, batch: list[_Entry], results: WriteResults) -> None:
+        """One committed batch's results: mixins override this to handle their rejections, and call super(). A round
+        whose writes were all stored goes straight to `_run_handlers` (the coordinator calls it)."""
+        self._run_handlers(batch, results)
+
+    def _run_handlers(self, batch: list[_Entry], results: WriteResults) -> None:
         """Run handlers in call order for one committed batch, then let waiting commands in."""
         host = self.context
         # None: every write stored (the usual round), or deferrals only.
