@@ -697,13 +697,29 @@ class SnapshotStore(ABC):
         meta, snapshot = decode_snapshot(persistence_id, seq, ts, bytes(blob), ck)
         return SelectedSnapshot(SnapshotMetadata(persistence_id, seq, ts, meta), snapshot)
 
-    @abstractmethod
     def delete(self, metadata: SnapshotMetadata) -> None:
-        """Delete the snapshot at (pid, seq nr); a timestamp of 0 matches any timestamp."""
+        """Delete the snapshot at (pid, seq nr); a timestamp of 0 matches any timestamp (else it is checked)."""
+        pid, seq, ts = metadata.persistence_id, metadata.sequence_nr, metadata.timestamp
+        self._delete_keys("delete snapshot", pid, [(seq, 0)] if ts == 0 else self._verified(pid, seq, seq, ts, ts))
 
-    @abstractmethod
     def delete_matching(self, persistence_id: str, criteria: SnapshotSelectionCriteria) -> None:
-        """Delete every snapshot of the id matching `criteria`."""
+        """Delete every snapshot of the id matching `criteria` (timestamps checked when it bounds them)."""
+        lo, hi = criteria.min_sequence_nr, criteria.max_sequence_nr
+        if _bounds_timestamps(criteria):
+            keys = self._verified(persistence_id, lo, hi, criteria.min_timestamp, criteria.max_timestamp)
+            self._delete_keys("delete snapshots", persistence_id, keys)
+        else:
+            self._delete_range(persistence_id, lo, hi)
+
+    def _delete_range(self, persistence_id: str, min_sequence_nr: int, max_sequence_nr: int) -> None:
+        """Delete the id's snapshots with sequence nrs in the bounds (a store overrides this and _delete_keys, or
+        delete and delete_matching)."""
+        raise NotImplementedError(f"{type(self).__qualname__} implements neither delete_matching nor _delete_range")
+
+    def _delete_keys(self, what: str, persistence_id: str, keys: list[tuple[int, int]]) -> None:
+        """Delete the snapshots (seq nr, timestamp; 0: any) in one transaction; one saved over since keeps its new
+        timestamp (`what` names the operation in errors)."""
+        raise NotImplementedError(f"{type(self).__qualname__} implements neither delete nor _delete_keys")
 
     @abstractmethod
     def close(self) -> None:

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from journal.api import Journal, SnapshotStore, TaggedRow, _bounds_timestamps
+from journal.api import Journal, SnapshotStore, TaggedRow
 from journal.errors import JournalError
 from journal.model import PersistenceIdSummary, SnapshotMetadata, SnapshotSelectionCriteria
 from journal.records import EncodedBatch, StoredRow
@@ -238,24 +238,13 @@ class MemorySnapshotStore(SnapshotStore):
             snaps = self._s.snapshots.get(persistence_id, {})
             return [(seq, *snaps[seq]) for seq in sorted(snaps) if after < seq <= to]
 
-    def delete(self, metadata: SnapshotMetadata) -> None:
-        """Delete the snapshot at (pid, seq nr); a timestamp of 0 matches any timestamp (else it is checked)."""
-        pid, seq, ts = metadata.persistence_id, metadata.sequence_nr, metadata.timestamp
-        self._delete_keys(pid, [(seq, 0)] if ts == 0 else self._verified(pid, seq, seq, ts, ts))
+    def _delete_range(self, persistence_id: str, min_sequence_nr: int, max_sequence_nr: int) -> None:
+        with self._s.lock:
+            snaps = self._s.snapshots.get(persistence_id, {})
+            for seq in [seq for seq in snaps if min_sequence_nr <= seq <= max_sequence_nr]:
+                del snaps[seq]
 
-    def delete_matching(self, persistence_id: str, criteria: SnapshotSelectionCriteria) -> None:
-        """Delete every snapshot of the id matching `criteria` (timestamps checked when it bounds them)."""
-        lo, hi = criteria.min_sequence_nr, criteria.max_sequence_nr
-        if not _bounds_timestamps(criteria):
-            with self._s.lock:
-                snaps = self._s.snapshots.get(persistence_id, {})
-                self._delete_keys(persistence_id, [(seq, 0) for seq in snaps if lo <= seq <= hi])
-            return
-        self._delete_keys(persistence_id, self._verified(persistence_id, lo, hi, criteria.min_timestamp,
-                                                         criteria.max_timestamp))
-
-    def _delete_keys(self, persistence_id: str, keys: list[tuple[int, int]]) -> None:
-        """Delete the snapshots (seq nr, timestamp; 0: any); one saved over since keeps its new timestamp."""
+    def _delete_keys(self, what: str, persistence_id: str, keys: list[tuple[int, int]]) -> None:
         with self._s.lock:
             snaps = self._s.snapshots.get(persistence_id, {})
             for seq, ts in keys:

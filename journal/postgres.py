@@ -50,7 +50,7 @@ import psycopg_pool
 from psycopg import sql
 from psycopg.pq import TransactionStatus
 
-from journal.api import Journal, OrderingBatch, OrderingHorizon, SnapshotStore, TaggedRow, _bounds_timestamps
+from journal.api import Journal, OrderingBatch, OrderingHorizon, SnapshotStore, TaggedRow
 from journal.errors import InvalidUrl, JournalError
 from journal.model import MAX_SEQUENCE_NR, PersistenceIdSummary, SnapshotMetadata, SnapshotSelectionCriteria
 from journal.records import EncodedBatch, StoredRow
@@ -188,8 +188,7 @@ _QUERIES = {
                          "WHERE persistence_id = %s AND sequence_nr > %s AND sequence_nr <= %s",
     "delete_snapshot": "DELETE FROM {s}.snapshot WHERE persistence_id = %s AND sequence_nr = %s "
                        "AND (%s = 0 OR timestamp = %s)",
-    "delete_snapshots": "DELETE FROM {s}.snapshot WHERE persistence_id = %s AND sequence_nr BETWEEN %s AND %s "
-                        "AND timestamp BETWEEN %s AND %s",
+    "delete_snapshots": "DELETE FROM {s}.snapshot WHERE persistence_id = %s AND sequence_nr BETWEEN %s AND %s",
 }
 
 
@@ -620,24 +619,10 @@ class PostgresSnapshotStore(SnapshotStore):
     def _younger(self, persistence_id: str, after: int, to: int) -> Sequence[tuple[int, int, bytes, int]]:
         return self._db.query("load snapshot", "younger_snapshots", (persistence_id, after, to))
 
-    def delete(self, metadata: SnapshotMetadata) -> None:
-        """Delete the snapshot at (pid, seq nr); a timestamp of 0 matches any timestamp (else it is checked)."""
-        pid, seq, ts = metadata.persistence_id, metadata.sequence_nr, metadata.timestamp
-        self._delete_keys("delete snapshot", pid, [(seq, 0)] if ts == 0 else self._verified(pid, seq, seq, ts, ts))
-
-    def delete_matching(self, persistence_id: str, criteria: SnapshotSelectionCriteria) -> None:
-        """Delete every snapshot of the id matching `criteria` (timestamps checked when it bounds them)."""
-        if not _bounds_timestamps(criteria):
-            self._write("delete snapshots", "delete_snapshots",
-                        (persistence_id, criteria.min_sequence_nr, criteria.max_sequence_nr,
-                         criteria.min_timestamp, criteria.max_timestamp))
-            return
-        self._delete_keys("delete snapshots", persistence_id, self._verified(
-            persistence_id, criteria.min_sequence_nr, criteria.max_sequence_nr, criteria.min_timestamp,
-            criteria.max_timestamp))
+    def _delete_range(self, persistence_id: str, min_sequence_nr: int, max_sequence_nr: int) -> None:
+        self._write("delete snapshots", "delete_snapshots", (persistence_id, min_sequence_nr, max_sequence_nr))
 
     def _delete_keys(self, what: str, persistence_id: str, keys: list[tuple[int, int]]) -> None:
-        """Delete the snapshots (seq nr, timestamp) in one transaction; one saved over since keeps its new timestamp."""
         if keys:
             self._db.write(what, lambda cur: cur.executemany(
                 self._q["delete_snapshot"], [(persistence_id, seq, ts, ts) for seq, ts in keys]), landed=_run_again)

@@ -50,7 +50,7 @@ from itertools import chain
 from typing import TypeVar, cast
 
 from journal import sqlite_schema, sqlite_wal
-from journal.api import Journal, SnapshotStore, TaggedRow, _bounds_timestamps
+from journal.api import Journal, SnapshotStore, TaggedRow
 from journal.errors import InvalidUrl, JournalCorruption, JournalError
 from journal.model import PersistenceIdSummary, Problem, SnapshotMetadata, SnapshotSelectionCriteria
 from journal.records import EncodedBatch, StoredRow
@@ -816,24 +816,11 @@ class SqliteSnapshotStore(SnapshotStore):
             "load snapshot", "SELECT sequence_nr, timestamp, snapshot, checksum FROM snapshot "
             "WHERE persistence_id = ? AND sequence_nr > ? AND sequence_nr <= ?", (persistence_id, after, to)))
 
-    def delete(self, metadata: SnapshotMetadata) -> None:
-        """Delete the snapshot at (pid, seq nr); a timestamp of 0 matches any timestamp (else it is checked)."""
-        pid, seq, ts = metadata.persistence_id, metadata.sequence_nr, metadata.timestamp
-        self._delete_keys("delete snapshot", pid, [(seq, 0)] if ts == 0 else self._verified(pid, seq, seq, ts, ts))
-
-    def delete_matching(self, persistence_id: str, criteria: SnapshotSelectionCriteria) -> None:
-        """Delete every snapshot of the id matching `criteria` (timestamps checked when it bounds them)."""
-        if not _bounds_timestamps(criteria):
-            self._write("delete snapshots",
-                        "DELETE FROM snapshot WHERE persistence_id = ? AND sequence_nr BETWEEN ? AND ?",
-                        (persistence_id, criteria.min_sequence_nr, criteria.max_sequence_nr))
-            return
-        self._delete_keys("delete snapshots", persistence_id, self._verified(
-            persistence_id, criteria.min_sequence_nr, criteria.max_sequence_nr, criteria.min_timestamp,
-            criteria.max_timestamp))
+    def _delete_range(self, persistence_id: str, min_sequence_nr: int, max_sequence_nr: int) -> None:
+        self._write("delete snapshots", "DELETE FROM snapshot WHERE persistence_id = ? AND sequence_nr BETWEEN ? AND ?",
+                    (persistence_id, min_sequence_nr, max_sequence_nr))
 
     def _delete_keys(self, what: str, persistence_id: str, keys: list[tuple[int, int]]) -> None:
-        """Delete the snapshots (seq nr, timestamp) in one transaction; one saved over since keeps its new timestamp."""
         if keys:
             self._h.transaction(what, lambda conn: conn.executemany(
                 "DELETE FROM snapshot WHERE persistence_id = ? AND sequence_nr = ? AND (? = 0 OR timestamp = ?)",

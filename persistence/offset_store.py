@@ -182,6 +182,15 @@ def _handler_sql(sql: object, allow_rollback: bool, hint: str) -> bool:
                            "part of the handler's writes")
 
 
+def _handed_to_the_handler(conn: Any) -> Iterator[Any]:
+    """Yield the store's connection to an exactly-once handler, its checks on (`in_projection`) meanwhile."""
+    conn.in_projection = True
+    try:
+        yield conn
+    finally:
+        conn.in_projection = False
+
+
 class _StoreCursor(sqlite3.Cursor):
     """A cursor of the store's connection: the same checks as the connection's execute and executescript."""
 
@@ -274,11 +283,7 @@ class SqliteOffsetStore(_SqlOffsetStore):
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.in_projection = True
-                try:
-                    yield conn
-                finally:
-                    conn.in_projection = False
+                yield from _handed_to_the_handler(conn)
                 self._advance(conn, projection_id, offset, expected)
                 conn.execute("COMMIT")
             except BaseException:
@@ -370,11 +375,7 @@ class PostgresOffsetStore(_SqlOffsetStore):
         """Yield the psycopg connection inside a transaction; the offset is written and committed with it."""
         conn = self._conn
         with self._lock, conn.transaction():
-            conn.in_projection = True
-            try:
-                yield conn
-            finally:
-                conn.in_projection = False
+            yield from _handed_to_the_handler(conn)
             self._advance(conn, projection_id, offset, expected)
 
     def close(self) -> None:
