@@ -167,12 +167,19 @@ def _pg_text(query: Any, context: Any) -> object:
     return as_string(context) if callable(as_string) else query
 
 
+_PLAIN: set[str] = set()
+"""Statements checked and found to be no transaction statement: a handler runs the same few for every event, and
+each then costs the connection's execute one set lookup (see _StoreConnection.execute)."""
+
+
 def _handler_sql(sql: object, allow_rollback: bool, hint: str) -> bool:
     """Check a statement an exactly-once handler executes: True for ROLLBACK if `allow_rollback` (to run, then open the
     transaction again, as rollback() does); OffsetStoreError for one that would begin or end the projection's
     transaction."""
     what = _tx_control(sql)
     if what is None:
+        if type(sql) is str and len(_PLAIN) < 1024:
+            _PLAIN.add(sql)
         return False
     if what == "ROLLBACK" and allow_rollback:
         return True
@@ -191,12 +198,16 @@ def _handed_to_the_handler(conn: Any) -> Iterator[Any]:
         conn.in_projection = False
 
 
+_execute = sqlite3.Connection.execute  # (called directly: super() is a call more per statement)
+
+
 class _StoreCursor(sqlite3.Cursor):
     """A cursor of the store's connection: the same checks as the connection's execute and executescript."""
 
     def execute(self, sql: str, parameters: Any = (), /) -> _StoreCursor:
         conn = self.connection
-        if type(conn) is _StoreConnection and conn.in_projection and _handler_sql(sql, True, _SQLITE_HINT):
+        if type(conn) is _StoreConnection and conn.in_projection and sql not in _PLAIN \
+                and _handler_sql(sql, True, _SQLITE_HINT):
             super().execute(sql, parameters)
             conn.reopen()
             return self
@@ -222,11 +233,11 @@ class _StoreConnection(sqlite3.Connection):
         return super().cursor(factory or _StoreCursor)
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
-        if self.in_projection and _handler_sql(sql, True, _SQLITE_HINT):
-            cursor = super().execute(sql, parameters)
+        if self.in_projection and sql not in _PLAIN and _handler_sql(sql, True, _SQLITE_HINT):
+            cursor = _execute(self, sql, parameters)
             self.reopen()
             return cursor
-        return super().execute(sql, parameters)
+        return _execute(self, sql, parameters)
 
     def reopen(self) -> None:
         """Open the projection's transaction again after the handler rolled it back."""
@@ -335,7 +346,8 @@ def _pg_classes() -> tuple[type[Any], type[Any]]:
         (Connection.execute runs through the connection's cursor_factory: this covers it too.)"""
 
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-            if self.connection.in_projection:  # type: ignore[attr-defined]  # (_PgStoreConnection's)
+            if self.connection.in_projection and not (  # type: ignore[attr-defined]  # (_PgStoreConnection's)
+                    type(query) is str and query in _PLAIN):
                 _handler_sql(_pg_text(query, self), False, _PG_HINT)
             return super().execute(query, params, **kwargs)
 
