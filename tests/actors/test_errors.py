@@ -605,7 +605,12 @@ def test_a_table_host_takes_batches_in_bulk_again_after_a_handover_whose_barrier
     e_opened.touch()
     system.tell_many([to_z(("fwd", probe.path, Seq("e", i))) for i in range(10, 20)])
     wait_for(z_started.exists, 30)
-    assert wait_for(lambda: parked() == 10, 10), "e did not park what it sent z after z's death"
+    try:
+        wait_for(lambda: parked() == 10, 10)
+    except AssertionError:
+        # (Seen once in a loaded `make test`, not since in 9 runs: what e parked then tells which way the race went.)
+        raise AssertionError(f"e did not park what it sent z after z's death: it parks {parked()}; z is "
+                             f"{system.status().hosts['/user/z'].state}") from None
     # z's second process dies in the gate, with e's Barrier: e starts its handover over, with a new Barrier.
     z2 = system.status().hosts["/user/z"].pid
     os.kill(z2, signal.SIGKILL)
