@@ -165,7 +165,9 @@ _QUERIES = {
                  "ARRAY(SELECT ordering FROM {s}.journal WHERE ordering > %s ORDER BY ordering LIMIT %s) "
                  "FROM pg_current_snapshot() s",
     "max_ordering": "SELECT coalesce(max(ordering), 0) FROM {s}.journal",
-    "max_tag_ordering": "SELECT coalesce(max(ordering), 0) FROM {s}.tags WHERE tag = %s",
+    # (A tag whose event was deleted by hand names no offset: the newest with its event, by the key backwards.)
+    "max_tag_ordering": "SELECT coalesce((SELECT t.ordering FROM {s}.tags t WHERE t.tag = %s AND EXISTS (SELECT 1 "
+                        "FROM {s}.journal j WHERE j.ordering = t.ordering) ORDER BY t.ordering DESC LIMIT 1), 0)",
     "ordered": "SELECT ordering, persistence_id, sequence_nr, record, checksum FROM {s}.journal "
                "WHERE ordering > %s AND ordering <= %s ORDER BY ordering LIMIT %s",
     "tail": "SELECT ordering, persistence_id, sequence_nr, record, checksum "

@@ -103,7 +103,9 @@ _SUMMARIES = ("SELECT p, max(h), sum(n) FROM ("
 _ORDERED = (f"SELECT e.ordering, p.persistence_id, e.sequence_nr, e.record, e.checksum {_WITH_IDS} "
             "WHERE e.ordering > ? AND e.ordering <= ? AND e.pid <> 0 ORDER BY e.ordering LIMIT ?")
 _NEWEST = "SELECT ordering FROM events WHERE pid <> 0 ORDER BY ordering DESC LIMIT 1"
-_NEWEST_TAGGED = "SELECT max(ordering) FROM tags WHERE tag = ?"
+# (A tag row whose event is gone, deleted by hand, names no offset: the newest with its event, by the key backwards.)
+_NEWEST_TAGGED = ("SELECT t.ordering FROM tags t WHERE t.tag = ? AND EXISTS (SELECT 1 FROM events e WHERE e.ordering = "
+                  "t.ordering) ORDER BY t.ordering DESC LIMIT 1")
 # Events that every read above skips because their integer id was damaged (verify names them): an id that names no
 # persistence id (the joins drop the row), or 0 on a row that is no tombstone (one has an empty record, a checksum
 # of 0 and its offset as its sequence nr).

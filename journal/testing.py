@@ -788,6 +788,9 @@ class JournalSpec:
         journal.replay_chunk = 2  # the first chunk [a-1, (a-2's tag)] reads one event of two
         assert _keys(journal.events_by_tag(t)) == expected
         assert _keys(journal.events_between(0, journal.newest_offset(), tag=t)) == expected
+        # The tag's newest offset is its newest stored event's (b-3's tag named a gone event: a projection's lag
+        # never reached 0).
+        assert journal.newest_offset(t) == list(journal.events_by_tag(t))[-1].offset
         first = next(iter(journal.events_by_tag(t)))
         assert _keys(journal.events_by_tag(t, first.offset)) == expected[1:]  # a first chunk of only a-2, a-3's tags
         reader, read = journal.events_reader(tag=t), list[EventEnvelope]()
