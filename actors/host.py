@@ -695,6 +695,7 @@ class Host:
         return entity
 
     def _invoke(self, entity: Actor, message: Any, sender: str | None) -> None:
+        # (on_batch's loop for a host of many entities has this and `deliver` inlined: change it with them)
         try:
             entity.receive(message, sender)
         except Exception as exc:

@@ -152,7 +152,6 @@ def _repr(payload: Any, sequence_nr: int, persistence_id: str, writer_uuid: str,
     return r
 
 
-
 def _atomic(reprs: tuple[PersistentRepr, ...]) -> AtomicWrite:
     """An AtomicWrite of reprs one actor numbered under its one persistence id, known non-empty: without
     AtomicWrite's re-checks of exactly that (half the cost of building it)."""
@@ -660,14 +659,7 @@ class PersistentActor(Actor):
         seq = self._seq_alloc + 1
         # (the default persistence_id is the path: read without the property's call, once per entity and commit)
         pid = self.path if type(self).persistence_id is _PATH_IS_ID else self.persistence_id
-        if self._tagging:
-            reprs = (_repr(payload, seq, pid, self._writer_uuid, self.mixin_tags(payload)),)
-        else:  # _repr inlined
-            r = _new(PersistentRepr)
-            _set(r, "__dict__", {"payload": payload, "sequence_nr": seq, "persistence_id": pid, "manifest": "",
-                                 "writer_uuid": self._writer_uuid, "timestamp": 0, "tags": _NO_TAGS,
-                                 "metadata": None})
-            reprs = (r,)
+        reprs = (_repr(payload, seq, pid, self._writer_uuid, self.mixin_tags(payload) if self._tagging else _NO_TAGS),)
         if not pid:
             AtomicWrite(reprs)  # raises its error for an id that went empty since recovery checked it
         self._seq_alloc = seq
@@ -676,16 +668,7 @@ class PersistentActor(Actor):
         _set_event(write, event)
         _set_handler(write, handler)
         _set_sender(write, self.sender)
-        # _queue_entry(write, 1, False) inlined, with the coordinator's enqueue
-        batch = self._batch
-        if batch:
-            batch.append(write)
-        else:  # the round's first: no list is kept between rounds (PROFILE.md §27)
-            self._batch = [write]
-        self._pending += 1
-        coordinator = self._coordinator
-        if self is not coordinator._taking:  # (see PersistenceCoordinator.enqueue)
-            coordinator.queue[id(self)] = self
+        self._queue_entry(write, 1, False)
 
     def _queue_defer(self, event: object, handler: Handler, stashing: bool) -> None:
         if self._contributors:
