@@ -147,6 +147,18 @@ def _refused_to_a_forked_child(said: str) -> bool:
     return said.startswith("JournalError: ") and "forked" in said and "'spawn'" in said
 
 
+def _forked_child_keeps_the_rule(uses: tuple[Any, ...], close: Any, reopen: Any, reopened: str) -> str:
+    """In forked children: each of `uses` is refused (JournalError naming 'spawn'), `close` returns "closed", and
+    `reopen` (a store the child opens itself) returns `reopened` or is refused the same way; what reopen said."""
+    for work in uses:
+        said = _in_forked_child(work)
+        assert _refused_to_a_forked_child(said), f"{work.__name__} in a forked child: {said!r}"
+    assert _in_forked_child(close) == "closed"
+    said = _in_forked_child(reopen)
+    assert said == reopened or _refused_to_a_forked_child(said), said
+    return said
+
+
 def _keys(envelopes: Iterator[EventEnvelope] | list[EventEnvelope]) -> list[tuple[str, int]]:
     return [(e.persistence_id, e.sequence_nr) for e in envelopes]
 
@@ -1035,12 +1047,7 @@ class JournalSpec:
             with open_journal(journal_url) as mine:
                 return str(mine.write_messages([AtomicWrite([_repr(other, 1, writer)])]))
 
-        for work in (write, read):
-            said = _in_forked_child(work)
-            assert _refused_to_a_forked_child(said), f"{work.__name__} in a forked child: {said!r}"
-        assert _in_forked_child(close) == "closed"
-        said = _in_forked_child(reopen)
-        assert said == "[None]" or _refused_to_a_forked_child(said), said
+        said = _forked_child_keeps_the_rule((write, read), close, reopen, "[None]")
         assert journal.write_messages([AtomicWrite([_repr(pid, 6, writer)])]) == [None]
         assert [r.sequence_nr for r in journal.replay_messages(pid)] == [1, 2, 3, 4, 5, 6]
         assert [r.sequence_nr for r in journal.replay_messages(other)] == ([1] if said == "[None]" else [])
@@ -1283,12 +1290,7 @@ class SnapshotStoreSpec:
             finally:
                 mine.close()
 
-        for work in (save, load):
-            said = _in_forked_child(work)
-            assert _refused_to_a_forked_child(said), f"{work.__name__} in a forked child: {said!r}"
-        assert _in_forked_child(close) == "closed"
-        said = _in_forked_child(reopen)
-        assert said == "1" or _refused_to_a_forked_child(said), said
+        said = _forked_child_keeps_the_rule((save, load), close, reopen, "1")
         assert _must_load(store, pid).metadata == md[4]
         assert store.save(SnapshotMetadata(pid, 16), "s-6").sequence_nr == 16
         assert _must_load(store, pid).snapshot == "s-6"
