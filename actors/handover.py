@@ -7,6 +7,7 @@ held. Both overtook direct sends to the new process. So for that destination thi
 until its earlier batches are settled (acknowledged, or handed to the guardian), then sends a Barrier
 through the guardian; the receiving host returns it after everything the guardian had from us, and the
 parked messages go out behind it. A handover that does not finish within HANDOVER_WAIT ends anyway.
+A host's first start is a change too: until its route appears, what we send it goes to the guardian.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
     from .thespian_types import Address
 
 log = logging.getLogger("reprise.host")
+
+UNROUTED_KEPT = 4096
+"""Paths sent to the guardian while unrouted that a host remembers at most (see Handover.unrouted)."""
 
 HANDOVER_WAIT = 10.0
 """Seconds a destination's messages are parked at most (its old batches unsettled, or no Barrier back)."""
@@ -66,6 +70,10 @@ class Handover:
         # token is kept for a Barrier that never does (one kept, a table host took no batch in bulk again).
         self.barriers: dict[int, str] = {}
         self.via_guardian: set[str] = set()  # destination host names we sent to while the guardian held them
+        # Paths we sent to the guardian while no route here named their host (a host's first start, or not known
+        # here yet): the guardian holds or forwards them, so they too must land before direct sends to a route
+        # that appears. Oldest first, at most UNROUTED_KEPT (beyond, the oldest have long landed or died).
+        self.unrouted: dict[str, None] = {}
         self.rerouted: set[str] = set()  # addresses of dead processes whose batches we handed to the guardian
         self._tokens = itertools.count(1)
         # This process's own: a later process of the host may get the same address (the port reused), and must
@@ -100,7 +108,12 @@ class Handover:
     def note_guardian(self, target: str) -> None:
         """`target` was sent to the guardian (its host restarting, or unknown here)."""
         name = self.host.router.locate(target)
-        if name is not None and not name.startswith(("/temp/", "/system/")):
+        if name is None:
+            if not target.startswith(("/temp/", "/system/")) and target not in self.unrouted:
+                if len(self.unrouted) >= UNROUTED_KEPT:
+                    del self.unrouted[next(iter(self.unrouted))]
+                self.unrouted[target] = None
+        elif not name.startswith(("/temp/", "/system/")):
             self.via_guardian.add(name)
 
     def park(self, entry: Entry) -> bool:
@@ -141,6 +154,29 @@ class Handover:
                 if old_key == guardian_key:
                     self.via_guardian.discard(name)
                 self.rerouted.discard(old_key)
+        if self.unrouted:
+            self._routes_appeared(before, after, guardian_key)
+
+    def _routes_appeared(self, before: dict[str, Route], after: dict[str, Route], guardian_key: str | None) -> None:
+        """Start a handover for every new route's host we sent to through the guardian while it had none."""
+        for prefix, new in after.items():
+            if prefix in before or prefix == GUARDIAN_PATH or prefix.startswith("/temp/"):
+                continue
+            under = prefix + "/"
+            sent = [t for t in self.unrouted if t == prefix or t.startswith(under)]
+            if not sent:
+                continue
+            new_keys = route_keys(new)
+            shards = len(new_keys)
+            for target in sent:
+                del self.unrouted[target]
+                shard = shard_of(target, prefix, shards)
+                name, new_key = shard_key(prefix, shard, shards), new_keys[shard]
+                if new_key == guardian_key:
+                    self.via_guardian.add(name)  # (still held there: its handover starts when its process serves)
+                elif new_key != self.host.my_key and name not in self.pending:
+                    unsettled = guardian_key is not None and self.inflight.get(guardian_key, 0) > 0
+                    self._start(name, sample_path(prefix, shard, shards), guardian_key if unsettled else None)
 
     def poke(self) -> None:
         """Send the Barriers of handovers whose old batches have all settled."""
