@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import time
 import uuid
@@ -164,6 +165,21 @@ _new = object.__new__
 _set = object.__setattr__
 
 
+def _passes_on(method: object) -> bool:
+    """True if `method` (an override of receive or receive_batch) calls a `receive` or `receive_batch` attribute
+    (super()'s, or self.receive), also from a nested function; an object that is not a plain function passes."""
+    code = getattr(inspect.unwrap(method), "__code__", None)  # type: ignore[arg-type]
+    if code is None:
+        return True
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        if "receive" in c.co_names or "receive_batch" in c.co_names:
+            return True
+        stack += [k for k in c.co_consts if inspect.iscode(k)]
+    return False
+
+
 class PersistentActor(Actor):
     """An event-sourced actor: implement `receive_recover(event)` and `receive_command(message, sender)`.
 
@@ -188,6 +204,24 @@ class PersistentActor(Actor):
     internal_stash_overflow_strategy: str | ReplyToStrategy | None = None
     """For a command that does not fit: "throw" (StashOverflowError, the actor restarts; the default),
     "drop" (to dead letters) or ReplyToStrategy(response) (the response goes to the sender)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse an override of `receive` (or `receive_batch`) that never hands messages on to the inherited one."""
+        super().__init_subclass__(**kwargs)
+        for name in ("receive", "receive_batch"):
+            own = cls.__dict__.get(name)
+            if own is not None and not _passes_on(own):
+                # Checked once per class: an override that swallows what it does not know would silently lose the
+                # persistence layer's own messages (AtLeastOnceDelivery's RedeliveryTick: nothing is ever resent;
+                # DurableDelivery's confirmations; the restart after a failed RecoveryCompleted handler) and the
+                # stashing of commands behind persist.
+                raise TypeError(
+                    f"{cls.__qualname__}.{name} overrides PersistentActor.{name} without calling super().{name}(...) "
+                    f"(nor self.receive): a persistent actor's {name} stashes commands behind persist and handles the "
+                    "messages of the persistence layer and its mixins (AtLeastOnceDelivery's RedeliveryTick, "
+                    "DurableDelivery's confirmations, restarts), which would be swallowed silently. Handle commands "
+                    "in receive_command(message, sender) instead, or pass every message you do not handle yourself "
+                    f"to super().{name}(...)")
 
     # ---- what the user implements ---------------------------------------------------------------
 

@@ -1,9 +1,13 @@
-"""PersistentActor's public mixin_* hooks, as a mixin outside persistence uses them; Actor.stop_requested."""
+"""PersistentActor's public mixin_* hooks, as a mixin outside persistence uses them; overrides of receive; Actor.stop_requested."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 
+from persistence import AtLeastOnceDelivery, DurableDelivery, IdempotentReceiver, PersistentActor
 from tests.persistence.mixin_actors import Bump, Notes
 
 pytestmark = pytest.mark.timeout(60)
@@ -43,3 +47,47 @@ def test_stop_requested_is_false_until_stop_is_called(psystem):
     probe.tell("/user/notes/s", "state")  # stopped: a new instance, nothing requested
     assert probe.receive(10) == (0, [], ["completed"])
 
+
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("base", [PersistentActor, AtLeastOnceDelivery, DurableDelivery, IdempotentReceiver],
+                         ids=lambda b: b.__name__)
+def test_an_override_of_receive_that_never_passes_messages_on_is_refused_naming_the_fix(base):
+    # It swallowed the persistence layer's own messages silently: an AtLeastOnceDelivery never resent anything
+    # (its RedeliveryTick), a DurableDelivery never took a Confirm, a failed RecoveryCompleted handler restarted
+    # nothing; and commands were not stashed behind persist.
+    with pytest.raises(TypeError, match=r"Greeter\.receive overrides PersistentActor\.receive without calling "
+                                        r"super\(\)\.receive.*RedeliveryTick.*receive_command\(message, sender\)"):
+        class Greeter(base):  # type: ignore[valid-type,misc]
+            def receive(self, message: Any, sender: str | None) -> None:
+                if message == "hello":
+                    self.tell(sender, "hi")
+
+    with pytest.raises(TypeError, match=r"Batched\.receive_batch overrides PersistentActor\.receive_batch without "
+                                        r"calling super\(\)\.receive_batch"):
+        class Batched(base):  # type: ignore[valid-type,misc]
+            def receive_batch(self, messages: Iterator[tuple[Any, str | None]]) -> None:
+                for message, sender in messages:
+                    self.receive_command(message, sender)
+
+
+@pytest.mark.timeout(10)
+def test_overrides_of_receive_that_pass_messages_on_are_accepted():
+    class Filters(AtLeastOnceDelivery):
+        def receive(self, message: Any, sender: str | None) -> None:
+            if message != "ignored":
+                super().receive(message, sender)
+
+    class Delegates(AtLeastOnceDelivery):
+        def receive(self, message: Any, sender: str | None) -> None:
+            def on() -> None:  # (the call to the inherited receive in a nested function)
+                PersistentActor.receive(self, message, sender)
+            on()
+
+    class Batched(IdempotentReceiver):
+        def receive_batch(self, messages: Iterator[tuple[Any, str | None]]) -> None:
+            for message, sender in messages:
+                self.receive(message, sender)
+
+    assert [c.__name__ for c in (Filters, Delegates, Batched)] == ["Filters", "Delegates", "Batched"]
