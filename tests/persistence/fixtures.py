@@ -204,6 +204,45 @@ class RecoveryFailureReporting(FailureReporting):
             self.tell(self._watcher, Failed("recovery", str(cause)))
 
 
+@dataclass(frozen=True)
+class Unregistered:
+    """Picklable (it crosses processes) but not registered with the journal: a persist of it is rejected."""
+
+    name: str
+
+
+class Rejecting(Scripted):
+    """Scripted on the system's (real) journal, with ops whose event the journal rejects: "bad:x" persists
+    Unregistered(x), "abad:x" persist_asyncs it, "allbad:x,y" persist_alls [x, Unregistered, y]; rejections and
+    failures are replied as Failed("rejected" | "persist", f"{event}@{sequence nr}"); ("state of", name) is
+    answered (name, state)."""
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, Ops) and any(op.partition(":")[0] in ("bad", "abad", "allbad") for op in message.ops):
+            for op in message.ops:
+                kind, _, arg = op.partition(":")
+                if kind == "bad":
+                    self.persist(Unregistered(f"{message.name}-{arg}"), self._apply)
+                elif kind == "abad":
+                    self.persist_async(Unregistered(f"{message.name}-{arg}"), self._apply)
+                elif kind == "allbad":
+                    first, last = (f"{message.name}-{a}" for a in arg.split(","))
+                    self.persist_all([first, Unregistered(message.name), last], self._apply)
+                else:
+                    super().receive_command(Ops(message.name, (op,)), sender)
+            return
+        if isinstance(message, tuple) and message[0] == "state of":  # ("state of", name): (name, state)
+            self.tell(sender, (message[1], tuple(self.state)))
+            return
+        super().receive_command(message, sender)
+
+    def on_persist_rejected(self, cause: BaseException, event: Any, sequence_nr: int) -> None:
+        self.tell(self.sender, Failed("rejected", f"{event}@{sequence_nr}"))
+
+    def on_persist_failure(self, cause: BaseException, event: Any, sequence_nr: int) -> None:
+        self.tell(self.sender, Failed("persist", f"{event}@{sequence_nr}"))
+
+
 # ---- at-least-once delivery (AtLeastOnceDeliverySpec) -----------------------------------------------
 
 @register_type(manifest="tests.persistence.AcceptedReq")
