@@ -388,6 +388,11 @@ class IdempotentReceiver(PersistentActor):
 
         For an origin that promised never to deliver them again (the Spark bridge's settled watermark):
         the dedup memory of that origin then holds only the gaps above it.
+
+        Not journaled (no write per call): recovery restores the watermark a snapshot saved, and every application
+        replayed after it, so no delivery applied here is applied again; the ids under a later watermark that were
+        never applied here are taken as new again, and their gaps kept, until the next call (call it again after
+        recovery, e.g. with a watermark your own events carry, as spark_bridge.FeedReceiver does).
         """
         forget_up_to(self._seen, origin, delivery_id)
 

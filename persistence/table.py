@@ -249,7 +249,9 @@ class EntityTable(PersistentActor):
 
     def forget_applied_up_to(self, origin: str, delivery_id: int) -> None:
         """Take every delivery id <= `delivery_id` from `origin` as applied, keeping no memory of each (for an
-        origin that promised never to deliver them again: the Spark bridge's settled watermark)."""
+        origin that promised never to deliver them again: the Spark bridge's settled watermark). Not journaled: after
+        recovery only the watermark of the TableSnapshot holds, and every delivery applied is known again (as
+        IdempotentReceiver.forget_applied_up_to)."""
         forget_up_to(self._seen, origin, delivery_id)
 
     @property

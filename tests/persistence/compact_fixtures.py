@@ -6,7 +6,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from journal import register_type
-from persistence import ConfirmDeliveries, DurableDelivery, IdempotentReceiver, RecoveryCompleted
+from persistence import (
+    ConfirmDeliveries,
+    DeleteMessagesSuccess,
+    DurableDelivery,
+    IdempotentReceiver,
+    RecoveryCompleted,
+    SaveSnapshotSuccess,
+    SnapshotOffer,
+)
 
 
 @register_type(manifest="tests.persistence.Parcel")
@@ -106,6 +114,34 @@ class Receiver(IdempotentReceiver):
         to_confirm, self.to_confirm = self.to_confirm, {}
         for origin, ids in to_confirm.items():
             self.tell(origin, ConfirmDeliveries(tuple(ids)))
+
+
+class SnapshottingReceiver(Receiver):
+    """Receiver that also answers "snap" (a snapshot of what it applied: ("snapped", sequence nr)), "delete"
+    (deletes its events up to the last: ("deleted", sequence nr)) and ("applied?", origin, n): which of the ids 1..n
+    it takes as applied, and its dedup_size."""
+
+    def receive_recover(self, event: Any) -> None:
+        if isinstance(event, SnapshotOffer):
+            self.applied = list(event.snapshot)
+        super().receive_recover(event)
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if message in ("snap", "delete"):
+            self.asked = sender
+            if message == "snap":
+                self.save_snapshot(tuple(self.applied))
+            else:
+                self.delete_messages(self.last_sequence_nr)
+        elif isinstance(message, SaveSnapshotSuccess):
+            self.tell(self.asked, ("snapped", message.metadata.sequence_nr))
+        elif isinstance(message, DeleteMessagesSuccess):
+            self.tell(self.asked, ("deleted", message.to_sequence_nr))
+        elif isinstance(message, tuple) and message[0] == "applied?":
+            _, origin, n = message
+            self.tell(sender, ([i for i in range(1, n + 1) if self.already_applied(origin, i)], self.dedup_size()))
+        else:
+            super().receive_command(message, sender)
 
 
 class CountingShipper(Shipper):

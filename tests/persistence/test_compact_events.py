@@ -11,7 +11,15 @@ from journal.sqlite import SqliteJournal
 from persistence import ConfirmDeliveries
 from persistence.durable import DeliveriesConfirmed, DeliveriesSent, DeliveryConfirmed, DeliverySent
 from persistence.idempotent import AppliedBatch
-from tests.persistence.compact_fixtures import CountingShipper, Parcel, Receiver, Ship, Shipper, _message
+from tests.persistence.compact_fixtures import (
+    CountingShipper,
+    Parcel,
+    Receiver,
+    Ship,
+    Shipper,
+    SnapshottingReceiver,
+    _message,
+)
 from tests.persistence.failing_journals import register_failing_first_write
 from tests.waiting import wait_for
 
@@ -235,6 +243,46 @@ def test_forget_applied_up_to_drops_the_gaps_below_and_keeps_those_above(psystem
     psystem.tell(RCV, Parcel(5, "p5"), sender=probe.path)
     wait_for(lambda: len(psystem.ask(RCV, "status")[0]) == 4)
     assert sorted(psystem.ask(RCV, "status")[0]) == ["p2", "p4", "p5", "p6"]
+
+
+def test_no_delivery_under_a_forgotten_watermark_is_applied_twice_after_recovery(psystem):
+    # forget_applied_up_to is not journaled. What recovery restores: the snapshot's dedup state (the watermark as it
+    # was when the snapshot was saved) and every replayed application. So an id applied before is known again
+    # whether its event is replayed or covered by the snapshot (its events deleted); only the ids under the
+    # watermark that were never applied here, which the origin promised never to deliver again, are not.
+    psystem.spawn(SnapshottingReceiver, path=RCV)
+    probe = psystem.probe()
+    origin = probe.path
+
+    def deliver(*ids: int) -> None:
+        psystem.tell_many([(RCV, Parcel(i, f"p{i}")) for i in ids], sender=origin)
+
+    def applied() -> list[str]:
+        return sorted(psystem.ask(RCV, "status")[0])
+
+    def restart() -> None:
+        probe.tell(RCV, "boom")  # (the asks after it reach the new instance, once recovered)
+
+    deliver(2, 4, 6)
+    wait_for(lambda: len(applied()) == 3)
+    assert psystem.ask(RCV, ("forget", origin, 4))[0] == 1  # 1..4 under the watermark, 6 a range
+    # Recovery from the events alone: 2, 4 and 6 are replayed; the watermark is not (1 and 3 were never applied).
+    restart()
+    assert psystem.ask(RCV, ("applied?", origin, 7)) == ([2, 4, 6], 3)
+    deliver(2, 4, 6)
+    assert psystem.ask(RCV, ("forget", origin, 4))[0] == 1
+    # A snapshot holds the watermark; the events it covers are deleted: recovery has only the snapshot.
+    assert psystem.ask(RCV, "snap")[0] == "snapped"
+    assert psystem.ask(RCV, "delete")[0] == "deleted"
+    deliver(8)  # applied after the snapshot; the watermark then moves past it, unjournaled
+    wait_for(lambda: len(applied()) == 4)
+    psystem.ask(RCV, ("forget", origin, 9))
+    restart()
+    assert psystem.ask(RCV, ("applied?", origin, 10)) == ([1, 2, 3, 4, 6, 8], 2)  # the snapshot's, and 8 replayed
+    deliver(2, 4, 6, 8)  # redeliveries of everything applied: none is applied again
+    deliver(10)
+    wait_for(lambda: len(applied()) == 5)
+    assert applied() == ["p10", "p2", "p4", "p6", "p8"]
 
 
 def _split_sent(payload: object) -> list[str]:
