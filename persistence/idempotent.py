@@ -244,7 +244,11 @@ def forget_up_to(seen: dict[str, SeenIds], origin: str, delivery_id: int) -> Non
 
 
 class IdempotentReceiver(PersistentActor):
-    """A destination mixin: `persist_applied(origin, delivery_id, event, handler)` applies each delivery once."""
+    """A destination mixin: `persist_applied(origin, delivery_id, event, handler)` applies each delivery once.
+
+    `apply_and_confirm` also confirms it to its origin once durable (and a duplicate after its original's write);
+    with `persist_applied`, confirm from the handler, and a duplicate with `confirm_duplicate`.
+    """
 
     def mixin_init(self) -> None:
         super().mixin_init()
@@ -268,7 +272,13 @@ class IdempotentReceiver(PersistentActor):
 
     def persist_applied(self, origin: str, delivery_id: int, event: object, handler: Callable[[Any], object],
                         asynchronous: bool = True) -> bool:
-        """Persist `event` for this delivery unless it was already applied; False for a duplicate."""
+        """Persist `event` for this delivery unless it was already applied; False for a duplicate.
+
+        Confirm a delivery from `handler` (it runs once the event is durable), and a duplicate (False) with
+        `confirm_duplicate`, or use `apply_and_confirm`, which does both: a duplicate is often a copy of a delivery
+        whose write is still in flight, and a confirm sent at once (or from defer_async) tells its sender to stop
+        redelivering before that write is known to be stored; if it then fails or is rejected, the delivery is lost.
+        """
         # mark_applied(self._seen, origin, delivery_id) and seen_ids inlined (once per message)
         if type(delivery_id) is not int or delivery_id < 1:
             mark_applied(self._seen, origin, delivery_id)  # (raises its ValueError)
@@ -310,8 +320,8 @@ class IdempotentReceiver(PersistentActor):
     def persist_applied_many(self, origin: str, delivery_ids: Sequence[int], events: Sequence[Any],
                              handler: Callable[[Any], Any]) -> list[bool]:
         """persist_applied (asynchronous) of `events[k]` for `delivery_ids[k]` from `origin`, in order, with one
-        dedup lookup and one queuing for all (for receive_batch); False at the duplicates. The handlers run
-        with `self.sender` as it is at this call."""
+        dedup lookup and one queuing for all (for receive_batch); False at the duplicates (confirm those with
+        confirm_duplicate, as for persist_applied). The handlers run with `self.sender` as it is at this call."""
         if len(delivery_ids) != len(events):
             raise ValueError(f"persist_applied_many got {len(delivery_ids)} delivery ids for {len(events)} events "
                              f"from {origin!r}: pass one delivery id per event")
