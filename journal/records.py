@@ -118,10 +118,16 @@ def encode_writes(
                 rows.append((pid, seq, blob, crc(blob, (seed + seq * _SEED_STEP + (seq >> 32) * _HIGH_STEP) & _MASK)))
                 if tags:
                     tag_rows.extend((t, pid, seq) for t in tags)
-        except (SerializationError, TypeError, ValueError, OverflowError) as e:
+        except Exception as e:
+            # Whatever encoding one write raises is its rejection, not the batch's failure: a registered class's own
+            # packing (store_values_with) may raise anything (a KeyError), and let out, it failed the group commit of
+            # every actor of the host, which all stopped with none of their events stored (Akka: a serializer's error
+            # is onPersistRejected of that actor alone).
             del rows[n:], tag_rows[n_tags:]  # the AtomicWrite is rejected whole
+            what = f"{e}" if isinstance(e, SerializationError | TypeError | ValueError | OverflowError) else (
+                f"{type(e).__name__}: {e}")  # (a KeyError's text alone is only the key)
             cause = e if isinstance(e, SerializationError) else SerializationError(
-                f"cannot serialize {type(r.payload).__qualname__}: {e}")
+                f"cannot serialize {type(r.payload).__qualname__}: {what}")
             rejection = SerializationError(
                 f"rejected write of persistence id {pid!r}, sequence nr {r.sequence_nr}: {cause}")
             rejection.__cause__ = cause

@@ -58,3 +58,26 @@ def test_a_rejected_write_in_a_shared_group_commit_is_that_actor_s_rejection_onl
     assert [psystem.ask(p, "state") for p in (a, b, c, d)] == [("a-1", "a-3"), ("b-1", "b-2", "b-3"), ("c-3",),
                                                                  ("d-2",)]
     assert [psystem.ask(p, "seq") for p in (a, b, c, d)] == [3, 3, 4, 2]
+
+
+def test_an_event_whose_encoding_raises_an_unforeseen_error_is_rejected_alone(psystem, tmp_path):
+    # Priced(5, "CHF") raises KeyError as the journal encodes it (its registered packing's bug). That failed the host's
+    # whole group commit: every actor in it had on_persist_failure and stopped, and none of their events was stored.
+    n = next(_ids)
+    psystem.spawn(Rejecting, path="/user/r", entities=True)
+    a, b = f"/user/r/a{n}", f"/user/r/b{n}"
+    probe = psystem.probe()
+    for path in (a, b):
+        assert psystem.ask(path, "state") == ()
+    psystem.tell_many([(a, Ops("a", ("price:5 CHF", "p:2"))), (b, Ops("b", ("p:1",)))], sender=probe.path)
+    replies = probe.receive_many(2, 15)
+    assert not [r for r in replies if isinstance(r, Failed) and r.what == "persist"], replies  # (both stopped, their events unstored)
+    replies.append(probe.receive(15))
+    probe.expect_no_message(0.3)
+    rejected = [r for r in replies if isinstance(r, Failed)]
+    assert rejected == [Failed("rejected", "5 CHF@1")], replies
+    assert [r for r in replies if not isinstance(r, Failed)] in (["a-2-1", "b-1-1"], ["b-1-1", "a-2-1"])
+    with open_journal(f"sqlite:///{tmp_path}/journal.db") as j:
+        assert [(e.sequence_nr, e.event) for e in j.events_by_persistence_id(a)] == [(2, "a-2")]
+        assert [(e.sequence_nr, e.event) for e in j.events_by_persistence_id(b)] == [(1, "b-1")]
+    assert any("KeyError" in e.reason and "rejected" in e.reason for e in psystem.errors().recent if e.path == a)
