@@ -457,15 +457,20 @@ class Journal(ABC):
             return self._rows_after(tag, after, limit, upto)
 
         def body(stop: threading.Event) -> Generator[EventEnvelope, None, None]:
-            after = offset
-            if after >= end:
+            after, last = offset, end
+            if not live:
+                # A current query ends with the events stored when it starts. Bounded only by a short chunk, it
+                # also returned events written while it ran (on PostgreSQL, all that committed while it waited on
+                # a write in flight), and never ended while writers kept pace with it.
+                last = min(end, self._newest(None))
+            if after >= last:
                 return
             horizon = self._ordering_horizon(after, timeout)
             target = 0
             if horizon is not None and not live:
-                target = min(self._max_ordering(), end)
+                target = last
                 horizon.expect(target)
-            upto = min(horizon.poll(), end) if horizon is not None else end
+            upto = min(horizon.poll(), last) if horizon is not None else last
             while True:
                 rows = read(after, chunk, upto)
                 yield from decode_envelopes(rows)
@@ -484,7 +489,7 @@ class Journal(ABC):
                     wait = _GAP_RECHECK if horizon.waiting or not live else interval
                     if stop.wait(wait):
                         return
-                upto = min(new, end)
+                upto = min(new, last)
         return Query(body)
 
     def _rows_after(self, tag: str | None, after: int, limit: int, upto: int) -> Sequence[TaggedRow]:

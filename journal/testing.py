@@ -903,6 +903,26 @@ class JournalSpec:
         with pytest.raises(ValueError, match="poll_interval must be > 0"):
             journal.all_events(live=True, poll_interval=0)
 
+    @pytest.mark.timeout(60)
+    def test_a_current_query_ends_with_the_events_stored_when_it_started(self, journal: Journal, writer: str) -> None:
+        """A current all_events / events_by_tag read on past the newest offset of its start as long as its chunks
+        came full: it returned events written while it ran, and never ended while writers kept pace with it."""
+        a, t = _fresh_pid(), f"t-{uuid.uuid4().hex[:6]}"
+
+        def ev(n: int) -> AtomicWrite:
+            return AtomicWrite([PersistentRepr(n, n, a, writer_uuid=writer, tags=frozenset({t}))])
+
+        assert journal.write_messages([ev(n) for n in (1, 2, 3)]) == [None] * 3
+        start = journal.newest_offset() - 3
+        journal.replay_chunk = 2
+        for query in (journal.all_events(start), journal.events_by_tag(t)):
+            with query:
+                first = next(query)  # the query has started: what it returns is fixed now
+                n = journal.highest_sequence_nr(a)
+                assert journal.write_messages([ev(n + 1), ev(n + 2)]) == [None, None]  # while it runs
+                assert _keys([first, *query]) == [(a, k) for k in range(1, n + 1)]
+        assert [e.sequence_nr for e in journal.events_by_tag(t)] == [1, 2, 3, 4, 5, 6, 7]
+
     @pytest.mark.timeout(120)
     def test_live_events_by_tag_with_concurrent_writers_skips_and_repeats_nothing(
             self, journal: Journal, journal_url: str) -> None:
