@@ -18,12 +18,13 @@ permission cases; without them those cases skip. The numbers in test docstrings 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import multiprocessing
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from journal.api import Journal, SnapshotStore
+from journal.api import EventReader, Journal, SnapshotStore
 from journal.errors import InvalidQuery, JournalCorruption, JournalError, SequenceNrTaken, SerializationError
 from journal.model import (
     MAX_SEQUENCE_NR,
@@ -163,6 +164,54 @@ def _keys(envelopes: Iterator[EventEnvelope] | list[EventEnvelope]) -> list[tupl
     return [(e.persistence_id, e.sequence_nr) for e in envelopes]
 
 
+def _until(condition: Callable[[], object], timeout: float, what: str) -> None:
+    """Wait (bounded) until `condition()` is true; fail naming `what` otherwise."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout} s: {what}")
+        time.sleep(0.01)
+
+
+class _Collector(threading.Thread):
+    """Runs a query (or a polled EventReader) in a thread, collecting what it yields until stopped."""
+
+    def __init__(self, query: Any):
+        super().__init__(daemon=True)
+        self.query = query
+        self.got: list[Any] = []
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self._stop_reader = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        """Collect the query's items until it ends (a reader: until stopped)."""
+        try:
+            if isinstance(self.query, EventReader):
+                while not self._stop_reader.is_set():
+                    batch = self.query.read(7)  # (a small batch: several reads per test)
+                    self.got += batch
+                    if not batch:
+                        self._stop_reader.wait(0.01)
+            else:
+                for item in self.query:
+                    self.got.append(item)
+        except BaseException as e:  # noqa: BLE001  (reported by the test)
+            self.error = e
+        finally:
+            self.done.set()
+
+    def stop(self) -> None:
+        """End the query (or the reader's loop) and wait for the thread."""
+        self._stop_reader.set()
+        if not isinstance(self.query, EventReader):
+            self.query.close()
+        self.join(30)
+        assert not self.is_alive(), "a query did not end within 30 s of close()"
+        assert self.error is None, f"the query failed: {self.error!r}"
+
+
 class JournalSpec:
     """Akka's JournalSpec (cases 1-19) plus Reprise's journal cases."""
 
@@ -198,6 +247,15 @@ class JournalSpec:
     def remove_event_behind_the_journal(self, journal: Journal, journal_url: str, pid: str, sequence_nr: int) -> None:
         """Delete one stored event in the store itself, leaving its tags (as an operator's SQL DELETE would)."""
         pytest.skip(f"{type(self).__name__} gives no way to delete an event behind the journal's back")
+
+    @contextlib.contextmanager
+    def commits_held(self, journal: Journal, journal_url: str, persistence_id: str
+                     ) -> Iterator[Callable[[], bool] | None]:
+        """While the block runs, a write of `persistence_id` (from any process) draws its offsets and then waits
+        before it commits, while other writes commit with later offsets; yields a function telling whether such a
+        write is waiting now. None (the default): the backend's writers commit one at a time in offset order
+        (SQLite, memory), so no write can be held that way, and the concurrency cases run without it."""
+        yield None
 
     # --- fixture: [1] [2] [3] [4,5] (or five single writes) ---------------------------------------
 
@@ -903,26 +961,6 @@ class JournalSpec:
         with pytest.raises(ValueError, match="poll_interval must be > 0"):
             journal.all_events(live=True, poll_interval=0)
 
-    @pytest.mark.timeout(60)
-    def test_a_current_query_ends_with_the_events_stored_when_it_started(self, journal: Journal, writer: str) -> None:
-        """A current all_events / events_by_tag read on past the newest offset of its start as long as its chunks
-        came full: it returned events written while it ran, and never ended while writers kept pace with it."""
-        a, t = _fresh_pid(), f"t-{uuid.uuid4().hex[:6]}"
-
-        def ev(n: int) -> AtomicWrite:
-            return AtomicWrite([PersistentRepr(n, n, a, writer_uuid=writer, tags=frozenset({t}))])
-
-        assert journal.write_messages([ev(n) for n in (1, 2, 3)]) == [None] * 3
-        start = journal.newest_offset() - 3
-        journal.replay_chunk = 2
-        for query in (journal.all_events(start), journal.events_by_tag(t)):
-            with query:
-                first = next(query)  # the query has started: what it returns is fixed now
-                n = journal.highest_sequence_nr(a)
-                assert journal.write_messages([ev(n + 1), ev(n + 2)]) == [None, None]  # while it runs
-                assert _keys([first, *query]) == [(a, k) for k in range(1, n + 1)]
-        assert [e.sequence_nr for e in journal.events_by_tag(t)] == [1, 2, 3, 4, 5, 6, 7]
-
     @pytest.mark.timeout(120)
     def test_live_events_by_tag_with_concurrent_writers_skips_and_repeats_nothing(
             self, journal: Journal, journal_url: str) -> None:
@@ -972,6 +1010,163 @@ class JournalSpec:
         offsets = [e.offset for e in seen]
         assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
         assert _keys(journal.events_by_tag(t)) == _keys(seen)
+
+    @pytest.mark.timeout(60)
+    def test_a_current_query_ends_with_the_events_stored_when_it_started(self, journal: Journal, writer: str) -> None:
+        """A current all_events / events_by_tag read on past the newest offset of its start as long as its chunks
+        came full: it returned events written while it ran, and never ended while writers kept pace with it."""
+        a, t = _fresh_pid(), f"t-{uuid.uuid4().hex[:6]}"
+
+        def ev(n: int) -> AtomicWrite:
+            return AtomicWrite([PersistentRepr(n, n, a, writer_uuid=writer, tags=frozenset({t}))])
+
+        assert journal.write_messages([ev(n) for n in (1, 2, 3)]) == [None] * 3
+        start = journal.newest_offset() - 3
+        journal.replay_chunk = 2
+        for query in (journal.all_events(start), journal.events_by_tag(t)):
+            with query:
+                first = next(query)  # the query has started: what it returns is fixed now
+                n = journal.highest_sequence_nr(a)
+                assert journal.write_messages([ev(n + 1), ev(n + 2)]) == [None, None]  # while it runs
+                assert _keys([first, *query]) == [(a, k) for k in range(1, n + 1)]
+        assert [e.sequence_nr for e in journal.events_by_tag(t)] == [1, 2, 3, 4, 5, 6, 7]
+
+    @pytest.mark.timeout(120)
+    def test_live_queries_neither_skip_nor_repeat_an_event_committing_after_a_later_offset(
+            self, journal: Journal, journal_url: str, writer: str) -> None:
+        """A write of a new id `a` draws its offset and is held before its COMMIT while a write of `b` (a later
+        offset) commits. Every live query (all_events, events_by_tag, an events_reader, events_by_persistence_id,
+        persistence_ids) and a current all_events started meanwhile deliver a's event exactly once; those that go
+        by offset deliver it before b's (a consumer resuming from b's offset would never see it). The current
+        query ends with the events stored when it started: not c's, which committed while it waited on a's."""
+        a, b, c, t = _fresh_pid(), _fresh_pid(), _fresh_pid(), f"t-{uuid.uuid4().hex[:6]}"
+
+        def ev(p: str) -> AtomicWrite:
+            return AtomicWrite([PersistentRepr(f"{p}-1", 1, p, writer_uuid=writer, tags=frozenset({t}))])
+
+        start, known = journal.newest_offset(), set(journal.current_persistence_ids())
+        by_offset = {"all_events": _Collector(journal.all_events(start, live=True, poll_interval=0.02, gap_timeout=60)),
+                     "events_by_tag": _Collector(journal.events_by_tag(t, live=True, poll_interval=0.02, gap_timeout=60)),
+                     "events_reader": _Collector(journal.events_reader(start, gap_timeout=60))}
+        by_id = {p: _Collector(journal.events_by_persistence_id(p, live=True, poll_interval=0.02)) for p in (a, b, c)}
+        ids = _Collector(journal.persistence_ids(live=True, poll_interval=0.02))
+        collectors = [*by_offset.values(), *by_id.values(), ids]
+        outcome: list[object] = []
+        current: _Collector | None = None
+        try:
+            with open_journal(journal_url) as other:  # the held write has its own connections
+                with self.commits_held(journal, journal_url, a) as held:
+                    early = threading.Thread(target=lambda: outcome.append(other.write_messages([ev(a)])))
+                    early.start()
+                    if held is None:
+                        early.join(30)  # (nothing can be held here: a's write commits first)
+                    else:
+                        _until(held, 30, f"the write of {a} waiting before its commit")
+                    assert journal.write_messages([ev(b)]) == [None]
+                    current = _Collector(journal.all_events(start, gap_timeout=60))
+                    _until(lambda: by_id[b].got and b in ids.got, 30, f"the live queries of {b} seeing its event")
+                    if held is not None:
+                        # A negative shown over a window: while a's write is open, nothing goes past its offset.
+                        assert not current.done.wait(0.5), _keys(current.got)
+                        assert {k: _keys(c.got) for k, c in by_offset.items()} == {k: [] for k in by_offset}
+                        assert by_id[a].got == [] and a not in ids.got
+                    # c commits after the current query started (and, held, while it waits on a): not one of its events.
+                    assert journal.write_messages([ev(c)]) == [None]
+                early.join(30)
+            assert outcome == [[None]]
+            _until(lambda: all(len(c.got) == 3 for c in by_offset.values()), 30, "every query by offset seeing 3 events")
+            _until(lambda: all(c.got for c in by_id.values()) and {a, b, c} <= set(ids.got), 30,
+                   "every live query by id seeing its event")
+            _until(current.done.is_set, 30, "the current all_events ending")
+        finally:
+            for collector in [*collectors, *([current] if current else [])]:
+                collector.stop()
+        for name, collector in by_offset.items():
+            assert _keys(collector.got) == [(a, 1), (b, 1), (c, 1)], name
+            offsets = [e.offset for e in collector.got]
+            assert offsets == sorted(set(offsets)), name
+        assert current is not None and _keys(current.got) == [(a, 1), (b, 1)], _keys(current.got)
+        assert {p: _keys(q.got) for p, q in by_id.items()} == {p: [(p, 1)] for p in (a, b, c)}
+        assert sorted(ids.got) == sorted(known | {a, b, c}), "persistence_ids: each id exactly once"
+
+    @pytest.mark.timeout(180)
+    def test_live_queries_with_concurrent_writers_deliver_every_event_once_in_order(
+            self, journal: Journal, journal_url: str) -> None:
+        """Writers in other processes (threads where the store is process-local), one per group of ids, commit
+        while live queries follow them: events_by_persistence_id of each id, persistence_ids, all_events, an
+        events_reader and events_by_tag each deliver every committed event once, in sequence nr order per id and
+        in offset order where they go by offset. A write of one group is held before its commit while the other
+        groups commit later offsets (where the backend can hold one: see commits_held)."""
+        t = f"t-{uuid.uuid4().hex[:6]}"
+        groups = [[_fresh_pid() for _ in range(2)] for _ in range(3)]
+        pids = [p for g in groups for p in g]
+        events = 30
+        start, known = journal.newest_offset(), set(journal.current_persistence_ids())
+        by_offset = {"all_events": _Collector(journal.all_events(start, live=True, poll_interval=0.02, gap_timeout=60)),
+                     "events_reader": _Collector(journal.events_reader(start, gap_timeout=60)),
+                     "events_by_tag": _Collector(journal.events_by_tag(t, live=True, poll_interval=0.02, gap_timeout=60))}
+        by_id = {p: _Collector(journal.events_by_persistence_id(p, live=True, poll_interval=0.02)) for p in pids}
+        ids = _Collector(journal.persistence_ids(live=True, poll_interval=0.02))
+        collectors = [*by_offset.values(), *by_id.values(), ids]
+        processes: list[multiprocessing.process.BaseProcess] = []
+        threads: list[threading.Thread] = []
+        try:
+            with self.commits_held(journal, journal_url, groups[0][0]) as held:
+                if self.supports_multiple_processes:
+                    ctx = multiprocessing.get_context("spawn")
+                    gos: list[Any] = [ctx.Event() for _ in groups]
+                    processes += [ctx.Process(target=write_tagged_in_child, args=(journal_url, g, events, t, go))
+                                  for g, go in zip(groups, gos, strict=True)]
+                    for proc in processes:
+                        proc.start()
+                else:
+                    gos = [threading.Event() for _ in groups]
+                    threads += [threading.Thread(target=write_tagged_in_child, args=(journal_url, g, events, t, go))
+                                for g, go in zip(groups, gos, strict=True)]
+                    for th in threads:
+                        th.start()
+                gos[0].set()
+                if held is not None:
+                    # Group 0's first write draws its offset and waits; the other groups start only then, so every
+                    # offset they commit meanwhile is a later one.
+                    _until(held, 60, f"the first write of {groups[0][0]} waiting before its commit")
+                for go in gos[1:]:
+                    go.set()
+                if held is not None:
+                    _until(lambda: all(len(by_id[p].got) >= 5 for g in groups[1:] for p in g), 60,
+                           "the other groups' events committing")
+                    during = {k: list(c.got) for k, c in by_offset.items()}
+                    later = max(by_id[p].got[-1].offset for g in groups[1:] for p in g)
+            for proc in processes:
+                proc.join(120)
+            for th in threads:
+                th.join(120)
+            assert [proc.exitcode for proc in processes] == [0] * len(processes)
+            _until(lambda: all(len(by_id[p].got) == events for p in pids), 60, "every id's live query complete")
+            _until(lambda: len(by_offset["all_events"].got) >= events * len(pids)
+                   and len(by_offset["events_reader"].got) >= events * len(pids)
+                   and len(by_offset["events_by_tag"].got) >= len(range(1, events + 1, 2)) * len(pids)
+                   and set(pids) <= set(ids.got), 60, "every live query complete")
+            stored = list(journal.all_events(start))  # what is committed, read once everything has
+        finally:
+            for collector in collectors:
+                collector.stop()
+        assert sorted(_keys(stored)) == sorted((p, n) for p in pids for n in range(1, events + 1))
+        if held is not None:
+            first = next(e.offset for e in stored if (e.persistence_id, e.sequence_nr) == (groups[0][0], 1))
+            assert later > first, "the scenario needs later offsets committed while the held write was open"
+            assert all(e.offset < first for got in during.values() for e in got), {
+                k: [e.offset for e in got] for k, got in during.items()}
+        tagged = [e for e in stored if t in e.tags]
+        for name, collector, expected in (("all_events", by_offset["all_events"], stored),
+                                          ("events_reader", by_offset["events_reader"], stored),
+                                          ("events_by_tag", by_offset["events_by_tag"], tagged)):
+            assert [(e.offset, e.persistence_id, e.sequence_nr) for e in collector.got] == [
+                (e.offset, e.persistence_id, e.sequence_nr) for e in expected], f"{name}: skipped, repeated or reordered"
+        for p in pids:
+            assert [e.sequence_nr for e in by_id[p].got] == list(range(1, events + 1)), p
+            assert [e.offset for e in by_id[p].got] == [e.offset for e in stored if e.persistence_id == p], p
+        assert sorted(ids.got) == sorted(known | set(pids)), "persistence_ids: each id exactly once"
 
     def test_ls_show_and_tail(self, journal: Journal, pid: str, writer: str) -> None:
         journal.delete_messages_to(pid, 2)
