@@ -162,7 +162,9 @@ class MemoryJournal(Journal):
         self._check_open()
         s = self._s
         with s.lock:
-            offsets = s.tags.get(tag, []) if tag is not None else list(s.offsets)
+            if tag is None:  # (the dict's last key, not a copy of all of them: every current query asks this)
+                return next(reversed(s.offsets), 0)
+            offsets = s.tags.get(tag, [])
             return offsets[-1] if offsets else 0
 
     def _read_events(self, persistence_id: str, start: int, end: int, limit: int) -> Sequence[TaggedRow]:
