@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import sqlite3
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import psycopg
 import pytest
-from psycopg import sql
 
 from journal import Journal, SnapshotStore, open_journal, open_snapshot_store
 from journal.memory import MemoryJournal, MemorySnapshotStore, drop_memory_store
-from journal.postgres import PostgresJournal, PostgresSnapshotStore, split_url
+from journal.postgres import PostgresJournal, PostgresSnapshotStore
 from journal.sqlite import SqliteJournal
 from journal.testing import JournalSpec, SnapshotStoreSpec
+from tests.journal.held_commits import postgres_commits_held
 from tests.journal.postgres_server import postgres_url  # noqa: F401  (fixture)
 
 # --- SQLite --------------------------------------------------------------------------------------
@@ -176,34 +174,9 @@ class TestPostgresJournal(JournalSpec):
         assert isinstance(journal, PostgresJournal)
         journal.execute("DELETE FROM {s}.journal WHERE persistence_id = %s AND sequence_nr = %s", (pid, sequence_nr))
 
-    @contextlib.contextmanager
     def commits_held(self, journal: Journal, journal_url: str, persistence_id: str
-                     ) -> Iterator[Callable[[], bool] | None]:
-        """A deferred trigger makes a write of the id wait at its COMMIT (offsets drawn, rows inserted) for an
-        advisory lock this test holds."""
-        conninfo, schema, *_ = split_url(journal_url)
-        key = secrets.randbits(62)  # (advisory locks are database-wide: other runs share the server)
-        trigger = sql.Identifier(f"held_{uuid.uuid4().hex[:12]}")
-        s = sql.Identifier(schema)
-        with psycopg.connect(conninfo, autocommit=True) as admin:
-            admin.execute(sql.SQL(
-                "CREATE OR REPLACE FUNCTION {}.held_commit() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN "
-                "IF NEW.persistence_id = TG_ARGV[0] THEN PERFORM pg_advisory_xact_lock_shared(TG_ARGV[1]::bigint); "
-                "END IF; RETURN NULL; END'").format(s))
-            admin.execute(sql.SQL("CREATE CONSTRAINT TRIGGER {} AFTER INSERT ON {}.journal DEFERRABLE INITIALLY "
-                                  "DEFERRED FOR EACH ROW EXECUTE FUNCTION {}.held_commit({}, {})").format(
-                trigger, s, s, sql.Literal(persistence_id), sql.Literal(str(key))))
-            admin.execute("SELECT pg_advisory_lock(%s)", (key,))
-
-            def waiting() -> bool:
-                row = admin.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
-                                    "AND (classid::bigint << 32) | objid::bigint = %s", (key,)).fetchone()
-                return bool(row and row[0])
-            try:
-                yield waiting
-            finally:
-                admin.execute("SELECT pg_advisory_unlock(%s)", (key,))
-                admin.execute(sql.SQL("DROP TRIGGER {} ON {}.journal").format(trigger, s))
+                     ) -> contextlib.AbstractContextManager[Callable[[], bool] | None]:
+        return postgres_commits_held(journal_url, persistence_id)
 
 
 @pytest.mark.postgres
