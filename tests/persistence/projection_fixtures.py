@@ -82,3 +82,18 @@ def failing_once_in_with_block(fail_marker: str, conn: Any, envelope: EventEnvel
     if envelope.event.amount == 13 and not os.path.exists(fail_marker):
         open(fail_marker, "w").close()
         raise RuntimeError("injected handler failure on amount 13")
+
+
+def write_moves_in_child(url: str, pids: list[str], events: int, go: Any) -> None:
+    """A writer process: Moved(amount) events tagged "moves", one write per event, `events` per id (ids interleaved),
+    once `go` is set. Amounts are unique per (id, sequence nr): 1000 * the id's index in `pids` + sequence nr."""
+    from journal import AtomicWrite, PersistentRepr, open_journal
+    from tests.persistence.tagging_actors import Moved
+
+    go.wait(60)
+    with open_journal(url) as j:
+        for n in range(1, events + 1):
+            for i, pid in enumerate(pids):
+                write = AtomicWrite([PersistentRepr(Moved(1000 * i + n), n, pid, tags=frozenset({"moves"}))])
+                if j.write_messages([write]) != [None]:
+                    raise SystemExit(f"write of {pid} #{n} rejected")
