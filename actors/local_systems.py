@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import socket
+import time
+from dataclasses import dataclass
 
 
 def own_processes() -> list[str]:
@@ -130,3 +132,115 @@ def _net_namespace(pid: str) -> str | None:
         return os.readlink(f"/proc/{pid}/ns/net")
     except OSError:
         return None
+
+
+# ---- who holds a port: a stopped system's process still in exit, or something that runs ----------------------
+
+LEFTOVER_WAIT = 10.0
+"""Seconds a start waits for a port that only a stopped system's processes hold: an actor process notices its dead
+admin within supervision.PARENT_CHECK (1 s) and exits, and a process in exit lets go of its sockets in a moment."""
+
+
+@dataclass(frozen=True)
+class PortHolder:
+    """A process of this user listening on a port: its pid, and the admin port of the system it belongs to."""
+
+    pid: int
+    admin_port: int | None  # None: not an actors.boot process (or one in exit, its command line gone)
+    leftover: bool  # a stopped system's process: in exit, or an actor process whose admin no longer listens
+
+
+def port_holders(port: int) -> list[PortHolder]:
+    """The processes of this user (in this network namespace) listening on TCP `port`, on any address."""
+    inodes = _listening_inodes(port)
+    if not inodes:
+        return []
+    my_ns = _net_namespace("self")
+    holders = []
+    for entry in own_processes():
+        if my_ns is not None and _net_namespace(entry) not in (my_ns, None):
+            continue
+        if _holds_any(entry, inodes):
+            holders.append(_holder(entry))
+    return holders
+
+
+def wait_for_leftovers(port: int, timeout: float = LEFTOVER_WAIT) -> list[PortHolder]:
+    """Wait (bounded by `timeout` s) while only leftovers of a stopped system hold `port`; who holds it then
+    ([] once it is free, or when its holders are not this user's to see)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        holders = port_holders(port)
+        if not holders or not all(h.leftover for h in holders) or time.monotonic() >= deadline:
+            return holders
+        time.sleep(0.05)
+
+
+def describe_holders(holders: list[PortHolder]) -> str:
+    """How an error names who holds a port: the system (its admin port, and how to stop it) or the pids."""
+    admins = sorted({h.admin_port for h in holders if h.admin_port is not None and not h.leftover})
+    if admins:
+        return " and ".join(f"by the actor system on admin port {p} (`reprise status --port {p}` shows it, "
+                            f"`reprise down --port {p}` stops it)" for p in admins)
+    pids = ", ".join(str(h.pid) for h in holders)
+    if holders and all(h.leftover for h in holders):
+        return (f"by process(es) {pids} of a stopped actor system that did not exit within {LEFTOVER_WAIT:g} s "
+                f"(kill them)")
+    return f"by process(es) {pids}" if holders else "by another program"
+
+
+def _listening_inodes(port: int) -> set[str]:
+    """The socket inodes listening on TCP `port` (IPv4 and IPv6, any address), from /proc/net."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                lines = f.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                found.add(f"socket:[{fields[9]}]")
+    return found
+
+
+def _holds_any(pid: str, inodes: set[str]) -> bool:
+    # A process whose main thread has exited while others still run shows no descriptors of its own: its
+    # threads' (/proc/PID/task/TID/fd) still do.
+    try:
+        tasks = [f"/proc/{pid}/fd"] + [f"/proc/{pid}/task/{t}/fd" for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return False
+    for fd_dir in tasks:
+        try:
+            for fd in os.listdir(fd_dir):
+                try:
+                    if os.readlink(f"{fd_dir}/{fd}") in inodes:
+                        return True
+                except OSError:
+                    continue
+        except OSError:
+            continue
+    return False
+
+
+def _holder(pid: str) -> PortHolder:
+    """What process `pid`, which listens on a port, is (see PortHolder)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return PortHolder(int(pid), None, True)  # (gone meanwhile)
+    if state == "Z" or argv == [b""]:  # in exit: its command line is gone before its sockets are closed
+        return PortHolder(int(pid), None, True)
+    if b"actors.boot" not in argv or b"--port" not in argv[:-1]:
+        return PortHolder(int(pid), None, False)
+    try:
+        admin_port = int(argv[argv.index(b"--port") + 1])
+    except ValueError:
+        return PortHolder(int(pid), None, False)
+    # The admin listens on its port while the system runs; its actor processes outlive it by up to PARENT_CHECK.
+    return PortHolder(int(pid), admin_port, not _listening_inodes(admin_port))

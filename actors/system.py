@@ -59,7 +59,14 @@ from .errors import (
 from .guardian import NODE_TIMEOUT, Guardian, GuardianInit
 from .host_options import check_option, known_host_options
 from .inflight import process_gone
-from .local_systems import boot_option, is_local_address, listen_address, own_processes
+from .local_systems import (
+    boot_option,
+    describe_holders,
+    is_local_address,
+    listen_address,
+    own_processes,
+    wait_for_leftovers,
+)
 from .main_module import adopt_main_classes
 from .messages import (
     GUARDIAN_PATH,
@@ -190,9 +197,7 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
     tls_files = tls_module.tls_config(tls, tls_cert, tls_key, tls_ca)
     metrics_module.check_options(metrics_port, metrics_host)
     _check_metrics_port_is_not_admin_port(metrics_port, admin_port)
-    if metrics_port is not None and _listening(metrics_host, metrics_port):
-        raise SpawnFailed(f"metrics_port {metrics_port} is already in use on metrics_host {metrics_host}; "
-                          "choose a free port")
+    _check_metrics_port_free(metrics_host, metrics_port)
     if tls_files is not None:
         if base != "multiproc":
             raise ConfigError("TLS applies to multiproc systems (the local base has no network): drop tls*= or "
@@ -242,7 +247,7 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
     # "not a valid or useable ActorSystem Admin"): pick another. A port the caller chose is not retried.
     for attempt in range(1 if admin_port else _BOOT_ATTEMPTS):
         port = admin_port or free_port(bind)
-        if _listening(advertise or bind, port):
+        if _listening(advertise or bind, port) and _still_held(advertise or bind, port, bool(admin_port)):
             raise SpawnFailed(f"admin port {port} is already in use; attach with actors.connect({port}) "
                               "or choose another port")
         if not _bindable(bind, port):  # (bound by a program that does not listen: Thespian's error says neither)
@@ -450,9 +455,7 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
     check_number("timeout", timeout, hint="seconds to wait for the actor system to answer")
     metrics_module.check_options(metrics_port, metrics_host)
     _check_metrics_port_is_not_admin_port(metrics_port, admin_port)
-    if metrics_port is not None and _listening(metrics_host, metrics_port):
-        raise SpawnFailed(f"metrics_port {metrics_port} is already in use on metrics_host {metrics_host}; "
-                          "choose a free port")
+    _check_metrics_port_free(metrics_host, metrics_port)
     if _tls is _FIND:
         _tls = tls_module.tls_config(tls, tls_cert, tls_key, tls_ca)
         _tls = tls_module.check(_tls) if _tls is not None else _local_tls(admin_port, host)
@@ -698,6 +701,28 @@ def _check_metrics_port_is_not_admin_port(metrics_port: int | None, admin_port: 
     if metrics_port is not None and metrics_port == admin_port:
         raise ConfigError(f"metrics_port {metrics_port} is the admin_port: the admin listens there; give the "
                           "metrics endpoint a port of its own (e.g. 9464)")
+
+
+def _check_metrics_port_free(host: str, port: int | None) -> None:
+    """SpawnFailed naming who holds `port` when something listens there (after waiting for a stopped system's
+    metrics server to let go of it: see _still_held)."""
+    if port is None or not _listening(host, port):
+        return
+    holders = wait_for_leftovers(port)
+    if holders or _listening(host, port):
+        raise SpawnFailed(f"metrics_port {port} is already in use on metrics_host {host} "
+                          f"({describe_holders(holders)}); choose a free port")
+
+
+def _still_held(host: str, port: int, wait: bool) -> bool:
+    """Whether host:port, which something listens on, stays held (with `wait`: after a bounded wait while only a
+    stopped system's processes hold it).
+
+    A system whose admin was SIGKILLed (or that is shutting down) leaves processes that let go of its ports a
+    moment later: its metrics server and hosts notice the dead admin within PARENT_CHECK, a process in exit
+    closes its sockets last. `reprise up` again at once (by hand, or a supervisor's restart) failed with
+    "already in use"; it now waits for them (local_systems.LEFTOVER_WAIT at most)."""
+    return not wait or bool(wait_for_leftovers(port)) or _listening(host, port)
 
 
 def _bindable(host: str, port: int) -> bool:

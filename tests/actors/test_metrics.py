@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
+import re
+import signal
 import socket
+import threading
 import urllib.request
 
 import pytest
@@ -249,6 +253,48 @@ def test_reprise_up_serves_the_topology_metrics_port(cli_tag, tmp_path):
     finally:
         down = reprise("down", "--port", str(port))
     assert down.returncode == 0, down.stderr
+
+
+@pytest.mark.multiproc
+def test_a_port_a_running_system_serves_metrics_on_is_refused_naming_that_system(make_system):
+    admin_port, metrics_port = free_ports(2)
+    make_system("multiproc", admin_port=admin_port, metrics_port=metrics_port)
+    with pytest.raises(actors.SpawnFailed, match=re.escape(
+            f"metrics_port {metrics_port} is already in use on metrics_host 127.0.0.1 (by the actor system on "
+            f"admin port {admin_port} (`reprise status --port {admin_port}` shows it, `reprise down --port "
+            f"{admin_port}` stops it)); choose a free port")):
+        start_refused("multiproc", metrics_port=metrics_port)
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(60)
+def test_a_system_started_again_on_the_ports_of_one_whose_admin_was_sigkilled_waits_for_its_leftovers(make_system):
+    # The dead admin's metrics server holds the metrics port until it notices (ParentWatch, within a second): a start
+    # again at once (by hand, a supervisor's restart) failed with "metrics_port ... is already in use; choose a free
+    # port". The server is SIGSTOPped here, so that it surely still holds the port when the start looks, and let go
+    # on a timer: the start must wait for it, not fail.
+    from tests.actors.test_supervision import _parent
+
+    admin_port, metrics_port = free_ports(2)
+    first = make_system("multiproc", admin_port=admin_port, metrics_port=metrics_port)
+    first.spawn(Echo, "/user/echo")
+    admin = _parent(_parent(first.status().hosts["/user/echo"].pid))
+    (server,) = [p for p in tagged_pids(first.tag) if ("127.0.0.1", metrics_port) in listening({p})]
+    os.kill(server, signal.SIGSTOP)
+    resume = threading.Timer(1.0, os.kill, (server, signal.SIGCONT))
+    try:
+        os.kill(admin, signal.SIGKILL)
+        wait_for(lambda: not os.path.exists(f"/proc/{admin}"), 10)
+        first._closed = True  # (its admin is gone; the port is the second system's next)
+        resume.start()
+        second = make_system("multiproc", admin_port=admin_port, metrics_port=metrics_port)
+    finally:
+        resume.cancel()
+        with contextlib.suppress(ProcessLookupError):  # (exited once resumed: the test's point)
+            os.kill(server, signal.SIGCONT)
+    second.spawn(Echo, "/user/echo")
+    assert sample(scrape(metrics_port), "reprise_host_up", host="/user/echo") == 1
+    assert server not in tagged_pids(first.tag)
 
 
 @pytest.mark.multiproc
