@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     # A member's agent registers its node with the guardian (heartbeats, failover) before boot returns.
     node_timeout = config.get("node_timeout")
     reply = asys.ask(agent, SetGuardian(guardian, str(capabilities["Reprise Node"]) if leader else None,
-                                        node_timeout if isinstance(node_timeout, float) else NODE_TIMEOUT), timeout)
+                                        node_timeout if isinstance(node_timeout, float) else NODE_TIMEOUT,
+                                        os.path.join(config["run_dir"], "actors.log")), timeout)
     if isinstance(reply, NodeRefused):
         print(f"NodeRefused: {reply.why}", file=sys.stderr)
         return 2

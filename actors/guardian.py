@@ -54,6 +54,7 @@ from .messages import (
     InitHost,
     Move,
     NodeHello,
+    NodeLogged,
     NodePing,
     NodePong,
     NodeRefused,
@@ -93,6 +94,9 @@ CLAIM_WAIT = 2.0  # seconds a node's agent has to answer before another agent re
 # A member's admin capability: its node agent's address. A leader started again learns its members' agents from
 # their admins' convention registrations (Guardian._convention_update): the agents know only the dead guardian.
 AGENT_CAPABILITY = "Reprise Agent"
+AWAY_AFTER = 0.4  # of the guardian's node_timeout (two heartbeats missed): a member unpinged so long says the leader is
+# unreachable, and tells the guardian that next pings it what it logged meanwhile (NodeAgent._away, _back)
+LOG_SCAN_LIMIT = 16 << 20  # bytes of its log a member's agent reads to count what it logged while the leader was away
 # A moving host keeps serving this long after its path was routed to the guardian, so that what senders with
 # the old route still send it (hosts until their DirectoryUpdate lands, clients until their directory's 1 s TTL
 # ends) is handled there instead of arriving after its exit, where Thespian drops it.
@@ -114,6 +118,7 @@ class SetGuardian:
     address: Address
     node: str | None = None  # None: the leader's agent (the guardian's own node is always up)
     node_timeout: float = NODE_TIMEOUT
+    log_file: str | None = None  # this node's actors.log (NodeLogged points at it)
 
 
 @dataclass
@@ -676,6 +681,19 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
                             name, agent)
                 self._node_hello(NodeHello(name), agent)
 
+    def _node_logged(self, message: NodeLogged, sender: Address) -> None:
+        """A member heard no guardian for a while (this leader was down, or cut off from it): what it logged meanwhile
+        reached neither this leader's log nor its errors, so say where it is (an error in `reprise status`)."""
+        span = f"from {_clock(message.since)} to {_clock(message.until)}"
+        if not message.lines:
+            log.info("node %s heard no guardian %s; it logged no warning or error meanwhile", message.node, span)
+            return
+        reason = (f"node {message.node} heard no guardian {span} (the leader was down or cut off): it logged "
+                  f"{message.lines} warning(s) or error(s) meanwhile, which may not have reached this leader's log "
+                  f"or errors; see {message.log_file} on that node's machine")
+        log.warning("%s", reason)
+        self._control(None, ActorError(time.time(), f"node {message.node}", GUARDIAN_PATH, reason))
+
     def _admit_node(self, name: str, sender: Address) -> None:
         """Register node `name`'s agent at `sender` (welcomed), replacing a record of another agent of it."""
         self.send(sender, NodeWelcome(name))
@@ -1184,6 +1202,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         WakeupMessage: _wakeup,
         NodeHello: _node_hello,
         NodePong: _node_pong,
+        NodeLogged: _node_logged,
         ActorSystemConventionUpdate: _convention_update,
         GetNodes: _get_nodes,
         Rebalance: _rebalance,
@@ -1205,6 +1224,37 @@ def _current_pid(record: HostRecord) -> int | None:
 def _address(record: HostRecord) -> Address:
     """The address of a host that serves its path (see _serving: set from its HostReady until its exit)."""
     return cast(Address, record.address)
+
+
+def _clock(when: float) -> str:
+    """A Unix time as the logs show it (local time, to the second)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
+
+
+def _size(path: str | None) -> int:
+    """The size of file `path` (0 if there is none)."""
+    try:
+        return os.path.getsize(path) if path else 0
+    except OSError:
+        return 0
+
+
+_LEVELS = (b"WARNING", b"ERROR", b"CRITICAL")
+
+
+def _warnings_logged(path: str | None, offset: int) -> int:
+    """How many warning, error and critical records log file `path` (boot.log_defs's format: "date time LEVEL
+    name: message") has past byte `offset` (in its first LOG_SCAN_LIMIT bytes from there)."""
+    if path is None:
+        return 0
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(LOG_SCAN_LIMIT)
+    except OSError:
+        return 0
+    return sum(1 for line in data.splitlines() if line[:1].isdigit() and line.split(b" ", 3)[2:3] in
+               [[level] for level in _LEVELS])
 
 
 def _is_running_here(pid: int) -> bool:
@@ -1250,11 +1300,18 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
         self.last_hello = 0.0
         self.leader_timeout = NODE_TIMEOUT  # the guardian's node_timeout (in its pings)
         self.hosts_here: tuple[Address, ...] = ()  # the hosts the guardian runs on this node (its last ping)
+        self.log_file: str | None = None
+        self.log_size = 0  # the size of its log at the last ping (what was logged after it may not have reached the leader)
+        self.last_ping_time = 0.0  # (Unix time)
+        # While no guardian pings: since when (Unix time) and the size its log had then (see _away, _back).
+        self.away: tuple[float, int] | None = None
 
     def receiveMessage(self, message: object, sender: Address) -> None:
         if isinstance(message, NodePing):
-            self.last_ping = time.monotonic()
+            self._pinged()
             self.hosts_here = message.hosts
+            if self.away is not None and self.node is not None:
+                self._back(sender)
             self.leader_timeout = message.node_timeout or self.leader_timeout
             if self.node is not None:
                 gone = tuple(pid for pid in message.pids if not _is_running_here(pid))
@@ -1266,6 +1323,8 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
             if self.guardian is not None and self.node is not None:
                 now = time.monotonic()
                 silent = now - self.last_ping
+                if self.away is None and silent > AWAY_AFTER * self.leader_timeout:
+                    self._away(silent)
                 if silent > FENCE_AFTER * self.leader_timeout and self.hosts_here:
                     self._fence(f"no heartbeat from the guardian for {silent:.1f} s")
                 if silent > self.node_timeout and now - self.last_hello >= self.node_timeout / 2:
@@ -1280,11 +1339,12 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
             self.guardian = message.address
             self.parent_watch = ParentWatch.start(self)
             self.node, self.node_timeout = message.node, message.node_timeout
+            self.log_file = message.log_file
             if self.node is None:
                 self.send(sender, GuardianIs(self.guardian))
             else:
                 self.booting = sender  # answered on NodeWelcome: the node is known before boot returns
-                self.last_ping = time.monotonic()
+                self._pinged()
                 self.updateCapability(AGENT_CAPABILITY, self.myAddress)  # (before the hello: the leader has it)
                 self.send(self.guardian, NodeHello(self.node))
                 self.wakeupAfter(timedelta(seconds=self.node_timeout / 2), ("hello",))
@@ -1292,7 +1352,11 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
             if self.node is not None:
                 self.send(sender, PidsGone(self.node, tuple(p for p in message.pids if not _is_running_here(p))))
         elif isinstance(message, NodeWelcome):
-            self.last_ping = time.monotonic()
+            if self.away is None and self.guardian is not None and address_key(sender) != address_key(self.guardian):
+                self.away = (self.last_ping_time, self.log_size)  # (a leader started again before _away noticed)
+            if self.away is not None and self.node is not None:
+                self._back(sender)
+            self._pinged()
             if self.guardian is not None and address_key(sender) != address_key(self.guardian) and self.hosts_here:
                 # The leader was started again (a new guardian) before this node fenced: the new guardian knows
                 # nothing of the hosts its predecessor placed here, and may start them again.
@@ -1322,6 +1386,29 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
         elif message == "handle-dead-letters":
             self.handleDeadLetters(True)
             self.send(sender, GuardianIs(self.guardian))
+
+    def _pinged(self) -> None:
+        """A guardian pinged (or welcomed) this node: note when, and how far its log went (one stat per ping)."""
+        self.last_ping = time.monotonic()
+        self.last_ping_time = time.time()
+        self.log_size = _size(self.log_file)
+
+    def _away(self, silent: float) -> None:
+        """No guardian has pinged for `silent` s: say so in this node's log, where what it logged since the last ping
+        stays (Thespian's forwarding of warnings to the leader's log, and hosts' error reports, fail meanwhile)."""
+        self.away = (self.last_ping_time, self.log_size)
+        log.warning("node %s: no heartbeat from the guardian for %.1f s, the leader is unreachable (down, or cut "
+                    "off): until it is back, this node's warnings and errors are only in this log (%s)", self.node,
+                    silent, self.log_file)
+
+    def _back(self, guardian: Address) -> None:
+        """A guardian pings or welcomes this node again: tell it how much was logged here meanwhile, and where."""
+        assert self.away is not None and self.node is not None
+        since, offset = self.away
+        self.away = None
+        # (less the notice _away logged: what the user has to look at is the rest)
+        lines = max(_warnings_logged(self.log_file, offset) - 1, 0)
+        self.send(guardian, NodeLogged(self.node, since, time.time(), lines, self.log_file or "actors.log"))
 
     def _fence(self, why: str) -> None:
         """Stop the hosts the guardian placed here: it has not pinged for a while, so it is about to declare

@@ -371,6 +371,19 @@ class NodeHello:
 
 
 @dataclass(frozen=True)
+class NodeLogged:
+    """Node agent -> guardian: node `node` heard no guardian from `since` to `until` (Unix times) and logged `lines`
+    warnings and errors meanwhile, in `log_file` on its machine: Thespian forwards a member's warnings to the
+    leader's log, and hosts report errors to the guardian, but neither reaches a leader that is down."""
+
+    node: str
+    since: float
+    until: float
+    lines: int
+    log_file: str
+
+
+@dataclass(frozen=True)
 class NodeWelcome:
     """Guardian -> node agent: registered."""
 

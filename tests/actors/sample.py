@@ -402,3 +402,16 @@ class ExitsInPreStart(actors.Actor):
         if message == "die":
             os._exit(3)
         self.tell(sender, message)
+
+
+class FailsLater(Echo):
+    """On ("fail-in", seconds): arms a timer, answers "armed"; when it fires, raises (an error nobody asked about)."""
+
+    def receive(self, message, sender):
+        if isinstance(message, tuple) and message[:1] == ("fail-in",):
+            self.schedule_once(message[1], "fail-now")
+            self.tell(sender, "armed")
+        elif message == "fail-now":
+            raise RuntimeError("failed on its timer")
+        else:
+            super().receive(message, sender)

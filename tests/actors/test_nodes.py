@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -25,7 +26,7 @@ from actors.system import kill_tagged, tagged_pids
 from examples.accounts.client import balances, expected_balances, feed, wait_confirmed
 from examples.accounts.model import Account, Feeder
 from journal.postgres import drop_schema
-from tests.actors.sample import Echo, Ping, Pong
+from tests.actors.sample import Echo, FailsLater, Ping, Pong
 from tests.conftest import start_system, stop_system
 from tests.waiting import wait_for
 
@@ -506,18 +507,8 @@ def test_a_leader_killed_and_started_again_gets_its_members_back(cluster, leader
     c.leader.spawn(Echo, "/user/pinned", node="m1")
     assert c.leader.ask("/user/pinned", Ping(1)) == Pong(1, "/user/pinned")
     first_host = c.leader.status().hosts["/user/pinned"].pid
-    old = c.leader
-    assert old.tag and old.admin_port
-    for group in {os.getpgid(pid) for pid in tagged_pids(old.tag)} - {os.getpgid(0)}:
-        os.killpg(group, signal.SIGKILL)
-    wait_for(lambda: not tagged_pids(old.tag), timeout=10)
-    old._closed = True
-    c.killed.append(old.tag)
-    # (a killed process shows as a zombie once its main thread is dead; its other threads may hold the port a
-    # little longer)
-    wait_for(lambda: not _listening(old.admin_port), timeout=10)
-    c.leader = start_system("multiproc", c.tmp_path, admin_port=old.admin_port, node_timeout=leader_timeout,
-                            secret_file=os.path.join(old.run_dir, "secret"))
+    _kill_leader(c)
+    _start_leader_again(c, leader_timeout)
     # Its agent, unpinged, fenced the host the first leader placed there; it registers with the new one.
     wait_for(lambda: c.leader.nodes().get("m1") == "up", timeout=NODE_TIMEOUT * 4 + 10)
     wait_for(lambda: first_host not in tagged_pids(c.members["m1"].tag), timeout=10)
@@ -526,6 +517,64 @@ def test_a_leader_killed_and_started_again_gets_its_members_back(cluster, leader
     assert c.leader.status().hosts["/user/pinned"].pid in tagged_pids(c.members["m1"].tag)
     # A client of the member finds the new guardian as well.
     assert c.members["m1"].ask("/user/pinned", Ping(3), timeout=10) == Pong(3, "/user/pinned")
+
+
+def _kill_leader(c: Cluster) -> None:
+    """SIGKILL every process of the leader's system (its admin, guardian and the hosts on its node)."""
+    old = c.leader
+    assert old.tag and old.admin_port
+    for group in {os.getpgid(pid) for pid in tagged_pids(old.tag)} - {os.getpgid(0)}:
+        os.killpg(group, signal.SIGKILL)
+    wait_for(lambda: not tagged_pids(old.tag), timeout=10)
+    old._closed = True
+    c.killed.append(old.tag)
+
+
+def _start_leader_again(c: Cluster, leader_timeout: float) -> None:
+    """Start the killed leader again on its admin port, with its secret (as `reprise up` on its file does)."""
+    old = c.leader
+    assert old.admin_port and old.run_dir
+    # (a killed process shows as a zombie once its main thread is dead; its other threads may hold the port a
+    # little longer)
+    wait_for(lambda: not _listening(old.admin_port), timeout=10)
+    c.leader = start_system("multiproc", c.tmp_path, admin_port=old.admin_port, node_timeout=leader_timeout,
+                            secret_file=os.path.join(old.run_dir, "secret"))
+
+
+@pytest.mark.timeout(90)
+def test_what_a_member_logged_while_its_leader_was_down_is_pointed_at_when_it_rejoins(cluster):
+    # Thespian forwards a member's warnings and errors to the leader's log, and hosts report their errors to the
+    # guardian (system.errors(), reprise status): while the leader is down both are lost, and nothing on the
+    # leader said that the member's own log holds them. With the leader's node_timeout 10 s the member keeps its
+    # host for 8 s (then fences it), whose timer makes it fail while the leader is down; after 4 s (two heartbeats
+    # missed) the member says the leader is unreachable.
+    c = cluster("m1", node_timeout=10.0)
+    c.leader.spawn(FailsLater, "/user/fails", node="m1")
+    assert c.leader.ask("/user/fails", ("fail-in", 2.0)) == "armed"
+    _kill_leader(c)
+    member_log = os.path.join(c.members["m1"].run_dir, "actors.log")
+    wait_for(lambda: "actor /user/fails failed on str: failed on its timer" in _read(member_log), timeout=20)
+    wait_for(lambda: "the leader is unreachable" in _read(member_log), timeout=10)  # (said where the rest is)
+    _start_leader_again(c, 10.0)
+    wait_for(lambda: c.leader.nodes().get("m1") == "up", timeout=NODE_TIMEOUT * 4 + 10)
+
+    def pointed() -> list[str]:
+        return [e.reason for e in c.leader.errors().recent if e.host == "node m1"]
+
+    wait_for(pointed, timeout=10)
+    (reason,) = pointed()
+    assert "heard no guardian from " in reason and member_log in reason, reason
+    logged = re.search(r"it logged (\d+) warning\(s\) or error\(s\) meanwhile", reason)
+    assert logged and int(logged.group(1)) >= 1, reason  # (the failure at least)
+    assert reason in _read(os.path.join(c.leader.run_dir, "actors.log"))
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
 
 
 def _listening(port: int) -> bool:
