@@ -3,6 +3,11 @@
 The leader starts its system, waits (up to `[cluster] join_timeout`) for every declared node to join,
 then spawns every `[[actor]]`/`[[entities]]` (placed with `node=`/`nodes=`) and, with `[spark] bridges =
 true`, one Spark bridge per node. A member joins the leader and spawns nothing: the leader places hosts on it.
+
+A leader killed and started again (`reprise up` on the same file: same admin port, same secret) does the same:
+its members rejoin it, and each stops the hosts the dead leader had placed on it (NodeAgent._fence, when unpinged
+or at the new guardian's welcome) rather than the new guardian adopting them (their supervisor and routes died
+with the old guardian), so every host runs once; persistent entities recover their events from the journal.
 """
 
 from __future__ import annotations

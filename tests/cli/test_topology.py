@@ -13,8 +13,9 @@ import pytest
 
 import actors
 from actors.cluster_node import choose_node, local_address
-from actors.system import kill_tagged
+from actors.system import kill_tagged, tagged_pids
 from actors.topology import TopologyError, load, loads, resolve_class
+from journal.postgres import drop_schema
 from tests.actors.sample import Echo, Ping, Pong
 from tests.conftest import SESSION_TOKEN
 from tests.ports import free_ports
@@ -375,6 +376,81 @@ def test_a_leader_whose_members_do_not_come_says_so_and_starts_on_what_is_up(tmp
             system.close()
     finally:
         subprocess.run([REPRISE, "down", "--port", str(ports["a"])], capture_output=True, timeout=60)
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(240)
+def test_a_leader_sigkilled_and_up_again_serves_the_topology_again_without_doubling_member_hosts(
+        tmp_path, postgres_url, cluster_tags) -> None:
+    # The leader's `reprise up` spawns the file's hosts once its members are up; members whose leader was killed
+    # stop the hosts it had placed there (NodeAgent._fence: when unpinged, or at the new guardian's welcome), so
+    # the leader started again spawns everything afresh, each shard once, and the entities recover their events.
+    from examples.accounts.client import balances, expected_balances, feed, wait_confirmed
+
+    ports = dict(zip("abc", free_ports(3), strict=True))
+    nodes = "".join(f'[[node]]\nname = "{n}"\nadmin_port = {p}\n' for n, p in ports.items())
+    path = tmp_path / "cluster.toml"
+    journal = f"{postgres_url}?schema=topo_{uuid.uuid4().hex[:8]}"
+    path.write_text(f'[cluster]\nleader = "a"\njournal = "{journal}"\n'
+                    f'secret_file = "cluster.secret"\nnode_timeout = 2.0\njoin_timeout = 60.0\n{nodes}'
+                    '[[entities]]\npath = "/user/accounts"\nclass = "examples.accounts.model:Account"\nshards = 3\n'
+                    'nodes = ["a", "b", "c"]\n\n[[actor]]\npath = "/user/feeder"\n'
+                    'class = "examples.accounts.model:Feeder"\n')
+
+    def members_shards(system: actors.System) -> dict[str, tuple[str | None, int | None]]:
+        return {key: (info.node, info.pid) for key, info in system.status().hosts.items()
+                if key.startswith("/user/accounts") and info.state == "running"}
+
+    leader = up(str(path), "a", cluster_tags["a"], tmp_path, wait=False)
+    try:
+        wait_for(lambda: (tmp_path / "cluster.secret").exists() or leader.poll() is not None, timeout=60)
+        for name in "bc":
+            member = up(str(path), name, cluster_tags[name], tmp_path)
+            assert member.wait() == 0, member.communicate()[0]
+        out = leader.communicate(timeout=90)[0]
+        assert leader.returncode == 0, out
+        system = actors.connect(ports["a"])
+        try:
+            feed(system, 0, 300, 30)
+            assert wait_confirmed(system).unconfirmed == 0
+            assert balances(system, [str(i) for i in range(30)]) == expected_balances(300, 30)
+            before = members_shards(system)
+        finally:
+            system.close()
+        assert sorted(node for node, _ in before.values()) == ["a", "b", "c"]
+        on_members = {pid for node, pid in before.values() if node != "a"}
+        for pid in tagged_pids(cluster_tags["a"]):
+            try:
+                os.killpg(os.getpgid(pid), 9)
+            except ProcessLookupError:
+                pass
+        wait_for(lambda: not tagged_pids(cluster_tags["a"]), timeout=10)
+        again = up(str(path), "a", cluster_tags["a"], tmp_path)
+        out = again.communicate()[0]
+        assert again.returncode == 0 and "WARNING" not in out, out
+        system = actors.connect(ports["a"])
+        try:
+            after = members_shards(system)
+            assert sorted(node for node, _ in after.values()) == ["a", "b", "c"], after
+            member_pids = set(tagged_pids(cluster_tags["b"]) + tagged_pids(cluster_tags["c"]))
+            # No doubling: what the first leader placed on the members was stopped there.
+            wait_for(lambda: not on_members & set(tagged_pids(cluster_tags["b"])
+                                                  + tagged_pids(cluster_tags["c"])), timeout=20)
+            assert {pid for node, pid in after.values() if node != "a"} <= member_pids
+            # The entities' state was persisted: the accounts recover it, and take more.
+            assert balances(system, [str(i) for i in range(30)]) == expected_balances(300, 30)
+            feed(system, 300, 100, 30)
+            assert wait_confirmed(system).unconfirmed == 0
+            assert balances(system, [str(i) for i in range(30)]) == expected_balances(400, 30)
+        finally:
+            system.close()
+    finally:
+        if leader.poll() is None:
+            os.killpg(leader.pid, 9)
+            leader.wait(10)
+        for name in "cba":
+            subprocess.run([REPRISE, "down", "--port", str(ports[name])], capture_output=True, timeout=60)
+        drop_schema(journal)
 
 
 @pytest.mark.parametrize("argv, needle", [
