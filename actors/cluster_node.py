@@ -3,6 +3,8 @@
 The leader starts its system, waits (up to `[cluster] join_timeout`) for every declared node to join,
 then spawns every `[[actor]]`/`[[entities]]` (placed with `node=`/`nodes=`) and, with `[spark] bridges =
 true`, one Spark bridge per node. A member joins the leader and spawns nothing: the leader places hosts on it.
+A member started before its leader waits for it (and, on the leader's machine, for the secret file the leader
+creates) up to `join_timeout` too, so the nodes can be started in any order, or all at once.
 
 A leader killed and started again (`reprise up` on the same file: same admin port, same secret) does the same:
 its members rejoin it, and each stops the hosts the dead leader had placed on it (NodeAgent._fence, when unpinged
@@ -13,6 +15,7 @@ with the old guardian), so every host runs once; persistent entities recover the
 from __future__ import annotations
 
 import importlib
+import os
 import socket
 import sys
 import time
@@ -77,6 +80,8 @@ def start_node(topo: Topology, name: str | None = None, *, tag: str | None = Non
     classes = [resolve_class(e.factory) for e in topo.entries]  # fail before starting anything
     bridges = [_function(spec) for spec in BRIDGES] if cluster.spark_bridges else []
     leader = node.name == cluster.leader
+    if not leader:
+        _wait_for_leader(cluster, out)
     # Node liveness is the guardian's (issue 17): only the leader's system takes node_timeout.
     leader_options: dict[str, Any] = {"node_timeout": cluster.node_timeout} if leader else {}
     system = start("multiproc", admin_port=node.admin_port, journal=cluster.journal,
@@ -121,6 +126,32 @@ def start_node(topo: Topology, name: str | None = None, *, tag: str | None = Non
     finally:
         sys.stdout.flush()
     return system
+
+
+def _wait_for_leader(cluster: ClusterSection, out: Callable[[str], None]) -> None:
+    """Wait (bounded by join_timeout) until the leader's admin listens and the secret file exists (on the leader's
+    machine the leader creates it): members started at once with the leader failed with 'start the leader first',
+    and the leader then waited its whole join_timeout for them. Past the deadline, start() says what is missing."""
+    host, port = cluster.node(cluster.leader).address, cluster.node(cluster.leader).admin_port
+    deadline = time.monotonic() + cluster.join_timeout
+    said = False
+    while not (_listening(host, port) and os.path.exists(cluster.secret_file)):
+        if time.monotonic() >= deadline:
+            return
+        if not said:
+            out(f"waiting up to {cluster.join_timeout:g} s ([cluster] join_timeout) for the leader "
+                f"{cluster.leader!r} at {host}:{port}"
+                + ("" if os.path.exists(cluster.secret_file) else f" and the secret file {cluster.secret_file}"))
+            said = True
+        time.sleep(JOIN_POLL)
+
+
+def _listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
 
 
 def wait_for_nodes(system: System, names: list[str], timeout: float) -> list[str]:

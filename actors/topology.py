@@ -40,6 +40,7 @@ A cluster file describes every node of a multi-host system instead of one `[syst
     secret_file = "cluster.secret"    # the leader creates it; copy it to every machine (mode 0600)
     node_timeout = 5.0                # a node silent this long is down: its nodes= hosts fail over
     join_timeout = 60.0               # the leader waits this long for every [[node]] before spawning
+                                      # (and a member started first, for the leader)
     # also: snapshot_store, log_level, tls_cert/tls_key/tls_ca, peers (extra addresses, e.g. a
     # Spark driver elsewhere), metrics_host (the default of the nodes' metrics_host)
 

@@ -359,6 +359,36 @@ def test_up_a_cluster_file_leader_waits_for_its_members_then_spreads_the_shards(
 
 
 @pytest.mark.multiproc
+@pytest.mark.timeout(180)
+def test_members_started_before_their_leader_wait_for_it(tmp_path, postgres_url, cluster_tags) -> None:
+    # The README's one-machine block starts a with `&` and b, c right after: b found no leader yet and failed
+    # ("start the leader first"), and a then waited its whole join_timeout for b before starting without it.
+    journal = f"{postgres_url}?schema=topo_{uuid.uuid4().hex[:8]}"
+    path, ports = loopback_cluster(tmp_path, journal, 60.0)
+    procs = {name: up(path, name, cluster_tags[name], tmp_path, wait=False) for name in "bca"}
+    try:
+        outs = {name: proc.communicate(timeout=90)[0] for name, proc in procs.items()}
+        assert all(proc.returncode == 0 for proc in procs.values()), outs
+        assert f"waiting up to 60 s ([cluster] join_timeout) for the leader 'a' at 127.0.0.1:{ports['a']}" in outs["b"]
+        assert "WARNING" not in outs["a"], outs["a"]
+        system = actors.connect(ports["a"])
+        try:
+            assert system.nodes() == {"a": "up", "b": "up", "c": "up"}
+            nodes = sorted(h.node for p, h in system.status().hosts.items() if p.startswith("/user/echoes"))
+            assert nodes == ["a", "b", "c"]
+        finally:
+            system.close()
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+                proc.wait(10)
+        for name in "cba":
+            subprocess.run([REPRISE, "down", "--port", str(ports[name])], capture_output=True, timeout=60)
+        drop_schema(journal)
+
+
+@pytest.mark.multiproc
 @pytest.mark.timeout(120)
 def test_a_leader_whose_members_do_not_come_says_so_and_starts_on_what_is_up(tmp_path, postgres_url,
                                                                              cluster_tags) -> None:
