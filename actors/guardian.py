@@ -1303,8 +1303,9 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
         self.log_file: str | None = None
         self.log_size = 0  # the size of its log at the last ping (what was logged after it may not have reached the leader)
         self.last_ping_time = 0.0  # (Unix time)
-        # While no guardian pings: since when (Unix time) and the size its log had then (see _away, _back).
-        self.away: tuple[float, int] | None = None
+        # While no guardian pings: since when (Unix time), the size its log had then, and how many of the lines
+        # logged since are this agent's own notice of it (see _away, _back).
+        self.away: tuple[float, int, int] | None = None
 
     def receiveMessage(self, message: object, sender: Address) -> None:
         if isinstance(message, NodePing):
@@ -1353,7 +1354,7 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
                 self.send(sender, PidsGone(self.node, tuple(p for p in message.pids if not _is_running_here(p))))
         elif isinstance(message, NodeWelcome):
             if self.away is None and self.guardian is not None and address_key(sender) != address_key(self.guardian):
-                self.away = (self.last_ping_time, self.log_size)  # (a leader started again before _away noticed)
+                self.away = (self.last_ping_time, self.log_size, 0)  # (a leader started again before _away noticed)
             if self.away is not None and self.node is not None:
                 self._back(sender)
             self._pinged()
@@ -1396,7 +1397,7 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
     def _away(self, silent: float) -> None:
         """No guardian has pinged for `silent` s: say so in this node's log, where what it logged since the last ping
         stays (Thespian's forwarding of warnings to the leader's log, and hosts' error reports, fail meanwhile)."""
-        self.away = (self.last_ping_time, self.log_size)
+        self.away = (self.last_ping_time, self.log_size, 1)
         log.warning("node %s: no heartbeat from the guardian for %.1f s, the leader is unreachable (down, or cut "
                     "off): until it is back, this node's warnings and errors are only in this log (%s)", self.node,
                     silent, self.log_file)
@@ -1404,10 +1405,9 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
     def _back(self, guardian: Address) -> None:
         """A guardian pings or welcomes this node again: tell it how much was logged here meanwhile, and where."""
         assert self.away is not None and self.node is not None
-        since, offset = self.away
+        since, offset, own = self.away
         self.away = None
-        # (less the notice _away logged: what the user has to look at is the rest)
-        lines = max(_warnings_logged(self.log_file, offset) - 1, 0)
+        lines = max(_warnings_logged(self.log_file, offset) - own, 0)  # (what the user has to look at: not our notice)
         self.send(guardian, NodeLogged(self.node, since, time.time(), lines, self.log_file or "actors.log"))
 
     def _fence(self, why: str) -> None:
