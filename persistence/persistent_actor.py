@@ -165,18 +165,36 @@ _new = object.__new__
 _set = object.__setattr__
 
 
-def _passes_on(method: object) -> bool:
-    """True if `method` (an override of receive or receive_batch) calls a `receive` or `receive_batch` attribute
-    (super()'s, or self.receive), also from a nested function; an object that is not a plain function passes."""
-    code = getattr(inspect.unwrap(method), "__code__", None)  # type: ignore[arg-type]
-    if code is None:
-        return True
-    stack = [code]
-    while stack:
-        c = stack.pop()
-        if "receive" in c.co_names or "receive_batch" in c.co_names:
+_LIBRARY = ("actors.", "persistence.", "journal.", "spark_bridge.")
+
+
+def _passes_on(cls: type, method: object) -> bool:
+    """True if `method` (an override of receive or receive_batch) may hand a message on: it calls a `receive` or
+    `receive_batch` attribute (super()'s, or self.receive), also from a nested function or from a method of the
+    class or a function of its module that it calls, or dispatches by getattr; anything that is not plain Python
+    code passes (what it calls cannot be seen)."""
+    pending, seen = [inspect.unwrap(method)], set()  # type: ignore[arg-type]
+    while pending:
+        function = pending.pop()
+        code = getattr(function, "__code__", None)
+        if code is None:
             return True
-        stack += [k for k in c.co_consts if inspect.iscode(k)]
+        if code in seen:
+            continue
+        seen.add(code)
+        namespace = getattr(function, "__globals__", {})
+        codes = [code]
+        while codes:
+            c = codes.pop()
+            names = c.co_names
+            if "receive" in names or "receive_batch" in names or "getattr" in names:
+                return True
+            codes += [k for k in c.co_consts if inspect.iscode(k)]
+            for name in names:  # the user's own helpers it calls (self._dispatch(...), dispatch(self, ...))
+                called = inspect.getattr_static(cls, name, None) or namespace.get(name)
+                called = getattr(called, "__func__", called)  # (staticmethod, classmethod)
+                if inspect.isfunction(called) and not called.__module__.startswith(_LIBRARY):
+                    pending.append(called)
     return False
 
 
@@ -210,7 +228,7 @@ class PersistentActor(Actor):
         super().__init_subclass__(**kwargs)
         for name in ("receive", "receive_batch"):
             own = cls.__dict__.get(name)
-            if own is not None and not _passes_on(own):
+            if own is not None and not _passes_on(cls, own):
                 # Checked once per class: an override that swallows what it does not know would silently lose the
                 # persistence layer's own messages (AtLeastOnceDelivery's RedeliveryTick: nothing is ever resent;
                 # DurableDelivery's confirmations; the restart after a failed RecoveryCompleted handler) and the

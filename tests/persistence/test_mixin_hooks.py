@@ -90,4 +90,29 @@ def test_overrides_of_receive_that_pass_messages_on_are_accepted():
             for message, sender in messages:
                 self.receive(message, sender)
 
-    assert [c.__name__ for c in (Filters, Delegates, Batched)] == ["Filters", "Delegates", "Batched"]
+    class ThroughItsOwnMethod(AtLeastOnceDelivery):  # (the inherited receive is called from a helper of its own)
+        def receive(self, message: Any, sender: str | None) -> None:
+            if message != "ignored":
+                self._pass_on(message, sender)
+
+        def _pass_on(self, message: Any, sender: str | None) -> None:
+            super().receive(message, sender)
+
+    class ThroughAFunction(IdempotentReceiver):
+        def receive(self, message: Any, sender: str | None) -> None:
+            _hand_on(self, message, sender)
+
+    class ByName(DurableDelivery):  # (dispatch by name: what it calls cannot be seen)
+        def receive(self, message: Any, sender: str | None) -> None:
+            getattr(self, f"on_{type(message).__name__}", self.fallback)(message, sender)
+
+        def fallback(self, message: Any, sender: str | None) -> None:
+            pass
+
+    accepted = (Filters, Delegates, Batched, ThroughItsOwnMethod, ThroughAFunction, ByName)
+    assert [c.__name__ for c in accepted] == ["Filters", "Delegates", "Batched", "ThroughItsOwnMethod",
+                                              "ThroughAFunction", "ByName"]
+
+
+def _hand_on(actor: PersistentActor, message: Any, sender: str | None) -> None:
+    PersistentActor.receive(actor, message, sender)
