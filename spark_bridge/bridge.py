@@ -98,6 +98,7 @@ from spark_bridge.messages import (
     GetOpenBatches,
     GetStagedRuns,
     IngestBatch,
+    KeyingMismatch,
     OpenBatches,
     PartitionsMismatch,
     PlanOf,
@@ -329,6 +330,12 @@ class SparkBridge(AtLeastOnceDelivery):
         self._released: dict[str, set[int]] = {}
         # batch feed id -> the partition count of its first released (or decided) run: its reruns must match it
         self._partitions: dict[str, int] = {}
+        # batch feed ids with rows released (or decided) without keys: the bridge knows no keys of those rows, so a
+        # keyed rerun would deliver them all again (refused: KeyingMismatch)
+        self._unkeyed: set[str] = set()
+        # feed ids released or decided by events or a snapshot of a version that did not record _unkeyed: settled
+        # at the end of recovery (_settle_unkeyed)
+        self._unkeyed_unknown: set[str] = set()
         # f"{feed}/{run}" released -> (rows discarded, duplicates skipped): its FeedReleased's, for a repeat's answer
         self._runs: OrderedDict[str, tuple[int, int]] = OrderedDict()
         # f"{feed}/{run}" discarded -> (reason, idle seconds) as in AttemptsDiscarded: a late Release is refused
@@ -394,6 +401,7 @@ class SparkBridge(AtLeastOnceDelivery):
             self._restore(event.snapshot)
             self._newest_snapshot = (event.metadata.sequence_nr, self._floor(event.metadata.sequence_nr))
         elif t is RecoveryCompleted:
+            self._settle_unkeyed()
             if self.last_sequence_nr == 0 and self._newest_snapshot is None:
                 # A new journal's first event, which the journal always stores (an empty Progress, which every version
                 # reads): a rejected write uses its sequence numbers too, and a journal whose first write was rejected
@@ -443,6 +451,10 @@ class SparkBridge(AtLeastOnceDelivery):
             self._activity[run] = [now, wall.get(run, 0.0)]  # the idle clock restarts at recovery
         self._released = {f: set(p) for f, p in s.released.items()}
         self._partitions = dict(s.partitions)
+        if s.unkeyed is None:  # (a snapshot of an older version: see _settle_unkeyed)
+            self._unkeyed_unknown.update(s.released, s.decided)
+        else:
+            self._unkeyed = set(s.unkeyed)
         self._runs = OrderedDict((k, cast("tuple[int, int]", tuple(s.run_counts.get(k, (0, 0))))) for k in s.runs)
         self._discarded = OrderedDict((run_key, (reason, idle)) for run_key, reason, idle in s.discarded)
         self._decided = {f: {p: run for p, run in d} for f, d in s.decided.items()}
@@ -479,6 +491,7 @@ class SparkBridge(AtLeastOnceDelivery):
             [[k, *why] for k, why in self._abandoned_runs.items()],
             dict(self._partitions),
             {k: list(counts) for k, counts in self._runs.items() if counts != (0, 0)},
+            sorted(self._unkeyed),
         )
 
     def stats(self) -> dict[str, int]:
@@ -671,9 +684,11 @@ class SparkBridge(AtLeastOnceDelivery):
         if seen is None:
             seen = self._batches[key] = SeenIds(-1)
         seen.add(event.batch_no)
+        n = len(event.paths)
         if event.keys is not None:
             self._keys.setdefault(event.feed_id, set()).update(event.keys)
-        n = len(event.paths)
+        elif n and "/" not in event.feed_id:
+            self._unkeyed.add(event.feed_id)
         self._next_id = max(self._next_id, event.first_id + n)
         counts = self._feed(event.feed_id)
         counts[0] += n + event.duplicates
@@ -803,7 +818,7 @@ class SparkBridge(AtLeastOnceDelivery):
             repeat = FeedReleased(m.feed_id, m.run, discarded, self.path, duplicates)
             self.defer_async(repeat, lambda r: self._released_reply(m, r))
             return
-        if not m.planned and self._partitions_mismatch(m.feed_id, m.run, m.partitions, m.keyed, m.reply_to):
+        if not m.planned and self._rerun_mismatch(m.feed_id, m.run, m.partitions, m.keyed, m.reply_to):
             return  # (its staged batches stay until its driver's Discard, or staged_ttl)
         self._flush()  # batches buffered before it are journaled before it
         # Its tasks are done staging: their batches' busy linger would throttle its own fan-out for busy_for s
@@ -861,11 +876,14 @@ class SparkBridge(AtLeastOnceDelivery):
                 self._staged.pop((feed_id, partition), None)
         discarded += self._drop_run(feed_id, run)  # the run's attempts of partitions whose winner staged elsewhere
         batches.sort(key=lambda b: b.first_id)
+        unkeyed = False
         for b in batches:
             if b.keys is not None:
                 # Keys were checked against the released ones when staged; the batches of this release (other
                 # partitions, or another run staging at the same time) may hold them too: the first row wins.
                 b.skipped = _claim_keys(b.keys, keys, b.dead)
+            elif b.size:
+                unkeyed = True
             if b.size - len(b.dead) - len(b.skipped) <= 0:
                 counts[1] += b.size + b.duplicates
             else:
@@ -874,6 +892,8 @@ class SparkBridge(AtLeastOnceDelivery):
                 self._ahead.update(b.first_id + i for i in b.skipped)
         if not keys:
             self._keys.pop(feed_id, None)
+        if unkeyed and "/" not in feed_id:  # (a micro-batch replayed is done whole, keyed or not)
+            self._unkeyed.add(feed_id)
         self._next_id = max(self._next_id, next_id)
         self._remember_run(f"{feed_id}/{run}", discarded, sum(len(b.skipped) for b in batches))
         return batches, discarded
@@ -1114,7 +1134,7 @@ class SparkBridge(AtLeastOnceDelivery):
             refused = ReleaseRefused(m.feed_id, m.run, reason, idle, bridge)
             self.defer_async(refused, lambda r: self.tell(m.reply_to, r))
             return
-        if self._partitions_mismatch(m.feed_id, m.run, m.partitions, m.keyed, m.reply_to):
+        if self._rerun_mismatch(m.feed_id, m.run, m.partitions, m.keyed, m.reply_to):
             return
         decided = self._decided.get(m.feed_id, {})
         winners: list[list[Any]] = []
@@ -1123,7 +1143,7 @@ class SparkBridge(AtLeastOnceDelivery):
         for partition, attempt, bridge in m.winners:
             done = not m.keyed and (replayed or partition in decided)
             (excluded if done else winners).append([partition, attempt, bridge])
-        event = ReleaseDecided(m.feed_id, m.run, winners, excluded, m.partitions)
+        event = ReleaseDecided(m.feed_id, m.run, winners, excluded, m.partitions, m.keyed)
         reply = ReleasePlan(m.feed_id, m.run, winners, excluded, self._earlier(event))
         self._decide(event)  # now: a repeat or a direct release arriving meanwhile sees the decision
         self.persist_async(event, lambda e: self.tell(m.reply_to, reply))
@@ -1172,6 +1192,11 @@ class SparkBridge(AtLeastOnceDelivery):
 
     def _decide(self, event: ReleaseDecided) -> None:
         self._record_partitions(event.feed_id, event.partitions)
+        if event.winners and "/" not in event.feed_id:  # (rows of a keyed run are all staged here: _release_attempts)
+            if event.keyed is None:  # written by an older version
+                self._unkeyed_unknown.add(event.feed_id)
+            elif not event.keyed:
+                self._unkeyed.add(event.feed_id)
         decided = self._decided.setdefault(event.feed_id, {})
         for partition, _, _ in event.winners:
             decided.setdefault(partition, event.run)
@@ -1184,18 +1209,35 @@ class SparkBridge(AtLeastOnceDelivery):
         if partitions > 0 and "/" not in feed_id:  # (a micro-batch replayed is done whole however it splits)
             self._partitions.setdefault(feed_id, partitions)
 
-    def _partitions_mismatch(self, feed_id: str, run: str, partitions: int, keyed: bool,
-                             reply_to: str) -> bool:
-        """Refuse a rerun of an unkeyed batch feed id split into another partition count than its released runs:
-        a rerun skips released partitions by number, so its rows would be skipped or delivered twice."""
+    def _settle_unkeyed(self) -> None:
+        """At the end of recovery: a feed id released or decided by an older version, which did not record whether
+        with keys, released rows without keys unless the bridge knows keys of it (a keyed feed's keys are all kept
+        here). A keyed feed id that released no row is taken for unkeyed: its keyed rerun is refused, not doubled."""
+        self._unkeyed.update(f for f in self._unkeyed_unknown if "/" not in f and f not in self._keys)
+        self._unkeyed_unknown.clear()
+
+    def _rerun_mismatch(self, feed_id: str, run: str, partitions: int, keyed: bool, reply_to: str) -> bool:
+        """Refuse a rerun that cannot skip what the feed id's released runs delivered (answer the driver).
+
+        An unkeyed rerun split into another partition count: a rerun skips released partitions by number, so its
+        rows would be skipped or delivered twice (PartitionsMismatch). A keyed rerun of a feed id that released rows
+        without keys: their keys are unknown, so they would all be delivered again (KeyingMismatch)."""
+        refused: PartitionsMismatch | KeyingMismatch
         known = self._partitions.get(feed_id)
-        if keyed or not partitions or known is None or known == partitions:
-            return False
-        self.log.warning("spark bridge %s: refused run %s of feed %r: %d partitions, its released runs had %d",
-                         self.path, run, feed_id, partitions, known)
+        if keyed:
+            if feed_id not in self._unkeyed:
+                return False
+            self.log.warning("spark bridge %s: refused keyed run %s of feed %r: its released runs had no keys",
+                             self.path, run, feed_id)
+            refused = KeyingMismatch(feed_id, run, self.path)
+        else:
+            if not partitions or known is None or known == partitions:
+                return False
+            self.log.warning("spark bridge %s: refused run %s of feed %r: %d partitions, its released runs had %d",
+                             self.path, run, feed_id, partitions, known)
+            refused = PartitionsMismatch(feed_id, run, partitions, known, self.path)
         self._flush()
-        refused = PartitionsMismatch(feed_id, run, partitions, known, self.path)
-        self.defer_async(refused, lambda r: self.tell(reply_to, r))  # (once the count recorded is durable)
+        self.defer_async(refused, lambda r: self.tell(reply_to, r))  # (once what it was checked against is durable)
         return True
 
     def _remember_run(self, run_key: str, discarded: int, duplicates: int) -> None:

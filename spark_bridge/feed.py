@@ -48,6 +48,7 @@ from journal.errors import SerializationError
 from journal.serialization import serialize
 from spark_bridge.bridge import BRIDGE_PATH, BRIDGES_PATH, bridge_path
 from spark_bridge.messages import (
+    RERUN_REFUSALS,
     BatchAccepted,
     BatchRefused,
     Coordinate,
@@ -59,6 +60,7 @@ from spark_bridge.messages import (
     GetFeedProgress,
     GetOpenBatches,
     IngestBatch,
+    KeyingMismatch,
     OpenBatches,
     PartitionsMismatch,
     Release,
@@ -507,7 +509,7 @@ def commit_run(plan: _Plan, feed_id: str, staged: Iterable[tuple[Any, ...]], sta
             system.tell(other, Discard(feed_id, plan.run, probe.path))  # losing attempts may have staged there
         discarded, skipped = _release(system, probe, plan, feed_id, releases)
     except _Mismatched as exc:
-        mismatch: PartitionsMismatch | None = exc.reply
+        mismatch: PartitionsMismatch | KeyingMismatch | None = exc.reply
     else:
         mismatch = None
     finally:
@@ -547,9 +549,9 @@ def _ask_bridge(system: actors.System, probe: actors.Probe, plan: _Plan, path: s
 
 
 class _Mismatched(Exception):
-    """A bridge refused the run: its partition count is not that of the feed id's released runs."""
+    """A bridge refused the run (RERUN_REFUSALS): it could not skip what the feed id's released runs delivered."""
 
-    def __init__(self, reply: PartitionsMismatch) -> None:
+    def __init__(self, reply: PartitionsMismatch | KeyingMismatch) -> None:
         super().__init__(reply.explain())
         self.reply = reply
 
@@ -560,14 +562,14 @@ def _coordinate(system: actors.System, probe: actors.Probe, plan: _Plan, feed_id
     ask = Coordinate(feed_id, plan.run, [[p, attempt, bridge] for p, attempt, _, _, _, bridge in messages],
                      plan.key is not None, probe.path, partitions)
     reply = _ask_bridge(system, probe, plan, BRIDGE_PATH, ask,
-                        lambda r: isinstance(r, ReleasePlan | ReleaseRefused | PartitionsMismatch)
+                        lambda r: isinstance(r, (ReleasePlan, ReleaseRefused, *RERUN_REFUSALS))
                         and r.feed_id == feed_id and r.run == plan.run)
     if reply is None:
         raise FeedError(f"feed {feed_id!r}: the coordinator {BRIDGE_PATH} did not answer within {plan.timeout} s; "
                         "nothing was delivered: run it again")
     if isinstance(reply, ReleaseRefused):  # a bridge discarded the run, undecided, before this Coordinate came
         raise FeedError(refused_message(reply, reply.bridge or BRIDGE_PATH, [], plan.run))
-    if isinstance(reply, PartitionsMismatch):
+    if isinstance(reply, RERUN_REFUSALS):
         raise _Mismatched(reply)
     return cast(ReleasePlan, reply)
 
@@ -619,7 +621,7 @@ def _release(system: actors.System, probe: actors.Probe, plan: _Plan, feed_id: s
             partitions = [p for p, _ in releases[bridge, reply.run].winners]
             raise FeedError(refused_message(reply, bridge, [b for b, _ in released if b != bridge], plan.run,
                                             partitions))
-        elif isinstance(reply, PartitionsMismatch) and reply.feed_id == feed_id and (bridge, reply.run) in releases:
+        elif isinstance(reply, RERUN_REFUSALS) and reply.feed_id == feed_id and (bridge, reply.run) in releases:
             raise _Mismatched(reply)
         elif isinstance(reply, FeedProcessed) and reply.feed_id == feed_id and bridge in involved:
             processed.add(bridge)

@@ -223,8 +223,32 @@ class PartitionsMismatch:
                 "with another split rows would be skipped or delivered twice. Nothing of this run was delivered. "
                 f"Split the rows into {self.released} partitions as before, each holding the same rows "
                 f"(e.g. df.repartition({self.released}, <columns>) or the same input files and settings), and run "
-                "it again with this feed_id; or give key= (a column of idempotency keys). A new feed_id delivers "
-                f"every row again: use one only if no partition of {self.feed_id!r} was released before")
+                "it again with this feed_id (or, if its earlier runs gave key=, give the same key= again: a keyed "
+                "run may split otherwise). A new feed_id delivers every row again: use one only if no partition of "
+                f"{self.feed_id!r} was released before")
+
+
+@dataclass(frozen=True)
+class KeyingMismatch:
+    """Bridge -> driver: the Release (or Coordinate) of a keyed rerun of a batch feed id whose earlier runs released
+    rows without keys: the bridge knows no key of those rows, so every row would be delivered again. Nothing of the
+    run is released (its driver discards what it staged)."""
+
+    feed_id: str
+    run: str
+    bridge: str = field(default="", compare=False)
+
+    def explain(self) -> str:
+        """The driver's FeedError: what is wrong, and how to run the feed again."""
+        return (f"feed {self.feed_id!r}: this run gives key=, but the earlier run(s) of this feed_id released rows "
+                f"without key= (bridge {self.bridge or 'unknown'}): their keys are unknown to the bridge, so a keyed "
+                "rerun would deliver every row again. Nothing of this run was delivered. Run it again without key=, "
+                "split into the partitions of the earlier runs (its released partitions are skipped: nothing is "
+                "delivered twice); or feed only rows that are new under a new feed_id")
+
+
+RERUN_REFUSALS = (PartitionsMismatch, KeyingMismatch)
+"""The bridge's answers to a Release or Coordinate of a rerun it refuses (nothing of the run is released)."""
 
 
 @dataclass(frozen=True)
@@ -615,6 +639,9 @@ class ReleaseDecided:
     excluded: list[list[Any]]
     partitions: int = 0
     """As AttemptsReleased.partitions (Coordinate.partitions; 0: not said, or written by an older version)."""
+    keyed: bool | None = None
+    """Coordinate.keyed (None: written by an older version). The winners of an unkeyed run are rows released
+    without keys: a keyed rerun of the feed id is refused (KeyingMismatch)."""
 
 
 @register_type(manifest="spark_bridge.RunAbandoned")
@@ -704,6 +731,8 @@ class BridgeSnapshot:
     partitions: dict[str, int] = field(default_factory=dict)
     # (added later) the counts of FeedReleased of the released `runs`, for a repeat's answer: [discarded, duplicates]
     run_counts: dict[str, list[int]] = field(default_factory=dict)  # f"{feed_id}/{run}" -> (only those not 0, 0)
+    # (added later) batch feed ids with rows released or decided without keys (None: written before, inferred)
+    unkeyed: list[str] | None = None
 
 
 # ---- a durable destination's journal -----------------------------------------------------------------

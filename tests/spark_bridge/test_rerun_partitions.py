@@ -18,10 +18,13 @@ import pytest
 import actors
 from spark_bridge import BRIDGE_PATH, SparkBridge, bridge_path, start_bridge, start_bridges
 from spark_bridge.messages import (
+    BatchAccepted,
     Coordinate,
     Discard,
     Discarded,
     FeedReleased,
+    IngestBatch,
+    KeyingMismatch,
     PartitionsMismatch,
     Release,
     ReleasePlan,
@@ -79,8 +82,9 @@ def test_a_rerun_split_into_other_partitions_is_refused_also_after_a_restart(bri
     assert stage(system, probe, "f", "runC/0", 0, 0, [1, 2], 0).duplicates == 2
     assert stage(system, probe, "f", "runC/1", 1, 0, [3], 2).duplicates == 1
     assert release(system, probe, "f", "runC", 2) == FeedReleased("f", "runC", 0)
-    # A keyed rerun may split otherwise (its rows are deduplicated by key), and a new feed id is a new feed.
-    assert isinstance(release(system, probe, "f", "runK", 4, keyed=True), FeedReleased)
+    # A keyed rerun would deliver f's rows, released without keys, again: refused (see
+    # test_a_keyed_rerun_of_a_feed_id_released_without_keys_is_refused); a new feed id is a new feed.
+    assert release(system, probe, "f", "runK", 4, keyed=True) == KeyingMismatch("f", "runK", BRIDGE_PATH)
     assert isinstance(release(system, probe, "g", "runG", 5), FeedReleased)
     assert balance(system) == Balance(6, 3, 0)
 
@@ -97,6 +101,10 @@ def test_the_coordinator_refuses_a_coordinate_split_otherwise_than_the_feed_s_re
     restart_coordinator(system)
     system.tell(BRIDGE_PATH, Coordinate("f", "runB", [[p, f"runB/{p}", nb] for p in range(3)], False, probe.path, 3))
     assert probe.receive(10) == PartitionsMismatch("f", "runB", 3, 2, BRIDGE_PATH)
+    # runA was decided without keys (ReleaseDecided.keyed, replayed): a keyed Coordinate would deliver it again.
+    system.tell(BRIDGE_PATH, Coordinate("f", "runK", [[p, f"runK/{p}", BRIDGE_PATH] for p in range(2)], True,
+                                        probe.path, 2))
+    assert probe.receive(10) == KeyingMismatch("f", "runK", BRIDGE_PATH)
     # A feed id released at the coordinator alone (one bridge), then coordinated: checked the same.
     stage(system, probe, "h", "runA/0", 0, 0, [4], 10)
     assert release(system, probe, "h", "runA", 1) == FeedReleased("h", "runA", 0)
@@ -125,6 +133,52 @@ def test_feed_rerun_with_another_partition_count_fails_naming_both_and_delivers_
                                         r"run\(s\) of this feed_id released 2 partitions"):
         feed(df.repartition(3), system, feed_id="orders", progress=False)
     assert runs(system) == []  # what the refused run staged is discarded
+    with pytest.raises(FeedError, match=r"'orders': this run gives key=, but the earlier run\(s\) of this feed_id "
+                                        r"released rows without key="):
+        feed(df, system, feed_id="orders", key="txid", progress=False)
+    assert runs(system) == []
     assert feed(deposits(spark, 600, accounts=10, partitions=2), system, feed_id="orders",
                 progress=False).duplicates_skipped == 600
     assert {p: b.total for p, b in settled(system, expected).items()} == expected
+
+
+def stage_keyed(system: actors.System, probe: actors.Probe, feed_id: str, attempt: str, partition: int,
+                amounts: list[int], first_txid: int) -> None:
+    """Stage one keyed batch (key: the row's txid, as str) of deposits to a0 under `attempt`."""
+    txids = list(range(first_txid, first_txid + len(amounts)))
+    system.tell(BRIDGE_PATH, IngestBatch(feed_id, partition, 0, ["/user/accounts/a0"] * len(amounts),
+                                         [{"amount": a, "txid": t} for t, a in zip(txids, amounts, strict=True)],
+                                         probe.path, keys=[str(t) for t in txids], attempt=attempt))
+    reply = probe.receive(10)
+    assert isinstance(reply, BatchAccepted), reply
+
+
+@pytest.mark.parametrize("cls", [SparkBridge, SnapshotEveryBatch], ids=["replayed", "from-a-snapshot"])
+def test_a_keyed_rerun_of_a_feed_id_released_without_keys_is_refused(bridged, cls):
+    """The bridge knows no keys of rows released without key=: a keyed rerun's keys were all new to it, and it
+    delivered every row again (Account counts them as repeated). It is refused, naming the feed id and the fix;
+    the reverse (keyed, then unkeyed, split as before) skips the released partitions: nothing again."""
+    system, probe, _ = bridged
+    start_bridge(system, cls=cls)
+    stage(system, probe, "f", "runA/0", 0, 0, [1, 2], 0)
+    stage(system, probe, "f", "runA/1", 1, 0, [3], 2)
+    assert release(system, probe, "f", "runA", 2) == FeedReleased("f", "runA", 0)
+    wait_for(lambda: balance(system) == Balance(6, 3, 0), timeout=30)
+    restart(system, cls)  # durable: replayed, or from the snapshot
+    stage_keyed(system, probe, "f", "runB/0", 0, [1, 2], 0)
+    stage_keyed(system, probe, "f", "runB/1", 1, [3], 2)
+    refused = release(system, probe, "f", "runB", 2, keyed=True)
+    assert refused == KeyingMismatch("f", "runB", BRIDGE_PATH), refused
+    text = refused.explain()
+    assert all(s in text for s in ("'f'", "without key=", "every row again", "new feed_id")), text
+    system.tell(BRIDGE_PATH, Discard("f", "runB", probe.path))
+    assert probe.receive(10) == Discarded("f", "runB")
+    # A keyed feed id rerun without keys, split as before: its partitions are done.
+    stage_keyed(system, probe, "k", "runA/0", 0, [4], 10)
+    assert release(system, probe, "k", "runA", 1, keyed=True) == FeedReleased("k", "runA", 0)
+    assert stage(system, probe, "k", "runB/0", 0, 0, [4], 10).duplicates == 1
+    assert release(system, probe, "k", "runB", 1) == FeedReleased("k", "runB", 0)
+    # A keyed feed id whose released rows all had keys takes a keyed rerun (its keys are known).
+    stage_keyed(system, probe, "k", "runC/0", 0, [4, 5], 10)
+    assert release(system, probe, "k", "runC", 1, keyed=True) == FeedReleased("k", "runC", 0)
+    assert wait_for(lambda: balance(system) == Balance(15, 5, 0), timeout=30)
