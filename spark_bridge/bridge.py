@@ -451,6 +451,11 @@ class SparkBridge(AtLeastOnceDelivery):
             self._activity[run] = [now, wall.get(run, 0.0)]  # the idle clock restarts at recovery
         self._released = {f: set(p) for f, p in s.released.items()}
         self._partitions = dict(s.partitions)
+        for feed_id in set(s.released).union(s.decided).difference(s.partitions):
+            # Released by a version that recorded no count: the partitions released, when they are 0..n-1 (the
+            # coordinator's decided ones hold every bridge's)
+            parts = [[p] for p in {*s.released.get(feed_id, ()), *(p for p, _ in s.decided.get(feed_id, ()))}]
+            self._record_partitions(feed_id, _count_of(parts))
         if s.unkeyed is None:  # (a snapshot of an older version: see _settle_unkeyed)
             self._unkeyed_unknown.update(s.released, s.decided)
         else:
@@ -839,7 +844,8 @@ class SparkBridge(AtLeastOnceDelivery):
         """Apply a release (live or replaying): ids, trees and keys of the winners' batches; drop the rest."""
         feed_id, run = event.feed_id, event.run
         self._discarded.pop(f"{feed_id}/{run}", None)  # (a Discard that found nothing staged: see _discard)
-        self._record_partitions(feed_id, event.partitions)
+        # (An older driver's or version's release says no count: every partition of its job is among its winners.)
+        self._record_partitions(feed_id, event.partitions or (0 if event.planned else _count_of(event.winners)))
         released = self._released.setdefault(feed_id, set())
         keys = self._keys.setdefault(feed_id, set())
         counts = self._feed(feed_id)
@@ -1191,7 +1197,7 @@ class SparkBridge(AtLeastOnceDelivery):
             self._abandoned_runs.popitem(last=False)
 
     def _decide(self, event: ReleaseDecided) -> None:
-        self._record_partitions(event.feed_id, event.partitions)
+        self._record_partitions(event.feed_id, event.partitions or _count_of(event.winners + event.excluded))
         if event.winners and "/" not in event.feed_id:  # (rows of a keyed run are all staged here: _release_attempts)
             if event.keyed is None:  # written by an older version
                 self._unkeyed_unknown.add(event.feed_id)
@@ -1736,6 +1742,12 @@ class SparkBridge(AtLeastOnceDelivery):
             f"spark bridge {self.path}: no snapshot loaded, and its journal starts at sequence nr "
             f"{self.last_sequence_nr} (prune_journal deleted the events before): restore its snapshot store, then "
             "start it again (recovering from the rest would deliver every released run again)")
+
+
+def _count_of(winners: list[list[Any]]) -> int:
+    """The partition count of a job whose partitions are `winners`' first items, when they are 0..n-1 (else 0)."""
+    parts = {w[0] for w in winners}
+    return len(parts) if len(parts) == len(winners) and parts == set(range(len(parts))) else 0
 
 
 def _pick(indices: list[int] | None, *columns: list[Any]) -> list[list[Any]]:  # Any: columns of several types
