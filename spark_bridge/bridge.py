@@ -57,7 +57,7 @@ from typing import Any, cast
 
 import actors
 from actors import PathTaken
-from journal import SnapshotSelectionCriteria
+from journal import MAX_SEQUENCE_NR, SnapshotSelectionCriteria
 from journal.serialization import serialize
 from persistence import (
     AtLeastOnceDelivery,
@@ -1737,7 +1737,24 @@ class SparkBridge(AtLeastOnceDelivery):
             b.seq = seq
 
     def _check_unpruned(self) -> None:
-        """Recovery found no snapshot and its first event is not the journal's first: refuse to go on."""
+        """Recovery found no snapshot and its first event is not the journal's first: refuse to go on if pruned.
+
+        Versions before the empty first event (see RecoveryCompleted) left a journal starting past 1 when its first
+        write was rejected (a rejected write uses its sequence number), never pruned. A pruned journal keeps every
+        event after the snapshot before the newest, among them the `snapshot_every` batches and releases stored
+        between the two: one with fewer had no two snapshots, so nothing was pruned. (Read once, at recovery.)"""
+        counted = 0
+        for event in self.read_events(self.last_sequence_nr, MAX_SEQUENCE_NR):
+            if isinstance(event, BatchStored | AttemptsReleased):
+                counted += 1
+                if counted >= self.snapshot_every:
+                    break
+        else:
+            self.log.warning("spark bridge %s: its journal starts at sequence nr %d, with no snapshot, and holds fewer "
+                             "batches than a pruned one would (%d < snapshot_every %d): taken for a journal whose "
+                             "first write(s) were rejected, recovered whole", self.path, self.last_sequence_nr,
+                             counted, self.snapshot_every)
+            return
         raise RuntimeError(
             f"spark bridge {self.path}: no snapshot loaded, and its journal starts at sequence nr "
             f"{self.last_sequence_nr} (prune_journal deleted the events before): restore its snapshot store, then "

@@ -13,10 +13,11 @@ import pytest
 from journal import SnapshotMetadata, open_journal, open_snapshot_store
 from spark_bridge import BRIDGE_PATH, start_bridge
 from spark_bridge.bridge import PERSISTENCE_ID
-from spark_bridge.messages import BridgeSnapshot, FeedReleased, PartitionsMismatch, Release
+from spark_bridge.messages import BridgeSnapshot, FeedReleased, KeyingMismatch, PartitionsMismatch, Release
 from tests.spark_bridge.sample import Balance
 from tests.spark_bridge.test_staged import runs, stage, staged_system
 from tests.spark_bridge.test_staged_bridges import balance
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -92,4 +93,32 @@ def test_a_rerun_of_a_run_released_before_partition_counts_were_journaled_is_che
     assert stage(system, probe, "f", "runC/0", 0, 0, [1, 2], 0).duplicates == 2
     assert stage(system, probe, "f", "runC/1", 1, 0, [3], 2).duplicates == 1
     assert release(system, probe, "f", "runC", 2) == FeedReleased("f", "runC", 0)
+    # Its rows were released without keys (the old snapshot does not say: it holds no key of f): a keyed rerun
+    # would deliver them again.
+    system.tell(BRIDGE_PATH, Release("f", "runK", [[0, "runK/0"], [1, "runK/1"]], probe.path, partitions=2,
+                                     keyed=True))
+    assert probe.receive(10) == KeyingMismatch("f", "runK", BRIDGE_PATH)
     assert balance(system) == Balance(0, 0, 0)
+
+
+@pytest.mark.parametrize("staged", [True, False], ids=["staged", "delivered-at-once"])
+def test_an_old_journal_whose_first_write_was_rejected_recovers(base, make_system, tmp_path, staged):
+    """Versions before a81712f wrote no empty first event: a journal whose first write the journal rejected (a
+    value it cannot store; a rejected write uses its sequence number) starts at 2. With no snapshot, recovery took
+    it for a journal pruned with its snapshots gone and refused to start, for good: its batches out of reach. A
+    pruned journal holds the snapshot_every batches stored between its last two snapshots; this one fewer."""
+    if staged:
+        write_old_events(tmp_path, [staged_batch("f", 1, "run1/1", [5, 6], 1)], first_seq=2)
+    else:  # (delivered at once; the rejected batch had taken delivery ids 1 and 2)
+        write_old_events(tmp_path, [("spark_bridge.BatchStored", 2, [
+            "g", 0, 0, ["/user/accounts/a0"], [{"amount": 7, "txid": 9}], None, None, 3, [], 0, None, 0.0])],
+            first_seq=2)
+    system, probe, _ = staged_system(base, make_system, tmp_path)
+    start_bridge(system)
+    if staged:
+        assert [(r.run, r.batches, r.rows) for r in runs(system)] == [("run1", 1, 2)]
+        system.tell(BRIDGE_PATH, Release("f", "run1", [[1, "run1/1"]], probe.path))
+        assert probe.receive(10) == FeedReleased("f", "run1", 0)
+        assert wait_for(lambda: balance(system) == Balance(11, 2, 0), timeout=30)
+    else:
+        assert wait_for(lambda: balance(system) == Balance(7, 1, 0), timeout=30)
