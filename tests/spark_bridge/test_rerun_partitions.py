@@ -182,3 +182,28 @@ def test_a_keyed_rerun_of_a_feed_id_released_without_keys_is_refused(bridged, cl
     stage_keyed(system, probe, "k", "runC/0", 0, [4, 5], 10)
     assert release(system, probe, "k", "runC", 1, keyed=True) == FeedReleased("k", "runC", 0)
     assert wait_for(lambda: balance(system) == Balance(15, 5, 0), timeout=30)
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("base", ["multiproc"])
+def test_feed_rerun_with_the_same_partition_count_split_otherwise_delivers_nothing_again(spark, bridged):
+    """Same count, other split (the user repartitioned by another column): a released run released every
+    partition of its job at once, so every partition of the rerun is done: no row of it is delivered, none twice,
+    whatever rows each partition now holds (all counted as duplicates)."""
+    from spark_bridge import feed
+    from tests.spark_bridge.test_feed import deposits, expected_sums, settled
+
+    system, _, _ = bridged
+    start_bridge(system)
+    df = deposits(spark, 400, accounts=8, partitions=4)
+    expected = expected_sums(df)
+    assert feed(df, system, feed_id="orders", progress=False, ack="processed").rows == 400
+    settled(system, expected)
+    split = df.repartition(4, "amount")  # 4 partitions, holding other rows than range()'s
+    assert sorted(split.rdd.glom().map(len).collect()) != [100] * 4, "not the same split"
+    again = feed(split, system, feed_id="orders", progress=False, ack="processed")
+    assert (again.rows, again.duplicates_skipped) == (400, 400)
+    got = settled(system, expected)
+    assert {p: (b.total, b.repeated) for p, b in got.items()} == {p: (t, 0) for p, t in expected.items()}
+    assert sum(b.applied for b in got.values()) == 400
