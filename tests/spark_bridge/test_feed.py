@@ -351,6 +351,42 @@ def test_bridge_host_killed_mid_feed_is_restarted_and_the_feed_completes_exactly
     df.unpersist()
 
 
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("bridge", [TrickleBridge, TrickleSnapshottingBridge], ids=["replayed", "from-a-snapshot"])
+def test_bridge_killed_while_a_processed_feed_waits_for_its_rows_completes_it_exactly(spark, make_bridged, tmp_path,
+                                                                                      bridge):
+    # The release phase of ack="processed": the run is released (durable), the driver waits for FeedProcessed,
+    # the bridge's host dies with rows still to fan out, and its waiters with it. The driver asks again (a
+    # repeated Release), the restarted bridge answers once every row is confirmed: applied once each.
+    system = make_bridged(account=DurableAccount, bridge=bridge)
+    df = deposits(spark, 3_000, accounts=20).cache()
+    expected = expected_sums(df)
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = feed(df, system=system.admin_port, feed_id="processed-killed", ack="processed",
+                                     batch_size=500, timeout=60.0, progress=False)
+        except BaseException as exc:  # reported by the main thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    wait_for(lambda: sum(b.applied for b in balances(system, expected).values()) >= 100, timeout=90, interval=0.02)
+    assert worker.is_alive(), "the feed finished before the kill: rows came too fast to test the release phase"
+    pid = system.status().hosts[BRIDGE_PATH].pid
+    os.kill(pid, signal.SIGKILL)
+    worker.join(timeout=180)
+    assert not worker.is_alive(), "feed did not finish after the bridge host was killed"
+    assert "error" not in outcome, outcome.get("error")
+    result = outcome["result"]
+    assert (result.rows, result.duplicates_skipped, result.discarded) == (3_000, 0, 0)
+    got = balances(system, expected)  # processed: every row applied when feed() returned
+    assert (sums(got), sum(b.applied for b in got.values())) == (expected, 3_000)
+    assert system.status().hosts[BRIDGE_PATH].pid != pid
+    df.unpersist()
+
+
 @pytest.mark.timeout(150)
 def test_stream_two_micro_batches_and_a_restart_from_checkpoint_are_exact(spark, bridged, tmp_path):
     source, checkpoint = tmp_path / "in", str(tmp_path / "checkpoint")
