@@ -6,6 +6,7 @@ code. No Spark: a probe speaks the bridge's protocol (spark_bridge.messages) as 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,7 +15,8 @@ from journal import SnapshotMetadata, open_journal, open_snapshot_store
 from spark_bridge import BRIDGE_PATH, start_bridge
 from spark_bridge.bridge import PERSISTENCE_ID
 from spark_bridge.messages import BridgeSnapshot, FeedReleased, KeyingMismatch, PartitionsMismatch, Release
-from tests.spark_bridge.sample import Balance
+from tests.spark_bridge.sample import Account, Balance
+from tests.spark_bridge.test_source import fresh_schema
 from tests.spark_bridge.test_staged import runs, stage, staged_system
 from tests.spark_bridge.test_staged_bridges import balance
 from tests.waiting import wait_for
@@ -22,9 +24,10 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.timeout(90)
 
 
-def write_old_events(tmp_path, records: list[tuple[str, int, list[Any]]], first_seq: int = 1) -> None:
+def write_old_events(tmp_path, records: list[tuple[str, int, list[Any]]], first_seq: int = 1,
+                     url: str | None = None) -> None:
     """Store `records` (manifest, version, fields in order) as the bridge's events from `first_seq` on, packed as
-    the journal packs any event: what a version with those fields wrote."""
+    the journal packs any event: what a version with those fields wrote (in `url`, default tmp_path's SQLite)."""
     import msgpack
 
     from journal.records import FORMAT_FLAT, EncodedBatch
@@ -35,7 +38,7 @@ def write_old_events(tmp_path, records: list[tuple[str, int, list[Any]]], first_
     for seq, (manifest, version, fields) in enumerate(records, start=first_seq):
         blob = pack([FORMAT_FLAT, "old-writer", "", 0, None, None, manifest, version, *fields])
         rows.append((PERSISTENCE_ID, seq, blob, checksum(key_seed(PERSISTENCE_ID), seq, blob)))
-    with open_journal(f"sqlite:///{tmp_path}/journal.db") as journal:
+    with open_journal(url or f"sqlite:///{tmp_path}/journal.db") as journal:
         journal._store(EncodedBatch(rows, []))
 
 
@@ -101,19 +104,31 @@ def test_a_rerun_of_a_run_released_before_partition_counts_were_journaled_is_che
     assert balance(system) == Balance(0, 0, 0)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def journal_url(request, tmp_path) -> Iterator[str]:
+    """A fresh, empty journal: a SQLite file, or a PostgreSQL schema dropped afterwards."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/journal.db"
+        return
+    yield from fresh_schema(request.getfixturevalue("postgres_url"))
+
+
 @pytest.mark.parametrize("staged", [True, False], ids=["staged", "delivered-at-once"])
-def test_an_old_journal_whose_first_write_was_rejected_recovers(base, make_system, tmp_path, staged):
+def test_an_old_journal_whose_first_write_was_rejected_recovers(base, make_system, tmp_path, journal_url, staged):
     """Versions before a81712f wrote no empty first event: a journal whose first write the journal rejected (a
     value it cannot store; a rejected write uses its sequence number) starts at 2. With no snapshot, recovery took
     it for a journal pruned with its snapshots gone and refused to start, for good: its batches out of reach. A
     pruned journal holds the snapshot_every batches stored between its last two snapshots; this one fewer."""
     if staged:
-        write_old_events(tmp_path, [staged_batch("f", 1, "run1/1", [5, 6], 1)], first_seq=2)
+        write_old_events(tmp_path, [staged_batch("f", 1, "run1/1", [5, 6], 1)], first_seq=2, url=journal_url)
     else:  # (delivered at once; the rejected batch had taken delivery ids 1 and 2)
         write_old_events(tmp_path, [("spark_bridge.BatchStored", 2, [
             "g", 0, 0, ["/user/accounts/a0"], [{"amount": 7, "txid": 9}], None, None, 3, [], 0, None, 0.0])],
-            first_seq=2)
-    system, probe, _ = staged_system(base, make_system, tmp_path)
+            first_seq=2, url=journal_url)
+    # (recovery reads the journal ahead while replaying it: on PostgreSQL too)
+    system = make_system(base, journal=journal_url, snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+    system.spawn(Account, path="/user/accounts", entities=True)
+    probe = system.probe("driver")
     start_bridge(system)
     if staged:
         assert [(r.run, r.batches, r.rows) for r in runs(system)] == [("run1", 1, 2)]
