@@ -15,7 +15,7 @@ Everything the bridge knows is rebuilt from its own journal (and its latest snap
   batches that hold that back far are written again first (`BatchRestaged`, see `_restage_held`). The
   snapshot before and the events after it stay, so an unreadable newest snapshot still recovers; a
   journal pruned so with no snapshot left to recover from fails recovery, naming it (never a silent
-  restart from nothing: every released run would be delivered again).
+  restart from nothing: every released run would be delivered again); see _check_unpruned.
 
 Spark's commit protocol (spark_bridge.sink): a batch sent by a task attempt is *staged*, a `BatchStored`
 naming the attempt, durable but not delivered, and it gets no delivery ids. When the Spark job commits,
