@@ -88,6 +88,7 @@ from spark_bridge.messages import (
     Discard,
     Discarded,
     DiscardStaged,
+    FedBeforeStaging,
     FeedProcessed,
     FeedProgress,
     FeedReleased,
@@ -336,6 +337,9 @@ class SparkBridge(AtLeastOnceDelivery):
         # feed ids released or decided by events or a snapshot of a version that did not record _unkeyed: settled
         # at the end of recovery (_settle_unkeyed)
         self._unkeyed_unknown: set[str] = set()
+        # feed ids with batches delivered at once (no attempt: fed by a version before staging, or a client speaking
+        # its protocol): no partition of theirs counts as released, so an unkeyed rerun is refused (FedBeforeStaging)
+        self._unstaged: set[str] = set()
         # f"{feed}/{run}" released -> (rows discarded, duplicates skipped): its FeedReleased's, for a repeat's answer
         self._runs: OrderedDict[str, tuple[int, int]] = OrderedDict()
         # f"{feed}/{run}" discarded -> (reason, idle seconds) as in AttemptsDiscarded: a late Release is refused
@@ -437,6 +441,7 @@ class SparkBridge(AtLeastOnceDelivery):
     def _restore(self, s: BridgeSnapshot) -> None:
         self._next_id = s.next_id
         self._batches = {(f, p): SeenIds.of(w - 1, above) for f, p, w, above in s.batches}
+        self._unstaged = {f for f, _ in self._batches}
         self._keys = {f: set(keys) for f, keys in s.keys.items()}
         for tree_id, value, rows, feed_id, partition, batch_no in s.trees:
             self._trees[tree_id] = Tree(tree_id, value, rows, feed_id, partition, batch_no)
@@ -688,6 +693,7 @@ class SparkBridge(AtLeastOnceDelivery):
         seen = self._batches.get(key)
         if seen is None:
             seen = self._batches[key] = SeenIds(-1)
+            self._unstaged.add(event.feed_id)
         seen.add(event.batch_no)
         n = len(event.paths)
         if event.keys is not None:
@@ -1227,10 +1233,15 @@ class SparkBridge(AtLeastOnceDelivery):
 
         An unkeyed rerun split into another partition count: a rerun skips released partitions by number, so its
         rows would be skipped or delivered twice (PartitionsMismatch). A keyed rerun of a feed id that released rows
-        without keys: their keys are unknown, so they would all be delivered again (KeyingMismatch)."""
-        refused: PartitionsMismatch | KeyingMismatch
+        without keys: their keys are unknown, so they would all be delivered again (KeyingMismatch). An unkeyed
+        rerun of a feed id fed before staging: no partition of it is known complete (FedBeforeStaging)."""
+        refused: PartitionsMismatch | KeyingMismatch | FedBeforeStaging
         known = self._partitions.get(feed_id)
-        if keyed:
+        if not keyed and feed_id in self._unstaged:
+            self.log.warning("spark bridge %s: refused run %s of feed %r: fed before staging, its partitions are not "
+                             "known to be complete", self.path, run, feed_id)
+            refused = FedBeforeStaging(feed_id, run, self.path)
+        elif keyed:
             if feed_id not in self._unkeyed:
                 return False
             self.log.warning("spark bridge %s: refused keyed run %s of feed %r: its released runs had no keys",

@@ -54,6 +54,7 @@ from spark_bridge.messages import (
     Coordinate,
     Discard,
     Discarded,
+    FedBeforeStaging,
     FeedProcessed,
     FeedProgress,
     FeedReleased,
@@ -509,7 +510,7 @@ def commit_run(plan: _Plan, feed_id: str, staged: Iterable[tuple[Any, ...]], sta
             system.tell(other, Discard(feed_id, plan.run, probe.path))  # losing attempts may have staged there
         discarded, skipped = _release(system, probe, plan, feed_id, releases)
     except _Mismatched as exc:
-        mismatch: PartitionsMismatch | KeyingMismatch | None = exc.reply
+        mismatch: PartitionsMismatch | KeyingMismatch | FedBeforeStaging | None = exc.reply
     else:
         mismatch = None
     finally:
@@ -551,7 +552,7 @@ def _ask_bridge(system: actors.System, probe: actors.Probe, plan: _Plan, path: s
 class _Mismatched(Exception):
     """A bridge refused the run (RERUN_REFUSALS): it could not skip what the feed id's released runs delivered."""
 
-    def __init__(self, reply: PartitionsMismatch | KeyingMismatch) -> None:
+    def __init__(self, reply: PartitionsMismatch | KeyingMismatch | FedBeforeStaging) -> None:
         super().__init__(reply.explain())
         self.reply = reply
 

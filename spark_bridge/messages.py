@@ -247,7 +247,26 @@ class KeyingMismatch:
                 "delivered twice); or feed only rows that are new under a new feed_id")
 
 
-RERUN_REFUSALS = (PartitionsMismatch, KeyingMismatch)
+@dataclass(frozen=True)
+class FedBeforeStaging:
+    """Bridge -> driver: the Release (or Coordinate) of an unkeyed rerun of a feed id fed by a version before staging
+    (its batches delivered as they came, deduplicated by partition and batch number): the bridge cannot tell which
+    rows of its partitions were delivered, so rows would be delivered twice. Nothing of the run is released."""
+
+    feed_id: str
+    run: str
+    bridge: str = field(default="", compare=False)
+
+    def explain(self) -> str:
+        """The driver's FeedError: what is wrong, and how to feed the rows."""
+        return (f"feed {self.feed_id!r}: its earlier run(s) were fed through a version of the bridge before staging "
+                f"(bridge {self.bridge or 'unknown'}), which delivered each batch as it came and did not record which "
+                "partitions were complete: a rerun could deliver their rows twice, or skip rows never delivered. "
+                "Nothing of this run was delivered. Feed only the rows not delivered yet under a new feed_id (or, if "
+                "the earlier runs gave key=, give the same key=: their keys are known)")
+
+
+RERUN_REFUSALS = (PartitionsMismatch, KeyingMismatch, FedBeforeStaging)
 """The bridge's answers to a Release or Coordinate of a rerun it refuses (nothing of the run is released)."""
 
 

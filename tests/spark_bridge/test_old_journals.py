@@ -14,7 +14,15 @@ import pytest
 from journal import SnapshotMetadata, open_journal, open_snapshot_store
 from spark_bridge import BRIDGE_PATH, start_bridge
 from spark_bridge.bridge import PERSISTENCE_ID
-from spark_bridge.messages import BridgeSnapshot, FeedReleased, KeyingMismatch, PartitionsMismatch, Release
+from spark_bridge.messages import (
+    BridgeSnapshot,
+    FedBeforeStaging,
+    FeedReleased,
+    IngestBatch,
+    KeyingMismatch,
+    PartitionsMismatch,
+    Release,
+)
 from tests.spark_bridge.sample import Account, Balance
 from tests.spark_bridge.test_source import fresh_schema
 from tests.spark_bridge.test_staged import runs, stage, staged_system
@@ -137,3 +145,44 @@ def test_an_old_journal_whose_first_write_was_rejected_recovers(base, make_syste
         assert wait_for(lambda: balance(system) == Balance(11, 2, 0), timeout=30)
     else:
         assert wait_for(lambda: balance(system) == Balance(7, 1, 0), timeout=30)
+
+
+@pytest.mark.parametrize("recorded", ["events", "snapshot"])
+def test_an_unkeyed_rerun_of_a_feed_id_fed_before_staging_is_refused(base, make_system, tmp_path, recorded):
+    """Versions before staging delivered each batch once stored (BatchStored without an attempt), deduplicated
+    by partition and batch number; none of its partitions counts as released. A rerun by the staging driver
+    delivered every row again. The bridge cannot tell which rows of such a partition were delivered (its feed
+    may have died part-way): an unkeyed rerun is refused, naming the fix; a keyed one checks the keys it kept."""
+    def unstaged(feed_id: str, partition: int, amounts: list[int], first_txid: int, first_id: int,
+                 keys: list[str] | None = None) -> tuple[str, int, list[Any]]:
+        values = [{"amount": a, "txid": t} for t, a in enumerate(amounts, first_txid)]
+        return ("spark_bridge.BatchStored", 2, [feed_id, partition, 0, ["/user/accounts/a0"] * len(amounts), values,
+                                                None, keys, first_id, [], 0, None, 0.0])
+
+    if recorded == "events":
+        write_old_events(tmp_path, [
+            unstaged("g", 0, [1, 2], 0, 1), unstaged("g", 1, [3], 2, 3),
+            unstaged("k", 0, [4], 10, 4, keys=["10"]),
+            ("spark_bridge.Progress", 1, [[1, 2, 3, 4], [], []]),  # delivered and confirmed
+        ])
+    else:
+        with open_snapshot_store(f"sqlite:///{tmp_path}/snapshots.db") as store:  # (the fields of that version)
+            store.save(SnapshotMetadata(PERSISTENCE_ID, 4),
+                       BridgeSnapshot(5, [["g", 0, 1, []], ["g", 1, 1, []], ["k", 0, 1, []]], {"k": ["10"]}, [], [],
+                                      [], [], {}, {"g": [3, 3], "k": [1, 1]}))
+    system, probe, _ = staged_system(base, make_system, tmp_path)
+    start_bridge(system)
+    stage(system, probe, "g", "runB/0", 0, 0, [1, 2], 0)
+    stage(system, probe, "g", "runB/1", 1, 0, [3], 2)
+    refused = release(system, probe, "g", "runB", 2)
+    assert refused == FedBeforeStaging("g", "runB", BRIDGE_PATH), refused
+    text = refused.explain()
+    assert all(s in text for s in ("'g'", "before staging", "new feed_id")), text
+    # A keyed rerun of the keyed one: its keys are known, only the new key is delivered.
+    system.tell(BRIDGE_PATH, IngestBatch("k", 0, 0, ["/user/accounts/a0"] * 2, [{"amount": 4, "txid": 10},
+                                                                                 {"amount": 5, "txid": 11}],
+                                         probe.path, keys=["10", "11"], attempt="runK/0"))
+    assert probe.receive(10).duplicates == 1
+    system.tell(BRIDGE_PATH, Release("k", "runK", [[0, "runK/0"]], probe.path, partitions=1, keyed=True))
+    assert probe.receive(10) == FeedReleased("k", "runK", 0)
+    assert wait_for(lambda: balance(system) == Balance(5, 1, 0), timeout=30)
