@@ -335,7 +335,12 @@ class Host:
                 self.local.extend([(sender, t, m) for t, m in message.items()])
             else:
                 if key == self._guardian_key:
-                    self.handover.note_guardian(targets[indices[0]])
+                    # Every target: they may be of several hosts (restarting, or unknown here), and each of them needs
+                    # its handover when its route changes. Only while hosts restart or first start: 7.5 ms for 10k
+                    # targets of restarting hosts, 16 ms for 10k unknown here (bench: 1 ms to group them).
+                    note = self.handover.note_guardian
+                    for i in indices:
+                        note(targets[i])
                 self.messages_out += len(indices)
                 self.outbox.add(key, address, (sender, targets[indices[0]], message))
 

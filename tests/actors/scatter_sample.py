@@ -1,0 +1,95 @@
+"""A sender that streams numbered messages to several targets with Host.scatter (importable by module path, as
+multiproc requires): for tests/actors/test_scatter_handover.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import actors
+from actors.messages import Scatter
+from tests.actors.sample import Echo, Seq, route_of, wait_at_gate
+
+
+@dataclass(frozen=True)
+class Numbered(Scatter):
+    """("fwd", probe, Seq(targets[k], numbers[k])) for each target k, in columns: one entry per destination host."""
+
+    targets: list[str]
+    numbers: list[int]
+    probe: str
+
+    def items(self) -> list[tuple[str, object]]:
+        """One forwarded Seq per target, in order."""
+        probe = self.probe
+        return [(t, ("fwd", probe, Seq(t, n))) for t, n in zip(self.targets, self.numbers, strict=True)]
+
+
+@dataclass(frozen=True)
+class ScatterStream:
+    """Ask a ScatterStreamer to send numbers 0..count-1 to every one of `targets` (Echo entities forward them to
+    `probe`), `per_tick` numbers each every `interval` seconds, every tick's as one scatter."""
+
+    targets: tuple[str, ...]
+    probe: str
+    count: int
+    per_tick: int = 5
+    interval: float = 0.002
+
+
+def pick(indices: list[int] | None, *columns: list) -> list[list]:
+    """The entries at `indices` of each column (all of them for None), as spark_bridge's _pick."""
+    if indices is None:
+        return list(columns)
+    return [[column[k] for k in indices] for column in columns]
+
+
+class ScatterStreamer(actors.Actor):
+    """Streams a ScatterStream by timer; "pause" stops the timer and replies how many numbers each target was sent,
+    ("resume", burst, watched) goes on: `burst` numbers at once, then none until this host routes `watched` to a
+    process (not the guardian), then the rest by timer; ("route-of", path) replies route_of(path) (which way this
+    host sends to `path` now)."""
+
+    def receive(self, message, sender):
+        if isinstance(message, ScatterStream):
+            self.job, self.next, self.watched = message, 0, None
+            self.timer = self.schedule_repeatedly(self.job.interval, "tick")
+            self.tell(sender, "started")
+        elif message == "tick":
+            if self.watched is not None and route_of(self.context, self.watched) == "guardian":
+                return
+            self.watched = None
+            self._tick()
+        elif message == "pause":
+            self.timer.cancel()
+            self.tell(sender, self.next)
+        elif isinstance(message, tuple) and message[0] == "resume":
+            self._tick(message[1])
+            self.watched = message[2]
+            self.timer = self.schedule_repeatedly(self.job.interval, "tick")
+            self.tell(sender, "resumed")
+        elif isinstance(message, tuple) and message[0] == "route-of":
+            self.tell(sender, route_of(self.context, message[1]))
+
+    def _tick(self, many: int | None = None) -> None:
+        job = self.job
+        numbers = range(self.next, min(job.count, self.next + (many or job.per_tick)))
+        if not numbers:
+            return  # (a tick queued before the timer was cancelled)
+        targets = [t for _ in numbers for t in job.targets]  # (a/x, b/x, a/x, b/x, ...: the first is a's)
+        ns = [n for n in numbers for _ in job.targets]
+        self.context.scatter(self.path, targets, lambda idx: Numbered(*pick(idx, targets, ns), job.probe))
+        self.next = numbers.stop
+        if self.next >= job.count:
+            self.timer.cancel()
+
+
+class SlowToStart(Echo):
+    """An Echo whose start waits at a gate: pre_start creates the file `started`, then waits until `opened` exists
+    (60 s at most), its host not ready meanwhile."""
+
+    def __init__(self, started: str, opened: str) -> None:
+        self.started, self.opened = started, opened
+
+    def pre_start(self) -> None:
+        super().pre_start()
+        wait_at_gate(self.started, self.opened)
