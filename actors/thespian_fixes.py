@@ -44,6 +44,14 @@ fast senders), Thespian drains it inside the send, in "tx-only mode". That mode 
    corrupted header, which it never reached: it kept appending), now marks the frame corrupted, and Thespian
    closes that connection as it does for any frame it cannot read (tests/actors/test_security.py).
 
+8. A wakeup missed for good. TCPTransport's loop takes the earliest of its deadlines as its select timeout, from a
+   list built with `filter(None, ...)`, and ExpirationTimerView.remaining() rounds to whole microseconds: a
+   deadline less than 0.5 us away read as timedelta(0), which is false, so it was dropped, and with no other
+   deadline the loop waited for a socket to become readable. A host whose only work was its own timers (a
+   stream on a repeating timer, a RedeliveryTick) then waited for good: its next wakeup was due, its loop
+   asleep in poll(2) without a timeout (bench/PROFILE.md §44: 1 stream in ~10-30 stopped under load). A
+   deadline not yet reached now reads as at least 1 us.
+
 For 1 and 2, the drain is Thespian's own transmit-only steps; when one sees no send complete for 20 ms, a 1 ms
 regular pass follows that accepts connections and reads and acknowledges what arrived. Every message
 and wakeup met during the drain is kept and, once the drain ends, put back in front of the actor's incoming queue, in order, to
@@ -143,6 +151,7 @@ def apply() -> None:
             self._incomingEnvelopes[:0] = kept
 
     _one_poll_per_pass()
+    _no_deadline_rounds_to_none()
     _refuse_bad_frame_sizes()
     _release_inherited_sockets_in_children()
     _tell_late_children_to_exit()
@@ -315,6 +324,28 @@ def _exit_requests_name_their_child() -> None:
 
 MAX_BACKOFF = timedelta(milliseconds=200)
 """The longest pause between two looks at a socket that had nothing for us (Thespian: 7.3 s)."""
+
+
+_ONE_MICROSECOND = timedelta(microseconds=1)
+
+
+def _no_deadline_rounds_to_none() -> None:
+    """A deadline not yet reached has at least 1 us remaining, never timedelta(0) (fix 8)."""
+    from thespian.system.timing import ExpirationTimerView
+
+    if getattr(ExpirationTimerView.remaining, "reprise_patched", False):
+        return
+
+    def remaining(self: Any, forever: object = None) -> object:
+        if self._time_to_quit is None:
+            return forever
+        seconds = self._time_to_quit - self._current_time
+        if seconds <= 0:
+            return timedelta(0)  # expired: as Thespian says (its loop then takes the expiry)
+        return max(timedelta(seconds=seconds), _ONE_MICROSECOND)
+
+    remaining.reprise_patched = True  # type: ignore[attr-defined]
+    ExpirationTimerView.remaining = remaining
 
 
 def _cap_backoff_pauses() -> None:

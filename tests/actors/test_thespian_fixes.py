@@ -37,6 +37,29 @@ def test_two_actors_flooding_each_other_over_new_connections_do_not_deadlock(mak
     assert all(isinstance(d, tuple) and d[0] == "sent" for d in done), f"a flooder is stuck: {done}"
 
 
+def test_a_deadline_less_than_a_microsecond_away_still_bounds_thespians_select():
+    """TCPTransport's loop builds its select timeout from `filter(None, [run_time.view(ct).remaining(), ...])`:
+    remaining() rounded a deadline under 0.5 us away to timedelta(0), which is false, so it was dropped, and with
+    no other deadline the loop slept in poll(2) until a socket woke it: a host whose only work was its own timer
+    stopped for good (1 stream in ~10-30 under load, bench/PROFILE.md §44)."""
+    from datetime import timedelta
+
+    from thespian.system.timing import ExpirationTimerView
+
+    from actors import thespian_fixes
+
+    thespian_fixes.apply()
+    ct = 1000.0
+    for away in (4e-7, 1e-9, 0.0004):
+        remaining = ExpirationTimerView(timedelta(seconds=1), ct + away, ct).remaining()
+        assert list(filter(None, [remaining])) == [remaining], f"a deadline {away} s away was dropped"
+        assert timedelta(0) < remaining <= max(timedelta(seconds=away), timedelta(microseconds=1))
+    expired = ExpirationTimerView(timedelta(seconds=1), ct - 1e-7, ct)
+    assert expired.expired() and expired.remaining() == timedelta(0)  # (the loop takes an expiry at its top)
+    assert ExpirationTimerView(None, None, ct).remaining() is None  # no deadline: select waits for sockets
+    assert ExpirationTimerView(None, None, ct).remaining(forever=5) == 5
+
+
 def test_backoff_pauses_on_a_socket_are_capped():
     # Thespian grows the pause before it looks at a socket again by 1.7x up to 7.3 s: an ACK from a peer busy
     # for a second was read up to 8 s late (a round of test_a_host_sigkilled_50_times_... took 8 s).
