@@ -24,6 +24,7 @@ from typing import Any, Protocol, cast
 
 from journal.urls import redact_url
 
+from .local_systems import listening
 from .paths import printable
 from .system import System, start
 from .topology import ClusterSection, NodeSection, Topology, TopologyError, resolve_class
@@ -135,7 +136,7 @@ def _wait_for_leader(cluster: ClusterSection, out: Callable[[str], None]) -> Non
     host, port = cluster.node(cluster.leader).address, cluster.node(cluster.leader).admin_port
     deadline = time.monotonic() + cluster.join_timeout
     said = False
-    while not (_listening(host, port) and os.path.exists(cluster.secret_file)):
+    while not (listening(host, port) and os.path.exists(cluster.secret_file)):
         if time.monotonic() >= deadline:
             return
         if not said:
@@ -146,12 +147,6 @@ def _wait_for_leader(cluster: ClusterSection, out: Callable[[str], None]) -> Non
         time.sleep(JOIN_POLL)
 
 
-def _listening(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
 
 
 def wait_for_nodes(system: System, names: list[str], timeout: float) -> list[str]:

@@ -244,3 +244,12 @@ def _holder(pid: str) -> PortHolder:
         return PortHolder(int(pid), None, False)
     # The admin listens on its port while the system runs; its actor processes outlive it by up to PARENT_CHECK.
     return PortHolder(int(pid), admin_port, not _listening_inodes(admin_port))
+
+
+def listening(host: str, port: int) -> bool:
+    """True if something accepts TCP connections on `host`:`port` now."""
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False

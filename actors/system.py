@@ -64,6 +64,7 @@ from .local_systems import (
     describe_holders,
     is_local_address,
     listen_address,
+    listening,
     own_processes,
     wait_for_leftovers,
 )
@@ -233,7 +234,7 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
         if why is not None:
             raise tls_module.TlsError(f"this member cannot join leader {leader}: {why}")
     secret = _system_secret(secret_file, leader, bool(config.pop("insecure_no_auth", False)))
-    if leader_address and secret is not None and _listening(*leader_address):
+    if leader_address and secret is not None and listening(*leader_address):
         # A wrong secret, or no TLS towards a TLS leader, showed only as Thespian's NoCompatibleSystemForActor,
         # or a PendingActor timeout 50 s later: one signed frame tells now.
         verdict = admin_probe.signed_probe(*leader_address, secret, tls_files, 5.0)
@@ -247,7 +248,7 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
     # "not a valid or useable ActorSystem Admin"): pick another. A port the caller chose is not retried.
     for attempt in range(1 if admin_port else _BOOT_ATTEMPTS):
         port = admin_port or free_port(bind)
-        if _listening(advertise or bind, port) and _still_held(advertise or bind, port, bool(admin_port)):
+        if listening(advertise or bind, port) and _still_held(advertise or bind, port, bool(admin_port)):
             raise SpawnFailed(f"admin port {port} is already in use; attach with actors.connect({port}) "
                               "or choose another port")
         if not _bindable(bind, port):  # (bound by a program that does not listen: Thespian's error says neither)
@@ -289,7 +290,7 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
         kill_tagged(port_tag)
         with open(boot_log) as f:
             tail = f.read()[-2000:]
-        if leader_address and "NoCompatibleSystemForActor" in tail and not _listening(*leader_address):
+        if leader_address and "NoCompatibleSystemForActor" in tail and not listening(*leader_address):
             if not run_dir:
                 shutil.rmtree(port_dir, ignore_errors=True)  # (nothing of this member ran: nothing to read)
             raise LeaderUnreachable(f"this member could not join its leader {leader}: nothing listens there; start "
@@ -459,7 +460,7 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
     if _tls is _FIND:
         _tls = tls_module.tls_config(tls, tls_cert, tls_key, tls_ca)
         _tls = tls_module.check(_tls) if _tls is not None else _local_tls(admin_port, host)
-    if not _listening(host, admin_port):
+    if not listening(host, admin_port):
         elsewhere = listen_address(admin_port)
         if elsewhere is not None and elsewhere != host:
             raise SystemNotRunning(f"no actor system listens on {host}:{admin_port}; the local one on port "
@@ -592,7 +593,7 @@ def _find_secret_file(host: str, admin_port: int, settle: float = 3.0) -> str:
         try:
             return auth.find_secret_file(admin_port, host)
         except auth.SecretUnavailable:
-            if not _listening(host, admin_port):
+            if not listening(host, admin_port):
                 raise SystemNotRunning(f"no actor system listens on {host}:{admin_port} any more") from None
             if time.monotonic() >= deadline:
                 raise
@@ -692,7 +693,7 @@ def _ephemeral_low() -> int:
 def _wait_closed(host: str, port: int, timeout: float) -> None:
     """Wait (bounded) until nothing listens on host:port any more."""
     deadline = time.monotonic() + timeout
-    while _listening(host, port) and time.monotonic() < deadline:
+    while listening(host, port) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
@@ -706,10 +707,10 @@ def _check_metrics_port_is_not_admin_port(metrics_port: int | None, admin_port: 
 def _check_metrics_port_free(host: str, port: int | None) -> None:
     """SpawnFailed naming who holds `port` when something listens there (after waiting for a stopped system's
     metrics server to let go of it: see _still_held)."""
-    if port is None or not _listening(host, port):
+    if port is None or not listening(host, port):
         return
     holders = wait_for_leftovers(port)
-    if holders or _listening(host, port):
+    if holders or listening(host, port):
         raise SpawnFailed(f"metrics_port {port} is already in use on metrics_host {host} "
                           f"({describe_holders(holders)}); choose a free port")
 
@@ -722,7 +723,7 @@ def _still_held(host: str, port: int, wait: bool) -> bool:
     moment later: its metrics server and hosts notice the dead admin within PARENT_CHECK, a process in exit
     closes its sockets last. `reprise up` again at once (by hand, or a supervisor's restart) failed with
     "already in use"; it now waits for them (local_systems.LEFTOVER_WAIT at most)."""
-    return not wait or bool(wait_for_leftovers(port)) or _listening(host, port)
+    return not wait or bool(wait_for_leftovers(port)) or listening(host, port)
 
 
 def _bindable(host: str, port: int) -> bool:
@@ -734,14 +735,6 @@ def _bindable(host: str, port: int) -> bool:
         except OSError as e:
             return e.errno != errno.EADDRINUSE
     return True
-
-
-def _listening(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
 
 
 def _configure_process_env(bind: str, advertise: str | None, peers: tuple[str, ...] | None) -> None:
