@@ -153,8 +153,8 @@ class BenchConsumer(_Profiled, IdempotentReceiver):
             delivery_id = message.delivery_id
             if not self.persist_applied(sender, delivery_id, message.n,
                                         lambda n: self._applied(n, sender, delivery_id)):
-                # A duplicate: confirm again, but only behind any write still pending (it may be its own).
-                self.defer_async(delivery_id, lambda i: self.tell(sender, Confirm(i)))
+                # A duplicate: confirm again, once its original is durable (confirm_duplicate: not if rejected).
+                self.confirm_duplicate(sender, delivery_id, lambda: self.tell(sender, Confirm(delivery_id)))
         elif message == "cpu":
             self.tell(sender, cpu_seconds())
 

@@ -94,7 +94,8 @@ class Receiver(IdempotentReceiver):
             event = Unstorable(0, "event") if message.payload == "bad" else message.payload
             if not self.persist_applied(sender, message.delivery_id, event,
                                         lambda e, i=message.delivery_id: self._applied(e, sender, i)):
-                self.defer_async(message.delivery_id, lambda i: self.tell(sender, ConfirmDeliveries((i,))))
+                self.confirm_duplicate(sender, message.delivery_id,
+                                       lambda i=message.delivery_id: self.tell(sender, ConfirmDeliveries((i,))))
         elif message == "status":
             self.tell(sender, (tuple(self.applied), self.rejected, self.dedup_size()))
         elif isinstance(message, tuple) and message[0] == "forget":
