@@ -485,9 +485,11 @@ def test_a_barrier_of_another_handover_passing_through_a_host_is_not_taken_for_i
     try:
         wait_for(lambda: parked() == 50, 10)
     except AssertionError:
+        with open(os.path.join(system.run_dir, "actors.log")) as f:
+            expired = "order may break" in f.read()  # (z's new process took over HANDOVER_WAIT to come up)
         raise AssertionError(f"e did not park what it sent z after z's restart: it parks {parked()}, its route to z "
                              f"is {system.ask('/user/e', ('route-of', '/user/z'))} (z's old one {z_before}), z is "
-                             f"{system.status().hosts['/user/z']}") from None
+                             f"{system.status().hosts['/user/z']}; e's handover expired: {expired}") from None
     # Barriers of other hosts' handovers reach e with any number, its own among them; so may late ones of an
     # earlier process of e that had e's address (made with that process's nonce, not this one's).
     origin = system._resolve("/user/e")[0] if whose != "another host's" else ""
