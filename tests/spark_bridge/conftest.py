@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.spark_bridge.journals import fresh_schema
 
 ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -21,6 +24,15 @@ def spark(tmp_path_factory):
                             **{"spark.local.dir": str(tmp_path_factory.mktemp("spark-local"))})
     yield session
     session.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def journal_url(request, tmp_path) -> Iterator[str]:
+    """A fresh, empty journal: a SQLite file, or a PostgreSQL schema dropped afterwards."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/journal.db"
+        return
+    yield from fresh_schema(request.getfixturevalue("postgres_url"))
 
 
 @pytest.fixture

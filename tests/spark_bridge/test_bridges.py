@@ -28,10 +28,10 @@ import pytest
 import actors
 from spark_bridge import BRIDGE_PATH, GetFeedProgress, SparkBridge, bridge_path, feed, start_bridges
 from tests.conftest import start_system, stop_system
+from tests.spark_bridge.journals import fresh_schema
 from tests.spark_bridge.sample import DurableAccount, GetBalance, Ledger
 from tests.spark_bridge.standalone import DriverServer, serve, start_or_skip
 from tests.spark_bridge.test_feed import balances, sums
-from tests.spark_bridge.test_source import fresh_schema
 
 pytestmark = [pytest.mark.spark, pytest.mark.multiproc]
 

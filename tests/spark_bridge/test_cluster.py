@@ -13,8 +13,6 @@ afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from journal import AtomicWrite, PersistentRepr, open_journal
@@ -23,7 +21,6 @@ from tests.spark_bridge.sample import DurableAccount, GetBalance
 from tests.spark_bridge.standalone import REQUIRE, DriverServer, attempts, start_or_skip, worker_of
 from tests.spark_bridge.test_feed import balances, sums
 from tests.spark_bridge.test_sink import staged
-from tests.spark_bridge.test_source import fresh_schema
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.multiproc]
@@ -128,14 +125,6 @@ def fill(url: str, ids: int, events: int) -> None:
                                      for i in range(1, events + 1)]) == [None] * events
         j.write_messages([AtomicWrite([PersistentRepr(("login", i), i, "audit")]) for i in range(1, 4)])
 
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def journal_url(request, tmp_path) -> Iterator[str]:
-    """A fresh, empty journal the executors open themselves: a SQLite file, or a PostgreSQL schema."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/journal.db"
-        return
-    yield from fresh_schema(request.getfixturevalue("postgres_url"))
 
 
 @pytest.mark.timeout(170)

@@ -6,7 +6,6 @@ code. No Spark: a probe speaks the bridge's protocol (spark_bridge.messages) as 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,7 +23,6 @@ from spark_bridge.messages import (
     Release,
 )
 from tests.spark_bridge.sample import Account, Balance
-from tests.spark_bridge.test_source import fresh_schema
 from tests.spark_bridge.test_staged import runs, stage, staged_system
 from tests.spark_bridge.test_staged_bridges import balance
 from tests.waiting import wait_for
@@ -111,14 +109,6 @@ def test_a_rerun_of_a_run_released_before_partition_counts_were_journaled_is_che
     assert probe.receive(10) == KeyingMismatch("f", "runK", BRIDGE_PATH)
     assert balance(system) == Balance(0, 0, 0)
 
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def journal_url(request, tmp_path) -> Iterator[str]:
-    """A fresh, empty journal: a SQLite file, or a PostgreSQL schema dropped afterwards."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/journal.db"
-        return
-    yield from fresh_schema(request.getfixturevalue("postgres_url"))
 
 
 @pytest.mark.parametrize("staged", [True, False], ids=["staged", "delivered-at-once"])

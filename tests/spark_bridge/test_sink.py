@@ -14,7 +14,6 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -47,7 +46,6 @@ from spark_bridge.messages import (
 )
 from tests.spark_bridge.sample import Account, Balance, DurableAccount, GetBalance
 from tests.spark_bridge.test_feed import balances, deposits, settled, sums
-from tests.spark_bridge.test_source import fresh_schema
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.spark
@@ -60,13 +58,10 @@ def sink(spark):
     return spark
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def journal(request, tmp_path) -> Iterator[str]:
+@pytest.fixture
+def journal(journal_url: str) -> str:
     """The journal (and snapshot store) of the bridge and the destinations: a SQLite file or a fresh PostgreSQL schema."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/journal.db"
-        return
-    yield from fresh_schema(request.getfixturevalue("postgres_url"))
+    return journal_url
 
 
 def staged(journal: str | Path) -> list[BatchStored]:

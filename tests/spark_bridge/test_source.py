@@ -10,7 +10,6 @@ import json
 import os
 import re
 import threading
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -18,19 +17,11 @@ import pytest
 
 from journal import AtomicWrite, PersistentRepr, open_journal, register_type, unregister_type
 from spark_bridge.source import JournalSourceError, event_json, event_struct, parse_options
+from tests.spark_bridge.journals import fresh_schema
 
 pytestmark = pytest.mark.timeout(240)
 
 SAMPLE = "tests.spark_bridge.sample"  # registers Deposited (manifest tests.spark_bridge.Deposited)
-
-
-def fresh_schema(base: str) -> Iterator[str]:
-    """The URL of a new PostgreSQL schema on `base`, dropped afterwards."""
-    from journal.postgres import drop_schema
-
-    url = f"{base}{'&' if '?' in base else '?'}schema=src_{uuid.uuid4().hex[:12]}"
-    yield url
-    drop_schema(url)
 
 
 @pytest.fixture
@@ -38,14 +29,6 @@ def pg_url(postgres_url) -> Iterator[str]:
     """A fresh PostgreSQL schema, dropped afterwards."""
     yield from fresh_schema(postgres_url)
 
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def journal_url(request, tmp_path) -> Iterator[str]:
-    """A fresh, empty journal: a SQLite file, or a PostgreSQL schema dropped afterwards."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/journal.db"
-        return
-    yield from fresh_schema(request.getfixturevalue("postgres_url"))
 
 
 @pytest.fixture
