@@ -173,7 +173,7 @@ def _until(condition: Callable[[], object], timeout: float, what: str) -> None:
         time.sleep(0.01)
 
 
-class _Collector(threading.Thread):
+class QueryCollector(threading.Thread):
     """Runs a query (or a polled EventReader) in a thread, collecting what it yields until stopped."""
 
     def __init__(self, query: Any):
@@ -1045,14 +1045,14 @@ class JournalSpec:
             return AtomicWrite([PersistentRepr(f"{p}-1", 1, p, writer_uuid=writer, tags=frozenset({t}))])
 
         start, known = journal.newest_offset(), set(journal.current_persistence_ids())
-        by_offset = {"all_events": _Collector(journal.all_events(start, live=True, poll_interval=0.02, gap_timeout=60)),
-                     "events_by_tag": _Collector(journal.events_by_tag(t, live=True, poll_interval=0.02, gap_timeout=60)),
-                     "events_reader": _Collector(journal.events_reader(start, gap_timeout=60))}
-        by_id = {p: _Collector(journal.events_by_persistence_id(p, live=True, poll_interval=0.02)) for p in (a, b, c)}
-        ids = _Collector(journal.persistence_ids(live=True, poll_interval=0.02))
+        by_offset = {"all_events": QueryCollector(journal.all_events(start, live=True, poll_interval=0.02, gap_timeout=60)),
+                     "events_by_tag": QueryCollector(journal.events_by_tag(t, live=True, poll_interval=0.02, gap_timeout=60)),
+                     "events_reader": QueryCollector(journal.events_reader(start, gap_timeout=60))}
+        by_id = {p: QueryCollector(journal.events_by_persistence_id(p, live=True, poll_interval=0.02)) for p in (a, b, c)}
+        ids = QueryCollector(journal.persistence_ids(live=True, poll_interval=0.02))
         collectors = [*by_offset.values(), *by_id.values(), ids]
         outcome: list[object] = []
-        current: _Collector | None = None
+        current: QueryCollector | None = None
         try:
             with open_journal(journal_url) as other:  # the held write has its own connections
                 with self.commits_held(journal, journal_url, a) as held:
@@ -1063,7 +1063,7 @@ class JournalSpec:
                     else:
                         _until(held, 30, f"the write of {a} waiting before its commit")
                     assert journal.write_messages([ev(b)]) == [None]
-                    current = _Collector(journal.all_events(start, gap_timeout=60))
+                    current = QueryCollector(journal.all_events(start, gap_timeout=60))
                     _until(lambda: by_id[b].got and b in ids.got, 30, f"the live queries of {b} seeing its event")
                     if held is not None:
                         # A negative shown over a window: while a's write is open, nothing goes past its offset.
@@ -1102,11 +1102,11 @@ class JournalSpec:
         pids = [p for g in groups for p in g]
         events = 30
         start, known = journal.newest_offset(), set(journal.current_persistence_ids())
-        by_offset = {"all_events": _Collector(journal.all_events(start, live=True, poll_interval=0.02, gap_timeout=60)),
-                     "events_reader": _Collector(journal.events_reader(start, gap_timeout=60)),
-                     "events_by_tag": _Collector(journal.events_by_tag(t, live=True, poll_interval=0.02, gap_timeout=60))}
-        by_id = {p: _Collector(journal.events_by_persistence_id(p, live=True, poll_interval=0.02)) for p in pids}
-        ids = _Collector(journal.persistence_ids(live=True, poll_interval=0.02))
+        by_offset = {"all_events": QueryCollector(journal.all_events(start, live=True, poll_interval=0.02, gap_timeout=60)),
+                     "events_reader": QueryCollector(journal.events_reader(start, gap_timeout=60)),
+                     "events_by_tag": QueryCollector(journal.events_by_tag(t, live=True, poll_interval=0.02, gap_timeout=60))}
+        by_id = {p: QueryCollector(journal.events_by_persistence_id(p, live=True, poll_interval=0.02)) for p in pids}
+        ids = QueryCollector(journal.persistence_ids(live=True, poll_interval=0.02))
         collectors = [*by_offset.values(), *by_id.values(), ids]
         processes: list[multiprocessing.process.BaseProcess] = []
         threads: list[threading.Thread] = []

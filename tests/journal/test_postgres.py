@@ -14,10 +14,10 @@ import pytest
 from journal import AtomicWrite, JournalError, PersistentRepr, open_journal, open_snapshot_store
 from journal.model import MAX_SEQUENCE_NR
 from journal.postgres import drop_schema, split_url
+from journal.testing import QueryCollector as Reader
 from journal.urls import missing_journal
 from tests.forking import in_forked_child
 from tests.journal.postgres_server import SERVER, postgres_url  # noqa: F401  (fixture)
-from tests.journal.query_reader import Reader
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]

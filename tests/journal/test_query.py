@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from journal import AtomicWrite, Journal, PersistentRepr, open_journal, open_snapshot_store
 from journal.api import OrderingBatch, OrderingHorizon, now_millis
 from journal.records import encode_writes
+from journal.testing import QueryCollector as Reader
 from tests.journal.postgres_server import SERVER, postgres_url  # noqa: F401  (fixture)
-from tests.journal.query_reader import Reader
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
