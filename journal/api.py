@@ -379,8 +379,10 @@ class Journal(ABC):
     ) -> Query[EventEnvelope]:
         """Events of one id with from <= seq nr <= to, ascending; live: follow new ones until `to` is reached.
 
-        Each envelope's offset is the event's global offset (as in events_by_tag). One id has one writer,
-        so its sequence numbers commit in order: resume with from = the last sequence nr + 1.
+        Current (live=False): the events stored when the query starts (up to the id's highest sequence nr
+        then, or `to` if lower), then the query ends. Each envelope's offset is the event's global offset
+        (as in events_by_tag). One id has one writer, so its sequence numbers commit in order: resume with
+        from = the last sequence nr + 1.
         """
         if not isinstance(persistence_id, str) or not persistence_id:
             raise InvalidQuery(f"persistence_id must be a non-empty str, got {persistence_id!r}")
@@ -392,9 +394,14 @@ class Journal(ABC):
         chunk = self.replay_chunk
 
         def body(stop: threading.Event) -> Generator[EventEnvelope, None, None]:
-            start = max(from_sequence_nr, 0)
-            while start <= to_sequence_nr:
-                rows = self._read_events(persistence_id, start, to_sequence_nr, chunk)
+            start, end = max(from_sequence_nr, 0), to_sequence_nr
+            if not live and start <= end:
+                # As Akka's current queries (r2dbc: to = min(to, the highest read first)): bounded only by a
+                # short chunk, it also returned events the actor wrote while it ran, and never ended while
+                # the actor wrote as fast as it read.
+                end = min(end, self._highest(persistence_id))
+            while start <= end:
+                rows = self._read_events(persistence_id, start, end, chunk)
                 yield from decode_envelopes(rows)
                 if rows:
                     start = rows[-1][2] + 1

@@ -1031,6 +1031,26 @@ class JournalSpec:
                 assert _keys([first, *query]) == [(a, k) for k in range(1, n + 1)]
         assert [e.sequence_nr for e in journal.events_by_tag(t)] == [1, 2, 3, 4, 5, 6, 7]
 
+    @pytest.mark.timeout(60)
+    def test_a_current_events_by_persistence_id_ends_with_the_events_stored_when_it_started(
+            self, journal: Journal, pid: str, writer: str) -> None:
+        """It read on while its chunks came full: it returned the events the actor wrote while it ran, and never
+        ended while the actor wrote as fast as it read. Bounded by the id's highest sequence nr at its start, or by
+        `to_sequence_nr` where that is lower (Akka's current queries)."""
+        journal.replay_chunk = 2
+        for frm, to in ((0, MAX), (2, MAX), (3, 7)):
+            with journal.events_by_persistence_id(pid, frm, to) as query:
+                first = next(query)  # the query has started: what it returns is fixed now
+                n = journal.highest_sequence_nr(pid)
+                assert journal.write_messages([AtomicWrite([_repr(pid, n + 1, writer)]),
+                                               AtomicWrite([_repr(pid, n + 2, writer)])]) == [None, None]
+                assert [first.sequence_nr, *(e.sequence_nr for e in query)] == list(range(max(frm, 1), min(n, to) + 1))
+        assert [e.sequence_nr for e in journal.events_by_persistence_id(pid, 3, 7)] == [3, 4, 5, 6, 7]
+        journal.delete_messages_to(pid, MAX)  # the highest stays: nothing stored, and the bound is no lower
+        assert list(journal.events_by_persistence_id(pid)) == []
+        assert journal.write_messages([AtomicWrite([_repr(pid, 12, writer)])]) == [None]
+        assert [e.sequence_nr for e in journal.events_by_persistence_id(pid, 0)] == [12]
+
     @pytest.mark.timeout(120)
     def test_live_queries_neither_skip_nor_repeat_an_event_committing_after_a_later_offset(
             self, journal: Journal, journal_url: str, writer: str) -> None:
