@@ -433,7 +433,8 @@ class Journal(ABC):
 
         Two reads of one range give the same events: on PostgreSQL the query first waits for the writes
         in flight below `to_offset` (as events_by_tag does; writes above it are not waited for), so a
-        range read after `newest_offset()` returned `to_offset` never misses an event that commits late.
+        range read after `newest_offset()` returned `to_offset` never misses an event that commits late,
+        even when the events at `to_offset` were deleted since.
         """
         return self._by_offset(_check_tag(tag, True), _check_offset("from_offset", from_offset),
                                _check_offset("to_offset", to_offset), False, None, gap_timeout)
@@ -465,14 +466,21 @@ class Journal(ABC):
 
         def body(stop: threading.Event) -> Generator[EventEnvelope, None, None]:
             after, last = offset, end
-            if not live:
+            horizon = self._ordering_horizon(after, timeout)
+            if not live and horizon is not None and to_offset is not None:
+                # A range's end may come from an earlier newest_offset() (a Spark micro-batch's), whose events were
+                # deleted since while a write below them is still in flight: bounded by the newest offset stored
+                # (now below that write's), the range ended without it, and its reader moved on past it for good.
+                # The highest offset drawn bounds every write in flight; each offset up to it commits or is
+                # settled by the horizon as never to appear.
+                last = min(end, self._max_drawn())
+            elif not live:
                 # A current query ends with the events stored when it starts. Bounded only by a short chunk, it
                 # also returned events written while it ran (on PostgreSQL, all that committed while it waited on
                 # a write in flight), and never ended while writers kept pace with it.
                 last = min(end, self._newest(None))
             if after >= last:
                 return
-            horizon = self._ordering_horizon(after, timeout)
             target = 0
             if horizon is not None and not live:
                 target = last
@@ -515,6 +523,11 @@ class Journal(ABC):
 
     def _max_ordering(self) -> int:
         """The greatest offset stored now (only asked by backends that return an OrderingHorizon)."""
+        raise NotImplementedError
+
+    def _max_drawn(self) -> int:
+        """The greatest offset any write has drawn so far, committed, in flight, rolled back or deleted (only asked
+        by backends that return an OrderingHorizon)."""
         raise NotImplementedError
 
     # --- tooling (used by `reprise journal ...`) ---------------------------------------------------

@@ -165,6 +165,11 @@ _QUERIES = {
                  "ARRAY(SELECT ordering FROM {s}.journal WHERE ordering > %s ORDER BY ordering LIMIT %s) "
                  "FROM pg_current_snapshot() s",
     "max_ordering": "SELECT coalesce(max(ordering), 0) FROM {s}.journal",
+    # The identity's last value: every offset drawn, including those of writes still in flight and of events since
+    # deleted (it needs SELECT or USAGE on the sequence, which the journal's owner has). (A row stored with an
+    # explicit ordering, by hand, is above it: hence the greatest.)
+    "max_drawn": "SELECT greatest(coalesce(max(ordering), 0), "
+                 "coalesce(pg_sequence_last_value(pg_get_serial_sequence(%s, 'ordering')), 0)) FROM {s}.journal",
     # (A tag whose event was deleted by hand names no offset: the newest with its event, by the key backwards.)
     "max_tag_ordering": "SELECT coalesce((SELECT t.ordering FROM {s}.tags t WHERE t.tag = %s AND EXISTS (SELECT 1 "
                         "FROM {s}.journal j WHERE j.ordering = t.ordering) ORDER BY t.ordering DESC LIMIT 1), 0)",
@@ -566,6 +571,10 @@ class PostgresJournal(Journal):
 
     def _max_ordering(self) -> int:
         return int(self._db.query("events by tag (newest offset)", "max_ordering")[0][0])
+
+    def _max_drawn(self) -> int:
+        table = f"{sql.Identifier(self._db.schema).as_string(None)}.journal"
+        return int(self._db.query("events between offsets (highest offset drawn)", "max_drawn", (table,))[0][0])
 
     def _read_tail(self, n: int) -> Sequence[TaggedRow]:
         return self._db.query("tail", "tail", (n,))
