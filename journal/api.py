@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar
@@ -364,14 +364,24 @@ class Journal(ABC):
         interval = self._interval(poll_interval)
 
         def body(stop: threading.Event) -> Generator[str, None, None]:
+            if not live:
+                yield from self.current_persistence_ids()
+                return
             seen: set[str] = set()
+            poll = self._persistence_ids_poller()
             while True:
-                new = [p for p in self.current_persistence_ids() if p not in seen]
+                new = sorted(set(poll()).difference(seen))
                 seen.update(new)
                 yield from new
-                if not live or stop.wait(interval):
+                if stop.wait(interval):
                     return
         return Query(body)
+
+    def _persistence_ids_poller(self) -> Callable[[], Iterable[str]]:
+        """For a live persistence_ids: a function whose first call returns every id written so far, and each later
+        call at least every id first written since the previous one (any order; ids already returned may come
+        again). Default: every id, each time."""
+        return self.current_persistence_ids
 
     def events_by_persistence_id(
         self, persistence_id: str, from_sequence_nr: int = 0, to_sequence_nr: int = MAX_SEQUENCE_NR,

@@ -826,6 +826,31 @@ class JournalSpec:
                                            AtomicWrite([_repr(pid, 6, writer)])]) == [None, None]
             assert next(q) == new
 
+    @pytest.mark.timeout(60)
+    def test_live_persistence_ids_yields_each_id_once_across_chunks_and_deletes(
+            self, journal: Journal, writer: str) -> None:
+        """A live persistence_ids may read only the events written since its last polls (PostgreSQL): every id
+        still comes exactly once, ids of more events than a chunk, and an id whose events were all deleted before a
+        poll could read them."""
+        journal.replay_chunk = 2
+        known = set(journal.current_persistence_ids())
+        ids = QueryCollector(journal.persistence_ids(live=True, poll_interval=0.02))
+        expected = set(known)
+        try:
+            _until(lambda: set(ids.got) >= known, 30, "the ids written before it started")
+            for _ in range(5):
+                batch = [_fresh_pid() for _ in range(7)]
+                assert journal.write_messages([AtomicWrite([_repr(p, n, writer)]) for p in batch for n in (1, 2)]
+                                              ) == [None] * 14
+                gone = _fresh_pid()
+                assert journal.write_messages([AtomicWrite([_repr(gone, 1, writer)])]) == [None]
+                journal.delete_messages_to(gone, MAX)
+                expected |= {*batch, gone}
+                _until(lambda: set(ids.got) >= expected, 30, "the new ids")  # noqa: B023  (called at once, in the loop)
+        finally:
+            ids.stop()
+        assert sorted(ids.got) == sorted(expected), "each id exactly once"
+
     def test_current_events_by_tag_reads_many_chunks_in_offset_order(self, journal: Journal, writer: str) -> None:
         t = f"t-{uuid.uuid4().hex[:6]}"
         pids = [_fresh_pid() for _ in range(3)]
