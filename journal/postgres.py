@@ -175,10 +175,12 @@ _QUERIES = {
                  "FROM pg_current_snapshot() s",
     "max_ordering": "SELECT coalesce(max(ordering), 0) FROM {s}.journal",
     # The identity's last value: every offset drawn, including those of writes still in flight and of events since
-    # deleted (it needs SELECT or USAGE on the sequence, which the journal's owner has). (A row stored with an
-    # explicit ordering, by hand, is above it: hence the greatest.)
-    "max_drawn": "SELECT greatest(coalesce(max(ordering), 0), "
-                 "coalesce(pg_sequence_last_value(pg_get_serial_sequence(%s, 'ordering')), 0)) FROM {s}.journal",
+    # deleted. (A row stored with an explicit ordering, by hand, is above it: hence the greatest.) A role that may
+    # not read the sequence (readers are granted SELECT on the tables only) gets 2**63 - 1: the range's own end.
+    "max_drawn": "SELECT greatest(coalesce(max(ordering), 0), (SELECT CASE WHEN has_sequence_privilege(q, 'SELECT') "
+                 "OR has_sequence_privilege(q, 'USAGE') THEN coalesce(pg_sequence_last_value(q), 0) "
+                 "ELSE 9223372036854775807 END FROM CAST(pg_get_serial_sequence(%s, 'ordering') AS regclass) q)) "
+                 "FROM {s}.journal",
     # (A tag whose event was deleted by hand names no offset: the newest with its event, by the key backwards.)
     "max_tag_ordering": "SELECT coalesce((SELECT t.ordering FROM {s}.tags t WHERE t.tag = %s AND EXISTS (SELECT 1 "
                         "FROM {s}.journal j WHERE j.ordering = t.ordering) ORDER BY t.ordering DESC LIMIT 1), 0)",

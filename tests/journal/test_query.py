@@ -499,3 +499,27 @@ def test_a_persistence_ids_poll_at_a_high_offset_reads_only_the_events_after_it(
         assert _journal_rows_read(plan["Plan"]) <= 30, plan
         last, count, ids = conn.execute(query, (newest - 30, 10_000)).fetchone()
         assert (last, count, sorted(ids)) == (newest, 30, sorted(f"id-{n}" for n in range(3_970, 4_000)))
+
+
+@pytest.mark.postgres
+def test_a_role_that_may_not_read_the_offsets_sequence_still_reads_ranges(pg) -> None:
+    """A range read asks the ordering identity's sequence for the highest offset drawn; a reader granted SELECT on
+    the tables only (what `reprise journal` names as a reader's rights) may not read it, and reads by its range's
+    own end instead of failing."""
+    j, url = pg
+    assert j.write_messages([_ev(f"p{n}", "t") for n in range(3)]) == [None] * 3
+    assert j.write_messages([_ev("newest", "t")]) == [None]
+    end = j.newest_offset()
+    j.delete_messages_to("newest", 1)
+    schema, role = _schema(url), f"reader_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(SERVER, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        try:
+            admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+            admin.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
+            with open_journal(url.replace("postgres@", f"{role}@", 1)) as reader:
+                assert [e.persistence_id for e in reader.events_between(0, end)] == ["p0", "p1", "p2"]
+                assert [e.persistence_id for e in reader.events_between(0, 10**12)] == ["p0", "p1", "p2"]
+        finally:
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")
