@@ -563,7 +563,12 @@ class PostgresJournal(Journal):
             newest, xmin, xmax = self._db.query("persistence ids (newest offset)", "newest_and_snapshot")[0]
             now = time.monotonic()
             if not pending or newest > pending[-1][0]:
-                pending.append([newest, now, None])
+                # (While a long transaction holds xmin back, one more a poll: past 64, the newest is moved on instead;
+                # a later offset seen later is settled no earlier, so no offset is taken as final too soon.)
+                if len(pending) < 64:
+                    pending.append([newest, now, None])
+                else:
+                    pending[-1] = [newest, now, None]
             final = read_from  # the offsets up to it are final now: read them once more, from read_from, below
             while pending:
                 seen, since, horizon = pending[0]
@@ -577,11 +582,11 @@ class PostgresJournal(Journal):
             if read_from == 0:
                 # The first poll (and those until its writes in flight have ended): every id, by the whole listing
                 # in one statement; read in chunks by offset, it took 3 times as long.
+                every = set(self.current_persistence_ids())
                 read_from = final
-                return set(self.current_persistence_ids())
+                return every
             ids: set[str] = set()
             after, chunk = read_from, self.replay_chunk * 10
-            read_from = final
             while True:  # (after the snapshot above: every offset up to `final` is visible to these reads)
                 last, count, found = self._db.query("persistence ids", "ids_after", (after, chunk))[0]
                 ids.update(found)
@@ -590,6 +595,7 @@ class PostgresJournal(Journal):
                 after = last
             # After the events: an id whose events were deleted before they were read is in highest_sequence_nr.
             ids.update(r[0] for r in self._db.query("persistence ids", "ids_deleted"))
+            read_from = final
             return ids
         return poll
 
