@@ -1082,35 +1082,43 @@ class JournalSpec:
         """A write of `a` is held before its COMMIT while `b` commits a later offset, the range's end (as the Spark
         source's micro-batch takes it from newest_offset()), and then deletes it. The range read bounded itself by
         the newest offset stored, now below a's: it ended at once without a's event, and a consumer moving on from
-        the range's end never saw it. It must wait for a's write and return its event, as a second read does."""
-        a, b = _fresh_pid(), _fresh_pid()
+        the range's end never saw it. It must wait for a's write and return its event, as a second read does. The
+        live queries by offset started before deliver a's event, and c's written after, each once."""
+        a, b, c = _fresh_pid(), _fresh_pid(), _fresh_pid()
         start = journal.newest_offset()
         outcome: list[object] = []
-        with open_journal(journal_url) as other:  # the held write has its own connections
-            with self.commits_held(journal, journal_url, a) as held:
-                early = threading.Thread(target=lambda: outcome.append(other.write_messages([
-                    AtomicWrite([_repr(a, 1, writer)])])))
-                early.start()
-                if held is None:
-                    early.join(30)  # (nothing can be held here: a's write commits first)
-                else:
-                    _until(held, 30, f"the write of {a} waiting before its commit")
-                assert journal.write_messages([AtomicWrite([_repr(b, 1, writer)])]) == [None]
-                end = journal.newest_offset()
-                journal.delete_messages_to(b, MAX)  # the newest event: the newest offset stored is now below a's
-                read = QueryCollector(journal.events_between(start, end, gap_timeout=60))
-                if held is not None:
-                    # A negative shown over a window: while a's write is open, the range that holds it cannot end.
-                    assert not read.done.wait(0.5), _keys(read.got)
-                    assert read.got == []
-            early.join(30)
+        live = [QueryCollector(journal.all_events(start, live=True, poll_interval=0.02, gap_timeout=60)),
+                QueryCollector(journal.events_reader(start, gap_timeout=60))]
+        read: QueryCollector | None = None
         try:
+            with open_journal(journal_url) as other:  # the held write has its own connections
+                with self.commits_held(journal, journal_url, a) as held:
+                    early = threading.Thread(target=lambda: outcome.append(other.write_messages([
+                        AtomicWrite([_repr(a, 1, writer)])])))
+                    early.start()
+                    if held is None:
+                        early.join(30)  # (nothing can be held here: a's write commits first)
+                    else:
+                        _until(held, 30, f"the write of {a} waiting before its commit")
+                    assert journal.write_messages([AtomicWrite([_repr(b, 1, writer)])]) == [None]
+                    end = journal.newest_offset()
+                    journal.delete_messages_to(b, MAX)  # the newest event: the newest offset stored is now below a's
+                    read = QueryCollector(journal.events_between(start, end, gap_timeout=60))
+                    if held is not None:
+                        # A negative shown over a window: while a's write is open, the range that holds it cannot end.
+                        assert not read.done.wait(0.5), _keys(read.got)
+                        assert read.got == [] and [q.got for q in live] == [[], []]
+                early.join(30)
+            assert outcome == [[None]]
             _until(read.done.is_set, 30, "the range read ending")
+            assert journal.write_messages([AtomicWrite([_repr(c, 1, writer)])]) == [None]
+            _until(lambda: all(len(q.got) >= 2 for q in live), 30, "the live queries seeing a's and c's events")
         finally:
-            read.stop()
-        assert outcome == [[None]]
+            for q in [*live, *([read] if read else [])]:
+                q.stop()
         assert _keys(read.got) == [(a, 1)], "the range read ended without the event of the write in flight below its end"
         assert _keys(journal.events_between(start, end)) == [(a, 1)]
+        assert [_keys(q.got) for q in live] == [[(a, 1), (c, 1)]] * 2
 
     @pytest.mark.timeout(120)
     def test_live_queries_neither_skip_nor_repeat_an_event_committing_after_a_later_offset(
