@@ -17,9 +17,9 @@ entry points over it. It follows Spark's commit protocol:
 
 A feed's partitions are done once released: a rerun of the feed id (or a replayed streaming micro-batch)
 stores and delivers nothing again, even at another node's bridge (the coordinator decides each release);
-with `key`, rows are deduplicated by key instead (checked against the keys released before, when a batch
-is staged; a keyed feed therefore passes through the single bridge /system/spark-bridge even where every
-node has one, and two runs of one keyed feed id at the same time may both deliver a key). When the rows are
+with `key`, rows are deduplicated by key instead: each key is delivered once per feed id, whether it comes
+again in a batch, another partition, a rerun or a run going on at the same time (a keyed feed therefore
+passes through the single bridge /system/spark-bridge even where every node has one). When the rows are
 plain columns and the message is the row as a dict (the default), tasks read Arrow record batches and
 send columns: no per-row Python objects on the Spark side.
 """
