@@ -8,6 +8,7 @@ until its earlier batches are settled (acknowledged, or handed to the guardian),
 through the guardian; the receiving host returns it after everything the guardian had from us, and the
 parked messages go out behind it. A handover that does not finish within HANDOVER_WAIT ends anyway.
 A host's first start is a change too: until its route appears, what we send it goes to the guardian.
+A route learned from a batch's origin (Router.learn, ahead of the directory) is a change like the directory's.
 """
 
 from __future__ import annotations
@@ -156,6 +157,14 @@ class Handover:
                 self.rerouted.discard(old_key)
         if self.unrouted:
             self._routes_appeared(before, after, guardian_key)
+
+    def learned(self, prefix: str, old: Route | None, new: Route, guardian_key: str | None) -> None:
+        """A route learned from a batch's origin (Router.learn), ahead of the directory: the same handover as
+        the directory's change would start (a host's first message after its start may come before the route
+        update, and what we sent it through the guardian, or to its dead process, must land first)."""
+        if " " in prefix:
+            return  # a shard's key (shard_key), not a path: no path resolves through it, nothing to hand over
+        self.routes_changed({prefix: old} if old is not None else {}, {prefix: new}, guardian_key)
 
     def _routes_appeared(self, before: dict[str, Route], after: dict[str, Route], guardian_key: str | None) -> None:
         """Start a handover for every new route's host we sent to through the guardian while it had none."""

@@ -398,7 +398,11 @@ class Host:
     def on_batch(self, batch: Batch, thespian_sender: Address) -> None:
         """Dispatch every entry of an incoming batch, in order, then settle."""
         if batch.origin != self.key:
-            self.router.learn(batch.origin, thespian_sender)
+            learned = self.router.learn(batch.origin, thespian_sender)
+            if learned is not None:
+                # Ahead of the directory: a host's first message after its (first) start may come before the
+                # route update. What we sent it the longer way must still land first (actors/handover.py).
+                self.handover.learned(batch.origin, *learned, self._guardian_key)
         self.now = time.monotonic()
         deliver = self.deliver
         # An entity table takes a Scatter's rows in bulk (_table_batch); everything else sees them expanded.

@@ -96,13 +96,16 @@ class Router:
         self.routes = {prefix: _route(a) for prefix, a in routes.items()}
         self._cache.clear()
 
-    def learn(self, prefix: str, address: Address) -> None:
-        """Remember how to reach `prefix` (a sender's origin) without waiting for the directory."""
+    def learn(self, prefix: str, address: Address) -> tuple[Route | None, Route] | None:
+        """Remember how to reach `prefix` (a sender's origin) without waiting for the directory; the route it
+        had and the one it has now if that changed, else None."""
         key = address_key(address)
         current = self.routes.get(prefix)
         if current is None or current[0] != key:
-            self.routes[prefix] = (key, address)
+            route = self.routes[prefix] = (key, address)
             self._cache.clear()
+            return current, route
+        return None
 
     def forget(self, prefix: str) -> None:
         """Drop the route for `prefix`."""

@@ -47,11 +47,12 @@ class ScatterStreamer(actors.Actor):
     """Streams a ScatterStream by timer; "pause" stops the timer and replies how many numbers each target was sent,
     ("resume", burst, watched) goes on: `burst` numbers at once, then none until this host routes `watched` to a
     process (not the guardian), then the rest by timer; ("route-of", path) replies route_of(path) (which way this
-    host sends to `path` now)."""
+    host sends to `path` now). ("resume", burst, watched, (mark, after)) creates the file `mark` once the rest
+    goes to `watched`'s process and `after` numbers in all were sent (or parked: see actors/handover.py)."""
 
     def receive(self, message, sender):
         if isinstance(message, ScatterStream):
-            self.job, self.next, self.watched = message, 0, None
+            self.job, self.next, self.watched, self.mark = message, 0, None, None
             self.timer = self.schedule_repeatedly(self.job.interval, "tick")
             self.tell(sender, "started")
         elif message == "tick":
@@ -59,12 +60,16 @@ class ScatterStreamer(actors.Actor):
                 return
             self.watched = None
             self._tick()
+            if self.mark is not None and self.next >= self.mark[1]:
+                open(self.mark[0], "w").close()
+                self.mark = None
         elif message == "pause":
             self.timer.cancel()
             self.tell(sender, self.next)
         elif isinstance(message, tuple) and message[0] == "resume":
             self._tick(message[1])
             self.watched = message[2]
+            self.mark = message[3] if len(message) > 3 else None
             self.timer = self.schedule_repeatedly(self.job.interval, "tick")
             self.tell(sender, "resumed")
         elif isinstance(message, tuple) and message[0] == "route-of":
@@ -93,3 +98,16 @@ class SlowToStart(Echo):
     def pre_start(self) -> None:
         super().pre_start()
         wait_at_gate(self.started, self.opened)
+
+
+class GreetsWhileStarting(Echo):
+    """An Echo that tells `greet` "hello" from pre_start, after waiting at the gate (started, opened): its host's
+    first message, sent with its HostReady, teaches `greet`'s host the route here ahead of the directory."""
+
+    def __init__(self, greet: str, started: str, opened: str) -> None:
+        self.greet, self.started, self.opened = greet, started, opened
+
+    def pre_start(self) -> None:
+        super().pre_start()
+        wait_at_gate(self.started, self.opened)
+        self.tell(self.greet, "hello")

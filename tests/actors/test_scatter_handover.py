@@ -13,11 +13,12 @@ import pytest
 import actors
 from actors import RepriseError
 from tests.actors.sample import Echo
-from tests.actors.scatter_sample import ScatterStream, ScatterStreamer, SlowToStart
+from tests.actors.scatter_sample import GreetsWhileStarting, ScatterStream, ScatterStreamer, SlowToStart
 from tests.waiting import dead_letters_reach, wait_for
 
 A, B = "/user/a/x", "/user/b/x"
 B1 = "/user/b"  # (a single actor: its start can wait at a gate)
+NOBODY = "/user/nobody/x"
 
 
 def drain_streams(probe, last: dict[str, int], first: object = None) -> dict[str, list[int]]:
@@ -113,3 +114,91 @@ def test_scattered_messages_stay_in_order_across_the_first_start_of_several_dest
     assert not spawning.is_alive(), "the spawn of b did not return"
     system.spawn(Echo, "/user/a", entities=True)
     check_streams(drain_streams(probe, {A: count - 1, B1: count - 1}), count - 1)
+
+
+
+@pytest.mark.timeout(180)
+def test_a_route_learned_from_a_starting_hosts_first_message_waits_for_what_the_guardian_holds(make_system, tmp_path):
+    # A sender learns a route from the origin of a batch it gets (Router.learn), ahead of the directory. b's actor
+    # messages the streamer from pre_start, which goes out with b's HostReady; the guardian, paused (SIGSTOP: a
+    # guardian busy or slow to be scheduled), has not taken it yet, so it still holds the burst the streamer sent b
+    # while b started. The streamer learned b's route from b's message and sent the rest straight to b, which
+    # took it before the burst (out of order in every run). A learned route must start the same handover as one
+    # the directory brings.
+    system = make_system("multiproc")
+    system.spawn(ScatterStreamer, "/user/streamer")
+    probe = system.probe()
+    count = 3000
+    guardian = system.status().guardian_pid
+    # (its first numbers are dead letters: no actor serves b yet, nor ever NOBODY, which tells what the guardian took)
+    assert system.ask("/user/streamer", ScatterStream((B1, NOBODY), probe.path, count, 1, 0.005)) == "started"
+    dead_letters_reach(system, 2, 30)
+    sent = system.ask("/user/streamer", "pause")
+    started, opened, mark = str(tmp_path / "started"), str(tmp_path / "opened"), str(tmp_path / "mark")
+    spawner = actors.connect(system.admin_port)  # (System.spawn returns once b runs: from another client)
+    spawning = threading.Thread(target=spawner.spawn, args=(GreetsWhileStarting, B1), daemon=True,
+                                kwargs={"kwargs": {"greet": "/user/streamer", "started": started, "opened": opened}})
+    spawning.start()
+    stopped = False
+    try:
+        assert wait_for(lambda: os.path.exists(started), 30), "b did not start"
+        # Sent to the guardian while b starts (held there), then nothing until the streamer has a route to b.
+        burst = 1000
+        after = sent + burst + 50
+        assert system.ask("/user/streamer", ("resume", burst, B1, (mark, after))) == "resumed"
+        dead_letters_reach(system, 2 * sent + burst, 30)  # (the guardian took the burst: NOBODY's are dead letters)
+        os.kill(guardian, signal.SIGSTOP)
+        stopped = True
+        open(opened, "w").close()  # b greets the streamer and reports ready to the paused guardian
+        # (no request to the guardian meanwhile: a file tells that the streamer sent or parked 50 numbers to b)
+        assert wait_for(lambda: os.path.exists(mark), 30), "the streamer did not learn b's route"
+    finally:
+        if stopped:
+            os.kill(guardian, signal.SIGCONT)
+        open(opened, "w").close()
+        spawning.join(60)
+        spawner.close()
+    assert not spawning.is_alive(), "the spawn of b did not return"
+    check_streams(drain_streams(probe, {B1: count - 1}), count - 1)
+
+
+@pytest.mark.timeout(180)
+def test_a_route_learned_from_a_restarted_hosts_first_message_waits_for_what_the_guardian_holds(make_system, tmp_path):
+    # As above, across a restart: the directory routes b to the guardian (restarting) and the streamer's burst is
+    # held there; b's new process messages the streamer from pre_start while the guardian is paused, so the streamer
+    # learns the new route (guardian -> new process) from that message, not from the directory.
+    system = make_system("multiproc")
+    started, opened, mark = str(tmp_path / "started"), str(tmp_path / "opened"), str(tmp_path / "mark")
+    open(opened, "w").close()  # (the first start goes through)
+    system.spawn(GreetsWhileStarting, B1, kwargs={"greet": "/user/streamer", "started": started, "opened": opened})
+    system.spawn(ScatterStreamer, "/user/streamer")
+    probe = system.probe()
+    count = 3000
+    guardian = system.status().guardian_pid
+    pid = system.ask(B1, "where")[1]
+    assert system.ask("/user/streamer", ScatterStream((B1, NOBODY), probe.path, count, 1, 0.005)) == "started"
+    first = probe.receive(timeout=10)  # the stream flows
+    sent = system.ask("/user/streamer", "pause")
+    check_streams(drain_streams(probe, {B1: sent - 1}, first), sent - 1)
+    os.remove(opened)
+    os.remove(started)
+    os.kill(pid, signal.SIGKILL)
+    assert wait_for(lambda: os.path.exists(started), 30), "b was not restarted"
+    assert system.ask("/user/streamer", ("route-of", B1)) == "guardian"
+    stopped = False
+    try:
+        burst = 1000
+        after = sent + burst + 50
+        assert system.ask("/user/streamer", ("resume", burst, B1, (mark, after))) == "resumed"
+        dead_letters_reach(system, sent + burst, 30)  # (the guardian took the burst: NOBODY's are dead letters)
+        os.kill(guardian, signal.SIGSTOP)
+        stopped = True
+        open(opened, "w").close()  # b's new process greets the streamer and reports ready to the paused guardian
+        assert wait_for(lambda: os.path.exists(mark), 30), "the streamer did not learn b's new route"
+    finally:
+        if stopped:
+            os.kill(guardian, signal.SIGCONT)
+        open(opened, "w").close()
+    received = drain_streams(probe, {B1: count - 1})
+    assert system.ask(B1, "where")[1] != pid  # (the stream did cross the restart)
+    check_streams(received, count - 1)
