@@ -22,15 +22,13 @@ from typing import TYPE_CHECKING, cast
 from .messages import GUARDIAN_PATH, Barrier
 from .paths import shard_key, shard_of
 from .transport import Entry, Route, route_keys
+from .unrouted import Unrouted
 
 if TYPE_CHECKING:
     from .host import Host
     from .thespian_types import Address
 
 log = logging.getLogger("reprise.host")
-
-UNROUTED_KEPT = 4096
-"""Paths sent to the guardian while unrouted that a host remembers at most (see Handover.unrouted)."""
 
 HANDOVER_WAIT = 10.0
 """Seconds a destination's messages are parked at most (its old batches unsettled, or no Barrier back)."""
@@ -73,8 +71,8 @@ class Handover:
         self.via_guardian: set[str] = set()  # destination host names we sent to while the guardian held them
         # Paths we sent to the guardian while no route here named their host (a host's first start, or not known
         # here yet): the guardian holds or forwards them, so they too must land before direct sends to a route
-        # that appears. Oldest first, at most UNROUTED_KEPT (beyond, the oldest have long landed or died).
-        self.unrouted: dict[str, None] = {}
+        # that appears (bounded: see Unrouted).
+        self.unrouted = Unrouted()
         self.rerouted: set[str] = set()  # addresses of dead processes whose batches we handed to the guardian
         self._tokens = itertools.count(1)
         # This process's own: a later process of the host may get the same address (the port reused), and must
@@ -110,10 +108,8 @@ class Handover:
         """`target` was sent to the guardian (its host restarting, or unknown here)."""
         name = self.host.router.locate(target)
         if name is None:
-            if not target.startswith(("/temp/", "/system/")) and target not in self.unrouted:
-                if len(self.unrouted) >= UNROUTED_KEPT:
-                    del self.unrouted[next(iter(self.unrouted))]
-                self.unrouted[target] = None
+            if not target.startswith(("/temp/", "/system/")):
+                self.unrouted.add(target)
         elif not name.startswith(("/temp/", "/system/")):
             self.via_guardian.add(name)
 
@@ -171,15 +167,9 @@ class Handover:
         for prefix, new in after.items():
             if prefix in before or prefix == GUARDIAN_PATH or prefix.startswith("/temp/"):
                 continue
-            under = prefix + "/"
-            sent = [t for t in self.unrouted if t == prefix or t.startswith(under)]
-            if not sent:
-                continue
             new_keys = route_keys(new)
             shards = len(new_keys)
-            for target in sent:
-                del self.unrouted[target]
-                shard = shard_of(target, prefix, shards)
+            for shard in sorted(self.unrouted.take(prefix, shards)):
                 name, new_key = shard_key(prefix, shard, shards), new_keys[shard]
                 if new_key == guardian_key:
                     self.via_guardian.add(name)  # (still held there: its handover starts when its process serves)

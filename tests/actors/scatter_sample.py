@@ -48,7 +48,8 @@ class ScatterStreamer(actors.Actor):
     ("resume", burst, watched) goes on: `burst` numbers at once, then none until this host routes `watched` to a
     process (not the guardian), then the rest by timer; ("route-of", path) replies route_of(path) (which way this
     host sends to `path` now). ("resume", burst, watched, (mark, after)) creates the file `mark` once the rest
-    goes to `watched`'s process and `after` numbers in all were sent (or parked: see actors/handover.py)."""
+    goes to `watched`'s process and `after` numbers in all were sent (or parked: see actors/handover.py);
+    ("spray", targets) sends number -1 to each of `targets` in one scatter."""
 
     def receive(self, message, sender):
         if isinstance(message, ScatterStream):
@@ -74,6 +75,11 @@ class ScatterStreamer(actors.Actor):
             self.tell(sender, "resumed")
         elif isinstance(message, tuple) and message[0] == "route-of":
             self.tell(sender, route_of(self.context, message[1]))
+        elif isinstance(message, tuple) and message[0] == "spray":
+            targets = list(message[1])  # number -1 to each, in one scatter
+            ns = [-1] * len(targets)
+            self.context.scatter(self.path, targets, lambda idx: Numbered(*pick(idx, targets, ns), self.job.probe))
+            self.tell(sender, "sprayed")
 
     def _tick(self, many: int | None = None) -> None:
         job = self.job

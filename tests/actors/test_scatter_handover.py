@@ -12,6 +12,7 @@ import pytest
 
 import actors
 from actors import RepriseError
+from actors.unrouted import UNROUTED_KEPT
 from tests.actors.sample import Echo
 from tests.actors.scatter_sample import GreetsWhileStarting, ScatterStream, ScatterStreamer, SlowToStart
 from tests.waiting import dead_letters_reach, wait_for
@@ -202,3 +203,45 @@ def test_a_route_learned_from_a_restarted_hosts_first_message_waits_for_what_the
     received = drain_streams(probe, {B1: count - 1})
     assert system.ask(B1, "where")[1] != pid  # (the stream did cross the restart)
     check_streams(received, count - 1)
+
+
+@pytest.mark.timeout(180)
+def test_one_scatter_to_more_unknown_targets_than_a_host_remembers_forgets_none_of_them(make_system, tmp_path):
+    # A host remembers the paths it sent through the guardian while no route named their host (Handover.unrouted),
+    # to start their host's handover when its route appears. It kept the last 4,096 paths: one scatter to more
+    # unknown targets than that forgot the streamer's burst to b, sent just before, and b's route (learned from b's
+    # first message, as in the test above) started no handover: out of order in every run.
+    system = make_system("multiproc")
+    system.spawn(ScatterStreamer, "/user/streamer")
+    probe = system.probe()
+    count = 3000
+    guardian = system.status().guardian_pid
+    assert system.ask("/user/streamer", ScatterStream((B1, NOBODY), probe.path, count, 1, 0.005)) == "started"
+    dead_letters_reach(system, 2, 30)
+    sent = system.ask("/user/streamer", "pause")
+    started, opened, mark = str(tmp_path / "started"), str(tmp_path / "opened"), str(tmp_path / "mark")
+    spawner = actors.connect(system.admin_port)  # (System.spawn returns once b runs: from another client)
+    spawning = threading.Thread(target=spawner.spawn, args=(GreetsWhileStarting, B1), daemon=True,
+                                kwargs={"kwargs": {"greet": "/user/streamer", "started": started, "opened": opened}})
+    spawning.start()
+    stopped = False
+    try:
+        assert wait_for(lambda: os.path.exists(started), 30), "b did not start"
+        burst = 1000
+        after = sent + burst + 50
+        assert system.ask("/user/streamer", ("resume", burst, B1, (mark, after))) == "resumed"
+        spray = [f"/user/nobody/{i}" for i in range(UNROUTED_KEPT + 100)]
+        assert system.ask("/user/streamer", ("spray", spray)) == "sprayed"
+        dead_letters_reach(system, 2 * sent + burst + len(spray), 30)  # (the guardian took the burst and the spray)
+        os.kill(guardian, signal.SIGSTOP)
+        stopped = True
+        open(opened, "w").close()  # b greets the streamer and reports ready to the paused guardian
+        assert wait_for(lambda: os.path.exists(mark), 30), "the streamer did not learn b's route"
+    finally:
+        if stopped:
+            os.kill(guardian, signal.SIGCONT)
+        open(opened, "w").close()
+        spawning.join(60)
+        spawner.close()
+    assert not spawning.is_alive(), "the spawn of b did not return"
+    check_streams(drain_streams(probe, {B1: count - 1}), count - 1)
