@@ -57,6 +57,7 @@ from .errors import (
     UnpicklableMessage,
 )
 from .guardian import NODE_TIMEOUT, Guardian, GuardianInit
+from .handover import sample_path
 from .host_options import check_option, known_host_options
 from .inflight import process_gone
 from .local_systems import (
@@ -96,10 +97,11 @@ from .messages import (
     UnregisterRoute,
     WhereIsGuardian,
 )
-from .paths import printable, validate_path
+from .paths import printable, shard_key, validate_path
 from .supervision import DEFAULT_HOLD_LIMIT, Backoff, check_hold_limit
 from .thespian_types import Address
-from .transport import Entry, Router, address_key, check_message, pack, unpack
+from .transport import Entry, Route, Router, address_key, check_message, pack, route_keys, unpack
+from .unrouted import Unrouted
 from .validation import (
     check_constructor,
     check_ip,
@@ -853,6 +855,9 @@ class System:
         self._mailbox: dict[str, deque[tuple[Any, str | None]]] = defaultdict(deque)
         self._asks = itertools.count(1)
         self._detours: dict[str, str] = {}  # host name -> a path of it, for hosts we sent to via the guardian
+        # Paths we sent to the guardian while no route named their host (its first start, or not in our directory
+        # yet): when a route appears, its hosts go to _detours (the guardian holds what we sent them).
+        self._unrouted = Unrouted()
         self._lock = threading.RLock()
         self._closed = False
         self.metrics: metrics_module.Endpoint | None = None  # the in-process base's metrics endpoint
@@ -1166,8 +1171,21 @@ class System:
         """Note the hosts of `paths` as reached through the guardian (held while restarting, or rerouted)."""
         for path in paths:
             host = self._router.locate(path)
-            if host is not None and not host.startswith(("/temp/", "/system/")):
+            if host is None:
+                if not path.startswith(("/temp/", "/system/")):
+                    self._unrouted.add(path)
+            elif not host.startswith(("/temp/", "/system/")):
                 self._detours[host] = path
+
+    def _routes_appeared(self, before: dict[str, Route]) -> None:
+        """Note as detoured the hosts of every new route that we sent to through the guardian while it had none:
+        the guardian holds (or forwarded) those, and our direct sends to them must wait until they landed."""
+        for prefix, route in self._router.routes.items():
+            if prefix in before or prefix.startswith(("/temp/", "/system/")):
+                continue
+            shards = len(route_keys(route))
+            for shard in self._unrouted.take(prefix, shards):
+                self._detours.setdefault(shard_key(prefix, shard, shards), sample_path(prefix, shard, shards))
 
     def _drain_detour(self, path: str) -> None:
         """Before sending direct to a host we last reached through the guardian, wait until the guardian has
@@ -1327,8 +1345,11 @@ class System:
 
     def _refresh(self, timeout: float = 30.0) -> None:
         update = self._request(GetDirectory(), DirectoryUpdate, timeout)
+        before = self._router.routes
         self._router.replace(update.routes, update.epoch)
         self._fetched = time.monotonic()
+        if self._unrouted and self._router.routes is not before:
+            self._routes_appeared(before)
         if self.base == "multiproc":
             # Replies from another node's actors may open a connection to this client: accept the nodes it knows.
             netsec.hear_from([self._guardian, *(address for route in update.routes.values()

@@ -29,6 +29,7 @@ from actors.transport import pack, unpack
 from tests.actors.batch_sample import Batched
 from tests.actors.error_actors import Keeper, SlowBounceStreamer, Stream, Streamer
 from tests.actors.sample import Echo, Gated, Ping, Pong, Recorder, RecorderTable, Seq
+from tests.actors.scatter_sample import SlowToStart
 from tests.actors.test_security import listening_addresses
 from tests.waiting import dead_letters_reach, wait_for
 
@@ -744,3 +745,35 @@ def test_an_actor_senders_messages_stay_in_order_across_the_first_start_of_the_r
     assert received[-1] == count - 1
     assert out_of_order_pairs(received) == 0, f"out of order: {_first_disorder(received)}"
     assert len(received) == len(set(received))  # nothing twice
+
+
+@pytest.mark.timeout(180)
+def test_a_clients_messages_stay_in_order_across_the_first_start_of_the_receivers_host(make_system, tmp_path):
+    # A client routes by its own copy of the directory: while the host starts for the first time no route names
+    # it, and the client's tells go to the guardian, which holds them. Once the client fetches a directory naming
+    # the new process it sends there directly: what the guardian held must land first. The guardian forwards a
+    # large hold in several batches, one after another is acknowledged, and the client's direct sends went in
+    # between them (out of order in every run).
+    system = make_system("multiproc")
+    probe = system.probe()
+    started, opened = str(tmp_path / "started"), str(tmp_path / "opened")
+    spawner = actors.connect(system.admin_port)  # (System.spawn returns once the host runs: from another client)
+    spawning = threading.Thread(target=spawner.spawn, args=(SlowToStart, "/user/echo"), daemon=True,
+                                kwargs={"kwargs": {"started": started, "opened": opened}})
+    spawning.start()
+    count, held = 8000, 6000
+    try:
+        assert wait_for(lambda: os.path.exists(started), 30), "the host did not start"
+        # Held by the guardian: the host is starting, and the client has no route to it.
+        system.tell_many([("/user/echo", ("fwd", probe.path, Seq("client", i))) for i in range(held)])
+    finally:
+        open(opened, "w").close()
+    # The rest one by one, as the client learns the route (its directory is refetched while the path is unknown).
+    for i in range(held, count):
+        system.tell("/user/echo", ("fwd", probe.path, Seq("client", i)))
+    spawning.join(60)
+    spawner.close()
+    assert not spawning.is_alive(), "the spawn did not return"
+    received = drain_past(probe, count - 1)
+    assert out_of_order_pairs(received) == 0, f"out of order: {_first_disorder(received)}"
+    assert sorted(received) == list(range(count))  # none lost, none twice
