@@ -503,9 +503,9 @@ class PersistentActor(Actor):
                     raise RecoveryTimedOut(f"Recovery timed out, didn't get snapshot within {timeout} s")
                 if selected is not None:
                     self.last_sequence_nr = selected.metadata.sequence_nr
-                    event = SnapshotOffer(selected.metadata, selected.snapshot)
-                    self.mixin_recover_snapshot(event)
-                    event = None
+                    # An offer whose handler throws is on_recovery_failure(cause, None), as in Akka: the hook's
+                    # event is the replayed event that failed, and an offer is none.
+                    self.mixin_recover_snapshot(SnapshotOffer(selected.metadata, selected.snapshot))
             # An idle timeout between events (Akka #20698), not a bound on the whole replay.
             idle_since = time.monotonic()
             for repr_ in self._journal.replay_messages(pid, self.last_sequence_nr + 1, rec.to_sequence_nr,

@@ -1,0 +1,118 @@
+"""Actors of tests/persistence/test_akka_conformance.py (importable by module path, as multiproc requires).
+
+Each reports to the probe named after its entity id (`<client>/<entity id>`), which is also the sender of the
+test's commands.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from persistence import (
+    AtLeastOnceDelivery,
+    PersistentActor,
+    RecoveryCompleted,
+    SaveSnapshotSuccess,
+    SnapshotOffer,
+)
+
+
+class TestError(RuntimeError):
+    """An expected failure thrown by a test actor (Akka's TestException)."""
+
+
+class OfferRefuser(PersistentActor):
+    """Its receive_recover throws on a SnapshotOffer (once one was saved) and on the replayed event "bad"."""
+
+    def __init__(self, client: str) -> None:
+        self.client = client
+
+    @property
+    def probe(self) -> str:
+        return f"{self.client}/{self.entity_id}"
+
+    def receive_recover(self, event: Any) -> None:
+        if isinstance(event, SnapshotOffer):
+            raise TestError("snapshot offer refused")
+        if event == "bad":
+            raise TestError("bad event refused")
+
+    def on_recovery_failure(self, cause: BaseException, event: Any | None) -> None:
+        self.tell(self.probe, ("recovery failure", type(cause).__name__, str(cause), event))
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if message in ("ok", "bad"):
+            self.persist(message, lambda e: self.tell(sender, ("persisted", e, self.last_sequence_nr)))
+        elif message == "snap":
+            self.save_snapshot("state")
+        elif isinstance(message, SaveSnapshotSuccess):
+            self.tell(self.probe, ("saved", message.metadata.sequence_nr))
+        elif message == "boom":
+            raise TestError("boom")
+
+
+class SnapshottingSender(AtLeastOnceDelivery):
+    """Akka's AtLeastOnceDeliverySpec Sender with its delivery state in snapshots.
+
+    ("deliver", destination, body) persists ("sent", destination, body), whose handler delivers (id, body);
+    ("confirm", id) persists ("confirmed", id); "snap" saves get_delivery_snapshot(); "poison" persists an event
+    whose replay throws; "boom" restarts it; "unconfirmed" replies the unconfirmed ids. A SnapshotOffer goes to
+    set_delivery_snapshot. On RecoveryCompleted it tells ("completed", number_of_unconfirmed) to the destination
+    named in its entity id's `~` suffix (after the post-replay burst, if Akka's order holds) and to its probe.
+    """
+
+    redeliver_interval = 30.0  # (within a test only the burst after replay resends)
+
+    def __init__(self, client: str) -> None:
+        self.client = client
+
+    @property
+    def probe(self) -> str:
+        return f"{self.client}/{self.entity_id.split('~')[0]}"
+
+    @property
+    def persistence_id(self) -> str:
+        return self.entity_id.split("~")[0]
+
+    def _destination(self) -> str | None:
+        name = self.entity_id.partition("~")[2]
+        return f"{self.client}/{name}" if name else None
+
+    def _apply(self, event: Any) -> int | bool | None:
+        if event[0] == "sent":
+            return self.deliver(event[1], lambda i: (i, event[2]))
+        if event[0] == "confirmed":
+            return self.confirm_delivery(event[1])
+        return None
+
+    def receive_recover(self, event: Any) -> None:
+        if isinstance(event, SnapshotOffer):
+            self.set_delivery_snapshot(event.snapshot)
+        elif isinstance(event, RecoveryCompleted):
+            destination = self._destination()
+            if destination is not None:
+                self.tell(destination, ("completed", self.number_of_unconfirmed))
+            self.tell(self.probe, ("completed", self.number_of_unconfirmed))
+        elif event == "poison":
+            raise TestError("poison replayed")
+        else:
+            self._apply(event)
+
+    def on_recovery_failure(self, cause: BaseException, event: Any | None) -> None:
+        self.tell(self.probe, ("recovery failure", str(cause), self.number_of_unconfirmed))
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, tuple) and message[0] == "deliver":
+            self.persist(("sent", message[1], message[2]), lambda e: self.tell(sender, ("delivered", self._apply(e))))
+        elif isinstance(message, tuple) and message[0] == "confirm":
+            self.persist(("confirmed", message[1]), lambda e: self.tell(sender, ("confirmed", self._apply(e))))
+        elif message == "snap":
+            self.save_snapshot(self.get_delivery_snapshot())
+        elif isinstance(message, SaveSnapshotSuccess):
+            self.tell(self.probe, ("saved", message.metadata.sequence_nr))
+        elif message == "poison":
+            self.persist("poison", lambda e: self.tell(sender, "poisoned"))
+        elif message == "unconfirmed":
+            self.tell(sender, ("unconfirmed", tuple(self.unconfirmed_ids())))
+        elif message == "boom":
+            raise TestError("boom")

@@ -1,0 +1,124 @@
+"""Conformance with Akka's PersistentActor and AtLeastOnceDelivery where the reference is exact and no other
+test pins it (reference akka-persistence.md §1.7, §1.8, §2.2), on both bases."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from tests.persistence.conformance_actors import OfferRefuser, SnapshottingSender
+
+pytestmark = pytest.mark.timeout(60)
+_ids = itertools.count(1)
+
+
+@pytest.fixture
+def csys(base, make_system, tmp_path):
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db",
+                         snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+    system.spawn(OfferRefuser, path="/user/refuser", entities=True, kwargs={"client": system.prefix})
+    system.spawn(SnapshottingSender, path="/user/sender", entities=True, kwargs={"client": system.prefix})
+    return system
+
+
+# ---- §2.2: which event on_recovery_failure is given ------------------------------------------------
+
+
+def test_a_snapshot_offer_that_throws_gives_on_recovery_failure_no_event(csys):
+    # Akka (Eventsourced.recoveryStarted): an exception from receiveRecover for the SnapshotOffer calls
+    # onRecoveryFailure(cause, None): the event argument is the replayed *event* that failed, and an offer is none.
+    # Reprise passed the SnapshotOffer itself, so the default hook logged "Exception in receive_recover when
+    # replaying event type [SnapshotOffer]" and a hook that reports the failed event reported a snapshot.
+    name = f"offer-{next(_ids)}"
+    probe, path = csys.probe(name), f"/user/refuser/{name}"
+    probe.tell(path, "ok")
+    assert probe.receive(10) == ("persisted", "ok", 1)
+    probe.tell(path, "snap")
+    assert probe.receive(10) == ("saved", 1)
+    probe.tell(path, "boom")  # restarted: the recovery offers the snapshot, whose handler throws
+    assert probe.receive(10) == ("recovery failure", "TestError", "snapshot offer refused", None)
+
+
+def test_a_replayed_event_that_throws_is_given_to_on_recovery_failure(csys):
+    # The other half of the rule: the replayed payload whose handler threw (Akka: Some(payload)).
+    name = f"event-{next(_ids)}"
+    probe, path = csys.probe(name), f"/user/refuser/{name}"
+    probe.tell(path, "bad")
+    assert probe.receive(10) == ("persisted", "bad", 1)
+    probe.tell(path, "boom")
+    assert probe.receive(10) == ("recovery failure", "TestError", "bad event refused", "bad")
+
+
+# ---- §1.7, §1.8: deliveries set from a snapshot before recovery completes ----------------------------
+
+
+def _sender(csys) -> tuple[object, object, str, str]:
+    n = next(_ids)
+    probe, dst = csys.probe(f"snd-{n}"), csys.probe(f"dst-{n}")
+    path = f"/user/sender/snd-{n}~dst-{n}"
+    probe.tell(path, "unconfirmed")  # started: its first recovery completes with nothing
+    assert probe.receive_many(2, 10) == [("completed", 0), ("unconfirmed", ())]
+    assert dst.receive(10) == ("completed", 0)
+    return probe, dst, path, dst.path
+
+
+def test_deliveries_from_a_snapshot_are_resent_after_replay_in_id_order_before_recovery_completed(csys):
+    # setDeliverySnapshot back-dates the restored deliveries; the post-replay burst (onReplaySuccess) resends them
+    # with those replay recorded, lowest id first, before RecoveryCompleted reaches receiveRecover; the id counter
+    # goes on from the snapshot's.
+    probe, dst, path, to = _sender(csys)
+    for k, body in enumerate("ab", 1):
+        probe.tell(path, ("deliver", to, body))
+        assert probe.receive(10) == ("delivered", k)
+        assert dst.receive(10) == (k, body)
+    probe.tell(path, ("confirm", 1))
+    assert probe.receive(10) == ("confirmed", True)
+    probe.tell(path, "snap")  # holds delivery 2, current id 2
+    assert probe.receive(10) == ("saved", 3)
+    probe.tell(path, ("deliver", to, "c"))  # an event after the snapshot
+    assert probe.receive(10) == ("delivered", 3)
+    assert dst.receive(10) == (3, "c")
+    probe.tell(path, "boom")
+    assert probe.receive(10) == ("completed", 2)
+    assert dst.receive_many(3, 10) == [(2, "b"), (3, "c"), ("completed", 2)]
+    probe.tell(path, ("deliver", to, "d"))
+    assert probe.receive(10) == ("delivered", 4)
+    assert dst.receive(10) == (4, "d")
+    probe.tell(path, ("confirm", 2))
+    assert probe.receive(10) == ("confirmed", True)
+    probe.tell(path, ("confirm", 2))
+    assert probe.receive(10) == ("confirmed", False)  # a second confirm of an id is harmless
+    probe.tell(path, "unconfirmed")
+    assert probe.receive(10) == ("unconfirmed", (3, 4))
+
+
+def test_deliveries_from_a_snapshot_are_not_sent_when_recovery_then_fails(csys):
+    # AtLeastOnceDeliveryCrashSpec with the deliveries in a snapshot: the offer restored one, the replay then failed;
+    # the actor stops and nothing it restored is sent (no post-replay burst, no redelivery timer).
+    probe, dst, path, to = _sender(csys)
+    probe.tell(path, ("deliver", to, "a"))
+    assert probe.receive(10) == ("delivered", 1)
+    assert dst.receive(10) == (1, "a")
+    probe.tell(path, "snap")
+    assert probe.receive(10) == ("saved", 1)
+    probe.tell(path, "poison")
+    assert probe.receive(10) == "poisoned"
+    probe.tell(path, "boom")
+    assert probe.receive(10) == ("recovery failure", "poison replayed", 1)
+    dst.expect_no_message(0.5)
+
+
+def test_deliveries_from_a_snapshot_confirmed_by_replayed_events_are_not_resent(csys):
+    probe, dst, path, to = _sender(csys)
+    probe.tell(path, ("deliver", to, "a"))
+    assert probe.receive(10) == ("delivered", 1)
+    assert dst.receive(10) == (1, "a")
+    probe.tell(path, "snap")
+    assert probe.receive(10) == ("saved", 1)
+    probe.tell(path, ("confirm", 1))  # after the snapshot
+    assert probe.receive(10) == ("confirmed", True)
+    probe.tell(path, "boom")
+    assert probe.receive(10) == ("completed", 0)
+    assert dst.receive(10) == ("completed", 0)
+    dst.expect_no_message(0.3)
