@@ -1356,6 +1356,55 @@ class JournalSpec:
         assert [r.sequence_nr for r in journal.replay_messages(pid)] == [1, 2, 3, 4, 5, 6]
         assert [r.sequence_nr for r in journal.replay_messages(other)] == ([1] if said == "[None]" else [])
 
+    # --- Conformance audit: the plugin contract of reference §3.2 beyond the TCK's cases -----------------
+    # (A block of its own: cases other audits add to this class go above or below it.)
+
+    def test_the_from_hint_of_highest_sequence_nr_is_only_a_hint(self, journal: Journal, pid: str) -> None:
+        """§3.2 (4): fromSequenceNr is a search hint (the snapshot's seq nr): above the highest it changes nothing."""
+        assert [journal.highest_sequence_nr(pid, hint) for hint in (0, 3, 5, 10, MAX)] == [5] * 5
+        assert journal.highest_sequence_nr("never-written-" + pid, 10) == 0
+
+    def test_deleting_beyond_the_highest_deletes_all_and_keeps_the_highest(
+            self, journal: Journal, pid: str, writer: str) -> None:
+        """§3.2 (2): DeleteMessagesTo(n > highest) deletes everything and never lowers the highest."""
+        journal.delete_messages_to(pid, 0)  # nothing is <= 0
+        self.expect(journal, pid, writer, 1, MAX, MAX, [1, 2, 3, 4, 5], 5)
+        journal.delete_messages_to(pid, 100)
+        self.expect(journal, pid, writer, 1, MAX, MAX, [], 5)
+        if self.supports_replay_only_last:
+            self.expect(journal, pid, writer, -1, MAX, MAX, [], 5)  # the last event is gone too
+
+    def test_the_highest_sequence_nr_survives_deleting_everything_and_reopening(
+            self, journal: Journal, journal_url: str, pid: str, writer: str) -> None:
+        """§3.2 (2, 4): the highest is stored, not derived from the events left: a reopened journal still has it,
+        so a recovering actor goes on at 6 instead of reusing 1..5 (a query's offsets past them would skip it)."""
+        journal.delete_messages_to(pid, MAX)
+        with open_journal(journal_url) as reopened:
+            self.expect(reopened, pid, writer, 0, MAX, MAX, [], 5)
+            assert reopened.write_messages([AtomicWrite([_repr(pid, 6, writer)])]) == [None]
+        self.expect(journal, pid, writer, 1, MAX, MAX, [6], 6)
+
+    def test_a_replay_count_limit_counts_events_not_sequence_nrs_across_a_deleted_range(
+            self, journal: Journal, pid: str, writer: str) -> None:
+        """§3.2 (3): at most `max` *events* with from <= seq nr <= to: a range deleted before `from` or a gap in it
+        (a rejected write's number) uses none of the count."""
+        journal.delete_messages_to(pid, 2)
+        self.expect(journal, pid, writer, 1, MAX, 2, [3, 4], 5)
+        assert journal.write_messages([AtomicWrite([_repr(pid, 8, writer)])]) == [None]  # 6, 7: a gap
+        self.expect(journal, pid, writer, 5, MAX, 2, [5, 8], 8)
+        self.expect(journal, pid, writer, 6, 7, MAX, [], 8)
+
+    def test_events_of_one_batch_replay_in_sequence_nr_order_per_persistence_id(
+            self, journal: Journal, pid: str, writer: str) -> None:
+        """§3.2 (1): one call's AtomicWrites of several ids interleaved: each id replays its own, in order."""
+        other = _fresh_pid()
+        writes = [AtomicWrite([_repr(other, 1, writer)]), AtomicWrite([_repr(pid, 6, writer), _repr(pid, 7, writer)]),
+                  AtomicWrite([_repr(other, 2, writer), _repr(other, 3, writer)]), AtomicWrite([_repr(pid, 8, writer)])]
+        assert journal.write_messages(writes) == [None] * 4
+        self.expect(journal, pid, writer, 5, MAX, MAX, [5, 6, 7, 8], 8)
+        self.expect(journal, other, writer, 1, MAX, MAX, [1, 2, 3], 3)
+
+
 class SnapshotStoreSpec:
     """Akka's SnapshotStoreSpec (cases 1-13) plus Reprise's snapshot cases."""
 
@@ -1657,3 +1706,50 @@ class SnapshotStoreSpec:
         assert _must_load(store, pid).snapshot == "old-2"
         assert _must_load(store, pid, SnapshotSelectionCriteria(max_timestamp=1999)) == SelectedSnapshot(
             SnapshotMetadata(pid, 1, 1000), "old-1")
+
+    # --- Conformance audit: the plugin contract of reference §3.3 beyond the TCK's cases -----------------
+    # (A block of its own: cases other audits add to this class go above or below it.)
+
+    def test_the_lower_bounds_of_the_criteria_select(
+            self, store: SnapshotStore, pid: str, md: list[SnapshotMetadata]) -> None:
+        """§3.3: a snapshot matches iff minSeq <= seq nr <= maxSeq and minTs <= timestamp <= maxTs (inclusive)."""
+        assert _must_load(store, pid, SnapshotSelectionCriteria(min_timestamp=md[0].timestamp)).metadata == md[4]
+        assert _must_load(store, pid, SnapshotSelectionCriteria(min_timestamp=md[4].timestamp)).metadata == md[4]
+        assert store.load(pid, SnapshotSelectionCriteria(min_timestamp=md[4].timestamp + 1)) is None
+        assert _must_load(store, pid, SnapshotSelectionCriteria(max_sequence_nr=13, min_sequence_nr=13)).metadata == md[2]
+        assert store.load(pid, SnapshotSelectionCriteria(max_sequence_nr=12, min_sequence_nr=13)) is None
+
+    def test_a_delete_by_criteria_keeps_what_its_lower_bounds_exclude(
+            self, store: SnapshotStore, pid: str, md: list[SnapshotMetadata]) -> None:
+        """§3.3 (4): DeleteSnapshots deletes the matching snapshots only, lower bounds included."""
+        store.delete_matching(pid, SnapshotSelectionCriteria(max_sequence_nr=14, min_sequence_nr=13))
+        assert [_must_load(store, pid, SnapshotSelectionCriteria(max_sequence_nr=n)).metadata for n in (12, 14, 15)
+                ] == [md[1], md[1], md[4]]
+        store.delete_matching(pid, SnapshotSelectionCriteria(min_timestamp=md[4].timestamp + 1))
+        assert _must_load(store, pid).metadata == md[4]
+        store.delete_matching(pid, SnapshotSelectionCriteria(min_timestamp=md[0].timestamp, max_timestamp=md[4].timestamp))
+        assert store.load(pid) is None
+
+    def test_deleting_what_is_not_there_is_no_error(
+            self, store: SnapshotStore, pid: str, md: list[SnapshotMetadata]) -> None:
+        """§3.3 (3, 4): a delete that matches nothing succeeds (the actor gets DeleteSnapshot(s)Success)."""
+        store.delete(SnapshotMetadata(pid, 99))
+        store.delete(SnapshotMetadata("never-saved-" + pid, 11, md[0].timestamp))
+        store.delete_matching("never-saved-" + pid, SnapshotSelectionCriteria.LATEST)
+        store.delete_matching(pid, SnapshotSelectionCriteria(max_sequence_nr=10))
+        assert _must_load(store, pid).metadata == md[4] and store.load("never-saved-" + pid) is None
+
+    def test_a_snapshot_at_sequence_nr_0_is_saved_and_selected_up_to_0(self, store: SnapshotStore, pid: str) -> None:
+        """§2.9 (SnapshotRecoveryLocalStoreSpec): an actor without events may snapshot at 0; Recovery(toSequenceNr
+        = 0) selects it (criteria capped at 0), while SnapshotSelectionCriteria.NONE selects nothing."""
+        saved = store.save(SnapshotMetadata(pid, 0), "empty")
+        assert self.load(store, pid, SnapshotSelectionCriteria.LATEST, 0) == SelectedSnapshot(saved, "empty")
+        assert self.load(store, pid, SnapshotSelectionCriteria.NONE, 0) is None
+
+    def test_saved_snapshots_are_there_for_a_reopened_store(
+            self, store: SnapshotStore, snapshot_url: str, pid: str, md: list[SnapshotMetadata]) -> None:
+        """§3.3 (2): a save is done when the store has it: another instance of the same URL loads it."""
+        with open_snapshot_store(snapshot_url) as reopened:
+            assert _must_load(reopened, pid) == SelectedSnapshot(md[4], "s-5")
+            reopened.delete(SnapshotMetadata(pid, 15))
+        assert _must_load(store, pid).metadata == md[3]
