@@ -216,7 +216,8 @@ class PersistentActor(Actor):
     snapshot_is_optional: bool = False
     """True: a snapshot that cannot be loaded is skipped and all events are replayed (Akka's option)."""
     snapshot_max_load_attempts: int = 3
-    """Unreadable snapshots are skipped for older ones this many times before recovery fails."""
+    """Unreadable snapshots are skipped for older ones this many times before recovery fails (it fails sooner when
+    none older is left: never recovered as if there were no snapshot, unless snapshot_is_optional)."""
     stash_capacity: int | None = None
     """At most this many commands wait in the internal stash (None: config key, else unbounded)."""
     internal_stash_overflow_strategy: str | ReplyToStrategy | None = None
@@ -538,23 +539,36 @@ class PersistentActor(Actor):
             self._tell_self(_RestartAfterRecovery(exc))
 
     def _load_snapshot(self, pid: str, criteria: SnapshotSelectionCriteria) -> SelectedSnapshot | None:
-        """The youngest loadable snapshot: an unreadable one is skipped for an older one (Akka's local store)."""
+        """The youngest loadable snapshot: an unreadable one is skipped for an older one (Akka's local store), and
+        the load fails when none of those it tried could be read."""
         attempts = 0
+        failure: Exception | None = None
         while True:
             try:
-                return cast(SnapshotStore, self._snapshots).load(pid, criteria)  # (recovery opened it)
+                selected = cast(SnapshotStore, self._snapshots).load(pid, criteria)  # (recovery opened it)
             except Exception as exc:
                 attempts += 1
                 seq = getattr(exc, "sequence_nr", None)
                 log.error("Error loading snapshot [%s] of persistenceId [%s] (attempt %d of %d): %s",
                           seq, pid, attempts, self.snapshot_max_load_attempts, exc)
                 if seq is None or seq <= criteria.min_sequence_nr or attempts >= self.snapshot_max_load_attempts:
-                    if self.snapshot_is_optional:
-                        log.info("No snapshot loaded for persistenceId [%s] (snapshot_is_optional): replaying "
-                                 "all events", pid)
-                        return None
-                    raise
+                    return self._no_snapshot_loaded(pid, exc)
+                failure = exc
                 criteria = dataclasses.replace(criteria, max_sequence_nr=seq - 1)
+                continue
+            if selected is None and failure is not None:
+                # Every snapshot tried was unreadable and none older is left: as in Akka, the load fails. Taken for
+                # "no snapshot", recovery replayed only the events left, and those a snapshot covers are often
+                # deleted: a silently wrong state.
+                return self._no_snapshot_loaded(pid, failure)
+            return selected
+
+    def _no_snapshot_loaded(self, pid: str, failure: Exception) -> None:
+        """No snapshot could be loaded: recovery fails with `failure`, unless snapshots are optional."""
+        if self.snapshot_is_optional:
+            log.info("No snapshot loaded for persistenceId [%s] (snapshot_is_optional): replaying all events", pid)
+            return None
+        raise failure
 
     def _on_replay_success(self) -> None:
         """Called after replay, before RecoveryCompleted (AtLeastOnceDelivery resends here)."""

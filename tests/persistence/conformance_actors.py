@@ -116,3 +116,50 @@ class SnapshottingSender(AtLeastOnceDelivery):
             self.tell(sender, ("unconfirmed", tuple(self.unconfirmed_ids())))
         elif message == "boom":
             raise TestError("boom")
+
+
+class Ledger(PersistentActor):
+    """State = the added values, in order; snapshots hold it. ("add", x) persists x; "snap" saves the state;
+    ("delete", n) deletes the events up to n; "state" replies it; "boom" restarts it. Recovery reports
+    ("completed", state) or ("recovery failure", cause type, event) to its probe, and a stop "stopped"."""
+
+    def __init__(self, client: str) -> None:
+        self.client = client
+
+    @property
+    def probe(self) -> str:
+        return f"{self.client}/{self.entity_id}"
+
+    def pre_start(self) -> None:
+        self.state: list[Any] = []
+
+    def receive_recover(self, event: Any) -> None:
+        if isinstance(event, SnapshotOffer):
+            self.state = list(event.snapshot)
+        elif isinstance(event, RecoveryCompleted):
+            self.tell(self.probe, ("completed", tuple(self.state)))
+        else:
+            self.state.append(event)
+
+    def on_recovery_failure(self, cause: BaseException, event: Any | None) -> None:
+        self.tell(self.probe, ("recovery failure", type(cause).__name__, event))
+
+    def pre_restart(self, error: BaseException, message: Any) -> None:
+        pass  # (not post_stop: "stopped" reports a stop only)
+
+    def post_stop(self) -> None:
+        self.tell(self.probe, "stopped")
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, tuple) and message[0] == "add":
+            self.persist(message[1], lambda e: (self.state.append(e), self.tell(sender, ("added", self.last_sequence_nr))))
+        elif isinstance(message, tuple) and message[0] == "delete":
+            self.delete_messages(message[1])
+        elif message == "snap":
+            self.save_snapshot(tuple(self.state))
+        elif message == "state":
+            self.tell(sender, ("state", tuple(self.state)))
+        elif message == "boom":
+            raise TestError("boom")
+        else:  # SaveSnapshotSuccess, DeleteMessagesSuccess, ...
+            self.tell(self.probe, message)

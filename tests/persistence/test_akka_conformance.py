@@ -7,7 +7,9 @@ import itertools
 
 import pytest
 
-from tests.persistence.conformance_actors import OfferRefuser, SnapshottingSender
+from journal import SnapshotMetadata, open_snapshot_store
+from persistence import DeleteMessagesSuccess, SaveSnapshotSuccess
+from tests.persistence.conformance_actors import Ledger, OfferRefuser, SnapshottingSender
 
 pytestmark = pytest.mark.timeout(60)
 _ids = itertools.count(1)
@@ -19,6 +21,8 @@ def csys(base, make_system, tmp_path):
                          snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
     system.spawn(OfferRefuser, path="/user/refuser", entities=True, kwargs={"client": system.prefix})
     system.spawn(SnapshottingSender, path="/user/sender", entities=True, kwargs={"client": system.prefix})
+    system.spawn(Ledger, path="/user/ledger", entities=True, kwargs={"client": system.prefix})
+    system.snapshots_db = f"sqlite:///{tmp_path}/snapshots.db"
     return system
 
 
@@ -122,3 +126,57 @@ def test_deliveries_from_a_snapshot_confirmed_by_replayed_events_are_not_resent(
     assert probe.receive(10) == ("completed", 0)
     assert dst.receive(10) == ("completed", 0)
     dst.expect_no_message(0.3)
+
+
+# ---- §3.3, §2.14: a snapshot that cannot be loaded, and none older that can -------------------------------
+
+
+def _ledger_with_snapshots(csys, snapshots: int) -> tuple[object, str, str]:
+    """A Ledger that added one value per snapshot and snapshotted after each, then deleted the events the
+    snapshots cover (Akka's recommended snapshot-then-delete), and added "z" after them."""
+    name = f"ledger-{next(_ids)}"
+    probe, path = csys.probe(name), f"/user/ledger/{name}"
+    for n in range(1, snapshots + 1):
+        probe.tell(path, ("add", f"v{n}"))
+        if n == 1:
+            assert probe.receive(10) == ("completed", ())
+        assert probe.receive(10) == ("added", n)
+        probe.tell(path, "snap")
+        saved = probe.receive(10)
+        assert isinstance(saved, SaveSnapshotSuccess) and saved.metadata.sequence_nr == n
+    probe.tell(path, ("delete", snapshots))
+    assert probe.receive(10) == DeleteMessagesSuccess(snapshots)
+    probe.tell(path, ("add", "z"))
+    assert probe.receive(10) == ("added", snapshots + 1)
+    return probe, path, path
+
+
+def _damage_snapshots(csys, pid: str, sequence_nrs: range) -> None:
+    """Overwrite the stored bytes of these snapshots with garbage (they fail their checksum when loaded)."""
+    with open_snapshot_store(csys.snapshots_db) as store:
+        for seq in sequence_nrs:
+            store._save(SnapshotMetadata(pid, seq, 1), b"garbage", 0)
+
+
+@pytest.mark.parametrize("snapshots", [1, 2])
+def test_recovery_fails_when_every_snapshot_it_tried_is_unreadable_and_none_older_is_left(csys, snapshots):
+    # Akka's LocalSnapshotStore tries the youngest snapshots (up to max-load-attempts) and fails the load when all
+    # it tried failed: LoadSnapshotFailed, a recovery failure, the actor stops. A load must never answer "no
+    # snapshot" for a snapshot that exists but cannot be read (reference §3.3), as the events it covers may be
+    # deleted. Reprise skipped the unreadable ones for older ones and, when none older was left (fewer snapshots
+    # than snapshot_max_load_attempts), recovered as if there had been no snapshot: from the events left, here
+    # ("z",) instead of the ledger's values, with only an error in the log.
+    probe, path, pid = _ledger_with_snapshots(csys, snapshots)
+    _damage_snapshots(csys, pid, range(1, snapshots + 1))
+    probe.tell(path, "boom")
+    assert probe.receive_many(2, 10) == [("recovery failure", "JournalCorruption", None), "stopped"]
+
+
+def test_an_unreadable_snapshot_is_skipped_for_an_older_readable_one(csys):
+    # The other half of the rule (SnapshotFailureRobustnessSpec #1): an older snapshot that loads is used, and the
+    # events after it are replayed (here the events after snapshot 1 are deleted up to 2: "z" alone is replayed,
+    # which the damaged snapshot 2 covered, so "v2" is lost, as in Akka).
+    probe, path, pid = _ledger_with_snapshots(csys, 2)
+    _damage_snapshots(csys, pid, range(2, 3))
+    probe.tell(path, "boom")
+    assert probe.receive(10) == ("completed", ("v1", "z"))
