@@ -163,3 +163,48 @@ class Ledger(PersistentActor):
             raise TestError("boom")
         else:  # SaveSnapshotSuccess, DeleteMessagesSuccess, ...
             self.tell(self.probe, message)
+
+
+class PerfBench(PersistentActor):
+    """JournalPerfSpec's benchmark actor: it persists each command's int (persist or persist_async, as the
+    command says) and checks that handlers and replay see them in exactly increasing order; at `reply_after` it
+    tells its probe the last one, or what broke the order.
+
+    Commands: ("expect", n) (reset the counter, reply at n), ("p", i) / ("pa", i). Recovery tells the probe
+    ("recovered", counter, order broken or None) on RecoveryCompleted."""
+
+    def __init__(self, client: str) -> None:
+        self.client = client
+
+    @property
+    def probe(self) -> str:
+        return f"{self.client}/{self.entity_id}"
+
+    def pre_start(self) -> None:
+        self.counter = 0
+        self.reply_after = 0
+        self.broken: str | None = None
+
+    def _count(self, payload: int) -> None:
+        # (Akka's require: a payload out of order is remembered and reported, not raised, so the test names it)
+        if payload != self.counter + 1 and self.broken is None:
+            self.broken = f"got {payload} after {self.counter}"
+        self.counter = payload
+        if self.counter == self.reply_after:
+            self.tell(self.probe, ("done", self.counter, self.broken))
+
+    def receive_recover(self, event: Any) -> None:
+        if isinstance(event, RecoveryCompleted):
+            self.tell(self.probe, ("recovered", self.counter, self.broken))
+        else:
+            self._count(event)
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        kind, n = message
+        if kind == "expect":
+            self.reply_after = self.counter + n
+            self.tell(sender, ("expecting", self.reply_after))
+        elif kind == "p":
+            self.persist(n, self._count)
+        else:
+            self.persist_async(n, self._count)
