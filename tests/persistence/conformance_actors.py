@@ -14,6 +14,7 @@ from persistence import (
     RecoveryCompleted,
     SaveSnapshotSuccess,
     SnapshotOffer,
+    UnconfirmedWarning,
 )
 
 
@@ -208,3 +209,40 @@ class PerfBench(PersistentActor):
             self.persist(n, self._count)
         else:
             self.persist_async(n, self._count)
+
+
+class Warner(AtLeastOnceDelivery):
+    """An AtLeastOnceDelivery whose entity id `w<N>-<k>` sets warn_after_number_of_unconfirmed_attempts = N.
+
+    ("deliver", destination, body) persists ("sent", destination, body), whose handler delivers (id, body);
+    ("confirm", id) persists ("confirmed", id); "boom" restarts it. An UnconfirmedWarning is passed on as
+    ("warning", ids) to the destinations it names (so that they see it in order with the resends), and
+    RecoveryCompleted as ("completed", number_of_unconfirmed) to the destinations of the unconfirmed."""
+
+    redeliver_interval = 0.2
+
+    @property
+    def warn_after_number_of_unconfirmed_attempts(self) -> int:  # type: ignore[override]
+        return int(self.entity_id.split("-")[0][1:])
+
+    def _apply(self, event: Any) -> int | bool:
+        if event[0] == "sent":
+            return self.deliver(event[1], lambda i: (i, event[2]))
+        return self.confirm_delivery(event[1])
+
+    def receive_recover(self, event: Any) -> None:
+        if isinstance(event, RecoveryCompleted):
+            for destination in {d.destination for d in self.get_delivery_snapshot().unconfirmed_deliveries}:
+                self.tell(destination, ("completed", self.number_of_unconfirmed))
+        else:
+            self._apply(event)
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, UnconfirmedWarning):
+            for destination in {u.destination for u in message.unconfirmed_deliveries}:
+                self.tell(destination, ("warning", tuple(u.delivery_id for u in message.unconfirmed_deliveries)))
+        elif isinstance(message, tuple) and message[0] in ("deliver", "confirm"):
+            event = ("sent", message[1], message[2]) if message[0] == "deliver" else ("confirmed", message[1])
+            self.persist(event, lambda e: self.tell(sender, (message[0], self._apply(e))))
+        elif message == "boom":
+            raise TestError("boom")

@@ -9,7 +9,7 @@ import pytest
 
 from journal import SnapshotMetadata, open_snapshot_store
 from persistence import DeleteMessagesSuccess, SaveSnapshotSuccess
-from tests.persistence.conformance_actors import Ledger, OfferRefuser, SnapshottingSender
+from tests.persistence.conformance_actors import Ledger, OfferRefuser, SnapshottingSender, Warner
 
 pytestmark = pytest.mark.timeout(60)
 _ids = itertools.count(1)
@@ -22,6 +22,7 @@ def csys(base, make_system, tmp_path):
     system.spawn(OfferRefuser, path="/user/refuser", entities=True, kwargs={"client": system.prefix})
     system.spawn(SnapshottingSender, path="/user/sender", entities=True, kwargs={"client": system.prefix})
     system.spawn(Ledger, path="/user/ledger", entities=True, kwargs={"client": system.prefix})
+    system.spawn(Warner, path="/user/warner", entities=True)
     system.snapshots_db = f"sqlite:///{tmp_path}/snapshots.db"
     return system
 
@@ -180,3 +181,47 @@ def test_an_unreadable_snapshot_is_skipped_for_an_older_readable_one(csys):
     _damage_snapshots(csys, pid, range(2, 3))
     probe.tell(path, "boom")
     assert probe.receive(10) == ("completed", ("v1", "z"))
+
+
+# ---- §1.6: which transmission an UnconfirmedWarning comes with -----------------------------------------
+
+
+def _copies_until(dst, marker: object, limit: int = 50) -> list[object]:
+    """What `dst` receives up to and including `marker` (failing after `limit` messages)."""
+    got: list[object] = []
+    while marker not in got:
+        assert len(got) < limit, f"no {marker!r} in {got}"
+        got.append(dst.receive(10))
+    return got
+
+
+def test_the_warning_comes_with_the_nth_redelivery_once_per_incarnation(csys):
+    # warn_after = N: a delivery's stored attempt count is compared with N before each resend; the first live send
+    # makes it 1, so the warning comes with the N-th redelivery, the (N+1)-th transmission, and once (the count
+    # only grows). Told to self, it reaches receive_command after that resend and before the next.
+    probe, dst = csys.probe(), csys.probe()
+    path = f"/user/warner/w2-{next(_ids)}"
+    probe.tell(path, ("deliver", dst.path, "a"))
+    assert probe.receive(10) == ("deliver", 1)
+    assert [dst.receive(10) for _ in range(4)] == [(1, "a")] * 3 + [("warning", (1,))]
+    assert [dst.receive(10) for _ in range(3)] == [(1, "a")] * 3  # resent on, without another warning
+    probe.tell(path, ("confirm", 1))
+    assert probe.receive(10) == ("confirm", True)
+    probe.tell(path, ("deliver", dst.path, "b"))  # a marker: FIFO behind any resend of 1 before the confirm
+    assert probe.receive(10) == ("deliver", 2)
+    assert set(_copies_until(dst, (2, "b"))) <= {(1, "a"), (2, "b")}
+
+
+def test_with_warn_after_0_a_live_delivery_never_warns_and_a_recovered_one_warns_with_its_first_resend(csys):
+    # A live delivery's count is 1 after its first send, so N = 0 never matches; a recovered one starts at 0 and is
+    # first sent by the burst after replay, which warns (reference §1.6, "Edge cases").
+    probe, dst = csys.probe(), csys.probe()
+    path = f"/user/warner/w0-{next(_ids)}"
+    probe.tell(path, ("deliver", dst.path, "a"))
+    assert probe.receive(10) == ("deliver", 1)
+    assert [dst.receive(10) for _ in range(4)] == [(1, "a")] * 4
+    probe.tell(path, "boom")
+    before = _copies_until(dst, ("completed", 1))
+    assert set(before[:-1]) == {(1, "a")}, "no warning from the live sends"
+    assert dst.receive(10) == ("warning", (1,)), "warned with the post-replay resend"
+    assert [dst.receive(10) for _ in range(2)] == [(1, "a")] * 2
