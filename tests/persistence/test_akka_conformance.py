@@ -7,8 +7,14 @@ import itertools
 
 import pytest
 
-from journal import SnapshotMetadata, open_snapshot_store
-from persistence import DeleteMessagesSuccess, SaveSnapshotSuccess
+from journal import MAX_SEQUENCE_NR, SnapshotMetadata, SnapshotSelectionCriteria, open_snapshot_store
+from persistence import (
+    AtLeastOnceDelivery,
+    DeleteMessagesSuccess,
+    PersistentActor,
+    Recovery,
+    SaveSnapshotSuccess,
+)
 from tests.persistence.conformance_actors import Ledger, OfferRefuser, SnapshottingSender, Warner
 
 pytestmark = pytest.mark.timeout(60)
@@ -225,3 +231,17 @@ def test_with_warn_after_0_a_live_delivery_never_warns_and_a_recovered_one_warns
     assert set(before[:-1]) == {(1, "a")}, "no warning from the live sends"
     assert dst.receive(10) == ("warning", (1,)), "warned with the post-replay resend"
     assert [dst.receive(10) for _ in range(2)] == [(1, "a")] * 2
+
+
+# ---- §1.2, §2.3, §2.11: defaults ------------------------------------------------------------------------
+
+
+def test_the_defaults_are_akkas():
+    # akka.persistence.at-least-once-delivery.* in Akka's reference.conf, Recovery(), and the internal stash.
+    assert (AtLeastOnceDelivery.redeliver_interval, AtLeastOnceDelivery.redelivery_burst_limit,
+            AtLeastOnceDelivery.warn_after_number_of_unconfirmed_attempts,
+            AtLeastOnceDelivery.max_unconfirmed_messages) == (5.0, 10_000, 5, 100_000)
+    assert Recovery() == Recovery(SnapshotSelectionCriteria.LATEST, MAX_SEQUENCE_NR, MAX_SEQUENCE_NR)
+    assert Recovery.none() == Recovery(SnapshotSelectionCriteria.NONE, 0, MAX_SEQUENCE_NR)
+    assert PersistentActor.stash_capacity is None and PersistentActor.internal_stash_overflow_strategy is None
+    assert PersistentActor.snapshot_is_optional is False and PersistentActor.snapshot_max_load_attempts == 3
