@@ -882,6 +882,8 @@ class PersistentActor(Actor):
                         return
             else:
                 for repr_ in atomic.payload:
+                    if self._stop_called:  # (the hook stopped it at an earlier event: as in Akka, no more calls)
+                        break
                     self.last_sequence_nr = repr_.sequence_nr
                     self._done(entry)
                     self.sender = entry.sender

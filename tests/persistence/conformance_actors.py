@@ -246,3 +246,41 @@ class Warner(AtLeastOnceDelivery):
             self.persist(event, lambda e: self.tell(sender, (message[0], self._apply(e))))
         elif message == "boom":
             raise TestError("boom")
+
+
+class Unstorable:
+    """An event no journal stores (its class is not registered): every persist of it is rejected."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+class RejectionHook(PersistentActor):
+    """("pall", n) persists n Unstorable events atomically (all rejected), then "ok" with persist; its
+    on_persist_rejected reports ("rejected", seq nr) and stops the actor when its entity id starts "stop"."""
+
+    def __init__(self, client: str) -> None:
+        self.client = client
+
+    @property
+    def probe(self) -> str:
+        return f"{self.client}/{self.entity_id}"
+
+    def receive_recover(self, event: Any) -> None:
+        pass
+
+    def on_persist_rejected(self, cause: BaseException, event: Any, sequence_nr: int) -> None:
+        self.tell(self.probe, ("rejected", sequence_nr))
+        if self.entity_id.startswith("stop"):
+            self.stop()
+
+    def pre_restart(self, error: BaseException, message: Any) -> None:
+        pass  # (not post_stop: "stopped" reports a stop only)
+
+    def post_stop(self) -> None:
+        self.tell(self.probe, "stopped")
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, tuple) and message[0] == "pall":
+            self.persist_all([Unstorable(i) for i in range(message[1])], lambda e: self.tell(sender, "handler ran"))
+            self.persist("ok", lambda e: self.tell(sender, ("persisted", e, self.last_sequence_nr)))

@@ -15,7 +15,13 @@ from persistence import (
     Recovery,
     SaveSnapshotSuccess,
 )
-from tests.persistence.conformance_actors import Ledger, OfferRefuser, SnapshottingSender, Warner
+from tests.persistence.conformance_actors import (
+    Ledger,
+    OfferRefuser,
+    RejectionHook,
+    SnapshottingSender,
+    Warner,
+)
 
 pytestmark = pytest.mark.timeout(60)
 _ids = itertools.count(1)
@@ -29,6 +35,7 @@ def csys(base, make_system, tmp_path):
     system.spawn(SnapshottingSender, path="/user/sender", entities=True, kwargs={"client": system.prefix})
     system.spawn(Ledger, path="/user/ledger", entities=True, kwargs={"client": system.prefix})
     system.spawn(Warner, path="/user/warner", entities=True)
+    system.spawn(RejectionHook, path="/user/rejecting", entities=True, kwargs={"client": system.prefix})
     system.snapshots_db = f"sqlite:///{tmp_path}/snapshots.db"
     return system
 
@@ -245,3 +252,27 @@ def test_the_defaults_are_akkas():
     assert Recovery.none() == Recovery(SnapshotSelectionCriteria.NONE, 0, MAX_SEQUENCE_NR)
     assert PersistentActor.stash_capacity is None and PersistentActor.internal_stash_overflow_strategy is None
     assert PersistentActor.snapshot_is_optional is False and PersistentActor.snapshot_max_load_attempts == 3
+
+
+# ---- §2.6: rejections -------------------------------------------------------------------------------------
+
+
+def test_a_rejected_persist_all_calls_the_hook_per_event_and_the_actor_goes_on(csys):
+    # WriteMessageRejected per repr of the rejected AtomicWrite: onPersistRejected for each (the handler never runs),
+    # each consumes its sequence nr, and the actor goes on with the next persist.
+    name = f"go-{next(_ids)}"
+    probe, path = csys.probe(name), f"/user/rejecting/{name}"
+    probe.tell(path, ("pall", 2))
+    assert probe.receive_many(3, 10) == [("rejected", 1), ("rejected", 2), ("persisted", "ok", 3)]
+    probe.expect_no_message(0.2)
+
+
+def test_an_actor_stopped_by_on_persist_rejected_is_called_no_more(csys):
+    # In Akka each rejection is a message of its own, and a stopped actor takes no more: a hook that stops the actor
+    # at the first rejected event of a persist_all is not called for the others (nor runs any later handler).
+    # Reprise called it for every event of the AtomicWrite, stopped or not.
+    name = f"stop-{next(_ids)}"
+    probe, path = csys.probe(name), f"/user/rejecting/{name}"
+    probe.tell(path, ("pall", 3))
+    assert probe.receive_many(2, 10) == [("rejected", 1), "stopped"]
+    probe.expect_no_message(0.2)
