@@ -537,6 +537,13 @@ class PersistentActor(Actor):
             # commands that wait survive it. The host restarts actors from receive, hence the self-tell.
             self._failed_after_recovery = exc
             self._tell_self(_RestartAfterRecovery(exc))
+        if self._stop_called:
+            # stop() during recovery (pre_start, receive_recover, the RecoveryCompleted handler), Akka's context.stop:
+            # the actor stops now, writing what it persisted (not a failure), and takes no command: the one that
+            # started it is a dead letter (the host hands it over once this returns), as are the others after it.
+            self._failed_after_recovery = None
+            self.context.stop_entity(self, "stopped")
+            self._dead, self._dead_because = True, "stopped during recovery"
 
     def _load_snapshot(self, pid: str, criteria: SnapshotSelectionCriteria) -> SelectedSnapshot | None:
         """The youngest loadable snapshot: an unreadable one is skipped for an older one (Akka's local store), and

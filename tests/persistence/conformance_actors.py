@@ -284,3 +284,27 @@ class RejectionHook(PersistentActor):
         if isinstance(message, tuple) and message[0] == "pall":
             self.persist_all([Unstorable(i) for i in range(message[1])], lambda e: self.tell(sender, "handler ran"))
             self.persist("ok", lambda e: self.tell(sender, ("persisted", e, self.last_sequence_nr)))
+
+
+class StopsOnRecovery(PersistentActor):
+    """Its RecoveryCompleted handler calls stop(), after persisting "rc" (whose handler tells the probe "handler
+    ran") when its entity id starts "persist"; a command is answered ("handled", command)."""
+
+    def __init__(self, client: str) -> None:
+        self.client = client
+
+    @property
+    def probe(self) -> str:
+        return f"{self.client}/{self.entity_id}"
+
+    def receive_recover(self, event: Any) -> None:
+        if isinstance(event, RecoveryCompleted):
+            if self.entity_id.startswith("persist"):
+                self.persist("rc", lambda e: self.tell(self.probe, "handler ran"))
+            self.stop()
+
+    def post_stop(self) -> None:
+        self.tell(self.probe, "stopped")
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        self.tell(sender, ("handled", message))

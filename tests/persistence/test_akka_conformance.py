@@ -7,7 +7,13 @@ import itertools
 
 import pytest
 
-from journal import MAX_SEQUENCE_NR, SnapshotMetadata, SnapshotSelectionCriteria, open_snapshot_store
+from journal import (
+    MAX_SEQUENCE_NR,
+    SnapshotMetadata,
+    SnapshotSelectionCriteria,
+    open_journal,
+    open_snapshot_store,
+)
 from persistence import (
     AtLeastOnceDelivery,
     DeleteMessagesSuccess,
@@ -20,8 +26,10 @@ from tests.persistence.conformance_actors import (
     OfferRefuser,
     RejectionHook,
     SnapshottingSender,
+    StopsOnRecovery,
     Warner,
 )
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 _ids = itertools.count(1)
@@ -36,7 +44,9 @@ def csys(base, make_system, tmp_path):
     system.spawn(Ledger, path="/user/ledger", entities=True, kwargs={"client": system.prefix})
     system.spawn(Warner, path="/user/warner", entities=True)
     system.spawn(RejectionHook, path="/user/rejecting", entities=True, kwargs={"client": system.prefix})
+    system.spawn(StopsOnRecovery, path="/user/stopper", entities=True, kwargs={"client": system.prefix})
     system.snapshots_db = f"sqlite:///{tmp_path}/snapshots.db"
+    system.journal_db = f"sqlite:///{tmp_path}/journal.db"
     return system
 
 
@@ -276,3 +286,21 @@ def test_an_actor_stopped_by_on_persist_rejected_is_called_no_more(csys):
     probe.tell(path, ("pall", 3))
     assert probe.receive_many(2, 10) == [("rejected", 1), "stopped"]
     probe.expect_no_message(0.2)
+
+
+@pytest.mark.parametrize("persists", [False, True], ids=["stop", "persist-then-stop"])
+def test_an_actor_that_stops_itself_on_recovery_completed_handles_no_command(csys, persists):
+    # Akka: context.stop from the RecoveryCompleted handler; the commands stashed during recovery become dead
+    # letters, none reaches receiveCommand; what the handler persisted is written, its handler does not run.
+    # Without a persist pending, Reprise handed the command that started the actor to receive_command, and stopped
+    # it after that.
+    name = f"{'persist' if persists else 'stop'}-{next(_ids)}"
+    probe, path = csys.probe(name), f"/user/stopper/{name}"
+    before = csys.dead_letters().count
+    probe.tell(path, "first")
+    assert probe.receive(10) == "stopped"
+    probe.expect_no_message(0.2)
+    letters = wait_for(lambda: (d := csys.dead_letters()).count > before and d, 10)
+    assert "first" in [d.message for d in letters.recent if d.target == path]
+    with open_journal(csys.journal_db) as journal:
+        assert [r.payload for r in journal.replay_messages(path)] == (["rc"] if persists else [])
