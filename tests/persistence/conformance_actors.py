@@ -12,6 +12,7 @@ from persistence import (
     AtLeastOnceDelivery,
     PersistentActor,
     RecoveryCompleted,
+    ReplyToStrategy,
     SaveSnapshotSuccess,
     SnapshotOffer,
     UnconfirmedWarning,
@@ -308,3 +309,22 @@ class StopsOnRecovery(PersistentActor):
 
     def receive_command(self, message: Any, sender: str | None) -> None:
         self.tell(sender, ("handled", message))
+
+
+class Stasher(PersistentActor):
+    """"p" persists (a stashing barrier) and replies "persisted"; ("c", i) replies it. Stash settings: the system's."""
+
+    def receive_recover(self, event: Any) -> None:
+        pass
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if message == "p":
+            self.persist("e", lambda e: self.tell(sender, "persisted"))
+        else:
+            self.tell(sender, message)
+
+
+class ReplyingStasher(Stasher):
+    """A Stasher whose own overflow strategy wins over the system's."""
+
+    internal_stash_overflow_strategy = ReplyToStrategy("full")

@@ -25,7 +25,9 @@ from tests.persistence.conformance_actors import (
     Ledger,
     OfferRefuser,
     RejectionHook,
+    ReplyingStasher,
     SnapshottingSender,
+    Stasher,
     StopsOnRecovery,
     Warner,
 )
@@ -304,3 +306,27 @@ def test_an_actor_that_stops_itself_on_recovery_completed_handles_no_command(csy
     assert "first" in [d.message for d in letters.recent if d.target == path]
     with open_journal(csys.journal_db) as journal:
         assert [r.payload for r in journal.replay_messages(path)] == (["rc"] if persists else [])
+
+
+# ---- §2.7, §2.11: the internal stash's capacity and overflow strategy from the system's configuration -------
+
+
+def test_the_systems_stash_capacity_and_overflow_strategy_apply_unless_the_actor_sets_its_own(base, make_system,
+                                                                                               tmp_path):
+    # akka.actor.default-mailbox.stash-capacity and akka.persistence.internal-stash-overflow-strategy are
+    # config-level; an actor's own internalStashOverflowStrategy wins. Commands sent in one batch reach the actor
+    # while the barrier's persist is pending, so all but the first wait in the stash.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db", stash_capacity=2,
+                         internal_stash_overflow_strategy="drop")
+    system.spawn(Stasher, path="/user/stasher", entities=True)
+    system.spawn(ReplyingStasher, path="/user/replying", entities=True)
+    probe = system.probe()
+    before = system.dead_letters().count
+    system.tell_many([("/user/stasher/s", m) for m in ("p", ("c", 1), ("c", 2), ("c", 3), ("c", 4))], probe.path)
+    assert probe.receive_many(3, 10) == ["persisted", ("c", 1), ("c", 2)]
+    letters = wait_for(lambda: (d := system.dead_letters()).count >= before + 2 and d, 10)
+    assert [d.message for d in letters.recent if d.target == "/user/stasher/s"] == [("c", 3), ("c", 4)]
+    system.tell_many([("/user/replying/r", m) for m in ("p", ("c", 1), ("c", 2), ("c", 3), ("c", 4))], probe.path)
+    # (answered while the barrier is pending, before its handler's reply and the stashed commands' replies)
+    assert probe.receive_many(5, 10) == ["full", "full", "persisted", ("c", 1), ("c", 2)]
+    probe.expect_no_message(0.2)
