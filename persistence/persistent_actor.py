@@ -525,6 +525,11 @@ class PersistentActor(Actor):
                 raise RecoveryTimedOut(f"Recovery timed out, didn't get event within {timeout} s, highest "
                                        f"sequence number seen {self.last_sequence_nr}")
             self.last_sequence_nr = self._seq_alloc = max(highest, self.last_sequence_nr)
+            if self._stop_called:
+                # stop() in pre_start or receive_recover, Akka's context.stop: a stopped actor takes no more, so the
+                # RecoverySuccess (AtLeastOnceDelivery's resends) and RecoveryCompleted are never handled.
+                self._stopped_in_recovery()
+                return
             self._on_replay_success()
         except Exception as exc:
             self._recovery_failed(exc, event)
@@ -537,13 +542,16 @@ class PersistentActor(Actor):
             # commands that wait survive it. The host restarts actors from receive, hence the self-tell.
             self._failed_after_recovery = exc
             self._tell_self(_RestartAfterRecovery(exc))
-        if self._stop_called:
-            # stop() during recovery (pre_start, receive_recover, the RecoveryCompleted handler), Akka's context.stop:
-            # the actor stops now, writing what it persisted (not a failure), and takes no command: the one that
-            # started it is a dead letter (the host hands it over once this returns), as are the others after it.
+        if self._stop_called:  # stop() in the RecoveryCompleted handler
             self._failed_after_recovery = None
-            self.context.stop_entity(self, "stopped")
-            self._dead, self._dead_because = True, "stopped during recovery"
+            self._stopped_in_recovery()
+
+    def _stopped_in_recovery(self) -> None:
+        """stop() was called during recovery (Akka's context.stop): the actor stops now, writing what it persisted
+        (not a failure), and takes no command: the one that started it is a dead letter (the host hands it over
+        once recovery returns), as are those after it."""
+        self.context.stop_entity(self, "stopped")
+        self._dead, self._dead_because = True, "stopped during recovery"
 
     def _load_snapshot(self, pid: str, criteria: SnapshotSelectionCriteria) -> SelectedSnapshot | None:
         """The youngest loadable snapshot: an unreadable one is skipped for an older one (Akka's local store), and

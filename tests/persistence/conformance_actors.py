@@ -58,8 +58,8 @@ class SnapshottingSender(AtLeastOnceDelivery):
 
     ("deliver", destination, body) persists ("sent", destination, body), whose handler delivers (id, body);
     ("confirm", id) persists ("confirmed", id); "snap" saves get_delivery_snapshot(); "poison" persists an event
-    whose replay throws; "boom" restarts it; "unconfirmed" replies the unconfirmed ids. A SnapshotOffer goes to
-    set_delivery_snapshot. On RecoveryCompleted it tells ("completed", number_of_unconfirmed) to the destination
+    whose replay throws; "close" persists an event whose replay calls stop(); "boom" restarts it; "unconfirmed" replies
+    the unconfirmed ids. A SnapshotOffer goes to set_delivery_snapshot; a stop is reported "stopped". On RecoveryCompleted it tells ("completed", number_of_unconfirmed) to the destination
     named in its entity id's `~` suffix (after the post-replay burst, if Akka's order holds) and to its probe.
     """
 
@@ -97,11 +97,19 @@ class SnapshottingSender(AtLeastOnceDelivery):
             self.tell(self.probe, ("completed", self.number_of_unconfirmed))
         elif event == "poison":
             raise TestError("poison replayed")
+        elif event == "close":
+            self.stop()
         else:
             self._apply(event)
 
     def on_recovery_failure(self, cause: BaseException, event: Any | None) -> None:
         self.tell(self.probe, ("recovery failure", str(cause), self.number_of_unconfirmed))
+
+    def pre_restart(self, error: BaseException, message: Any) -> None:
+        pass  # (not post_stop: "stopped" reports a stop only)
+
+    def post_stop(self) -> None:
+        self.tell(self.probe, "stopped")
 
     def receive_command(self, message: Any, sender: str | None) -> None:
         if isinstance(message, tuple) and message[0] == "deliver":
@@ -114,6 +122,8 @@ class SnapshottingSender(AtLeastOnceDelivery):
             self.tell(self.probe, ("saved", message.metadata.sequence_nr))
         elif message == "poison":
             self.persist("poison", lambda e: self.tell(sender, "poisoned"))
+        elif message == "close":
+            self.persist("close", lambda e: self.tell(sender, "closed"))
         elif message == "unconfirmed":
             self.tell(sender, ("unconfirmed", tuple(self.unconfirmed_ids())))
         elif message == "boom":

@@ -139,6 +139,22 @@ def test_deliveries_from_a_snapshot_are_not_sent_when_recovery_then_fails(csys):
     dst.expect_no_message(0.5)
 
 
+def test_an_actor_stopped_while_replaying_sends_nothing_it_recorded_and_gets_no_recovery_completed(csys):
+    # Akka: context.stop from receiveRecover; the actor takes no more messages, so the rest of the replay, the
+    # RecoverySuccess (onReplaySuccess: the post-replay burst) and RecoveryCompleted are never handled. Reprise
+    # replayed on, resent every delivery it had recorded, told the RecoveryCompleted handler, then stopped.
+    probe, dst, path, to = _sender(csys)
+    probe.tell(path, ("deliver", to, "a"))
+    assert probe.receive(10) == ("delivered", 1)
+    assert dst.receive(10) == (1, "a")
+    probe.tell(path, "close")
+    assert probe.receive(10) == "closed"
+    probe.tell(path, "boom")
+    assert probe.receive(10) == "stopped"
+    probe.expect_no_message(0.3)
+    dst.expect_no_message(0.3)
+
+
 def test_deliveries_from_a_snapshot_confirmed_by_replayed_events_are_not_resent(csys):
     probe, dst, path, to = _sender(csys)
     probe.tell(path, ("deliver", to, "a"))
