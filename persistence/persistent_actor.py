@@ -567,7 +567,8 @@ class PersistentActor(Actor):
                 log.error("Error loading snapshot [%s] of persistenceId [%s] (attempt %d of %d): %s",
                           seq, pid, attempts, self.snapshot_max_load_attempts, exc)
                 if seq is None or seq <= criteria.min_sequence_nr or attempts >= self.snapshot_max_load_attempts:
-                    return self._no_snapshot_loaded(pid, exc)
+                    self._no_snapshot_loaded(pid, exc)
+                    return None
                 failure = exc
                 criteria = dataclasses.replace(criteria, max_sequence_nr=seq - 1)
                 continue
@@ -575,15 +576,16 @@ class PersistentActor(Actor):
                 # Every snapshot tried was unreadable and none older is left: as in Akka, the load fails. Taken for
                 # "no snapshot", recovery replayed only the events left, and those a snapshot covers are often
                 # deleted: a silently wrong state.
-                return self._no_snapshot_loaded(pid, failure)
+                self._no_snapshot_loaded(pid, failure)
+                return None
             return selected
 
     def _no_snapshot_loaded(self, pid: str, failure: Exception) -> None:
-        """No snapshot could be loaded: recovery fails with `failure`, unless snapshots are optional."""
-        if self.snapshot_is_optional:
-            log.info("No snapshot loaded for persistenceId [%s] (snapshot_is_optional): replaying all events", pid)
-            return None
-        raise failure
+        """No snapshot could be loaded: recovery fails with `failure`, unless snapshots are optional (then it returns,
+        and recovery replays all events)."""
+        if not self.snapshot_is_optional:
+            raise failure
+        log.info("No snapshot loaded for persistenceId [%s] (snapshot_is_optional): replaying all events", pid)
 
     def _on_replay_success(self) -> None:
         """Called after replay, before RecoveryCompleted (AtLeastOnceDelivery resends here)."""
