@@ -338,3 +338,9 @@ class ReplyingStasher(Stasher):
     """A Stasher whose own overflow strategy wins over the system's."""
 
     internal_stash_overflow_strategy = ReplyToStrategy("full")
+
+
+class OneAtATime(Warner):
+    """A Warner whose bursts resend one delivery at most (redelivery_burst_limit = 1)."""
+
+    redelivery_burst_limit = 1

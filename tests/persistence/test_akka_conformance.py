@@ -24,6 +24,7 @@ from persistence import (
 from tests.persistence.conformance_actors import (
     Ledger,
     OfferRefuser,
+    OneAtATime,
     RejectionHook,
     ReplyingStasher,
     SnapshottingSender,
@@ -45,6 +46,7 @@ def csys(base, make_system, tmp_path):
     system.spawn(SnapshottingSender, path="/user/sender", entities=True, kwargs={"client": system.prefix})
     system.spawn(Ledger, path="/user/ledger", entities=True, kwargs={"client": system.prefix})
     system.spawn(Warner, path="/user/warner", entities=True)
+    system.spawn(OneAtATime, path="/user/one", entities=True)
     system.spawn(RejectionHook, path="/user/rejecting", entities=True, kwargs={"client": system.prefix})
     system.spawn(StopsOnRecovery, path="/user/stopper", entities=True, kwargs={"client": system.prefix})
     system.snapshots_db = f"sqlite:///{tmp_path}/snapshots.db"
@@ -266,6 +268,20 @@ def test_with_warn_after_0_a_live_delivery_never_warns_and_a_recovered_one_warns
     assert set(before[:-1]) == {(1, "a")}, "no warning from the live sends"
     assert dst.receive(10) == ("warning", (1,)), "warned with the post-replay resend"
     assert [dst.receive(10) for _ in range(2)] == [(1, "a")] * 2
+
+
+def test_the_burst_after_replay_keeps_to_the_burst_limit_lowest_ids_first(csys):
+    # onReplaySuccess runs one redeliverOverdue: every recovered delivery is overdue, but at most
+    # redeliveryBurstLimit of them go, lowest ids first, before RecoveryCompleted; the rest go with the ticks.
+    probe, dst = csys.probe(), csys.probe()
+    path = f"/user/one/w99-{next(_ids)}"
+    for k, body in enumerate("ab", 1):
+        probe.tell(path, ("deliver", dst.path, body))
+        assert probe.receive(10) == ("deliver", k)
+    probe.tell(path, "boom")
+    before = _copies_until(dst, ("completed", 2))
+    assert before[-2] == (1, "a"), f"the burst sent {before[-2:]}, not the lowest id alone"
+    assert dst.receive(10) == (2, "b"), "the other one with the next tick"
 
 
 # ---- §1.2, §2.3, §2.11: defaults ------------------------------------------------------------------------
