@@ -1,5 +1,5 @@
 """Conformance with Akka's PersistentActor and AtLeastOnceDelivery where the reference is exact and no other
-test pins it (reference akka-persistence.md §1.7, §1.8, §2.2), on both bases."""
+test pins it (reference §1.2, §1.6-1.8, §2.2, §2.6, §2.7, §3.3), on both bases."""
 
 from __future__ import annotations
 
