@@ -1522,3 +1522,12 @@ class Probe:
     def tell(self, path: str, message: object) -> None:
         """Send a message whose sender is this probe (so replies come here)."""
         self.system.tell(path, message, sender=self.path)
+
+    def close(self) -> None:
+        """Stop listening: what arrives for this probe from now on is dropped, and what waits is discarded.
+
+        A long-lived client that makes a probe per piece of work (a Spark worker's cached connection, one per
+        task) must close each: an open one keeps its path and its mailbox, with late replies queued, for the
+        client's life."""
+        self.system._listening_paths.discard(self.path)
+        self.system._mailbox.pop(self.path, None)

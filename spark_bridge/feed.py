@@ -323,8 +323,16 @@ class _Publisher:
 
     def finish(self) -> tuple[int, str, int, int, int, str]:
         """Wait for the last batches: Spark's commit message (partition, attempt, rows, duplicates, dead, bridge)."""
-        self.settle(0)
+        try:
+            self.settle(0)
+        finally:
+            self.close()
         return self.partition, self.attempt, self.rows, self.duplicates, self.dead, self.bridge
+
+    def close(self) -> None:
+        """Close the task's probe (idempotent): the worker's connection is kept for its next tasks, and an open
+        probe kept its path and mailbox (answers to resends arriving late) for the worker's life, one per task."""
+        self.probe.close()
 
 
 def _attempt(plan: _Plan) -> tuple[int, str]:
@@ -385,23 +393,27 @@ def stage_rows(plan: _Plan, rows: Iterable[Row]) -> Iterator[tuple[int, str, int
             raise _unserializable_column(bodies, exc) from None
         pub.send(batch_no, paths, bodies, None, keys)
 
-    batch_no = 0
-    for row in rows:
-        if template is not None:
-            paths.extend(template.render([[row[c]] for c in template.columns], 1))
-        else:
-            paths.append(row[plan.to] if isinstance(plan.to, str) else plan.to(row))  # type: ignore[operator]
-        bodies.append(row.asDict(recursive=True) if plan.message is None else plan.message(row))
-        if keys is not None:
-            keys.append(row[plan.key])
-        if len(paths) >= plan.batch_size:
+    try:  # (a task that fails closes its probe too: see _Publisher.close)
+        batch_no = 0
+        for row in rows:
+            if template is not None:
+                paths.extend(template.render([[row[c]] for c in template.columns], 1))
+            else:
+                paths.append(row[plan.to] if isinstance(plan.to, str) else plan.to(row))  # type: ignore[operator]
+            bodies.append(row.asDict(recursive=True) if plan.message is None else plan.message(row))
+            if keys is not None:
+                keys.append(row[plan.key])
+            if len(paths) >= plan.batch_size:
+                flush(batch_no)
+                batch_no += 1
+                paths, bodies = [], []
+                keys = [] if keys is not None else None
+        if paths:
             flush(batch_no)
-            batch_no += 1
-            paths, bodies = [], []
-            keys = [] if keys is not None else None
-    if paths:
-        flush(batch_no)
-    yield pub.finish()
+        result = pub.finish()
+    finally:
+        pub.close()
+    yield result
 
 
 def stage_arrow(plan: _Plan, batches: Iterable[pa.RecordBatch], feed_id: str | None = None,
@@ -425,25 +437,28 @@ def stage_arrow(plan: _Plan, batches: Iterable[pa.RecordBatch], feed_id: str | N
         _check_paths(paths)
         return paths
 
-    for rb in batches:
-        if columns is None:
-            columns = tuple(rb.schema.names)
-            if template is not None:
-                placeholders = [columns.index(c) for c in template.columns]
-            else:
-                to = columns.index(cast(str, plan.to))
-            key = columns.index(plan.key) if plan.key is not None else -1
-            pending = [[] for _ in columns]
-        for col, values in zip(pending, rb.columns, strict=True):
-            col.extend(values.to_pylist())
-        while len(pending[0]) >= size:
-            values = [c[:size] for c in pending]
-            pending = [c[size:] for c in pending]
-            pub.send(batch_no, paths_of(values), values, columns, values[key] if key >= 0 else None)
-            batch_no += 1
-    if pending and pending[0]:
-        pub.send(batch_no, paths_of(pending), pending, columns, pending[key] if key >= 0 else None)
-    return pub.finish()
+    try:  # (a task that fails closes its probe too: see _Publisher.close)
+        for rb in batches:
+            if columns is None:
+                columns = tuple(rb.schema.names)
+                if template is not None:
+                    placeholders = [columns.index(c) for c in template.columns]
+                else:
+                    to = columns.index(cast(str, plan.to))
+                key = columns.index(plan.key) if plan.key is not None else -1
+                pending = [[] for _ in columns]
+            for col, values in zip(pending, rb.columns, strict=True):
+                col.extend(values.to_pylist())
+            while len(pending[0]) >= size:
+                values = [c[:size] for c in pending]
+                pending = [c[size:] for c in pending]
+                pub.send(batch_no, paths_of(values), values, columns, values[key] if key >= 0 else None)
+                batch_no += 1
+        if pending and pending[0]:
+            pub.send(batch_no, paths_of(pending), pending, columns, pending[key] if key >= 0 else None)
+        return pub.finish()
+    finally:
+        pub.close()
 
 
 def _stage_arrow_batches(plan: _Plan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
