@@ -49,6 +49,7 @@ XOR acker (acker.py): ack="processed" feeds are told when theirs is complete.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections import OrderedDict
 from collections.abc import Hashable
@@ -130,6 +131,13 @@ KEPT_RUNS = 10_000
 KEPT_DISCARDED = 100_000
 """Discarded runs it remembers, to refuse their late Release: more, since forgetting one would let a late
 Release pass as a new run releasing nothing (rare, and small: a dead driver's run id)."""
+KEPT_MICRO_BATCHES = 100
+"""Released micro-batches the bridge remembers per stream (feed ids f"{feed id or query id}/{batch id}"), the
+newest by batch id: Spark replays only a query's newest micro-batch (the one its commit log lacks), and keeps the
+offsets of its last `spark.sql.streaming.minBatchesToRetain` (100) batches only."""
+KEPT_STREAM_BATCHES = 100_000
+"""Released micro-batches remembered over all streams: past it, the streams that released least recently are
+forgotten whole (a query that keeps a new query id, without a checkpoint, is a new stream each start)."""
 RESTAGE_RATIO = 8
 """A staged batch is written again (BatchRestaged) once its run holds the journal's pruning back by this many
 events per batch of the run written again (see SparkBridge._restage_held)."""
@@ -277,6 +285,9 @@ class SparkBridge(AtLeastOnceDelivery):
     backlog_in_memory: int = 400_000
     """Rows of backlog kept in memory; later batches are read back from the journal when their turn comes."""
     snapshot_every: int = 500
+    kept_micro_batches: int = KEPT_MICRO_BATCHES
+    kept_stream_batches: int = KEPT_STREAM_BATCHES
+    """Released micro-batches remembered per stream, and over all streams (see KEPT_MICRO_BATCHES)."""
     """Stored batches between snapshots."""
     prune_journal: bool = True
     """After each snapshot, delete the events recovery needs no more: every event up to the snapshot before it,
@@ -340,6 +351,12 @@ class SparkBridge(AtLeastOnceDelivery):
         # feed ids with batches delivered at once (no attempt: fed by a version before staging, or a client speaking
         # its protocol): no partition of theirs counts as released, so an unkeyed rerun is refused (FedBeforeStaging)
         self._unstaged: set[str] = set()
+        # stream (a micro-batch feed id's part before its last "/") -> the batch ids of its micro-batches whose release
+        # is remembered (in _released, _decided, _keys), ascending; streams in the order they last released one. Only
+        # the newest kept_micro_batches of each, kept_stream_batches in all (_remember_micro_batch): a stream's every
+        # micro-batch is a feed id, so they grew the bridge (and each snapshot) by one per micro-batch for good.
+        self._streams: OrderedDict[str, list[int]] = OrderedDict()
+        self._stream_batches = 0
         # f"{feed}/{run}" released -> (rows discarded, duplicates skipped): its FeedReleased's, for a repeat's answer
         self._runs: OrderedDict[str, tuple[int, int]] = OrderedDict()
         # f"{feed}/{run}" discarded -> (reason, idle seconds) as in AttemptsDiscarded: a late Release is refused
@@ -477,6 +494,8 @@ class SparkBridge(AtLeastOnceDelivery):
         self._ahead = set(s.confirmed_ahead)
         self._forwarded = {o: SeenIds(low, ranges) for o, (low, ranges) in s.forwarded.items()}
         self._feeds = OrderedDict((f, list(c)) for f, c in s.feeds.items())
+        for feed_id in [*self._released, *self._decided]:  # (a snapshot of an older version may hold more: trimmed)
+            self._remember_micro_batch(feed_id)
 
     def _snapshot(self) -> BridgeSnapshot:
         return BridgeSnapshot(
@@ -510,14 +529,18 @@ class SparkBridge(AtLeastOnceDelivery):
         idle), `staged_ttl_seconds` (0: off), `staged_expired` (runs discarded by the TTL since it began),
         `staged_plan_asks` (a node bridge's questions to the coordinator about idle runs since it began),
         `journal_pruned_to` (the sequence nr up to which this incarnation deleted the bridge's events; 0: none),
-        `staged_restaged` (staged batches this incarnation wrote again because they held the pruning back)."""
+        `staged_restaged` (staged batches this incarnation wrote again because they held the pruning back),
+        `feed_ids_remembered` (feed ids whose released partitions it keeps, to skip them in a rerun or replay) and
+        `feed_keys_remembered` (the keys of keyed feeds it keeps, to deliver each once)."""
         runs = self.staged_runs()
         return {**super().stats(), "feed_rows": self._rows_in, "staged_runs": len(runs),
                 "staged_batches": sum(r.batches for r in runs), "staged_rows": sum(r.rows for r in runs),
                 "staged_idle_seconds": int(max((r.idle_seconds for r in runs), default=0)),
                 "staged_ttl_seconds": int(self.staged_ttl or 0), "staged_expired": self._expired,
                 "staged_plan_asks": self._plan_asks, "journal_pruned_to": self._pruned_to,
-                "staged_restaged": self._restaged_count}
+                "staged_restaged": self._restaged_count,
+                "feed_ids_remembered": len(self._released.keys() | self._decided.keys()),
+                "feed_keys_remembered": sum(map(len, self._keys.values()))}
 
     def staged_runs(self) -> list[StagedRun]:
         """The runs with staged batches (neither released nor discarded), the longest idle first."""
@@ -908,6 +931,7 @@ class SparkBridge(AtLeastOnceDelivery):
             self._unkeyed.add(feed_id)
         self._next_id = max(self._next_id, next_id)
         self._remember_run(f"{feed_id}/{run}", discarded, sum(len(b.skipped) for b in batches))
+        self._remember_micro_batch(feed_id)
         return batches, discarded
 
     def _released_now(self, batches: list[_Staged], m: Release, reply: FeedReleased) -> None:
@@ -1215,6 +1239,44 @@ class SparkBridge(AtLeastOnceDelivery):
         self._plans[f"{event.feed_id}/{event.run}"] = event
         while len(self._plans) > KEPT_PLANS:
             self._plans.popitem(last=False)
+        self._remember_micro_batch(event.feed_id)
+
+    def _remember_micro_batch(self, feed_id: str) -> None:
+        """Note a stream's micro-batch released (or decided); forget the releases of its micro-batches older than
+        its newest `kept_micro_batches`, and of the streams that released least recently past `kept_stream_batches`.
+
+        Spark replays only a query's newest micro-batch, so what a forgotten one released is never asked again; were
+        one replayed all the same, its rows would be delivered again (README: the Spark bridge). The same on replay
+        and live: the same events forget the same feed ids. A batch feed id (no "/") is kept, as documented."""
+        stream, _, tail = feed_id.rpartition("/")
+        if not stream or not tail.isdigit() or tail != str(int(tail)):
+            return  # (a batch feed id, or not Spark's f"{base}/{batch id}": kept)
+        batch_id = int(tail)
+        kept = self._streams.get(stream)
+        if kept is None:
+            kept = self._streams[stream] = []
+        else:
+            self._streams.move_to_end(stream)
+        if kept and kept[-1] == batch_id or batch_id in kept:  # (its other bridges', or a repeat: noted once)
+            return
+        bisect.insort(kept, batch_id)
+        self._stream_batches += 1
+        while len(kept) > self.kept_micro_batches:
+            self._forget_feed(f"{stream}/{kept.pop(0)}")
+            self._stream_batches -= 1
+        while self._stream_batches > self.kept_stream_batches:
+            oldest, batch_ids = self._streams.popitem(last=False)
+            for b in batch_ids:
+                self._forget_feed(f"{oldest}/{b}")
+            self._stream_batches -= len(batch_ids)
+
+    def _forget_feed(self, feed_id: str) -> None:
+        """Forget which partitions and keys `feed_id` released: a run of it is a new one from now on."""
+        self._released.pop(feed_id, None)
+        self._decided.pop(feed_id, None)
+        self._keys.pop(feed_id, None)
+        self._partitions.pop(feed_id, None)
+        self._unkeyed.discard(feed_id)
 
     def _record_partitions(self, feed_id: str, partitions: int) -> None:
         """Remember the partition count of a batch feed id's first run released (or decided) that said it."""

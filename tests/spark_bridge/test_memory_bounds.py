@@ -10,8 +10,12 @@ import os
 
 import pytest
 
-from spark_bridge import BRIDGE_PATH, start_bridge
+import actors
+from spark_bridge import BRIDGE_PATH, SparkBridge, start_bridge
+from spark_bridge.bridge import KEPT_MICRO_BATCHES
 from spark_bridge.feed import _connection, _connections, _Publisher, make_plan
+from spark_bridge.messages import BatchAccepted, FeedReleased, IngestBatch, Release
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -40,3 +44,108 @@ def test_a_worker_s_cached_connection_keeps_no_probe_of_a_finished_task(make_sys
     finally:
         _connections.pop((os.getpid(), "127.0.0.1", int(system.admin_port)), None)
         worker.close()
+
+
+class SnapshotOften(SparkBridge):
+    """A bridge that snapshots every 20 stored batches: a restart recovers from a snapshot and the events after."""
+
+    snapshot_every = 20
+
+
+def _release(system: actors.System, probe: actors.Probe, feed_id: str, run: str, key: str | None) -> FeedReleased:
+    """Stage one row of `feed_id` (to account a0, keyed by `key` if one) under `run` and release it, as a task and
+    a driver do; the FeedReleased."""
+    system.tell(BRIDGE_PATH, IngestBatch(feed_id, 0, 0, ["/user/accounts/a0"], [{"amount": 1, "txid": feed_id}],
+                                         probe.path, keys=None if key is None else [key], attempt=f"{run}/1"))
+    assert isinstance(probe.receive(10), BatchAccepted)
+    system.tell(BRIDGE_PATH, Release(feed_id, run, [[0, f"{run}/1"]], probe.path, partitions=1, keyed=key is not None))
+    reply = probe.receive(10)
+    assert isinstance(reply, FeedReleased), reply
+    return reply
+
+
+def _micro_batch(system: actors.System, probe: actors.Probe, stream: str, batch_id: int, keyed: bool) -> FeedReleased:
+    """Micro-batch `batch_id` of `stream` (one row), staged and released."""
+    return _release(system, probe, f"{stream}/{batch_id}", f"run{batch_id}", f"k{batch_id}" if keyed else None)
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "keyed"])
+def test_a_stream_s_released_micro_batches_are_remembered_for_its_newest_batches_only(base, make_system, tmp_path,
+                                                                                        keyed):
+    """A streaming query feeds each micro-batch as its own feed id, f"{query}/{batch id}": the bridge kept every
+    one's released partitions (and, keyed, every key of every micro-batch) in memory and in each snapshot for good:
+    a query feeding every minute grew it by 525,600 feed ids a year. Spark replays only a query's newest micro-batch
+    (the one not yet in its commit log) and keeps the offsets of its last `minBatchesToRetain` (100) only: the bridge
+    keeps the newest KEPT_MICRO_BATCHES of each stream, and still refuses to deliver a replay of the newest again,
+    also after a restart (snapshot and journal)."""
+    from tests.spark_bridge.sample import Account, Balance, GetBalance
+
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db",
+                         snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+    system.spawn(Account, path="/user/accounts", entities=True)
+    system.spawn(SnapshotOften, path=BRIDGE_PATH)
+    probe = system.probe("driver")
+    n = KEPT_MICRO_BATCHES + 60
+    for batch_id in range(n):
+        _micro_batch(system, probe, "q", batch_id, keyed)
+    kept = counters(system)
+    assert kept["feed_ids_remembered"] == KEPT_MICRO_BATCHES, kept
+    assert kept["feed_keys_remembered"] == (KEPT_MICRO_BATCHES if keyed else 0), kept
+    wait_for(lambda: system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(n, n, 0), timeout=60)
+    # The newest micro-batch replayed after a restart (another run of the same feed id) delivers nothing again.
+    system.stop(BRIDGE_PATH)
+    system.spawn(SnapshotOften, path=BRIDGE_PATH)
+    assert counters(system)["feed_ids_remembered"] == KEPT_MICRO_BATCHES
+    feed_id, run = f"q/{n - 1}", "replay"
+    system.tell(BRIDGE_PATH, IngestBatch(feed_id, 0, 0, ["/user/accounts/a0"], [{"amount": 1, "txid": feed_id}],
+                                         probe.path, keys=[f"k{n - 1}"] if keyed else None, attempt=f"{run}/1"))
+    # (its row a duplicate when staged: unkeyed, its partition is done; keyed, its key was released)
+    assert probe.receive(10) == BatchAccepted(feed_id, 0, 0, 1)
+    system.tell(BRIDGE_PATH, Release(feed_id, run, [[0, f"{run}/1"]], probe.path, partitions=1, keyed=keyed))
+    assert probe.receive(10) == FeedReleased(feed_id, run, 0)
+    _micro_batch(system, probe, "q", n, keyed)  # (the stream goes on)
+    wait_for(lambda: system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(n + 1, n + 1, 0),
+             timeout=60)
+    assert counters(system)["feed_ids_remembered"] == KEPT_MICRO_BATCHES
+
+
+def counters(system: actors.System) -> dict[str, int]:
+    return system.status().hosts[BRIDGE_PATH].counters
+
+
+class KeepsFew(SparkBridge):
+    """A bridge that remembers 5 micro-batches per stream and 12 in all."""
+
+    kept_micro_batches = 5
+    kept_stream_batches = 12
+
+
+def test_past_the_bound_over_all_streams_the_least_recent_stream_is_forgotten_whole(base, make_system, tmp_path):
+    """Queries started without their checkpoint get a new query id each time: a new stream. Past
+    `kept_stream_batches` in all, the streams that released least recently are forgotten whole; a batch feed id is
+    never forgotten (its reruns are skipped, as documented)."""
+    from tests.spark_bridge.sample import Account
+
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db",
+                         snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+    system.spawn(Account, path="/user/accounts", entities=True)
+    system.spawn(KeepsFew, path=BRIDGE_PATH)
+    probe = system.probe("driver")
+    _release(system, probe, "daily-1", "run0", None)  # a batch feed id: never forgotten
+    for batch_id in range(7):
+        _micro_batch(system, probe, "q1", batch_id, keyed=False)
+    assert counters(system)["feed_ids_remembered"] == 1 + 5  # q1/2 .. q1/6
+    for batch_id in range(5):
+        _micro_batch(system, probe, "q2", batch_id, keyed=False)
+    assert counters(system)["feed_ids_remembered"] == 1 + 10
+    _micro_batch(system, probe, "q1", 7, keyed=False)  # q1 released last: q2 is now the least recent
+    for batch_id in range(3):
+        _micro_batch(system, probe, "q3", batch_id, keyed=False)
+    # past 12: q2 forgotten whole; 5 of q1 and 3 of q3 kept, and the batch feed id
+    assert counters(system)["feed_ids_remembered"] == 1 + 5 + 3, counters(system)
+    # A forgotten micro-batch is a new feed id again (Spark never replays it): its row would be delivered.
+    assert _micro_batch(system, probe, "q2", 4, keyed=False) == FeedReleased("q2/4", "run4", 0)
+    # The batch feed id is still known: its rerun delivers nothing again.
+    system.tell(BRIDGE_PATH, IngestBatch("daily-1", 0, 0, ["/user/accounts/a0"], [{"amount": 1, "txid": "x"}],
+                                         probe.path, attempt="rerun/1"))
+    assert probe.receive(10) == BatchAccepted("daily-1", 0, 0, 1)
