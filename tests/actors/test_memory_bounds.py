@@ -1,0 +1,37 @@
+"""Per-process structures that must grow with live state, not with how many clients came and went."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+_DIE_ATTACHED = """
+import os, sys
+import actors
+system = actors.connect(int(sys.argv[1]))
+system.probe("task")  # (a probe publishes the client's route, as a Spark task's does)
+print(system.prefix, flush=True)
+os._exit(0)  # (as pyspark's forked workers end, and as one is killed: no close, no atexit)
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="actors/guardian.py keeps a client's temp route until a message to it bounces")
+def test_the_routes_of_clients_that_died_attached_do_not_stay_in_the_directory(make_system):
+    """A client that attaches and makes a probe registers its /temp route with the guardian, published to every host
+    in each DirectoryUpdate; `close()` unregisters it. A process that ends without closing (a Spark Python worker:
+    pyspark's forked workers end with os._exit, and idle ones are killed after a minute) left its route in the
+    guardian's directory for good unless something sent to it later bounced: one route per worker process that ever
+    attached, in the directory every host and client holds."""
+    system = make_system("multiproc")
+    prefixes = []
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-c", _DIE_ATTACHED, str(system.admin_port)], capture_output=True,
+                             text=True, timeout=60, check=True)
+        prefixes.append(out.stdout.strip())
+    system._refresh()  # (the directory as the guardian has it now)
+    left = [p for p in prefixes if p in system._router.routes]
+    assert not left, f"{len(left)} routes of dead clients still in the directory"
