@@ -35,3 +35,24 @@ def test_the_routes_of_clients_that_died_attached_do_not_stay_in_the_directory(m
     system._refresh()  # (the directory as the guardian has it now)
     left = [p for p in prefixes if p in system._router.routes]
     assert not left, f"{len(left)} routes of dead clients still in the directory"
+
+
+@pytest.mark.xfail(strict=True, reason="actors/guardian.py appends every SubscribeDeadLetters to a list, never removed")
+def test_subscribing_the_same_path_to_dead_letters_again_keeps_one_subscription(system):
+    """The guardian keeps dead-letter subscribers in a list it only appends to: a path subscribed again (a monitor
+    that subscribes each time it attaches) is kept once more, gets every letter once more, and each letter costs a
+    look-up per entry; subscribers of clients long gone stay too. Errors subscribers are kept once per path."""
+    from actors.messages import DeadLetter
+    from tests.actors.sample import Echo, Ping
+
+    probe = system.probe()
+    for _ in range(3):
+        system.subscribe_dead_letters(probe.path)
+    system.dead_letters()  # (the subscriptions have reached the guardian)
+    system.spawn(Echo, "/user/echo")
+    system.tell("/user/echo", ("fwd", "/user/ghost", Ping(2)), sender="/user/echo")
+    system.tell("/user/echo", ("fwd", "/user/ghost", Ping(3)), sender="/user/echo")
+    # (the guardian sends its letters to the probe in order: a second copy of the first would come before the next)
+    letters = [probe.receive(timeout=5), probe.receive(timeout=5)]
+    assert all(isinstance(letter, DeadLetter) for letter in letters)
+    assert [letter.message for letter in letters] == [Ping(2), Ping(3)]
