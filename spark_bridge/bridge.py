@@ -288,6 +288,12 @@ class SparkBridge(AtLeastOnceDelivery):
     kept_micro_batches: int = KEPT_MICRO_BATCHES
     kept_stream_batches: int = KEPT_STREAM_BATCHES
     """Released micro-batches remembered per stream, and over all streams (see KEPT_MICRO_BATCHES)."""
+    kept_feed_ids: int | None = None
+    """Batch feed ids whose released partitions (and keys) the bridge remembers, the first released longest ago
+    forgotten first; None: every one, for good (a rerun of any feed id ever released delivers nothing again). Each
+    costs a few hundred bytes of memory and ~70 bytes of every snapshot, and a keyed one its keys (~17 bytes each in
+    a snapshot): a system fed under a new feed id every minute for months wants a bound, past which a rerun of a
+    forgotten feed id delivers its rows again."""
     """Stored batches between snapshots."""
     prune_journal: bool = True
     """After each snapshot, delete the events recovery needs no more: every event up to the snapshot before it,
@@ -353,10 +359,12 @@ class SparkBridge(AtLeastOnceDelivery):
         self._unstaged: set[str] = set()
         # stream (a micro-batch feed id's part before its last "/") -> the batch ids of its micro-batches whose release
         # is remembered (in _released, _decided, _keys), ascending; streams in the order they last released one. Only
-        # the newest kept_micro_batches of each, kept_stream_batches in all (_remember_micro_batch): a stream's every
+        # the newest kept_micro_batches of each, kept_stream_batches in all (_remember_feed): a stream's every
         # micro-batch is a feed id, so they grew the bridge (and each snapshot) by one per micro-batch for good.
         self._streams: OrderedDict[str, list[int]] = OrderedDict()
         self._stream_batches = 0
+        # batch feed ids released (or decided), first released first: only with kept_feed_ids (_remember_batch_feed)
+        self._batch_feeds: OrderedDict[str, None] = OrderedDict()
         # f"{feed}/{run}" released -> (rows discarded, duplicates skipped): its FeedReleased's, for a repeat's answer
         self._runs: OrderedDict[str, tuple[int, int]] = OrderedDict()
         # f"{feed}/{run}" discarded -> (reason, idle seconds) as in AttemptsDiscarded: a late Release is refused
@@ -495,7 +503,7 @@ class SparkBridge(AtLeastOnceDelivery):
         self._forwarded = {o: SeenIds(low, ranges) for o, (low, ranges) in s.forwarded.items()}
         self._feeds = OrderedDict((f, list(c)) for f, c in s.feeds.items())
         for feed_id in [*self._released, *self._decided]:  # (a snapshot of an older version may hold more: trimmed)
-            self._remember_micro_batch(feed_id)
+            self._remember_feed(feed_id)
 
     def _snapshot(self) -> BridgeSnapshot:
         return BridgeSnapshot(
@@ -931,7 +939,7 @@ class SparkBridge(AtLeastOnceDelivery):
             self._unkeyed.add(feed_id)
         self._next_id = max(self._next_id, next_id)
         self._remember_run(f"{feed_id}/{run}", discarded, sum(len(b.skipped) for b in batches))
-        self._remember_micro_batch(feed_id)
+        self._remember_feed(feed_id)
         return batches, discarded
 
     def _released_now(self, batches: list[_Staged], m: Release, reply: FeedReleased) -> None:
@@ -1239,18 +1247,21 @@ class SparkBridge(AtLeastOnceDelivery):
         self._plans[f"{event.feed_id}/{event.run}"] = event
         while len(self._plans) > KEPT_PLANS:
             self._plans.popitem(last=False)
-        self._remember_micro_batch(event.feed_id)
+        self._remember_feed(event.feed_id)
 
-    def _remember_micro_batch(self, feed_id: str) -> None:
+    def _remember_feed(self, feed_id: str) -> None:
         """Note a stream's micro-batch released (or decided); forget the releases of its micro-batches older than
         its newest `kept_micro_batches`, and of the streams that released least recently past `kept_stream_batches`.
 
         Spark replays only a query's newest micro-batch, so what a forgotten one released is never asked again; were
         one replayed all the same, its rows would be delivered again (README: the Spark bridge). The same on replay
-        and live: the same events forget the same feed ids. A batch feed id (no "/") is kept, as documented."""
+        and live: the same events forget the same feed ids. A batch feed id (no "/") is kept, as documented, unless
+        `kept_feed_ids` says how many to keep."""
         stream, _, tail = feed_id.rpartition("/")
         if not stream or not tail.isdigit() or tail != str(int(tail)):
-            return  # (a batch feed id, or not Spark's f"{base}/{batch id}": kept)
+            if self.kept_feed_ids is not None:  # (a batch feed id, or not Spark's f"{base}/{batch id}")
+                self._remember_batch_feed(feed_id)
+            return
         batch_id = int(tail)
         kept = self._streams.get(stream)
         if kept is None:
@@ -1269,6 +1280,16 @@ class SparkBridge(AtLeastOnceDelivery):
             for b in batch_ids:
                 self._forget_feed(f"{oldest}/{b}")
             self._stream_batches -= len(batch_ids)
+
+    def _remember_batch_feed(self, feed_id: str) -> None:
+        """Note a batch feed id released (or decided); past `kept_feed_ids`, forget the one first released longest
+        ago: a rerun of it is a new feed from then on, and delivers its rows again."""
+        batch_feeds = self._batch_feeds
+        if feed_id in batch_feeds:
+            return
+        batch_feeds[feed_id] = None
+        while len(batch_feeds) > cast(int, self.kept_feed_ids):
+            self._forget_feed(batch_feeds.popitem(last=False)[0])
 
     def _forget_feed(self, feed_id: str) -> None:
         """Forget which partitions and keys `feed_id` released: a run of it is a new one from now on."""

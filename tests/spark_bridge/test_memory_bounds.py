@@ -149,3 +149,47 @@ def test_past_the_bound_over_all_streams_the_least_recent_stream_is_forgotten_wh
     system.tell(BRIDGE_PATH, IngestBatch("daily-1", 0, 0, ["/user/accounts/a0"], [{"amount": 1, "txid": "x"}],
                                          probe.path, attempt="rerun/1"))
     assert probe.receive(10) == BatchAccepted("daily-1", 0, 0, 1)
+
+
+class KeepsThreeFeeds(SparkBridge):
+    """A bridge that remembers the releases of 3 batch feed ids, and snapshots every 2 stored batches."""
+
+    kept_feed_ids = 3
+    snapshot_every = 2
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "keyed"])
+def test_kept_feed_ids_bounds_the_batch_feed_ids_remembered_the_first_released_forgotten_first(
+        base, make_system, tmp_path, keyed):
+    """A system fed under a new batch feed id every minute kept every one's released partitions (and keys) for good:
+    ~70 bytes of every snapshot each, and ~17 a key. `kept_feed_ids` bounds them: a rerun of one still kept delivers
+    nothing again, one of a forgotten feed id is a new feed. The same after a restart."""
+    from tests.spark_bridge.sample import Account
+
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db",
+                         snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+    system.spawn(Account, path="/user/accounts", entities=True)
+    system.spawn(KeepsThreeFeeds, path=BRIDGE_PATH)
+    probe = system.probe("driver")
+    for n in range(5):
+        _release(system, probe, f"daily-{n}", "run1", "k" if keyed else None)
+    assert counters(system)["feed_ids_remembered"] == 3
+    assert counters(system)["feed_keys_remembered"] == (3 if keyed else 0)
+
+    def rerun(feed_id: str, run: str) -> int:
+        """The duplicates of the one batch of a rerun of `feed_id` (a new run)."""
+        system.tell(BRIDGE_PATH, IngestBatch(feed_id, 0, 0, ["/user/accounts/a0"], [{"amount": 1, "txid": run}],
+                                             probe.path, keys=["k"] if keyed else None, attempt=f"{run}/1"))
+        accepted = probe.receive(10)
+        assert isinstance(accepted, BatchAccepted), accepted
+        system.tell(BRIDGE_PATH, Release(feed_id, run, [[0, f"{run}/1"]], probe.path, partitions=1, keyed=keyed))
+        assert isinstance(probe.receive(10), FeedReleased)
+        return accepted.duplicates
+
+    assert rerun("daily-4", "run2") == 1  # kept: nothing again
+    assert rerun("daily-0", "run3") == 0  # forgotten: a new feed (and now the newest kept)
+    system.stop(BRIDGE_PATH)
+    system.spawn(KeepsThreeFeeds, path=BRIDGE_PATH)
+    assert counters(system)["feed_ids_remembered"] == 3
+    assert rerun("daily-3", "run4") == 1 and rerun("daily-0", "run5") == 1  # (daily-2 went when daily-0 came back)
+    assert rerun("daily-2", "run6") == 0
