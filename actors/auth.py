@@ -166,8 +166,11 @@ def use_secret(secret: bytes) -> None:
     global _signing
     if len(secret) < 16:
         raise ValueError("an actor-system secret must be at least 16 bytes")
-    if secret not in _accepted:
-        _accepted.append(secret)
+    # First: every received frame is checked against the accepted secrets in order, and a client attached again
+    # after each restart of its system (a new secret each start) checked each frame against every earlier one first.
+    if secret in _accepted:
+        _accepted.remove(secret)
+    _accepted.insert(0, secret)
     _signing = secret
     apply()
 
