@@ -138,7 +138,10 @@ class DurableDelivery(AtLeastOnceDelivery):
         if n and not self._recovery_running:
             if not self._journaling:
                 self._start_journaling()
-            self._confirmed_up_to = max(self._confirmed_up_to, delivery_id)
+            # Journaled as at most the newest id now: the round's DeliveriesSent is replayed before its
+            # DeliveriesConfirmed, so an up_to above it would also confirm, on replay, a delivery made after this
+            # call in the same round (a higher id, unconfirmed live): after a restart it was never redelivered.
+            self._confirmed_up_to = max(self._confirmed_up_to, min(delivery_id, self._delivery_seq))
         return n
 
     def _confirm_many(self, delivery_ids: Sequence[int]) -> None:
