@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from persistence import DurableDelivery, RecoveryCompleted
-from tests.persistence.compact_fixtures import Parcel
+from persistence import DurableDelivery, IdempotentReceiver, RecoveryCompleted, SnapshotOffer
+from tests.persistence.compact_fixtures import Parcel, Unstorable
 
 
 class UpToShipper(DurableDelivery):
@@ -31,4 +31,79 @@ class UpToShipper(DurableDelivery):
         self.defer_async(delivery_id, lambda i: self.tell(sender, ("delivered", i)))
 
 
-__all__ = ["RecoveryCompleted", "UpToShipper"]
+__all__ = ["ModelReceiver", "ModelShipper", "RecoveryCompleted", "UpToShipper"]
+
+
+class ModelReceiver(IdempotentReceiver):
+    """("batch", ((origin, delivery id, payload), ...), snap_at): persist_applied of each in one turn (one
+    AppliedBatch per group commit; a payload "bad..." is applied as an Unstorable event, which the journal rejects); the handler of the application that makes `len(applied)` one of `snap_at`
+    saves a snapshot (Akka's pattern: from the persist handler); replies ("done", fresh flags) once all of the
+    turn's writes are durable. "applied": the payloads applied, in order."""
+
+    def pre_start(self) -> None:
+        self.applied: list[str] = []
+
+    def receive_recover(self, event: Any) -> None:
+        if isinstance(event, SnapshotOffer):
+            self.applied = list(event.snapshot)
+        elif isinstance(event, str):
+            self.applied.append(event)
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if message == "applied":
+            self.tell(sender, tuple(self.applied))
+            return
+        _, items, snap_at = message
+
+        def applied(event: str) -> None:
+            self.applied.append(event)
+            if len(self.applied) in snap_at:
+                self.save_snapshot(tuple(self.applied))
+
+        fresh = [self.persist_applied(origin, delivery_id,
+                                      Unstorable(delivery_id, payload) if payload.startswith("bad") else payload, applied)
+                 for origin, delivery_id, payload in items]
+        self.defer_async(tuple(fresh), lambda f: self.tell(sender, ("done", f)))
+
+
+class ModelShipper(DurableDelivery):
+    """("ops", ops, destinations): runs `ops` in one turn, each ("deliver", destination index, payload ("bad...":
+    an Unstorable message, rejected by the journal)), ("confirm", id), ("confirm_many", ids), ("up_to", n),
+    ("up_to_dest", n, destination index) or ("snap",); replies ("done", ids delivered) once the turn's writes are
+    durable. "unconfirmed": {id: (destination, message)} and the delivery id counter."""
+
+    redeliver_interval = 30.0  # (no redelivery meanwhile: the tests compare states, not traffic)
+
+    def pre_start(self) -> None:
+        self.state: tuple = ()
+
+    def receive_recover(self, event: Any) -> None:
+        if isinstance(event, SnapshotOffer):
+            self.state = event.snapshot
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if message == "unconfirmed":
+            snap = self.get_delivery_snapshot()
+            self.tell(sender, ({u.delivery_id: (u.destination, u.message) for u in snap.unconfirmed_deliveries},
+                               snap.current_delivery_id))
+            return
+        if not isinstance(message, tuple):
+            return  # (SaveSnapshotSuccess/Failure)
+        _, ops, destinations = message
+        delivered = []
+        for op in ops:
+            if op[0] == "deliver":
+                payload = op[2]
+                make = Unstorable if payload.startswith("bad") else Parcel
+                delivered.append(self.deliver(destinations[op[1]], lambda i, m=make, p=payload: m(i, p)))
+            elif op[0] == "confirm":
+                self.confirm_delivery(op[1])
+            elif op[0] == "confirm_many":
+                self.confirm_deliveries(op[1])
+            elif op[0] == "up_to":
+                self.confirm_deliveries_up_to(op[1])
+            elif op[0] == "up_to_dest":
+                self.confirm_deliveries_up_to(op[1], destinations[op[2]])
+            else:
+                self.save_snapshot(self.state)
+        self.defer_async(tuple(delivered), lambda d: self.tell(sender, ("done", d)))

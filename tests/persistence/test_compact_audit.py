@@ -3,10 +3,12 @@ SQLite journals: what the journal replays must be what the live actor holds."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from tests.persistence.compact_audit_actors import UpToShipper
-from tests.persistence.compact_fixtures import Parcel
+from tests.persistence.compact_audit_actors import ModelReceiver, ModelShipper, UpToShipper
+from tests.persistence.compact_fixtures import Parcel, Unstorable
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(90)
@@ -28,3 +30,110 @@ def test_a_cumulative_confirm_above_every_id_does_not_confirm_on_replay_a_delive
     psystem.stop(path)  # its next instance recovers from the journal
     assert wait_for(lambda: psystem.ask(path, "unconfirmed", timeout=10) == [2], timeout=10), \
         "a delivery made after a cumulative confirm was confirmed on replay"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_applications_with_snapshots_inside_batches_rejections_and_restarts_apply_each_delivery_once_in_order(
+        psystem, seed):
+    # A reference model: each (origin, id) applied once, in the order first seen; snapshots saved by the handler of
+    # any application of an AppliedBatch (IdempotentSnapshotInBatch for all but its last); applications whose event
+    # the journal rejects (not applied: a redelivery of the id applies it); restarts between turns.
+    rng = random.Random(seed)
+    path = f"/user/model/{seed}"
+    psystem.spawn(ModelReceiver, path="/user/model", entities=True)
+    probe = psystem.probe()
+    model: list[str] = []
+    seen: set[tuple[str, int]] = set()
+    for turn in range(25):
+        items = []
+        for _ in range(rng.randint(1, 6)):
+            origin = rng.choice(("/o1", "/o2"))
+            delivery_id = rng.randint(1, 40)
+            bad = "bad" if rng.random() < 0.15 else ""
+            items.append((origin, delivery_id, f"{bad}{origin}:{delivery_id}"))
+        snap_at = frozenset(len(model) + k for k in range(1, len(items) + 1) if rng.random() < 0.4)
+        probe.tell(path, ("batch", tuple(items), snap_at))
+        kind, fresh = probe.receive(10)
+        expected = []
+        marked: set[tuple[str, int]] = set()  # (marked in this turn; a rejected one is forgotten after it)
+        for origin, delivery_id, payload in items:
+            key = (origin, delivery_id)
+            expected.append(key not in seen and key not in marked)
+            if expected[-1]:
+                marked.add(key)
+                if not payload.startswith("bad"):
+                    seen.add(key)
+                    model.append(payload)
+        assert (kind, list(fresh)) == ("done", expected), f"turn {turn}"
+        if rng.random() < 0.3:
+            psystem.stop(path)  # its next instance recovers from the newest snapshot and the events after it
+            assert psystem.ask(path, "applied", timeout=10) == tuple(model), f"recovered after turn {turn}"
+    assert psystem.ask(path, "applied", timeout=10) == tuple(model)
+
+
+def _unconfirmed(system, path):
+    """The shipper's unconfirmed deliveries as comparable values: {id: (destination, message)}, and its counter."""
+    return system.ask(path, "unconfirmed", timeout=10)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_deliveries_and_confirms_of_every_kind_with_snapshots_and_restarts_recover_the_live_state(psystem, seed):
+    # DurableDelivery journals each turn's deliveries as one DeliveriesSent and its confirms (ids and a cumulative
+    # up_to) as one DeliveriesConfirmed: whatever the order of the calls in the turn, a restart (from the newest
+    # snapshot and the events after it) must hold exactly the deliveries the live instance held unconfirmed.
+    rng = random.Random(seed)
+    path = f"/user/mshipper/{seed}"
+    psystem.spawn(ModelShipper, path="/user/mshipper", entities=True)
+    probe, a, b = psystem.probe(), psystem.probe(), psystem.probe()  # (a and b only receive)
+    destinations = (a.path, b.path)
+    model: dict[int, tuple[str, object]] = {}
+    issued = 0
+    for turn in range(30):
+        ops: list[tuple] = []
+        for _ in range(rng.randint(1, 6)):
+            kind = rng.choice(("deliver", "deliver", "confirm", "confirm_many", "up_to", "up_to_dest", "snap"))
+            top = issued + len([o for o in ops if o[0] == "deliver"]) + 2
+            if kind == "deliver":
+                ops.append((kind, rng.randrange(2), ("bad" if rng.random() < 0.1 else "") + f"p{turn}"))
+            elif kind == "confirm":
+                ops.append((kind, rng.randint(1, top)))
+            elif kind == "confirm_many":
+                ops.append((kind, tuple(rng.randint(1, top) for _ in range(rng.randint(1, 3)))))
+            elif kind == "up_to":
+                ops.append((kind, rng.randint(1, top + 3)))
+            elif kind == "up_to_dest":
+                ops.append((kind, rng.randint(1, top + 3), rng.randrange(2)))
+            else:
+                ops.append((kind,))
+        probe.tell(path, ("ops", tuple(ops), destinations))
+        kind, delivered = probe.receive(10)
+        assert kind == "done"
+        ids = iter(delivered)
+        rejected = set()
+        for op in ops:  # the model: what the calls do live
+            if op[0] == "deliver":
+                i = next(ids)
+                issued = max(issued, i)
+                if op[2].startswith("bad"):
+                    rejected.add(i)
+                model[i] = (destinations[op[1]], (Unstorable if op[2].startswith("bad") else Parcel)(i, op[2]))
+            elif op[0] == "confirm":
+                model.pop(op[1], None)
+            elif op[0] == "confirm_many":
+                for i in op[1]:
+                    model.pop(i, None)
+            elif op[0] == "up_to":
+                for i in [i for i in model if i <= op[1]]:
+                    del model[i]
+            elif op[0] == "up_to_dest":
+                for i in [i for i, (d, _) in model.items() if i <= op[1] and d == destinations[op[2]]]:
+                    del model[i]
+        for i in rejected:  # (its sent event was rejected: given up, never sent)
+            model.pop(i, None)
+        live, _ = _unconfirmed(psystem, path)
+        assert live == model, f"turn {turn}: {ops}"
+        if rng.random() < 0.3:
+            psystem.stop(path)
+            recovered, counter = _unconfirmed(psystem, path)
+            assert recovered == model, f"recovered after turn {turn}: {ops}"
+            assert counter >= max(model, default=0)
