@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from persistence import DurableDelivery, IdempotentReceiver, RecoveryCompleted, SnapshotOffer
+from persistence import Confirm, DurableDelivery, IdempotentReceiver, RecoveryCompleted, SnapshotOffer
 from tests.persistence.compact_fixtures import Parcel, Unstorable
+from tests.persistence.table_actors import Accounts
 
 
 class UpToShipper(DurableDelivery):
@@ -31,7 +33,7 @@ class UpToShipper(DurableDelivery):
         self.defer_async(delivery_id, lambda i: self.tell(sender, ("delivered", i)))
 
 
-__all__ = ["ModelReceiver", "ModelShipper", "RecoveryCompleted", "UpToShipper"]
+__all__ = ["ModelAccounts", "ModelReceiver", "ModelShipper", "RecoveryCompleted", "UpToShipper"]
 
 
 class ModelReceiver(IdempotentReceiver):
@@ -107,3 +109,33 @@ class ModelShipper(DurableDelivery):
             else:
                 self.save_snapshot(self.state)
         self.defer_async(tuple(delivered), lambda d: self.tell(sender, ("done", d)))
+
+
+@dataclass(frozen=True)
+class NotRegistered:
+    """An event the journal cannot store (its class is not registered)."""
+
+
+class ModelAccounts(Accounts):
+    """Accounts snapshotting every 2 commits, with ("unstorable", origin, delivery id): apply_once, then an event
+    the journal cannot store (the command is dropped, its mark forgotten); "state": every balance and the applied
+    marks the table holds; "restart": stops (its next message recovers it)."""
+
+    snapshot_every = 2
+
+    def command_handler(self, entity_id: str, state: int, command: Any) -> list[Any] | None:
+        if type(command) is tuple and command[0] == "unstorable":
+            self.reply(self.sender, Confirm(command[2]))
+            return [NotRegistered()] if self.apply_once(command[1], command[2]) else []
+        return super().command_handler(entity_id, state, command)
+
+    def event_handler(self, state: int, event: Any) -> int:
+        return state + 1000 if type(event) is NotRegistered else super().event_handler(state, event)
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if message == "state":
+            self.tell(sender, (dict(self.entity_states()), {o: s.state() for o, s in self._seen.items()}))
+        elif message == "restart":
+            self.stop()  # (the table's next message starts it again from the journal)
+        else:
+            super().receive_command(message, sender)

@@ -7,8 +7,10 @@ import random
 
 import pytest
 
-from tests.persistence.compact_audit_actors import ModelReceiver, ModelShipper, UpToShipper
+from tests.persistence.compact_audit_actors import ModelAccounts, ModelReceiver, ModelShipper, UpToShipper
+from persistence.idempotent import SeenIds
 from tests.persistence.compact_fixtures import Parcel, Unstorable
+from tests.persistence.table_actors import Deposit, DepositTwice, Withdraw
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(90)
@@ -137,3 +139,63 @@ def test_deliveries_and_confirms_of_every_kind_with_snapshots_and_restarts_recov
             recovered, counter = _unconfirmed(psystem, path)
             assert recovered == model, f"recovered after turn {turn}: {ops}"
             assert counter >= max(model, default=0)
+
+
+def _marks(dedup: dict) -> dict:
+    """A table's dedup state without the origins that hold no mark."""
+    return {o: state for o, state in dedup.items() if state != (0, ())}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_table_batches_with_failing_and_unstorable_commands_snapshots_and_restarts_apply_each_deposit_once(
+        psystem, seed):
+    # EntityTable against a reference model: batches of deposits (with redeliveries), withdrawals that fail below
+    # zero, commands failing on a poisoned event after apply_once, and commands whose event the journal cannot store
+    # after apply_once; a TableSnapshot every 2 commits, restarts of the table between batches. Every entity's
+    # balance and the table's dedup marks must be the model's, live and recovered; each deposit confirmed once
+    # durable (a duplicate's again), none of a failed command.
+    rng = random.Random(seed)
+    table = f"/user/acc{seed}"
+    psystem.spawn(ModelAccounts, table, entities=True)
+    probe = psystem.probe()
+    balance = {k: 0 for k in "abc"}
+    seen: set[tuple[str, int]] = set()
+    for turn in range(20):
+        batch, confirms = [], []
+        for _ in range(rng.randint(1, 8)):
+            entity = rng.choice("abc")
+            origin, delivery_id, amount = rng.choice(("/o1", "/o2")), rng.randint(1, 30), rng.randint(1, 9)
+            kind = rng.random()
+            key = (origin, delivery_id)
+            if kind < 0.55:
+                batch.append((f"{table}/{entity}", Deposit(origin, delivery_id, amount)))
+                confirms.append(delivery_id)
+                if key not in seen:
+                    seen.add(key)
+                    balance[entity] += amount
+            elif kind < 0.75:
+                batch.append((f"{table}/{entity}", Withdraw(amount)))
+                if amount <= balance[entity]:
+                    balance[entity] -= amount
+            elif kind < 0.9:
+                batch.append((f"{table}/{entity}", DepositTwice(origin, delivery_id, amount, poisoned=True)))
+                if key in seen:  # (a duplicate: no events, so nothing poisoned; confirmed again)
+                    confirms.append(delivery_id)
+            else:
+                batch.append((f"{table}/{entity}", ("unstorable", origin, delivery_id)))
+                confirms.append(delivery_id)  # (its reply is dropped with it only if it was applied now)
+                if key not in seen:
+                    confirms.pop()
+        psystem.tell_many(batch, sender=probe.path)
+        got = sorted(c.delivery_id for c in probe.receive_many(len(confirms), 10))
+        assert got == sorted(confirms), f"turn {turn}: {batch}"
+        states, dedup = psystem.ask(table, "state", timeout=10)
+        assert {k: v for k, v in states.items() if v} == {k: v for k, v in balance.items() if v}, f"turn {turn}"
+        model_dedup = {o: SeenIds.of(0, [i for oo, i in seen if oo == o]).state() for o in ("/o1", "/o2")}
+        assert {o: dedup.get(o, (0, ())) for o in model_dedup} == model_dedup, f"turn {turn}"
+        if rng.random() < 0.3:
+            psystem.tell(table, "restart")  # it stops; its next message recovers it from the newest TableSnapshot
+            recovered_states, recovered_dedup = psystem.ask(table, "state", timeout=10)
+            assert recovered_states == states, f"recovered after turn {turn}"
+            # (an origin whose only mark was forgotten, a failed command's, has an empty SeenIds live)
+            assert _marks(recovered_dedup) == _marks(dedup), f"recovered after turn {turn}"
