@@ -203,15 +203,16 @@ class DurableDelivery(AtLeastOnceDelivery):
 
     def _on_write_results(self, batch: list[_Entry], results: WriteResults) -> None:
         if isinstance(results, list) and any(r is not None for r in results):  # rejections are rare
-            batch, results = split_rejected(self, batch, results, DeliveriesSent, self._requeue_one_by_one)
+            batch, results = split_rejected(self, batch, results, DeliveriesSent, self._requeue_deliveries)
             for entry, result in zip([e for e in batch if e.atomic is not None], results, strict=True):
                 event = cast(AtomicWrite, entry.atomic).payload[0].payload  # (only entries with a write)
                 if result is not None and type(event) is DeliveriesSent:
                     self._unconfirmed.pop(event.delivery_ids[0], None)
         super()._on_write_results(batch, results)
 
-    def _requeue_one_by_one(self, entry: _Entry) -> None:
-        # Only the deliveries that cannot be stored are rejected (and given up: never sent).
+    def _requeue_deliveries(self, entry: _Entry) -> None:
+        # Only the deliveries that cannot be stored are rejected (and given up: never sent). (A name of its own:
+        # in an actor that is also an IdempotentReceiver, a shared name resolved to one mixin's method for both.)
         queue = self._queue_write
         for delivery_id, destination, message in cast(AtomicWrite, entry.atomic).payload[0].payload.entries():
             if delivery_id in self._unconfirmed:

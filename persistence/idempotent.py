@@ -457,7 +457,7 @@ class IdempotentReceiver(PersistentActor):
             super()._on_write_results(batch, results)  # (all stored, or nothing written: the usual case)
             return
         if isinstance(results, list):  # rejections are rare
-            batch, results = split_rejected(self, batch, results, AppliedBatch, self._requeue_one_by_one)
+            batch, results = split_rejected(self, batch, results, AppliedBatch, self._requeue_applications)
             writes = [e for e in batch if e.atomic is not None]
             unstored = [e for e, r in zip(writes, results, strict=True) if r is not None]
         else:  # the whole write failed
@@ -473,8 +473,9 @@ class IdempotentReceiver(PersistentActor):
         finally:
             self._unstored = ()
 
-    def _requeue_one_by_one(self, entry: _Entry) -> None:
-        # Only the applications whose event cannot be stored are rejected; the others are applied.
+    def _requeue_applications(self, entry: _Entry) -> None:
+        # Only the applications whose event cannot be stored are rejected; the others are applied. (A name of its
+        # own: in an actor that is also a DurableDelivery, a shared name resolved to that mixin's method for both.)
         queue = self._queue_write
         for origin, delivery_id, event, handler, sender in cast(_Applications, entry.handler):
             self.sender = sender

@@ -33,7 +33,7 @@ class UpToShipper(DurableDelivery):
         self.defer_async(delivery_id, lambda i: self.tell(sender, ("delivered", i)))
 
 
-__all__ = ["ModelAccounts", "ModelReceiver", "ModelShipper", "RecoveryCompleted", "UpToShipper"]
+__all__ = ["ForwardingRelay", "ModelAccounts", "ModelReceiver", "ModelShipper", "RecoveryCompleted", "UpToShipper"]
 
 
 class ModelReceiver(IdempotentReceiver):
@@ -139,3 +139,36 @@ class ModelAccounts(Accounts):
             self.stop()  # (the table's next message starts it again from the journal)
         else:
             super().receive_command(message, sender)
+
+
+class ForwardingRelay(DurableDelivery, IdempotentReceiver):
+    """Both compact-event mixins in one actor. ("turn", applications, deliveries, destination): persist_applied of
+    each (delivery id, payload) from the sender ("bad...": an Unstorable event), then deliver() of each payload
+    ("bad...": an Unstorable message) to `destination`, in one turn; replies ("done", applied flags) once the turn's
+    writes are durable. ("applied", origin): the payloads applied, and which delivery ids 1..9 of `origin` it
+    takes as applied; "unconfirmed": the unconfirmed delivery ids."""
+
+    redeliver_interval = 30.0
+
+    def pre_start(self) -> None:
+        self.applied: list[str] = []
+
+    def receive_recover(self, event: Any) -> None:
+        if isinstance(event, str):
+            self.applied.append(event)
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        assert sender is not None
+        if isinstance(message, tuple) and message[0] == "applied":
+            origin = message[1]
+            self.tell(sender, (tuple(self.applied), [i for i in range(1, 10) if self.already_applied(origin, i)]))
+        elif message == "unconfirmed":
+            self.tell(sender, sorted(u.delivery_id for u in self.get_delivery_snapshot().unconfirmed_deliveries))
+        elif isinstance(message, tuple) and message[0] == "turn":
+            _, applications, deliveries, destination = message
+            fresh = [self.persist_applied(sender, i, Unstorable(i, p) if p.startswith("bad") else p,
+                                          self.applied.append) for i, p in applications]
+            for payload in deliveries:
+                make = Unstorable if payload.startswith("bad") else Parcel
+                self.deliver(destination, lambda i, m=make, p=payload: m(i, p))
+            self.defer_async(tuple(fresh), lambda f: self.tell(sender, ("done", f)))

@@ -7,8 +7,14 @@ import random
 
 import pytest
 
-from tests.persistence.compact_audit_actors import ModelAccounts, ModelReceiver, ModelShipper, UpToShipper
 from persistence.idempotent import SeenIds
+from tests.persistence.compact_audit_actors import (
+    ForwardingRelay,
+    ModelAccounts,
+    ModelReceiver,
+    ModelShipper,
+    UpToShipper,
+)
 from tests.persistence.compact_fixtures import Parcel, Unstorable
 from tests.persistence.table_actors import Deposit, DepositTwice, Withdraw
 from tests.waiting import wait_for
@@ -199,3 +205,27 @@ def test_table_batches_with_failing_and_unstorable_commands_snapshots_and_restar
             assert recovered_states == states, f"recovered after turn {turn}"
             # (an origin whose only mark was forgotten, a failed command's, has an empty SeenIds live)
             assert _marks(recovered_dedup) == _marks(dedup), f"recovered after turn {turn}"
+
+
+@pytest.mark.parametrize("deliveries", [(), ("ok", "bad")], ids=["applications", "both"])
+def test_an_actor_with_both_compact_mixins_splits_a_rejected_applied_batch_and_applies_the_storable_ones(
+        psystem, deliveries):
+    # DurableDelivery and IdempotentReceiver each split a rejected compact event of theirs into one event per item
+    # with a method of the same name, _requeue_one_by_one: in an actor with both, IdempotentReceiver's split called
+    # DurableDelivery's, which took the AppliedBatch's applications for deliveries and requeued none. The storable
+    # application was never applied, and both stayed marked applied: their redeliveries were taken for duplicates
+    # (and confirmed by confirm_duplicate), so the deliveries were lost.
+    path = f"/user/fwd/{len(deliveries)}"
+    psystem.spawn(ForwardingRelay, path="/user/fwd", entities=True)
+    probe, destination = psystem.probe(), psystem.probe()
+    probe.tell(path, ("turn", ((1, "one"), (2, "bad-two")), deliveries, destination.path))
+    assert probe.receive(10) == ("done", (True, True))
+    assert psystem.ask(path, ("applied", probe.path), timeout=10) == (("one",), [1]), \
+        "the storable application is applied, the rejected one is not marked"
+    if deliveries:
+        assert destination.receive(10) == Parcel(1, "ok")
+        assert psystem.ask(path, "unconfirmed", timeout=10) == [1], "the rejected delivery is given up"
+    probe.tell(path, ("turn", ((2, "two"),), (), destination.path))  # the redelivery of the rejected one, storable now
+    assert probe.receive(10) == ("done", (True,))
+    psystem.stop(path)
+    assert psystem.ask(path, ("applied", probe.path), timeout=10) == (("one", "two"), [1, 2])
