@@ -33,7 +33,7 @@ class UpToShipper(DurableDelivery):
         self.defer_async(delivery_id, lambda i: self.tell(sender, ("delivered", i)))
 
 
-__all__ = ["ForwardingRelay", "ModelAccounts", "ModelReceiver", "ModelShipper", "RecoveryCompleted", "UpToShipper"]
+__all__ = ["ForwardingRelay", "ReversedForwardingRelay", "ModelAccounts", "ModelReceiver", "ModelShipper", "RecoveryCompleted", "UpToShipper"]
 
 
 class ModelReceiver(IdempotentReceiver):
@@ -141,8 +141,8 @@ class ModelAccounts(Accounts):
             super().receive_command(message, sender)
 
 
-class ForwardingRelay(DurableDelivery, IdempotentReceiver):
-    """Both compact-event mixins in one actor. ("turn", applications, deliveries, destination): persist_applied of
+class _Forwarding:
+    """The body of ForwardingRelay: both compact-event mixins in one actor. ("turn", applications, deliveries, destination): persist_applied of
     each (delivery id, payload) from the sender ("bad...": an Unstorable event), then deliver() of each payload
     ("bad...": an Unstorable message) to `destination`, in one turn; replies ("done", applied flags) once the turn's
     writes are durable. ("applied", origin): the payloads applied, and which delivery ids 1..9 of `origin` it
@@ -172,3 +172,11 @@ class ForwardingRelay(DurableDelivery, IdempotentReceiver):
                 make = Unstorable if payload.startswith("bad") else Parcel
                 self.deliver(destination, lambda i, m=make, p=payload: m(i, p))
             self.defer_async(tuple(fresh), lambda f: self.tell(sender, ("done", f)))
+
+
+class ForwardingRelay(_Forwarding, DurableDelivery, IdempotentReceiver):  # type: ignore[misc]
+    """_Forwarding, DurableDelivery's hooks first."""
+
+
+class ReversedForwardingRelay(_Forwarding, IdempotentReceiver, DurableDelivery):  # type: ignore[misc]
+    """_Forwarding, IdempotentReceiver's hooks first."""

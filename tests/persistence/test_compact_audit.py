@@ -13,6 +13,7 @@ from tests.persistence.compact_audit_actors import (
     ModelAccounts,
     ModelReceiver,
     ModelShipper,
+    ReversedForwardingRelay,
     UpToShipper,
 )
 from tests.persistence.compact_fixtures import Parcel, Unstorable
@@ -207,16 +208,18 @@ def test_table_batches_with_failing_and_unstorable_commands_snapshots_and_restar
             assert _marks(recovered_dedup) == _marks(dedup), f"recovered after turn {turn}"
 
 
+@pytest.mark.parametrize("cls", [ForwardingRelay, ReversedForwardingRelay], ids=["delivery-first", "receiver-first"])
 @pytest.mark.parametrize("deliveries", [(), ("ok", "bad")], ids=["applications", "both"])
 def test_an_actor_with_both_compact_mixins_splits_a_rejected_applied_batch_and_applies_the_storable_ones(
-        psystem, deliveries):
+        psystem, deliveries, cls):
     # DurableDelivery and IdempotentReceiver each split a rejected compact event of theirs into one event per item
     # with a method of the same name, _requeue_one_by_one: in an actor with both, IdempotentReceiver's split called
     # DurableDelivery's, which took the AppliedBatch's applications for deliveries and requeued none. The storable
     # application was never applied, and both stayed marked applied: their redeliveries were taken for duplicates
-    # (and confirmed by confirm_duplicate), so the deliveries were lost.
+    # (and confirmed by confirm_duplicate), so the deliveries were lost. With IdempotentReceiver's first, a rejected
+    # DeliveriesSent was requeued by IdempotentReceiver's, which failed on it: the actor restarted.
     path = f"/user/fwd/{len(deliveries)}"
-    psystem.spawn(ForwardingRelay, path="/user/fwd", entities=True)
+    psystem.spawn(cls, path="/user/fwd", entities=True)
     probe, destination = psystem.probe(), psystem.probe()
     probe.tell(path, ("turn", ((1, "one"), (2, "bad-two")), deliveries, destination.path))
     assert probe.receive(10) == ("done", (True, True))
