@@ -4,6 +4,7 @@ SQLite journals: what the journal replays must be what the live actor holds."""
 from __future__ import annotations
 
 import random
+import uuid
 
 import pytest
 
@@ -21,6 +22,25 @@ from tests.persistence.table_actors import Deposit, DepositTwice, Withdraw
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_urls(request, tmp_path) -> dict[str, str]:
+    """The journal and snapshot store URLs of one backend (PostgreSQL: a schema of its own, dropped after)."""
+    if request.param == "sqlite":
+        return {"journal": f"sqlite:///{tmp_path}/journal.db", "snapshot_store": f"sqlite:///{tmp_path}/snapshots.db"}
+    from journal.postgres import drop_schema
+
+    url = f"{request.getfixturevalue('postgres_url')}?schema=audit_{uuid.uuid4().hex[:10]}"
+    request.addfinalizer(lambda: drop_schema(url))
+    return {"journal": url, "snapshot_store": url}
+
+
+@pytest.fixture
+def asystem(store_urls, base, make_system):
+    """A system on `base` whose journal and snapshot store are on SQLite files or PostgreSQL (store_urls first: its
+    schema is dropped after the system stopped)."""
+    return make_system(base, **store_urls)
 
 
 def test_a_cumulative_confirm_above_every_id_does_not_confirm_on_replay_a_delivery_made_after_it(psystem):
@@ -43,14 +63,14 @@ def test_a_cumulative_confirm_above_every_id_does_not_confirm_on_replay_a_delive
 
 @pytest.mark.parametrize("seed", range(4))
 def test_applications_with_snapshots_inside_batches_rejections_and_restarts_apply_each_delivery_once_in_order(
-        psystem, seed):
+        asystem, seed):
     # A reference model: each (origin, id) applied once, in the order first seen; snapshots saved by the handler of
     # any application of an AppliedBatch (IdempotentSnapshotInBatch for all but its last); applications whose event
     # the journal rejects (not applied: a redelivery of the id applies it); restarts between turns.
     rng = random.Random(seed)
     path = f"/user/model/{seed}"
-    psystem.spawn(ModelReceiver, path="/user/model", entities=True)
-    probe = psystem.probe()
+    asystem.spawn(ModelReceiver, path="/user/model", entities=True)
+    probe = asystem.probe()
     model: list[str] = []
     seen: set[tuple[str, int]] = set()
     for turn in range(25):
@@ -75,9 +95,9 @@ def test_applications_with_snapshots_inside_batches_rejections_and_restarts_appl
                     model.append(payload)
         assert (kind, list(fresh)) == ("done", expected), f"turn {turn}"
         if rng.random() < 0.3:
-            psystem.stop(path)  # its next instance recovers from the newest snapshot and the events after it
-            assert psystem.ask(path, "applied", timeout=10) == tuple(model), f"recovered after turn {turn}"
-    assert psystem.ask(path, "applied", timeout=10) == tuple(model)
+            asystem.stop(path)  # its next instance recovers from the newest snapshot and the events after it
+            assert asystem.ask(path, "applied", timeout=10) == tuple(model), f"recovered after turn {turn}"
+    assert asystem.ask(path, "applied", timeout=10) == tuple(model)
 
 
 def _unconfirmed(system, path):
@@ -86,14 +106,14 @@ def _unconfirmed(system, path):
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_deliveries_and_confirms_of_every_kind_with_snapshots_and_restarts_recover_the_live_state(psystem, seed):
+def test_deliveries_and_confirms_of_every_kind_with_snapshots_and_restarts_recover_the_live_state(asystem, seed):
     # DurableDelivery journals each turn's deliveries as one DeliveriesSent and its confirms (ids and a cumulative
     # up_to) as one DeliveriesConfirmed: whatever the order of the calls in the turn, a restart (from the newest
     # snapshot and the events after it) must hold exactly the deliveries the live instance held unconfirmed.
     rng = random.Random(seed)
     path = f"/user/mshipper/{seed}"
-    psystem.spawn(ModelShipper, path="/user/mshipper", entities=True)
-    probe, a, b = psystem.probe(), psystem.probe(), psystem.probe()  # (a and b only receive)
+    asystem.spawn(ModelShipper, path="/user/mshipper", entities=True)
+    probe, a, b = asystem.probe(), asystem.probe(), asystem.probe()  # (a and b only receive)
     destinations = (a.path, b.path)
     model: dict[int, tuple[str, object]] = {}
     issued = 0
@@ -139,11 +159,11 @@ def test_deliveries_and_confirms_of_every_kind_with_snapshots_and_restarts_recov
                     del model[i]
         for i in rejected:  # (its sent event was rejected: given up, never sent)
             model.pop(i, None)
-        live, _ = _unconfirmed(psystem, path)
+        live, _ = _unconfirmed(asystem, path)
         assert live == model, f"turn {turn}: {ops}"
         if rng.random() < 0.3:
-            psystem.stop(path)
-            recovered, counter = _unconfirmed(psystem, path)
+            asystem.stop(path)
+            recovered, counter = _unconfirmed(asystem, path)
             assert recovered == model, f"recovered after turn {turn}: {ops}"
             assert counter >= max(model, default=0)
 
@@ -155,7 +175,7 @@ def _marks(dedup: dict) -> dict:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_table_batches_with_failing_and_unstorable_commands_snapshots_and_restarts_apply_each_deposit_once(
-        psystem, seed):
+        asystem, seed):
     # EntityTable against a reference model: batches of deposits (with redeliveries), withdrawals that fail below
     # zero, commands failing on a poisoned event after apply_once, and commands whose event the journal cannot store
     # after apply_once; a TableSnapshot every 2 commits, restarts of the table between batches. Every entity's
@@ -163,8 +183,8 @@ def test_table_batches_with_failing_and_unstorable_commands_snapshots_and_restar
     # durable (a duplicate's again), none of a failed command.
     rng = random.Random(seed)
     table = f"/user/acc{seed}"
-    psystem.spawn(ModelAccounts, table, entities=True)
-    probe = psystem.probe()
+    asystem.spawn(ModelAccounts, table, entities=True)
+    probe = asystem.probe()
     balance = {k: 0 for k in "abc"}
     seen: set[tuple[str, int]] = set()
     for turn in range(20):
@@ -193,16 +213,16 @@ def test_table_batches_with_failing_and_unstorable_commands_snapshots_and_restar
                 confirms.append(delivery_id)  # (its reply is dropped with it only if it was applied now)
                 if key not in seen:
                     confirms.pop()
-        psystem.tell_many(batch, sender=probe.path)
+        asystem.tell_many(batch, sender=probe.path)
         got = sorted(c.delivery_id for c in probe.receive_many(len(confirms), 10))
         assert got == sorted(confirms), f"turn {turn}: {batch}"
-        states, dedup = psystem.ask(table, "state", timeout=10)
+        states, dedup = asystem.ask(table, "state", timeout=10)
         assert {k: v for k, v in states.items() if v} == {k: v for k, v in balance.items() if v}, f"turn {turn}"
         model_dedup = {o: SeenIds.of(0, [i for oo, i in seen if oo == o]).state() for o in ("/o1", "/o2")}
         assert {o: dedup.get(o, (0, ())) for o in model_dedup} == model_dedup, f"turn {turn}"
         if rng.random() < 0.3:
-            psystem.tell(table, "restart")  # it stops; its next message recovers it from the newest TableSnapshot
-            recovered_states, recovered_dedup = psystem.ask(table, "state", timeout=10)
+            asystem.tell(table, "restart")  # it stops; its next message recovers it from the newest TableSnapshot
+            recovered_states, recovered_dedup = asystem.ask(table, "state", timeout=10)
             assert recovered_states == states, f"recovered after turn {turn}"
             # (an origin whose only mark was forgotten, a failed command's, has an empty SeenIds live)
             assert _marks(recovered_dedup) == _marks(dedup), f"recovered after turn {turn}"
@@ -211,7 +231,7 @@ def test_table_batches_with_failing_and_unstorable_commands_snapshots_and_restar
 @pytest.mark.parametrize("cls", [ForwardingRelay, ReversedForwardingRelay], ids=["delivery-first", "receiver-first"])
 @pytest.mark.parametrize("deliveries", [(), ("ok", "bad")], ids=["applications", "both"])
 def test_an_actor_with_both_compact_mixins_splits_a_rejected_applied_batch_and_applies_the_storable_ones(
-        psystem, deliveries, cls):
+        asystem, deliveries, cls):
     # DurableDelivery and IdempotentReceiver each split a rejected compact event of theirs into one event per item
     # with a method of the same name, _requeue_one_by_one: in an actor with both, IdempotentReceiver's split called
     # DurableDelivery's, which took the AppliedBatch's applications for deliveries and requeued none. The storable
@@ -219,16 +239,16 @@ def test_an_actor_with_both_compact_mixins_splits_a_rejected_applied_batch_and_a
     # (and confirmed by confirm_duplicate), so the deliveries were lost. With IdempotentReceiver's first, a rejected
     # DeliveriesSent was requeued by IdempotentReceiver's, which failed on it: the actor restarted.
     path = f"/user/fwd/{len(deliveries)}"
-    psystem.spawn(cls, path="/user/fwd", entities=True)
-    probe, destination = psystem.probe(), psystem.probe()
+    asystem.spawn(cls, path="/user/fwd", entities=True)
+    probe, destination = asystem.probe(), asystem.probe()
     probe.tell(path, ("turn", ((1, "one"), (2, "bad-two")), deliveries, destination.path))
     assert probe.receive(10) == ("done", (True, True))
-    assert psystem.ask(path, ("applied", probe.path), timeout=10) == (("one",), [1]), \
+    assert asystem.ask(path, ("applied", probe.path), timeout=10) == (("one",), [1]), \
         "the storable application is applied, the rejected one is not marked"
     if deliveries:
         assert destination.receive(10) == Parcel(1, "ok")
-        assert psystem.ask(path, "unconfirmed", timeout=10) == [1], "the rejected delivery is given up"
+        assert asystem.ask(path, "unconfirmed", timeout=10) == [1], "the rejected delivery is given up"
     probe.tell(path, ("turn", ((2, "two"),), (), destination.path))  # the redelivery of the rejected one, storable now
     assert probe.receive(10) == ("done", (True,))
-    psystem.stop(path)
-    assert psystem.ask(path, ("applied", probe.path), timeout=10) == (("one", "two"), [1, 2])
+    asystem.stop(path)
+    assert asystem.ask(path, ("applied", probe.path), timeout=10) == (("one", "two"), [1, 2])
