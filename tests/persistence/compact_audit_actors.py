@@ -38,9 +38,11 @@ __all__ = ["ForwardingRelay", "ReversedForwardingRelay", "ModelAccounts", "Model
 
 class ModelReceiver(IdempotentReceiver):
     """("batch", ((origin, delivery id, payload), ...), snap_at): persist_applied of each in one turn (one
-    AppliedBatch per group commit; a payload "bad..." is applied as an Unstorable event, which the journal rejects); the handler of the application that makes `len(applied)` one of `snap_at`
-    saves a snapshot (Akka's pattern: from the persist handler); replies ("done", fresh flags) once all of the
-    turn's writes are durable. "applied": the payloads applied, in order."""
+    AppliedBatch per group commit; a payload "bad..." is applied as an Unstorable event, which the journal
+    rejects); "many" instead of "batch": persist_applied_many of each run of items from one origin. The handler of
+    the application that makes `len(applied)` one of `snap_at` saves a snapshot (Akka's pattern: from the persist
+    handler); replies ("done", fresh flags) once all of the turn's writes are durable. "applied": the payloads
+    applied, in order."""
 
     def pre_start(self) -> None:
         self.applied: list[str] = []
@@ -55,16 +57,29 @@ class ModelReceiver(IdempotentReceiver):
         if message == "applied":
             self.tell(sender, tuple(self.applied))
             return
-        _, items, snap_at = message
+        how, items, snap_at = message
 
         def applied(event: str) -> None:
             self.applied.append(event)
             if len(self.applied) in snap_at:
                 self.save_snapshot(tuple(self.applied))
 
-        fresh = [self.persist_applied(origin, delivery_id,
-                                      Unstorable(delivery_id, payload) if payload.startswith("bad") else payload, applied)
-                 for origin, delivery_id, payload in items]
+        def event(delivery_id: int, payload: str) -> object:
+            return Unstorable(delivery_id, payload) if payload.startswith("bad") else payload
+
+        if how == "batch":
+            fresh = [self.persist_applied(origin, delivery_id, event(delivery_id, payload), applied)
+                     for origin, delivery_id, payload in items]
+        else:
+            fresh, start = [], 0
+            while start < len(items):  # (one call per run of items from one origin)
+                end = start
+                while end < len(items) and items[end][0] == items[start][0]:
+                    end += 1
+                run = items[start:end]
+                fresh += self.persist_applied_many(items[start][0], [i for _, i, _ in run],
+                                                   [event(i, p) for _, i, p in run], applied)
+                start = end
         self.defer_async(tuple(fresh), lambda f: self.tell(sender, ("done", f)))
 
 

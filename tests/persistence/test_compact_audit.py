@@ -3,7 +3,9 @@ SQLite journals: what the journal replays must be what the live actor holds."""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import uuid
 
 import pytest
@@ -66,7 +68,8 @@ def test_applications_with_snapshots_inside_batches_rejections_and_restarts_appl
         asystem, seed):
     # A reference model: each (origin, id) applied once, in the order first seen; snapshots saved by the handler of
     # any application of an AppliedBatch (IdempotentSnapshotInBatch for all but its last); applications whose event
-    # the journal rejects (not applied: a redelivery of the id applies it); restarts between turns.
+    # the journal rejects (not applied: a redelivery of the id applies it); restarts between turns; persist_applied
+    # or persist_applied_many.
     rng = random.Random(seed)
     path = f"/user/model/{seed}"
     asystem.spawn(ModelReceiver, path="/user/model", entities=True)
@@ -81,7 +84,7 @@ def test_applications_with_snapshots_inside_batches_rejections_and_restarts_appl
             bad = "bad" if rng.random() < 0.15 else ""
             items.append((origin, delivery_id, f"{bad}{origin}:{delivery_id}"))
         snap_at = frozenset(len(model) + k for k in range(1, len(items) + 1) if rng.random() < 0.4)
-        probe.tell(path, ("batch", tuple(items), snap_at))
+        probe.tell(path, (rng.choice(("batch", "many")), tuple(items), snap_at))
         kind, fresh = probe.receive(10)
         expected = []
         marked: set[tuple[str, int]] = set()  # (marked in this turn; a rejected one is forgotten after it)
@@ -252,3 +255,43 @@ def test_an_actor_with_both_compact_mixins_splits_a_rejected_applied_batch_and_a
     assert probe.receive(10) == ("done", (True,))
     asystem.stop(path)
     assert asystem.ask(path, ("applied", probe.path), timeout=10) == (("one", "two"), [1, 2])
+
+
+@pytest.mark.parametrize("kill", ["after-reply", "at-once"])
+def test_a_receiver_host_sigkilled_after_snapshots_inside_batches_recovers_each_delivery_applied_once(
+        make_system, tmp_path, kill):
+    # Snapshots saved by handlers inside AppliedBatches (IdempotentSnapshotInBatch), then the host process SIGKILLed:
+    # once the last turn is acknowledged (its batch durable), or at once (before or after its commit, whichever
+    # comes). The recovered instance holds each delivery applied once, in order, and every acknowledged one; the
+    # sender's redelivery of the last turn applies exactly what it did not hold, once.
+    system = make_system("multiproc", journal=f"sqlite:///{tmp_path}/j.db", snapshot_store=f"sqlite:///{tmp_path}/s.db")
+    system.spawn(ModelReceiver, path="/user/killed", entities=True)
+    path, probe = "/user/killed/r", system.probe()
+    model: list[str] = []
+    turns = [tuple(("/o", 10 * turn + k, f"t{turn}-{k}") for k in range(1, 6)) for turn in range(6)]
+    for items in turns[:-1]:
+        probe.tell(path, ("batch", items, frozenset({len(model) + 2, len(model) + 4})))  # (inside the batch)
+        assert probe.receive(10) == ("done", (True,) * 5)
+        model += [p for _, _, p in items]
+    last = turns[-1]
+    pid = system.status().hosts["/user/killed"].pid
+    probe.tell(path, ("batch", last, frozenset({len(model) + 1, len(model) + 3})))
+    if kill == "after-reply":
+        assert probe.receive(10) == ("done", (True,) * 5)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: (h := system.status().hosts.get("/user/killed")) is not None and h.pid not in (None, pid), 30)
+    recovered = wait_for(lambda: _ask_or_none(system, path, "applied"), 30)
+    everything = tuple(model + [p for _, _, p in last])
+    assert recovered == everything or (kill == "at-once" and recovered == tuple(model)), recovered
+    again = system.probe()  # (the first may still get the killed instance's reply)
+    again.tell(path, ("batch", last, frozenset()))  # the sender redelivers the last turn
+    assert again.receive(10) == ("done", (recovered == tuple(model),) * 5), "applied only if it was not held"
+    assert system.ask(path, "applied", timeout=10) == everything
+
+
+def _ask_or_none(system, path: str, message: object) -> object:
+    """The answer, or None while the recovering host does not answer yet."""
+    try:
+        return system.ask(path, message, timeout=5)
+    except Exception:
+        return None
