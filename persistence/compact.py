@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sized
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from persistence.persistent_actor import PersistentActor, _Entry
@@ -22,11 +22,26 @@ def expand(shared: tuple[_V, ...], n: int) -> tuple[_V, ...]:
     return shared * n if len(shared) == 1 and n != 1 else shared
 
 
-def split_rejected(actor: PersistentActor, batch: list[_Entry], results: list[BaseException | None], event_type: type[Sized],
-                   requeue: Callable[[_Entry], None]) -> tuple[list[_Entry], list[BaseException | None]]:
-    """Drop each rejected compact event of `event_type` holding several items from a written batch and
-    hand its batch entry to `requeue` (which journals the items one per event, so that only the items that
-    cannot be stored are rejected); return the batch and results left for `_on_write_results`.
+Requeues = Mapping[type, Callable[["_Entry"], None]]
+"""Per compact event type of an actor's mixins, what journals a rejected one's items again one per event."""
+
+
+def inherited_requeues(parent: Any) -> dict[type, Callable[[_Entry], None]]:
+    """The requeues of the mixins after this one (`parent` is `super()` in a `_compact_requeues` override)."""
+    found = getattr(parent, "_compact_requeues", None)
+    return dict(found()) if found is not None else {}
+
+
+def split_rejected(actor: PersistentActor, batch: list[_Entry], results: list[BaseException | None],
+                   requeues: Requeues) -> tuple[list[_Entry], list[BaseException | None]]:
+    """Drop each rejected compact event holding several items, of a type in `requeues`, from a written batch and
+    hand its batch entry to that type's requeue (which journals the items one per event, so that only the items
+    that cannot be stored are rejected); return the batch and results left for `_on_write_results`.
+
+    `requeues` holds the compact event types of *every* mixin of the actor (its `_compact_requeues()`), so one
+    pass splits them all: in an actor with two such mixins (DurableDelivery and IdempotentReceiver), a split per
+    mixin requeued the deferrals after the first's rejected event ahead of the second's requeued items, and a
+    deferral ran before handlers that were pending when it was called.
 
     The deferrals (defer, defer_async) after the first such event go again too, each after the items requeued
     before it: a deferral runs after every handler pending when it was called (the acknowledgement of a
@@ -47,15 +62,16 @@ def split_rejected(actor: PersistentActor, batch: list[_Entry], results: list[Ba
             continue
         result = next(it)
         event = entry.atomic.payload[0].payload
-        if result is not None and type(event) is event_type and len(event) > 1:
+        if result is not None and type(event) in requeues and len(event) > 1:
             actor._withdraw(entry)  # the entry is not handed to _on_write_results
             retry.append(entry)
             continue
         kept.append(entry)
         kept_results.append(result)
     for entry in retry:
-        if entry.atomic is None:
+        atomic = entry.atomic
+        if atomic is None:
             actor._queue_entry(entry, 1, entry.stashing)  # (behind what was requeued before it)
         else:
-            requeue(entry)
+            requeues[type(atomic.payload[0].payload)](entry)
     return kept, kept_results

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from journal import AtomicWrite, register_type
-from persistence.compact import expand, same_or_each, split_rejected
+from persistence.compact import expand, inherited_requeues, same_or_each, split_rejected
 from persistence.coordinator import WriteResults
 from persistence.delivery import _GONE, _UNSENT, AtLeastOnceDelivery, _Delivery, check_destination
 from persistence.messages import (
@@ -203,12 +203,18 @@ class DurableDelivery(AtLeastOnceDelivery):
 
     def _on_write_results(self, batch: list[_Entry], results: WriteResults) -> None:
         if isinstance(results, list) and any(r is not None for r in results):  # rejections are rare
-            batch, results = split_rejected(self, batch, results, DeliveriesSent, self._requeue_deliveries)
+            batch, results = split_rejected(self, batch, results, self._compact_requeues())
             for entry, result in zip([e for e in batch if e.atomic is not None], results, strict=True):
                 event = cast(AtomicWrite, entry.atomic).payload[0].payload  # (only entries with a write)
                 if result is not None and type(event) is DeliveriesSent:
                     self._unconfirmed.pop(event.delivery_ids[0], None)
         super()._on_write_results(batch, results)
+
+    def _compact_requeues(self) -> dict[type, Callable[[_Entry], None]]:
+        """The requeue of each compact event type of this actor's mixins (see compact.split_rejected)."""
+        requeues = inherited_requeues(super())
+        requeues[DeliveriesSent] = self._requeue_deliveries
+        return requeues
 
     def _requeue_deliveries(self, entry: _Entry) -> None:
         # Only the deliveries that cannot be stored are rejected (and given up: never sent). (A name of its own:

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 from journal import register_type
 from journal.serialization import TUPLE_MARK, marked, pack_values_with
-from persistence.compact import expand, same_or_each, split_rejected
+from persistence.compact import expand, inherited_requeues, same_or_each, split_rejected
 from persistence.coordinator import WriteResults
 from persistence.messages import Confirm, SnapshotOffer
 from persistence.persistent_actor import IllegalStateError, PersistentActor, _Entry, _OneWrite
@@ -457,7 +457,7 @@ class IdempotentReceiver(PersistentActor):
             super()._on_write_results(batch, results)  # (all stored, or nothing written: the usual case)
             return
         if isinstance(results, list):  # rejections are rare
-            batch, results = split_rejected(self, batch, results, AppliedBatch, self._requeue_applications)
+            batch, results = split_rejected(self, batch, results, self._compact_requeues())
             writes = [e for e in batch if e.atomic is not None]
             unstored = [e for e, r in zip(writes, results, strict=True) if r is not None]
         else:  # the whole write failed
@@ -472,6 +472,12 @@ class IdempotentReceiver(PersistentActor):
             super()._on_write_results(batch, results)
         finally:
             self._unstored = ()
+
+    def _compact_requeues(self) -> dict[type, Callable[[_Entry], None]]:
+        """The requeue of each compact event type of this actor's mixins (see compact.split_rejected)."""
+        requeues = inherited_requeues(super())
+        requeues[AppliedBatch] = self._requeue_applications
+        return requeues
 
     def _requeue_applications(self, entry: _Entry) -> None:
         # Only the applications whose event cannot be stored are rejected; the others are applied. (A name of its

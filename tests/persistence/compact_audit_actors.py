@@ -157,11 +157,14 @@ class ModelAccounts(Accounts):
 
 
 class _Forwarding:
-    """The body of ForwardingRelay: both compact-event mixins in one actor. ("turn", applications, deliveries, destination): persist_applied of
-    each (delivery id, payload) from the sender ("bad...": an Unstorable event), then deliver() of each payload
-    ("bad...": an Unstorable message) to `destination`, in one turn; replies ("done", applied flags) once the turn's
-    writes are durable. ("applied", origin): the payloads applied, and which delivery ids 1..9 of `origin` it
-    takes as applied; "unconfirmed": the unconfirmed delivery ids."""
+    """The body of ForwardingRelay: both compact-event mixins in one actor.
+
+    ("turn", applications, deliveries, destination): persist_applied of each (delivery id, payload) from the sender
+    ("bad...": an Unstorable event), then deliver() of each payload ("bad...": an Unstorable message) to
+    `destination`, in one turn; then a defer_async replies ("done", applied flags, the payloads applied, the ids of
+    the deliveries sent and unconfirmed): it runs after the handlers of the turn's writes, once they are durable.
+    ("applied", origin): the payloads applied, and which delivery ids 1..9 of `origin` it takes as applied;
+    "unconfirmed": the unconfirmed delivery ids."""
 
     redeliver_interval = 30.0
 
@@ -186,7 +189,8 @@ class _Forwarding:
             for payload in deliveries:
                 make = Unstorable if payload.startswith("bad") else Parcel
                 self.deliver(destination, lambda i, m=make, p=payload: m(i, p))
-            self.defer_async(tuple(fresh), lambda f: self.tell(sender, ("done", f)))
+            self.defer_async(tuple(fresh), lambda f: self.tell(sender, ("done", f, tuple(self.applied), sorted(
+                u.delivery_id for u in self.get_delivery_snapshot().unconfirmed_deliveries))))
 
 
 class ForwardingRelay(_Forwarding, DurableDelivery, IdempotentReceiver):  # type: ignore[misc]

@@ -245,14 +245,15 @@ def test_an_actor_with_both_compact_mixins_splits_a_rejected_applied_batch_and_a
     asystem.spawn(cls, path="/user/fwd", entities=True)
     probe, destination = asystem.probe(), asystem.probe()
     probe.tell(path, ("turn", ((1, "one"), (2, "bad-two")), deliveries, destination.path))
-    assert probe.receive(10) == ("done", (True, True))
+    # (the deferral runs after the handlers of the writes queued before it, whatever was split and requeued)
+    assert probe.receive(10) == ("done", (True, True), ("one",), [1] if deliveries else [])
     assert asystem.ask(path, ("applied", probe.path), timeout=10) == (("one",), [1]), \
         "the storable application is applied, the rejected one is not marked"
     if deliveries:
         assert destination.receive(10) == Parcel(1, "ok")
         assert asystem.ask(path, "unconfirmed", timeout=10) == [1], "the rejected delivery is given up"
     probe.tell(path, ("turn", ((2, "two"),), (), destination.path))  # the redelivery of the rejected one, storable now
-    assert probe.receive(10) == ("done", (True,))
+    assert probe.receive(10) == ("done", (True,), ("one", "two"), [1] if deliveries else [])
     asystem.stop(path)
     assert asystem.ask(path, ("applied", probe.path), timeout=10) == (("one", "two"), [1, 2])
 
