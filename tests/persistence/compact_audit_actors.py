@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from persistence import Confirm, DurableDelivery, IdempotentReceiver, RecoveryCompleted, SnapshotOffer
+from persistence import (
+    Confirm,
+    DeleteMessagesSuccess,
+    DurableDelivery,
+    IdempotentReceiver,
+    RecoveryCompleted,
+    SnapshotOffer,
+)
 from tests.persistence.compact_fixtures import Parcel, Unstorable
 from tests.persistence.table_actors import Accounts
 
@@ -42,7 +49,7 @@ class ModelReceiver(IdempotentReceiver):
     rejects); "many" instead of "batch": persist_applied_many of each run of items from one origin. The handler of
     the application that makes `len(applied)` one of `snap_at` saves a snapshot (Akka's pattern: from the persist
     handler); replies ("done", fresh flags) once all of the turn's writes are durable. "applied": the payloads
-    applied, in order."""
+    applied, in order; "delete": delete_messages(last_sequence_nr), replying ("deleted", sequence nr)."""
 
     def pre_start(self) -> None:
         self.applied: list[str] = []
@@ -57,6 +64,15 @@ class ModelReceiver(IdempotentReceiver):
         if message == "applied":
             self.tell(sender, tuple(self.applied))
             return
+        if message == "delete":  # (everything up to the newest event, past a snapshot saved inside a batch)
+            self.asked = sender
+            self.delete_messages(self.last_sequence_nr)
+            return
+        if isinstance(message, DeleteMessagesSuccess):
+            self.tell(self.asked, ("deleted", message.to_sequence_nr))
+            return
+        if not isinstance(message, tuple):
+            return  # (SaveSnapshotSuccess)
         how, items, snap_at = message
 
         def applied(event: str) -> None:
