@@ -250,6 +250,9 @@ class IdempotentReceiver(PersistentActor):
     with `persist_applied`, confirm from the handler, and a duplicate with `confirm_duplicate`.
     """
 
+    _skip_at = 0  # recovery: the sequence number of the batch an IdempotentSnapshotInBatch holds some of (a class
+    # default: set on the few instances that recover one, not one more attribute on every entity)
+
     def mixin_init(self) -> None:
         super().mixin_init()
         self._seen: dict[str, SeenIds] = {}
@@ -544,7 +547,14 @@ class IdempotentReceiver(PersistentActor):
         snap = offer.snapshot
         if isinstance(snap, IdempotentSnapshot | IdempotentSnapshotInBatch):
             self._seen = {o: SeenIds(low, tuple(ranges)) for o, (low, ranges) in snap.dedup.items()}
-            self._skip_recovered = snap.handled if type(snap) is IdempotentSnapshotInBatch else 0
+            if type(snap) is IdempotentSnapshotInBatch:
+                self._skip_recovered = snap.handled
+                # Only the event right after the snapshot is its batch: with that event deleted (delete_messages past
+                # the snapshot's sequence number), the next AppliedBatch replayed is a later one, none of which the
+                # snapshot holds (see take_applications_recovered).
+                self._skip_at = offer.metadata.sequence_nr + 1
+            else:
+                self._skip_recovered = 0
             offer = SnapshotOffer(offer.metadata, snap.state)
         super().mixin_recover_snapshot(offer)
 
@@ -582,9 +592,9 @@ class IdempotentReceiver(PersistentActor):
 
     def take_applications_recovered(self) -> int:
         """Recovery, for a mixin that recovers an AppliedBatch's entries itself: how many of its first applications
-        the snapshot holds already (see IdempotentSnapshotInBatch; only the first event replayed after it has any)."""
+        the snapshot holds already (see IdempotentSnapshotInBatch; only the event right after it has any: 0 for any other)."""
         skip, self._skip_recovered = self._skip_recovered, 0
-        return skip
+        return skip if self.last_sequence_nr == self._skip_at else 0
 
     def _applications_in_flight(self) -> list[tuple[str, int]]:
         """(origin, delivery id) of the applications queued and not written yet (gathered, or in this round's
