@@ -40,7 +40,7 @@ class UpToShipper(DurableDelivery):
         self.defer_async(delivery_id, lambda i: self.tell(sender, ("delivered", i)))
 
 
-__all__ = ["ForwardingRelay", "ReversedForwardingRelay", "ModelAccounts", "ModelReceiver", "ModelShipper", "RecoveryCompleted", "UpToShipper"]
+__all__ = ["ForwardingRelay", "ModelRelay", "ReversedForwardingRelay", "ModelAccounts", "ModelReceiver", "ModelShipper", "RecoveryCompleted", "UpToShipper"]
 
 
 class ModelReceiver(IdempotentReceiver):
@@ -215,3 +215,46 @@ class ForwardingRelay(_Forwarding, DurableDelivery, IdempotentReceiver):  # type
 
 class ReversedForwardingRelay(_Forwarding, IdempotentReceiver, DurableDelivery):  # type: ignore[misc]
     """_Forwarding, IdempotentReceiver's hooks first."""
+
+
+class ModelRelay(DurableDelivery, IdempotentReceiver):
+    """Both compact-event mixins under a reference model. ("turn", items, snap_at, direct, sink): persist_applied of
+    each (origin, delivery id, payload) ("bad...": an Unstorable event), whose handler appends the payload, delivers
+    ("fwd", payload) to `sink` and saves a snapshot when `len(applied)` is in `snap_at`; then deliver() of each of
+    `direct` ("bad...": an Unstorable message); replies ("done", fresh flags) from a defer_async. "state": the payloads
+    applied and the unconfirmed deliveries {id: message}, once what is pending is durable."""
+
+    redeliver_interval = 30.0  # (the sink never confirms: no redelivery meanwhile)
+
+    def pre_start(self) -> None:
+        self.applied: list[str] = []
+
+    def receive_recover(self, event: Any) -> None:
+        if isinstance(event, SnapshotOffer):
+            self.applied = list(event.snapshot)
+        elif isinstance(event, str):
+            self.applied.append(event)
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if message == "state":
+            # (after what is pending: the deliveries of the last turn's handlers are journaled in a round of their
+            # own, and a delivery whose sent event is not durable yet is not in the delivery snapshot)
+            self.defer_async(None, lambda _: self.tell(sender, (tuple(self.applied), {
+                u.delivery_id: u.message for u in self.get_delivery_snapshot().unconfirmed_deliveries})))
+            return
+        if not isinstance(message, tuple):
+            return  # (SaveSnapshotSuccess)
+        _, items, snap_at, direct, sink = message
+
+        def applied(event: str) -> None:
+            self.applied.append(event)
+            self.deliver(sink, lambda i, e=event: ("fwd", i, e))
+            if len(self.applied) in snap_at:
+                self.save_snapshot(tuple(self.applied))
+
+        fresh = [self.persist_applied(origin, i, Unstorable(i, p) if p.startswith("bad") else p, applied)
+                 for origin, i, p in items]
+        for payload in direct:
+            make = Unstorable if payload.startswith("bad") else Parcel
+            self.deliver(sink, lambda i, m=make, p=payload: m(i, p))
+        self.defer_async(tuple(fresh), lambda f: self.tell(sender, ("done", f)))

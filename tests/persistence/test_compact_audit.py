@@ -15,6 +15,7 @@ from tests.persistence.compact_audit_actors import (
     ForwardingRelay,
     ModelAccounts,
     ModelReceiver,
+    ModelRelay,
     ModelShipper,
     ReversedForwardingRelay,
     UpToShipper,
@@ -316,3 +317,41 @@ def test_events_deleted_past_a_snapshot_saved_inside_a_batch_do_not_make_recover
     asystem.stop(path)
     assert asystem.ask(path, "applied", timeout=10) == ("p1", "p2", "p4", "p5", "p6"), \
         "a later turn's applications are recovered (p3, deleted past the snapshot, is lost)"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_relay_with_both_compact_mixins_recovers_the_live_applications_and_deliveries(asystem, seed):
+    # DurableDelivery and IdempotentReceiver in one actor: applications (some rejected) whose handlers deliver and
+    # save snapshots inside their AppliedBatch, deliveries (some rejected) made directly in the same turns, restarts:
+    # the recovered applications and unconfirmed deliveries are the live ones, and each application is applied once.
+    rng = random.Random(seed)
+    path = f"/user/mrelay/{seed}"
+    asystem.spawn(ModelRelay, path="/user/mrelay", entities=True)
+    probe, sink = asystem.probe(), asystem.probe()
+    model: list[str] = []
+    seen: set[tuple[str, int]] = set()
+    for turn in range(20):
+        items = tuple((rng.choice(("/o1", "/o2")), (i := rng.randint(1, 30)),
+                       ("bad" if rng.random() < 0.15 else "") + f"{turn}:{i}") for _ in range(rng.randint(0, 5)))
+        direct = tuple(("bad" if rng.random() < 0.15 else "") + f"d{turn}:{k}" for k in range(rng.randint(0, 3)))
+        snap_at = frozenset(len(model) + k for k in range(1, len(items) + 1) if rng.random() < 0.4)
+        probe.tell(path, ("turn", items, snap_at, direct, sink.path))
+        kind, fresh = probe.receive(10)
+        marked: set[tuple[str, int]] = set()
+        expected = []
+        for origin, i, payload in items:
+            key = (origin, i)
+            expected.append(key not in seen and key not in marked)
+            if expected[-1]:
+                marked.add(key)
+                if not payload.startswith("bad"):
+                    seen.add(key)
+                    model.append(payload)
+        assert (kind, list(fresh)) == ("done", expected), f"turn {turn}"
+        live = asystem.ask(path, "state", timeout=10)
+        assert live[0] == tuple(model), f"turn {turn}"
+        forwarded = sorted(m[2] for m in live[1].values() if type(m) is tuple)
+        assert forwarded == sorted(model), f"turn {turn}: one delivery per application"
+        if rng.random() < 0.3:
+            asystem.stop(path)
+            assert asystem.ask(path, "state", timeout=10) == live, f"recovered after turn {turn}"
