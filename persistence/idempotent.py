@@ -366,6 +366,12 @@ class IdempotentReceiver(PersistentActor):
 
         A duplicate is confirmed again (the first confirm may have been lost), but only after any write in
         flight, so a confirm never overtakes the event it acknowledges.
+
+        Only the event is covered: what `handler` queues itself is journaled in a later group commit, after the
+        confirm went out. A `deliver()` (DurableDelivery) there is lost for good if its write fails or the host dies
+        first (the application is stored, so the origin's redelivery is a duplicate). To forward a delivery, call
+        `deliver()` and then `persist_applied` in the command (after an `already_applied` check) and confirm from
+        its handler: both are written in the same group commit.
         """
         def applied(e: object) -> None:
             if handler is not None:

@@ -13,7 +13,9 @@ from persistence import (
     RecoveryCompleted,
     SnapshotOffer,
 )
+from persistence.durable import DeliveriesSent
 from tests.persistence.compact_fixtures import Parcel, Unstorable
+from tests.persistence.failing_journals import register_failing_first_write
 from tests.persistence.table_actors import Accounts
 
 
@@ -40,7 +42,7 @@ class UpToShipper(DurableDelivery):
         self.defer_async(delivery_id, lambda i: self.tell(sender, ("delivered", i)))
 
 
-__all__ = ["ForwardingRelay", "ModelRelay", "ReversedForwardingRelay", "ModelAccounts", "ModelReceiver", "ModelShipper", "RecoveryCompleted", "UpToShipper"]
+__all__ = ["ForwardingRelay", "ModelRelay", "SafeForwarder", "ReversedForwardingRelay", "ModelAccounts", "ModelReceiver", "ModelShipper", "RecoveryCompleted", "UpToShipper"]
 
 
 class ModelReceiver(IdempotentReceiver):
@@ -258,3 +260,41 @@ class ModelRelay(DurableDelivery, IdempotentReceiver):
             make = Unstorable if payload.startswith("bad") else Parcel
             self.deliver(sink, lambda i, m=make, p=payload: m(i, p))
         self.defer_async(tuple(fresh), lambda f: self.tell(sender, ("done", f)))
+
+
+def _flaky_deliveries(payload: object) -> list[str]:
+    """The Parcel payloads starting with "flaky" of a DeliveriesSent: its first write fails (once per process)."""
+    if type(payload) is DeliveriesSent:
+        return [m.payload for m in payload.messages if isinstance(m, Parcel) and m.payload.startswith("flaky")]
+    return []
+
+
+register_failing_first_write("flakyaudit", _flaky_deliveries)
+
+
+class SafeForwarder(DurableDelivery, IdempotentReceiver):
+    """Forwards each Parcel once to `sink` (a new delivery) and confirms it to its origin only with the forward
+    durable: deliver() and then persist_applied in the same command (one group commit), confirmed from the handler;
+    a duplicate is confirmed (after the writes in flight) and not forwarded again. "unconfirmed": how many forwards
+    are unconfirmed."""
+
+    journal_url = "flakyaudit://safe-forwarder"
+    snapshot_store_url = "flakyaudit://safe-forwarder"
+    redeliver_interval = 30.0
+
+    def __init__(self, sink: str) -> None:
+        self.sink = sink
+
+    def receive_recover(self, event: Any) -> None:
+        pass
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if message == "unconfirmed":
+            self.tell(sender, self.number_of_unconfirmed)
+        elif isinstance(message, Parcel) and sender is not None:
+            i, payload = message.delivery_id, message.payload
+            if self.already_applied(sender, i):
+                self.confirm_duplicate(sender, i, lambda: self.tell(sender, Confirm(i)))
+                return
+            self.deliver(self.sink, lambda d: Parcel(d, payload))
+            self.persist_applied(sender, i, payload, lambda _: self.tell(sender, Confirm(i)))

@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+from persistence import Confirm
 from persistence.idempotent import SeenIds
 from tests.persistence.compact_audit_actors import (
     ForwardingRelay,
@@ -18,6 +19,7 @@ from tests.persistence.compact_audit_actors import (
     ModelRelay,
     ModelShipper,
     ReversedForwardingRelay,
+    SafeForwarder,
     UpToShipper,
 )
 from tests.persistence.compact_fixtures import Parcel, Unstorable
@@ -355,3 +357,23 @@ def test_a_relay_with_both_compact_mixins_recovers_the_live_applications_and_del
         if rng.random() < 0.3:
             asystem.stop(path)
             assert asystem.ask(path, "state", timeout=10) == live, f"recovered after turn {turn}"
+
+
+def test_a_forward_delivered_before_its_application_is_confirmed_only_once_both_are_durable(base, make_system,
+                                                                                            tmp_path):
+    # apply_and_confirm's (or persist_applied's) handler runs once the application is durable; a deliver() in it is
+    # journaled in a later group commit, after the confirm went out: a crash or failed write in between lost the
+    # forward for good (the application is stored: the origin's redelivery is a duplicate). The pattern its
+    # docstring gives: deliver() and then persist_applied in the command, confirmed from the handler. Their write
+    # fails here (the forwarder stops): nothing is confirmed, and the redelivery forwards it once and confirms it.
+    system = make_system(base)
+    system.spawn(SafeForwarder, path="/user/fwd", entities=True, kwargs={"sink": (sink := system.probe()).path})
+    origin, path = system.probe(), f"/user/fwd/{tmp_path.name}"
+    origin.tell(path, Parcel(1, f"flaky-{tmp_path.name}"))  # (its DeliveriesSent's first write fails)
+    wait_for(lambda: any("simulated write failure" in e.reason for e in system.errors().recent), 10)
+    origin.tell(path, Parcel(1, f"flaky-{tmp_path.name}"))  # the origin redelivers: nothing was confirmed
+    assert origin.receive(10) == Confirm(1)
+    assert sink.receive(10) == Parcel(1, f"flaky-{tmp_path.name}")
+    origin.tell(path, Parcel(1, f"flaky-{tmp_path.name}"))  # a duplicate: confirmed again, not forwarded again
+    assert origin.receive(10) == Confirm(1)
+    assert system.ask(path, "unconfirmed", timeout=10) == 1, "forwarded once (the sink confirms nothing)"
