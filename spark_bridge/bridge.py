@@ -49,7 +49,6 @@ XOR acker (acker.py): ack="processed" feeds are told when theirs is complete.
 
 from __future__ import annotations
 
-import bisect
 import time
 from collections import OrderedDict
 from collections.abc import Hashable
@@ -136,8 +135,10 @@ KEPT_MICRO_BATCHES = 100
 newest by batch id: Spark replays only a query's newest micro-batch (the one its commit log lacks), and keeps the
 offsets of its last `spark.sql.streaming.minBatchesToRetain` (100) batches only."""
 KEPT_STREAM_BATCHES = 100_000
-"""Released micro-batches remembered over all streams: past it, the streams that released least recently are
-forgotten whole (a query that keeps a new query id, without a checkpoint, is a new stream each start)."""
+"""Released micro-batches remembered over all streams besides each stream's newest: past it, the streams that
+released least recently keep their newest only. A stream's newest is never forgotten: it is the one Spark replays
+after a crash between the release and the query's commit, however long the query then stays down (a query that
+gets a new query id each start, without a checkpoint, is a new stream each start: one feed id a start)."""
 RESTAGE_RATIO = 8
 """A staged batch is written again (BatchRestaged) once its run holds the journal's pruning back by this many
 events per batch of the run written again (see SparkBridge._restage_held)."""
@@ -287,7 +288,8 @@ class SparkBridge(AtLeastOnceDelivery):
     snapshot_every: int = 500
     kept_micro_batches: int = KEPT_MICRO_BATCHES
     kept_stream_batches: int = KEPT_STREAM_BATCHES
-    """Released micro-batches remembered per stream, and over all streams (see KEPT_MICRO_BATCHES)."""
+    """Released micro-batches remembered per stream, and over all streams besides each one's newest (see
+    KEPT_MICRO_BATCHES, KEPT_STREAM_BATCHES)."""
     kept_feed_ids: int | None = None
     """Batch feed ids whose released partitions (and keys) the bridge remembers, the first released longest ago
     forgotten first; None: every one, for good (a rerun of any feed id ever released delivers nothing again). Each
@@ -361,8 +363,9 @@ class SparkBridge(AtLeastOnceDelivery):
         # is remembered (in _released, _decided, _keys), ascending; streams in the order they last released one. Only
         # the newest kept_micro_batches of each, kept_stream_batches in all (_remember_feed): a stream's every
         # micro-batch is a feed id, so they grew the bridge (and each snapshot) by one per micro-batch for good.
-        self._streams: OrderedDict[str, list[int]] = OrderedDict()
-        self._stream_batches = 0
+        self._streams: dict[str, list[int]] = {}  # (in the order they were released: the last is the newest)
+        self._stream_batches = 0  # kept besides each stream's newest
+        self._trimmable: OrderedDict[str, None] = OrderedDict()  # streams keeping more than their newest, LRU first
         # batch feed ids released (or decided), first released first: only with kept_feed_ids (_remember_batch_feed)
         self._batch_feeds: OrderedDict[str, None] = OrderedDict()
         # f"{feed}/{run}" released -> (rows discarded, duplicates skipped): its FeedReleased's, for a repeat's answer
@@ -1250,36 +1253,41 @@ class SparkBridge(AtLeastOnceDelivery):
         self._remember_feed(event.feed_id)
 
     def _remember_feed(self, feed_id: str) -> None:
-        """Note a stream's micro-batch released (or decided); forget the releases of its micro-batches older than
-        its newest `kept_micro_batches`, and of the streams that released least recently past `kept_stream_batches`.
+        """Note a stream's micro-batch released (or decided); forget the releases of its micro-batches released before
+        its newest `kept_micro_batches`, and, past `kept_stream_batches` over all streams, all but the newest of the
+        streams that released least recently.
 
-        Spark replays only a query's newest micro-batch, so what a forgotten one released is never asked again; were
-        one replayed all the same, its rows would be delivered again (README: the Spark bridge). The same on replay
-        and live: the same events forget the same feed ids. A batch feed id (no "/") is kept, as documented, unless
-        `kept_feed_ids` says how many to keep."""
+        Spark replays only a query's newest micro-batch (after a crash between the release and its commit log), so
+        what a forgotten one released is never asked again; were one replayed all the same, its rows would be
+        delivered again (README: the Spark bridge). The newest of a stream is kept however long its query stays down.
+        Newest means released last (batch ids start at 0 again for a query whose checkpoint was reset). The same on
+        replay and live: the same events forget the same feed ids. A batch feed id (no "/") is kept, as documented,
+        unless `kept_feed_ids` says how many to keep."""
         stream, _, tail = feed_id.rpartition("/")
         if not stream or not tail.isdigit() or tail != str(int(tail)):
             if self.kept_feed_ids is not None:  # (a batch feed id, or not Spark's f"{base}/{batch id}")
                 self._remember_batch_feed(feed_id)
             return
         batch_id = int(tail)
-        kept = self._streams.get(stream)
-        if kept is None:
-            kept = self._streams[stream] = []
-        else:
-            self._streams.move_to_end(stream)
-        if kept and kept[-1] == batch_id or batch_id in kept:  # (its other bridges', or a repeat: noted once)
+        kept = self._streams.setdefault(stream, [])
+        if batch_id in kept:  # (its other bridges', or a repeat: noted once; at most kept_micro_batches to look at)
             return
-        bisect.insort(kept, batch_id)
-        self._stream_batches += 1
-        while len(kept) > self.kept_micro_batches:
+        kept.append(batch_id)
+        if len(kept) > 1:
+            self._stream_batches += 1
+            self._trimmable[stream] = None
+            self._trimmable.move_to_end(stream)
+        while len(kept) > max(1, self.kept_micro_batches):  # (the newest always: see above)
             self._forget_feed(f"{stream}/{kept.pop(0)}")
             self._stream_batches -= 1
-        while self._stream_batches > self.kept_stream_batches:
-            oldest, batch_ids = self._streams.popitem(last=False)
-            for b in batch_ids:
+        trimmable = self._trimmable
+        while self._stream_batches > self.kept_stream_batches and trimmable:
+            oldest = trimmable.popitem(last=False)[0]
+            batch_ids = self._streams[oldest]
+            for b in batch_ids[:-1]:
                 self._forget_feed(f"{oldest}/{b}")
-            self._stream_batches -= len(batch_ids)
+            self._stream_batches -= len(batch_ids) - 1
+            del batch_ids[:-1]
 
     def _remember_batch_feed(self, feed_id: str) -> None:
         """Note a batch feed id released (or decided); past `kept_feed_ids`, forget the one first released longest

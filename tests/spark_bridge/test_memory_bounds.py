@@ -114,16 +114,18 @@ def counters(system: actors.System) -> dict[str, int]:
 
 
 class KeepsFew(SparkBridge):
-    """A bridge that remembers 5 micro-batches per stream and 12 in all."""
+    """A bridge that remembers 5 micro-batches per stream, and 8 in all besides each stream's newest."""
 
     kept_micro_batches = 5
-    kept_stream_batches = 12
+    kept_stream_batches = 8
 
 
-def test_past_the_bound_over_all_streams_the_least_recent_stream_is_forgotten_whole(base, make_system, tmp_path):
+def test_past_the_bound_over_all_streams_the_least_recent_streams_keep_their_newest_only(base, make_system, tmp_path):
     """Queries started without their checkpoint get a new query id each time: a new stream. Past
-    `kept_stream_batches` in all, the streams that released least recently are forgotten whole; a batch feed id is
-    never forgotten (its reruns are skipped, as documented)."""
+    `kept_stream_batches` in all (besides each stream's newest), the streams that released least recently keep their
+    newest only: that one is what Spark replays after a crash between its release and the query's commit, however
+    long the query then stays down (forgotten whole, a replay after 100,000 other micro-batches delivered its rows
+    again). A batch feed id is never forgotten (its reruns are skipped, as documented)."""
     from tests.spark_bridge.sample import Account
 
     system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db",
@@ -137,14 +139,24 @@ def test_past_the_bound_over_all_streams_the_least_recent_stream_is_forgotten_wh
     assert counters(system)["feed_ids_remembered"] == 1 + 5  # q1/2 .. q1/6
     for batch_id in range(5):
         _micro_batch(system, probe, "q2", batch_id, keyed=False)
-    assert counters(system)["feed_ids_remembered"] == 1 + 10
+    assert counters(system)["feed_ids_remembered"] == 1 + 10  # 8 besides the newest of q1 and q2
     _micro_batch(system, probe, "q1", 7, keyed=False)  # q1 released last: q2 is now the least recent
     for batch_id in range(3):
         _micro_batch(system, probe, "q3", batch_id, keyed=False)
-    # past 12: q2 forgotten whole; 5 of q1 and 3 of q3 kept, and the batch feed id
-    assert counters(system)["feed_ids_remembered"] == 1 + 5 + 3, counters(system)
+    # past 8 besides the newest (at q3/1): q2 keeps q2/4 only; q1 keeps 5 and q3 3, and the batch feed id
+    assert counters(system)["feed_ids_remembered"] == 1 + 5 + 1 + 3, counters(system)
+    # q2's newest replayed (its query back after a crash between release and commit): nothing delivered again.
+    system.tell(BRIDGE_PATH, IngestBatch("q2/4", 0, 0, ["/user/accounts/a0"], [{"amount": 1, "txid": "q2/4"}],
+                                         probe.path, attempt="replay/1"))
+    assert probe.receive(10) == BatchAccepted("q2/4", 0, 0, 1)
     # A forgotten micro-batch is a new feed id again (Spark never replays it): its row would be delivered.
-    assert _micro_batch(system, probe, "q2", 4, keyed=False) == FeedReleased("q2/4", "run4", 0)
+    assert _micro_batch(system, probe, "q2", 3, keyed=False) == FeedReleased("q2/3", "run3", 0)
+    # The same after a restart (snapshot and journal): q2/4 still known.
+    system.stop(BRIDGE_PATH)
+    system.spawn(KeepsFew, path=BRIDGE_PATH)
+    system.tell(BRIDGE_PATH, IngestBatch("q2/4", 0, 0, ["/user/accounts/a0"], [{"amount": 1, "txid": "q2/4"}],
+                                         probe.path, attempt="replay2/1"))
+    assert probe.receive(10) == BatchAccepted("q2/4", 0, 0, 1)
     # The batch feed id is still known: its rerun delivers nothing again.
     system.tell(BRIDGE_PATH, IngestBatch("daily-1", 0, 0, ["/user/accounts/a0"], [{"amount": 1, "txid": "x"}],
                                          probe.path, attempt="rerun/1"))
