@@ -134,18 +134,21 @@ class ErrorLog:
     def __init__(self) -> None:
         self.count = 0
         self.recent: deque[ActorError] = deque(maxlen=RECENT_ERRORS)
-        self.subscribers: list[str] = []
+        self.subscribers: dict[str, None] = {}  # (a path subscribed again is kept once, in its first place)
 
     def record(self, error: ActorError) -> list[str]:
         """Keep `error`; returns the paths to publish it to."""
         self.count += 1 + error.repeats
         self.recent.append(error)
-        return self.subscribers
+        return list(self.subscribers)
 
     def subscribe(self, path: str) -> None:
         """Publish every future error to `path`."""
-        if path not in self.subscribers:
-            self.subscribers.append(path)
+        self.subscribers.setdefault(path, None)
+
+    def forget_under(self, prefix: str) -> None:
+        """Drop the subscribers below `prefix` (a client's /temp route, gone with its client)."""
+        forget_under(self.subscribers, prefix)
 
     def snapshot(self) -> Errors:
         """The count and the recent errors."""
@@ -154,3 +157,10 @@ class ErrorLog:
     def handles(self, message: object) -> bool:
         """True for the messages the guardian passes to this log (see Guardian._control)."""
         return isinstance(message, (ActorError, SubscribeErrors))
+
+
+def forget_under(paths: dict[str, None], prefix: str) -> None:
+    """Drop the paths at or below `prefix` from `paths` (subscribers of a client that is gone)."""
+    under = prefix + "/"
+    for path in [p for p in paths if p == prefix or p.startswith(under)]:
+        del paths[path]

@@ -26,7 +26,7 @@ from thespian.actors import (
 )
 
 from . import thespian_fixes
-from .error_log import ActorError, AskUndelivered, ErrorLog, GetErrors, SubscribeErrors, is_ask
+from .error_log import ActorError, AskUndelivered, ErrorLog, GetErrors, SubscribeErrors, forget_under, is_ask
 from .handover import HANDOVER_WAIT
 from .inflight import BOUNCED, FAILED, InFlight, not_taken
 from .messages import (
@@ -194,7 +194,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         self.undelivered: deque[Intent] = deque()  # batches no live receiver took: dead letters, not yet recorded
         self.dead_count = 0
         self.recent: deque[DeadLetter] = deque(maxlen=RECENT_DEAD_LETTERS)
-        self.dead_subscribers: list[str] = []
+        self.dead_subscribers: dict[str, None] = {}  # (a path subscribed again is kept once)
         self.errors = ErrorLog()
         self.shutting_down = False
         self.status_requests: dict[int, StatusRequest] = {}
@@ -289,8 +289,16 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         self.send(sender, Spawned(message.prefix))
 
     def _unregister_route(self, message: UnregisterRoute, sender: Address) -> None:
-        if self.temp_routes.pop(message.prefix, None) is not None:
-            self._publish()
+        if message.prefix in self.temp_routes:
+            self._drop_temp_route(message.prefix)
+
+    def _drop_temp_route(self, prefix: str) -> None:
+        """A client's route is gone (closed, or its process died): so are its subscriptions."""
+        del self.temp_routes[prefix]
+        # Kept, each dead letter and error looked up every subscriber of every client that ever subscribed.
+        forget_under(self.dead_subscribers, prefix)
+        self.errors.forget_under(prefix)
+        self._publish()
 
     # ---- spawning and supervising hosts ----------------------------------------------------------
     def _spawn(self, message: SpawnHost, sender: Address) -> None:
@@ -925,7 +933,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         if isinstance(message, DeadLetter):
             self._record_dead(message)
         elif isinstance(message, SubscribeDeadLetters):
-            self.dead_subscribers.append(message.path)
+            self.dead_subscribers.setdefault(message.path, None)
         elif isinstance(message, ActorError):
             log.info("error in %s (host %s): %s", message.path, message.host, message.reason)
             for path in self.errors.record(message):
@@ -950,7 +958,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             hit = self.router.resolve(asker)
             if hit is not None:
                 self._queue(hit[0], hit[1], (GUARDIAN_PATH, asker, AskUndelivered(letter.target, letter.reason)))
-        for path in self.dead_subscribers:
+        for path in list(self.dead_subscribers):  # (a send may fail at once, and a gone client take its own)
             hit = self.router.resolve(path)
             if hit is not None:
                 self._queue(hit[0], hit[1], (GUARDIAN_PATH, path, letter))
@@ -1101,8 +1109,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         # Whoever lived there is gone: clients' routes die with them, hosts get restarted.
         for prefix, address in list(self.temp_routes.items()):
             if address_key(address) == dead_key:
-                del self.temp_routes[prefix]
-                self._publish()
+                self._drop_temp_route(prefix)
         if isinstance(dead, Batch):
             for entry in unpack(dead, self._unpicklable):
                 self._reroute(entry, dead_key, bounced)

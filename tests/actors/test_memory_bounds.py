@@ -37,11 +37,10 @@ def test_the_routes_of_clients_that_died_attached_do_not_stay_in_the_directory(m
     assert not left, f"{len(left)} routes of dead clients still in the directory"
 
 
-@pytest.mark.xfail(strict=True, reason="actors/guardian.py appends every SubscribeDeadLetters to a list, never removed")
 def test_subscribing_the_same_path_to_dead_letters_again_keeps_one_subscription(system):
-    """The guardian keeps dead-letter subscribers in a list it only appends to: a path subscribed again (a monitor
-    that subscribes each time it attaches) is kept once more, gets every letter once more, and each letter costs a
-    look-up per entry; subscribers of clients long gone stay too. Errors subscribers are kept once per path."""
+    """The guardian kept dead-letter subscribers in a list it only appended to: a path subscribed again (a monitor
+    that subscribes each time it attaches) was kept once more and got every letter once more. Now kept once per
+    path, as errors subscribers are; both are dropped with their client's route."""
     from actors.messages import DeadLetter
     from tests.actors.sample import Echo, Ping
 
