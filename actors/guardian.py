@@ -76,6 +76,7 @@ from .messages import (
     public_config,
 )
 from .paths import ancestors, shard_key, shard_of
+from .process_identity import ProcessIdentity
 from .supervision import PARENT_WAKEUP, ParentWatch
 from .thespian_types import Address, Intent
 from .transport import Entry, Outbox, Router, address_key, unpack
@@ -87,6 +88,7 @@ RESETTLE = "reprise-resettle"
 
 RECENT_DEAD_LETTERS = 100
 CHILD_CHECK_DELAY = 1.0  # seconds after a host's exit to look for others that died unreported
+CLIENT_SWEEP = 5.0  # seconds between looks for clients on this machine whose process ended attached (_sweep_clients)
 STATUS_WAIT = 2.0  # seconds a status request waits for busy hosts before answering without them
 NODE_TIMEOUT = 5.0  # seconds without an answer to heartbeats after which a node is down (start(node_timeout=))
 FENCE_AFTER = 0.8  # of the guardian's node_timeout: a member unpinged so long stops its hosts (NodeAgent._fence)
@@ -186,6 +188,8 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         self.config: dict[str, object] = {}
         self.hosts: dict[str, HostRecord] = {}
         self.temp_routes: dict[str, Address] = {}
+        self.temp_owners: dict[str, ProcessIdentity] = {}  # prefix -> its client's process, where it said (_sweep_clients)
+        self.swept = 0.0  # (monotonic) when _sweep_clients last looked
         self.epoch = 0
         self.router = Router()
         self.outbox: Outbox | None = None
@@ -284,7 +288,10 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         self.send(sender, DirectoryUpdate(self._routes(), self.epoch))
 
     def _register_route(self, message: RegisterRoute, sender: Address) -> None:
+        self._sweep_clients(force=True)  # (routes of dead clients grow with registrations: bounded by them too)
         self.temp_routes[message.prefix] = sender
+        if message.process is not None:
+            self.temp_owners[message.prefix] = message.process
         self._publish()
         self.send(sender, Spawned(message.prefix))
 
@@ -292,13 +299,31 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         if message.prefix in self.temp_routes:
             self._drop_temp_route(message.prefix)
 
-    def _drop_temp_route(self, prefix: str) -> None:
+    def _drop_temp_route(self, prefix: str, publish: bool = True) -> None:
         """A client's route is gone (closed, or its process died): so are its subscriptions."""
         del self.temp_routes[prefix]
+        self.temp_owners.pop(prefix, None)
         # Kept, each dead letter and error looked up every subscriber of every client that ever subscribed.
         forget_under(self.dead_subscribers, prefix)
         self.errors.forget_under(prefix)
-        self._publish()
+        if publish:
+            self._publish()
+
+    def _sweep_clients(self, force: bool = False) -> None:
+        """Drop the routes of clients on this machine whose process has ended without unregistering (a Spark Python
+        worker ends with os._exit, or is killed when idle): kept, every route of every worker that ever attached
+        stayed in the directory each host holds, until something sent to it bounced. At most every CLIENT_SWEEP
+        seconds unless `force`d; a client elsewhere is known only by a bounce, as before (actors/process_identity.py)."""
+        now = time.monotonic()
+        if not self.temp_owners or (not force and now - self.swept < CLIENT_SWEEP):
+            return
+        self.swept = now
+        gone = [prefix for prefix, process in self.temp_owners.items() if process.is_gone()]
+        for prefix in gone:
+            self._drop_temp_route(prefix, publish=False)
+        if gone:
+            log.info("guardian: dropped the routes of %d client(s) whose process ended attached", len(gone))
+            self._publish()
 
     # ---- spawning and supervising hosts ----------------------------------------------------------
     def _spawn(self, message: SpawnHost, sender: Address) -> None:
@@ -1049,12 +1074,15 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             record = self.hosts.get(payload[1])
             if record is not None and record.state == "moving" and record.address is not None:
                 self.send(record.address, ActorExitRequest())
-        elif payload == PARENT_WAKEUP and self.parent_watch is not None and self.parent_watch.orphaned():
-            # The admin died: nobody can reach this system any more. Stop the hosts (Thespian sends
-            # each child an ActorExitRequest when we exit) and exit.
-            log.error("guardian: the admin process is gone; stopping every host and exiting")
-            self.shutting_down = True
-            self.send(self.myAddress, ActorExitRequest())
+        elif payload == PARENT_WAKEUP and self.parent_watch is not None:
+            if self.parent_watch.orphaned():
+                # The admin died: nobody can reach this system any more. Stop the hosts (Thespian sends
+                # each child an ActorExitRequest when we exit) and exit.
+                log.error("guardian: the admin process is gone; stopping every host and exiting")
+                self.shutting_down = True
+                self.send(self.myAddress, ActorExitRequest())
+            else:
+                self._sweep_clients()  # (the parent watch's tick: a multi-process system, where clients are processes)
 
     def _check_children(self) -> None:
         """Handle the exit of host processes that died without a ChildActorExited.

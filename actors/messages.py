@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .paths import shard_key
+from .process_identity import ProcessIdentity
 from .supervision import DEFAULT_HOLD_LIMIT, Backoff
 
 if TYPE_CHECKING:
@@ -212,9 +213,11 @@ class EntityStopped:
 
 @dataclass(frozen=True)
 class RegisterRoute:
-    """Client -> guardian: route `prefix` to the sender's endpoint (clients' temporary paths)."""
+    """Client -> guardian: route `prefix` to the sender's endpoint (clients' temporary paths); `process` is the
+    client's (None: unknown), by which a guardian on its machine drops the route once that process has ended."""
 
     prefix: str
+    process: ProcessIdentity | None = None
 
 
 @dataclass(frozen=True)

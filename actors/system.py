@@ -98,6 +98,7 @@ from .messages import (
     WhereIsGuardian,
 )
 from .paths import printable, shard_key, validate_path
+from .process_identity import this_process
 from .supervision import DEFAULT_HOLD_LIMIT, Backoff, check_hold_limit
 from .thespian_types import Address
 from .transport import Entry, Route, Router, address_key, check_message, pack, route_keys, unpack
@@ -1328,7 +1329,7 @@ class System:
 
     def _ensure_route(self) -> None:
         if not self._registered:
-            self._request(RegisterRoute(self.prefix), Spawned, 30.0)
+            self._request(RegisterRoute(self.prefix, this_process()), Spawned, 30.0)
             self._registered = True
             self._fetched = float("-inf")
 
