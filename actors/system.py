@@ -127,6 +127,7 @@ DIRECTORY_TTL = 1.0
 # A client waits in slices this long, so that a connection it refused meanwhile (a node that joined after its
 # last directory fetch, replying) makes it fetch the directory again while the node still retries that send.
 REFUSAL_CHECK = 0.25
+CLOSE_CHECK = 0.25  # seconds between a waiting call's looks at whether another thread shut the system down
 SEND_LIMIT = 60.0  # seconds a tell may wait for the transport (Thespian's own MAX_TELL_PERIOD)
 # Thespian retries a send whose connection closed before the ACK after 35 s x attempt: the first tell after
 # a host's SIGKILL blocked 35 s before the reconnect found the target dead. Retry sooner; 20 retries still
@@ -693,6 +694,38 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+def _stop_admin(asys: ActorSystem, timeout: float) -> None:
+    """ActorSystem.shutdown of a multiproc client, waiting at most `timeout` s (not Thespian's fixed 10 s) for the
+    admin to report the system stopped: a host busy in a long handler held every shutdown 10 s before its
+    caller's own timeout even began."""
+    from thespian.system.messages.admin import SystemShutdown, SystemShutdownCompleted
+    from thespian.system.transport import ReceiveEnvelope, Thespian__Run_Expired, Thespian__Run_Terminated
+
+    base = asys._systemBase
+    if base is None:
+        return
+    deadline = time.monotonic() + min(timeout, _thespian_shutdown_delay())
+    watch = base._tx_to_admin(SystemShutdown())
+    while (remaining := deadline - time.monotonic()) > 0:
+        response = base._run_transport(timedelta(seconds=remaining))
+        if watch.failed:  # (the admin is gone: what is left is found by its tag and killed)
+            break
+        if isinstance(response, ReceiveEnvelope) and isinstance(response.message, SystemShutdownCompleted):
+            break
+        if isinstance(response, (Thespian__Run_Expired, Thespian__Run_Terminated)):
+            break
+    base.transport.close()
+    # (what ActorSystem.shutdown does after its systemBase's: this client's base is transient, so kept nowhere)
+    asys._systemBase = None
+
+
+def _thespian_shutdown_delay() -> float:
+    """Thespian's own bound on a client's wait for the admin's shutdown report, in seconds."""
+    from thespian.system.systemBase import MAX_SYSTEM_SHUTDOWN_DELAY
+
+    return float(MAX_SYSTEM_SHUTDOWN_DELAY.total_seconds())
+
+
 def _wait_closed(host: str, port: int, timeout: float) -> None:
     """Wait (bounded) until nothing listens on host:port any more."""
     deadline = time.monotonic() + timeout
@@ -861,6 +894,9 @@ class System:
         self._unrouted = Unrouted()
         self._lock = threading.RLock()
         self._closed = False
+        # Held for a whole shutdown: a second caller (another thread) returns once the system is down, not at once.
+        self._shutdown_lock = threading.Lock()
+        self._shut_down = False
         self.metrics: metrics_module.Endpoint | None = None  # the in-process base's metrics endpoint
         self._node: str | None = None
         # The tag on the boot command line of the admin, when it is this user's on this machine (see
@@ -1117,6 +1153,7 @@ class System:
         if self._closed:
             return
         self._closed = True
+        self._shut_down = True  # (an owner's handle detached: its shutdown() stays the no-op it was)
         self._close_metrics()
         try:
             if self._registered:
@@ -1133,19 +1170,46 @@ class System:
                     pass
 
     def shutdown(self, timeout: float = 20.0) -> None:
-        """Stop the whole actor system (only its owner may) and wait until its processes are gone."""
+        """Stop the whole actor system (only its owner may) and wait until its processes are gone: within about
+        `timeout` s, after which what is left is killed (so is everything when the shutdown is interrupted: a
+        second Ctrl-C). Another thread's call returns once the first has ended; a call waiting for a reply in
+        another thread raises SystemNotRunning."""
         if not self._owner:
             raise RepriseError("this System was attached with actors.connect and does not own the actor system; "
                                "call close() to detach (stop the system itself with `reprise down --port N` "
                                "or actors.shutdown(N))")
-        if self._closed:
-            return
-        self._closed = True
+        check_number("timeout", timeout, hint="seconds to wait for the actor system to stop")
+        with self._shutdown_lock:
+            if self._shut_down:
+                return
+            # Set before taking the client's lock: a call waiting for a reply in another thread sees it within
+            # CLOSE_CHECK and lets go of the lock (it would otherwise hold it for its whole timeout).
+            self._closed = True
+            try:
+                self._shut(timeout)
+            except BaseException:
+                # Interrupted (a second Ctrl-C while the first one's `with` block waits for a busy host): the system
+                # was left running, holding its port and journal, and no call could stop it any more. Everything
+                # acknowledged is durable already (a journal write is one transaction): kill what is left.
+                if self.tag:
+                    killed = kill_tagged(self.tag)
+                    if killed:
+                        log.warning("shutdown of actor system %s interrupted: killed its processes %s", self.tag,
+                                    killed)
+                raise
+            finally:
+                self._shut_down = True
+
+    def _shut(self, timeout: float) -> None:
+        """The shutdown proper: ask the admin to stop the system, wait (bounded) for its processes, kill the rest."""
+        deadline = time.monotonic() + timeout
         self._close_metrics()
         with self._lock:
-            self._asys.shutdown()
+            if self.base == "local":
+                self._asys.shutdown()
+            else:
+                _stop_admin(self._asys, timeout)
         if self.tag:
-            deadline = time.monotonic() + timeout
             while tagged_pids(self.tag) and time.monotonic() < deadline:
                 time.sleep(0.05)
             leftovers = kill_tagged(self.tag)
@@ -1266,11 +1330,23 @@ class System:
                           "queued in this process and may still be delivered")
 
     def _listen(self, timeout: float) -> Any:
-        """The next message for this client (None after `timeout`), with Thespian's errors as RepriseErrors."""
-        try:
-            return self._asys.listen(timeout)
-        except ActorSystemException as exc:
-            raise MessageNotSent(f"this client's endpoint failed while waiting: {exc}") from None
+        """The next message for this client (None after `timeout`), with Thespian's errors as RepriseErrors;
+        SystemNotRunning once another thread has begun to shut the system down (checked every CLOSE_CHECK s)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            # (the in-process base returns at quiescence, before its timeout: one call, as before)
+            wait = timeout if self.base == "local" else min(max(deadline - time.monotonic(), 0.0), CLOSE_CHECK)
+            try:
+                message = self._asys.listen(wait)
+            except ActorSystemException as exc:
+                raise MessageNotSent(f"this client's endpoint failed while waiting: {exc}") from None
+            if message is not None:
+                return message
+            if self._closed:
+                raise SystemNotRunning("this System was shut down (by another thread) while this call waited for "
+                                       "a reply")
+            if self.base == "local" or time.monotonic() >= deadline:
+                return None
 
     def _listen_for_replies(self, timeout: float) -> Any:
         """_listen for what actors send this client: in slices, fetching the directory again after a refused
