@@ -128,3 +128,47 @@ def test_a_shutdown_right_after_a_burst_of_persists_keeps_every_acknowledged_eve
         recovered = again.ask(path, "get", timeout=60)
         assert recovered == list(range(len(recovered))), path
         assert acked.get(path, -1) < len(recovered), path
+
+
+BUSY_TOPOLOGY = """
+[[actor]]
+path = "/user/busy"
+class = "tests.actors.shutdown_audit_actors:Slow"
+
+[[actor]]
+path = "/user/idle"
+class = "tests.actors.shutdown_audit_actors:Slow"
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_second_sigterm_during_reprise_up_s_shutdown_leaves_no_process_running(tmp_path):
+    # `reprise up` in the foreground (under systemd, say) shuts down on SIGTERM; a second SIGTERM while that
+    # shutdown waited for a busy host left the system running after `up` had exited.
+    topology = tmp_path / "busy.toml"
+    topology.write_text(BUSY_TOPOLOGY)
+    tag = f"{SESSION_TOKEN}-up-sigterm-{os.getpid()}"
+    port = actors.free_port()
+    # (the CLI of this checkout: the installed console script imports the one it was installed from)
+    reprise = [sys.executable, "-m", "actors.cli"]
+    up = subprocess.Popen([*reprise, "up", str(topology), "--port", str(port), "--tag", tag], cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in up.stdout:
+            if line.startswith("running"):
+                break
+        with actors.connect(port) as client:
+            idle_pid = client.status().hosts["/user/idle"].pid
+            client.tell("/user/busy", ("sleep", 600.0))
+            assert client.ask("/user/idle", "threads", timeout=30)[0] == "threads"
+        up.send_signal(signal.SIGTERM)
+        wait_for(lambda: idle_pid not in tagged_pids(tag), timeout=30)
+        assert tagged_pids(tag), "the busy host should still be running when the second SIGTERM comes"
+        up.send_signal(signal.SIGTERM)
+        output = up.communicate(timeout=30)[0]
+        assert up.returncode != 0, output
+        assert tagged_pids(tag) == [], output
+    finally:
+        up.kill()
+        up.wait()
+        kill_tagged(tag)
