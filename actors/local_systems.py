@@ -100,6 +100,30 @@ def _boot_option(admin_port: int, option: str, pids: list[str], host: str | None
     return None
 
 
+def run_dir_in_use(run_dir: str) -> int | None:
+    """The admin port of this user's running actor system (its admin listening) whose run dir is `run_dir`, if any:
+    a second system started there would overwrite its secret (no client could then reach it: not even `reprise
+    down`) and write into its logs."""
+    target = os.path.realpath(run_dir)
+    for entry in own_processes():
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"actors.boot" not in argv or b"--run-dir" not in argv[:-1] or b"--port" not in argv[:-1]:
+            continue
+        if os.path.realpath(os.fsdecode(argv[argv.index(b"--run-dir") + 1])) != target:
+            continue
+        try:
+            port = int(argv[argv.index(b"--port") + 1])
+        except ValueError:
+            continue
+        if _listening_inodes(port):  # (a stopped system's processes in exit do not count)
+            return port
+    return None
+
+
 def _addresses_of(pid: str) -> tuple[str, str] | None:
     """(REPRISE_BIND, THESPIAN_BASE_IPADDR) a system's process started with (every process of a system inherits
     boot's environment): where it listens and the address it gives out; None when not known."""

@@ -67,6 +67,7 @@ from .local_systems import (
     listen_address,
     listening,
     own_processes,
+    run_dir_in_use,
     wait_for_leftovers,
 )
 from .main_module import adopt_main_classes
@@ -248,6 +249,11 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
     env = dict(os.environ)
     env.update(THESPIAN_TUNING)
     env.update(THESPLOG_THRESHOLD="WARNING", PYTHONPATH=os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)))
+    if run_dir is not None and (holder := run_dir_in_use(os.fspath(run_dir))) is not None:
+        raise SpawnFailed(f"run_dir {os.fspath(run_dir)} is the run dir of the actor system running on admin port "
+                          f"{holder}: a second system there would overwrite its secret (no client, not even `reprise "
+                          f"down --port {holder}`, could reach it any more) and mix their logs; choose another "
+                          f"run_dir, or stop that system first (`reprise down --port {holder}`)")
     # A port we picked can be taken by someone else before the admin binds it (Thespian then reports
     # "not a valid or useable ActorSystem Admin"): pick another. A port the caller chose is not retried.
     for attempt in range(1 if admin_port else _BOOT_ATTEMPTS):
@@ -1343,8 +1349,8 @@ class System:
             if message is not None:
                 return message
             if self._closed:
-                raise SystemNotRunning("this System was shut down (by another thread) while this call waited for "
-                                       "a reply")
+                raise SystemNotRunning("this System was shut down or closed (by another thread) while this call waited "
+                                       "for a reply")
             if self.base == "local" or time.monotonic() >= deadline:
                 return None
 

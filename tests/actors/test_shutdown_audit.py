@@ -172,3 +172,26 @@ def test_a_second_sigterm_during_reprise_up_s_shutdown_leaves_no_process_running
         up.kill()
         up.wait()
         kill_tagged(tag)
+
+
+def test_a_second_start_in_the_run_dir_of_a_running_system_is_refused_and_leaves_it_reachable(make_system):
+    # The second system started, overwrote the first's secret in the shared run dir, and from then on no client
+    # could reach the first one: `reprise down --port N` and connect(N) failed with AuthenticationFailed.
+    first = make_system("multiproc")
+    run_dir = first.run_dir
+    with open(os.path.join(run_dir, "secret"), "rb") as f:
+        secret = f.read()
+    second = None
+    try:
+        with pytest.raises(actors.SpawnFailed, match=f"run dir of the actor system running on admin port "
+                                                     f"{first.admin_port}.*choose another run_dir"):
+            # (the same directory by another spelling)
+            second = actors.start("multiproc", run_dir=os.path.join(run_dir, "..", os.path.basename(run_dir)),
+                                  tag=f"{SESSION_TOKEN}-second-{os.getpid()}")
+    finally:
+        if second is not None:
+            second.shutdown()
+    with open(os.path.join(run_dir, "secret"), "rb") as f:
+        assert f.read() == secret
+    with actors.connect(first.admin_port, timeout=10) as client:
+        assert client.status().hosts == {}
