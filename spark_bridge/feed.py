@@ -26,6 +26,7 @@ send columns: no per-row Python objects on the Spark side.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -89,6 +90,8 @@ HOST_CONF, PORT_CONF = "spark.reprise.host", "spark.reprise.port"
 """Spark conf keys read by the driver: where every executor attaches, unless its environment says otherwise."""
 KEPT_RESULTS = 1_000
 """How many committed writes `last_write_result` remembers per host (a stream commits one per micro-batch)."""
+PARTIAL_STALE = 3600.0
+"""Seconds after which a result file left half-written (its writer killed before the rename) is removed."""
 RESULTS_DIR = "REPRISE_SPARK_RESULTS"
 """Environment variable: the directory keeping committed writes' results (default: one per user in the temp dir)."""
 
@@ -734,11 +737,22 @@ def _keep(result: FeedResult) -> None:
     # process: a file on that host is what both see. Written whole, then renamed: readers never see half.
     path = _result_file(result.feed_id)
     fd, partial = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".partial")
-    with os.fdopen(fd, "w") as f:
-        json.dump(dataclasses.asdict(result), f)
-    os.replace(partial, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(dataclasses.asdict(result), f)
+        os.replace(partial, path)
+    except BaseException:  # (a full disk: not one more file left behind for each commit)
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        raise
+    entries = list(os.scandir(os.path.dirname(path)))
+    # A .partial whose writer was killed mid-write is never renamed: removed once no writer can still be at it.
+    now = time.time()
+    for stale in [e for e in entries if e.name.endswith(".partial") and now - _mtime(e) > PARTIAL_STALE]:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stale.path)
     # Files written within a clock tick share an mtime: the one just written is never a candidate.
-    older = [e for e in os.scandir(os.path.dirname(path)) if e.name.endswith(".json") and e.path != path]
+    older = [e for e in entries if e.name.endswith(".json") and e.path != path]
     if len(older) >= KEPT_RESULTS:
         for old in sorted(older, key=_mtime)[:len(older) - KEPT_RESULTS + 1]:
             try:

@@ -597,6 +597,24 @@ def test_the_results_kept_are_the_newest_and_a_full_store_never_drops_the_one_ju
     assert last_write_result("f/0") is None and last_write_result("never") is None
 
 
+def test_a_result_file_left_half_written_by_a_killed_writer_is_removed_once_stale(tmp_path, monkeypatch):
+    # A commit killed between writing its result's temporary file and renaming it left a .partial for good: one per
+    # such crash, never pruned (only .json files counted). A fresh one may be another writer's, still at it.
+    from spark_bridge import FeedResult
+    from spark_bridge.feed import PARTIAL_STALE, RESULTS_DIR, _remember
+
+    monkeypatch.setenv(RESULTS_DIR, str(tmp_path / "results"))
+    _remember(FeedResult(1, 0, 0, 1.0, 1.0, feed_id="first"))
+    stale, fresh = tmp_path / "results" / "tmpold.partial", tmp_path / "results" / "tmpnew.partial"
+    stale.write_text('{"rows": ')
+    fresh.write_text('{"rows": ')
+    old = time.time() - PARTIAL_STALE - 60
+    os.utime(stale, (old, old))
+    _remember(FeedResult(2, 0, 0, 1.0, 2.0, feed_id="second"))
+    assert not stale.exists() and fresh.exists()
+    assert last_write_result("first").rows == 1 and last_write_result("second").rows == 2
+
+
 def test_a_results_directory_of_another_user_is_refused_and_does_not_fail_the_write(tmp_path, monkeypatch, caplog):
     from spark_bridge import FeedError, FeedResult
     from spark_bridge.feed import RESULTS_DIR, _remember
