@@ -60,7 +60,8 @@ _live: weakref.WeakValueDictionary[int, TlsSocket] = weakref.WeakValueDictionary
 failures: list[str] = []  # recent handshake failures of this process, newest last (for error messages)
 _FAILURES_KEPT = 20
 _LOG_EVERY = 60.0  # seconds between warnings about one peer address (a flood must not fill the log)
-_logged: dict[str, float] = {}
+_logged: dict[str, float] = {}  # address -> when its last handshake failure was logged (at most _LOGGED_KEPT)
+_LOGGED_KEPT = 256
 
 
 class TlsError(RepriseError, ConnectionError):
@@ -483,6 +484,8 @@ class TlsSocket(socket.socket):
             return
         now, key = time.monotonic(), peer.rsplit(":", 1)[0]
         if now - _logged.get(key, float("-inf")) >= _LOG_EVERY:
+            if len(_logged) >= _LOGGED_KEPT and key not in _logged:
+                _logged.clear()  # (bounded: many failing addresses cost a warning each again, never memory)
             _logged[key] = now
             log.warning("%s (further failures from this address are not logged for %d s)", message, _LOG_EVERY)
 

@@ -388,3 +388,25 @@ def test_reprise_status_on_a_tls_system_with_its_own_or_given_files(make_system,
 def cli_options(config: tls.TlsConfig) -> list[str]:
     """--tls-cert/--tls-key/--tls-ca for `config`."""
     return ["--tls-cert", config.cert, "--tls-key", config.key, "--tls-ca", config.ca]
+
+
+def test_the_addresses_whose_failed_handshakes_were_logged_are_bounded(monkeypatch):
+    """A server remembers when it last logged a failed handshake of each address, to log one a minute each: it kept
+    every address that ever failed (a scan of many addresses grew it for the process's life)."""
+    monkeypatch.setattr(tls, "_logged", {})
+    server = socket.create_server(("127.0.0.1", 0))
+    try:
+        for n in range(tls._LOGGED_KEPT + 40):
+            client = socket.socket()
+            client.bind((f"127.0.{1 + n // 250}.{1 + n % 250}", 0))  # (all of 127/8 is this machine's)
+            client.connect(server.getsockname())
+            accepted, _ = server.accept()
+            wrapped = tls.TlsSocket(fileno=accepted.detach(), contexts=None, server_side=True)  # type: ignore[arg-type]
+            wrapped._heard = True  # (it said something that failed the handshake)
+            wrapped._fail(ssl.SSLError(1, "wrong version number"))
+            wrapped.close()
+            client.close()
+            assert len(tls._logged) <= tls._LOGGED_KEPT
+    finally:
+        server.close()
+    assert tls._logged  # (the newest failures are still remembered)
