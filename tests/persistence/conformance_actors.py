@@ -23,8 +23,10 @@ class TestError(RuntimeError):
     """An expected failure thrown by a test actor (Akka's TestException)."""
 
 
-class OfferRefuser(PersistentActor):
-    """Its receive_recover throws on a SnapshotOffer (once one was saved) and on the replayed event "bad"."""
+class ReportsToProbe:
+    """Built with the client's prefix; `probe` is the probe named after the entity id (`<client>/<entity id>`)."""
+
+    entity_id: str
 
     def __init__(self, client: str) -> None:
         self.client = client
@@ -32,6 +34,10 @@ class OfferRefuser(PersistentActor):
     @property
     def probe(self) -> str:
         return f"{self.client}/{self.entity_id}"
+
+
+class OfferRefuser(ReportsToProbe, PersistentActor):
+    """Its receive_recover throws on a SnapshotOffer (once one was saved) and on the replayed event "bad"."""
 
     def receive_recover(self, event: Any) -> None:
         if isinstance(event, SnapshotOffer):
@@ -130,17 +136,10 @@ class SnapshottingSender(AtLeastOnceDelivery):
             raise TestError("boom")
 
 
-class Ledger(PersistentActor):
+class Ledger(ReportsToProbe, PersistentActor):
     """State = the added values, in order; snapshots hold it. ("add", x) persists x; "snap" saves the state;
     ("delete", n) deletes the events up to n; "state" replies it; "boom" restarts it. Recovery reports
     ("completed", state) or ("recovery failure", cause type, event) to its probe, and a stop "stopped"."""
-
-    def __init__(self, client: str) -> None:
-        self.client = client
-
-    @property
-    def probe(self) -> str:
-        return f"{self.client}/{self.entity_id}"
 
     def pre_start(self) -> None:
         self.state: list[Any] = []
@@ -177,20 +176,13 @@ class Ledger(PersistentActor):
             self.tell(self.probe, message)
 
 
-class PerfBench(PersistentActor):
+class PerfBench(ReportsToProbe, PersistentActor):
     """JournalPerfSpec's benchmark actor: it persists each command's int (persist or persist_async, as the
     command says) and checks that handlers and replay see them in exactly increasing order; at `reply_after` it
     tells its probe the last one, or what broke the order.
 
     Commands: ("expect", n) (reset the counter, reply at n), ("p", i) / ("pa", i). Recovery tells the probe
     ("recovered", counter, order broken or None) on RecoveryCompleted."""
-
-    def __init__(self, client: str) -> None:
-        self.client = client
-
-    @property
-    def probe(self) -> str:
-        return f"{self.client}/{self.entity_id}"
 
     def pre_start(self) -> None:
         self.counter = 0
@@ -266,16 +258,9 @@ class Unstorable:
         self.n = n
 
 
-class RejectionHook(PersistentActor):
+class RejectionHook(ReportsToProbe, PersistentActor):
     """("pall", n) persists n Unstorable events atomically (all rejected), then "ok" with persist; its
     on_persist_rejected reports ("rejected", seq nr) and stops the actor when its entity id starts "stop"."""
-
-    def __init__(self, client: str) -> None:
-        self.client = client
-
-    @property
-    def probe(self) -> str:
-        return f"{self.client}/{self.entity_id}"
 
     def receive_recover(self, event: Any) -> None:
         pass
@@ -297,16 +282,9 @@ class RejectionHook(PersistentActor):
             self.persist("ok", lambda e: self.tell(sender, ("persisted", e, self.last_sequence_nr)))
 
 
-class StopsOnRecovery(PersistentActor):
+class StopsOnRecovery(ReportsToProbe, PersistentActor):
     """Its RecoveryCompleted handler calls stop(), after persisting "rc" (whose handler tells the probe "handler
     ran") when its entity id starts "persist"; a command is answered ("handled", command)."""
-
-    def __init__(self, client: str) -> None:
-        self.client = client
-
-    @property
-    def probe(self) -> str:
-        return f"{self.client}/{self.entity_id}"
 
     def receive_recover(self, event: Any) -> None:
         if isinstance(event, RecoveryCompleted):
