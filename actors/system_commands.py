@@ -92,7 +92,7 @@ def _up(args: argparse.Namespace) -> int:
                           leader=s.leader, node=s.node, log_level=s.log_level, tag=args.tag,
                           run_dir=args.run_dir, secret_file=s.secret_file, tls_cert=s.tls_cert, tls_key=s.tls_key,
                           tls_ca=s.tls_ca, metrics_port=s.metrics_port, metrics_host=s.metrics_host,
-                          node_timeout=s.node_timeout)
+                          node_timeout=s.node_timeout, **dict(s.host_defaults))
     try:
         for entry, cls in zip(topo.entries, classes, strict=True):
             system.spawn(cls, entry.path, entities=entry.entities, args=entry.args, kwargs=entry.kwargs,

@@ -67,7 +67,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError, InvalidPath
-from .host_options import check_option
+from .host_options import check_option, known_host_options
 from .metrics import DEFAULT_HOST as DEFAULT_METRICS_HOST
 from .metrics import check_options as check_metrics_options
 from .paths import validate_path
@@ -128,6 +128,9 @@ class SystemSection:
     metrics_port: int | None = None  # this node's Prometheus endpoint (None: none)
     metrics_host: str = DEFAULT_METRICS_HOST
     node_timeout: float = 5.0  # leader: seconds of silence after which a member node is down
+    # Other registered host options given to start() (e.g. persistence's stash_capacity, redeliver_interval: the
+    # system-wide defaults of actor settings), as (name, value) pairs, checked by their owner.
+    host_defaults: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -312,7 +315,10 @@ def _check_table(table: Any, name: str, known: set[str], source: str) -> None:
 
 
 def _system(table: Any, source: str, base_dir: str | None) -> SystemSection:
-    _check_table(table, "[system]", SYSTEM_KEYS, source)
+    # (known_host_options loads the reprise.host_options entry points: `reprise up` never imported persistence)
+    extra = set(known_host_options()) - set(HOST_OPTIONS) if isinstance(table, dict) and set(table) - SYSTEM_KEYS \
+        else set()
+    _check_table(table, "[system]", SYSTEM_KEYS | extra, source)
     port = table.get("admin_port")
     if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
         raise TopologyError(f"{source}: [system] admin_port must be an integer in 1..65535, got {port!r}")
@@ -331,7 +337,7 @@ def _system(table: Any, source: str, base_dir: str | None) -> SystemSection:
         log_level = check_log_level(table.get("log_level", "WARNING"))
         check_metrics_options(table.get("metrics_port"), table.get("metrics_host", DEFAULT_METRICS_HOST))
         tls_config(tls_cert=table.get("tls_cert"), tls_key=table.get("tls_key"), tls_ca=table.get("tls_ca"))
-        for key in HOST_OPTIONS:  # checked by their owner (actors.host_options) where it is known
+        for key in (*HOST_OPTIONS, *sorted(extra)):  # checked by their owner (actors.host_options) where it is known
             if table.get(key) is not None:
                 check_option(key, table[key], per_host=False)
         check_number("node_timeout", table.get("node_timeout", 5.0),
@@ -348,7 +354,8 @@ def _system(table: Any, source: str, base_dir: str | None) -> SystemSection:
         tls_cert=_relative_to(table.get("tls_cert"), base_dir), tls_key=_relative_to(table.get("tls_key"), base_dir),
         tls_ca=_relative_to(table.get("tls_ca"), base_dir), metrics_port=table.get("metrics_port"),
         metrics_host=table.get("metrics_host", DEFAULT_METRICS_HOST),
-        node_timeout=float(table.get("node_timeout", 5.0)))
+        node_timeout=float(table.get("node_timeout", 5.0)),
+        host_defaults=tuple((key, table[key]) for key in sorted(extra) if key in table))
 
 
 def _cluster(doc: dict[str, Any], source: str, base_dir: str | None) -> ClusterSection:

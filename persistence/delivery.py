@@ -20,6 +20,7 @@ from persistence.messages import (
 )
 from persistence.persistent_actor import PersistentActor, _url
 from persistence.plugins import journal_for
+from persistence.store_options import ALOD_DEFAULTS as _CONFIG_KEYS  # (registered and checked there)
 
 _TICK = RedeliveryTick()
 
@@ -61,6 +62,9 @@ def _check_path(destination: str) -> None:
 class AtLeastOnceDelivery(PersistentActor):
     """A PersistentActor that redelivers messages until confirmed; persist the intent, then deliver()."""
 
+    # Akka's defaults. The system's (or host's) `start(redeliver_interval=...)` etc. apply to an actor that does not
+    # set its own (its class, a base or mixin before this one, or the instance before mixin_init): Akka's
+    # akka.persistence.at-least-once-delivery.* config keys, which an actor's overrides win over.
     redeliver_interval: float = 5.0
     redelivery_burst_limit: int = 10_000
     warn_after_number_of_unconfirmed_attempts: int = 5
@@ -89,6 +93,7 @@ class AtLeastOnceDelivery(PersistentActor):
 
     def mixin_init(self) -> None:
         super().mixin_init()
+        self._apply_config_defaults()
         self._check_redelivery_settings()
         self._delivery_seq = 0
         self._unconfirmed: dict[int, _Delivery] = {}
@@ -96,6 +101,16 @@ class AtLeastOnceDelivery(PersistentActor):
         self._redelivered = 0  # sends of a delivery sent before, by this incarnation (for status)
         self._delivered = 0  # new deliveries (not replayed ones) by this incarnation (for status and metrics)
         self.context.watch_routes(self)
+
+    def _apply_config_defaults(self) -> None:
+        """Take the config's value of each ALOD setting the actor does not set itself (once per incarnation)."""
+        config = self.config
+        for name in _CONFIG_KEYS:
+            value = config.get(name)
+            if value is not None and name not in vars(self) and name not in _own_settings(type(self)):
+                # An instance attribute: the per-message code reads self.<name> as before, and the class keeps
+                # Akka's default for whoever reads it there.
+                setattr(self, name, value)
 
     def _check_redelivery_settings(self) -> None:
         """ConfigError naming a redelivery period the tick timer cannot run at (it ticks at half of it)."""
@@ -411,6 +426,19 @@ class AtLeastOnceDelivery(PersistentActor):
         origin = self.persistence_id
         return self.deliver(self.dead_letter_path, lambda i: DeadLetteredDelivery(
             i, delivery.delivery_id, delivery.destination, delivery.message, attempts, origin))
+
+
+_own: dict[type, frozenset[str]] = {}  # per class: looked up once per incarnation, computed once
+
+
+def _own_settings(cls: type) -> frozenset[str]:
+    """The ALOD settings `cls` (or a class before AtLeastOnceDelivery in its MRO) sets: they win over the config's."""
+    own = _own.get(cls)
+    if own is None:
+        mro = cls.__mro__
+        before = mro[:mro.index(AtLeastOnceDelivery)]
+        own = _own[cls] = frozenset(n for n in _CONFIG_KEYS if any(n in vars(c) for c in before))
+    return own
 
 
 def _paired(what: str, delivery_ids: Sequence[int], destinations: Sequence[str], messages: Sequence[object]) -> int:

@@ -17,7 +17,7 @@ from journal.registry import registered_schemes, supported
 from journal.urls import parse_url, redact_url
 from persistence.plugins import check_shard_layout
 
-__all__ = ["ACTOR_DEFAULTS", "STORE_OPTIONS", "check_actor_default", "check_store_url"]
+__all__ = ["ACTOR_DEFAULTS", "ALOD_DEFAULTS", "STORE_OPTIONS", "check_actor_default", "check_store_url"]
 
 STORE_OPTIONS = ("journal", "snapshot_store")
 """The host options persistence owns: the URLs of the journal and of the snapshot store."""
@@ -60,8 +60,10 @@ def check_actor_default(name: str, value: Any, *, per_host: bool = True) -> None
     """Refuse a bad system-wide (or host-wide) default of a PersistentActor setting (ConfigError).
 
     `stash_capacity`, `internal_stash_overflow_strategy` and `recovery_event_timeout` are Akka's config-level
-    defaults: a PersistentActor's own attribute wins over them (persistence.persistent_actor).
+    defaults: a PersistentActor's own attribute wins over them (persistence.persistent_actor); likewise
+    akka.persistence.at-least-once-delivery.* for an AtLeastOnceDelivery's (persistence.delivery).
     """
+    from actors.actor import MAX_DELAY, MIN_INTERVAL
     from persistence.messages import ReplyToStrategy
 
     if name == "stash_capacity":
@@ -70,6 +72,16 @@ def check_actor_default(name: str, value: Any, *, per_host: bool = True) -> None
     elif name == "internal_stash_overflow_strategy":
         ok = value in ("throw", "drop") or isinstance(value, ReplyToStrategy)
         want = '"throw", "drop" or persistence.ReplyToStrategy(response)'
+    elif name == "warn_after_number_of_unconfirmed_attempts":
+        ok = type(value) is int and value >= 0  # (0: a recovered delivery warns with its first resend)
+        want = "a non-negative int (how many redeliveries before an UnconfirmedWarning)"
+    elif name in ALOD_COUNTS:
+        ok = type(value) is int and value >= 1
+        want = "an int of at least 1"
+    elif name == "redeliver_interval":
+        # The RedeliveryTick runs every half of it, and a timer cannot run faster than MIN_INTERVAL.
+        ok = type(value) in (int, float) and 2 * MIN_INTERVAL <= value <= MAX_DELAY
+        want = f"a number of seconds from {2 * MIN_INTERVAL:g} to {MAX_DELAY:g} (the RedeliveryTick runs every half of it)"
     else:
         ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < float("inf")
         want = "a number of seconds above 0"
@@ -77,7 +89,10 @@ def check_actor_default(name: str, value: Any, *, per_host: bool = True) -> None
         raise ConfigError(f"{name} must be {want}, got {value!r}")
 
 
-ACTOR_DEFAULTS = ("stash_capacity", "internal_stash_overflow_strategy", "recovery_event_timeout")
+ALOD_COUNTS = ("redelivery_burst_limit", "warn_after_number_of_unconfirmed_attempts", "max_unconfirmed_messages")
+ALOD_DEFAULTS = ("redeliver_interval", *ALOD_COUNTS)
+"""akka.persistence.at-least-once-delivery.*: the AtLeastOnceDelivery settings a system may give a default for."""
+ACTOR_DEFAULTS = ("stash_capacity", "internal_stash_overflow_strategy", "recovery_event_timeout", *ALOD_DEFAULTS)
 """The PersistentActor settings a system (`start(...)`) may give a default for."""
 
 for _name in STORE_OPTIONS:
