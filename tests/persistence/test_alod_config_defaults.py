@@ -133,3 +133,26 @@ def test_the_system_table_takes_the_settings_and_still_refuses_a_misspelt_key() 
     assert dict(loads(f"[system]\n{text}").system.host_defaults) == DEFAULTS
     with pytest.raises(TopologyError, match=re.escape("'redeliver_intervall' -> 'redeliver_interval'")):
         loads("[system]\nredeliver_intervall = 1.0\n")
+
+
+def test_up_gives_the_system_tables_settings_to_the_actors(tmp_path) -> None:
+    from actors.system import kill_tagged
+
+    topology = tmp_path / "topo.toml"
+    settings = "".join(f"{k} = {v}\n" for k, v in DEFAULTS.items())
+    topology.write_text(f'[system]\njournal = "sqlite://{tmp_path}/j.db"\n{settings}\n'
+                        '[[entities]]\npath = "/user/r"\nclass = "tests.persistence.alod_config_actors:Reporter"\n\n'
+                        '[[entities]]\npath = "/user/own"\nclass = "tests.persistence.alod_config_actors:OwnSettings"\n')
+    tag, port = f"{SESSION_TOKEN}-alod-up-", actors.free_port()
+    up = reprise("up", str(topology), "--detach", "--port", str(port), "--tag", tag)
+    try:
+        assert up.returncode == 0, up.stderr
+        client = actors.connect(port)
+        try:
+            assert client.ask("/user/r/a", "settings") == (0.4, 2, 2, 3)
+            assert client.ask("/user/own/a", "settings") == (0.3, 3, 3, 4)
+        finally:
+            client.close()
+        assert reprise("down", "--port", str(port)).returncode == 0
+    finally:
+        assert kill_tagged(tag) == [], f"reprise up left processes tagged {tag}"
