@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from .messages import GUARDIAN_PATH, Barrier
-from .paths import shard_key, shard_of
+from .paths import ancestors, shard_key, shard_of
 from .transport import Entry, Route, route_keys
 from .unrouted import Unrouted
 
@@ -116,7 +116,7 @@ class Handover:
     def park(self, entry: Entry) -> bool:
         """Hold `entry` back if its destination is being handed over; True if held."""
         name = self.host.router.locate(entry[1])
-        pending = self.pending.get(name) if name is not None else None
+        pending = self.pending.get(name) if name is not None else self._unrouted_pending(entry[1])
         if pending is None:
             return False
         pending.entries.append(entry)
@@ -226,6 +226,17 @@ class Handover:
             self._release(name)
 
     # ---- internals -------------------------------------------------------------------------------
+    def _unrouted_pending(self, target: str) -> _Pending | None:
+        """The handover of a host serving `target` that no route names now. A route learned ahead of the
+        directory (learned) is dropped by an update the guardian published before it handled that host's
+        HostReady; sent unparked to the guardian, what follows went behind the Barrier, and the parked messages
+        were released ahead of it, out of order at the host. (Only while a handover is pending: no cost else.)"""
+        for prefix in ancestors(target):
+            pending = self.pending.get(prefix)
+            if pending is not None:
+                return pending
+        return None
+
     def _unsettled(self, keys: set[str]) -> set[str]:
         return {k for k in keys if self.inflight.get(k, 0) > 0}
 
