@@ -164,6 +164,53 @@ def test_a_route_learned_from_a_starting_hosts_first_message_waits_for_what_the_
 
 
 @pytest.mark.timeout(180)
+def test_a_route_learned_ahead_of_the_directory_keeps_parking_when_an_older_update_drops_it(make_system, tmp_path):
+    # As the first-start test above, and a client attaches while the guardian is paused: its RegisterRoute, taken
+    # before b's HostReady, publishes a directory without b (still starting) after the streamer learned b's route
+    # from b's greeting. That update dropped the learned route, so the numbers the streamer sent until the next one
+    # went unparked to the guardian, behind the Barrier, and the parked ones were released ahead of them.
+    system = make_system("multiproc")
+    system.spawn(ScatterStreamer, "/user/streamer")
+    probe = system.probe()
+    count = 3000
+    guardian = system.status().guardian_pid
+    assert system.ask("/user/streamer", ScatterStream((B1, NOBODY), probe.path, count, 1, 0.005)) == "started"
+    dead_letters_reach(system, 2, 30)
+    sent = system.ask("/user/streamer", "pause")
+    started, opened, mark = str(tmp_path / "started"), str(tmp_path / "opened"), str(tmp_path / "mark")
+    spawner = actors.connect(system.admin_port)
+    spawning = threading.Thread(target=spawner.spawn, args=(GreetsWhileStarting, B1), daemon=True,
+                                kwargs={"kwargs": {"greet": "/user/streamer", "started": started, "opened": opened}})
+    spawning.start()
+    attached: list[actors.System] = []
+    attaching = threading.Thread(target=lambda: attached.append(actors.connect(system.admin_port)), daemon=True)
+    stopped = False
+    try:
+        assert wait_for(lambda: os.path.exists(started), 30), "b did not start"
+        burst = 1000
+        after = sent + burst + 50
+        assert system.ask("/user/streamer", ("resume", burst, B1, (mark, after))) == "resumed"
+        dead_letters_reach(system, 2 * sent + burst, 30)
+        os.kill(guardian, signal.SIGSTOP)
+        stopped = True
+        attaching.start()  # (its RegisterRoute waits at the paused guardian: a publish before b's HostReady)
+        open(opened, "w").close()
+        assert wait_for(lambda: os.path.exists(mark), 30), "the streamer did not learn b's route"
+    finally:
+        if stopped:
+            os.kill(guardian, signal.SIGCONT)
+        open(opened, "w").close()
+        spawning.join(60)
+        if stopped:
+            attaching.join(60)
+        spawner.close()
+        for client in attached:
+            client.close()
+    assert not spawning.is_alive(), "the spawn of b did not return"
+    check_streams(drain_streams(probe, {B1: count - 1}), count - 1)
+
+
+@pytest.mark.timeout(180)
 def test_a_route_learned_from_a_restarted_hosts_first_message_waits_for_what_the_guardian_holds(make_system, tmp_path):
     # As above, across a restart: the directory routes b to the guardian (restarting) and the streamer's burst is
     # held there; b's new process messages the streamer from pre_start while the guardian is paused, so the streamer
