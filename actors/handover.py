@@ -116,7 +116,10 @@ class Handover:
     def park(self, entry: Entry) -> bool:
         """Hold `entry` back if its destination is being handed over; True if held."""
         name = self.host.router.locate(entry[1])
-        pending = self.pending.get(name) if name is not None else self._unrouted_pending(entry[1])
+        if name is not None:
+            pending = self.pending.get(name)
+        else:  # (a send to the guardian: rare, and looked at only while some handover is pending)
+            pending = self._unrouted_pending(entry[1]) if self.pending else None
         if pending is None:
             return False
         pending.entries.append(entry)
