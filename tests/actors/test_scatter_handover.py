@@ -118,14 +118,13 @@ def test_scattered_messages_stay_in_order_across_the_first_start_of_several_dest
 
 
 
-@pytest.mark.timeout(180)
-def test_a_route_learned_from_a_starting_hosts_first_message_waits_for_what_the_guardian_holds(make_system, tmp_path):
-    # A sender learns a route from the origin of a batch it gets (Router.learn), ahead of the directory. b's actor
-    # messages the streamer from pre_start, which goes out with b's HostReady; the guardian, paused (SIGSTOP: a
-    # guardian busy or slow to be scheduled), has not taken it yet, so it still holds the burst the streamer sent b
-    # while b started. The streamer learned b's route from b's message and sent the rest straight to b, which
-    # took it before the burst (out of order in every run). A learned route must start the same handover as one
-    # the directory brings.
+def learn_b_during_its_first_start(make_system, tmp_path, spray: list[str] | None = None,
+                                   attach: bool = False) -> None:
+    """The learned-route tests' first start: the streamer streams to b while b's host starts (its burst held by the
+    guardian); then, the guardian paused (SIGSTOP), b greets the streamer from pre_start, so that the streamer learns
+    b's route from that message, ahead of the directory. Every number must reach b once, in order. `spray`: paths
+    unknown here that the streamer sends to after the burst; `attach`: a client attaches while the guardian is paused
+    (its RegisterRoute may publish a directory without b before the guardian takes b's HostReady)."""
     system = make_system("multiproc")
     system.spawn(ScatterStreamer, "/user/streamer")
     probe = system.probe()
@@ -140,6 +139,8 @@ def test_a_route_learned_from_a_starting_hosts_first_message_waits_for_what_the_
     spawning = threading.Thread(target=spawner.spawn, args=(GreetsWhileStarting, B1), daemon=True,
                                 kwargs={"kwargs": {"greet": "/user/streamer", "started": started, "opened": opened}})
     spawning.start()
+    attached: list[actors.System] = []
+    attaching = threading.Thread(target=lambda: attached.append(actors.connect(system.admin_port)), daemon=True)
     stopped = False
     try:
         assert wait_for(lambda: os.path.exists(started), 30), "b did not start"
@@ -147,9 +148,14 @@ def test_a_route_learned_from_a_starting_hosts_first_message_waits_for_what_the_
         burst = 1000
         after = sent + burst + 50
         assert system.ask("/user/streamer", ("resume", burst, B1, (mark, after))) == "resumed"
-        dead_letters_reach(system, 2 * sent + burst, 30)  # (the guardian took the burst: NOBODY's are dead letters)
+        if spray:
+            assert system.ask("/user/streamer", ("spray", spray)) == "sprayed"
+        # (the guardian took the burst and the spray: NOBODY's and the spray's are dead letters)
+        dead_letters_reach(system, 2 * sent + burst + len(spray or ()), 30)
         os.kill(guardian, signal.SIGSTOP)
         stopped = True
+        if attach:
+            attaching.start()  # (its RegisterRoute waits at the paused guardian)
         open(opened, "w").close()  # b greets the streamer and reports ready to the paused guardian
         # (no request to the guardian meanwhile: a file tells that the streamer sent or parked 50 numbers to b)
         assert wait_for(lambda: os.path.exists(mark), 30), "the streamer did not learn b's route"
@@ -158,9 +164,24 @@ def test_a_route_learned_from_a_starting_hosts_first_message_waits_for_what_the_
             os.kill(guardian, signal.SIGCONT)
         open(opened, "w").close()
         spawning.join(60)
+        if attaching.ident is not None:
+            attaching.join(60)
         spawner.close()
+        for client in attached:
+            client.close()
     assert not spawning.is_alive(), "the spawn of b did not return"
     check_streams(drain_streams(probe, {B1: count - 1}), count - 1)
+
+
+@pytest.mark.timeout(180)
+def test_a_route_learned_from_a_starting_hosts_first_message_waits_for_what_the_guardian_holds(make_system, tmp_path):
+    # A sender learns a route from the origin of a batch it gets (Router.learn), ahead of the directory. b's actor
+    # messages the streamer from pre_start, which goes out with b's HostReady; the guardian, paused (SIGSTOP: a
+    # guardian busy or slow to be scheduled), has not taken it yet, so it still holds the burst the streamer sent b
+    # while b started. The streamer learned b's route from b's message and sent the rest straight to b, which
+    # took it before the burst (out of order in every run). A learned route must start the same handover as one
+    # the directory brings.
+    learn_b_during_its_first_start(make_system, tmp_path)
 
 
 @pytest.mark.timeout(180)
@@ -169,45 +190,8 @@ def test_a_route_learned_ahead_of_the_directory_keeps_parking_when_an_older_upda
     # before b's HostReady, publishes a directory without b (still starting) after the streamer learned b's route
     # from b's greeting. That update dropped the learned route, so the numbers the streamer sent until the next one
     # went unparked to the guardian, behind the Barrier, and the parked ones were released ahead of them.
-    system = make_system("multiproc")
-    system.spawn(ScatterStreamer, "/user/streamer")
-    probe = system.probe()
-    count = 3000
-    guardian = system.status().guardian_pid
-    assert system.ask("/user/streamer", ScatterStream((B1, NOBODY), probe.path, count, 1, 0.005)) == "started"
-    dead_letters_reach(system, 2, 30)
-    sent = system.ask("/user/streamer", "pause")
-    started, opened, mark = str(tmp_path / "started"), str(tmp_path / "opened"), str(tmp_path / "mark")
-    spawner = actors.connect(system.admin_port)
-    spawning = threading.Thread(target=spawner.spawn, args=(GreetsWhileStarting, B1), daemon=True,
-                                kwargs={"kwargs": {"greet": "/user/streamer", "started": started, "opened": opened}})
-    spawning.start()
-    attached: list[actors.System] = []
-    attaching = threading.Thread(target=lambda: attached.append(actors.connect(system.admin_port)), daemon=True)
-    stopped = False
-    try:
-        assert wait_for(lambda: os.path.exists(started), 30), "b did not start"
-        burst = 1000
-        after = sent + burst + 50
-        assert system.ask("/user/streamer", ("resume", burst, B1, (mark, after))) == "resumed"
-        dead_letters_reach(system, 2 * sent + burst, 30)
-        os.kill(guardian, signal.SIGSTOP)
-        stopped = True
-        attaching.start()  # (its RegisterRoute waits at the paused guardian: a publish before b's HostReady)
-        open(opened, "w").close()
-        assert wait_for(lambda: os.path.exists(mark), 30), "the streamer did not learn b's route"
-    finally:
-        if stopped:
-            os.kill(guardian, signal.SIGCONT)
-        open(opened, "w").close()
-        spawning.join(60)
-        if stopped:
-            attaching.join(60)
-        spawner.close()
-        for client in attached:
-            client.close()
-    assert not spawning.is_alive(), "the spawn of b did not return"
-    check_streams(drain_streams(probe, {B1: count - 1}), count - 1)
+    # (Not reproduced on demand: the guardian picks the order of the two; see Handover._unrouted_pending.)
+    learn_b_during_its_first_start(make_system, tmp_path, attach=True)
 
 
 @pytest.mark.timeout(180)
@@ -258,37 +242,5 @@ def test_one_scatter_to_more_unknown_targets_than_a_host_remembers_forgets_none_
     # to start their host's handover when its route appears. It kept the last 4,096 paths: one scatter to more
     # unknown targets than that forgot the streamer's burst to b, sent just before, and b's route (learned from b's
     # first message, as in the test above) started no handover: out of order in every run.
-    system = make_system("multiproc")
-    system.spawn(ScatterStreamer, "/user/streamer")
-    probe = system.probe()
-    count = 3000
-    guardian = system.status().guardian_pid
-    assert system.ask("/user/streamer", ScatterStream((B1, NOBODY), probe.path, count, 1, 0.005)) == "started"
-    dead_letters_reach(system, 2, 30)
-    sent = system.ask("/user/streamer", "pause")
-    started, opened, mark = str(tmp_path / "started"), str(tmp_path / "opened"), str(tmp_path / "mark")
-    spawner = actors.connect(system.admin_port)  # (System.spawn returns once b runs: from another client)
-    spawning = threading.Thread(target=spawner.spawn, args=(GreetsWhileStarting, B1), daemon=True,
-                                kwargs={"kwargs": {"greet": "/user/streamer", "started": started, "opened": opened}})
-    spawning.start()
-    stopped = False
-    try:
-        assert wait_for(lambda: os.path.exists(started), 30), "b did not start"
-        burst = 1000
-        after = sent + burst + 50
-        assert system.ask("/user/streamer", ("resume", burst, B1, (mark, after))) == "resumed"
-        spray = [f"/user/nobody/{i}" for i in range(UNROUTED_KEPT + 100)]
-        assert system.ask("/user/streamer", ("spray", spray)) == "sprayed"
-        dead_letters_reach(system, 2 * sent + burst + len(spray), 30)  # (the guardian took the burst and the spray)
-        os.kill(guardian, signal.SIGSTOP)
-        stopped = True
-        open(opened, "w").close()  # b greets the streamer and reports ready to the paused guardian
-        assert wait_for(lambda: os.path.exists(mark), 30), "the streamer did not learn b's route"
-    finally:
-        if stopped:
-            os.kill(guardian, signal.SIGCONT)
-        open(opened, "w").close()
-        spawning.join(60)
-        spawner.close()
-    assert not spawning.is_alive(), "the spawn of b did not return"
-    check_streams(drain_streams(probe, {B1: count - 1}), count - 1)
+    learn_b_during_its_first_start(make_system, tmp_path,
+                                   spray=[f"/user/nobody/{i}" for i in range(UNROUTED_KEPT + 100)])
