@@ -19,6 +19,19 @@ from tests.persistence.failing_journals import register_failing_first_write
 from tests.persistence.table_actors import Accounts
 
 
+class RecoversApplied:
+    """`applied`: the payloads applied, in order, recovered from the str events and a snapshot of the list."""
+
+    def pre_start(self) -> None:
+        self.applied: list[str] = []
+
+    def receive_recover(self, event: Any) -> None:
+        if isinstance(event, SnapshotOffer):
+            self.applied = list(event.snapshot)
+        elif isinstance(event, str):
+            self.applied.append(event)
+
+
 class UpToShipper(DurableDelivery):
     """("deliver", dest, payload): delivers one Parcel; ("up-to-then-deliver", n, dest, payload): a cumulative
     confirm of every id <= n, then one more delivery, in one command (one group commit); "unconfirmed": the ids
@@ -45,22 +58,13 @@ class UpToShipper(DurableDelivery):
 __all__ = ["ForwardingRelay", "ModelRelay", "SafeForwarder", "ReversedForwardingRelay", "ModelAccounts", "ModelReceiver", "ModelShipper", "RecoveryCompleted", "UpToShipper"]
 
 
-class ModelReceiver(IdempotentReceiver):
+class ModelReceiver(RecoversApplied, IdempotentReceiver):
     """("batch", ((origin, delivery id, payload), ...), snap_at): persist_applied of each in one turn (one
     AppliedBatch per group commit; a payload "bad..." is applied as an Unstorable event, which the journal
     rejects); "many" instead of "batch": persist_applied_many of each run of items from one origin. The handler of
     the application that makes `len(applied)` one of `snap_at` saves a snapshot (Akka's pattern: from the persist
     handler); replies ("done", fresh flags) once all of the turn's writes are durable. "applied": the payloads
     applied, in order; "delete": delete_messages(last_sequence_nr), replying ("deleted", sequence nr)."""
-
-    def pre_start(self) -> None:
-        self.applied: list[str] = []
-
-    def receive_recover(self, event: Any) -> None:
-        if isinstance(event, SnapshotOffer):
-            self.applied = list(event.snapshot)
-        elif isinstance(event, str):
-            self.applied.append(event)
 
     def receive_command(self, message: Any, sender: str | None) -> None:
         if message == "applied":
@@ -219,7 +223,7 @@ class ReversedForwardingRelay(_Forwarding, IdempotentReceiver, DurableDelivery):
     """_Forwarding, IdempotentReceiver's hooks first."""
 
 
-class ModelRelay(DurableDelivery, IdempotentReceiver):
+class ModelRelay(RecoversApplied, DurableDelivery, IdempotentReceiver):
     """Both compact-event mixins under a reference model. ("turn", items, snap_at, direct, sink): persist_applied of
     each (origin, delivery id, payload) ("bad...": an Unstorable event), whose handler appends the payload, delivers
     ("fwd", payload) to `sink` and saves a snapshot when `len(applied)` is in `snap_at`; then deliver() of each of
@@ -227,15 +231,6 @@ class ModelRelay(DurableDelivery, IdempotentReceiver):
     applied and the unconfirmed deliveries {id: message}, once what is pending is durable."""
 
     redeliver_interval = 30.0  # (the sink never confirms: no redelivery meanwhile)
-
-    def pre_start(self) -> None:
-        self.applied: list[str] = []
-
-    def receive_recover(self, event: Any) -> None:
-        if isinstance(event, SnapshotOffer):
-            self.applied = list(event.snapshot)
-        elif isinstance(event, str):
-            self.applied.append(event)
 
     def receive_command(self, message: Any, sender: str | None) -> None:
         if message == "state":
