@@ -6,8 +6,10 @@ import importlib
 import itertools
 import logging
 import os
+import sys
 import time
 import traceback
+import types
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
@@ -91,13 +93,28 @@ _CLEAN_STOPS = frozenset({"stopped", "stopped by request"})
 
 def resolve_factory(factory: Any) -> Any:
     """Turn "package.module:Class" into the class; classes and callables pass through."""
-    if isinstance(factory, str):
-        module, _, attr = factory.partition(":")
+    if not isinstance(factory, str):
+        return factory
+    module, _, attr = factory.partition(":")
+    try:
         obj = importlib.import_module(module)
-        for part in attr.split("."):
+    except ModuleNotFoundError as e:
+        # Only the named module (or a package of its name) missing says it all; a missing import *inside* the
+        # user's module keeps its traceback, which points at the line to fix.
+        if e.name is None or not (module == e.name or module.startswith(e.name + ".")):
+            raise
+        raise SpawnFailed(f"cannot import {factory!r}: no module named {e.name!r} in the host process (its "
+                          f"sys.path starts {sys.path[:3]!r}); run from the directory that holds it or add "
+                          "that directory to PYTHONPATH") from None
+    for i, part in enumerate(attr.split(".")):
+        try:
             obj = getattr(obj, part)
-        return obj
-    return factory
+        except AttributeError:
+            owner = ".".join([module, *attr.split(".")[:i]])
+            names = [n for n in dir(obj) if not n.startswith("_") and isinstance(getattr(obj, n, None), type)]
+            listed = f" (its classes: {', '.join(names[:20]) or 'none'})" if isinstance(obj, types.ModuleType) else ""
+            raise SpawnFailed(f"cannot import {factory!r}: {owner} has no attribute {part!r}{listed}") from None
+    return obj
 
 
 class Host:

@@ -73,6 +73,22 @@ def test_actor_failing_to_start_is_reported(system):
         system.spawn(Echo, "/user/bad", args=("unexpected",))
 
 
+@pytest.mark.parametrize(("factory", "reason"), [
+    ("tests.actors.no_such_module:Echo", "no module named 'tests.actors.no_such_module' in the host process"),
+    ("tests.actors.validation_sample:NoSuchClass", "tests.actors.validation_sample has no attribute 'NoSuchClass' "
+                                                   "(its classes: "),
+])
+def test_a_class_name_the_host_cannot_import_fails_in_one_line_saying_what_is_missing(system, factory, reason):
+    # It failed with the host's whole traceback through importlib, the missing name on its last line.
+    with pytest.raises(SpawnFailed) as failed:
+        system.spawn(factory, "/user/bad")
+    message = str(failed.value)
+    assert f"/user/bad failed to start: cannot import {factory!r}: {reason}" in message, message
+    assert "Traceback" not in message, message
+    system.spawn("tests.actors.sample:Echo", "/user/bad")  # the path is free again
+    assert system.ask("/user/bad", Ping(7), timeout=30) == Pong(7, "/user/bad")
+
+
 def test_wildcard_destination_is_rejected(system):
     with pytest.raises(actors.InvalidPath, match="wildcard"):
         system.tell("/user/*", "x")
