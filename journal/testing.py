@@ -119,6 +119,24 @@ def write_tagged_in_child(url: str, pids: list[str], events: int, tag: str, star
                     raise SystemExit(f"unexpected rejection: {results}")
 
 
+def write_delete_rewrite_in_child(url: str, pids: list[str], start: object) -> None:
+    """Body of a writer of the live persistence_ids case: new ids, some several to a call; every third id's events
+    all deleted once written, and every sixth's written again after that."""
+    start.wait(30)  # type: ignore[attr-defined]
+    with open_journal(url) as j:
+        for i in range(0, len(pids), 4):
+            group = pids[i:i + 4]
+            first = [AtomicWrite([PersistentRepr(f"{p}-1", 1, p, writer_uuid="child")]) for p in group]
+            for write in ([first[0]], first[1:]):  # (one id alone, then three in one call)
+                if write and j.write_messages(write) != [None] * len(write):
+                    raise SystemExit(f"unexpected rejection of {write}")
+            for n, p in enumerate(group, i):
+                if n % 3 == 0:
+                    j.delete_messages_to(p, MAX_SEQUENCE_NR)
+                if n % 6 == 0 and j.write_messages([AtomicWrite([PersistentRepr(f"{p}-2", 2, p)])]) != [None]:
+                    raise SystemExit(f"unexpected rejection of {p}'s second event")
+
+
 def _in_forked_child(work: Any) -> str:
     """Run `work()` in a forked child: what it returned, or "Type: message" of its error ("" if it died)."""
     import os
@@ -847,6 +865,56 @@ class JournalSpec:
                 journal.delete_messages_to(gone, MAX)
                 expected |= {*batch, gone}
                 _until(lambda: set(ids.got) >= expected, 30, "the new ids")  # noqa: B023  (called at once, in the loop)
+        finally:
+            ids.stop()
+        assert sorted(ids.got) == sorted(expected), "each id exactly once"
+
+    @pytest.mark.timeout(180)
+    def test_live_persistence_ids_with_concurrent_writers_yields_every_id_exactly_once(
+            self, journal: Journal, journal_url: str, pid: str, writer: str) -> None:
+        """Writers in other processes (threads where the store is process-local) and this one create ids while a live
+        persistence_ids polls often: every id comes exactly once, including ids whose events were all deleted right
+        after they were written (before a poll could see them, or after), ids written again after such a delete,
+        and an id of before the query deleted and written again while it runs."""
+        known = set(journal.current_persistence_ids())
+        groups = [[f"w{g}-{n}-{_fresh_pid()}" for n in range(120)] for g in range(3)]  # (group 0: this process)
+        ids = QueryCollector(journal.persistence_ids(live=True, poll_interval=0.002))
+        processes: list[multiprocessing.process.BaseProcess] = []
+        threads: list[threading.Thread] = []
+        failed: list[BaseException] = []
+
+        def write(group: list[str], go: Any) -> None:
+            try:
+                write_delete_rewrite_in_child(journal_url, group, go)
+            except BaseException as e:  # noqa: BLE001  (reported by the test)
+                failed.append(e)
+        try:
+            _until(lambda: set(ids.got) >= known, 30, "the ids written before it started")
+            if self.supports_multiple_processes:
+                ctx = multiprocessing.get_context("spawn")
+                go: Any = ctx.Event()
+                processes += [ctx.Process(target=write_delete_rewrite_in_child, args=(journal_url, g, go))
+                              for g in groups[1:]]
+                for proc in processes:
+                    proc.start()
+            else:
+                go = threading.Event()
+                threads += [threading.Thread(target=write, args=(g, go)) for g in groups[1:]]
+            threads.append(threading.Thread(target=write, args=(groups[0], go)))
+            for th in threads:
+                th.start()
+            go.set()
+            journal.delete_messages_to(pid, MAX)
+            assert journal.write_messages([AtomicWrite([_repr(pid, 6, writer)])]) == [None]
+            for proc in processes:
+                proc.join(120)
+            for th in threads:
+                th.join(120)
+            assert [proc.exitcode for proc in processes] == [0] * len(processes)
+            assert not any(th.is_alive() for th in threads) and failed == []
+            expected = known | {p for g in groups for p in g}
+            assert set(journal.current_persistence_ids()) == expected
+            _until(lambda: set(ids.got) >= expected, 30, "every id written")
         finally:
             ids.stop()
         assert sorted(ids.got) == sorted(expected), "each id exactly once"
