@@ -44,7 +44,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from itertools import chain
 from typing import TypeVar, cast
@@ -93,6 +93,10 @@ _ALL = (f"SELECT e.ordering, p.persistence_id, e.sequence_nr, e.record, e.checks
         "WHERE e.ordering > ? ORDER BY e.ordering LIMIT 1000")
 _IDS = ("SELECT persistence_id FROM persistence_ids WHERE id <> 0 UNION "
         "SELECT persistence_id FROM highest_sequence_nr ORDER BY 1")
+# A live persistence_ids' poll: the ids created after an integer id (a range of persistence_ids' rowid), and
+# highest_sequence_nr's ids, which only the first poll needs (see SqliteJournal._persistence_ids_poller).
+_IDS_AFTER = "SELECT id, persistence_id FROM persistence_ids WHERE id > ? ORDER BY id"
+_IDS_DELETED = "SELECT persistence_id FROM highest_sequence_nr"
 _SUMMARIES = ("SELECT p, max(h), sum(n) FROM ("
               " SELECT i.persistence_id p, s.h h, s.n n FROM (SELECT pid, max(sequence_nr) h, count(*) n FROM events"
               "  WHERE pid <> 0 GROUP BY pid) s CROSS JOIN persistence_ids i ON i.id = s.pid"
@@ -696,6 +700,33 @@ class SqliteJournal(Journal):
         # event, in its transaction, and never removed).
         rows = cast("list[tuple[str]]", self._h.c.query("persistence ids", _IDS))
         return (r[0] for r in rows)
+
+    def _persistence_ids_poller(self) -> Callable[[], Iterable[str]]:
+        """Each poll of a live persistence_ids reads the ids created since the poll before, by persistence_ids'
+        integer id, not the whole listing (which took 60 ms a poll at 100k ids).
+
+        Exact, with writers in other processes: a new id's row is inserted by its first write's transaction, with
+        the table's greatest rowid + 1 (INTEGER PRIMARY KEY, never deleted, so never reused), and SQLite's writers
+        hold the write lock from BEGIN IMMEDIATE to COMMIT, one at a time: ids are committed in the order of
+        their integer ids. A read sees a prefix of the commits (WAL: its snapshot), so every id it does not see has
+        an integer id above the greatest it does, and the next poll reads on from that one (one statement, one
+        snapshot). An id whose events are all deleted keeps its row, so one deleted and written again is neither
+        lost nor new. highest_sequence_nr names, besides ids of persistence_ids, only ids of a schema 1 file whose
+        events were all deleted before its migration (a delete writes it only for an id with events or a row there
+        already): the first poll reads it, later ones need not."""
+        after, first = 0, True  # the greatest integer id returned (0: '', the tombstone's, never returned)
+
+        def poll() -> set[str]:
+            nonlocal after, first
+            rows = cast("list[tuple[int, str]]", self._h.c.query("persistence ids", _IDS_AFTER, (after,)))
+            ids = {p for _, p in rows}
+            if first:
+                ids.update(r[0] for r in cast("list[tuple[str]]", self._h.c.query("persistence ids", _IDS_DELETED)))
+                first = False
+            if rows:
+                after = rows[-1][0]
+            return ids
+        return poll
 
     def _read_tag(self, tag: str, offset: int, limit: int, upto: int) -> Sequence[TaggedRow]:
         # No OrderingHorizon needed (`upto` is always the maximum): SQLite has one writer at a time, and

@@ -171,6 +171,29 @@ def test_a_migrated_journal_takes_new_writes_and_deletes_without_reusing_an_offs
         assert [e.sequence_nr for e in j.events_by_tag("even", 13)] == [8]
 
 
+def test_a_live_persistence_ids_of_a_migrated_journal_polls_only_new_ids_yet_yields_one_known_by_its_highest(
+        tmp_path) -> None:
+    """A poll reads the ids created since the poll before (by persistence_ids' integer id), not the whole listing;
+    the first poll also yields "gone", whose events were all deleted before the migration (so it is only in
+    highest_sequence_nr, never in persistence_ids), and once only, though writing it again gives it an integer id."""
+    url = f"sqlite://{_copy('schema1.db', tmp_path)}"
+    with open_journal(url) as j:
+        poll = j._persistence_ids_poller()
+        assert sorted(poll()) == ["acc-1", "acc-2", "gone", "half"]
+        assert list(poll()) == []
+        with j.persistence_ids(live=True, poll_interval=0.01) as q:
+            assert [next(q) for _ in range(4)] == ["acc-1", "acc-2", "gone", "half"]
+            assert j.write_messages([AtomicWrite([PersistentRepr("again", 3, "gone")]),
+                                     AtomicWrite([PersistentRepr("first", 1, "fresh")])]) == [None, None]
+            assert next(q) == "fresh"
+            j.delete_messages_to("fresh", MAX)
+            assert j.write_messages([AtomicWrite([PersistentRepr("again", 2, "fresh")]),
+                                     AtomicWrite([PersistentRepr("first", 1, "later")])]) == [None, None]
+            assert next(q) == "later"
+        assert sorted(poll()) == ["fresh", "gone", "later"]  # ("gone" again: a poll may repeat an id, the query not)
+        assert list(poll()) == []
+
+
 def test_the_format_1_fixture_migrates_too(tmp_path) -> None:
     path = _copy("format1.db", tmp_path)
     before = _rows(path)
