@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from journal.api import Journal, SnapshotStore, TaggedRow
@@ -34,7 +34,8 @@ class _Events:
 @dataclass
 class _Store:
     lock: threading.RLock = field(default_factory=threading.RLock)
-    events: dict[str, _Events] = field(default_factory=dict)
+    events: dict[str, _Events] = field(default_factory=dict)  # never removed: a deleted id keeps its highest
+    first_written: list[str] = field(default_factory=list)  # the ids of `events`, in the order they were created
     offsets: dict[int, tuple[str, int, bytes, int]] = field(default_factory=dict)  # offset -> row, insertion order
     tags: dict[str, list[int]] = field(default_factory=dict)  # tag -> ascending offsets
     next_offset: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -88,6 +89,7 @@ class MemoryJournal(Journal):
                 ev = s.events.get(pid)
                 if ev is None:
                     ev = s.events[pid] = _Events()
+                    s.first_written.append(pid)
                 offset = next(s.next_offset)
                 offsets[(pid, seq)] = offset
                 i = bisect.bisect_left(ev.seqs, seq)
@@ -138,6 +140,20 @@ class MemoryJournal(Journal):
         self._check_open()
         with self._s.lock:
             return iter(sorted(self._s.events))
+
+    def _persistence_ids_poller(self) -> Callable[[], Iterable[str]]:
+        """Each poll of a live persistence_ids returns the ids created since the poll before (ids are never removed,
+        so a count of those returned is where to go on from), not the whole listing."""
+        done = 0
+
+        def poll() -> list[str]:
+            nonlocal done
+            self._check_open()
+            with self._s.lock:
+                new = self._s.first_written[done:]
+            done += len(new)
+            return new
+        return poll
 
     def _read_tag(self, tag: str, offset: int, limit: int, upto: int) -> Sequence[TaggedRow]:
         # Offsets are drawn and stored under the store's lock: they appear in offset order (no horizon).
