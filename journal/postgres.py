@@ -150,7 +150,10 @@ _QUERIES = {
     # keeps them in highest_sequence_nr: an id written and deleted between two polls is only there).
     "ids_after": "SELECT max(ordering), count(*), coalesce(array_agg(DISTINCT persistence_id), '{{}}') FROM "
                  "(SELECT ordering, persistence_id FROM {s}.journal WHERE ordering > %s ORDER BY ordering LIMIT %s) x",
-    "ids_deleted": "SELECT persistence_id FROM {s}.highest_sequence_nr",
+    # Those of its rows written by a transaction no older than an xid (mod 2**32): xmin, the writer's xid, is within
+    # 2**31 of now for every row written since a recent snapshot, so age() orders them by it (an older row may come
+    # too: one frozen, its xmin wrapped, is extra, never missing). Still a scan of the whole table, but no transfer.
+    "ids_deleted": "SELECT persistence_id FROM {s}.highest_sequence_nr WHERE age(xmin) <= age(%s::text::xid)",
     "newest_and_snapshot": "SELECT (SELECT coalesce(max(ordering), 0) FROM {s}.journal), "
                            "pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint FROM pg_current_snapshot() s",
     # The chunk's offsets first, then their events by the ordering index. Joined instead, a custom plan (the offsets
@@ -556,10 +559,12 @@ class PostgresJournal(Journal):
         final. No timeout gives up on a write, so no id is missed however long its first write takes; while such a
         write, or any long transaction on the server, holds xmin back, polls read every event since M."""
         read_from = 0  # every id of an event at an offset <= this has been returned (0: none yet)
+        xmin_before = 0  # the xmin of the previous poll's first snapshot (see below)
+        listed = False  # a poll listed every id once the offsets seen by the first poll were final
         pending: list[list[Any]] = []  # [offset seen, when (monotonic), xmax taken _XID_GRACE later or None]
 
         def poll() -> set[str]:
-            nonlocal read_from
+            nonlocal read_from, xmin_before, listed
             newest, xmin, xmax = self._db.query("persistence ids (newest offset)", "newest_and_snapshot")[0]
             now = time.monotonic()
             if not pending or newest > pending[-1][0]:
@@ -570,20 +575,23 @@ class PostgresJournal(Journal):
                 else:
                     pending[-1] = [newest, now, None]
             final = read_from  # the offsets up to it are final now: read them once more, from read_from, below
+            settled = False
             while pending:
                 seen, since, horizon = pending[0]
                 if horizon is None or xmin < horizon:
                     break
                 final = max(final, seen)
                 pending.pop(0)
+                settled = True
             for entry in pending:
                 if entry[2] is None and now - entry[1] >= _XID_GRACE:
                     entry[2] = xmax
-            if read_from == 0:
+            if not listed:
                 # The first poll (and those until its writes in flight have ended): every id, by the whole listing
-                # in one statement; read in chunks by offset, it took 3 times as long.
+                # in one statement; read in chunks by offset, it took 3 times as long. (Not while read_from == 0:
+                # in a journal without events, all deleted, that was every poll.)
                 every = set(self.current_persistence_ids())
-                read_from = final
+                read_from, xmin_before, listed = final, xmin, settled
                 return every
             ids: set[str] = set()
             after, chunk = read_from, self.replay_chunk * 10
@@ -594,8 +602,11 @@ class PostgresJournal(Journal):
                     break
                 after = last
             # After the events: an id whose events were deleted before they were read is in highest_sequence_nr.
-            ids.update(r[0] for r in self._db.query("persistence ids", "ids_deleted"))
-            read_from = final
+            # Only its rows written since the previous poll's first snapshot: by a transaction with an xid >= that
+            # snapshot's xmin (one with a lower xid had ended by then, so its row was in that snapshot, and in every
+            # later read of the previous poll, which returned its id: by induction, from the first poll's listing).
+            ids.update(r[0] for r in self._db.query("persistence ids", "ids_deleted", (xmin_before % 2**32,)))
+            read_from, xmin_before = final, xmin  # (only once every read succeeded)
             return ids
         return poll
 
