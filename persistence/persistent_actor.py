@@ -40,6 +40,7 @@ from persistence.messages import (
     SnapshotOffer,
 )
 from persistence.plugins import journal_for, snapshot_store_for
+from persistence.unhandled import warn_if_unhandled
 
 log = logging.getLogger("reprise.persistence")
 
@@ -948,6 +949,12 @@ class PersistentActor(Actor):
     def _tell_self(self, message: object) -> None:
         self.context.route_to_self(self, message)
 
+    def _tell_failure(self, failure: SaveSnapshotFailure | DeleteSnapshotFailure | DeleteSnapshotsFailure |
+                      DeleteMessagesFailure) -> None:
+        """Tell self a snapshot or delete failure, warning (as Akka does) when the class has no handler for it."""
+        warn_if_unhandled(self, failure)
+        self._tell_self(failure)
+
     def save_snapshot(self, snapshot: object) -> None:
         """Store `snapshot` at snapshot_sequence_nr; SaveSnapshotSuccess/Failure arrives as a command."""
         md = SnapshotMetadata(self.persistence_id, self.snapshot_sequence_nr)
@@ -957,7 +964,7 @@ class PersistentActor(Actor):
         except Exception as exc:
             self.context.report_error(self.path, f"save_snapshot at sequence nr {md.sequence_nr} failed: "
                                                  f"{type(exc).__name__}: {exc}")
-            self._tell_self(SaveSnapshotFailure(md, exc))
+            self._tell_failure(SaveSnapshotFailure(md, exc))
 
     def delete_snapshot(self, sequence_nr: int) -> None:
         """Delete the snapshot at `sequence_nr`; DeleteSnapshotSuccess/Failure arrives as a command."""
@@ -966,7 +973,7 @@ class PersistentActor(Actor):
             cast(SnapshotStore, self._snapshots).delete(md)
             self._tell_self(DeleteSnapshotSuccess(md))
         except Exception as exc:
-            self._tell_self(DeleteSnapshotFailure(md, exc))
+            self._tell_failure(DeleteSnapshotFailure(md, exc))
 
     def delete_snapshots(self, criteria: SnapshotSelectionCriteria) -> None:
         """Delete every snapshot matching `criteria`; DeleteSnapshotsSuccess/Failure arrives as a command."""
@@ -974,12 +981,12 @@ class PersistentActor(Actor):
             cast(SnapshotStore, self._snapshots).delete_matching(self.persistence_id, criteria)
             self._tell_self(DeleteSnapshotsSuccess(criteria))
         except Exception as exc:
-            self._tell_self(DeleteSnapshotsFailure(criteria, exc))
+            self._tell_failure(DeleteSnapshotsFailure(criteria, exc))
 
     def delete_messages(self, to_sequence_nr: int) -> None:
         """Delete events up to `to_sequence_nr` (<= last_sequence_nr, or MAX); the reply arrives as a command."""
         if to_sequence_nr != MAX_SEQUENCE_NR and to_sequence_nr > self.last_sequence_nr:
-            self._tell_self(DeleteMessagesFailure(RuntimeError(
+            self._tell_failure(DeleteMessagesFailure(RuntimeError(
                 f"toSequenceNr [{to_sequence_nr}] must be less than or equal to lastSequenceNr "
                 f"[{self.last_sequence_nr}]"), to_sequence_nr))
             return
@@ -987,7 +994,7 @@ class PersistentActor(Actor):
             cast(Journal, self._journal).delete_messages_to(self.persistence_id, to_sequence_nr)
             self._tell_self(DeleteMessagesSuccess(to_sequence_nr))
         except Exception as exc:
-            self._tell_self(DeleteMessagesFailure(exc, to_sequence_nr))
+            self._tell_failure(DeleteMessagesFailure(exc, to_sequence_nr))
 
 
 _PATH_IS_ID = PersistentActor.__dict__["persistence_id"]  # (the default persistence_id property: the path)
