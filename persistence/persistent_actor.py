@@ -498,7 +498,8 @@ class PersistentActor(Actor):
             if timeout is None:
                 timeout = float(cast(float, self.config.get("recovery_event_timeout", 30.0)))
             criteria = rec.from_snapshot.limit(rec.to_sequence_nr)
-            if rec.from_snapshot != SnapshotSelectionCriteria.NONE:
+            # stop() in pre_start, Akka's context.stop there: the actor takes no more, not even its recovery.
+            if rec.from_snapshot != SnapshotSelectionCriteria.NONE and not self._stop_called:
                 started = time.monotonic()
                 selected = self._load_snapshot(pid, criteria)
                 if time.monotonic() - started > timeout:
@@ -510,8 +511,9 @@ class PersistentActor(Actor):
                     self.mixin_recover_snapshot(SnapshotOffer(selected.metadata, selected.snapshot))
             # An idle timeout between events (Akka #20698), not a bound on the whole replay.
             idle_since = time.monotonic()
-            for repr_ in self._journal.replay_messages(pid, self.last_sequence_nr + 1, rec.to_sequence_nr,
-                                                       rec.replay_max):
+            replay = () if self._stop_called else self._journal.replay_messages(
+                pid, self.last_sequence_nr + 1, rec.to_sequence_nr, rec.replay_max)
+            for repr_ in replay:
                 if time.monotonic() - idle_since > timeout:
                     raise RecoveryTimedOut(f"Recovery timed out, didn't get event within {timeout} s, highest "
                                            f"sequence number seen {self.last_sequence_nr}")
@@ -520,17 +522,21 @@ class PersistentActor(Actor):
                     self.last_sequence_nr = repr_.sequence_nr
                 self.mixin_recover_event(event)
                 event = None
+                if self._stop_called:  # (one attribute read per replayed event: the whole cost on this hot loop)
+                    # stop() in receive_recover, Akka's context.stop: a stopped actor takes no more messages, and
+                    # each replayed event is one (replaying on applied the rest to an actor that asked to stop).
+                    break
                 idle_since = time.monotonic()
+            if self._stop_called:
+                # stop() in pre_start or receive_recover: the RecoverySuccess (AtLeastOnceDelivery's resends) and
+                # RecoveryCompleted are never handled either.
+                self._stopped_in_recovery()
+                return
             highest = self._journal.highest_sequence_nr(pid)
             if time.monotonic() - idle_since > timeout:
                 raise RecoveryTimedOut(f"Recovery timed out, didn't get event within {timeout} s, highest "
                                        f"sequence number seen {self.last_sequence_nr}")
             self.last_sequence_nr = self._seq_alloc = max(highest, self.last_sequence_nr)
-            if self._stop_called:
-                # stop() in pre_start or receive_recover, Akka's context.stop: a stopped actor takes no more, so the
-                # RecoverySuccess (AtLeastOnceDelivery's resends) and RecoveryCompleted are never handled.
-                self._stopped_in_recovery()
-                return
             self._on_replay_success()
         except Exception as exc:
             self._recovery_failed(exc, event)

@@ -322,3 +322,27 @@ class OneAtATime(Warner):
     """A Warner whose bursts resend one delivery at most (redelivery_burst_limit = 1)."""
 
     redelivery_burst_limit = 1
+
+
+class StopsWhileReplaying(ReportsToProbe, PersistentActor):
+    """Entity `<k>-<n>`: its receive_recover counts the replayed events and calls stop() at the k-th; post_stop
+    tells the probe ("stopped", events seen, whether RecoveryCompleted came, commands handled)."""
+
+    def pre_start(self) -> None:
+        self.seen, self.completed, self.commands = 0, False, 0
+        self.stop_at = int(self.entity_id.split("-")[0])
+
+    def receive_recover(self, event: Any) -> None:
+        if isinstance(event, RecoveryCompleted):
+            self.completed = True
+            return
+        self.seen += 1
+        if self.seen == self.stop_at:
+            self.stop()
+
+    def post_stop(self) -> None:
+        self.tell(self.probe, ("stopped", self.seen, self.completed, self.commands))
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        self.commands += 1
+        self.tell(self.probe, ("command", message))

@@ -11,6 +11,8 @@ import pytest
 
 from journal import (
     MAX_SEQUENCE_NR,
+    AtomicWrite,
+    PersistentRepr,
     SnapshotMetadata,
     SnapshotSelectionCriteria,
     open_journal,
@@ -32,6 +34,7 @@ from tests.persistence.conformance_actors import (
     SnapshottingSender,
     Stasher,
     StopsOnRecovery,
+    StopsWhileReplaying,
     Warner,
 )
 from tests.waiting import wait_for
@@ -157,6 +160,27 @@ def test_an_actor_stopped_while_replaying_sends_nothing_it_recorded_and_gets_no_
     assert probe.receive(10) == "stopped"
     probe.expect_no_message(0.3)
     dst.expect_no_message(0.3)
+
+
+@pytest.mark.parametrize("stop_at", [1, 1500])
+def test_stop_in_receive_recover_ends_the_replay_at_that_event(base, make_system, tmp_path, stop_at):
+    # Akka: context.stop from receiveRecover; each replayed event is a message, and a stopped actor takes no more:
+    # receive_recover sees exactly the events up to the one that stopped it, then neither RecoveryCompleted nor a
+    # command. Reprise went on handing all 3000 events to the actor that had asked to stop.
+    name = f"{stop_at}-{next(_ids)}"
+    path, events = f"/user/replaystop/{name}", 3000
+    with open_journal(f"sqlite:///{tmp_path}/journal.db") as journal:
+        assert journal.write_messages([AtomicWrite([PersistentRepr(f"e{n}", n, path)])
+                                       for n in range(1, events + 1)]) == [None] * events
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db")
+    system.spawn(StopsWhileReplaying, path="/user/replaystop", entities=True, kwargs={"client": system.prefix})
+    probe = system.probe(name)
+    before = system.dead_letters().count
+    probe.tell(path, "hello")
+    assert probe.receive(20) == ("stopped", stop_at, False, 0)
+    letters = wait_for(lambda: (d := system.dead_letters()).count > before and d, 10)
+    assert "hello" in [d.message for d in letters.recent if d.target == path]  # (the command that started it)
+    probe.expect_no_message(0.2)
 
 
 def test_deliveries_from_a_snapshot_confirmed_by_replayed_events_are_not_resent(csys):
