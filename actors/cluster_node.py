@@ -91,7 +91,7 @@ def start_node(topo: Topology, name: str | None = None, *, tag: str | None = Non
                    node=node.name, log_level=cluster.log_level, tag=tag, run_dir=run_dir,
                    secret_file=cluster.secret_file, tls_cert=cluster.tls_cert, tls_key=cluster.tls_key,
                    tls_ca=cluster.tls_ca, metrics_port=node.metrics_port, metrics_host=node.metrics_host,
-                   **leader_options)
+                   **leader_options, **dict(cluster.host_defaults))
     try:
         role = "leader" if leader else f"member of {cluster.leader_address}"
         out(f"cluster node {node.name!r} ({role}) up on {node.address}:{system.admin_port} "

@@ -42,7 +42,8 @@ A cluster file describes every node of a multi-host system instead of one `[syst
     join_timeout = 60.0               # the leader waits this long for every [[node]] before spawning
                                       # (and a member started first, for the leader)
     # also: snapshot_store, log_level, tls_cert/tls_key/tls_ca, peers (extra addresses, e.g. a
-    # Spark driver elsewhere), metrics_host (the default of the nodes' metrics_host)
+    # Spark driver elsewhere), metrics_host (the default of the nodes' metrics_host), and the actor
+    # defaults [system] takes (stash_capacity, redeliver_interval, ...: registered host options)
 
     [[node]]
     name = "a"
@@ -168,6 +169,9 @@ class ClusterSection:
     peers: tuple[str, ...] = ()  # addresses allowed besides the nodes' own (a Spark driver elsewhere, ...)
     spark_bridges: bool = False
     spark_options: dict[str, Any] = field(default_factory=dict)  # start_bridge(s)'s keyword arguments ([spark])
+    # The system-wide defaults of actor settings, as in [system] (SystemSection.host_defaults): every node's start()
+    # takes them (hosts run with the leader's configuration, wherever they are placed).
+    host_defaults: tuple[tuple[str, Any], ...] = ()
 
     def node(self, name: str) -> NodeSection:
         """The [[node]] called `name` (KeyError if none)."""
@@ -314,10 +318,18 @@ def _check_table(table: Any, name: str, known: set[str], source: str) -> None:
         raise TopologyError(f"{source}: {name} has {_unknown_keys(unknown, known)}")
 
 
+def _other_host_options(table: Any, own: set[str]) -> set[str]:
+    """The registered host options besides the store URLs (persistence's actor defaults: stash_capacity,
+    redeliver_interval, ...), which a [system] or [cluster] table also takes; looked up only when the table has
+    keys beyond its `own` (known_host_options loads the reprise.host_options entry points: `reprise up` never
+    imported persistence)."""
+    if not isinstance(table, dict) or not set(table) - own:
+        return set()
+    return set(known_host_options()) - set(HOST_OPTIONS)
+
+
 def _system(table: Any, source: str, base_dir: str | None) -> SystemSection:
-    # (known_host_options loads the reprise.host_options entry points: `reprise up` never imported persistence)
-    extra = set(known_host_options()) - set(HOST_OPTIONS) if isinstance(table, dict) and set(table) - SYSTEM_KEYS \
-        else set()
+    extra = _other_host_options(table, SYSTEM_KEYS)
     _check_table(table, "[system]", SYSTEM_KEYS | extra, source)
     port = table.get("admin_port")
     if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
@@ -363,7 +375,8 @@ def _cluster(doc: dict[str, Any], source: str, base_dir: str | None) -> ClusterS
     if table is None:
         raise TopologyError(f"{source}: [[node]] and [spark] belong to a cluster file, which needs a [cluster] "
                             "table (leader = the name of the leader's [[node]], journal, secret_file, ...)")
-    _check_table(table, "[cluster]", CLUSTER_KEYS, source)
+    extra = _other_host_options(table, CLUSTER_KEYS)
+    _check_table(table, "[cluster]", CLUSTER_KEYS | extra, source)
     if not isinstance(nodes, list) or not nodes:
         raise TopologyError(f"{source}: a cluster file needs its nodes as [[node]] tables (name, bind, admin_port)")
     sections = tuple(_node(n, f"{source}: [[node]] #{i + 1}") for i, n in enumerate(nodes))
@@ -394,7 +407,7 @@ def _cluster(doc: dict[str, Any], source: str, base_dir: str | None) -> ClusterS
             check_number(key, table.get(key, default), hint="seconds")
         log_level = check_log_level(table.get("log_level", "WARNING"))
         tls_config(tls_cert=table.get("tls_cert"), tls_key=table.get("tls_key"), tls_ca=table.get("tls_ca"))
-        for key in HOST_OPTIONS:
+        for key in (*HOST_OPTIONS, *sorted(extra)):  # checked by their owner (actors.host_options)
             if table.get(key) is not None:
                 check_option(key, table[key], per_host=False)
     except ConfigError as e:
@@ -411,7 +424,8 @@ def _cluster(doc: dict[str, Any], source: str, base_dir: str | None) -> ClusterS
         node_timeout=float(table.get("node_timeout", 5.0)), join_timeout=float(table.get("join_timeout", 60.0)),
         log_level=log_level, tls_cert=_relative_to(table.get("tls_cert"), base_dir),
         tls_key=_relative_to(table.get("tls_key"), base_dir), tls_ca=_relative_to(table.get("tls_ca"), base_dir),
-        peers=tuple(peers), spark_bridges=spark.get("bridges", False), spark_options=spark_options)
+        peers=tuple(peers), spark_bridges=spark.get("bridges", False), spark_options=spark_options,
+        host_defaults=tuple((key, table[key]) for key in sorted(extra) if key in table))
 
 
 def _spark_options(spark: dict[str, Any], source: str) -> dict[str, Any]:

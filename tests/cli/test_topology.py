@@ -240,12 +240,37 @@ def _cluster(edit: str) -> str:
     ('nodes = ["a", "b", "c"] => nodes = "a"', "nodes must be a list of node names"),
     ('node = "b" => node = "b"\nnodes = ["b"]', "node='b' and nodes=['b'] were both given"),
     ("[system]\nbind = '127.0.0.1'\n", "a cluster file has no [system] table"),
+    # The actor defaults [system] takes, checked by their owner (persistence), named with their table.
+    ('node_timeout = 2 => node_timeout = 2\nredeliver_interval = 0', "[cluster] redeliver_interval must be a number of seconds"),
+    ('node_timeout = 2 => node_timeout = 2\nstash_capacity = -1', "[cluster] stash_capacity must be"),
+    ('node_timeout = 2 => node_timeout = 2\ninternal_stash_overflow_strategy = "fail"',
+     "[cluster] internal_stash_overflow_strategy must be"),
+    ('node_timeout = 2 => node_timeout = 2\nrecovery_event_timeout = "30"', "[cluster] recovery_event_timeout must be"),
+    ('node_timeout = 2 => node_timeout = 2\nmax_unconfirmed_messages = true', "[cluster] max_unconfirmed_messages must"),
+    ('node_timeout = 2 => node_timeout = 2\nredeliver_intervall = 1.0',
+     "[cluster] has unknown key(s) ['redeliver_intervall'] (did you mean 'redeliver_intervall' -> 'redeliver_interval'?)"),
     ("[[nodes]]\nname = 'd'\n", "unknown top-level table(s) ['nodes']"),
 ])
 def test_cluster_mistakes_are_named(edit, needle) -> None:
     with pytest.raises(TopologyError) as e:
         loads(_cluster(edit))
     assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+# The system-wide defaults of actor settings, as `[system]` takes them (tests/persistence/test_alod_config_defaults.py).
+ACTOR_DEFAULTS = {"stash_capacity": 7, "internal_stash_overflow_strategy": "drop", "recovery_event_timeout": 12.5,
+                  "redeliver_interval": 0.4, "redelivery_burst_limit": 2, "warn_after_number_of_unconfirmed_attempts": 2,
+                  "max_unconfirmed_messages": 3}
+ACTOR_DEFAULTS_TOML = "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in ACTOR_DEFAULTS.items())
+
+
+def test_the_cluster_table_takes_the_actor_defaults_the_system_table_takes() -> None:
+    # A cluster file has no [system] table, and [cluster] refused these keys: a multi-machine system could not set
+    # any of them from its topology.
+    topo = loads(_cluster(f"node_timeout = 2 => node_timeout = 2\n{ACTOR_DEFAULTS_TOML}"))
+    assert topo.cluster is not None and dict(topo.cluster.host_defaults) == ACTOR_DEFAULTS
+    assert dict(loads(f"[system]\n{ACTOR_DEFAULTS_TOML}").system.host_defaults) == ACTOR_DEFAULTS
+    assert loads(CLUSTER).cluster.host_defaults == ()
 
 
 @pytest.mark.parametrize("text, needle", [
@@ -291,6 +316,7 @@ def test_choose_node_by_name_or_by_this_machines_address() -> None:
 # ---- `reprise up cluster.toml` on loopback (nodes on one address, told apart by --node and their ports) ----
 
 REPRISE = os.path.join(os.path.dirname(sys.executable), "reprise")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def loopback_cluster(tmp_path, journal: str, join_timeout: float) -> tuple[str, dict[str, int]]:
@@ -306,10 +332,11 @@ def loopback_cluster(tmp_path, journal: str, join_timeout: float) -> tuple[str, 
 
 
 def up(path: str, node: str, tag: str, tmp_path, wait: bool = True) -> subprocess.Popen[str]:
-    """`reprise up path --node node --detach` (waited for unless `wait` is False)."""
-    proc = subprocess.Popen([REPRISE, "up", path, "--node", node, "--detach", "--tag", tag, "--run-dir",
-                             str(tmp_path / f"run-{node}")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    """`reprise up path --node node --detach` of this checkout (waited for unless `wait` is False): the installed
+    script may import another checkout."""
+    proc = subprocess.Popen([sys.executable, "-m", "actors.cli", "up", path, "--node", node, "--detach", "--tag", tag,
+                             "--run-dir", str(tmp_path / f"run-{node}")], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
     if wait:
         proc.wait(90)
     return proc
@@ -496,3 +523,41 @@ def test_up_refuses_mixed_options_in_one_line(tmp_path, argv, needle) -> None:
     assert done.returncode == 2 and done.stdout == "", done.stderr
     (line,) = done.stderr.splitlines()
     assert needle in line, line
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(180)
+def test_up_a_cluster_file_gives_the_cluster_tables_actor_defaults_to_hosts_on_every_node(tmp_path,
+                                                                                         cluster_tags) -> None:
+    # Hosts run with the leader's configuration wherever they are placed: the entities on the member b and on the
+    # leader a both get [cluster]'s settings; an actor's own attributes still win (OwnSettings).
+    ports = dict(zip("ab", free_ports(2), strict=True))
+    nodes = "".join(f'[[node]]\nname = "{n}"\nadmin_port = {p}\n' for n, p in ports.items())
+    path = tmp_path / "cluster.toml"
+    path.write_text(f'[cluster]\nleader = "a"\njournal = "sqlite://{tmp_path}/j.db"\nsecret_file = "cluster.secret"\n'
+                    f"join_timeout = 60.0\n{ACTOR_DEFAULTS_TOML}{nodes}"
+                    '[[entities]]\npath = "/user/on-b"\nclass = "tests.persistence.alod_config_actors:Reporter"\n'
+                    'node = "b"\n\n'
+                    '[[entities]]\npath = "/user/on-a"\nclass = "tests.persistence.alod_config_actors:OwnSettings"\n'
+                    'node = "a"\n')
+    procs = {name: up(str(path), name, cluster_tags[name], tmp_path, wait=False) for name in "ab"}
+    try:
+        outs = {name: proc.communicate(timeout=90)[0] for name, proc in procs.items()}
+        assert all(proc.returncode == 0 for proc in procs.values()), outs
+        system = actors.connect(ports["a"])
+        try:
+            assert {p: h.node for p, h in system.status().hosts.items() if p.startswith("/user/on-")} == {
+                "/user/on-b": "b", "/user/on-a": "a"}
+            assert system.ask("/user/on-b/x", "settings", timeout=20) == (0.4, 2, 2, 3)
+            assert system.ask("/user/on-b/x", "persistent-actor-settings", timeout=20) == (7, "drop", 12.5)
+            assert system.ask("/user/on-a/x", "settings", timeout=20) == (0.3, 3, 3, 4)  # (its own)
+            assert system.ask("/user/on-a/x", "persistent-actor-settings", timeout=20) == (7, "drop", 12.5)
+        finally:
+            system.close()
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+                proc.wait(10)
+        for name in "ba":
+            subprocess.run([REPRISE, "down", "--port", str(ports[name])], capture_output=True, timeout=60)

@@ -11,7 +11,8 @@ from persistence.messages import RedeliveryTick
 class Reporter(AtLeastOnceDelivery):
     """An AtLeastOnceDelivery that sets none of the four settings, and reports what it runs with.
 
-    "settings" answers the effective (redeliver_interval, redelivery_burst_limit, warn_after, max_unconfirmed);
+    "settings" answers the effective (redeliver_interval, redelivery_burst_limit, warn_after, max_unconfirmed),
+    "persistent-actor-settings" the system's (stash_capacity, internal_stash_overflow_strategy, recovery_event_timeout);
     ("deliver", destination, n) delivers (id, "m") n times at once (one timestamp) and answers how many it
     delivered before MaxUnconfirmedMessagesExceeded, if any; an UnconfirmedWarning goes to its destinations as
     ("warning", ids); each resend is announced to its destination as ("resend", tick, id), tick counting the
@@ -41,6 +42,9 @@ class Reporter(AtLeastOnceDelivery):
         elif message == "settings":
             self.tell(sender, (self.redeliver_interval, self.redelivery_burst_limit,
                                self.warn_after_number_of_unconfirmed_attempts, self.max_unconfirmed_messages))
+        elif message == "persistent-actor-settings":  # (the PersistentActor settings' system defaults it runs with)
+            self.tell(sender, tuple(self.config.get(key) for key in (
+                "stash_capacity", "internal_stash_overflow_strategy", "recovery_event_timeout")))
         elif isinstance(message, tuple) and message[0] == "deliver":
             _, destination, n = message
             start = self.number_of_unconfirmed
