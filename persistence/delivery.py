@@ -6,7 +6,7 @@ import functools
 import time
 from collections.abc import Callable, KeysView, Mapping, Sequence
 from itertools import repeat
-from typing import Any
+from typing import Any, NoReturn
 
 from actors import ConfigError, Timer, validate_path
 from actors.actor import MAX_DELAY, MIN_INTERVAL
@@ -18,7 +18,7 @@ from persistence.messages import (
     UnconfirmedDelivery,
     UnconfirmedWarning,
 )
-from persistence.persistent_actor import PersistentActor, _url
+from persistence.persistent_actor import IllegalStateError, PersistentActor, _url
 from persistence.plugins import journal_for
 from persistence.store_options import ALOD_DEFAULTS as _CONFIG_KEYS  # (registered and checked there)
 
@@ -127,6 +127,8 @@ class AtLeastOnceDelivery(PersistentActor):
     # ---- the API --------------------------------------------------------------------------------
     def deliver(self, destination: str, id_to_message: Callable[[int], object]) -> int:
         """Send `id_to_message(delivery_id)` to `destination` (a path) until confirmed; returns the id."""
+        if self._confirm_follows is not None:
+            self._refuse_deliver()
         check_destination(destination)
         if len(self._unconfirmed) >= self.max_unconfirmed_messages:
             raise MaxUnconfirmedMessagesExceeded(
@@ -154,6 +156,8 @@ class AtLeastOnceDelivery(PersistentActor):
         Scatter per destination host): they count as sent now, and redelivery resends them one by one.
         During recovery nothing is sent: they are resent right after replay, as by deliver().
         """
+        if self._confirm_follows is not None:
+            self._refuse_deliver()
         n = _paired("deliver_many", delivery_ids, destinations, messages)
         if not n:
             return
@@ -189,6 +193,17 @@ class AtLeastOnceDelivery(PersistentActor):
         if send is not None and not self._recovery_running:
             send()
             self._ensure_timer()
+
+    def _refuse_deliver(self) -> NoReturn:
+        """Raise IllegalStateError for a deliver() from the handler of an apply_and_confirm, naming the safe way."""
+        origin, delivery_id = self._confirm_follows or ("?", 0)
+        raise IllegalStateError(
+            f"deliver() from the handler of apply_and_confirm({origin!r}, {delivery_id}, ...): forward with "
+            "apply_and_forward(origin, delivery_id, event, destination, id_to_message) instead, which writes the "
+            "application and the delivery together and confirms once both are durable. Here the delivery would be "
+            "journaled after the confirm went out: lost for good if that write failed or the host died in between (the "
+            "origin's redelivery is a duplicate). For several deliveries of one: deliver() each, then persist_applied "
+            "in the command (after an already_applied check), confirming from its handler")
 
     def restore_unconfirmed(self, delivery_ids: Sequence[int], destinations: Sequence[str],
                             messages: Sequence[object]) -> None:

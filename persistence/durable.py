@@ -91,6 +91,8 @@ class DurableDelivery(AtLeastOnceDelivery):
         """Journal the delivery (asynchronously: commands keep flowing), then send it until confirmed."""
         if self._recovery_running:
             raise RuntimeError("DurableDelivery replays its own deliveries; do not call deliver during replay")
+        if self._confirm_follows is not None:
+            self._refuse_deliver()
         check_destination(destination)
         if len(self._unconfirmed) >= self.max_unconfirmed_messages:
             return super().deliver(destination, id_to_message)  # raises MaxUnconfirmedMessagesExceeded
@@ -102,6 +104,21 @@ class DurableDelivery(AtLeastOnceDelivery):
             self._start_journaling()
         self._unjournaled.append((delivery_id, d))
         return delivery_id
+
+    def _delivery_to_journal(self, destination: str, id_to_message: Callable[[int], object]) -> DeliveriesSent:
+        """deliver() for a caller that journals the delivery itself, in one AtomicWrite with its own event
+        (IdempotentReceiver.apply_and_forward): numbered and unconfirmed now, sent by `_on_sent(event)` once stored."""
+        if self._confirm_follows is not None:
+            self._refuse_deliver()
+        check_destination(destination)
+        if len(self._unconfirmed) >= self.max_unconfirmed_messages:
+            super().deliver(destination, id_to_message)  # raises MaxUnconfirmedMessagesExceeded
+        self._delivery_seq += 1
+        self._delivered += 1
+        delivery_id = self._delivery_seq
+        message = id_to_message(delivery_id)
+        self._unconfirmed[delivery_id] = _Delivery(destination, message, _UNSENT, 0)
+        return DeliveriesSent((delivery_id,), (destination,), (message,))
 
     def deliver_many(self, delivery_ids: Sequence[int], destinations: Sequence[str], messages: Sequence[object],
                      send: Callable[[], None] | None = None) -> None:

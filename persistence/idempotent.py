@@ -12,6 +12,8 @@ from journal import register_type
 from journal.serialization import TUPLE_MARK, marked, pack_values_with
 from persistence.compact import expand, inherited_requeues, same_or_each, split_rejected
 from persistence.coordinator import WriteResults
+from persistence.delivery import AtLeastOnceDelivery
+from persistence.durable import DeliveriesSent, DurableDelivery
 from persistence.messages import Confirm, SnapshotOffer
 from persistence.persistent_actor import IllegalStateError, PersistentActor, _Entry, _OneWrite
 
@@ -247,7 +249,8 @@ class IdempotentReceiver(PersistentActor):
     """A destination mixin: `persist_applied(origin, delivery_id, event, handler)` applies each delivery once.
 
     `apply_and_confirm` also confirms it to its origin once durable (and a duplicate after its original's write);
-    with `persist_applied`, confirm from the handler, and a duplicate with `confirm_duplicate`.
+    with `persist_applied`, confirm from the handler, and a duplicate with `confirm_duplicate`. A relay (also a
+    DurableDelivery) forwards what it applies with `apply_and_forward`: application and forward in one write.
     """
 
     _skip_at = 0  # recovery: the sequence number of the batch an IdempotentSnapshotInBatch holds some of (a class
@@ -368,11 +371,13 @@ class IdempotentReceiver(PersistentActor):
         flight, so a confirm never overtakes the event it acknowledges.
 
         Only the event is covered: what `handler` queues itself is journaled in a later group commit, after the
-        confirm went out. A `deliver()` (DurableDelivery) there is lost for good if its write fails or the host dies
-        first (the application is stored, so the origin's redelivery is a duplicate). To forward a delivery, call
-        `deliver()` and then `persist_applied` in the command (after an `already_applied` check) and confirm from
-        its handler: both are written in the same group commit.
+        confirm went out. A `deliver()` there would be lost for good if its write failed or the host died first (the
+        application is stored, so the origin's redelivery is a duplicate): it raises IllegalStateError. To forward
+        a delivery, use `apply_and_forward`.
         """
+        if handler is not None and isinstance(self, AtLeastOnceDelivery):
+            handler = self._refusing_deliver(origin, delivery_id, handler)
+
         def applied(e: object) -> None:
             if handler is not None:
                 handler(e)
@@ -382,6 +387,63 @@ class IdempotentReceiver(PersistentActor):
             return True
         self.confirm_duplicate(origin, delivery_id, lambda: self.tell(origin, Confirm(delivery_id)))
         return False
+
+    def apply_and_forward(self, origin: str, delivery_id: int, event: object, destination: str,
+                          id_to_message: Callable[[int], object], handler: Callable[[Any], object] | None = None) -> bool:
+        """Apply `event` for this delivery once and forward it: deliver `id_to_message(forward_id)` to `destination`
+        (as DurableDelivery's deliver), both in one atomic write; then `handler(event)`, and Confirm(delivery_id) to
+        `origin` once both are durable. False for a duplicate: confirmed again after the writes in flight, not
+        forwarded again. The relay's apply_and_confirm; for a DurableDelivery only.
+
+        One write: a failed write (the actor stops) or a crash before it stores neither, and nothing is confirmed, so
+        the origin's redelivery applies and forwards it again; a journal that rejects either event stores neither
+        (the origin redelivers; both are reported). Several forwards of one delivery: call deliver() for each and
+        then persist_applied in the command (after an already_applied check, confirm_duplicate for a duplicate),
+        confirming from its handler (one group commit).
+        """
+        if not isinstance(self, DurableDelivery):
+            raise TypeError(f"apply_and_forward journals the forward with the application, so {type(self).__name__} "
+                            "must also be a DurableDelivery (class ...(IdempotentReceiver, DurableDelivery)); "
+                            "with AtLeastOnceDelivery, persist your own event of the forward")
+        if type(delivery_id) is not int or delivery_id < 1:
+            mark_applied(self._seen, origin, delivery_id)  # (raises its ValueError)
+        if self._recovery_running:
+            raise IllegalStateError("Cannot persist during replay. Events can be persisted when receiving "
+                                    "RecoveryCompleted or later.")
+        if self.already_applied(origin, delivery_id):
+            self.confirm_duplicate(origin, delivery_id, lambda: self.tell(origin, Confirm(delivery_id)))
+            return False
+        sent = self._delivery_to_journal(destination, id_to_message)  # (raises before anything is marked)
+        seen_ids(self._seen, origin).add(delivery_id)
+        if handler is not None:
+            handler = self._refusing_deliver(origin, delivery_id, handler)
+
+        def stored(payload: object) -> None:
+            # Once per event of the write, in order: the forward first (sent now), then the application.
+            if type(payload) is DeliveriesSent:
+                cast(DurableDelivery, self)._on_sent(payload)
+                return
+            if handler is not None:
+                handler(event)
+            self.tell(origin, Confirm(delivery_id))
+
+        origins = self._origin_only
+        if origins[0] != origin:
+            origins = self._origin_only = (origin,)
+        self._queue_write((sent, AppliedBatch(origins, (delivery_id,), (event,))), stored, False)
+        return True
+
+    def _refusing_deliver(self, origin: str, delivery_id: int,
+                          handler: Callable[[Any], object]) -> Callable[[Any], object]:
+        """`handler`, during which deliver() raises: the confirm of (origin, delivery_id) follows it before a
+        delivery of its would be journaled."""
+        def guarded(event: object) -> object:
+            outer, self._confirm_follows = self._confirm_follows, (origin, delivery_id)
+            try:
+                return handler(event)
+            finally:
+                self._confirm_follows = outer
+        return guarded
 
     def confirm_duplicate(self, origin: str, delivery_id: int, confirm: Callable[[], object]) -> None:
         """Call `confirm()`, the confirmation of a duplicate of delivery `delivery_id` from `origin`, after the writes

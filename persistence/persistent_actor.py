@@ -310,6 +310,8 @@ class PersistentActor(Actor):
     _dead_because: str = "stopped"  # (set by _die: the dead letters of commands that come after say why)
     _replaced: bool = False
     _stop_called: bool = False  # (stop() was called: read per handler, where the stop_requested property costs 0.1 µs)
+    _confirm_follows: tuple[str, int] | None = None  # (origin, delivery id) while the handler of an apply_and_confirm runs:
+    # a deliver() there is refused (see IdempotentReceiver.apply_and_confirm)
 
     @property
     def snapshot_sequence_nr(self) -> int:

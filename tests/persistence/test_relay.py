@@ -1,0 +1,131 @@
+"""A relay (IdempotentReceiver + DurableDelivery) forwards each delivery it applies to a sink: no forward may be lost
+when the forward's write fails or the relay's host is SIGKILLed at it, and the unsafe form (deliver() from
+apply_and_confirm's handler, journaled after the confirm went out) is refused, naming the safe one."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pytest
+
+from actors import ActorFailed, AskTimeout, MessageUndelivered
+from persistence import Confirm
+from tests.persistence.compact_fixtures import Parcel
+from tests.persistence.relay_actors import NaturalRelay, Origin, Relay, Sink
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.timeout(90)
+
+ORIGIN, RELAY, SINK = "/user/origin", "/user/relay", "/user/sink"
+
+
+def _asked(system, path: str, message: object) -> object:
+    """The reply, or None while `path`'s host is between a failure (or a kill) and its next start."""
+    try:
+        return system.ask(path, message, timeout=5)
+    except (AskTimeout, ActorFailed, MessageUndelivered):
+        return None
+
+
+@pytest.mark.parametrize(("base", "fault"), [("local", "fail"), ("multiproc", "fail"), ("multiproc", "kill")])
+def test_a_relay_forwards_every_delivery_exactly_once_when_a_forwards_write_fails_or_kills_its_host(
+        base, fault, make_system, tmp_path):
+    # Before apply_and_forward, a relay forwarded from apply_and_confirm's handler: the application was durable and
+    # confirmed before the forward's write (a later group commit); a failed write there (the relay stops) or a
+    # SIGKILL of its host lost the forward for good, the origin's redelivery being a duplicate, confirmed again.
+    # Here the journal fails (a memory journal's write), or SIGKILLs the relay's host (SQLite), at the first write
+    # of each "fault-" forward: every delivery must still reach the sink once (the sink dedups redeliveries).
+    if fault == "fail":
+        urls = {"journal": f"failfwd://{tmp_path.name}", "snapshot_store": f"failfwd://{tmp_path.name}"}
+    else:
+        urls = {"journal": f"killfwd://{tmp_path}/journal.db", "snapshot_store": f"killfwd://{tmp_path}/journal.db"}
+    system = make_system(base, **urls)
+    system.spawn(Sink, SINK)
+    system.spawn(Relay, RELAY, kwargs={"sink": SINK})
+    system.spawn(Origin, ORIGIN)
+    payloads = ["p1", "fault-a", "p2", "p3", "fault-b", "p4"]
+    probe = system.probe()
+    probe.tell(ORIGIN, ("send", RELAY, payloads[:3]))
+    assert probe.receive(10) == "sent"
+    probe.tell(ORIGIN, ("send", RELAY, payloads[3:]))
+    assert probe.receive(10) == "sent"
+
+    seen: list[tuple[object, object, object]] = []
+
+    def settled() -> bool:
+        """The sink got every payload, and nothing is unconfirmed at the origin or the relay."""
+        seen[:] = [(_asked(system, SINK, "got"), _asked(system, ORIGIN, "unconfirmed"), _asked(system, RELAY, "unconfirmed"))]
+        got, at_origin, at_relay = seen[0]
+        return got is not None and set(got) >= set(payloads) and at_origin == 0 and at_relay == 0
+
+    try:
+        wait_for(settled, timeout=60, interval=0.2)
+    except AssertionError:
+        got, at_origin, at_relay = seen[0]
+        raise AssertionError(f"not every delivery reached the sink: it got {got} of {payloads}; unconfirmed at the "
+                             f"origin {at_origin}, at the relay {at_relay}") from None
+    assert Counter(_asked(system, SINK, "got")) == Counter(payloads), "each delivery reaches the sink exactly once"
+    if fault == "fail":
+        failures = [e.reason for e in system.errors().recent if "simulated write failure" in e.reason]
+        assert len(failures) == 2, f"the forward's write of each fault- payload failed once: {failures}"
+    else:
+        assert sorted(f for f in os.listdir(tmp_path) if ".killed-" in f) == [
+            "journal.db.killed-fault-a", "journal.db.killed-fault-b"], "the relay's host was killed at each"
+
+
+def test_a_deliver_from_an_apply_and_confirm_handler_is_refused_naming_apply_and_forward(base, make_system, tmp_path):
+    # The natural relay: the forward is journaled after the confirm went out, so a crash or failed write in between
+    # loses it (the test above). deliver() there is refused at once, in every run, not only when a crash hits the
+    # window: the error names the safe way, and nothing is confirmed by the failed handler.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db", snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+    system.spawn(Sink, SINK)
+    system.spawn(NaturalRelay, RELAY, kwargs={"sink": SINK})
+    origin = system.probe()
+    origin.tell(RELAY, Parcel(1, "p1"))
+    refused = wait_for(lambda: [e.reason for e in system.errors().recent if "apply_and_confirm" in e.reason])
+    assert "apply_and_forward" in refused[0] and "deliver()" in refused[0], refused[0]
+    assert system.ask(SINK, "got", timeout=10) == (), "nothing forwarded"
+    origin.expect_no_message(0.5)  # (the application is stored: its redelivery is confirmed, not forwarded)
+
+
+def test_apply_and_forward_confirms_a_duplicate_again_without_forwarding_it_again(base, make_system, tmp_path):
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db", snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+    system.spawn(Sink, SINK)
+    system.spawn(Relay, "/user/relays", entities=True, kwargs={"sink": SINK})
+    relay, origin = "/user/relays/a", system.probe()
+    origin.tell(relay, Parcel(1, "p1"))
+    origin.tell(relay, Parcel(1, "p1"))  # (a copy while the first one's write may be in flight)
+    assert origin.receive_many(2, timeout=10) == [Confirm(1), Confirm(1)]
+    system.stop(relay)  # the next instance recovers the application and the forward from the journal
+    origin.tell(relay, Parcel(1, "p1"))
+    assert origin.receive(10) == Confirm(1)
+    assert wait_for(lambda: system.ask(SINK, "got", timeout=10)) == ("p1",)
+    assert wait_for(lambda: system.ask(relay, "unconfirmed", timeout=10) == 0), "the sink confirmed the forward"
+    origin.tell(relay, Parcel(1, "p1"))
+    assert origin.receive(10) == Confirm(1)
+    assert system.ask(SINK, "got", timeout=10) == ("p1",), "forwarded once"
+
+
+@pytest.mark.parametrize("payload", ["bad-event", "bad-forward"])
+def test_apply_and_forward_whose_event_or_forward_the_journal_rejects_stores_neither_and_confirms_nothing(
+        base, make_system, tmp_path, payload):
+    # Written apart, a rejected forward beside a stored application was confirmed (the forward lost), and a rejected
+    # application beside a stored forward was applied again, and forwarded again under a new id, on redelivery.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db", snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+    system.spawn(Sink, SINK)
+    system.spawn(Relay, RELAY, kwargs={"sink": SINK})
+    origin = system.probe()
+    origin.tell(RELAY, Parcel(1, payload))
+    wait_for(lambda: [e for e in system.errors().recent if "rejected" in e.reason])
+    origin.expect_no_message(0.5)
+    assert system.ask(RELAY, ("applied", origin.path, 1), timeout=10) is False, "a redelivery applies it"
+    assert system.ask(RELAY, "unconfirmed", timeout=10) == 0, "nothing to forward"
+    assert system.ask(SINK, "got", timeout=10) == ()
+
+
+def test_apply_and_forward_needs_a_durable_delivery(make_system, tmp_path):
+    system = make_system("local", journal=f"sqlite:///{tmp_path}/journal.db")
+    system.spawn(Sink, SINK)
+    with pytest.raises(ActorFailed, match="must also be a DurableDelivery"):
+        system.ask(SINK, ("forward", Parcel(1, "p1")), timeout=10)
