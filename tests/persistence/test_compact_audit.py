@@ -363,8 +363,9 @@ def test_a_forward_delivered_before_its_application_is_confirmed_only_once_both_
                                                                                             tmp_path):
     # apply_and_confirm's (or persist_applied's) handler runs once the application is durable; a deliver() in it is
     # journaled in a later group commit, after the confirm went out: a crash or failed write in between lost the
-    # forward for good (the application is stored: the origin's redelivery is a duplicate). The pattern its
-    # docstring gives: deliver() and then persist_applied in the command, confirmed from the handler. Their write
+    # forward for good (the application is stored: the origin's redelivery is a duplicate). The pattern for several
+    # forwards of one delivery (apply_and_forward's docstring; one forward: apply_and_forward itself, test_relay.py):
+    # deliver() and then persist_applied in the command, confirmed from the handler. Their write
     # fails here (the forwarder stops): nothing is confirmed, and the redelivery forwards it once and confirms it.
     system = make_system(base)
     system.spawn(SafeForwarder, path="/user/fwd", entities=True, kwargs={"sink": (sink := system.probe()).path})
