@@ -590,6 +590,8 @@ class IdempotentReceiver(PersistentActor):
             for origin, delivery_id, applied in event.entries()[skip:]:
                 seen_ids(self._seen, origin).add(delivery_id)
                 recover(applied)
+                if self._stop_called:  # (stop() in receive_recover: as for a replayed event, no more after it)
+                    return
             return
         self._skip_recovered = 0
         if type(event) is AppliedBatch:
@@ -601,10 +603,14 @@ class IdempotentReceiver(PersistentActor):
                 for delivery_id, applied in zip(event.delivery_ids, event.events, strict=True):
                     add(delivery_id)
                     recover(applied)
+                    if self._stop_called:  # (one attribute read per application: see PersistentActor's replay)
+                        return
                 return
             for origin, delivery_id, applied in event.entries():
                 seen_ids(seen, origin).add(delivery_id)
                 recover(applied)
+                if self._stop_called:
+                    return
             return
         if type(event) is Applied:
             seen_ids(self._seen, event.origin).add(event.delivery_id)

@@ -319,6 +319,8 @@ class FeedReceiver(IdempotentReceiver):
             skip = self.take_applications_recovered()
             for origin, delivery_id, applied in event.entries()[skip:]:
                 self.mixin_recover_event(Applied(origin, delivery_id, applied))
+                if self._stop_called:  # (stop() in receive_recover: no more applications after it)
+                    return
             return
         if type(event) is Applied and type(event.event) is RowApplied:
             inner = event.event

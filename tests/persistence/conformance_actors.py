@@ -10,6 +10,7 @@ from typing import Any
 
 from persistence import (
     AtLeastOnceDelivery,
+    IdempotentReceiver,
     PersistentActor,
     RecoveryCompleted,
     ReplyToStrategy,
@@ -346,3 +347,7 @@ class StopsWhileReplaying(ReportsToProbe, PersistentActor):
     def receive_command(self, message: Any, sender: str | None) -> None:
         self.commands += 1
         self.tell(self.probe, ("command", message))
+
+
+class StopsWhileReplayingApplications(StopsWhileReplaying, IdempotentReceiver):
+    """A StopsWhileReplaying whose events are applications journaled together (AppliedBatch): it counts each."""

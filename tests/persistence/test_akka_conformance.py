@@ -25,6 +25,7 @@ from persistence import (
     Recovery,
     SaveSnapshotSuccess,
 )
+from persistence.idempotent import AppliedBatch
 from tests.persistence.conformance_actors import (
     Ledger,
     OfferRefuser,
@@ -35,6 +36,7 @@ from tests.persistence.conformance_actors import (
     Stasher,
     StopsOnRecovery,
     StopsWhileReplaying,
+    StopsWhileReplayingApplications,
     Warner,
 )
 from tests.waiting import wait_for
@@ -180,6 +182,28 @@ def test_stop_in_receive_recover_ends_the_replay_at_that_event(base, make_system
     assert probe.receive(20) == ("stopped", stop_at, False, 0)
     letters = wait_for(lambda: (d := system.dead_letters()).count > before and d, 10)
     assert "hello" in [d.message for d in letters.recent if d.target == path]  # (the command that started it)
+    probe.expect_no_message(0.2)
+
+
+@pytest.mark.parametrize("origins", [1, 2])
+def test_stop_in_receive_recover_ends_the_replay_at_that_application_of_a_batch(base, make_system, tmp_path,
+                                                                               origins):
+    # The same for the applications an IdempotentReceiver journals together (one AppliedBatch per group commit):
+    # the replay of the batch went on to its end after the 2nd application's stop().
+    name = f"2-{next(_ids)}"
+    path, n = f"/user/batchstop/{name}", 500
+    batch = AppliedBatch(tuple(f"/user/o{k}" for k in range(origins)) if origins > 1 else ("/user/o0",),
+                         tuple(range(1, n + 1)), tuple(f"e{k}" for k in range(1, n + 1)))
+    if origins > 1:
+        batch = AppliedBatch(tuple(f"/user/o{k % origins}" for k in range(n)), batch.delivery_ids, batch.events)
+    with open_journal(f"sqlite:///{tmp_path}/journal.db") as journal:
+        assert journal.write_messages([AtomicWrite([PersistentRepr(batch, 1, path)])]) == [None]
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db")
+    system.spawn(StopsWhileReplayingApplications, path="/user/batchstop", entities=True,
+                 kwargs={"client": system.prefix})
+    probe = system.probe(name)
+    probe.tell(path, "hello")
+    assert probe.receive(20) == ("stopped", 2, False, 0)
     probe.expect_no_message(0.2)
 
 
