@@ -38,7 +38,7 @@ from thespian.actors import (
 )
 from thespian.system.transport import SendStatus
 
-from . import admin_probe, auth, client_log, netsec
+from . import admin_probe, auth, client_log, interrupts, netsec
 from . import metrics as metrics_module
 from . import tls as tls_module
 from .error_log import ActorFailure, AskUndelivered, Errors, GetErrors, SubscribeErrors
@@ -711,15 +711,16 @@ def _stop_admin(asys: ActorSystem, timeout: float) -> None:
     if base is None:
         return
     deadline = time.monotonic() + min(timeout, _thespian_shutdown_delay())
-    watch = base._tx_to_admin(SystemShutdown())
-    while (remaining := deadline - time.monotonic()) > 0:
-        response = base._run_transport(timedelta(seconds=remaining))
-        if watch.failed:  # (the admin is gone: what is left is found by its tag and killed)
-            break
-        if isinstance(response, ReceiveEnvelope) and isinstance(response.message, SystemShutdownCompleted):
-            break
-        if isinstance(response, (Thespian__Run_Expired, Thespian__Run_Terminated)):
-            break
+    with interrupts.guarded():  # (a second Ctrl-C: raised where the transport can take it, then the kill)
+        watch = base._tx_to_admin(SystemShutdown())
+        while (remaining := deadline - time.monotonic()) > 0:
+            response = base._run_transport(timedelta(seconds=remaining))
+            if watch.failed:  # (the admin is gone: what is left is found by its tag and killed)
+                break
+            if isinstance(response, ReceiveEnvelope) and isinstance(response.message, SystemShutdownCompleted):
+                break
+            if isinstance(response, (Thespian__Run_Expired, Thespian__Run_Terminated)):
+                break
     base.transport.close()
     # (what ActorSystem.shutdown does after its systemBase's: this client's base is transient, so kept nowhere)
     asys._systemBase = None
@@ -1174,6 +1175,7 @@ class System:
                     transport.close()
                 except Exception:
                     pass
+            interrupts.release()
 
     def shutdown(self, timeout: float = 20.0) -> None:
         """Stop the whole actor system (only its owner may) and wait until its processes are gone: within about
@@ -1205,6 +1207,7 @@ class System:
                 raise
             finally:
                 self._shut_down = True
+                interrupts.release()
 
     def _shut(self, timeout: float) -> None:
         """The shutdown proper: ask the admin to stop the system, wait (bounded) for its processes, kill the rest."""
@@ -1320,14 +1323,15 @@ class System:
             failed.append(result)
             base.transport.abort_run()
 
-        base.transport.scheduleTransmit(None, TransmitIntent(address, message, onError=on_error,
-                                                             retryPeriod=SEND_RETRY))
         deadline = time.monotonic() + limit
         try:
-            while (remaining := deadline - time.monotonic()) > 0:
-                busy = base._run_transport(timedelta(seconds=remaining), txonly=True)
-                if failed or not busy:
-                    return failed[0] if failed else None
+            with interrupts.guarded():
+                base.transport.scheduleTransmit(None, TransmitIntent(address, message, onError=on_error,
+                                                                     retryPeriod=SEND_RETRY))
+                while (remaining := deadline - time.monotonic()) > 0:
+                    busy = base._run_transport(timedelta(seconds=remaining), txonly=True)
+                    if failed or not busy:
+                        return failed[0] if failed else None
         except ActorSystemException as exc:
             return exc
         except OSError as exc:
@@ -1343,7 +1347,11 @@ class System:
             # (the in-process base returns at quiescence, before its timeout: one call, as before)
             wait = timeout if self.base == "local" else min(max(deadline - time.monotonic(), 0.0), CLOSE_CHECK)
             try:
-                message = self._asys.listen(wait)
+                if self.base == "local":  # (its actors run in this call: a Ctrl-C must reach a handler that hangs)
+                    message = self._asys.listen(wait)
+                else:
+                    with interrupts.guarded():
+                        message = self._asys.listen(wait)
             except ActorSystemException as exc:
                 raise MessageNotSent(f"this client's endpoint failed while waiting: {exc}") from None
             if message is not None:

@@ -72,6 +72,7 @@ from datetime import timedelta
 from importlib import metadata
 from typing import Any
 
+from . import interrupts
 from .errors import ThespianVersionError
 from .thespian_types import Address
 
@@ -218,6 +219,8 @@ class PollPass:
 
     def select(self, timeout: float | None = None) -> list[tuple[_Key, int]]:
         """(key, events) for each ready descriptor, waiting at most `timeout` seconds (None: until one is)."""
+        if interrupts.pending:  # (a Ctrl-C held in a client call: here, between two passes, it can be raised)
+            interrupts.deliver_at_poll(sys._getframe())
         ms = -1 if timeout is None else max(0, math.ceil(timeout * 1e3))
         ready = []
         masks = self._masks
