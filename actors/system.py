@@ -901,6 +901,8 @@ class System:
         self._unrouted = Unrouted()
         self._lock = threading.RLock()
         self._closed = False
+        # The thread that closed or shut this System down (its own sends still go out; other threads' waits end).
+        self._closer: int | None = None
         # Held for a whole shutdown: a second caller (another thread) returns once the system is down, not at once.
         self._shutdown_lock = threading.Lock()
         self._shut_down = False
@@ -1159,6 +1161,7 @@ class System:
         """Detach from the system without stopping it."""
         if self._closed:
             return
+        self._closer = threading.get_ident()
         self._closed = True
         self._shut_down = True  # (an owner's handle detached: its shutdown() stays the no-op it was)
         self._close_metrics()
@@ -1190,8 +1193,10 @@ class System:
         with self._shutdown_lock:
             if self._shut_down:
                 return
-            # Set before taking the client's lock: a call waiting for a reply in another thread sees it within
-            # CLOSE_CHECK and lets go of the lock (it would otherwise hold it for its whole timeout).
+            # Set before taking the client's lock: a call waiting for a reply, or for a host to take a message (a
+            # tell held by back-pressure), in another thread sees it within CLOSE_CHECK and lets go of the lock (it
+            # would otherwise hold it for its whole timeout, or SEND_LIMIT).
+            self._closer = threading.get_ident()
             self._closed = True
             try:
                 self._shut(timeout)
@@ -1318,24 +1323,45 @@ class System:
 
         base = self._asys._systemBase
         failed: list[Any] = []
+        sent: list[bool] = []
+        waiting = [True]
 
         def on_error(result: Any, intent: Any) -> None:
             failed.append(result)
-            base.transport.abort_run()
+            if waiting[0]:  # (a send given up on, failing later, must not end another call's run: a shutdown's)
+                base.transport.abort_run()
 
         deadline = time.monotonic() + limit
         try:
             with interrupts.guarded():
-                base.transport.scheduleTransmit(None, TransmitIntent(address, message, onError=on_error,
-                                                                     retryPeriod=SEND_RETRY))
+                base.transport.scheduleTransmit(None, TransmitIntent(
+                    address, message, onSuccess=lambda result, intent: sent.append(True), onError=on_error,
+                    retryPeriod=SEND_RETRY))
+                # Until this message is acknowledged, not until no send at all is pending: a run whose time is up
+                # also returns None, which was taken for "sent" (a tell its host never took returned after
+                # SEND_LIMIT, no SendTimeout), and one given up on made every later call wait its whole limit.
+                # In CLOSE_CHECK slices: a host that takes nothing (busy in a long handler, stopped) held this
+                # client's lock, and a shutdown from another thread behind it, for SEND_LIMIT.
                 while (remaining := deadline - time.monotonic()) > 0:
-                    busy = base._run_transport(timedelta(seconds=remaining), txonly=True)
-                    if failed or not busy:
-                        return failed[0] if failed else None
+                    pending = base._run_transport(timedelta(seconds=min(remaining, CLOSE_CHECK)), txonly=True)
+                    if failed:
+                        return failed[0]
+                    if sent or pending == 0:  # (0: no send left at all in this process)
+                        return None
+                    if self._closed and self._closer != threading.get_ident():
+                        raise SystemNotRunning(
+                            f"this System was shut down (or closed) by another thread while {type(message).__name__} "
+                            f"waited for {address} to take it (a host busy in a long handler, or stopped, takes "
+                            "nothing): not sent, unless that host takes it before the shutdown closes this "
+                            "client's endpoint")
+        except RepriseError:  # (SystemNotRunning is a ConnectionError: not a failure status to return)
+            raise
         except ActorSystemException as exc:
             return exc
         except OSError as exc:
             return exc
+        finally:
+            waiting[0] = False
         raise SendTimeout(f"{type(message).__name__} to {address} was not sent within {limit:.0f} s; it stays "
                           "queued in this process and may still be delivered")
 

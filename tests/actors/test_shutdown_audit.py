@@ -105,6 +105,53 @@ def test_a_shutdown_from_another_thread_ends_an_ask_waiting_in_this_one(base, ma
 
 
 @pytest.mark.timeout(180)
+def test_a_shutdown_from_another_thread_ends_a_tell_held_by_a_host_that_takes_nothing(make_system):
+    # A tell to a host that takes nothing (busy in a long handler; or stopped) waits for the host's acknowledgement,
+    # holding the client's lock: a shutdown from another thread waited behind it for the tell's whole SEND_LIMIT
+    # (60 s), and the tell then raised SendTimeout. (Multiproc only: on the in-process base a tell runs the
+    # receiver's handler in the telling thread, and nothing can be held back or ended from another.)
+    system = make_system("multiproc")
+    system.spawn(Slow, "/user/busy")
+    system.tell("/user/busy", ("sleep", 600.0))  # (taken, then its host reads nothing more)
+    tag = system.tag
+    outcome: list[BaseException] = []
+    told = [time.monotonic()]
+
+    def tell() -> None:
+        try:
+            while True:
+                told[0] = time.monotonic()
+                system.tell("/user/busy", "ignore")
+        except BaseException as e:  # noqa: BLE001 - the test looks at it
+            outcome.append(e)
+
+    telling = threading.Thread(target=tell, daemon=True)
+    telling.start()
+    wait_for(lambda: time.monotonic() - told[0] > 1.0, timeout=30)  # a tell is held
+    started = time.monotonic()
+    failed: list[BaseException] = []
+
+    def shutdown() -> None:
+        try:
+            system.shutdown(timeout=2.0)
+        except BaseException as e:  # noqa: BLE001 - the test looks at it
+            failed.append(e)
+
+    stopping = threading.Thread(target=shutdown, daemon=True)
+    stopping.start()
+    telling.join(90)
+    stopping.join(90)
+    took = time.monotonic() - started
+    assert not telling.is_alive() and not stopping.is_alive()
+    assert took < 15.0, f"the shutdown took {took:.1f} s (it waited behind the held tell)"
+    # (Thespian's close of a transport with that send pending raised: the shutdown failed, its system killed)
+    assert failed == []
+    assert len(outcome) == 1 and isinstance(outcome[0], actors.SystemNotRunning), outcome
+    assert "shut down" in str(outcome[0]) and "not sent" in str(outcome[0]), outcome[0]
+    assert tagged_pids(tag) == []
+
+
+@pytest.mark.timeout(180)
 def test_a_shutdown_right_after_a_burst_of_persists_keeps_every_acknowledged_event_and_no_hole(make_system, tmp_path):
     # What was examined and found sound: the hosts drop the messages still queued at the shutdown (never handled,
     # never acknowledged), but write every event whose handler ran, and each entity's events are a prefix of what
