@@ -15,6 +15,7 @@ and in other threads, nothing changes.
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
@@ -29,6 +30,9 @@ Handler = Callable[[int, FrameType | None], Any]
 
 _SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 _MAIN = threading.main_thread().ident
+# The C module's: signal.getsignal tries to make each handler an enum member (an exception per callable: ~2 us,
+# at every outermost client call).
+_getsignal: Callable[[int], object] = importlib.import_module("_signal").getsignal
 _THESPIAN_DIR = os.path.abspath(thespian.__path__[0]) + os.sep
 
 pending: list[int] = []
@@ -64,7 +68,7 @@ class guarded:  # noqa: N801 - used as `with interrupts.guarded():`, like a func
 def _install() -> None:
     """Put `_handler` in front of each Python-level handler of _SIGNALS (again if the program replaced it)."""
     for signum in _SIGNALS:
-        current = signal.getsignal(signum)
+        current = _getsignal(signum)
         if current is _handler or not callable(current):  # (SIG_IGN, SIG_DFL, or one set from C: left alone)
             continue
         _previous[signum] = current
