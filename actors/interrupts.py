@@ -2,15 +2,17 @@
 
 Thespian's TCP transport is not written for an exception raised at any bytecode: a KeyboardInterrupt while it
 acknowledged a frame or sent one left a socket it had taken out of its tables open and unlisted (the peer host
-waiting on it for good), or its exclusive-processing flag set. The `with` block's shutdown then waited its whole
-timeout and killed the system (5 of 30 Ctrl-Cs of a client in a tell/ask loop; /tmp/shut/drive.py's repro).
+waiting on it for good), or its exclusive-processing flag set: the client's next asks timed out, and the `with`
+block's shutdown waited its whole timeout and killed the system (6 of 30 Ctrl-Cs of a client in a tell/ask loop;
+tests/actors/test_ctrl_c.py).
 
 While the main thread is inside a client call (`guarded()`), a signal whose handler is Python's (SIGINT, and
 SIGTERM or SIGHUP when the program handles them in Python: `reprise up`'s Terminated) runs that handler
 at once only where no Thespian state is half-changed: outside Thespian's frames, or in the poll(2) between two
 passes of its loop (thespian_fixes.PollPass.select, one loop deep). Anywhere else it is held, and run at the
 next such poll or when the call returns: within one pass of the loop (milliseconds). Outside a client call,
-and in other threads, nothing changes.
+and in other threads, nothing changes: the handler installed in front of the program's (from the first client
+call until the System closes, and again if the program replaces it) calls the program's at once.
 """
 
 from __future__ import annotations

@@ -52,6 +52,9 @@ fast senders), Thespian drains it inside the send, in "tx-only mode". That mode 
    asleep in poll(2) without a timeout (bench/PROFILE.md §44: 1 stream in ~10-30 stopped under load). A
    deadline not yet reached now reads as at least 1 us.
 
+9. Ctrl-C inside the transport. PollPass.select is where a client call's held Ctrl-C is raised (actors/interrupts.py):
+   between two passes of the loop, nothing of the transport is half-changed.
+
 For 1 and 2, the drain is Thespian's own transmit-only steps; when one sees no send complete for 20 ms, a 1 ms
 regular pass follows that accepts connections and reads and acknowledges what arrived. Every message
 and wakeup met during the drain is kept and, once the drain ends, put back in front of the actor's incoming queue, in order, to
