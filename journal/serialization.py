@@ -558,6 +558,10 @@ def ints_decoded(stored: list[int]) -> tuple[int, ...]:
 
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
 _imported_for: set[str] = set()
+# Reprise's own manifests that name no importable module, and the module (a layer above, imported by name as a
+# user's module is) that registers them: without it a reader that never imported persistence (`reprise journal
+# verify` of a DurableDelivery sender's journal) took every one of them for an unknown class.
+_NAMESPACE_MODULES = {"reprise.persistence.": "persistence"}
 
 
 def _import_for(manifest: str) -> _Registration | None:
@@ -570,6 +574,13 @@ def _import_for(manifest: str) -> _Registration | None:
     if manifest in _imported_for or not _DOTTED.fullmatch(manifest):
         return _by_manifest.get(manifest)
     _imported_for.add(manifest)
+    for prefix, module in _NAMESPACE_MODULES.items():
+        if manifest.startswith(prefix):
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                return None
+            return _by_manifest.get(manifest)
     parts = manifest.split(".")
     for end in range(len(parts) - 1, 0, -1):  # "a.b.C" -> a.b; "a.b.Outer.Inner" -> a.b.Outer, then a.b
         try:
