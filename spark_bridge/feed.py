@@ -726,6 +726,13 @@ def _remember(result: FeedResult) -> None:
     log.info("feed %r committed: %d rows, %d duplicates skipped, %d dead-lettered, %d of other attempts "
              "discarded, in %.2f s (%.0f rows/s)", result.feed_id, result.rows, result.duplicates_skipped,
              result.dead_lettered, result.discarded, result.seconds, result.rows_per_second)
+    if result.dead_lettered:
+        # Not an error of the write (the rows were released), but they reached no actor, and a rerun of this feed id
+        # delivers nothing again: a mistyped `to`, or destinations not spawned yet, must not pass unseen.
+        log.warning("feed %r: %d of its %d rows were dead-lettered (no actor serves their paths): see "
+                    "system.dead_letters() or `reprise status` for the paths; spawn their destinations (or fix `to`) "
+                    "and feed those rows under a new feed_id (a rerun of this one delivers nothing again)",
+                    result.feed_id, result.dead_lettered, result.rows)
     try:
         _keep(result)
     except (OSError, FeedError) as e:  # the rows are released: failing the write now would only mislead

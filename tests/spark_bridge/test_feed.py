@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import signal
 import threading
@@ -504,6 +505,25 @@ def test_processed_timeout_counts_from_the_last_progress_not_from_the_start(spar
     result = feed(deposits(spark, 60, accounts=1), system=system.admin_port, feed_id="trickle", ack="processed",
                   batch_size=10, timeout=3.0)
     assert result.rows == 60 and result.seconds > 3.0, result
+
+
+@pytest.mark.timeout(60)
+def test_a_feed_whose_rows_were_dead_lettered_warns_naming_the_count_and_the_fix(spark, bridged, caplog):
+    # A destination path mistyped, or its host not spawned yet: feed() and save() completed as if all went well,
+    # the dead-lettered count logged at INFO only (invisible by default; save() returns nothing), and a rerun of the
+    # same feed id delivers nothing again: the rows were lost without a word.
+    df = spark.range(0, 10, numPartitions=1).selectExpr(
+        "concat('/user/nobody/', cast(id as string)) as destination", "cast(1 as long) as amount", "id as txid")
+    with caplog.at_level(logging.WARNING, logger="spark_bridge"):
+        result = feed(df, system=bridged.admin_port, feed_id="lost-warned", ack="processed")
+    assert result.dead_lettered == 10
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "lost-warned" in r.getMessage()]
+    assert len(warned) == 1, caplog.text
+    assert "10 of its 10 rows were dead-lettered" in warned[0] and "new feed_id" in warned[0], warned[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="spark_bridge"):
+        feed(deposits(spark, 10), system=bridged.admin_port, feed_id="all-delivered", ack="processed")
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
 
 
 @pytest.mark.timeout(60)
