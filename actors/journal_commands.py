@@ -98,6 +98,8 @@ def cmd_journal_ls(args: argparse.Namespace) -> int:
 def cmd_journal_show(args: argparse.Namespace) -> int:
     """`reprise journal show [URL] PID`: the events of one persistence id."""
     url, pid = args.url, args.pid  # (--from and --limit are counts: argparse refused a negative one)
+    if url is not None and "://" not in url and "://" in pid:
+        url, pid = pid, url  # `show PID URL`: the order the README once gave, and an easy one to type
     if not pid:
         raise CliError("the persistence id is empty", "give one that `reprise journal ls` lists", code=2)
     try:

@@ -384,3 +384,11 @@ def test_events_of_reprise_s_own_types_are_read_without_import(tmp_path) -> None
         assert done.returncode == 0, (argv, done.stdout, done.stderr)
         assert "UNREADABLE" not in done.stdout + done.stderr, (argv, done.stdout, done.stderr)
     assert "DeliveriesConfirmed(delivery_ids=(1, 2)" in done.stdout, done.stdout
+
+
+def test_show_takes_the_persistence_id_before_the_url_as_the_readme_wrote_it(url, capsys) -> None:
+    # The README wrote `reprise journal show PID [URL]`; the command takes `show [URL] PID`, and `show acct-1 URL`
+    # failed with "unsupported journal URL 'acct-1'" although a URL was given.
+    code, out, err = run(capsys, "journal", "show", "acct-1", url)
+    assert code == 0, err
+    assert [line.split()[0] for line in out.splitlines()] == ["1", "2", "3"]
