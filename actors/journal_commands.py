@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -157,11 +158,23 @@ def cmd_journal_verify(args: argparse.Namespace) -> int:
     import journal
 
     report = journal.verify(_journal_url(args.url))
+    # Corrupt records are each named; intact ones this process cannot build share a cause (a class not imported:
+    # every event of it), so a few of each cause are named and the rest counted, not printed by the 100,000.
+    unreadable: dict[str, int] = {}
     for p in report.problems:
+        if _intact(p.reason):
+            cause = _RECORD_PREFIX.sub("", p.reason)
+            seen = unreadable[cause] = unreadable.get(cause, 0) + 1
+            if seen > UNREADABLE_NAMED:
+                continue
         # Problems without an id concern the storage itself (e.g. a file SQLite cannot read).
         where = ("storage" if p.persistence_id is None else
                  f"persistence_id={printable(p.persistence_id)} sequence_nr={p.sequence_nr}")
         print(f"{_label(p.reason)} {where}: {printable(redact_url(p.reason) or '')}")
+    for cause, count in unreadable.items():
+        if count > UNREADABLE_NAMED:
+            print(f"UNREADABLE ... and {count - UNREADABLE_NAMED} more records unreadable for the same cause: "
+                  f"{printable(redact_url(cause) or '')}")
     summary = f"checked {report.records_checked} records and {report.snapshots_checked} snapshots"
     if report.ok:
         print(f"{summary}: ok")
@@ -174,6 +187,11 @@ def cmd_journal_verify(args: argparse.Namespace) -> int:
     print(f"{PROG}: error: {summary}: {len(report.problems)} corrupt (hint: restore the journal from a "
           "backup or delete the named records' persistence ids)", file=sys.stderr)
     return 1
+
+
+UNREADABLE_NAMED = 3
+"""How many records of one cause of unreadability `verify` names (the others it counts)."""
+_RECORD_PREFIX = re.compile(r"cannot read persistence id .*?, sequence nr \d+: ")
 
 
 def _intact(reason: str) -> bool:

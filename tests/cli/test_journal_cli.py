@@ -96,6 +96,20 @@ def test_show_of_an_event_whose_class_is_not_registered_hints_at_import(tmp_path
     assert out.split()[:2] == ["1", "UNREADABLE:"], out  # (in its place, as verify labels it)
 
 
+def test_verify_names_a_few_records_of_each_unreadable_cause_and_counts_the_rest(tmp_path, capsys) -> None:
+    # A journal of 111,561 events of one class not imported printed 111,561 UNREADABLE lines, all of one cause, the
+    # summary and its hint scrolled far out of sight.
+    events = [(f"acct-{k % 3}", Unreadable(k)) for k in range(500)]
+    url = journal_of_a_class_not_registered_here(tmp_path, Unreadable, "nosuchapp.events.Unreadable", events)
+    code, out, err = run(capsys, "journal", "verify", url)
+    assert code == 1 and "500 unreadable" in err and "--import MODULE" in err, err
+    lines = out.splitlines()
+    assert len(lines) <= 5, out
+    assert [line.split()[1] for line in lines[:3]] == ["persistence_id=acct-0", "persistence_id=acct-1",
+                                                       "persistence_id=acct-2"], out
+    assert "497 more records unreadable for the same cause" in lines[3] and "nosuchapp.events.Unreadable" in lines[3], out
+
+
 @dataclass(frozen=True)
 class Charged:
     cents: int
