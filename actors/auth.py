@@ -131,6 +131,12 @@ def ensure_secret(path: str, create: bool) -> bytes:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             pass  # someone else created it meanwhile: read theirs
+        except OSError as e:  # (its directory missing or not writable: say which option names it)
+            where = os.path.dirname(path)
+            why = (f"its directory {where} does not exist" if not os.path.isdir(where) else
+                   f"it cannot be created there ({e.strerror})")
+            raise SecretUnavailable(f"secret_file {path}: {why}; create the directory, or give secret_file= a "
+                                    "path in a directory you can write (the leader creates the file)") from None
         else:
             with os.fdopen(fd, "w") as f:
                 f.write(new_secret().hex() + "\n")

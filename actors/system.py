@@ -200,6 +200,9 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
                           f"got {tag!r}")
     if run_dir is not None and not isinstance(run_dir, str | os.PathLike):
         raise ConfigError(f"run_dir must be a directory path, got {run_dir!r}")
+    if secret_file is not None and not isinstance(secret_file, str | os.PathLike):
+        raise ConfigError(f"secret_file must be a file path (the secret every machine of the system shares), got "
+                          f"{secret_file!r}")
     tls_files = tls_module.tls_config(tls, tls_cert, tls_key, tls_ca)
     metrics_module.check_options(metrics_port, metrics_host)
     _check_metrics_port_is_not_admin_port(metrics_port, admin_port)

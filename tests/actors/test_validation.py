@@ -60,6 +60,20 @@ def test_start_refuses_bad_configuration(base, tmp_path, kwargs, expected) -> No
         assert text in str(error)
 
 
+def test_a_secret_file_that_is_no_path_or_in_a_missing_directory_is_refused_naming_it(tmp_path) -> None:
+    # secret_file=123 raised "TypeError: expected str, bytes or os.PathLike object, not int", and a secret file the
+    # leader was to create in a directory that does not exist "[Errno 2] No such file or directory": neither named
+    # secret_file (in a topology file, the user wrote neither the word nor the path).
+    for base in ("local", "multiproc"):
+        error = _must_refuse(base, tmp_path, secret_file=123)
+        assert "secret_file must be a file path" in str(error) and "123" in str(error), error
+    missing = tmp_path / "no-such-dir" / "secret"
+    with pytest.raises(RepriseError) as failed:
+        start_system("multiproc", tmp_path, secret_file=str(missing))
+    assert f"secret_file {missing}" in str(failed.value) and "does not exist" in str(failed.value), failed.value
+    assert not missing.parent.exists()
+
+
 @pytest.mark.parametrize("name", ["journal", "snapshot_store"])
 def test_an_in_memory_store_is_refused_on_the_multiproc_base_and_kept_on_the_local_one(tmp_path, name) -> None:
     """Each host process would get its own empty memory:// store: a query or projection elsewhere reads nothing."""
