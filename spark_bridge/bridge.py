@@ -115,6 +115,7 @@ from spark_bridge.messages import (
     StagedDiscarded,
     StagedRun,
     StagedRuns,
+    StreamRestarted,
     _new_row,
     restaged,
 )
@@ -1326,9 +1327,18 @@ class SparkBridge(AtLeastOnceDelivery):
         rows would be skipped or delivered twice (PartitionsMismatch). A keyed rerun of a feed id that released rows
         without keys: their keys are unknown, so they would all be delivered again (KeyingMismatch). An unkeyed
         rerun of a feed id fed before staging: no partition of it is known complete (FedBeforeStaging)."""
-        refused: PartitionsMismatch | KeyingMismatch | FedBeforeStaging
+        refused: PartitionsMismatch | KeyingMismatch | FedBeforeStaging | StreamRestarted
         known = self._partitions.get(feed_id)
-        if not keyed and feed_id in self._unstaged:
+        stream, _, tail = feed_id.rpartition("/")
+        kept = self._streams.get(stream) if stream and tail.isdigit() and tail == str(int(tail)) else None
+        if kept and int(tail) < kept[-1]:
+            # Spark replays a query's newest micro-batch only: an earlier one is another query's (a new or reset
+            # checkpoint under the same feed_id, numbering from 0 again), whose rows a "replay" would skip for good.
+            self.log.warning("spark bridge %s: refused run %s of feed %r: micro-batch %s comes after micro-batch %d "
+                             "was released (a query restarted from a new checkpoint under the same feed_id?)",
+                             self.path, run, feed_id, tail, kept[-1])
+            refused = StreamRestarted(feed_id, run, int(tail), kept[-1], self.path)
+        elif not keyed and feed_id in self._unstaged:
             self.log.warning("spark bridge %s: refused run %s of feed %r: fed before staging, its partitions are not "
                              "known to be complete", self.path, run, feed_id)
             refused = FedBeforeStaging(feed_id, run, self.path)

@@ -266,7 +266,31 @@ class FedBeforeStaging:
                 "the earlier runs gave key=, give the same key=: their keys are known)")
 
 
-RERUN_REFUSALS = (PartitionsMismatch, KeyingMismatch, FedBeforeStaging)
+@dataclass(frozen=True)
+class StreamRestarted:
+    """Bridge -> driver: the Release (or Coordinate) of micro-batch `batch_id` of a stream whose micro-batch `newest`,
+    a later one, was released before. Spark replays only a query's newest micro-batch, so this is another query under
+    the same feed_id, or the query restarted from a new (deleted, reset) checkpoint, which numbers its micro-batches
+    from 0 again: skipped as replays, its new rows would never be delivered. Nothing of the run is released."""
+
+    feed_id: str
+    run: str
+    batch_id: int
+    newest: int
+    bridge: str = field(default="", compare=False)
+
+    def explain(self) -> str:
+        """The driver's FeedError: what is wrong, and how to feed the stream."""
+        stream = self.feed_id.rpartition("/")[0]
+        return (f"feed {self.feed_id!r}: micro-batch {self.batch_id} of stream {stream!r} comes after its micro-batch "
+                f"{self.newest} was released (bridge {self.bridge or 'unknown'}): Spark replays only a query's newest "
+                "micro-batch, so this query was started from another, a new or a reset checkpoint under the same "
+                "feed_id, and numbers its micro-batches again from 0: the bridge would skip them as replays and "
+                "their rows would never be delivered. Nothing of this micro-batch was delivered. Restart the query "
+                f"from the checkpoint it used before, or give it a new feed_id (not {stream!r})")
+
+
+RERUN_REFUSALS = (PartitionsMismatch, KeyingMismatch, FedBeforeStaging, StreamRestarted)
 """The bridge's answers to a Release or Coordinate of a rerun it refuses (nothing of the run is released)."""
 
 

@@ -423,6 +423,40 @@ def test_stream_two_micro_batches_and_a_restart_from_checkpoint_are_exact(spark,
     assert sum(b.applied for b in got.values()) == 1_000
 
 
+@pytest.mark.timeout(180)
+def test_a_stream_restarted_from_a_new_checkpoint_under_its_feed_id_fails_instead_of_skipping_its_rows(
+        spark, bridged, tmp_path):
+    # A query started again with a new (deleted, reset) checkpoint numbers its micro-batches from 0 again: the bridge
+    # took "stream/0" for a replay of the old micro-batch 0 and skipped it, and the query finished without an error,
+    # its rows never delivered (Spark had committed their offsets: the rows were gone for good).
+    schema = "destination string, amount long, txid long"
+    frames = [deposits(spark, 300, accounts=20, partitions=1).selectExpr("destination", "amount", f"txid + {i * 300} as txid")
+              for i in range(3)]
+
+    def run(files, checkpoint: str, feed_id: str):
+        source = tmp_path / checkpoint / "in"
+        source.mkdir(parents=True)
+        for i, frame in enumerate(files):
+            (source / f"part-{i}.json").write_text("".join(json.dumps(r.asDict()) + "\n" for r in frame.collect()))
+        stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(source))
+        query = feed_stream(stream, bridged.admin_port, feed_id=feed_id, checkpoint=str(tmp_path / checkpoint / "cp"),
+                            trigger={"availableNow": True})
+        try:
+            query.awaitTermination(120)
+        except Exception as e:  # (StreamingQueryException: the query failed)
+            return e
+        return query.exception()
+
+    assert run(frames[:2], "first", "reset-stream") is None  # micro-batches 0 and 1
+    failed = run(frames[2:], "reset", "reset-stream")  # a new checkpoint: its micro-batch 0 again
+    assert failed is not None and "micro-batch 0 of stream 'reset-stream' comes after its micro-batch 1" in str(failed)
+    assert "give it a new feed_id" in str(failed), failed
+    assert run(frames[2:], "renamed", "reset-stream-2") is None
+    expected = expected_sums(frames[0].unionByName(frames[1]).unionByName(frames[2]))
+    got = settled(bridged, expected)
+    assert sums(got) == expected and sum(b.applied for b in got.values()) == 900
+
+
 @pytest.mark.timeout(120)
 def test_backlog_read_back_from_the_journal_and_a_bridge_restart_deliver_every_row_once(spark, make_bridged):
     from tests.spark_bridge.sample import SpillingBridge
