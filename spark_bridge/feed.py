@@ -916,6 +916,7 @@ def feed(df: DataFrame, system: object, to: str | Callable[[Row], str] = "destin
     feed were processed (however long the whole feed takes). `progress`: draw a bar on stderr (or on the
     given stream) when it is a terminal; False never does.
     """
+    _check_frame(df, streaming=False)
     target = _check_feed_args(df, to, message, key, feed_id, ack, batch_size, window, timeout)
     if feed_id is not None and "/" in feed_id and not _micro_batch:
         raise ValueError(check_batch_feed_id(feed_id))
@@ -1034,6 +1035,18 @@ def _check_timeout(timeout: object) -> None:
         raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
 
 
+def _check_frame(df: object, streaming: bool) -> None:
+    """TypeError unless `df` is a DataFrame, ValueError unless it is (`streaming`) or is not a streaming one."""
+    if not hasattr(df, "isStreaming") or not hasattr(df, "schema"):
+        raise TypeError(f"df must be a pyspark DataFrame, got a {type(df).__name__}")
+    if df.isStreaming and not streaming:
+        raise ValueError("df is a streaming DataFrame: feed it with spark_bridge.feed_stream(df, system, feed_id=..., "
+                         "checkpoint=..., to=...), or df.writeStream.format(\"reprise\")")
+    if not df.isStreaming and streaming:
+        raise ValueError("stream_df is not a streaming DataFrame: feed it with spark_bridge.feed(df, system, to=...), "
+                         "or df.write.format(\"reprise\")")
+
+
 def _check_feed_args(df: DataFrame, to: str | Callable[[Row], str], message: Callable[[Row], object] | None,
                      key: str | None, feed_id: str | None, ack: str, batch_size: int, window: int,
                      timeout: float) -> str | PathTemplate | Callable[[Row], str]:
@@ -1071,6 +1084,11 @@ def feed_stream(stream_df: DataFrame, system: object, *, feed_id: str, checkpoin
     """
     # Checked now, not in micro-batch 0 (after the query started and made its checkpoint): "" too, which would
     # name every micro-batch "/N", shared by every other query fed so.
+    _check_frame(stream_df, streaming=True)
+    if not isinstance(checkpoint, str | os.PathLike) or not str(checkpoint):
+        raise ValueError(f"checkpoint must be the query's checkpoint location (a directory path or URI, kept across "
+                         f"restarts: a query restarted without it numbers its micro-batches from 0 again), got "
+                         f"{checkpoint!r}")
     _check_feed_args(stream_df, to, message, key, feed_id if feed_id is not None else "", ack, batch_size, window,
                      timeout)
     host, port = _address(system)

@@ -546,6 +546,7 @@ def test_a_null_key_fails_the_feed_naming_the_column(sink, make_bridged):
     ({"window": -1}, "window must be an int >= 1"),
     ({"to": "nocolumn"}, "to='nocolumn' is not a column"),
     ({"feed_id": ""}, "feed_id must be a non-empty string"),
+    ({"checkpoint": None}, "checkpoint must be"),  # (a query without one cannot resume: its restart numbers from 0)
 ])
 def test_feed_stream_refuses_bad_arguments_before_the_query_starts(sink, bridged, tmp_path, kwargs, match):
     # Only ack and timeout were checked at the call: the others started the query, made its checkpoint and failed
@@ -554,6 +555,21 @@ def test_feed_stream_refuses_bad_arguments_before_the_query_starts(sink, bridged
     args = {"feed_id": "checked", "checkpoint": str(tmp_path / "cp"), "to": "/user/accounts/a{account}", **kwargs}
     with pytest.raises(ValueError, match=match):
         feed_stream(stream, bridged, **args)
+    assert not (tmp_path / "cp").exists()
+
+
+@pytest.mark.timeout(60)
+def test_feed_and_feed_stream_refuse_a_frame_of_the_wrong_kind_naming_the_one_to_use(sink, bridged, tmp_path):
+    # feed([...]) raised "AttributeError: 'list' object has no attribute 'columns'"; feed(a streaming frame) Spark's
+    # "Queries with streaming sources must be executed with writeStream.start()"; neither named feed_stream.
+    batch = by_account(sink, 10)
+    stream = sink.readStream.format("rate").load().selectExpr("cast(value as int) as account", "value as txid")
+    with pytest.raises(TypeError, match="df must be a pyspark DataFrame, got a list"):
+        feed([1, 2], bridged, to="/user/accounts/a{account}")
+    with pytest.raises(ValueError, match=r"a streaming DataFrame: feed it with spark_bridge.feed_stream\("):
+        feed(stream, bridged, to="/user/accounts/a{account}")
+    with pytest.raises(ValueError, match=r"not a streaming DataFrame: feed it with spark_bridge.feed\("):
+        feed_stream(batch, bridged, feed_id="kind", checkpoint=str(tmp_path / "cp"), to="/user/accounts/a{account}")
     assert not (tmp_path / "cp").exists()
 
 
