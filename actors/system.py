@@ -117,6 +117,7 @@ from .validation import (
     check_shared_stores,
     check_spawn_options,
     check_spawn_target,
+    memory_urls_in,
 )
 
 log = logging.getLogger("reprise.system")
@@ -967,7 +968,7 @@ class System:
             check_option(name, value, per_host=True)
         placement = check_nodes(nodes, node) if nodes is not None else ()
         check_shared_stores(placement, options)
-        check_process_local_stores(self.base, options)
+        check_process_local_stores(self.base, {**options, **memory_urls_in(tuple(args), dict(kwargs or {}))})
         backoff = Backoff.of(backoff)
         check_hold_limit(hold_limit)
         check_spawn_options(passivate_after=passivate_after, max_restarts=max_restarts,

@@ -5,12 +5,13 @@ Upper layers' settings (a journal URL) are checked by their owners: see actors/h
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
 import ipaddress
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .errors import ConfigError, UnpicklableMessage
@@ -190,6 +191,25 @@ def check_shared_stores(nodes: tuple[str, ...], options: dict[str, str]) -> None
             raise ConfigError(f"{name}={url.split('?')[0]!r} is a SQLite file on one machine's disk, but nodes={list(nodes)!r} "
                               "lets the host fail over to other machines, which would not see its events: use a "
                               "PostgreSQL URL every node reaches (or a single node)")
+
+
+def memory_urls_in(args: Sequence[object], kwargs: Mapping[str, object]) -> dict[str, object]:
+    """The memory:// URLs among spawn's arguments and their dataclasses' fields, by where they are (a Projection's
+    `kwargs['offset_store']`, an EventsByTag's `kwargs['source'].journal`): a store only the host's process sees."""
+    found: dict[str, object] = {}
+
+    def look(where: str, value: object, depth: int) -> None:
+        if isinstance(value, str):
+            if value.startswith("memory:"):
+                found[where] = value
+        elif depth and dataclasses.is_dataclass(value) and not isinstance(value, type):
+            for f in dataclasses.fields(value):
+                look(f"{where}.{f.name}", getattr(value, f.name, None), depth - 1)
+    for i, value in enumerate(args):
+        look(f"args[{i}]", value, 1)
+    for name, value in kwargs.items():
+        look(f"kwargs[{name!r}]", value, 1)
+    return found
 
 
 def check_process_local_stores(base: str, options: Mapping[str, object]) -> None:

@@ -15,7 +15,7 @@ import uuid
 import psycopg
 import pytest
 
-from actors import SpawnFailed
+from actors import ConfigError, SpawnFailed
 from actors.topology import loads, resolve_class
 from journal import open_journal
 from persistence import EventsByTag, GetProjectionState, Projection, ProjectionError, open_offset_store
@@ -345,3 +345,24 @@ def test_an_offset_store_that_lost_its_connection_is_named_not_the_handler_and_t
         system.stop(PROJECTION)  # (a running projection would make its store's schema again)
         drop_schema(journal)
         drop_schema(store)
+
+
+@pytest.mark.parametrize("where", ["offset_store", "source journal"])
+def test_a_memory_store_in_a_projections_arguments_is_refused_on_multiproc_and_taken_on_local(make_system, tmp_path,
+                                                                                             where):
+    # The host process's memory: an at-least-once projection restarted with its host (or `reprise down`/`up`)
+    # handled the whole tag again from offset 0, where the README promises only the events since its last save.
+    journal = f"sqlite:///{tmp_path}/journal.db"
+    kwargs = dict(source=EventsByTag("moves"), handler=functools.partial(record_to, str(tmp_path / "rows")),
+                  offset_store=f"sqlite:///{tmp_path}/offsets.db", poll_interval=0.05)
+    if where == "offset_store":
+        kwargs["offset_store"], named = "memory://offsets", "kwargs['offset_store']='memory://offsets'"
+    else:
+        kwargs["source"], named = EventsByTag("moves", journal="memory://j"), "kwargs['source'].journal='memory://j'"
+    system = make_system("multiproc", journal=journal)
+    with pytest.raises(ConfigError, match=re.escape(named) + " lives in one process's memory"):
+        system.spawn(Projection, PROJECTION, kwargs=kwargs)
+    assert system.status().hosts.get(PROJECTION) is None  # nothing was started
+    local = make_system("local", journal=journal)
+    local.spawn(Projection, PROJECTION, kwargs=kwargs)  # one process: its memory is shared
+    assert local.ask(PROJECTION, GetProjectionState(), timeout=30) is not None
