@@ -87,6 +87,9 @@ _CLOCK_EVERY = 256
 _TABLE_IDS_KEPT = 50_000
 # A wakeup this late (s) is taken as lost (see Host._rearm_lost_wakeups); Thespian's are ~1 ms late.
 _WAKEUP_GRACE = 1.0
+# The attribute an exception may carry to name the message it failed on, when it is raised while handling a later
+# one (persistence: a RecoveryCompleted handler's failure, raised by the restart that follows it).
+FAILED_ON = "reprise_failed_on"
 # Why a top-level actor stopped when it was not a failure (any other reason is one: its host restarts).
 _CLEAN_STOPS = frozenset({"stopped", "stopped by request"})
 
@@ -733,10 +736,11 @@ class Host:
     def report_failure(self, entity: Actor, exc: BaseException, message: object, sender: str | None) -> None:
         """`entity` failed with `exc` on `message`: record it, then restart it (or stop it after too many)."""
         path = entity.path
-        if self.report_error(path, f"failed on {type(message).__name__}: {one_line(exc)}", sender, exc):
+        # (a layer that raises a failure of an earlier message later names that message: FAILED_ON)
+        on = getattr(exc, FAILED_ON, None) or type(message).__name__
+        if self.report_error(path, f"failed on {on}: {one_line(exc)}", sender, exc):
             # The traceback of `exc` itself: a layer may report a failure outside any except block.
-            log.error("actor %s failed on %s: %s\n%s", path, type(message).__name__, exc,
-                      "".join(traceback.format_exception(exc)))
+            log.error("actor %s failed on %s: %s\n%s", path, on, exc, "".join(traceback.format_exception(exc)))
         window = self._restarts.setdefault(path, deque())
         window.append(self.now)
         while window and window[0] < self.now - self.spec.restart_window:

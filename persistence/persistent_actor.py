@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from actors import Actor
 from actors.error_log import one_line
+from actors.host import FAILED_ON
 from journal import (
     MAX_SEQUENCE_NR,
     AtomicWrite,
@@ -550,6 +551,10 @@ class PersistentActor(Actor):
             # Not a recovery failure (Akka): the actor goes to its supervisor, here a restart, and the
             # commands that wait survive it. The host restarts actors from receive, hence the self-tell.
             self._failed_after_recovery = exc
+            try:  # (the host names the message a failure came from: this one's, not the restart's self-tell)
+                setattr(exc, FAILED_ON, "RecoveryCompleted")
+            except AttributeError:  # (an exception type with __slots__: named after the message that raises it)
+                pass
             self._tell_self(_RestartAfterRecovery(exc))
         if self._stop_called:  # stop() in the RecoveryCompleted handler
             self._failed_after_recovery = None

@@ -473,3 +473,6 @@ def test_exception_in_recovery_completed_handler_restarts_and_keeps_commands(ps,
     assert state(probe, path) == ["a-1", "a-2", "b-1", "b-2"]
     probe.tell(path, "rc-runs")
     assert probe.receive(10) == 3
+    # Its error names what it failed on, not the message the restart is carried by (_RestartAfterRecovery).
+    reasons = [e.reason for e in ps.errors().recent if e.path == path]
+    assert reasons and all(r.startswith("failed on RecoveryCompleted: TestError") for r in reasons), reasons
