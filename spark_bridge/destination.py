@@ -319,7 +319,7 @@ class FeedReceiver(IdempotentReceiver):
             skip = self.take_applications_recovered()
             for origin, delivery_id, applied in event.entries()[skip:]:
                 self.mixin_recover_event(Applied(origin, delivery_id, applied))
-                if self._stop_called:  # (stop() in receive_recover: no more applications after it)
+                if self.stop_requested:  # (stop() in receive_recover: no more applications after it)
                     return
             return
         if type(event) is Applied and type(event.event) is RowApplied:
