@@ -25,6 +25,7 @@ from journal import (
     SnapshotStore,
 )
 from journal.errors import RepriseError
+from persistence.bytecode import reachable_code
 from persistence.coordinator import WriteResults, coordinator_for
 from persistence.messages import (
     DeleteMessagesFailure,
@@ -175,28 +176,18 @@ def _passes_on(cls: type, method: object) -> bool:
     `receive_batch` attribute (super()'s, or self.receive), also from a nested function or from a method of the
     class or a function of its module that it calls, or dispatches by getattr; anything that is not plain Python
     code passes (what it calls cannot be seen)."""
-    pending, seen = [inspect.unwrap(method)], set()  # type: ignore[arg-type]
-    while pending:
-        function = pending.pop()
-        code = getattr(function, "__code__", None)
+    def follow(name: str, namespace: dict[str, Any]) -> object:
+        # the user's own helpers it calls (self._dispatch(...), dispatch(self, ...))
+        called = inspect.getattr_static(cls, name, None) or namespace.get(name)
+        called = getattr(called, "__func__", called)  # (staticmethod, classmethod)
+        return called if inspect.isfunction(called) and not called.__module__.startswith(_LIBRARY) else None
+
+    for code in reachable_code([inspect.unwrap(method)], follow):  # type: ignore[arg-type]
         if code is None:
             return True
-        if code in seen:
-            continue
-        seen.add(code)
-        namespace = getattr(function, "__globals__", {})
-        codes = [code]
-        while codes:
-            c = codes.pop()
-            names = c.co_names
-            if "receive" in names or "receive_batch" in names or "getattr" in names:
-                return True
-            codes += [k for k in c.co_consts if inspect.iscode(k)]
-            for name in names:  # the user's own helpers it calls (self._dispatch(...), dispatch(self, ...))
-                called = inspect.getattr_static(cls, name, None) or namespace.get(name)
-                called = getattr(called, "__func__", called)  # (staticmethod, classmethod)
-                if inspect.isfunction(called) and not called.__module__.startswith(_LIBRARY):
-                    pending.append(called)
+        names = code.co_names
+        if "receive" in names or "receive_batch" in names or "getattr" in names:
+            return True
     return False
 
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from types import CodeType
+from typing import Any
 
+from persistence.bytecode import reachable_code
 from persistence.messages import (
     DeleteMessagesFailure,
     DeleteSnapshotFailure,
@@ -45,25 +46,18 @@ def _command_names(cls: type) -> frozenset[str]:
 
     All its methods, not only those receive_command calls by name: a dispatch through getattr (`cmd_<kind>`)
     reaches methods no call names. Computed once per class, when the first of these failures reaches one."""
-    pending = [_functions_of(f) for klass in cls.__mro__ for f in vars(klass).values()]
+    def ours(function: object) -> bool:
+        return not (getattr(function, "__module__", None) or "").startswith(_NOT_HANDLERS)
+
+    def follow(name: str, namespace: dict[str, Any]) -> object:
+        called = _functions_of(namespace.get(name))  # on_delete(self, message): a helper of its module
+        return called if inspect.isfunction(called) and ours(called) else None
+
+    methods = [f for klass in cls.__mro__ for f in map(_functions_of, vars(klass).values()) if f is not None and ours(f)]
     names: set[str] = set()
-    seen: set[CodeType] = set()
-    while pending:
-        function = pending.pop()
-        code = getattr(function, "__code__", None)
-        if code is None or code in seen or (getattr(function, "__module__", None) or "").startswith(_NOT_HANDLERS):
-            continue
-        seen.add(code)
-        namespace = getattr(function, "__globals__", {})
-        codes = [code]
-        while codes:
-            c = codes.pop()
-            names.update(c.co_names)
-            codes += [k for k in c.co_consts if inspect.iscode(k)]
-            for name in c.co_names:  # on_delete(self, message): a helper of its module
-                called = _functions_of(namespace.get(name))
-                if inspect.isfunction(called):
-                    pending.append(called)
+    for code in reachable_code(methods, follow):
+        if code is not None:
+            names.update(code.co_names)
     return frozenset(names)
 
 
