@@ -385,6 +385,16 @@ def test_up_a_cluster_file_leader_waits_for_its_members_then_spreads_the_shards(
             subprocess.run([REPRISE, "down", "--port", str(ports[name])], capture_output=True, timeout=60)
 
 
+def _bring_down(procs: dict[str, subprocess.Popen], ports: dict[str, int], names: str) -> None:
+    """Kill what is left of the nodes' `reprise up` processes, then `reprise down` each node (members first)."""
+    for proc in procs.values():
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait(10)
+    for name in names:
+        subprocess.run([REPRISE, "down", "--port", str(ports[name])], capture_output=True, timeout=60)
+
+
 @pytest.mark.multiproc
 @pytest.mark.timeout(180)
 def test_members_started_before_their_leader_wait_for_it(tmp_path, postgres_url, cluster_tags) -> None:
@@ -406,12 +416,7 @@ def test_members_started_before_their_leader_wait_for_it(tmp_path, postgres_url,
         finally:
             system.close()
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)
-                proc.wait(10)
-        for name in "cba":
-            subprocess.run([REPRISE, "down", "--port", str(ports[name])], capture_output=True, timeout=60)
+        _bring_down(procs, ports, "cba")
         drop_schema(journal)
 
 
@@ -555,9 +560,4 @@ def test_up_a_cluster_file_gives_the_cluster_tables_actor_defaults_to_hosts_on_e
         finally:
             system.close()
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)
-                proc.wait(10)
-        for name in "ba":
-            subprocess.run([REPRISE, "down", "--port", str(ports[name])], capture_output=True, timeout=60)
+        _bring_down(procs, ports, "ba")
