@@ -214,11 +214,12 @@ def test_bad_configuration_is_refused_naming_the_fix():
     assert Projection(**{**ok, "handler": "tests.persistence.projection_fixtures:record_to"}).handler is record_to
 
 
-def test_a_projection_that_cannot_start_fails_its_spawn_leading_with_the_projection_error(base, make_system):
+def test_a_projection_that_cannot_start_fails_its_spawn_leading_with_the_projection_error(base, make_system,
+                                                                                         tmp_path):
     system = make_system(base)  # no journal: the projection has nothing to read
     with pytest.raises(SpawnFailed) as failed:
         system.spawn(Projection, PROJECTION, kwargs=dict(source=EventsByTag("moves"), handler=record_to,
-                                                         offset_store="memory://nowhere"))
+                                                         offset_store=f"sqlite:///{tmp_path}/offsets.db"))
     first = str(failed.value).splitlines()[0]
     assert first == (f"{PROJECTION} failed to start: ProjectionError: projection {PROJECTION}: no journal to read: "
                      "give EventsByTag(tag, journal=URL) or start the system with journal=URL")
