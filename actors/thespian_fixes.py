@@ -55,6 +55,11 @@ fast senders), Thespian drains it inside the send, in "tx-only mode". That mode 
 9. Ctrl-C inside the transport. PollPass.select is where a client call's held Ctrl-C is raised (actors/interrupts.py):
    between two passes of the loop, nothing of the transport is half-changed.
 
+10. Close with transmits queued. TCPTransport.close fails the transmits in its tables while iterating over them; the
+   failure callback of each hands a queued transmit to the transport, into the table being iterated: "dictionary
+   changed size during iteration", which a shutdown took for an interruption (it killed the system). The queue is
+   now failed first, and the tables from copies, until they stay empty.
+
 For 1 and 2, the drain is Thespian's own transmit-only steps; when one sees no send complete for 20 ms, a 1 ms
 regular pass follows that accepts connections and reads and acknowledges what arrived. Every message
 and wakeup met during the drain is kept and, once the drain ends, put back in front of the actor's incoming queue, in order, to
@@ -155,6 +160,7 @@ def apply() -> None:
             self._incomingEnvelopes[:0] = kept
 
     _one_poll_per_pass()
+    _close_fails_queued_transmits_first()
     _no_deadline_rounds_to_none()
     _refuse_bad_frame_sizes()
     _release_inherited_sockets_in_children()
@@ -165,6 +171,42 @@ def apply() -> None:
     wakeupTransportBase._deliver_wakeups = deliver_wakeups
     atb.asyncTransportBase._drain_tx_queue_if_needed = drain_tx_queue_if_needed
     _applied = True
+
+
+_CLOSE_ROUNDS = 10  # rounds of failing what callbacks scheduled meanwhile (each round fails what the last added)
+
+
+def _close_fails_queued_transmits_first() -> None:
+    """TCPTransport.close fails the queued transmits, then those under way from copies of its tables (fix 10)."""
+    from collections import deque
+
+    from thespian.system.transport import SendStatus
+    from thespian.system.transport import TCPTransport as tcp
+
+    original = tcp.TCPTransport.close
+
+    def close(self: Any) -> None:
+        # (also run by __del__, on a half-built transport: anything may be missing)
+        for _ in range(_CLOSE_ROUNDS):
+            intents = list(getattr(self, "_aTB_queuedPendingTransmits", ()))
+            if intents:
+                self._aTB_queuedPendingTransmits = deque()
+            if hasattr(self, "_transmitIntents"):
+                intents += self._transmitIntents.values()
+                self._transmitIntents = {}
+            if hasattr(self, "_waitingTransmits"):
+                intents += self._waitingTransmits
+                self._waitingTransmits = []
+            if not intents:
+                break
+            for intent in intents:
+                if getattr(intent, "socket", None) is not None:  # (as Thespian ends a failed transmit)
+                    tcp._safeSocketShutdown(intent)
+                    del intent.socket
+                intent.tx_done(SendStatus.Failed)
+        original(self)
+
+    tcp.TCPTransport.close = close
 
 
 _HEADER_MAX = 40  # bytes of a frame's size header without its `>`: Thespian's own bound for a corrupted one

@@ -204,3 +204,35 @@ def test_a_message_a_child_acknowledged_before_it_died_is_reported_sent_not_dead
     ended = asys.ask(parent, ("go", str(handled)), 10)
     assert handled.read_text() == "handled\n"  # the child took it, handled it, then died
     assert ended == ("ended", str(SendStatus.Sent)), ended
+
+
+def test_a_transport_closed_with_transmits_queued_fails_every_one_and_raises_nothing():
+    # TCPTransport.close failed the transmits in its tables while iterating over them; each failure handed a queued
+    # transmit (past MAX_PENDING_TRANSMITS, 20) to the transport, into the table being iterated: "dictionary changed
+    # size during iteration", which System.shutdown took for an interruption (it killed the system).
+    import socket
+
+    from thespian.actors import ActorAddress
+    from thespian.system.transport import ExternalInterfaceTransportInit, SendStatus, TransmitIntent
+    from thespian.system.transport.TCPTransport import TCPTransport, TCPv4ActorAddress
+
+    from actors import thespian_fixes
+
+    thespian_fixes.apply()
+    # Peers that take nothing: the kernel completes their connections and buffers the frames, nothing answers.
+    silent = [socket.create_server(("127.0.0.1", 0), backlog=64) for _ in range(4)]
+    transport = TCPTransport(ExternalInterfaceTransportInit(), {"Admin Port": 1}, None, None)
+    ended: list[object] = []
+    try:
+        for n in range(25):  # 20 under way to three peers, then 5 queued for a fourth (each gets a new socket)
+            port = silent[n % 3 if n < 20 else 3].getsockname()[1]
+            transport.scheduleTransmit(None, TransmitIntent(
+                ActorAddress(TCPv4ActorAddress("127.0.0.1", port)), ("message", n),
+                onSuccess=lambda result, intent: ended.append(result),
+                onError=lambda result, intent: ended.append(result)))
+        assert len(transport._aTB_queuedPendingTransmits) == 5
+        transport.close()
+        assert len(ended) == 25 and all(result is SendStatus.Failed for result in ended), ended
+    finally:
+        for each in silent:
+            each.close()
