@@ -364,6 +364,16 @@ def _check_other_options(config: dict[str, Any]) -> None:
         check_option(name, value, per_host=False)
 
 
+def _told(entries: list[Entry]) -> str:
+    """What a batch of (sender, path, message) entries carries, for a send error: "Ping to /user/a", or "3
+    messages to /user/a, /user/b"."""
+    if len(entries) == 1:
+        return f"{type(entries[0][2]).__name__} to {entries[0][1]}"
+    paths = list(dict.fromkeys(entry[1] for entry in entries))
+    shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+    return f"{len(entries)} messages to {shown}"
+
+
 def _text(value: object) -> str | None:
     """`value` if it is a str (a config entry read back), else None."""
     return value if isinstance(value, str) else None
@@ -1026,7 +1036,7 @@ class System:
             groups.setdefault(key, (address, []))[1].append((sender, path, message))
         for address, entries in groups.values():
             batch = pack(self.prefix, entries, self._refuse)
-            if self._send(address, batch, limit):
+            if self._send(address, batch, limit, _told(entries)):
                 self._detoured([entry[1] for entry in entries])
 
     def ask(self, path: str, message: Any, timeout: float = 10.0) -> Any:
@@ -1100,7 +1110,8 @@ class System:
         prefix = f"{self.prefix}-publish"
         for _ in range(pairs):
             self._request(RegisterRoute(prefix), Spawned, timeout)
-            self._send(self._guardian, UnregisterRoute(prefix))  # (no reply: the next request orders it)
+            # (no reply: the next request orders it)
+            self._send(self._guardian, UnregisterRoute(prefix), what="UnregisterRoute to the guardian")
         self.directory(timeout)  # the guardian handles its mailbox in order: the last publish was sent
 
     def nodes(self, timeout: float = 10.0) -> dict[str, str]:
@@ -1172,7 +1183,7 @@ class System:
         try:
             if self._registered:
                 try:
-                    self._send(self._guardian, UnregisterRoute(self.prefix))
+                    self._send(self._guardian, UnregisterRoute(self.prefix), what="UnregisterRoute to the guardian")
                 except RepriseError as exc:  # the system is gone: nothing to unregister from
                     log.warning("could not unregister %s: %s", self.prefix, exc)
         finally:
@@ -1281,7 +1292,8 @@ class System:
         reply_to = f"{self.prefix}/barrier-{next(self._asks)}"
         self._listening_paths.add(reply_to)
         try:
-            self._send(self._guardian, pack(self.prefix, [(reply_to, via, Barrier())], self._refuse))
+            self._send(self._guardian, pack(self.prefix, [(reply_to, via, Barrier())], self._refuse),
+                       what=f"Barrier for {host} to the guardian")
             self._receive(reply_to, BARRIER_WAIT, f"the messages held for {host} did not drain within {BARRIER_WAIT} s")
         except AskTimeout as exc:
             log.warning("%s; sending to it directly anyway (order may break)", exc)
@@ -1289,10 +1301,11 @@ class System:
             self._listening_paths.discard(reply_to)
             self._mailbox.pop(reply_to, None)
 
-    def _send(self, address: Address, message: object, limit: float = SEND_LIMIT) -> bool:
+    def _send(self, address: Address, message: object, limit: float = SEND_LIMIT, what: str | None = None) -> bool:
         """Hand one Thespian message over: it is on its way or held by the guardian, or MessageNotSent.
 
-        Returns True when the message went to the guardian instead of `address` (its process was gone).
+        Returns True when the message went to the guardian instead of `address` (its process was gone). `what`
+        names the message and its target for errors ("Ping to /user/a"; by default its type and address).
 
         Thespian's own tell raises on a dead target *and* forwards the message to the dead-letter handler
         (the guardian), which delivers it once the host is back: a caller retrying on that exception sent
@@ -1301,30 +1314,33 @@ class System:
         So is a target whose port another system's process took (see process_gone): a host always reads a
         Batch, so Thespian's data-error ACK means the frame was dropped unread.
         """
+        what = what or f"{type(message).__name__} to {address}"
         with self._lock:
             if self.base == "local":
                 try:
                     self._asys.tell(address, message)
                 except ActorSystemException as exc:
-                    raise MessageNotSent(f"{type(message).__name__} to {address} was not sent: {exc}") from None
+                    raise MessageNotSent(f"{what} was not sent: {exc}") from None
                 return False
-            failure = self._transmit(address, message, limit)
+            failure = self._transmit(address, message, limit, what)
             if failure is None:
                 return False
             if process_gone(failure) and address_key(address) != address_key(self._guardian):
                 self._fetched = float("-inf")  # that route is stale: fetch the directory on the next send
-                failure = self._transmit(self._guardian, DeadEnvelope(address, message))
+                failure = self._transmit(self._guardian, DeadEnvelope(address, message),
+                                         what=f"{what} (rerouted through the guardian: its host's process is gone)")
                 if failure is None:
                     return True
             raise MessageNotSent(
-                f"{type(message).__name__} to {address} was not sent ({failure}): the actor system's processes "
-                f"may be gone; check `reprise status --port {self.admin_port}`")
+                f"{what} (host at {address}) was not sent ({failure}): the actor system's processes may be gone; "
+                f"check `reprise status --port {self.admin_port}`")
 
-    def _transmit(self, address: Address, message: object, limit: float = SEND_LIMIT) -> Any:
+    def _transmit(self, address: Address, message: object, limit: float = SEND_LIMIT, what: str | None = None) -> Any:
         """Send through this process's Thespian transport; None when sent, else Thespian's failure status
-        (SendTimeout when it is neither after `limit` s)."""
+        (SendTimeout when it is neither after `limit` s; `what` names the message and its target for it)."""
         from thespian.system.transport import TransmitIntent
 
+        what = what or f"{type(message).__name__} to {address}"
         base = self._asys._systemBase
         failed: list[Any] = []
         sent: list[bool] = []
@@ -1354,8 +1370,8 @@ class System:
                         return None
                     if self._closed and self._closer != threading.get_ident():
                         raise SystemNotRunning(
-                            f"this System was shut down (or closed) by another thread while {type(message).__name__} "
-                            f"waited for {address} to take it (a host busy in a long handler, or stopped, takes "
+                            f"this System was shut down (or closed) by another thread while {what} waited for its "
+                            f"host at {address} to take it (a host busy in a long handler, or stopped, takes "
                             "nothing): not sent, unless that host takes it before the shutdown closes this "
                             "client's endpoint")
         except RepriseError:  # (SystemNotRunning is a ConnectionError: not a failure status to return)
@@ -1366,8 +1382,8 @@ class System:
             return exc
         finally:
             waiting[0] = False
-        raise SendTimeout(f"{type(message).__name__} to {address} was not sent within {limit:.0f} s; it stays "
-                          "queued in this process and may still be delivered")
+        raise SendTimeout(f"{what} (host at {address}) was not sent within {limit:g} s; it stays queued in this "
+                          "process and may still be delivered")
 
     def _listen(self, timeout: float) -> Any:
         """The next message for this client (None after `timeout`), with Thespian's errors as RepriseErrors;
@@ -1440,7 +1456,8 @@ class System:
         log.error("message %s from %s to %s %s", description, sender, target, why)
         letter = DeadLetter(sender, target, description, f"message {why}")
         try:
-            self._send(self._guardian, pack(self.prefix, [(self.prefix, GUARDIAN_PATH, letter)], self._refuse))
+            self._send(self._guardian, pack(self.prefix, [(self.prefix, GUARDIAN_PATH, letter)], self._refuse),
+                       what="DeadLetter to the guardian")
         except RepriseError:
             log.exception("could not report a dead letter to the guardian")
 
@@ -1507,7 +1524,7 @@ class System:
         # SEND_RETRY.
         started = time.monotonic()
         try:
-            failure = self._transmit(address, message, limit=timeout)
+            failure = self._transmit(address, message, limit=timeout, what=f"{type(message).__name__} to {who}")
         except SendTimeout:
             return None
         if failure is SendStatus.BadPacket or (isinstance(failure, ActorSystemFailure)
