@@ -61,7 +61,19 @@ class MessageNotSent(RepriseError, ConnectionError):
 
 
 class SendTimeout(RepriseError, TimeoutError):
-    """The transport did not finish a send in time; the message stays queued and may still be delivered."""
+    """The message's host did not take it in time.
+
+    `may_be_delivered` False: it was not sent (it waited behind an earlier message to the same host, still not
+    acknowledged, and was withdrawn): retrying is safe. True: it was handed to the host's connection and never
+    acknowledged; it stays there and may still be delivered (retrying may deliver it twice).
+    """
+
+    def __init__(self, text: str, may_be_delivered: bool = True) -> None:
+        super().__init__(text)
+        self.may_be_delivered = may_be_delivered
+
+    def __reduce__(self) -> tuple[type[SendTimeout], tuple[str, bool]]:
+        return type(self), (str(self), self.may_be_delivered)
 
 
 class MessageUndelivered(AskTimeout):

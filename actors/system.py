@@ -38,7 +38,7 @@ from thespian.actors import (
 )
 from thespian.system.transport import SendStatus
 
-from . import admin_probe, auth, client_log, interrupts, netsec
+from . import admin_probe, auth, client_log, interrupts, netsec, thespian_fixes
 from . import metrics as metrics_module
 from . import tls as tls_module
 from .error_log import ActorFailure, AskUndelivered, Errors, GetErrors, SubscribeErrors
@@ -927,6 +927,13 @@ class System:
         self._admin_tag: str | None = None
         self._admin_checked = float("-inf")
         self._agent: Address | None = None  # the node agent of the admin attached to (multiproc; see _guardian_moved)
+        # Address key -> the transmit of a send this client gave up on (SendTimeout) that its host has not
+        # acknowledged yet, or of the send under way: the next send to that address waits for it (see _transmit).
+        self._unacked: dict[str, Any] = {}
+        if base == "multiproc":
+            # Its transmits are never queued behind others (to a host that takes nothing): _transmit keeps one under
+            # way per destination instead.
+            thespian_fixes.lift_pending_limit(asys._systemBase.transport)
 
     # ---- context manager ------------------------------------------------------------------------
     def __enter__(self) -> System:
@@ -1054,10 +1061,13 @@ class System:
                 # The whole ask within `timeout`: a host busy in one long message takes nothing meanwhile, and
                 # the send alone would wait SEND_LIMIT for it.
                 self.tell_many([(path, message)], reply_to, limit=timeout)
-            except SendTimeout:
+            except SendTimeout as exc:
+                fate = ("the message was handed to its connection and may still be delivered" if exc.may_be_delivered
+                        else "the message was not sent (an earlier one to that host is still not acknowledged): "
+                        "asking again is safe")
                 raise AskTimeout(f"no reply from {path} within {timeout} s: its host did not even take the message "
-                                 "in that time (busy in a long message, or stalled: see `reprise status`); the "
-                                 "message stays queued in this process and may still be delivered") from None
+                                 f"in that time (busy in a long message, or stalled: see `reprise status`); "
+                                 f"{fate}") from None
             reply = self._receive(reply_to, max(0.0, deadline - time.monotonic()),
                                   f"no reply from {path} within {timeout} s")[0]
             if isinstance(reply, ActorFailure):
@@ -1337,26 +1347,62 @@ class System:
 
     def _transmit(self, address: Address, message: object, limit: float = SEND_LIMIT, what: str | None = None) -> Any:
         """Send through this process's Thespian transport; None when sent, else Thespian's failure status
-        (SendTimeout when it is neither after `limit` s; `what` names the message and its target for it)."""
+        (SendTimeout when it is neither after `limit` s; `what` names the message and its target for it).
+
+        One transmit per destination at a time: a send waits until the host has acknowledged this client's last
+        message to it, even one whose tell raised SendTimeout. A host that takes nothing (busy in a long handler,
+        SIGSTOPped) so holds one transmit of this client, never a queue of them: each later send to it ends in a
+        SendTimeout that says it was not sent (retrying is safe), and the client's sends to other destinations,
+        not limited in number (thespian_fixes.lift_pending_limit), never wait behind them. Per-sender FIFO holds:
+        nothing overtakes a message still under way."""
         from thespian.system.transport import TransmitIntent
 
         what = what or f"{type(message).__name__} to {address}"
         base = self._asys._systemBase
+        key = address_key(address)
+        unacked = self._unacked
         failed: list[Any] = []
         sent: list[bool] = []
         waiting = [True]
 
+        def settled(intent: Any) -> None:
+            if unacked.get(key) is intent:
+                del unacked[key]
+
+        def on_success(result: Any, intent: Any) -> None:
+            sent.append(True)
+            settled(intent)
+
         def on_error(result: Any, intent: Any) -> None:
             failed.append(result)
+            settled(intent)
             if waiting[0]:  # (a send given up on, failing later, must not end another call's run: a shutdown's)
                 base.transport.abort_run()
 
         deadline = time.monotonic() + limit
         try:
             with interrupts.guarded():
-                base.transport.scheduleTransmit(None, TransmitIntent(
-                    address, message, onSuccess=lambda result, intent: sent.append(True), onError=on_error,
-                    retryPeriod=SEND_RETRY))
+                while key in unacked:  # (an earlier send to this address, given up on, not acknowledged yet)
+                    earlier = unacked[key]
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise SendTimeout(
+                            f"{what} (host at {address}) was not sent within {limit:g} s: that host has not "
+                            "acknowledged an earlier message of this client (it takes nothing: busy in a long "
+                            "handler, or stopped), and this one waited behind it; retrying is safe",
+                            may_be_delivered=False)
+                    base._run_transport(timedelta(seconds=min(remaining, CLOSE_CHECK)), txonly=True)
+                    if not thespian_fixes.under_way(base.transport, earlier):
+                        settled(earlier)  # (Thespian dropped it without a word)
+                    self._check_not_closed_by_another_thread(what, address)
+                intent = TransmitIntent(address, message, onSuccess=on_success, onError=on_error,
+                                        retryPeriod=SEND_RETRY)
+                unacked[key] = intent  # (before it is handed over: a transmit may end within scheduleTransmit)
+                try:
+                    base.transport.scheduleTransmit(None, intent)
+                except BaseException:
+                    settled(intent)
+                    raise
                 # Until this message is acknowledged, not until no send at all is pending: a run whose time is up
                 # also returns None, which was taken for "sent" (a tell its host never took returned after
                 # SEND_LIMIT, no SendTimeout), and one given up on made every later call wait its whole limit.
@@ -1367,13 +1413,9 @@ class System:
                     if failed:
                         return failed[0]
                     if sent or pending == 0:  # (0: no send left at all in this process)
+                        settled(intent)
                         return None
-                    if self._closed and self._closer != threading.get_ident():
-                        raise SystemNotRunning(
-                            f"this System was shut down (or closed) by another thread while {what} waited for its "
-                            f"host at {address} to take it (a host busy in a long handler, or stopped, takes "
-                            "nothing): not sent, unless that host takes it before the shutdown closes this "
-                            "client's endpoint")
+                    self._check_not_closed_by_another_thread(what, address)
         except RepriseError:  # (SystemNotRunning is a ConnectionError: not a failure status to return)
             raise
         except ActorSystemException as exc:
@@ -1382,8 +1424,19 @@ class System:
             return exc
         finally:
             waiting[0] = False
-        raise SendTimeout(f"{what} (host at {address}) was not sent within {limit:g} s; it stays queued in this "
-                          "process and may still be delivered")
+        # (it stays in `unacked` until its host acknowledges it, or Thespian gives it up: see the docstring)
+        raise SendTimeout(f"{what} (host at {address}) was handed over but not acknowledged within {limit:g} s (its "
+                          "host takes nothing: busy in a long handler, or stopped); it stays on that connection and may "
+                          "still be delivered")
+
+    def _check_not_closed_by_another_thread(self, what: str, address: Address) -> None:
+        """SystemNotRunning once another thread has shut this System down or closed it (not in that thread, whose
+        own sends, as its UnregisterRoute or SystemShutdown, go on)."""
+        if self._closed and self._closer != threading.get_ident():
+            raise SystemNotRunning(
+                f"this System was shut down (or closed) by another thread while {what} waited for its host at "
+                f"{address} to take it (a host busy in a long handler, or stopped, takes nothing): not sent, "
+                "unless that host takes it before the shutdown closes this client's endpoint")
 
     def _listen(self, timeout: float) -> Any:
         """The next message for this client (None after `timeout`), with Thespian's errors as RepriseErrors;

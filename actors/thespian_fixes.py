@@ -60,6 +60,14 @@ fast senders), Thespian drains it inside the send, in "tx-only mode". That mode 
    changed size during iteration", which a shutdown took for an interruption (it killed the system). The queue is
    now failed first, and the tables from copies, until they stay empty.
 
+11. A client's sends queued behind those to a stuck host. Thespian hands a process's transmits to its transport 20
+   at a time (MAX_PENDING_TRANSMITS) and queues the rest, for every destination, behind them. A client's transmit
+   to a host that takes nothing (busy in a long handler, SIGSTOPped) stays under way after its tell raised
+   SendTimeout: after 20 of them every later send of that client queued, to healthy actors, to the guardian, and a
+   shutdown's SystemShutdown to the admin. A client's transport now hands every transmit over at once
+   (`lift_pending_limit`); System._transmit keeps at most one under way per destination, so they are at most as
+   many as the hosts that take nothing.
+
 For 1 and 2, the drain is Thespian's own transmit-only steps; when one sees no send complete for 20 ms, a 1 ms
 regular pass follows that accepts connections and reads and acknowledges what arrived. Every message
 and wakeup met during the drain is kept and, once the drain ends, put back in front of the actor's incoming queue, in order, to
@@ -171,6 +179,30 @@ def apply() -> None:
     wakeupTransportBase._deliver_wakeups = deliver_wakeups
     atb.asyncTransportBase._drain_tx_queue_if_needed = drain_tx_queue_if_needed
     _applied = True
+
+
+def lift_pending_limit(transport: Any) -> None:
+    """Let `transport` (a client's) hand every transmit over at once, never queueing one behind others (fix 11).
+
+    Its owner must bound what is under way itself: System._transmit keeps one transmit per destination.
+    """
+    transport._canSendNow = _always
+
+
+def _always() -> bool:
+    return True
+
+
+def under_way(transport: Any, intent: Any) -> bool:
+    """Whether `transport` still holds `intent` (queued, under way, or ended with its callback still to run).
+
+    Thespian drops a transmit whose step raised without calling it back (TCPTransport._nextTransmitStep): one who
+    waits for that callback asks this instead of waiting for ever.
+    """
+    return (any(each is intent for each in getattr(transport, "_transmitIntents", {}).values())
+            or any(each is intent for each in getattr(transport, "_waitingTransmits", ()))
+            or any(each is intent for each in getattr(transport, "_aTB_queuedPendingTransmits", ()))
+            or any(each is intent for each, _ in getattr(transport, "_finished_intents", ())))
 
 
 _CLOSE_ROUNDS = 10  # rounds of failing what callbacks scheduled meanwhile (each round fails what the last added)
