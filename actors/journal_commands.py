@@ -113,7 +113,10 @@ def cmd_journal_show(args: argparse.Namespace) -> int:
     with _open(url) as j:
         events = list(j.show_readable(pid, args.from_nr, MAX_SEQUENCE_NR if args.limit is None else args.limit))
         if not events and j.highest_sequence_nr(pid) == 0:
-            raise CliError(f"no events for persistence id {printable(pid)!r}", "list the ids with `reprise journal ls`")
+            # (an id with a control character is mostly a mistyped or misquoted one: actor paths refuse them)
+            why = " (it holds a control or invisible character, which no actor path holds)" if printable(pid) != pid else ""
+            raise CliError(f"no events for persistence id {printable(pid)!r}{why}",
+                           "list the ids with `reprise journal ls`")
     for e in events:
         if isinstance(e, Problem):
             print(f"{e.sequence_nr:>8}  {_problem(e)}")

@@ -406,3 +406,14 @@ def test_show_takes_the_persistence_id_before_the_url_as_the_readme_wrote_it(url
     code, out, err = run(capsys, "journal", "show", "acct-1", url)
     assert code == 0, err
     assert [line.split()[0] for line in out.splitlines()] == ["1", "2", "3"]
+
+
+def test_show_of_an_id_with_a_control_character_and_no_events_says_it_holds_one(url, capsys) -> None:
+    # (in either order of its arguments) "no events for persistence id 'acct\\x01-1'" alone left a mistyped or
+    # misquoted id to be guessed at; actor paths refuse such characters, so it is the likely cause.
+    for args in (("journal", "show", url, "acct\x01-1"), ("journal", "show", "acct\x01-1", url)):
+        code, _, err = run(capsys, *args)
+        assert code == 1 and "no events for persistence id 'acct\\\\x01-1' (it holds a control or invisible " \
+                             "character, which no actor path holds)" in err, err
+    code, _, err = run(capsys, "journal", "show", url, "acct-9")
+    assert code == 1 and "control" not in err, err
