@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import errno
+import functools
 import inspect
 import itertools
 import logging
@@ -362,6 +363,18 @@ def _check_other_options(config: dict[str, Any]) -> None:
             raise ConfigError(f"start() got an unknown option {name}={value!r}: {hint}the options are "
                               f"{', '.join(names)}")
         check_option(name, value, per_host=False)
+
+
+# A send error's name for what was sent, given to _send/_transmit: a str, or a function computing it only for the error
+# (a batch's, `_told`, would walk every entry of every tell).
+Described = str | Callable[[], str] | None
+
+
+def _describe(what: Described, message: object, address: Address) -> str:
+    """The name of what a send carried, for its error: `what`, or the message's type and address."""
+    if what is None:
+        return f"{type(message).__name__} to {address}"
+    return what if isinstance(what, str) else what()
 
 
 def _told(entries: list[Entry]) -> str:
@@ -1043,7 +1056,7 @@ class System:
             groups.setdefault(key, (address, []))[1].append((sender, path, message))
         for address, entries in groups.values():
             batch = pack(self.prefix, entries, self._refuse)
-            if self._send(address, batch, limit, _told(entries)):
+            if self._send(address, batch, limit, functools.partial(_told, entries)):
                 self._detoured([entry[1] for entry in entries])
 
     def ask(self, path: str, message: Any, timeout: float = 10.0) -> Any:
@@ -1311,11 +1324,12 @@ class System:
             self._listening_paths.discard(reply_to)
             self._mailbox.pop(reply_to, None)
 
-    def _send(self, address: Address, message: object, limit: float = SEND_LIMIT, what: str | None = None) -> bool:
+    def _send(self, address: Address, message: object, limit: float = SEND_LIMIT, what: Described = None) -> bool:
         """Hand one Thespian message over: it is on its way or held by the guardian, or MessageNotSent.
 
         Returns True when the message went to the guardian instead of `address` (its process was gone). `what`
-        names the message and its target for errors ("Ping to /user/a"; by default its type and address).
+        names the message and its target for errors ("Ping to /user/a", or a function returning that; by default
+        its type and address).
 
         Thespian's own tell raises on a dead target *and* forwards the message to the dead-letter handler
         (the guardian), which delivers it once the host is back: a caller retrying on that exception sent
@@ -1324,28 +1338,28 @@ class System:
         So is a target whose port another system's process took (see process_gone): a host always reads a
         Batch, so Thespian's data-error ACK means the frame was dropped unread.
         """
-        what = what or f"{type(message).__name__} to {address}"
         with self._lock:
             if self.base == "local":
                 try:
                     self._asys.tell(address, message)
                 except ActorSystemException as exc:
-                    raise MessageNotSent(f"{what} was not sent: {exc}") from None
+                    raise MessageNotSent(f"{_describe(what, message, address)} was not sent: {exc}") from None
                 return False
             failure = self._transmit(address, message, limit, what)
             if failure is None:
                 return False
             if process_gone(failure) and address_key(address) != address_key(self._guardian):
                 self._fetched = float("-inf")  # that route is stale: fetch the directory on the next send
-                failure = self._transmit(self._guardian, DeadEnvelope(address, message),
-                                         what=f"{what} (rerouted through the guardian: its host's process is gone)")
+                failure = self._transmit(self._guardian, DeadEnvelope(address, message), what=lambda: (
+                    f"{_describe(what, message, address)} (rerouted through the guardian: its host's process is gone)"))
                 if failure is None:
                     return True
             raise MessageNotSent(
-                f"{what} (host at {address}) was not sent ({failure}): the actor system's processes may be gone; "
+                f"{_describe(what, message, address)} (host at {address}) was not sent ({failure}): the actor "
+                "system's processes may be gone; "
                 f"check `reprise status --port {self.admin_port}`")
 
-    def _transmit(self, address: Address, message: object, limit: float = SEND_LIMIT, what: str | None = None) -> Any:
+    def _transmit(self, address: Address, message: object, limit: float = SEND_LIMIT, what: Described = None) -> Any:
         """Send through this process's Thespian transport; None when sent, else Thespian's failure status
         (SendTimeout when it is neither after `limit` s; `what` names the message and its target for it).
 
@@ -1357,7 +1371,6 @@ class System:
         nothing overtakes a message still under way."""
         from thespian.system.transport import TransmitIntent
 
-        what = what or f"{type(message).__name__} to {address}"
         base = self._asys._systemBase
         key = address_key(address)
         unacked = self._unacked
@@ -1387,14 +1400,15 @@ class System:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         raise SendTimeout(
-                            f"{what} (host at {address}) was not sent within {limit:g} s: that host has not "
+                            f"{_describe(what, message, address)} (host at {address}) was not sent within {limit:g} "
+                            "s: that host has not "
                             "acknowledged an earlier message of this client (it takes nothing: busy in a long "
                             "handler, or stopped), and this one waited behind it; retrying is safe",
                             may_be_delivered=False)
                     base._run_transport(timedelta(seconds=min(remaining, CLOSE_CHECK)), txonly=True)
                     if not thespian_fixes.under_way(base.transport, earlier):
                         settled(earlier)  # (Thespian dropped it without a word)
-                    self._check_not_closed_by_another_thread(what, address)
+                    self._check_not_closed_by_another_thread(what, message, address)
                 intent = TransmitIntent(address, message, onSuccess=on_success, onError=on_error,
                                         retryPeriod=SEND_RETRY)
                 unacked[key] = intent  # (before it is handed over: a transmit may end within scheduleTransmit)
@@ -1415,7 +1429,7 @@ class System:
                     if sent or pending == 0:  # (0: no send left at all in this process)
                         settled(intent)
                         return None
-                    self._check_not_closed_by_another_thread(what, address)
+                    self._check_not_closed_by_another_thread(what, message, address)
         except RepriseError:  # (SystemNotRunning is a ConnectionError: not a failure status to return)
             raise
         except ActorSystemException as exc:
@@ -1425,16 +1439,17 @@ class System:
         finally:
             waiting[0] = False
         # (it stays in `unacked` until its host acknowledges it, or Thespian gives it up: see the docstring)
-        raise SendTimeout(f"{what} (host at {address}) was handed over but not acknowledged within {limit:g} s (its "
+        raise SendTimeout(f"{_describe(what, message, address)} (host at {address}) was handed over but not acknowledged within {limit:g} s (its "
                           "host takes nothing: busy in a long handler, or stopped); it stays on that connection and may "
                           "still be delivered")
 
-    def _check_not_closed_by_another_thread(self, what: str, address: Address) -> None:
+    def _check_not_closed_by_another_thread(self, what: Described, message: object, address: Address) -> None:
         """SystemNotRunning once another thread has shut this System down or closed it (not in that thread, whose
         own sends, as its UnregisterRoute or SystemShutdown, go on)."""
         if self._closed and self._closer != threading.get_ident():
             raise SystemNotRunning(
-                f"this System was shut down (or closed) by another thread while {what} waited for its host at "
+                f"this System was shut down (or closed) by another thread while {_describe(what, message, address)} "
+                f"waited for its host at "
                 f"{address} to take it (a host busy in a long handler, or stopped, takes nothing): not sent, "
                 "unless that host takes it before the shutdown closes this client's endpoint")
 
