@@ -108,6 +108,7 @@ from spark_bridge.messages import (
     ReleaseDecided,
     ReleasePlan,
     ReleaseRefused,
+    RerunRefusal,
     Row,
     RowChunk,
     RunAbandoned,
@@ -1327,7 +1328,7 @@ class SparkBridge(AtLeastOnceDelivery):
         rows would be skipped or delivered twice (PartitionsMismatch). A keyed rerun of a feed id that released rows
         without keys: their keys are unknown, so they would all be delivered again (KeyingMismatch). An unkeyed
         rerun of a feed id fed before staging: no partition of it is known complete (FedBeforeStaging)."""
-        refused: PartitionsMismatch | KeyingMismatch | FedBeforeStaging | StreamRestarted
+        refused: RerunRefusal
         known = self._partitions.get(feed_id)
         stream, _, tail = feed_id.rpartition("/")
         kept = self._streams.get(stream) if stream and tail.isdigit() and tail == str(int(tail)) else None

@@ -55,20 +55,17 @@ from spark_bridge.messages import (
     Coordinate,
     Discard,
     Discarded,
-    FedBeforeStaging,
     FeedProcessed,
     FeedProgress,
     FeedReleased,
     GetFeedProgress,
     GetOpenBatches,
     IngestBatch,
-    KeyingMismatch,
     OpenBatches,
-    PartitionsMismatch,
     Release,
     ReleasePlan,
     ReleaseRefused,
-    StreamRestarted,
+    RerunRefusal,
 )
 from spark_bridge.progress import Poller, ProgressBar, is_terminal
 
@@ -529,7 +526,7 @@ def commit_run(plan: _Plan, feed_id: str, staged: Iterable[tuple[Any, ...]], sta
             system.tell(other, Discard(feed_id, plan.run, probe.path))  # losing attempts may have staged there
         discarded, skipped = _release(system, probe, plan, feed_id, releases)
     except _Mismatched as exc:
-        mismatch: PartitionsMismatch | KeyingMismatch | FedBeforeStaging | StreamRestarted | None = exc.reply
+        mismatch: RerunRefusal | None = exc.reply
     else:
         mismatch = None
     finally:
@@ -571,7 +568,7 @@ def _ask_bridge(system: actors.System, probe: actors.Probe, plan: _Plan, path: s
 class _Mismatched(Exception):
     """A bridge refused the run (RERUN_REFUSALS): it could not skip what the feed id's released runs delivered."""
 
-    def __init__(self, reply: PartitionsMismatch | KeyingMismatch | FedBeforeStaging | StreamRestarted) -> None:
+    def __init__(self, reply: RerunRefusal) -> None:
         super().__init__(reply.explain())
         self.reply = reply
 

@@ -292,6 +292,8 @@ class StreamRestarted:
 
 RERUN_REFUSALS = (PartitionsMismatch, KeyingMismatch, FedBeforeStaging, StreamRestarted)
 """The bridge's answers to a Release or Coordinate of a rerun it refuses (nothing of the run is released)."""
+RerunRefusal = PartitionsMismatch | KeyingMismatch | FedBeforeStaging | StreamRestarted
+"""One of RERUN_REFUSALS, as a type."""
 
 
 @dataclass(frozen=True)
