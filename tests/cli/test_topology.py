@@ -319,16 +319,21 @@ REPRISE = os.path.join(os.path.dirname(sys.executable), "reprise")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def loopback_cluster(tmp_path, journal: str, join_timeout: float) -> tuple[str, dict[str, int]]:
-    """A cluster file of nodes a (leader), b, c on 127.0.0.1, /user/echoes sharded over them; its admin ports."""
-    ports = dict(zip("abc", free_ports(3), strict=True))
+def cluster_file(tmp_path, names: str, cluster: str, actors: str) -> tuple[str, dict[str, int]]:
+    """A cluster file of nodes `names` on 127.0.0.1 (the first the leader), with `cluster`'s lines after the
+    [cluster] table's leader and secret_file, then `actors`' tables; its admin ports by node."""
+    ports = dict(zip(names, free_ports(len(names)), strict=True))
     nodes = "".join(f'[[node]]\nname = "{n}"\nadmin_port = {p}\n' for n, p in ports.items())
     path = tmp_path / "cluster.toml"
-    path.write_text(f'[cluster]\nleader = "a"\njournal = "{journal}"\nsecret_file = "cluster.secret"\n'
-                    f"node_timeout = 2.0\njoin_timeout = {join_timeout}\n{nodes}"
-                    '[[entities]]\npath = "/user/echoes"\nclass = "tests.actors.sample:Echo"\nshards = 3\n'
-                    'nodes = ["a", "b", "c"]\n')
+    path.write_text(f'[cluster]\nleader = "{names[0]}"\nsecret_file = "cluster.secret"\n{cluster}{nodes}{actors}')
     return str(path), ports
+
+
+def loopback_cluster(tmp_path, journal: str, join_timeout: float) -> tuple[str, dict[str, int]]:
+    """A cluster file of nodes a (leader), b, c on 127.0.0.1, /user/echoes sharded over them; its admin ports."""
+    return cluster_file(tmp_path, "abc", f'journal = "{journal}"\nnode_timeout = 2.0\njoin_timeout = {join_timeout}\n',
+                        '[[entities]]\npath = "/user/echoes"\nclass = "tests.actors.sample:Echo"\nshards = 3\n'
+                        'nodes = ["a", "b", "c"]\n')
 
 
 def up(path: str, node: str, tag: str, tmp_path, wait: bool = True) -> subprocess.Popen[str]:
@@ -536,16 +541,11 @@ def test_up_a_cluster_file_gives_the_cluster_tables_actor_defaults_to_hosts_on_e
                                                                                          cluster_tags) -> None:
     # Hosts run with the leader's configuration wherever they are placed: the entities on the member b and on the
     # leader a both get [cluster]'s settings; an actor's own attributes still win (OwnSettings).
-    ports = dict(zip("ab", free_ports(2), strict=True))
-    nodes = "".join(f'[[node]]\nname = "{n}"\nadmin_port = {p}\n' for n, p in ports.items())
-    path = tmp_path / "cluster.toml"
-    path.write_text(f'[cluster]\nleader = "a"\njournal = "sqlite://{tmp_path}/j.db"\nsecret_file = "cluster.secret"\n'
-                    f"join_timeout = 60.0\n{ACTOR_DEFAULTS_TOML}{nodes}"
-                    '[[entities]]\npath = "/user/on-b"\nclass = "tests.persistence.alod_config_actors:Reporter"\n'
-                    'node = "b"\n\n'
-                    '[[entities]]\npath = "/user/on-a"\nclass = "tests.persistence.alod_config_actors:OwnSettings"\n'
-                    'node = "a"\n')
-    procs = {name: up(str(path), name, cluster_tags[name], tmp_path, wait=False) for name in "ab"}
+    path, ports = cluster_file(
+        tmp_path, "ab", f'journal = "sqlite://{tmp_path}/j.db"\njoin_timeout = 60.0\n{ACTOR_DEFAULTS_TOML}',
+        '[[entities]]\npath = "/user/on-b"\nclass = "tests.persistence.alod_config_actors:Reporter"\nnode = "b"\n\n'
+        '[[entities]]\npath = "/user/on-a"\nclass = "tests.persistence.alod_config_actors:OwnSettings"\nnode = "a"\n')
+    procs = {name: up(path, name, cluster_tags[name], tmp_path, wait=False) for name in "ab"}
     try:
         outs = {name: proc.communicate(timeout=90)[0] for name, proc in procs.items()}
         assert all(proc.returncode == 0 for proc in procs.values()), outs
