@@ -61,8 +61,10 @@ def split_rejected(actor: PersistentActor, batch: list[_Entry], results: list[Ba
                 kept.append(entry)
             continue
         result = next(it)
-        event = entry.atomic.payload[0].payload
-        if result is not None and type(event) in requeues and len(event) > 1:
+        reprs = entry.atomic.payload
+        event = reprs[0].payload
+        # (a compact event written with another one, e.g. by persist_and_deliver, is rejected with it: both or neither)
+        if result is not None and type(event) in requeues and len(event) > 1 and len(reprs) == 1:
             actor._withdraw(entry)  # the entry is not handed to _on_write_results
             retry.append(entry)
             continue

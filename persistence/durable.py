@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 from journal import AtomicWrite, register_type
 from persistence.compact import expand, inherited_requeues, same_or_each, split_rejected
@@ -22,9 +22,10 @@ from persistence.messages import (
     Confirm,
     ConfirmDeliveries,
     ConfirmUpTo,
+    MaxUnconfirmedMessagesExceeded,
     SnapshotOffer,
 )
-from persistence.persistent_actor import _Entry
+from persistence.persistent_actor import IllegalStateError, _Entry
 
 
 @register_type(manifest="reprise.persistence.DeliveriesSent")
@@ -88,11 +89,18 @@ class DurableDelivery(AtLeastOnceDelivery):
         self._journaling = False  # something above waits to be journaled (a before-commit contribution is made)
 
     def deliver(self, destination: str, id_to_message: Callable[[int], object]) -> int:
-        """Journal the delivery (asynchronously: commands keep flowing), then send it until confirmed."""
+        """Journal the delivery (asynchronously: commands keep flowing), then send it until confirmed.
+
+        Journaled in this round's group commit, after the command returns: reply to the command from `defer` (it runs
+        once the delivery is durable; not at all if its write failed), or use `persist_and_deliver`. Not from a persist
+        handler (IllegalStateError): there the event is durable already and the delivery would be written after it.
+        """
         if self._recovery_running:
             raise RuntimeError("DurableDelivery replays its own deliveries; do not call deliver during replay")
         if self._confirm_follows is not None:
             self._refuse_deliver()
+        if self._in_write_handler:
+            self._refuse_deliver_after_write()
         check_destination(destination)
         if len(self._unconfirmed) >= self.max_unconfirmed_messages:
             return super().deliver(destination, id_to_message)  # raises MaxUnconfirmedMessagesExceeded
@@ -105,20 +113,65 @@ class DurableDelivery(AtLeastOnceDelivery):
         self._unjournaled.append((delivery_id, d))
         return delivery_id
 
-    def _delivery_to_journal(self, destination: str, id_to_message: Callable[[int], object]) -> DeliveriesSent:
-        """deliver() for a caller that journals the delivery itself, in one AtomicWrite with its own event
-        (IdempotentReceiver.apply_and_forward): numbered and unconfirmed now, sent by `_on_sent(event)` once stored."""
+    def _refuse_deliver_after_write(self) -> NoReturn:
+        """Raise IllegalStateError for a deliver() from a persist handler, naming the safe ways."""
+        raise IllegalStateError(
+            f"deliver() from a persist handler of {type(self).__name__} (a DurableDelivery): use "
+            "persist_and_deliver(event, [(destination, id_to_message), ...], handler) in the command instead (a relay: "
+            "apply_and_forward), which writes the event and its deliveries together. Here the event is durable already "
+            "and the delivery would be journaled in a later write: lost for good if that write failed or the host died "
+            "in between (DurableDelivery's replay restores its own deliveries, not those your events imply). Or, Akka's "
+            "way, subclass AtLeastOnceDelivery and deliver() from the event's handler in receive_recover too")
+
+    def persist_and_deliver(self, event: object, deliveries: Sequence[tuple[str, Callable[[int], object]]],
+                            handler: Callable[[Any], object], asynchronous: bool = False) -> list[int]:
+        """Persist `event` and deliver `id_to_message(delivery_id)` to each `destination` of `deliveries` in one atomic
+        write; once it is durable, send them (until confirmed) and call `handler(event)`. Returns the delivery ids.
+
+        A failed write (the actor stops) or a crash before it stores neither; a journal that rejects the event or a
+        message stores neither (both reported, `handler` not called). Commands wait for `handler`, as for `persist`
+        (with `asynchronous`, as for `persist_async`, they keep flowing).
+        """
+        if self._recovery_running:
+            raise IllegalStateError("Cannot persist during replay. Events can be persisted when receiving "
+                                    "RecoveryCompleted or later.")
+        if not deliveries:
+            self._queue_write((event,), handler, not asynchronous)
+            return []
+        sent = self._deliveries_to_journal(deliveries)
+
+        def stored(payload: object) -> None:
+            # Once per event of the write, in order: the deliveries first (sent now), then the event.
+            if payload is sent:
+                self._on_sent(sent)
+            else:
+                handler(payload)
+
+        self._queue_write((sent, event), stored, not asynchronous)
+        return list(sent.delivery_ids)
+
+    def _deliveries_to_journal(self, deliveries: Sequence[tuple[str, Callable[[int], object]]]) -> DeliveriesSent:
+        """deliver() for a caller that journals the deliveries itself, in one AtomicWrite with its own event
+        (persist_and_deliver, IdempotentReceiver.apply_and_forward): numbered and unconfirmed now, sent by
+        `_on_sent(event)` once stored. Nothing is numbered if a destination or a message fails."""
         if self._confirm_follows is not None:
             self._refuse_deliver()
-        check_destination(destination)
-        if len(self._unconfirmed) >= self.max_unconfirmed_messages:
-            super().deliver(destination, id_to_message)  # raises MaxUnconfirmedMessagesExceeded
-        self._delivery_seq += 1
-        self._delivered += 1
-        delivery_id = self._delivery_seq
-        message = id_to_message(delivery_id)
-        self._unconfirmed[delivery_id] = _Delivery(destination, message, _UNSENT, 0)
-        return DeliveriesSent((delivery_id,), (destination,), (message,))
+        for destination, _ in deliveries:
+            check_destination(destination)
+        n = len(deliveries)
+        if len(self._unconfirmed) + n > self.max_unconfirmed_messages:
+            raise MaxUnconfirmedMessagesExceeded(
+                f"Too many unconfirmed messages, maximum allowed is [{self.max_unconfirmed_messages}]")
+        first = self._delivery_seq + 1
+        ids = tuple(range(first, first + n))
+        messages = tuple([id_to_message(i) for i, (_, id_to_message) in zip(ids, deliveries, strict=True)])
+        destinations = tuple([destination for destination, _ in deliveries])
+        self._delivery_seq += n
+        self._delivered += n
+        unconfirmed = self._unconfirmed
+        for i, destination, message in zip(ids, destinations, messages, strict=True):
+            unconfirmed[i] = _Delivery(destination, message, _UNSENT, 0)
+        return DeliveriesSent(ids, same_or_each(destinations), messages)
 
     def deliver_many(self, delivery_ids: Sequence[int], destinations: Sequence[str], messages: Sequence[object],
                      send: Callable[[], None] | None = None) -> None:
@@ -224,7 +277,8 @@ class DurableDelivery(AtLeastOnceDelivery):
             for entry, result in zip([e for e in batch if e.atomic is not None], results, strict=True):
                 event = cast(AtomicWrite, entry.atomic).payload[0].payload  # (only entries with a write)
                 if result is not None and type(event) is DeliveriesSent:
-                    self._unconfirmed.pop(event.delivery_ids[0], None)
+                    for delivery_id in event.delivery_ids:  # (one, or those of a persist_and_deliver)
+                        self._unconfirmed.pop(delivery_id, None)
         super()._on_write_results(batch, results)
 
     def _compact_requeues(self) -> dict[type, Callable[[_Entry], None]]:

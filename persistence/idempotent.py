@@ -413,7 +413,7 @@ class IdempotentReceiver(PersistentActor):
         if self.already_applied(origin, delivery_id):
             self.confirm_duplicate(origin, delivery_id, lambda: self.tell(origin, Confirm(delivery_id)))
             return False
-        sent = self._delivery_to_journal(destination, id_to_message)  # (raises before anything is marked)
+        sent = self._deliveries_to_journal([(destination, id_to_message)])  # (raises before anything is marked)
         seen_ids(self._seen, origin).add(delivery_id)
         if handler is not None:
             handler = self._refusing_deliver(origin, delivery_id, handler)

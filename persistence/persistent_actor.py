@@ -304,6 +304,8 @@ class PersistentActor(Actor):
     _stop_called: bool = False  # (stop() was called: read per handler, where the stop_requested property costs 0.1 µs)
     _confirm_follows: tuple[str, int] | None = None  # (origin, delivery id) while the handler of an apply_and_confirm runs:
     # a deliver() there is refused (see IdempotentReceiver.apply_and_confirm)
+    _in_write_handler: bool = False  # a handler of a stored write runs (persist, persist_all, ..., persist_applied): a
+    # DurableDelivery refuses deliver() there (see DurableDelivery.persist_and_deliver)
 
     @property
     def snapshot_sequence_nr(self) -> int:
@@ -865,12 +867,15 @@ class PersistentActor(Actor):
                 wi += 1
                 self.last_sequence_nr = entry.payload[0].sequence_nr
                 self.sender = entry.sender
+                self._in_write_handler = True
                 try:
                     entry.handler(entry.event)
                 except Exception as exc:
+                    self._in_write_handler = False
                     self._done(entry)
                     host.report_failure(self, exc, entry.payload[0].payload, entry.sender)
                     return
+                self._in_write_handler = False
                 # Popped after the handler ran, as in _invoke.
                 self._pending -= 1
                 if entry.stashing:
@@ -896,12 +901,15 @@ class PersistentActor(Actor):
             result = None if stored else per_write[wi]
             wi += 1
             if result is None:
+                self._in_write_handler = True
                 for repr_ in atomic.payload:
                     if self._stop_called:  # (an earlier event's handler of this persist_all stopped it)
                         break
                     self.last_sequence_nr = repr_.sequence_nr
                     if not self._invoke(entry, repr_.payload):
+                        self._in_write_handler = False
                         return
+                self._in_write_handler = False
             else:
                 for repr_ in atomic.payload:
                     if self._stop_called:  # (the hook stopped it at an earlier event: as in Akka, no more calls)

@@ -224,9 +224,9 @@ class ReversedForwardingRelay(_Forwarding, IdempotentReceiver, DurableDelivery):
 
 
 class ModelRelay(RecoversApplied, DurableDelivery, IdempotentReceiver):
-    """Both compact-event mixins under a reference model. ("turn", items, snap_at, direct, sink): persist_applied of
-    each (origin, delivery id, payload) ("bad...": an Unstorable event), whose handler appends the payload, delivers
-    ("fwd", payload) to `sink` and saves a snapshot when `len(applied)` is in `snap_at`; then deliver() of each of
+    """Both compact-event mixins under a reference model. ("turn", items, snap_at, direct, sink): apply_and_forward of
+    each (origin, delivery id, payload) ("bad...": an Unstorable event) with ("fwd", payload) to `sink`, whose handler
+    appends the payload and saves a snapshot when `len(applied)` is in `snap_at`; then deliver() of each of
     `direct` ("bad...": an Unstorable message); replies ("done", fresh flags) from a defer_async. "state": the payloads
     applied and the unconfirmed deliveries {id: message}, once what is pending is durable."""
 
@@ -245,12 +245,12 @@ class ModelRelay(RecoversApplied, DurableDelivery, IdempotentReceiver):
 
         def applied(event: str) -> None:
             self.applied.append(event)
-            self.deliver(sink, lambda i, e=event: ("fwd", i, e))
             if len(self.applied) in snap_at:
                 self.save_snapshot(tuple(self.applied))
 
-        fresh = [self.persist_applied(origin, i, Unstorable(i, p) if p.startswith("bad") else p, applied)
-                 for origin, i, p in items]
+        # (a deliver() from a persist_applied handler is refused: the application and its forward go in one write)
+        fresh = [self.apply_and_forward(origin, i, e, sink, lambda d, e=e: ("fwd", d, e), applied)
+                 for origin, i, p in items for e in [Unstorable(i, p) if p.startswith("bad") else p]]
         for payload in direct:
             make = Unstorable if payload.startswith("bad") else Parcel
             self.deliver(sink, lambda i, m=make, p=payload: m(i, p))

@@ -323,8 +323,8 @@ def test_events_deleted_past_a_snapshot_saved_inside_a_batch_do_not_make_recover
 
 @pytest.mark.parametrize("seed", range(6))
 def test_a_relay_with_both_compact_mixins_recovers_the_live_applications_and_deliveries(asystem, seed):
-    # DurableDelivery and IdempotentReceiver in one actor: applications (some rejected) whose handlers deliver and
-    # save snapshots inside their AppliedBatch, deliveries (some rejected) made directly in the same turns, restarts:
+    # DurableDelivery and IdempotentReceiver in one actor: applications (some rejected) forwarded with
+    # apply_and_forward, whose handlers save snapshots, deliveries (some rejected) made directly in the same turns, restarts:
     # the recovered applications and unconfirmed deliveries are the live ones, and each application is applied once.
     rng = random.Random(seed)
     path = f"/user/mrelay/{seed}"

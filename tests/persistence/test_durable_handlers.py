@@ -1,0 +1,146 @@
+"""A DurableDelivery that delivers what its own event decides: the event and its deliveries must be durable together
+(persist_and_deliver), or a failed write or a SIGKILL between them loses the deliveries for good (DurableDelivery's
+replay restores its own DeliveriesSent, never your events' deliveries); deliver() from a persist handler, where that
+window opens, is refused naming the safe ways; a reply deferred after deliver() waits for the delivery's write."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pytest
+
+from actors import ActorFailed, AskTimeout, MessageUndelivered
+from tests.persistence.durable_handler_actors import DeliverThenReply, NaturalSender, Sender
+from tests.persistence.relay_actors import Sink
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+SENDER, SINKS = "/user/sender", ("/user/sink-a", "/user/sink-b")
+
+
+def _payloads(tmp_path) -> list[str]:
+    """The orders of a test: two of them fault- (their names unique: a failfwd journal fails each once per process)."""
+    return ["p1", f"fault-a-{tmp_path.name}", "p2", "p3", f"fault-b-{tmp_path.name}", "p4"]
+
+
+def _asked(system, path: str, message: object) -> object:
+    """The reply, or None while `path`'s host is between a failure (or a kill) and its next start."""
+    try:
+        return system.ask(path, message, timeout=5)
+    except (AskTimeout, ActorFailed, MessageUndelivered):
+        return None
+
+
+def _fault_urls(fault: str, tmp_path) -> dict[str, str]:
+    """A journal failing (a memory one), or SIGKILLing its host (SQLite), at the first write of each fault- forward."""
+    if fault == "fail":
+        return {"journal": f"failfwd://{tmp_path.name}", "snapshot_store": f"failfwd://{tmp_path.name}"}
+    return {"journal": f"killfwd://{tmp_path}/journal.db", "snapshot_store": f"killfwd://{tmp_path}/journal.db"}
+
+
+def _order_until_acknowledged(system, payloads: list[str]) -> None:
+    """Order each payload, again until acknowledged (a client's retry of a command that got no reply)."""
+    for payload in payloads:
+        wait_for(lambda p=payload: _asked(system, SENDER, ("order", p)) == ("ok", p), timeout=60, interval=0.2)
+
+
+def _lost(system, payloads: list[str]) -> list[tuple[str, str]]:
+    """(sink, payload) of each acknowledged order a sink never got, once nothing is unconfirmed at the sender (or
+    after 20 s); fails if a sink got one twice."""
+    got: dict[str, object] = {}
+
+    def settled() -> bool:
+        got.update({sink: _asked(system, sink, "got") for sink in SINKS})
+        complete = all(g is not None and set(g) >= set(payloads) for g in got.values())
+        return complete and _asked(system, SENDER, "unconfirmed") == 0
+
+    try:
+        wait_for(settled, timeout=20, interval=0.2)
+    except AssertionError:
+        pass
+    for sink, g in got.items():
+        assert g is not None, f"{sink} did not answer"
+        assert all(n == 1 for n in Counter(g).values()), f"{sink} got an order twice: {g}"
+    return [(sink, p) for sink in SINKS for p in payloads if p not in got[sink]]
+
+
+def _check_faults_hit(system, fault: str, tmp_path) -> None:
+    if fault == "fail":
+        failures = [e.reason for e in system.errors().recent if "simulated write failure" in e.reason]
+        assert len(failures) == 2, f"the deliveries' write of each fault- order failed once: {failures}"
+    else:
+        assert sorted(f for f in os.listdir(tmp_path) if ".killed-" in f) == [
+            f"journal.db.killed-fault-{x}-{tmp_path.name}" for x in "ab"], "the sender's host was killed at each"
+
+
+@pytest.mark.parametrize(("base", "fault"), [("local", "fail"), ("multiproc", "fail"), ("multiproc", "kill")])
+def test_persist_and_deliver_loses_no_delivery_when_its_write_fails_or_kills_the_host(base, fault, make_system, tmp_path):
+    # Before persist_and_deliver, such a sender persisted its event and delivered from the handler (NaturalSender):
+    # the event was durable and acknowledged before the DeliveriesSent's write (a later group commit); a failed write
+    # there (the sender stops) or a SIGKILL of its host lost the deliveries for good, 4 of 4 (2 orders x 2 sinks) in
+    # every run, the replay restoring the event and no delivery. Here each fault- order's one write fails, or
+    # kills the sender's host, and the client orders it again: every acknowledged order reaches both sinks once.
+    system = make_system(base, **_fault_urls(fault, tmp_path))
+    for sink in SINKS:
+        system.spawn(Sink, sink)
+    system.spawn(Sender, SENDER, kwargs={"sinks": SINKS})
+    payloads = _payloads(tmp_path)
+    _order_until_acknowledged(system, payloads)
+    assert _lost(system, payloads) == []
+    assert system.ask(SENDER, "ordered", timeout=10) == tuple(payloads), "each event stored once, in order"
+    _check_faults_hit(system, fault, tmp_path)
+
+
+def test_a_deliver_from_a_persist_handler_of_a_durable_delivery_is_refused_naming_persist_and_deliver(
+        base, make_system, tmp_path):
+    # The window above opens in every run where deliver() is called from a persist handler: refused at once, not
+    # only when a crash hits it, naming the safe ways; nothing is delivered or acknowledged by the failed handler.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db", snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+    for sink in SINKS:
+        system.spawn(Sink, sink)
+    system.spawn(NaturalSender, SENDER, kwargs={"sinks": SINKS})
+    with pytest.raises(ActorFailed) as refused:
+        system.ask(SENDER, ("order", "p1"), timeout=10)
+    reason = str(refused.value)
+    assert "IllegalStateError" in reason and "persist_and_deliver(event, [(destination, id_to_message)" in reason, reason
+    assert "apply_and_forward" in reason, reason
+    assert system.ask(SENDER, "unconfirmed", timeout=10) == 0
+    assert [system.ask(sink, "got", timeout=10) for sink in SINKS] == [(), ()], "nothing delivered"
+
+
+@pytest.mark.parametrize(("base", "fault"), [("local", "fail"), ("multiproc", "fail"), ("multiproc", "kill")])
+def test_a_reply_deferred_after_deliver_is_told_once_the_delivery_is_durable(base, fault, make_system, tmp_path):
+    # deliver() in a command journals the delivery in the round's group commit, after the command returned: a reply
+    # told at once acknowledged deliveries a failed write or a SIGKILL then lost (2 of 2 orders x 2 sinks, measured
+    # with DeliverThenReplyAtOnce). defer() after deliver() runs behind the delivery's write: no reply when it fails.
+    system = make_system(base, **_fault_urls(fault, tmp_path))
+    for sink in SINKS:
+        system.spawn(Sink, sink)
+    system.spawn(DeliverThenReply, SENDER, kwargs={"sinks": SINKS})
+    payloads = _payloads(tmp_path)
+    _order_until_acknowledged(system, payloads)
+    assert _lost(system, payloads) == []
+    _check_faults_hit(system, fault, tmp_path)
+
+
+@pytest.mark.parametrize("payload", ["bad-event", "bad-forward"])
+def test_persist_and_deliver_whose_event_or_message_the_journal_rejects_stores_neither_and_replies_nothing(
+        base, make_system, tmp_path, payload):
+    # One write: a rejected message beside a stored event would be a delivery lost (the event replayed, no delivery),
+    # a rejected event beside stored deliveries a delivery of an order that never happened.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db", snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+    for sink in SINKS:
+        system.spawn(Sink, sink)
+    system.spawn(Sender, SENDER, kwargs={"sinks": SINKS})
+    with pytest.raises(ActorFailed, match="rejected"):
+        system.ask(SENDER, ("order", payload), timeout=10)
+    assert system.ask(SENDER, ("order", "p1"), timeout=10) == ("ok", "p1"), "the sender goes on"
+    assert _lost(system, ["p1"]) == []
+    assert system.ask(SENDER, "ordered", timeout=10) == ("p1",)
+    assert [system.ask(sink, "got", timeout=10) for sink in SINKS] == [("p1",), ("p1",)], "nothing else delivered"
+    system.stop(SENDER)  # the next instance replays p1's event and its delivery, nothing of the rejected order
+    system.spawn(Sender, SENDER, kwargs={"sinks": SINKS})
+    assert system.ask(SENDER, "ordered", timeout=10) == ("p1",)
+    assert system.ask(SENDER, "unconfirmed", timeout=10) == 0
