@@ -106,7 +106,10 @@ class AtLeastOnceSender(AtLeastOnceDelivery):
 
 
 class DurableSender(DurableDelivery):
-    """The same sender with DurableDelivery: deliver() journals the intent, Confirm is journaled for it."""
+    """The same sender with DurableDelivery: deliver() journals the intent, Confirm is journaled for it.
+
+    (A sender with events of its own writes an event and the deliveries it decides together, with
+    persist_and_deliver: a deliver() from a persist handler of a DurableDelivery raises IllegalStateError.)"""
 
     redeliver_interval = 1.0
 

@@ -79,7 +79,10 @@ class DurableSnapshot:
 
 
 class DurableDelivery(AtLeastOnceDelivery):
-    """deliver() journals the delivery before sending; Confirm/ConfirmUpTo/ConfirmDeliveries are journaled too."""
+    """deliver() journals the delivery before sending; Confirm/ConfirmUpTo/ConfirmDeliveries are journaled too.
+
+    Deliveries that an event of yours decides go with it in one write: persist_and_deliver (deliver() from a persist
+    handler raises IllegalStateError: the replay restores the event, never a delivery journaled after it)."""
 
     def mixin_init(self) -> None:
         super().mixin_init()

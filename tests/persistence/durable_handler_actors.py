@@ -68,11 +68,19 @@ class Sender(_OrderSender):
     """persist_and_deliver: the event and its deliveries in one write, the reply from its handler. A payload
     "bad-event..." is persisted as an Unstorable event, "bad-forward..." forwarded as an Unstorable message."""
 
+    asynchronous = False
+
     def order(self, payload: str, sender: str | None) -> None:
         event = Unstorable(0, payload) if payload.startswith("bad-event") else Ordered(payload)
         make = Unstorable if payload.startswith("bad-forward") else Forward
         self.persist_and_deliver(event, [(sink, lambda i: make(i, payload)) for sink in self.sinks],
-                                 lambda e: self.accepted(Ordered(payload), sender))
+                                 lambda e: self.accepted(Ordered(payload), sender), self.asynchronous)
+
+
+class AsyncSender(Sender):
+    """Sender with persist_and_deliver(..., asynchronous=True): commands keep flowing meanwhile."""
+
+    asynchronous = True
 
 
 class DeliverThenReply(_OrderSender):

@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from actors import ActorFailed, AskTimeout, MessageUndelivered
-from tests.persistence.durable_handler_actors import DeliverThenReply, NaturalSender, Sender
+from tests.persistence.durable_handler_actors import AsyncSender, DeliverThenReply, NaturalSender, Sender
 from tests.persistence.relay_actors import Sink
 from tests.waiting import wait_for
 
@@ -75,8 +75,10 @@ def _check_faults_hit(system, fault: str, tmp_path) -> None:
             f"journal.db.killed-fault-{x}-{tmp_path.name}" for x in "ab"], "the sender's host was killed at each"
 
 
+@pytest.mark.parametrize("cls", [Sender, AsyncSender], ids=["persist", "asynchronous"])
 @pytest.mark.parametrize(("base", "fault"), [("local", "fail"), ("multiproc", "fail"), ("multiproc", "kill")])
-def test_persist_and_deliver_loses_no_delivery_when_its_write_fails_or_kills_the_host(base, fault, make_system, tmp_path):
+def test_persist_and_deliver_loses_no_delivery_when_its_write_fails_or_kills_the_host(base, fault, cls, make_system,
+                                                                                       tmp_path):
     # Before persist_and_deliver, such a sender persisted its event and delivered from the handler (NaturalSender):
     # the event was durable and acknowledged before the DeliveriesSent's write (a later group commit); a failed write
     # there (the sender stops) or a SIGKILL of its host lost the deliveries for good, 4 of 4 (2 orders x 2 sinks) in
@@ -85,7 +87,7 @@ def test_persist_and_deliver_loses_no_delivery_when_its_write_fails_or_kills_the
     system = make_system(base, **_fault_urls(fault, tmp_path))
     for sink in SINKS:
         system.spawn(Sink, sink)
-    system.spawn(Sender, SENDER, kwargs={"sinks": SINKS})
+    system.spawn(cls, SENDER, kwargs={"sinks": SINKS})
     payloads = _payloads(tmp_path)
     _order_until_acknowledged(system, payloads)
     assert _lost(system, payloads) == []
