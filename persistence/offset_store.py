@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import sqlite3
 import threading
 import time
@@ -28,6 +27,8 @@ from typing import Any, Literal
 from journal import InvalidUrl, RepriseError
 from journal.sqlite import create_private_file, retry_busy
 from journal.urls import redact_url
+
+from .tx_statements import transaction_statement
 
 __all__ = ["MemoryOffsetStore", "OffsetConflict", "OffsetStore", "OffsetStoreError", "PostgresOffsetStore",
            "SqliteOffsetStore", "open_offset_store", "postgres_conninfo"]
@@ -136,31 +137,14 @@ class _SqlOffsetStore(OffsetStore):
                 "the projection goes on from the stored offset")
 
 
-# A statement that begins or ends the transaction (after any comments): COMMIT, END, BEGIN, ROLLBACK not TO a savepoint,
-# and PostgreSQL's ABORT, START TRANSACTION and PREPARE TRANSACTION.
-_TX_CONTROL = re.compile(r"(?:\s|--[^\n]*(?:\n|$)|/\*.*?\*/)*(BEGIN|COMMIT|END|ABORT|START\s+TRANSACTION|"
-                         r"PREPARE\s+TRANSACTION|ROLLBACK(?!\s+(?:TRANSACTION\s+|WORK\s+)?TO\b))\b",
-                         re.IGNORECASE | re.DOTALL)
 _SQLITE_HINT = "conn.commit() and `with conn:` are fine there"
 _PG_HINT = "`with conn.transaction():` makes a savepoint"
 
 
-def _tx_control(sql: object) -> str | None:
-    """The transaction statement `sql` is (upper case: "COMMIT", "ROLLBACK", ...), or None."""
-    # (Only text is cached: psycopg's composed queries are unhashable; _pg_text turned them into text.)
-    return _tx_control_text(sql) if type(sql) is str else None
-
-
-@functools.lru_cache(maxsize=256)  # (a handler runs the same few statements for every event)
-def _tx_control_text(sql: str) -> str | None:
-    found = _TX_CONTROL.match(sql)
-    return found.group(1).upper().split()[0] if found else None
-
-
 def _pg_text(query: Any, context: Any) -> object:
     """The text of a query psycopg takes: a str as it is, bytes decoded, a psycopg.sql object rendered."""
-    if type(query) is str:
-        return query
+    if isinstance(query, str):
+        return query  # (a str subclass too: transaction_statement reads its text)
     if isinstance(query, bytes | bytearray | memoryview):
         return bytes(query).decode("utf-8", "replace")
     as_string = getattr(query, "as_string", None)  # (psycopg.sql.Composable: what its docs build queries with)
@@ -172,11 +156,11 @@ _PLAIN: set[str] = set()
 each then costs the connection's execute one set lookup (see _StoreConnection.execute)."""
 
 
-def _handler_sql(sql: object, allow_rollback: bool, hint: str) -> bool:
-    """Check a statement an exactly-once handler executes: True for ROLLBACK if `allow_rollback` (to run, then open the
-    transaction again, as rollback() does); OffsetStoreError for one that would begin or end the projection's
-    transaction."""
-    what = _tx_control(sql)
+def _handler_sql(sql: object, allow_rollback: bool, hint: str, several: bool = False) -> bool:
+    """Check a statement an exactly-once handler executes (each statement of the text if `several`: PostgreSQL runs
+    them all): True for ROLLBACK if `allow_rollback` (to run, then open the transaction again, as rollback() does);
+    OffsetStoreError for one that would begin or end the projection's transaction."""
+    what = transaction_statement(sql, several)
     if what is None:
         if type(sql) is str and len(_PLAIN) < 1024:
             _PLAIN.add(sql)
@@ -343,13 +327,29 @@ def _pg_classes() -> tuple[type[Any], type[Any]]:
     class _PgStoreCursor(psycopg.Cursor[Any]):
         """Inside `transaction`, a statement that would end the projection's transaction (COMMIT, ROLLBACK, ...) is
         refused before it runs: psycopg does not see it, and the handler's writes committed before the offset.
-        (Connection.execute runs through the connection's cursor_factory: this covers it too.)"""
+        (Connection.execute runs through the connection's cursor_factory: this covers it too.) Every statement of a
+        text is checked, and every method that sends one: executemany, stream and copy ran a COMMIT too."""
 
-        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        def _check(self, query: Any) -> None:
             if self.connection.in_projection and not (  # type: ignore[attr-defined]  # (_PgStoreConnection's)
                     type(query) is str and query in _PLAIN):
-                _handler_sql(_pg_text(query, self), False, _PG_HINT)
+                _handler_sql(_pg_text(query, self), False, _PG_HINT, several=True)
+
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            self._check(query)
             return super().execute(query, params, **kwargs)
+
+        def executemany(self, query: Any, params_seq: Any, **kwargs: Any) -> None:
+            self._check(query)
+            return super().executemany(query, params_seq, **kwargs)
+
+        def stream(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            self._check(query)  # (here, not at the first next(): a generator's body runs only then)
+            return super().stream(query, params, **kwargs)
+
+        def copy(self, statement: Any, params: Any = None, **kwargs: Any) -> Any:
+            self._check(statement)
+            return super().copy(statement, params, **kwargs)
 
     return _PgStoreConnection, _PgStoreCursor
 

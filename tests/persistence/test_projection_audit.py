@@ -72,8 +72,12 @@ def test_what_an_exactly_once_handler_calls_on_the_sqlite_connection_never_commi
         assert [r[0] for r in db.execute("SELECT v FROM rows ORDER BY v")] == [2, 3]
 
 
+class _Text(str):
+    """A str subclass (what a query builder may hand over): the driver sends its text."""
+
+
 @pytest.mark.parametrize("sql", ["COMMIT", "end transaction", "  /* done */ commit", "-- done\nCOMMIT TRANSACTION",
-                                 "BEGIN"])
+                                 "BEGIN", pytest.param(_Text("COMMIT"), id="str-subclass"), "; COMMIT"])
 @pytest.mark.parametrize("through", ["connection", "cursor"])
 def test_an_exactly_once_handler_s_raw_transaction_sql_is_refused_before_it_commits_apart_from_the_offset(
         tmp_path, sql, through):
@@ -193,5 +197,73 @@ def test_an_exactly_once_handler_s_composed_psycopg_queries_run_and_a_composed_c
                 assert store.load("p") == 1
             with store.transaction("p", 2, expected=1) as conn:
                 assert [r[0] for r in conn.execute("SELECT v FROM rows ORDER BY v")] == [1, 2]
+    finally:
+        drop_schema(url)
+
+
+_PG_WAYS_TO_COMMIT = {
+    # Each ran its COMMIT: the handler's INSERT stayed when the handler then failed (checked only the first statement
+    # of an exact str given to execute). The ids say how.
+    "str-subclass": lambda conn: conn.execute(_Text("COMMIT")),
+    "second-statement": lambda conn: conn.execute("INSERT INTO rows VALUES (9); COMMIT"),
+    "second-statement-composed": lambda conn: conn.execute(__import__("psycopg").sql.SQL("SELECT 1;END")),
+    "after-an-empty-statement": lambda conn: conn.execute(";commit"),
+    "nested-comment": lambda conn: conn.execute("SELECT 1; /* a /* b */ ; */ COMMIT"),
+    "executemany": lambda conn: conn.cursor().executemany("COMMIT", [(), ()]),
+    "stream": lambda conn: list(conn.cursor().stream("COMMIT")),
+    "copy": lambda conn: conn.cursor().copy("COMMIT").__enter__(),
+}
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("way", list(_PG_WAYS_TO_COMMIT))
+def test_every_way_an_exactly_once_handler_can_send_a_commit_to_postgresql_is_refused_before_it_runs(postgres_url, way):
+    # The check looked at the first statement of an exact str given to execute: PostgreSQL runs every statement of a
+    # text sent without parameters, and executemany, stream and copy send theirs past execute. Each of these
+    # committed the handler's write before the offset (it stayed when the handler then failed: applied twice after
+    # the restart). Now each is refused before it runs, and the write rolls back with the offset.
+    from journal.postgres import drop_schema
+
+    url = f"{postgres_url}?schema=proj_ways_{uuid.uuid4().hex[:8]}"
+    try:
+        with open_offset_store(url) as store:
+            with store.transaction("p", 1, expected=0) as conn:
+                conn.execute("CREATE TABLE rows (v integer)")
+            with pytest.raises(OffsetStoreError, match="must not execute"), \
+                    store.transaction("p", 2, expected=1) as conn:
+                conn.execute("INSERT INTO rows VALUES (1)")
+                _PG_WAYS_TO_COMMIT[way](conn)
+                raise RuntimeError("the handler fails after it")  # (before: its write stayed)
+            assert store.load("p") == 1
+            with store.transaction("p", 2, expected=1) as conn:
+                assert [r[0] for r in conn.execute("SELECT v FROM rows")] == []
+    finally:
+        drop_schema(url)
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(60)
+def test_an_exactly_once_handler_s_several_statements_run_when_commit_is_only_in_quotes_comments_or_a_function_body(
+        postgres_url):
+    # Each statement of a text is checked now: "commit" inside a literal, a quoted name, a dollar quote, a comment or
+    # a BEGIN ATOMIC body's END is no statement, and such texts run as before.
+    from journal.postgres import drop_schema
+
+    url = f"{postgres_url}?schema=proj_quoted_{uuid.uuid4().hex[:8]}"
+    try:
+        with open_offset_store(url) as store:
+            with store.transaction("p", 1, expected=0) as conn:
+                conn.execute('CREATE TABLE rows (v text, "x;commit" integer); '
+                             "INSERT INTO rows VALUES ('a; commit', 1); "
+                             "INSERT INTO rows VALUES (E'it\\'s; commit', 2); -- ; commit\n"
+                             "INSERT INTO rows VALUES ($q$; commit $$ ;end$q$, 3); /* ; /* commit */ ; */ "
+                             "CREATE FUNCTION two() RETURNS integer LANGUAGE SQL BEGIN ATOMIC "
+                             "SELECT CASE WHEN true THEN 2 END; END; SELECT 1")
+            assert store.load("p") == 1
+            with store.transaction("p", 2, expected=1) as conn:
+                assert [r[0] for r in conn.execute('SELECT v FROM rows ORDER BY "x;commit"')] == [
+                    "a; commit", "it's; commit", "; commit $$ ;end"]
+                assert conn.execute("SELECT two()").fetchone()[0] == 2
     finally:
         drop_schema(url)
