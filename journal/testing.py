@@ -107,6 +107,30 @@ def write_in_child(url: str, pids: list[str], events: int, per_call: int, start:
                 raise SystemExit(f"unexpected rejection: {results}")
 
 
+def contend_in_child(url: str, pid: str, name: str, rounds: int, barrier: Any, results: Any) -> None:
+    """Body of a writer of the one-id case: each round, read the highest sequence nr (as a recovery does) when the
+    other writer does, then write the next 1 or 3 events (one AtomicWrite); report what each write got."""
+    got: list[tuple[int, int, str]] = []  # (round, first sequence nr, "ok" or "SequenceNrTaken: message")
+    with open_journal(url) as j:
+        for r in range(rounds):
+            barrier.wait(30)
+            first = j.highest_sequence_nr(pid) + 1
+            barrier.wait(30)  # (both read before either writes: each round, both write the same numbers)
+            size = 1 if r % 2 == 0 else 3
+            write = AtomicWrite([PersistentRepr(f"{name}-{r}-{k}", first + k, pid, writer_uuid=name)
+                                 for k in range(size)])
+            try:
+                rejected = j.write_messages([write])
+            except SequenceNrTaken as e:
+                got.append((r, first, f"SequenceNrTaken: {e}"))
+                continue
+            except JournalError as e:
+                got.append((r, first, f"{type(e).__name__}: {e}"))
+                continue
+            got.append((r, first, "ok" if rejected == [None] else f"rejected: {rejected}"))
+    results.put((name, got))
+
+
 def write_tagged_in_child(url: str, pids: list[str], events: int, tag: str, start: object) -> None:
     """Body of a writer of the live-query case: `events` per pid, one event a call, every other one tagged."""
     start.wait(30)  # type: ignore[attr-defined]
@@ -1393,6 +1417,40 @@ class JournalSpec:
             assert [r.payload for r in replayed] == [f"{pid}-{n}" for n in range(1, events + 1)]
             assert journal.highest_sequence_nr(pid) == events
 
+
+    @pytest.mark.timeout(120)
+    def test_two_processes_writing_one_id_one_wins_each_number_the_other_is_refused_and_nothing_acked_is_lost(
+            self, journal: Journal, journal_url: str) -> None:
+        """Two OS processes write one persistence id (two systems running one entity): each round both read the
+        highest sequence nr, then both write the next numbers (1 event, or 3 in one AtomicWrite). One write wins
+        each round; the other is refused with SequenceNrTaken naming the id and number, none of its events stored
+        (not a part of an AtomicWrite); the journal holds every acknowledged event as written, in order."""
+        if not self.supports_multiple_processes:
+            pytest.skip(f"{type(self).__name__} cannot be shared between processes")
+        ctx = multiprocessing.get_context("spawn")
+        barrier, results = ctx.Barrier(2), ctx.Queue()
+        pid, rounds = _fresh_pid(), 20
+        children = [ctx.Process(target=contend_in_child, args=(journal_url, pid, name, rounds, barrier, results))
+                    for name in ("a", "b")]
+        for c in children:
+            c.start()
+        got = dict(results.get(timeout=100) for _ in children)
+        for c in children:
+            c.join(30)
+        assert [c.exitcode for c in children] == [0, 0]
+        acked: list[tuple[str, int, int]] = []  # (writer, round, first sequence nr)
+        for r in range(rounds):
+            (ra, first_a, a), (rb, first_b, b) = got["a"][r], got["b"][r]
+            assert ra == rb == r and first_a == first_b, (got["a"][r], got["b"][r])
+            assert sorted([a == "ok", b == "ok"]) == [False, True], f"round {r}: one wins, one is refused: {a!r}, {b!r}"
+            refusal = b if a == "ok" else a
+            assert refusal.startswith("SequenceNrTaken: ") and f"sequence nr {first_a} of persistence id '{pid}'" in refusal, refusal
+            acked.append(("a" if a == "ok" else "b", r, first_a))
+        expected = [(writer, first + k, f"{writer}-{r}-{k}") for writer, r, first in acked
+                    for k in range(1 if r % 2 == 0 else 3)]
+        stored = [(e.writer_uuid, e.sequence_nr, e.payload) for e in journal.replay_messages(pid)]
+        assert stored == expected
+        assert journal.highest_sequence_nr(pid) == expected[-1][1]
 
     @pytest.mark.timeout(120)
     def test_a_forked_child_is_refused_its_parents_journal_and_closing_it_there_leaves_the_parents_alone(
