@@ -574,3 +574,36 @@ def test_a_pruning_bridge_sigkilled_with_rows_waiting_reads_them_back_and_every_
     assert system.status().hosts[BRIDGE_PATH].restarts >= 1
     balances = [system.ask(f"/user/accounts/{a}", GetBalance(), timeout=10) for a in ("a0", "a1")]
     assert [(b.total, b.applied) for b in balances] == [(24 + 60, 12 + 3), (24 + 40, 12 + 1)]
+
+
+def test_a_retried_task_s_run_held_back_and_written_again_delivers_each_row_once_and_is_copied_once(bridged):
+    # A Spark task retried stages its partition again under a new attempt (runR/2 beside runR/1); the run, staged
+    # while other feeds come and go, holds the pruning back and is written again (BatchRestaged). The copies are of
+    # the batches staged (both attempts: the release picks one), each once, and the release delivers each row of
+    # the winning attempt once: the retry and the copies add no sends.
+    system, probe, url = bridged
+    system.spawn(PruningBridge, path=BRIDGE_PATH)
+    for attempt in ("runR/1", "runR/2"):  # the retry stages the same rows again
+        stage(system, probe, "retried", attempt, 0, 0, [10, 20], 0, account="a9")
+        stage(system, probe, "retried", attempt, 0, 1, [30], 2, account="a9")
+    originals = [e.sequence_nr for e in bridge_events(url) if getattr(e.event, "feed_id", None) == "retried"]
+    assert len(originals) == 4
+    k = 0
+    while bridge_events(url)[0].sequence_nr <= max(originals):  # until the journal is pruned past the originals
+        assert k < 40, "the retried run's batches were never pruned past"
+        stage(system, probe, f"f{k}", f"run{k}/1", 0, 0, [1], k, account="a0")
+        system.tell(BRIDGE_PATH, Release(f"f{k}", f"run{k}", [[0, f"run{k}/1"]], probe.path))
+        assert probe.receive(10) == FeedReleased(f"f{k}", f"run{k}", 0)
+        assert wait_for(lambda k=k: system.ask(BRIDGE_PATH, GetFeedProgress(f"f{k}"), timeout=10).processed == 1)
+        k += 1
+    copies = [(e.event.attempt, e.event.batch_no) for e in bridge_events(url)
+              if type(e.event).__name__ == "BatchRestaged"]
+    assert sorted(copies) == [("runR/1", 0), ("runR/1", 1), ("runR/2", 0), ("runR/2", 1)], copies
+    restart(system, PruningBridge)
+    assert [(r.feed_id, r.run, r.batches, r.rows) for r in runs(system)] == [("retried", "runR", 4, 6)]
+    system.tell(BRIDGE_PATH, Release("retried", "runR", [[0, "runR/2"]], probe.path))
+    assert probe.receive(10) == FeedReleased("retried", "runR", 3)  # (runR/1's 3 rows discarded)
+    assert wait_for(lambda: system.ask(BRIDGE_PATH, GetFeedProgress("retried"), timeout=10).processed == 3)
+    balance = system.ask("/user/accounts/a9", GetBalance(), timeout=10)
+    assert (balance.total, balance.applied, balance.repeated) == (60, 3, 0)
+    assert counters(system)["staged_restaged"] == 0, "the copies were read at recovery: none written again"
