@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import actors
-from actors.messages import Scatter
+from actors.messages import Scatter, ShardSet
+from actors.transport import SHARDED
 from tests.actors.sample import Echo, Seq, route_of, wait_at_gate
 
 
@@ -48,7 +49,9 @@ class ScatterStreamer(actors.Actor):
     ("resume", burst, watched) goes on: `burst` numbers at once, then none until this host routes `watched` to a
     process (not the guardian), then the rest by timer; ("route-of", path) replies route_of(path) (which way this
     host sends to `path` now). ("resume", burst, watched, (mark, after)) creates the file `mark` once the rest
-    goes to `watched`'s process and `after` numbers in all were sent (or parked: see actors/handover.py);
+    goes to `watched`'s process and `after` numbers in all were sent (or parked: see actors/handover.py); with
+    (mark, after, prefix), it then installs a directory without `prefix` (drop_route) and creates `mark` 50 numbers
+    later;
     ("spray", targets) sends number -1 to each of `targets` in one scatter."""
 
     def receive(self, message, sender):
@@ -62,6 +65,10 @@ class ScatterStreamer(actors.Actor):
             self.watched = None
             self._tick()
             if self.mark is not None and self.next >= self.mark[1]:
+                if len(self.mark) > 2 and self.mark[2] is not None:
+                    drop_route(self.context, self.mark[2])
+                    self.mark = (self.mark[0], self.next + 50)
+                    return
                 open(self.mark[0], "w").close()
                 self.mark = None
         elif message == "pause":
@@ -92,6 +99,15 @@ class ScatterStreamer(actors.Actor):
         self.next = numbers.stop
         if self.next >= job.count:
             self.timer.cancel()
+
+
+def drop_route(host, prefix: str) -> None:
+    """Install at this host, as a DirectoryUpdate does, the directory it has without `prefix`'s route: one the
+    guardian published before it took the HostReady of `prefix`'s host (a route learned from that host's first
+    message is then dropped). The test's stand-in for that order, which the guardian picks."""
+    routes = {p: ShardSet(tuple(a for _, a in r[1])) if r[0] is SHARDED else r[1]
+              for p, r in host.router.routes.items() if p != prefix}
+    host.update_routes(routes, host.router.epoch + 1, host.router.routes[host.key][1])
 
 
 class SlowToStart(Echo):
