@@ -25,8 +25,8 @@ def cmd_journal_help(args: argparse.Namespace) -> int:
     raise CliError("journal needs a command: ls, show, tail or verify", "run 'reprise journal --help'", code=2)
 
 
-def _journal_url(url: str | None) -> str:
-    url = url or os.environ.get(JOURNAL_ENV)
+def _journal_url(given_url: str | None) -> str:
+    url = given_url or os.environ.get(JOURNAL_ENV)
     if not url:
         raise CliError("no journal URL given", f"pass one (e.g. sqlite:///abs/path.db) or set ${JOURNAL_ENV}",
                        code=2)
@@ -36,6 +36,12 @@ def _journal_url(url: str | None) -> str:
     try:
         parsed = parse_url(url)
     except ValueError as e:
+        if "://" not in url:  # a bare file path (`reprise journal ls bank.db`): say the URL it likely means
+            given = "" if url == given_url else f" (${JOURNAL_ENV})"
+            raise CliError(f"{printable(url)!r}{given} is a file path, not a journal URL",
+                           f"for a SQLite journal in that file give sqlite://{printable(url)} (journal URLs look like "
+                           "sqlite://relative.db, sqlite:///abs/path.db or postgresql://user@host:port/db)",
+                           code=2) from None
         raise CliError(str(e).split(": use ")[0], "journal URLs look like sqlite:///abs/path.db, "
                        "sqlite://relative.db, memory://name or postgresql://user@host:port/db", code=2) from None
     if parsed.scheme == "memory":

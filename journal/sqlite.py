@@ -806,9 +806,10 @@ class SqliteJournal(Journal):
             return value
 
     def storage_bytes(self) -> int | None:
-        """The database file plus its WAL and shared-memory files."""
-        files = [self.path + suffix for suffix in ("", "-wal", "-shm")]
-        return sum(os.path.getsize(f) for f in files if os.path.isfile(f))
+        """The database file plus the frames of its WAL: not the zeros written ahead of them (see
+        _write_wal_ahead), which made a journal of 90 KiB read as 1.1 MiB, nor stale frames or the -shm index."""
+        size = os.path.getsize(self.path) if os.path.isfile(self.path) else 0
+        return size + sqlite_wal.frames_end(self.path + "-wal")
 
     def close(self) -> None:
         """Give up this store's share of the file's connection (closed with its last user)."""

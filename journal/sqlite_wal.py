@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from operator import mul
 
-__all__ = ["WalScan", "checksum", "in_use_elsewhere", "problem", "read_shm_header", "scan"]
+__all__ = ["WalScan", "checksum", "frames_end", "in_use_elsewhere", "problem", "read_shm_header", "scan"]
 
 WAL_HEADER = 32
 FRAME_HEADER = 24
@@ -179,6 +179,30 @@ def scan(wal: bytes) -> WalScan | str:
     elif frames:
         continued = _chain(wal, 1, frames, page_size, salts, [stored, computed], big)
     return WalScan(size, page_size, salts, frames, torn, valid, committed, header_ok, continued)
+
+
+def frames_end(wal_path: str) -> int:
+    """Where the frames of the WAL at `wal_path` end: its header and the frames with its salts, in bytes (0 when
+    it is missing or has no header). Past that are zeros journal.sqlite wrote ahead, or frames of an earlier
+    generation of a reused WAL: space, not data. Reads only frame headers; takes no lock."""
+    try:
+        fd = os.open(wal_path, os.O_RDONLY | os.O_CLOEXEC)  # (SQLite locks no byte of the -wal: closing drops none)
+    except FileNotFoundError:
+        return 0
+    try:
+        head = os.pread(fd, WAL_HEADER, 0)
+        if len(head) < WAL_HEADER or struct.unpack(">I", head[:4])[0] not in _MAGIC:
+            return 0
+        page_size = struct.unpack(">I", head[8:12])[0]
+        if page_size < 512 or page_size > 65536 or page_size & (page_size - 1):
+            return 0
+        salts, frame = head[16:24], FRAME_HEADER + page_size
+        end = WAL_HEADER
+        while os.pread(fd, 8, end + 8) == salts and len(os.pread(fd, 1, end + frame - 1)) == 1:
+            end += frame  # (a whole frame with this generation's salts)
+        return end
+    finally:
+        os.close(fd)
 
 
 def read_shm_header(shm: bytes) -> tuple[int, bytes] | None:

@@ -10,6 +10,7 @@ the WAL the hosts went on appending to, and every later acknowledged write vanis
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import pytest
 
 from examples.accounts.client import balances, expected_balances
 from examples.accounts.model import FeedDeposits
-from journal import open_journal
+from journal import open_journal, sqlite_wal
 from tests.drills.test_sigkill import ACCOUNTS, FEEDER, N_ACCOUNTS, spawn_topology
 from tests.waiting import wait_for
 
@@ -84,3 +85,54 @@ def test_cli_commands_and_a_plain_sqlite_reader_on_a_live_journal_lose_no_acknow
     spawn_topology(again, str(tmp_path))
     expected = expected_balances(fed, N_ACCOUNTS)
     assert balances(again, sorted(expected)) == expected  # every acknowledged deposit, after a restart
+
+
+def reprise_in(cwd: str, *argv: str) -> subprocess.CompletedProcess:
+    """The installed `reprise` running this checkout's code, in `cwd`."""
+    return subprocess.run([REPRISE, *argv], cwd=cwd, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+
+
+def test_status_prints_the_journal_s_data_not_the_space_its_wal_reserves_ahead(make_system, tmp_path):
+    # journal.sqlite writes zeros ahead of a growing WAL (256 KiB at least, up to twice its size): status counted
+    # them, 1.1 MiB for a journal of 95 KiB (a 4 KiB database and 90 KiB of WAL frames).
+    path = f"{tmp_path}/journal.db"
+    url = f"sqlite:///{path}"
+    system = make_system("multiproc", journal=url, snapshot_store=url)
+    spawn_topology(system, str(tmp_path))
+    fed = feed(system, 0)
+    done = reprise_in(ROOT, "status", "--port", str(system.admin_port), "--json")
+    assert done.returncode == 0, done.stderr
+    with open(path + "-wal", "rb") as f:
+        wal = f.read()
+    scanned = sqlite_wal.scan(wal)
+    assert not isinstance(scanned, str), scanned
+    data = os.path.getsize(path) + scanned.valid_end  # (nothing was written in between: the feed had settled)
+    assert len(wal) > scanned.valid_end + 100_000, "the WAL has space written ahead (else this test shows nothing)"
+    assert json.loads(done.stdout)["journal_bytes"] == data
+    text = reprise_in(ROOT, "status", "--port", str(system.admin_port)).stdout
+    assert f"journal       {url}  ({data / 1024:.1f} KiB)" in text, text
+    fed = feed(system, fed)
+    expected = expected_balances(fed, N_ACCOUNTS)
+    assert balances(system, sorted(expected)) == expected  # (status read the live journal: nothing lost)
+
+
+@pytest.mark.parametrize("command", [["ls"], ["show", "PID"], ["tail"], ["verify"]])
+def test_a_file_path_for_a_journal_url_is_refused_naming_the_sqlite_url(make_system, tmp_path, command):
+    # `reprise journal ls bank.db` said only "unsupported journal URL 'bank.db'" and listed URL shapes.
+    url = f"sqlite://{tmp_path}/bank.db"  # (tmp_path is absolute: three slashes)
+    system = make_system("multiproc", journal=url, snapshot_store=url)
+    spawn_topology(system, str(tmp_path))
+    fed = feed(system, 0)
+    imports = ("--import", "examples.accounts.model")
+    argv = [arg.replace("PID", f"{ACCOUNTS}/3") for arg in command]
+    for given, suggested in (("bank.db", "sqlite://bank.db"), (f"{tmp_path}/bank.db", url)):
+        done = reprise_in(str(tmp_path), "journal", argv[0], given, *argv[1:], *imports)
+        assert done.returncode == 2, done
+        assert done.stderr.count("\n") == 1 and f"'{given}' is a file path, not a journal URL" in done.stderr
+        assert f"give {suggested} " in done.stderr, done.stderr
+        works = reprise_in(str(tmp_path), "journal", argv[0], suggested, *argv[1:], *imports)
+        assert works.returncode == 0, works  # the URL it suggests reads the live journal
+    fed = feed(system, fed)
+    expected = expected_balances(fed, N_ACCOUNTS)
+    assert balances(system, sorted(expected)) == expected
