@@ -85,6 +85,11 @@ def _up(args: argparse.Namespace) -> int:
             sys.path.insert(0, extra)
     if topo.cluster is not None or args.node is not None:
         return _up_cluster_node(topo, args)
+    if not topo.entries and topo.system.leader is None:
+        # (a member's file may declare nothing: it lends its node to actors placed on it, as `reprise node` does)
+        raise CliError(f"{args.topology} declares no actors: `up` would start a system with nothing in it",
+                       "add an [[actor]] table (path = \"/user/echo\", class = \"myapp.module:Echo\") or an "
+                       "[[entities]] table; see examples/topologies/echo.toml", code=2)
     classes = [resolve_class(e.factory) for e in topo.entries]  # fail before starting anything
     s = topo.system
     system = actors.start("multiproc", admin_port=args.port or s.admin_port, journal=s.journal,

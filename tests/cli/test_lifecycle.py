@@ -197,6 +197,23 @@ def test_a_bad_class_fails_before_starting_anything(tmp_path, tag) -> None:
     assert tagged_pids(tag) == []
 
 
+@pytest.mark.parametrize("text", ["", "# nothing yet\n", '[system]\njournal = "sqlite://journal.db"\n'],
+                         ids=["empty", "comments", "system-only"])
+def test_up_of_a_file_that_declares_no_actors_is_refused_naming_the_file_and_starts_nothing(tmp_path, tag,
+                                                                                            text) -> None:
+    # It started a system with nothing in it ("reprise system up on ...", exit 0): a mistyped table name or a
+    # file saved empty looked like success.
+    path = tmp_path / "empty.toml"
+    path.write_text(text)
+    run_dir = tmp_path / "run"
+    result = reprise("up", str(path), "--detach", "--port", str(actors.free_port()), "--tag", tag,
+                     "--run-dir", str(run_dir))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and f"{path} declares no actors" in result.stderr, result.stderr
+    assert "[[actor]]" in result.stderr and "[[entities]]" in result.stderr and "echo.toml" in result.stderr
+    assert tagged_pids(tag) == [] and not run_dir.exists() and not (tmp_path / "journal.db").exists()
+
+
 def test_missing_topology_file_and_verbose_traceback(tmp_path) -> None:
     result = reprise("up", str(tmp_path / "missing.toml"))
     assert result.returncode == 2 and result.stderr.startswith("reprise: error: topology file")
