@@ -119,7 +119,7 @@ def _classify(e: BaseException) -> tuple[int, str]:
     if isinstance(e, ConfigError):
         return 2, "fix the value named above"
     if isinstance(e, InvalidPath):
-        return 2, "actor paths look like /user/accounts (an absolute path below /user or /system)"
+        return 2, "actor paths look like /user/accounts (an absolute path below /user)"
     busy = re.match(r"admin port (\d+) is already in use", str(e))
     if isinstance(e, SpawnFailed) and busy:
         port = busy.group(1)

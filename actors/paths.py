@@ -57,6 +57,25 @@ def validate_path(path: str, *, what: str = "path") -> str:
     return path
 
 
+def check_spawn_path(path: str, *, what: str = "path", system_actor: bool = False) -> str:
+    """validate_path, and the root a spawn may use: /user for user actors (as in Akka), /system only for a
+    system actor (System.system_actor_of); /temp is the clients' (their reply paths), never spawned at."""
+    validate_path(path, what=what)
+    root, rest = path.split("/", 2)[1:]
+    if system_actor:
+        if root != "system":
+            raise InvalidPath(f"{what} {path!r}: a system actor's path is below /system (e.g. /system/{rest}); "
+                              "user actors are spawned below /user with spawn()")
+        return path
+    if root == "user":
+        return path
+    why = ("/system is reserved for the system's own actors (the guardian, the Spark bridges)" if root == "system"
+           else "/temp is reserved for the clients' reply paths (an actor there could take their replies)")
+    library = (" (a library's system actor, such as a SparkBridge subclass: system.system_actor_of(cls, path), or "
+               "spark_bridge.start_bridge)" if root == "system" else "")
+    raise InvalidPath(f"{what} {path!r}: {why}; spawn user actors below /user, e.g. /user/{rest}{library}")
+
+
 def parent(path: str) -> str:
     """The path one level up (`/user/a/b` -> `/user/a`)."""
     return path.rsplit("/", 1)[0]

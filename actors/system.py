@@ -26,6 +26,7 @@ import uuid
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
+from contextvars import ContextVar
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -99,7 +100,7 @@ from .messages import (
     UnregisterRoute,
     WhereIsGuardian,
 )
-from .paths import printable, shard_key, validate_path
+from .paths import check_spawn_path, printable, shard_key, validate_path
 from .process_identity import this_process
 from .supervision import DEFAULT_HOLD_LIMIT, Backoff, check_hold_limit
 from .thespian_types import Address
@@ -123,6 +124,8 @@ from .validation import (
 
 log = logging.getLogger("reprise.system")
 R = TypeVar("R")
+# Set while System.system_actor_of spawns: spawn() then takes a path below /system (see paths.check_spawn_path).
+_SYSTEM_ACTOR: ContextVar[bool] = ContextVar("reprise_system_actor", default=False)
 _LOGGED_ERROR = re.compile(r"^[\w.]+(Error|Exception): ")
 
 BASES = {"local": "simpleSystemBase", "multiproc": "multiprocTCPBase"}
@@ -985,7 +988,7 @@ class System:
         live[k % len(live)], and when a node goes down its hosts restart on another live one (see
         `rebalance` to spread them again). Its stores must then be reachable from every node (PostgreSQL).
         """
-        validate_path(path)
+        check_spawn_path(path, system_actor=_SYSTEM_ACTOR.get())
         check_spawn_target(cls, entities, args, kwargs)
         if type(shards) is not int or shards < 1 or (shards > 1 and not entities):
             raise ConfigError(f"shards must be an int >= 1, and > 1 only for entity hosts (entities=True); got "
@@ -1018,6 +1021,16 @@ class System:
             raise (PathTaken if "already served" in reply.error else SpawnFailed)(reply.error)
         self._fetched = float("-inf")
         return path
+
+    def system_actor_of(self, cls: Any, path: str, **options: Any) -> str:
+        """spawn() for a system actor, below /system (Akka's systemActorOf): a library's own actor, such as a
+        Spark bridge (spark_bridge.start_bridge uses it); spawn() takes user actors only, below /user."""
+        check_spawn_path(path, system_actor=True)
+        token = _SYSTEM_ACTOR.set(True)
+        try:
+            return self.spawn(cls, path, **options)
+        finally:
+            _SYSTEM_ACTOR.reset(token)
 
     def _check_running(self) -> None:
         if self._closed:

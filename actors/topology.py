@@ -71,7 +71,7 @@ from .errors import ConfigError, InvalidPath
 from .host_options import check_option, known_host_options
 from .metrics import DEFAULT_HOST as DEFAULT_METRICS_HOST
 from .metrics import check_options as check_metrics_options
-from .paths import validate_path
+from .paths import check_spawn_path
 from .supervision import Backoff, check_hold_limit
 from .tls import tls_config
 from .validation import (
@@ -536,7 +536,7 @@ def _entry(table: Any, entities: bool, where: str, base_dir: str | None) -> Acto
         if not isinstance(table.get(key), str):
             raise TopologyError(f"{where} needs a string {key!r}")
     try:
-        validate_path(table["path"])
+        check_spawn_path(table["path"])
     except InvalidPath as e:
         raise TopologyError(f"{where}: {e}") from None
     args, kwargs = table.get("args", []), table.get("kwargs", {})

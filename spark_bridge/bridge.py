@@ -1918,7 +1918,7 @@ def start_bridges(system: actors.System, nodes: list[str] | None = None, timeout
     options = _with_ttl(options, staged_ttl)
     for node, path in zip(nodes, paths, strict=True):
         try:  # placed on its node, failing over to the others in order
-            system.spawn(cls, path=path, timeout=timeout, nodes=[node, *(n for n in nodes if n != node)], **options)
+            system.system_actor_of(cls, path=path, timeout=timeout, nodes=[node, *(n for n in nodes if n != node)], **options)
         except PathTaken:
             pass
     return paths
@@ -1940,7 +1940,7 @@ def start_bridge(system: actors.System, timeout: float = 60.0, cls: type[SparkBr
     """
     options = _with_ttl(options, staged_ttl)
     try:
-        return system.spawn(cls or SparkBridge, path=BRIDGE_PATH, timeout=timeout, **options)
+        return system.system_actor_of(cls or SparkBridge, path=BRIDGE_PATH, timeout=timeout, **options)
     except PathTaken:
         return BRIDGE_PATH
 

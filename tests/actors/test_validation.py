@@ -135,6 +135,37 @@ def test_spawn_refuses_bad_options(system, kwargs, expected) -> None:
     assert system.ask("/user/echoes/1", Ping(1), timeout=30) == Pong(1, "/user/echoes/1")
 
 
+@pytest.mark.parametrize(("path", "expected"), [
+    ("/system/orders", ["/system is reserved", "/user/orders", "system_actor_of"]),
+    ("/system/spark-bridge", ["/system is reserved", "/user/spark-bridge", "spark_bridge.start_bridge"]),
+    ("/temp/orders", ["/temp is reserved", "clients' reply paths", "/user/orders"]),
+    ("/temp/0123456789ab/x", ["/temp is reserved", "/user/0123456789ab/x"]),
+])
+def test_spawn_refuses_the_reserved_roots_naming_the_user_path_to_use(system, path, expected) -> None:
+    # Akka keeps /system and /temp for itself; spawn took both, and an actor at /temp/<id> sat where a client's
+    # replies are routed (every client is /temp/<12 hex digits>).
+    for entities in (False, True):
+        with pytest.raises(actors.InvalidPath) as caught:
+            system.spawn(Echo, path, entities=entities)
+        assert all(needle in str(caught.value) for needle in expected), str(caught.value)
+    assert path not in system.status().hosts  # nothing was spawned
+    user_path = "/user/" + path.split("/", 2)[2]
+    system.spawn(Echo, user_path)  # the fix the error names works
+    assert system.ask(user_path, Ping(1), timeout=30) == Pong(1, user_path)
+
+
+def test_a_system_actor_is_spawned_below_system_with_system_actor_of_only(system) -> None:
+    assert system.system_actor_of(Echo, "/system/echo") == "/system/echo"
+    assert system.ask("/system/echo", Ping(2), timeout=30) == Pong(2, "/system/echo")
+    for path in ("/user/echo", "/temp/echo"):
+        with pytest.raises(actors.InvalidPath, match="a system actor's path is below /system"):
+            system.system_actor_of(Echo, path)
+    with pytest.raises(actors.PathTaken):
+        system.system_actor_of(Echo, "/system/guardian")
+    with pytest.raises(actors.InvalidPath, match="/system is reserved"):  # (the flag did not outlive the call)
+        system.spawn(Echo, "/system/other")
+
+
 @pytest.mark.parametrize("entities", [False, True])
 def test_spawn_fails_with_the_store_error_when_its_journal_cannot_be_opened(system, tmp_path, entities) -> None:
     blocker = tmp_path / "not-a-directory"

@@ -214,6 +214,22 @@ def test_up_of_a_file_that_declares_no_actors_is_refused_naming_the_file_and_sta
     assert tagged_pids(tag) == [] and not run_dir.exists() and not (tmp_path / "journal.db").exists()
 
 
+@pytest.mark.parametrize("kind, root", [("actor", "system"), ("entities", "temp")])
+def test_up_refuses_an_entry_under_a_reserved_root_naming_the_user_path_and_starts_nothing(tmp_path, tag, kind,
+                                                                                          root) -> None:
+    # It spawned an actor at /system/echo (or entities at /temp/echoes, where clients' replies are routed).
+    path = tmp_path / "reserved.toml"
+    path.write_text(f'[[actor]]\npath = "/user/ok"\nclass = "tests.actors.sample:Echo"\n\n'
+                    f'[[{kind}]]\npath = "/{root}/echo"\nclass = "tests.actors.sample:Echo"\n')
+    result = reprise("up", str(path), "--detach", "--port", str(actors.free_port()), "--tag", tag)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    number = 2 if kind == "actor" else 1  # (after the [[actor]] at /user/ok)
+    assert f"[[{kind}]] #{number}: path '/{root}/echo': /{root} is reserved" in result.stderr, result.stderr
+    assert "spawn user actors below /user, e.g. /user/echo" in result.stderr and "(hint: " in result.stderr
+    assert tagged_pids(tag) == []
+
+
 def test_missing_topology_file_and_verbose_traceback(tmp_path) -> None:
     result = reprise("up", str(tmp_path / "missing.toml"))
     assert result.returncode == 2 and result.stderr.startswith("reprise: error: topology file")

@@ -91,6 +91,8 @@ def test_the_shipped_example_parses() -> None:
     ("[system]\nadmin_port = 'x'", "admin_port must be an integer"),
     ("[[actor]]\npath = '/user/a'", "needs a string 'class'"),
     ("[[actor]]\npath = 'user/a'\nclass = 'm:C'", "[[actor]] #1"),
+    ("[[actor]]\npath = '/system/a'\nclass = 'm:C'", "[[actor]] #1: path '/system/a': /system is reserved"),
+    ("[[entities]]\npath = '/temp/a'\nclass = 'm:C'", "[[entities]] #1: path '/temp/a': /temp is reserved"),
     ("[[actor]]\npath = '/user/a'\nclass = 'm:C'\npassivate_after = 1", "only applies to [[entities]]"),
     ("[[actor]]\npath = '/user/a'\nclass = 'm:C'\nshards = 2", "[[actor]] #1: shards only applies to [[entities]]"),
     ("[[entities]]\npath = '/user/a'\nclass = 'm:C'\n[[actor]]\npath = '/user/a/1'\nclass = 'm:C'",

@@ -53,7 +53,7 @@ def make_bridged(make_system, tmp_path):
         if bridge is None:
             start_bridge(system)
         else:
-            system.spawn(bridge, path=BRIDGE_PATH)
+            system.system_actor_of(bridge, path=BRIDGE_PATH)
         return system
     return make
 

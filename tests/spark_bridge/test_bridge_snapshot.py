@@ -54,7 +54,7 @@ def test_an_earlier_snapshot_is_restored_and_the_format_is_kept(base, make_syste
     destination, task = system.probe(), system.probe()
     with open_snapshot_store(url) as store:
         store.save(SnapshotMetadata(PERSISTENCE_ID, 5), old_snapshot(destination.path))
-    system.spawn(EverySnapshotBridge, path=BRIDGE_PATH)
+    system.system_actor_of(EverySnapshotBridge, path=BRIDGE_PATH)
 
     # The unconfirmed delivery is resent right after recovery.
     assert destination.receive(10) == Row(100, "body", 100)

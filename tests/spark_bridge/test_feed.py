@@ -467,7 +467,7 @@ def test_backlog_read_back_from_the_journal_and_a_bridge_restart_deliver_every_r
     assert feed(df, system=system.admin_port, feed_id="spill", batch_size=500).rows == 20_000
     # Acceptance went first: most rows still wait in the backlog, mostly as journal positions only.
     system.stop(BRIDGE_PATH)
-    system.spawn(SpillingBridge, path=BRIDGE_PATH)
+    system.system_actor_of(SpillingBridge, path=BRIDGE_PATH)
     got = settled(system, expected)
     assert sums(got) == expected
     assert sum(b.applied for b in got.values()) == 20_000

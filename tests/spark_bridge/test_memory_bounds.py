@@ -83,7 +83,7 @@ def test_a_stream_s_released_micro_batches_are_remembered_for_its_newest_batches
     system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db",
                          snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
     system.spawn(Account, path="/user/accounts", entities=True)
-    system.spawn(SnapshotOften, path=BRIDGE_PATH)
+    system.system_actor_of(SnapshotOften, path=BRIDGE_PATH)
     probe = system.probe("driver")
     n = KEPT_MICRO_BATCHES + 60
     for batch_id in range(n):
@@ -94,7 +94,7 @@ def test_a_stream_s_released_micro_batches_are_remembered_for_its_newest_batches
     wait_for(lambda: system.ask("/user/accounts/a0", GetBalance(), timeout=10) == Balance(n, n, 0), timeout=60)
     # The newest micro-batch replayed after a restart (another run of the same feed id) delivers nothing again.
     system.stop(BRIDGE_PATH)
-    system.spawn(SnapshotOften, path=BRIDGE_PATH)
+    system.system_actor_of(SnapshotOften, path=BRIDGE_PATH)
     assert counters(system)["feed_ids_remembered"] == KEPT_MICRO_BATCHES
     feed_id, run = f"q/{n - 1}", "replay"
     system.tell(BRIDGE_PATH, IngestBatch(feed_id, 0, 0, ["/user/accounts/a0"], [{"amount": 1, "txid": feed_id}],
@@ -131,7 +131,7 @@ def test_past_the_bound_over_all_streams_the_least_recent_streams_keep_their_new
     system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db",
                          snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
     system.spawn(Account, path="/user/accounts", entities=True)
-    system.spawn(KeepsFew, path=BRIDGE_PATH)
+    system.system_actor_of(KeepsFew, path=BRIDGE_PATH)
     probe = system.probe("driver")
     _release(system, probe, "daily-1", "run0", None)  # a batch feed id: never forgotten
     for batch_id in range(7):
@@ -153,7 +153,7 @@ def test_past_the_bound_over_all_streams_the_least_recent_streams_keep_their_new
     assert _micro_batch(system, probe, "q2", 3, keyed=False) == FeedReleased("q2/3", "run3", 0)
     # The same after a restart (snapshot and journal): q2/4 still known.
     system.stop(BRIDGE_PATH)
-    system.spawn(KeepsFew, path=BRIDGE_PATH)
+    system.system_actor_of(KeepsFew, path=BRIDGE_PATH)
     system.tell(BRIDGE_PATH, IngestBatch("q2/4", 0, 0, ["/user/accounts/a0"], [{"amount": 1, "txid": "q2/4"}],
                                          probe.path, attempt="replay2/1"))
     assert probe.receive(10) == BatchAccepted("q2/4", 0, 0, 1)
@@ -181,7 +181,7 @@ def test_kept_feed_ids_bounds_the_batch_feed_ids_remembered_the_first_released_f
     system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db",
                          snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
     system.spawn(Account, path="/user/accounts", entities=True)
-    system.spawn(KeepsThreeFeeds, path=BRIDGE_PATH)
+    system.system_actor_of(KeepsThreeFeeds, path=BRIDGE_PATH)
     probe = system.probe("driver")
     for n in range(5):
         _release(system, probe, f"daily-{n}", "run1", "k" if keyed else None)
@@ -201,7 +201,7 @@ def test_kept_feed_ids_bounds_the_batch_feed_ids_remembered_the_first_released_f
     assert rerun("daily-4", "run2") == 1  # kept: nothing again
     assert rerun("daily-0", "run3") == 0  # forgotten: a new feed (and now the newest kept)
     system.stop(BRIDGE_PATH)
-    system.spawn(KeepsThreeFeeds, path=BRIDGE_PATH)
+    system.system_actor_of(KeepsThreeFeeds, path=BRIDGE_PATH)
     assert counters(system)["feed_ids_remembered"] == 3
     assert rerun("daily-3", "run4") == 1 and rerun("daily-0", "run5") == 1  # (daily-2 went when daily-0 came back)
     assert rerun("daily-2", "run6") == 0

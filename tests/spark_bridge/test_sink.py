@@ -227,14 +227,14 @@ def test_the_release_delivers_the_winning_attempt_only_and_survives_a_bridge_res
                                                                                      bridge):
     system = make_system(base, journal=journal, snapshot_store=journal)
     system.spawn(Account, path="/user/accounts", entities=True)
-    system.spawn(bridge, path=BRIDGE_PATH)
+    system.system_actor_of(bridge, path=BRIDGE_PATH)
     probe = system.probe("driver")
     # Two attempts of partition 0 (the original and a speculative copy) staged different rows.
     assert stage(system, probe, "spec", "run1/7", 0, [5, 5], 0).duplicates == 0
     stage(system, probe, "spec", "run1/9", 0, [100, 100, 100], 0)
     stage(system, probe, "spec", "run1/9", 1, [100], 3)
     system.stop(BRIDGE_PATH)  # restarted with both attempts staged, not released
-    system.spawn(bridge, path=BRIDGE_PATH)
+    system.system_actor_of(bridge, path=BRIDGE_PATH)
     assert stage(system, probe, "spec", "run1/9", 1, [100], 3).duplicates == 0  # a resend: known, not again
     system.tell(BRIDGE_PATH, Release("spec", "run1", [[0, "run1/9"]], probe.path, processed=True))
     assert probe.receive(10) == FeedReleased("spec", "run1", 2)  # attempt 7's two rows were discarded
@@ -245,7 +245,7 @@ def test_the_release_delivers_the_winning_attempt_only_and_survives_a_bridge_res
     assert stage(system, probe, "spec", "run1/7", 1, [5], 9).duplicates == 1
     assert stage(system, probe, "spec", "run2/3", 0, [7, 7], 20).duplicates == 2
     system.stop(BRIDGE_PATH)
-    system.spawn(bridge, path=BRIDGE_PATH)  # recovers staging and release from its journal (or snapshot)
+    system.system_actor_of(bridge, path=BRIDGE_PATH)  # recovers staging and release from its journal (or snapshot)
     system.tell(BRIDGE_PATH, Release("spec", "run1", [[0, "run1/9"]], probe.path))
     # A repeat: answered with the original's counts (attempt 7's two rows), nothing delivered again.
     assert probe.receive(10) == FeedReleased("spec", "run1", 2)

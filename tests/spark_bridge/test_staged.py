@@ -100,7 +100,7 @@ def restart(system: actors.System, cls: type[SparkBridge] = SparkBridge, **kwarg
 def restart_at(system: actors.System, path: str, cls: type[SparkBridge] = SparkBridge, **kwargs: object) -> None:
     """Stop the bridge at `path` and spawn `cls` there again with `kwargs` (it recovers)."""
     system.stop(path)
-    system.spawn(cls, path=path, kwargs=kwargs)
+    system.system_actor_of(cls, path=path, kwargs=kwargs)
 
 
 def staged_system(base: str, make_system, tmp_path) -> tuple[actors.System, actors.Probe, str]:
@@ -195,7 +195,7 @@ def test_the_idle_clock_restarts_at_recovery_so_a_restart_never_discards_earlier
 
 def test_a_snapshot_taken_after_a_discard_restores_it_and_released_runs_stay_repeats(bridged):
     system, probe, url = bridged
-    system.spawn(SnapshotEveryBatch, path=BRIDGE_PATH)  # (default TTL: a day)
+    system.system_actor_of(SnapshotEveryBatch, path=BRIDGE_PATH)  # (default TTL: a day)
     stage(system, probe, "f", "runOld/1", 0, 0, [7], 0)
     stage(system, probe, "f", "runNew/1", 0, 0, [9], 1)
     system.tell(BRIDGE_PATH, Release("f", "runNew", [[0, "runNew/1"]], probe.path))
@@ -370,7 +370,7 @@ def test_the_bridge_prunes_its_journal_after_snapshots_keeping_what_staged_and_w
     # or waiting for fan-out, read back from the journal after a restart. A batch staged while many runs come and
     # go is written again (BatchRestaged), so the pruning goes past it. Every row applies once.
     system, probe, url = bridged
-    system.spawn(PruningBridge, path=BRIDGE_PATH)
+    system.system_actor_of(PruningBridge, path=BRIDGE_PATH)
     fed = [0, 0]  # runs fed into a0 and a1 (each 3 deposits: 1 + 2 + 3)
 
     def feed_runs(first: int, last: int) -> None:
@@ -434,7 +434,7 @@ def test_a_run_staged_before_anything_else_is_written_again_and_the_journal_prun
     # A dead driver's run staged first holds back every later event (the floor is 0): it is written again all the
     # same, the journal is pruned past it, and it is still staged (and releasable) after a restart.
     system, probe, url = bridged
-    system.spawn(PruningBridge, path=BRIDGE_PATH)
+    system.system_actor_of(PruningBridge, path=BRIDGE_PATH)
     stage(system, probe, "dead", "runD/1", 0, 0, [7], 0, account="a9")
     stage(system, probe, "dead", "runD/1", 0, 1, [8], 1, account="a9")
     first = bridge_events(url)[0].sequence_nr
@@ -469,7 +469,7 @@ def test_a_bridge_whose_journal_refuses_deletes_keeps_every_event_and_delivers_e
     # DeleteMessagesFailure: pruning gives up until the next snapshot, deletes nothing, and the bridge goes on;
     # a restart recovers from the newest snapshot and the events after it, all still there.
     system, probe, url = bridged
-    system.spawn(DeleteFailingBridge, path=BRIDGE_PATH)
+    system.system_actor_of(DeleteFailingBridge, path=BRIDGE_PATH)
     for k in range(6):
         stage(system, probe, f"f{k}", f"run{k}/1", 0, 0, [1, 2, 3], 100 * k, account=f"a{k % 2}")
         system.tell(BRIDGE_PATH, Release(f"f{k}", f"run{k}", [[0, f"run{k}/1"]], probe.path))
@@ -514,7 +514,7 @@ def released_one_row_runs(system: actors.System, probe: actors.Probe, feed_id: s
 
 def test_a_pruned_bridge_journal_without_its_snapshots_fails_recovery_naming_what_to_restore(bridged):
     system, probe, url = bridged
-    system.spawn(PruningBridge, path=BRIDGE_PATH)
+    system.system_actor_of(PruningBridge, path=BRIDGE_PATH)
     released_one_row_runs(system, probe, "f", 4)
     stage(system, probe, "g", "runG/1", 0, 0, [1], 50)  # (two snapshots with nothing waiting: the first prunes)
     stage(system, probe, "g", "runG/1", 0, 1, [1], 51)
@@ -523,7 +523,7 @@ def test_a_pruned_bridge_journal_without_its_snapshots_fails_recovery_naming_wha
     system.stop(BRIDGE_PATH)
     with open_snapshot_store(f"{url}/snapshots.db") as store:
         store.delete_matching(PERSISTENCE_ID, SnapshotSelectionCriteria())
-    system.spawn(PruningBridge, path=BRIDGE_PATH)
+    system.system_actor_of(PruningBridge, path=BRIDGE_PATH)
     def refused():
         return [e for e in system.errors().recent if e.path == BRIDGE_PATH and "recovery failed" in e.reason]
     [error] = wait_for(refused)
@@ -538,7 +538,7 @@ def test_a_bridge_whose_snapshots_live_in_memory_keeps_its_durable_journal_whole
     system = make_system("local", journal=f"sqlite:///{tmp_path}/journal.db", snapshot_store="memory://prune-test")
     system.spawn(Account, path="/user/accounts", entities=True)
     probe = system.probe("driver")
-    system.spawn(PruningBridge, path=BRIDGE_PATH)
+    system.system_actor_of(PruningBridge, path=BRIDGE_PATH)
     released_one_row_runs(system, probe, "f", 4)
     for k in range(3):
         stage(system, probe, "g", "runG/1", 0, k, [1], 50 + k)
@@ -556,7 +556,7 @@ def test_a_pruning_bridge_sigkilled_with_rows_waiting_reads_them_back_and_every_
     import signal
 
     system, probe, url = staged_system("multiproc", make_system, tmp_path)
-    system.spawn(PruningBridge, path=BRIDGE_PATH)
+    system.system_actor_of(PruningBridge, path=BRIDGE_PATH)
     for k in range(8):
         stage(system, probe, f"f{k}", f"run{k}/1", 0, 0, [1, 2, 3], 100 * k, account=f"a{k % 2}")
         system.tell(BRIDGE_PATH, Release(f"f{k}", f"run{k}", [[0, f"run{k}/1"]], probe.path))

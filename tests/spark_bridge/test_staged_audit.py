@@ -42,7 +42,7 @@ def test_a_batch_staged_in_the_write_of_a_rejected_one_is_durable_once_accepted(
     store), it rejects the others too. Their marks used to stay: a task's resend was answered "accepted" as
     a duplicate although nothing of its batch was durable, and a bridge restarted before the release lost it."""
     system, probe, _ = bridged
-    system.spawn(LingeringBridge, path=BRIDGE_PATH)
+    system.system_actor_of(LingeringBridge, path=BRIDGE_PATH)
     # (An earlier feed's batch first: written when a journal whose first write was rejected could not recover,
     # see test_a_bridge_whose_first_write_was_rejected_recovers.)
     system.tell(BRIDGE_PATH, ingest("other", "run0/1", 0, [1], 100, probe.path))
@@ -115,7 +115,7 @@ def test_a_batch_with_an_unhashable_key_is_refused_alone_and_later_batches_go_on
     from spark_bridge.messages import BatchRefused
 
     system, probe, _ = bridged
-    system.spawn(SparkBridge, path=BRIDGE_PATH)
+    system.system_actor_of(SparkBridge, path=BRIDGE_PATH)
     attempt = "run1/1" if staged else None
     paths = ["/user/accounts/a0"] * 2
 
@@ -202,7 +202,7 @@ def test_a_bridge_whose_first_write_was_rejected_recovers(bridged, staged):
     cannot store) has a journal starting past 1. With no snapshot yet, recovery took that for a journal pruned
     with its snapshots gone and refused to start, for good: every batch accepted after it was out of reach."""
     system, probe, _ = bridged
-    system.spawn(SparkBridge, path=BRIDGE_PATH)
+    system.system_actor_of(SparkBridge, path=BRIDGE_PATH)
     attempt = "run1/{}" if staged else None
 
     def batch(partition: int, amounts: list[object], first_txid: int) -> IngestBatch:
@@ -233,7 +233,7 @@ def test_a_repeated_release_is_answered_with_the_counts_of_the_original(bridged,
 
     cls = SnapshotEveryBatch if cls == "snapshots" else cls
     system, probe, _ = bridged
-    system.spawn(cls, path=BRIDGE_PATH)
+    system.system_actor_of(cls, path=BRIDGE_PATH)
 
     def keyed(partition: int, attempt: str, keys: list[str], amounts: list[int]) -> None:
         system.tell(BRIDGE_PATH, IngestBatch("f", partition, 0, ["/user/accounts/a0"] * len(keys),

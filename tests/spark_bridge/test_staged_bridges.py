@@ -180,7 +180,7 @@ def test_nothing_is_discarded_while_the_coordinator_does_not_answer(bridged):
     assert [r.run for r in runs(system, nb)] == ["runA"] and counters(system, nb)["staged_expired"] == 0
     assert not [e for e in events(url, nb) if isinstance(e, AttemptsDiscarded)]
 
-    system.spawn(SparkBridge, path=BRIDGE_PATH, kwargs={"staged_ttl": TTL})  # the coordinator is back
+    system.system_actor_of(SparkBridge, path=BRIDGE_PATH, kwargs={"staged_ttl": TTL})  # the coordinator is back
     wait_for(lambda: runs(system, nb) == [], timeout=TTL * 10)
     [discarded] = [e for e in events(url, nb) if isinstance(e, AttemptsDiscarded)]
     assert discarded.run == "runA" and discarded.reason == "operator"  # (the operator's ask, answered at last)
@@ -237,7 +237,7 @@ def test_the_abandoned_run_survives_a_restart_of_the_coordinator_from_its_journa
     with open_journal(f"{url}/journal.db") as j:
         j.delete_messages_to(PERSISTENCE_ID, taken.metadata.sequence_nr)
         assert not [e for e in j.events_by_persistence_id(PERSISTENCE_ID) if isinstance(e.event, RunAbandoned)]
-    system.spawn(SnapshotEveryBatch, path=BRIDGE_PATH, kwargs={"staged_ttl": None})
+    system.system_actor_of(SnapshotEveryBatch, path=BRIDGE_PATH, kwargs={"staged_ttl": None})
     refused()
     assert [r.run for r in runs(system, BRIDGE_PATH)] == ["runX"]
 
