@@ -7,7 +7,9 @@
         system.tell("/user/accounts/42", Deposit(10))
 """
 
-from . import netsec, thespian_fixes  # thespian_fixes refuses any Thespian but the pinned one
+# cli_interrupt first: importing it makes a Ctrl-C while the `reprise` command imports the rest exit quietly.
+# thespian_fixes refuses any Thespian but the pinned one.
+from . import cli_interrupt, netsec, thespian_fixes  # noqa: F401
 from .actor import Actor
 from .auth import AuthenticationFailed, MissingSecret, SecretUnavailable
 from .context import ActorContext

@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 from journal.urls import redact_url
 
 from .cli_error import PROG, CliError
+from .cli_interrupt import release
 from .journal_commands import (
     JOURNAL_ENV,
     cmd_journal_help,
@@ -82,6 +83,7 @@ port_number = _whole_number(1, 65535, "a port number from 1 to 65535")  # (0, wh
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `reprise` command line; returns the exit code (argparse exits 2 itself on bad usage)."""
+    release()  # Ctrl-C raises KeyboardInterrupt again: the commands below handle it
     parser = build_parser()
     args = parser.parse_args(argv)
     verbose = getattr(args, "verbose", False)

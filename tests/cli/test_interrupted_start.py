@@ -104,3 +104,47 @@ def test_reprise_up_terminated_while_it_starts_the_system_stops_what_had_started
     assert "running;" not in out, "the signal came after the start: nothing tested"
     assert left == [], f"`reprise up` {signal.Signals(signum).name}ed while starting left {left} running"
     assert proc.returncode == 128 + signum and "while starting: stopped what had started" in err, (out, err)
+
+
+REPRISE = os.path.join(os.path.dirname(sys.executable), "reprise")
+# C extensions the `reprise` script maps while it imports actors.cli, in this order, all after actors/__init__
+# installed its Ctrl-C guard (actors/cli_interrupt.py), then one (`_sqlite3`) that only `up` itself loads.
+IMPORT_MARKERS = ["_socket.", "_cmsgpack.", "_pickle.", "_ssl.", "_queue.", "_sqlite3."]
+
+
+def _mapped(pid: int, marker: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return marker in f.read()
+    except OSError:  # (it ended)
+        return True
+
+
+@pytest.mark.parametrize("marker", IMPORT_MARKERS)
+def test_ctrl_c_while_reprise_up_imports_exits_130_with_one_line_and_no_traceback(tmp_path, marker) -> None:
+    # A Ctrl-C in the first ~0.4 s of `reprise up` (the console script importing actors.cli, before main()
+    # runs) printed a Python traceback through importlib and exited with SIGINT's status.
+    topology = tmp_path / "topo.toml"
+    topology.write_text('[system]\njournal = "sqlite://j.db"\n\n[[actor]]\npath = "/user/echo"\n'
+                        'class = "tests.actors.sample:Echo"\n')
+    tag = f"{SESSION_TOKEN}-import-interrupted-{next(_n)}-"
+    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=ROOT)
+    proc = subprocess.Popen([REPRISE, "up", str(topology), "--tag", tag], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_default_sigint)
+    try:
+        wait_for(lambda: _mapped(proc.pid, marker), 60, interval=0.001)  # (the import has got that far)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        left = tagged_pids(tag)
+        kill_tagged(tag)
+    assert "running;" not in out, "the interrupt came after the start: nothing tested"
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    if marker != "_sqlite3.":  # (before main(): nothing started; `up` itself exits 130 quietly)
+        assert err == "reprise: interrupted while starting; nothing was started\n", err
+    assert left == [], f"an interrupted `reprise up` left {left} running"
