@@ -53,7 +53,7 @@ from spark_bridge.bridge import (
     start_bridges,
 )
 from spark_bridge.destination import FeedReceiver, FeedTable, ack
-from spark_bridge.feed import FeedError, FeedResult, feed, feed_stream, last_write_result
+from spark_bridge.feed import FeedError, FeedResult, FeedSystemDown, feed, feed_stream, last_write_result
 from spark_bridge.messages import FeedProgress, GetFeedProgress, Row, StagedRun
 from spark_bridge.progress import ProgressBar
 from spark_bridge.session import SessionError, cluster_session, local_session
@@ -70,6 +70,6 @@ def register(spark: Any) -> None:
 
 
 # The user API only: the other messages of spark_bridge.messages are the bridge's own protocol and events.
-__all__ = ["BRIDGES_PATH", "BRIDGE_PATH", "FeedError", "FeedProgress", "FeedReceiver", "FeedResult", "FeedTable", "GetFeedProgress", "ProgressBar", "Row",
+__all__ = ["BRIDGES_PATH", "BRIDGE_PATH", "FeedError", "FeedProgress", "FeedSystemDown", "FeedReceiver", "FeedResult", "FeedTable", "GetFeedProgress", "ProgressBar", "Row",
            "STAGED_TTL", "SessionError", "StagedRun", "SparkBridge", "ack", "cluster_session", "feed", "feed_stream", "last_write_result", "local_session",
            "bridge_path", "discard_staged", "register", "staged_runs", "start_bridge", "start_bridges"]

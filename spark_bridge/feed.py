@@ -115,6 +115,10 @@ class FeedError(RepriseError, RuntimeError):
     """A feed could not start, or a partition could not be confirmed in time."""
 
 
+class FeedSystemDown(FeedError, actors.SystemNotRunning):
+    """The feed's actor system went down while it ran: what became of its rows, and the rerun that is safe."""
+
+
 @dataclass(frozen=True)
 class PathTemplate:
     """A destination path with {column} placeholders, e.g. "/user/accounts/{account}"."""
@@ -937,14 +941,38 @@ def feed(df: DataFrame, system: object, to: str | Callable[[Row], str] = "destin
                                                          _RESULT_SCHEMA).collect()]
             else:
                 parts = df.rdd.mapPartitions(lambda it: stage_rows(plan, it)).collect()
-        except BaseException:
+        except BaseException as exc:
             discard_run(plan, feed_id)
+            _raise_if_gone(plan, feed_id, exc, released=False)
             raise
-        return commit_run(plan, feed_id, parts, started)
+        try:
+            return commit_run(plan, feed_id, parts, started)
+        except Exception as exc:
+            _raise_if_gone(plan, feed_id, exc, released=True)
+            raise
     finally:
         if poller is not None:
             poller.stop(sum(p[2] for p in parts))
             poller.system.close()  # type: ignore[attr-defined]
+
+
+def _raise_if_gone(plan: _Plan, feed_id: str, exc: BaseException, released: bool) -> None:
+    """FeedSystemDown when the actor system went down while the feed ran: its tasks (or its commit) met
+    MessageNotSent or SystemNotRunning inside Spark's own exception, which named neither the cause nor the fix."""
+    if not isinstance(exc, Exception) or isinstance(exc, FeedError):
+        return  # (a Ctrl-C, or a FeedError that says what happened itself)
+    try:
+        actors.connect(plan.port, host=plan.host).close()
+    except actors.SystemNotRunning:
+        pass
+    else:
+        return  # (the system is there: the failure was something else)
+    where = "releasing its rows" if released else "staging its rows"
+    what = ("some of its partitions may have been released (a restarted system delivers them from its journal)"
+            if released else "none of its rows were released, so none were delivered by this run")
+    raise FeedSystemDown(f"feed {feed_id!r}: the actor system on {plan.host}:{plan.port} went down while the feed was "
+                    f"{where}; {what}. Start the system again (on the same journal) and run the feed again with "
+                    f"feed_id={feed_id!r}: what a feed id released is never delivered twice") from None
 
 
 def make_plan(host: str, port: int, feed_id: str, to: str | PathTemplate | Callable[[Row], str],

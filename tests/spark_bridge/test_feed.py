@@ -13,7 +13,7 @@ import pytest
 
 import actors
 from journal import SnapshotSelectionCriteria, open_journal, open_snapshot_store
-from spark_bridge import FeedError, FeedResult, feed, feed_stream
+from spark_bridge import FeedError, FeedResult, FeedSystemDown, feed, feed_stream
 from spark_bridge.bridge import BRIDGE_PATH, PERSISTENCE_ID
 from spark_bridge.messages import BatchStored
 from tests.spark_bridge.sample import (
@@ -287,6 +287,85 @@ def test_two_runs_of_a_keyed_feed_at_once_deliver_each_key_once(spark, make_brid
     assert sum(r.duplicates_skipped for r in results) == 3_000, results
     got = balances(system, expected)
     assert (sums(got), sum(b.applied for b in got.values())) == (expected, 3_000)
+    df.unpersist()
+
+
+@pytest.mark.timeout(300)
+def test_a_feed_whose_system_goes_down_fails_saying_so_and_its_rerun_loses_and_repeats_nothing(spark, make_bridged):
+    # The feed failed with Spark's PythonException around the tasks' MessageNotSent ("was not sent
+    # (-SENDSTS_DEADTARGET)") or, on a task's retry, SystemNotRunning: neither said that the system had gone
+    # down, what became of the rows, or what to do.
+    system = make_bridged(account=DurableAccount)
+    acknowledged = deposits(spark, 2_000, accounts=100).cache()
+    assert feed(acknowledged, system=system.admin_port, feed_id="acknowledged", progress=False).rows == 2_000
+    cut = spark.range(0, 300_000, numPartitions=2).selectExpr(
+        "concat('/user/accounts/a', cast(id % 100 as string)) as destination", "cast(id % 7 + 1 as long) as amount",
+        "id + 1000000 as txid").cache()
+    expected = expected_sums(acknowledged.select("destination", "amount").union(cut.select("destination", "amount")))
+    outcome: list[BaseException | FeedResult] = []
+
+    def run() -> None:
+        try:
+            outcome.append(feed(cut, system=system.admin_port, feed_id="cut", batch_size=500, progress=False))
+        except BaseException as exc:  # (checked below)
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    # Mid-feed: the bridge has taken in some of its rows (beyond the first feed's).
+    wait_for(lambda: system.status().hosts[BRIDGE_PATH].counters.get("feed_rows", 0) >= 12_000 or outcome, 120)
+    assert not outcome, f"the feed ended before the system went down: {outcome}"
+    system.shutdown()
+    thread.join(120)
+    assert outcome and isinstance(outcome[0], FeedSystemDown), outcome
+    assert isinstance(outcome[0], FeedError) and isinstance(outcome[0], actors.SystemNotRunning)
+    message = str(outcome[0])
+    assert f"feed 'cut': the actor system on 127.0.0.1:{system.admin_port} went down while the feed was" in message
+    assert "Start the system again" in message and "feed_id='cut'" in message, message
+    assert "MessageNotSent" not in message and "Traceback" not in message, message
+
+    again = make_bridged(account=DurableAccount)  # the same journal: every acknowledged row is in it
+    result = feed(cut, system=again.admin_port, feed_id="cut", batch_size=5_000, progress=False)
+    assert (result.rows, result.duplicates_skipped) == (300_000, 0)
+    got = settled(again, expected, timeout=120)
+    assert sums(got) == expected and sum(b.applied for b in got.values()) == 302_000  # none lost, none twice
+    acknowledged.unpersist()
+    cut.unpersist()
+
+
+@pytest.mark.timeout(300)
+def test_a_feed_whose_system_goes_down_after_its_release_says_so_and_its_rerun_delivers_nothing_twice(
+        spark, make_bridged):
+    # Down while the commit waited for the destinations (ack="processed"): the rows were released, and the
+    # restarted system delivers them from its journal; the rerun the error asks for skips them all.
+    system = make_bridged(account=DurableAccount)
+    df = deposits(spark, 60_000, accounts=100).cache()
+    expected = expected_sums(df)
+    outcome: list[BaseException | FeedResult] = []
+
+    def run() -> None:
+        try:
+            outcome.append(feed(df, system=system.admin_port, feed_id="released", ack="processed", batch_size=2_000,
+                                progress=False))
+        except BaseException as exc:  # (checked below)
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    wait_for(lambda: system.status().hosts[BRIDGE_PATH].counters.get("delivered", 0) > 0 or outcome, 120)
+    assert not outcome, f"the feed ended before the system went down: {outcome}"
+    system.shutdown()
+    thread.join(120)
+    assert outcome and isinstance(outcome[0], FeedSystemDown), outcome
+    assert isinstance(outcome[0], FeedError) and isinstance(outcome[0], actors.SystemNotRunning)
+    message = str(outcome[0])
+    assert "went down while the feed was releasing its rows" in message and "feed_id='released'" in message, message
+
+    again = make_bridged(account=DurableAccount)
+    result = feed(df, system=again.admin_port, feed_id="released", ack="processed", progress=False)
+    assert (result.rows, result.duplicates_skipped) == (60_000, 60_000)  # all released before: none again
+    got = settled(again, expected, timeout=120)
+    assert sums(got) == expected and sum(b.applied for b in got.values()) == 60_000
     df.unpersist()
 
 
