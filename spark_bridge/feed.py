@@ -943,12 +943,12 @@ def feed(df: DataFrame, system: object, to: str | Callable[[Row], str] = "destin
                 parts = df.rdd.mapPartitions(lambda it: stage_rows(plan, it)).collect()
         except BaseException as exc:
             discard_run(plan, feed_id)
-            _raise_if_gone(plan, feed_id, exc, released=False)
+            _raise_if_gone(plan, feed_id, exc, released=False, micro_batch=_micro_batch)
             raise
         try:
             return commit_run(plan, feed_id, parts, started)
         except Exception as exc:
-            _raise_if_gone(plan, feed_id, exc, released=True)
+            _raise_if_gone(plan, feed_id, exc, released=True, micro_batch=_micro_batch)
             raise
     finally:
         if poller is not None:
@@ -956,7 +956,7 @@ def feed(df: DataFrame, system: object, to: str | Callable[[Row], str] = "destin
             poller.system.close()  # type: ignore[attr-defined]
 
 
-def _raise_if_gone(plan: _Plan, feed_id: str, exc: BaseException, released: bool) -> None:
+def _raise_if_gone(plan: _Plan, feed_id: str, exc: BaseException, released: bool, micro_batch: bool) -> None:
     """FeedSystemDown when the actor system went down while the feed ran: its tasks (or its commit) met
     MessageNotSent or SystemNotRunning inside Spark's own exception, which named neither the cause nor the fix."""
     if not isinstance(exc, Exception) or isinstance(exc, FeedError):
@@ -964,15 +964,19 @@ def _raise_if_gone(plan: _Plan, feed_id: str, exc: BaseException, released: bool
     try:
         actors.connect(plan.port, host=plan.host).close()
     except actors.SystemNotRunning:
-        pass
+        pass  # (gone: say so below)
+    except Exception:  # noqa: BLE001 - (a secret or TLS problem: not this; the original error stands)
+        return
     else:
         return  # (the system is there: the failure was something else)
     where = "releasing its rows" if released else "staging its rows"
     what = ("some of its partitions may have been released (a restarted system delivers them from its journal)"
             if released else "none of its rows were released, so none were delivered by this run")
-    raise FeedSystemDown(f"feed {feed_id!r}: the actor system on {plan.host}:{plan.port} went down while the feed was "
-                    f"{where}; {what}. Start the system again (on the same journal) and run the feed again with "
-                    f"feed_id={feed_id!r}: what a feed id released is never delivered twice") from None
+    rerun = ("restart the query from its checkpoint" if micro_batch
+             else f"run the feed again with feed_id={feed_id!r}")
+    raise FeedSystemDown(f"feed {feed_id!r}: the actor system on {plan.host}:{plan.port} went down while the feed "
+                         f"was {where}; {what}. Start the system again (on the same journal) and {rerun}: what a feed "
+                         "id released is never delivered twice") from None
 
 
 def make_plan(host: str, port: int, feed_id: str, to: str | PathTemplate | Callable[[Row], str],
