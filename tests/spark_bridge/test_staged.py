@@ -582,7 +582,7 @@ def test_a_retried_task_s_run_held_back_and_written_again_delivers_each_row_once
     # the batches staged (both attempts: the release picks one), each once, and the release delivers each row of
     # the winning attempt once: the retry and the copies add no sends.
     system, probe, url = bridged
-    system.spawn(PruningBridge, path=BRIDGE_PATH)
+    system.system_actor_of(PruningBridge, path=BRIDGE_PATH)
     for attempt in ("runR/1", "runR/2"):  # the retry stages the same rows again
         stage(system, probe, "retried", attempt, 0, 0, [10, 20], 0, account="a9")
         stage(system, probe, "retried", attempt, 0, 1, [30], 2, account="a9")
