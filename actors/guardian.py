@@ -231,6 +231,8 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             self.outbox.flush()
 
     def _init(self, message: GuardianInit, sender: Address) -> None:
+        # (its sends to healthy processes never queue behind those to hosts that take nothing: fix 11)
+        thespian_fixes.lift_actor_pending_limit(self)
         self.config = dict(message.config)
         self.my_node = str(self.config.get("node") or "leader")
         timeout = self.config.get("node_timeout")

@@ -1107,6 +1107,9 @@ class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
             log.warning("host %s ignored unexpected %r", host.path if host else "?", message)
 
     def _init(self, init: InitHost, sender: Address) -> None:
+        # (its sends to healthy processes never queue behind those to 20 that take nothing, idle clients
+        # among them: fix 11 of actors/thespian_fixes.py)
+        thespian_fixes.lift_actor_pending_limit(self)
         self._guardian = init.guardian
         self._inflight.no_bounce = init.guardian  # (nothing to reroute a batch to the guardian to)
         self._parent_watch = ParentWatch.start(self)

@@ -66,7 +66,13 @@ fast senders), Thespian drains it inside the send, in "tx-only mode". That mode 
    SendTimeout: after 20 of them every later send of that client queued, to healthy actors, to the guardian, and a
    shutdown's SystemShutdown to the admin. A client's transport now hands every transmit over at once
    (`lift_pending_limit`); System._transmit keeps at most one under way per destination, so they are at most as
-   many as the hosts that take nothing.
+   many as the hosts that take nothing. The guardian and every host had the same limit: one SIGSTOPped host (or
+   one busy in a long handler) took a DirectoryUpdate at each publish and a GetHostStats at each status, and
+   after 20 of them (6 `actors.connect`s) the guardian's every send queued behind them: its replies to clients
+   (directory, status, spawn), the batches it relays to healthy hosts; 21 such hosts did it at the first
+   publish. Their transports now hand every transmit over at once too (`lift_actor_pending_limit`, at their
+   first message): Thespian's TCP transport already keeps one transmit per destination on a connection and the
+   others waiting beside it, and Reprise's batches go through actors/inflight.py, one under way per address.
 
 For 1 and 2, the drain is Thespian's own transmit-only steps; when one sees no send complete for 20 ms, a 1 ms
 regular pass follows that accepts connections and reads and acknowledges what arrived. Every message
@@ -187,6 +193,14 @@ def lift_pending_limit(transport: Any) -> None:
     Its owner must bound what is under way itself: System._transmit keeps one transmit per destination.
     """
     transport._canSendNow = _always
+
+
+def lift_actor_pending_limit(actor: Any) -> None:
+    """lift_pending_limit for the transport of the Thespian `actor` (the guardian, a host: fix 11); nothing on
+    the in-process base, which has no transmits under way."""
+    transport = getattr(getattr(actor, "_myRef", None), "transport", None)
+    if transport is not None and hasattr(transport, "_canSendNow"):
+        lift_pending_limit(transport)
 
 
 def _always() -> bool:

@@ -13,6 +13,7 @@ import actors
 from actors.system import tagged_pids
 from tests.actors.sample import Echo, Ping, Pong
 from tests.actors.shutdown_audit_actors import Slow
+from tests.waiting import dead_letters_reach
 
 
 @pytest.mark.timeout(120)
@@ -96,17 +97,18 @@ def test_sends_timed_out_to_a_stopped_host_hold_neither_the_client_s_other_sends
 
 
 @pytest.mark.timeout(240)
-def test_sends_timed_out_to_more_stopped_hosts_than_thespian_has_transmits_under_way_hold_nothing(make_system, caplog):
+def test_more_stopped_hosts_than_thespian_has_transmits_under_way_hold_neither_the_client_the_guardian_nor_a_host(
+        make_system, caplog):
     # One transmit under way per host that takes nothing: 21 such hosts are more than Thespian's 20 a process, after
-    # which every other send of the client queued behind them (see above), unless the client's transport has no
-    # such limit.
+    # which every other send of that process queued behind them. The client's (a tell to each) did unless its
+    # transport has no such limit; the guardian's did at its first publish (a DirectoryUpdate to each: its replies
+    # to clients queued, a directory fetch or a status timed out); a host's did after a batch to each (its reply
+    # to the client queued: the ask timed out).
     system = make_system("multiproc")
     stuck = [f"/user/s{n}" for n in range(21)]
     for path in stuck:
         system.spawn(Echo, path)
     system.spawn(Echo, "/user/echo")
-    # (this client's reply route registered now: registering it makes the guardian publish its directory to every
-    # host, and the guardian's own sends queue behind 20 to hosts that take nothing, as this client's did)
     assert system.ask("/user/echo", Ping(0), timeout=10) == Pong(0, "/user/echo")
     hosts = system.status().hosts
     pids = [hosts[path].pid for path in stuck]
@@ -117,9 +119,44 @@ def test_sends_timed_out_to_more_stopped_hosts_than_thespian_has_transmits_under
             with pytest.raises(actors.SendTimeout, match=f"to {path} "):
                 system.tell_many([(path, "m")], limit=0.2)
         _calls_go_on(system)
+        started = time.monotonic()
+        system._publish_directory(1, timeout=10)  # (a route of this client registered and dropped: 2 publishes)
+        assert len(system.status(timeout=10).hosts) == 22
+        system.tell_many([("/user/echo", ("fwd", path, "from echo")) for path in stuck])
+        assert system.ask("/user/echo", Ping(3), timeout=10) == Pong(3, "/user/echo")
+        assert time.monotonic() - started < 10.0  # (the status waits 2 s for the hosts that do not answer)
     finally:
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
+    # Nothing was lost meanwhile: each stopped host has the client's tell and echo's.
+    assert system.ask("/user/s20", "count", timeout=10) == 3
+    _clean_shutdown(system, caplog)
+
+
+@pytest.mark.timeout(180)
+def test_the_guardian_goes_on_answering_after_20_publishes_while_one_host_takes_nothing(make_system, caplog):
+    # The guardian sends each running host a DirectoryUpdate at every publish (a client's reply route registered or
+    # dropped, a spawn, a stop) and a GetHostStats at every status: a host stopped (or busy in one long handler)
+    # took none of them, and after 20 every send of the guardian queued behind them, for every process: after 6
+    # actors.connect()s (a status and 2 publishes each) it answered no request of any client until that host
+    # took them or Thespian's transmits timed out (5 minutes).
+    system = make_system("multiproc")
+    system.spawn(Echo, "/user/stuck")
+    system.spawn(Echo, "/user/echo")
+    assert system.ask("/user/echo", Ping(0), timeout=10) == Pong(0, "/user/echo")
+    pid = system.status().hosts["/user/stuck"].pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        system._publish_directory(12, timeout=10)  # 24 publishes
+        assert time.monotonic() - started < 10.0
+        _calls_go_on(system)
+        assert system.status(timeout=10).hosts["/user/echo"].state == "running"
+        system.tell("/user/nobody", Ping(4))  # (through the guardian: a dead letter)
+        dead_letters_reach(system, 1)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert system.ask("/user/stuck", Ping(5), timeout=10) == Pong(5, "/user/stuck")
     _clean_shutdown(system, caplog)
 
 
