@@ -64,8 +64,11 @@ class SendTimeout(RepriseError, TimeoutError):
     """The message's host did not take it in time.
 
     `may_be_delivered` False: it was not sent (it waited behind an earlier message to the same host, still not
-    acknowledged, and was withdrawn): retrying is safe. True: it was handed to the host's connection and never
-    acknowledged; it stays there and may still be delivered (retrying may deliver it twice).
+    acknowledged, or its connection did not complete or took only part of it; it was withdrawn): retrying is safe.
+    True: it was written whole to the host's connection and never acknowledged; it stays there and may still be
+    delivered (retrying may deliver it twice). If that host's process is then found gone, the message is rerouted
+    through the guardian (held for the host's next process), as a tell that finds it gone is; if the transport
+    gives it up (no acknowledgement within Thespian's transmit period), the client logs a warning naming it.
     """
 
     def __init__(self, text: str, may_be_delivered: bool = True) -> None:

@@ -390,6 +390,10 @@ def _told(entries: list[Entry]) -> str:
     return f"{len(entries)} messages to {shown}"
 
 
+def _ignore(entry: Entry, why: str) -> None:
+    """An on_bad that drops the entry (only its target is wanted)."""
+
+
 def _text(value: object) -> str | None:
     """`value` if it is a str (a config entry read back), else None."""
     return value if isinstance(value, str) else None
@@ -946,6 +950,9 @@ class System:
         # Address key -> the transmit of a send this client gave up on (SendTimeout) that its host has not
         # acknowledged yet, or of the send under way: the next send to that address waits for it (see _transmit).
         self._unacked: dict[str, Any] = {}
+        # Sends whose call returned before they ended (SendTimeout) and that failed since: (address, message, what,
+        # Thespian's status), handled by _settle_late at this client's next send or wait.
+        self._late: deque[tuple[Address, object, Described, Any]] = deque()
         if base == "multiproc":
             # Its transmits are never queued behind others (to a host that takes nothing): _transmit keeps one under
             # way per destination instead.
@@ -1088,9 +1095,9 @@ class System:
                 # the send alone would wait SEND_LIMIT for it.
                 self.tell_many([(path, message)], reply_to, limit=timeout)
             except SendTimeout as exc:
-                fate = ("the message was handed to its connection and may still be delivered" if exc.may_be_delivered
-                        else "the message was not sent (an earlier one to that host is still not acknowledged): "
-                        "asking again is safe")
+                fate = ("the message was written to its connection and may still be delivered" if exc.may_be_delivered
+                        else "the message was not sent (it waited behind an earlier one to that host, still not "
+                        "acknowledged, or its connection took none or only part of it): asking again is safe")
                 raise AskTimeout(f"no reply from {path} within {timeout} s: its host did not even take the message "
                                  f"in that time (busy in a long message, or stalled: see `reprise status`); "
                                  f"{fate}") from None
@@ -1358,6 +1365,8 @@ class System:
                 except ActorSystemException as exc:
                     raise MessageNotSent(f"{_describe(what, message, address)} was not sent: {exc}") from None
                 return False
+            if self._late:  # (before this one: they were sent before it)
+                self._settle_late()
             failure = self._transmit(address, message, limit, what)
             if failure is None:
                 return False
@@ -1379,7 +1388,9 @@ class System:
         One transmit per destination at a time: a send waits until the host has acknowledged this client's last
         message to it, even one whose tell raised SendTimeout. A host that takes nothing (busy in a long handler,
         SIGSTOPped) so holds one transmit of this client, never a queue of them: each later send to it ends in a
-        SendTimeout that says it was not sent (retrying is safe), and the client's sends to other destinations,
+        SendTimeout that says it was not sent (retrying is safe), as does one whose connection never completed or
+        took only part of it (withdrawn: thespian_fixes.withdraw_unsent); one written whole stays under way (see
+        _settle_late for its end), and the client's sends to other destinations,
         not limited in number (thespian_fixes.lift_pending_limit), never wait behind them. Per-sender FIFO holds:
         nothing overtakes a message still under way."""
         from thespian.system.transport import TransmitIntent
@@ -1404,6 +1415,8 @@ class System:
             settled(intent)
             if waiting[0]:  # (a send given up on, failing later, must not end another call's run: a shutdown's)
                 base.transport.abort_run()
+            elif not self._closed:  # (closing fails every transmit: one written whole may still be read)
+                self._late.append((address, message, what, result))
 
         deadline = time.monotonic() + limit
         try:
@@ -1422,6 +1435,8 @@ class System:
                     if not thespian_fixes.under_way(base.transport, earlier):
                         settled(earlier)  # (Thespian dropped it without a word)
                     self._check_not_closed_by_another_thread(what, message, address)
+                if self._late:  # (the earlier one failed: rerouted before this one goes, as it was sent before)
+                    self._settle_late()
                 intent = TransmitIntent(address, message, onSuccess=on_success, onError=on_error,
                                         retryPeriod=SEND_RETRY)
                 unacked[key] = intent  # (before it is handed over: a transmit may end within scheduleTransmit)
@@ -1443,6 +1458,13 @@ class System:
                         settled(intent)
                         return None
                     self._check_not_closed_by_another_thread(what, message, address)
+                if thespian_fixes.withdraw_unsent(base.transport, intent):
+                    failed.clear()  # (its own withdrawal)
+                    raise SendTimeout(
+                        f"{_describe(what, message, address)} (host at {address}) was not sent within {limit:g} s: its "
+                        "connection to that host did not complete, or took only part of it (the host takes nothing: "
+                        "busy in a long handler, or stopped), and it was withdrawn; retrying is safe",
+                        may_be_delivered=False)
         except RepriseError:  # (SystemNotRunning is a ConnectionError: not a failure status to return)
             raise
         except ActorSystemException as exc:
@@ -1455,6 +1477,35 @@ class System:
         raise SendTimeout(f"{_describe(what, message, address)} (host at {address}) was handed over but not acknowledged within {limit:g} s (its "
                           "host takes nothing: busy in a long handler, or stopped); it stays on that connection and may "
                           "still be delivered")
+
+    def _settle_late(self) -> None:
+        """Deal with sends given up on (their tell raised SendTimeout, may_be_delivered=True) that failed since.
+
+        One whose host's process is gone is rerouted through the guardian, as a send that finds it gone is (the
+        guardian holds it for the host's next process, or records a dead letter); another (Thespian gave it up:
+        no acknowledgement within its transmit period) is logged: its host has it only if it reads it later."""
+        while self._late:
+            address, message, what, result = self._late.popleft()
+            described = f"{_describe(what, message, address)} (host at {address})"
+            if process_gone(result) and address_key(address) != address_key(self._guardian):
+                self._fetched = float("-inf")  # that route is stale
+                try:
+                    failure = self._transmit(self._guardian, DeadEnvelope(address, message), what=(
+                        f"{described}, rerouted through the guardian after its SendTimeout"))
+                except RepriseError as exc:
+                    failure = exc
+                if failure is None:
+                    log.info("%s, whose tell raised SendTimeout, was not delivered there: its host's process is gone; "
+                             "rerouted through the guardian", described)
+                    if isinstance(message, Batch):
+                        self._detoured([entry[1] for entry in unpack(message, _ignore, expand=False)])
+                    continue
+                log.warning("%s, whose tell raised SendTimeout (may_be_delivered=True), was not delivered: its host's "
+                            "process is gone, and rerouting it through the guardian failed too (%s)", described, failure)
+                continue
+            log.warning("%s, whose tell raised SendTimeout (may_be_delivered=True), was given up by the transport "
+                        "(%s): no acknowledgement came; it was written whole to its host's connection, so that host "
+                        "has it only if it reads it yet", described, result)
 
     def _check_not_closed_by_another_thread(self, what: Described, message: object, address: Address) -> None:
         """SystemNotRunning once another thread has shut this System down or closed it (not in that thread, whose
@@ -1499,6 +1550,8 @@ class System:
             message = self._listen(min(timeout, REFUSAL_CHECK))
             if message is not None:
                 return message
+            if self._late:  # (a reply may wait for one of them: rerouted now, not at the next send)
+                self._settle_late()
             if netsec.refused_pending():
                 self._recheck_refused(deadline)
             self._check_admin_alive()

@@ -219,6 +219,44 @@ def under_way(transport: Any, intent: Any) -> bool:
             or any(each is intent for each, _ in getattr(transport, "_finished_intents", ())))
 
 
+def withdraw_unsent(transport: Any, intent: Any) -> bool:
+    """Take `intent` back from `transport` (failed, its callbacks run) if no attempt of it has written it whole: True
+    then, and its target can never read it (a frame cut short is dropped unread). False, leaving it be, once it
+    was written whole to a connection: its target may read it, acknowledged or not.
+
+    Not written whole: its connection not yet completed (a target that takes nothing, whose listen queue is full;
+    an unreachable machine), or its frame part written (a big message to a target whose socket buffers are full),
+    or not handed to a connection at all (waiting for its target's, or queued). Only a first attempt: a retry
+    follows an attempt that may have been written whole.
+    """
+    from thespian.system.transport import SendStatus
+    from thespian.system.transport import TCPTransport as tcp
+
+    if getattr(intent, "_attempts", 0) or getattr(intent, "result", None) is not None:
+        return False  # (retried, or ended already)
+    stage = getattr(intent, "stage", None)
+    if stage not in (None, tcp.TCPTransport._XMITStepSendConnect, tcp.TCPTransport._XMITStepSendData):
+        return False
+    if stage == tcp.TCPTransport._XMITStepSendData and getattr(intent, "amtSent", 0) >= len(intent.serMsg):
+        return False
+    if not under_way(transport, intent) or any(each is intent for each, _ in getattr(transport, "_finished_intents", ())):
+        return False  # (gone, or ended with its callback still to run)
+    transmits = getattr(transport, "_transmitIntents", {})
+    for fd, each in list(transmits.items()):
+        if each is intent:
+            del transmits[fd]
+    if hasattr(transport, "_waitingTransmits"):
+        transport._waitingTransmits = [each for each in transport._waitingTransmits if each is not intent]
+    queued = getattr(transport, "_aTB_queuedPendingTransmits", None)
+    if queued is not None and any(each is intent for each in queued):
+        queued.remove(intent)
+    if getattr(intent, "socket", None) is not None:  # (closed: its target drops the part it has unread)
+        tcp._safeSocketShutdown(intent)
+        del intent.socket
+    intent.tx_done(SendStatus.Failed)
+    return True
+
+
 _CLOSE_ROUNDS = 10  # rounds of failing what callbacks scheduled meanwhile (each round fails what the last added)
 
 

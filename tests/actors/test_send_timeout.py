@@ -5,15 +5,21 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
+import subprocess
+import sys
 import time
 
 import pytest
+from thespian.system.transport.TCPTransport import LISTEN_DEPTH
 
 import actors
 from actors.system import tagged_pids
 from tests.actors.sample import Echo, Ping, Pong
 from tests.actors.shutdown_audit_actors import Slow
 from tests.waiting import dead_letters_reach
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.mark.timeout(120)
@@ -188,3 +194,105 @@ def test_a_shutdown_while_a_host_still_takes_nothing_raises_nothing_and_stops_th
     # The admin had the SystemShutdown: the other host stopped by itself; only what waits for the stopped one is left.
     killed = [pid for r in caplog.records if "left processes" in r.getMessage() for pid in r.args[1]]
     assert stuck in killed and echo not in killed, caplog.text
+
+
+def _stop(system, path: str) -> int:
+    """SIGSTOP the process of the host at `path` (the kernel still accepts its connections and data); its pid."""
+    pid = system.status().hosts[path].pid
+    os.kill(pid, signal.SIGSTOP)
+    return pid
+
+
+@pytest.mark.timeout(120)
+def test_a_message_its_stopped_host_took_only_part_of_is_withdrawn_and_said_not_sent(make_system):
+    # SendTimeout said may_be_delivered=True for a message still being written when its limit came (more than the
+    # socket buffers of both ends hold), and left it under way: written whole once the host read again, and
+    # delivered. It is now withdrawn (the host drops the part it has: a frame cut short) and said not sent.
+    system = make_system("multiproc")
+    system.spawn(Echo, "/user/stuck")
+    system.spawn(Echo, "/user/echo")
+    assert system.ask("/user/stuck", Ping(0), timeout=10) == Pong(0, "/user/stuck")  # (a connection to it open)
+    pid = _stop(system, "/user/stuck")
+    try:
+        with pytest.raises(actors.SendTimeout) as info:
+            system.tell_many([("/user/stuck", b"x" * (64 << 20))], limit=2.0)
+        assert info.value.may_be_delivered is False, info.value
+        assert "retrying is safe" in str(info.value) and "withdrawn" in str(info.value), info.value
+        # Nothing of this client is under way to that host any more: the next message is handed over at once.
+        with pytest.raises(actors.SendTimeout) as info:
+            system.tell_many([("/user/stuck", "small")], limit=0.5)
+        assert info.value.may_be_delivered is True, info.value
+        _calls_go_on(system)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert system.ask("/user/stuck", "count", timeout=10) == 3  # Ping(0), "small" and this one: not the big one
+
+
+@pytest.mark.timeout(120)
+def test_a_message_whose_connection_never_completed_is_withdrawn_and_said_not_sent(make_system):
+    # A stopped host whose listen queue is full: the kernel drops new connections' SYNs, so nothing of the message
+    # was sent when its limit came; SendTimeout said may_be_delivered=True, and left it connecting.
+    system = make_system("multiproc")
+    system.spawn(Echo, "/user/stuck")
+    system.spawn(Echo, "/user/echo")
+    host, port = system.directory().routes["/user/stuck"].addressDetails.connectArgs[0]
+    pid = _stop(system, "/user/stuck")
+    fillers = []
+    try:
+        for _ in range(LISTEN_DEPTH + 20):  # (Thespian's listen depth; the kernel queues one more)
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex((host, port))
+            fillers.append(filler)
+        with pytest.raises(actors.SendTimeout) as info:
+            system.tell_many([("/user/stuck", "never sent")], limit=1.0)
+        assert info.value.may_be_delivered is False, info.value
+        assert "did not complete" in str(info.value), info.value
+        _calls_go_on(system)
+    finally:
+        for filler in fillers:
+            filler.close()
+        os.kill(pid, signal.SIGCONT)
+    assert system.ask("/user/stuck", "count", timeout=10) == 1  # this one alone
+
+
+@pytest.mark.timeout(120)
+def test_a_message_whose_tell_timed_out_reaches_its_host_s_next_process_when_the_stopped_one_is_killed(
+        make_system, caplog):
+    # Its tell raised SendTimeout (may_be_delivered=True); the host was then killed: its transmit failed later, in
+    # another call, and nobody heard of it (the message lost, silently). It is now rerouted through the guardian,
+    # as a tell that finds the host's process gone is: the host's next process has it.
+    caplog.set_level(logging.INFO, logger="reprise.system")
+    system = make_system("multiproc")
+    system.spawn(Echo, "/user/stuck")
+    probe = system.probe()
+    pid = _stop(system, "/user/stuck")
+    with pytest.raises(actors.SendTimeout) as info:
+        system.tell_many([("/user/stuck", Ping(7))], sender=probe.path, limit=0.5)
+    assert info.value.may_be_delivered is True, info.value
+    os.kill(pid, signal.SIGKILL)
+    assert probe.receive(timeout=20) == Pong(7, "/user/stuck")
+    assert system.status().hosts["/user/stuck"].pid != pid
+    assert any("Ping to /user/stuck" in r.getMessage() and "rerouted through the guardian" in r.getMessage()
+               for r in caplog.records), caplog.text
+
+
+@pytest.mark.timeout(120)
+def test_a_message_whose_tell_timed_out_and_that_the_transport_then_gives_up_is_logged_as_a_warning(make_system):
+    # Thespian gives a transmit up when no acknowledgement came within its transmit period (5 minutes; 3 s here): a
+    # message whose tell had raised SendTimeout ended so, and nobody heard of it. The client now logs a warning that
+    # names it, its path and its earlier SendTimeout (its host has it only if it reads it yet: it was written whole).
+    system = make_system("multiproc")
+    system.spawn(Echo, "/user/stuck")
+    system.spawn(Echo, "/user/echo")
+    pid = _stop(system, "/user/stuck")
+    try:
+        done = subprocess.run([sys.executable, "-m", "tests.actors.late_failure_script", str(system.admin_port)],
+                              cwd=ROOT, env={**os.environ, "THESPIAN_TRANSMIT_TIMEOUT_PERIOD": "0:03"},
+                              capture_output=True, text=True, timeout=90)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    lines = done.stdout.splitlines()
+    assert lines[:1] == ["timed out True"], done.stdout + done.stderr
+    assert len(lines) == 2 and lines[1].startswith("warned Ping to /user/stuck"), done.stdout + done.stderr
+    assert "raised SendTimeout" in lines[1] and "given up" in lines[1], lines[1]
