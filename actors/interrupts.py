@@ -12,7 +12,8 @@ at once only where no Thespian state is half-changed: outside Thespian's frames,
 passes of its loop (thespian_fixes.PollPass.select, one loop deep). Anywhere else it is held, and run at the
 next such poll or when the call returns: within one pass of the loop (milliseconds). Outside a client call,
 and in other threads, nothing changes: the handler installed in front of the program's (from the first client
-call until the System closes, and again if the program replaces it) calls the program's at once.
+call until the System closes, and again if the program replaces it) calls the program's at once. Inside `held()`
+(connect making its client endpoint) nothing is a safe point: what was held runs when the outermost call ends.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ pending: list[int] = []
 """Signals held until the next safe point (read by thespian_fixes.PollPass.select on every pass)."""
 _previous: dict[int, Handler] = {}
 _depth = 0  # nesting of guarded() in the main thread
+_holding = 0  # nesting of held() in the main thread: no safe point inside, not even Thespian's polls
 _codes: tuple[Any, Any] | None = None  # (TCPTransport._runWithExpiry, PollPass.select) code objects
 
 
@@ -67,6 +69,26 @@ class guarded:  # noqa: N801 - used as `with interrupts.guarded():`, like a func
             deliver(sys._getframe(1))
 
 
+class held(guarded):  # noqa: N801 - used as `with interrupts.held():`
+    """As guarded, but signals are held until the outermost guarded() ends, through Thespian's polls too: for a call
+    whose result must not be lost (a client endpoint being made, which an exception from inside would leave open,
+    unreachable, taking connections it never reads). Only around calls that end soon by themselves."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        global _holding
+        super().__enter__()
+        if threading.get_ident() == _MAIN:
+            _holding += 1
+
+    def __exit__(self, *exc: object) -> None:
+        global _holding
+        if threading.get_ident() == _MAIN and _holding:
+            _holding -= 1
+        super().__exit__(*exc)
+
+
 def _install() -> None:
     """Put `_handler` in front of each Python-level handler of _SIGNALS (again if the program replaced it)."""
     for signum in _SIGNALS:
@@ -88,7 +110,7 @@ def release() -> None:
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
-    if _depth and not _safe(frame):
+    if _depth and (_holding or not _safe(frame)):
         if signum not in pending:  # (the same signal twice before a safe point is one, as Python's own are)
             pending.append(signum)
         return
@@ -105,7 +127,7 @@ def deliver(frame: FrameType | None) -> None:
 
 def deliver_at_poll(frame: FrameType | None) -> None:
     """PollPass.select, with signals held: run their handlers if this poll is a safe point."""
-    if _safe(frame):
+    if not _holding and _safe(frame):
         deliver(frame)
 
 

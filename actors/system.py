@@ -543,22 +543,47 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
     # advertises there too. An inherited REPRISE_BIND (from a parent that started another system) must
     # not win: replies would be addressed to an interface the admin cannot reach, and the ask would hang.
     _configure_process_env(host, host, None)
+    asys = None
     try:
-        asys = ActorSystem("multiprocTCPBase", {"Admin Port": admin_port}, logDefs=None, transientUnique=True)
+        # A Ctrl-C is held until this endpoint is made (its query to the admin: as soon as the admin answers, which
+        # the probe above saw it do): raised inside, it left the endpoint unreachable, and open.
+        with interrupts.held():
+            asys = ActorSystem("multiprocTCPBase", {"Admin Port": admin_port}, logDefs=None, transientUnique=True)
     except InvalidActorAddress:
         why = tls_module.probe(host, admin_port, _tls)
         if why is not None:
             raise tls_module.TlsError(why) from None
         # An admin drops every frame whose HMAC does not verify, so a wrong secret looks like silence.
         raise _not_our_admin(host, admin_port, source) from None
-    agent = asys.createActor("actors.guardian.NodeAgent", globalName="reprise-node")
-    reply = asys.ask(agent, WhereIsGuardian(), timeout)
+    except BaseException:
+        if asys is not None:  # (a Ctrl-C held until the endpoint was made, raised as the `with` ended)
+            _close_endpoint(asys)
+        raise
+    try:
+        with interrupts.guarded():  # (as every client call into Thespian: a Ctrl-C where the transport can take it)
+            agent = asys.createActor("actors.guardian.NodeAgent", globalName="reprise-node")
+            reply = asys.ask(agent, WhereIsGuardian(), timeout)
+    except BaseException:
+        _close_endpoint(asys)
+        raise
     if not isinstance(reply, GuardianIs) or reply.address is None:
+        _close_endpoint(asys)
         raise SystemNotRunning(f"the admin on {host}:{admin_port} knows no Reprise guardian: it was not started by "
                                "Reprise (start systems with actors.start or `reprise up`), or the processes of its "
                                f"guardian or node agent were killed (`reprise down --port {admin_port}` kills what "
                                "is left)")
     system = System(asys, base="multiproc", guardian=reply.address, owner=_owner, admin_port=admin_port)
+    try:
+        _attach(system, agent, host, admin_port, timeout, metrics_port, metrics_host, _leaderless)
+    except BaseException:  # (a Ctrl-C too: the half-attached handle is nobody's to close)
+        system.close()
+        raise
+    return system
+
+
+def _attach(system: System, agent: Address, host: str, admin_port: int, timeout: float, metrics_port: int | None,
+            metrics_host: str, _leaderless: list[tuple[str, str]] | None) -> None:
+    """The rest of connect(): what `system` learns of the admin and the guardian it attached to."""
     system._agent = agent
     system.admin_host = host
     if is_local_address(host):
@@ -568,8 +593,7 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
     except (AskTimeout, MessageNotSent):
         # A member's guardian is its leader's: a leader that is gone leaves a member whose admin answers.
         gone = system._member_of()
-        if gone is None or _leaderless is None:
-            system.close()
+        if gone is None or _leaderless is None:  # (connect closes the handle)
             if gone is None:
                 raise
             raise LeaderUnreachable(
@@ -579,13 +603,19 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
         _leaderless.append(gone)  # (actors.shutdown: a member can be shut down by itself, through its own admin)
     system.run_dir = _attached_run_dir(system, host)
     if metrics_port is not None:
+        system.metrics = metrics_module.serve(metrics_module.StatusCollector(
+            lambda: system.status(metrics_module.SCRAPE_WAIT), None, True), metrics_port, metrics_host)
+
+
+def _close_endpoint(asys: ActorSystem) -> None:
+    """Close the client endpoint of `asys`, which connect() made and will not return: peers sending to it are
+    refused at once, not left waiting for an acknowledgement that would never come."""
+    transport = getattr(getattr(asys, "_systemBase", None), "transport", None)
+    if transport is not None:
         try:
-            system.metrics = metrics_module.serve(metrics_module.StatusCollector(
-                lambda: system.status(metrics_module.SCRAPE_WAIT), None, True), metrics_port, metrics_host)
-        except BaseException:
-            system.close()
-            raise
-    return system
+            transport.close()
+        except Exception:  # (what is left of it is garbage: nothing to report to the caller, who has its error)
+            log.debug("closing an abandoned client endpoint failed", exc_info=True)
 
 
 def _attached_run_dir(system: System, host: str) -> str | None:
