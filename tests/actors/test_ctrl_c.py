@@ -120,6 +120,11 @@ def _landing(error: BaseException) -> str | None:
     making of a client endpoint (which connect then cannot close: it stays open, unread), or inside Thespian's
     transport elsewhere than the poll between two passes of its loop."""
     frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
+    # The SIGINT handler interrupts runs may be another library's (PySpark's SparkContext installs one): its frames
+    # are above interrupts' own, which say where the signal was taken.
+    if any(frame.f_code.co_filename == interrupts.__file__ for frame in frames):
+        while frames[-1].f_code.co_filename != interrupts.__file__:
+            frames.pop()
     while frames[-1].f_code.co_filename == interrupts.__file__:  # (where a held one was run, at a safe point)
         frames.pop()
     thespian_dir = os.path.dirname(thespian.__file__) + os.sep
