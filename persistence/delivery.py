@@ -131,8 +131,7 @@ class AtLeastOnceDelivery(PersistentActor):
             self._refuse_deliver()
         check_destination(destination)
         if len(self._unconfirmed) >= self.max_unconfirmed_messages:
-            raise MaxUnconfirmedMessagesExceeded(
-                f"Too many unconfirmed messages, maximum allowed is [{self.max_unconfirmed_messages}]")
+            self._too_many_unconfirmed()
         self._delivery_seq += 1
         delivery_id = self._delivery_seq
         message = id_to_message(delivery_id)
@@ -145,6 +144,11 @@ class AtLeastOnceDelivery(PersistentActor):
             d = self._unconfirmed[delivery_id] = _Delivery(destination, message, now, 0)
             self._send(delivery_id, d, now)
         return delivery_id
+
+    def _too_many_unconfirmed(self) -> NoReturn:
+        """Raise Akka's MaxUnconfirmedMessagesExceeded (a deliver over max_unconfirmed_messages)."""
+        raise MaxUnconfirmedMessagesExceeded(
+            f"Too many unconfirmed messages, maximum allowed is [{self.max_unconfirmed_messages}]")
 
     def deliver_many(self, delivery_ids: Sequence[int], destinations: Sequence[str], messages: Sequence[object],
                      send: Callable[[], None] | None = None) -> None:
@@ -164,8 +168,7 @@ class AtLeastOnceDelivery(PersistentActor):
         unconfirmed = self._unconfirmed
         before = len(unconfirmed)
         if before + n > self.max_unconfirmed_messages:
-            raise MaxUnconfirmedMessagesExceeded(
-                f"Too many unconfirmed messages, maximum allowed is [{self.max_unconfirmed_messages}]")
+            self._too_many_unconfirmed()
         if "*" in "".join(destinations):
             raise ValueError(f"Delivering to wildcard actor paths ({[d for d in destinations if '*' in d][0]}) is not "
                              "supported by AtLeastOnceDelivery; introduce a mediator actor that fans out instead")

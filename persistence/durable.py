@@ -22,7 +22,6 @@ from persistence.messages import (
     Confirm,
     ConfirmDeliveries,
     ConfirmUpTo,
-    MaxUnconfirmedMessagesExceeded,
     SnapshotOffer,
 )
 from persistence.persistent_actor import IllegalStateError, _Entry
@@ -106,7 +105,7 @@ class DurableDelivery(AtLeastOnceDelivery):
             self._refuse_deliver_after_write()
         check_destination(destination)
         if len(self._unconfirmed) >= self.max_unconfirmed_messages:
-            return super().deliver(destination, id_to_message)  # raises MaxUnconfirmedMessagesExceeded
+            self._too_many_unconfirmed()
         self._delivery_seq += 1
         self._delivered += 1
         delivery_id = self._delivery_seq
@@ -163,8 +162,7 @@ class DurableDelivery(AtLeastOnceDelivery):
             check_destination(destination)
         n = len(deliveries)
         if len(self._unconfirmed) + n > self.max_unconfirmed_messages:
-            raise MaxUnconfirmedMessagesExceeded(
-                f"Too many unconfirmed messages, maximum allowed is [{self.max_unconfirmed_messages}]")
+            self._too_many_unconfirmed()
         first = self._delivery_seq + 1
         ids = tuple(range(first, first + n))
         messages = tuple([id_to_message(i) for i, (_, id_to_message) in zip(ids, deliveries, strict=True)])
