@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sqlite3
 import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -147,29 +150,41 @@ def test_an_exactly_once_handler_s_raw_transaction_sql_on_postgresql_is_refused_
     # As on SQLite: a raw COMMIT (or ROLLBACK, END, ...) on the PostgreSQL store's connection ended the projection's
     # transaction behind psycopg's back: the handler's writes committed before the offset and stayed when the handler
     # then failed (applied twice after the restart). Refused before it runs; a savepoint's ROLLBACK TO is fine.
+    with _pg_store_with_rows(postgres_url) as store:
+        _refused_before_it_runs(store, lambda conn: (conn if through == "connection" else conn.cursor()).execute(sql))
+        with store.transaction("p", 2, expected=1) as conn:
+            conn.execute("SAVEPOINT s")
+            conn.execute("INSERT INTO rows VALUES (2)")
+            conn.execute("ROLLBACK TO SAVEPOINT s")
+            conn.execute("INSERT INTO rows VALUES (3)")
+        assert store.load("p") == 2
+        with store.transaction("p", 3, expected=2) as conn:
+            assert [r[0] for r in conn.execute("SELECT v FROM rows ORDER BY v")] == [3]
+
+
+@contextlib.contextmanager
+def _pg_store_with_rows(postgres_url: str) -> Iterator[Any]:
+    """A PostgreSQL offset store in a schema of its own (dropped after), offset 1 stored with a table `rows`."""
     from journal.postgres import drop_schema
 
-    url = f"{postgres_url}?schema=proj_raw_{uuid.uuid4().hex[:8]}"
+    url = f"{postgres_url}?schema=proj_tx_{uuid.uuid4().hex[:8]}"
     try:
         with open_offset_store(url) as store:
             with store.transaction("p", 1, expected=0) as conn:
                 conn.execute("CREATE TABLE rows (v integer)")
-            with pytest.raises(OffsetStoreError, match="must not execute"), \
-                    store.transaction("p", 2, expected=1) as conn:
-                conn.execute("INSERT INTO rows VALUES (1)")
-                (conn if through == "connection" else conn.cursor()).execute(sql)
-                raise RuntimeError("the handler fails after it")  # (before: its write stayed)
-            assert store.load("p") == 1
-            with store.transaction("p", 2, expected=1) as conn:
-                conn.execute("SAVEPOINT s")
-                conn.execute("INSERT INTO rows VALUES (2)")
-                conn.execute("ROLLBACK TO SAVEPOINT s")
-                conn.execute("INSERT INTO rows VALUES (3)")
-            assert store.load("p") == 2
-            with store.transaction("p", 3, expected=2) as conn:
-                assert [r[0] for r in conn.execute("SELECT v FROM rows ORDER BY v")] == [3]
+            yield store
     finally:
         drop_schema(url)
+
+
+def _refused_before_it_runs(store: Any, send: Callable[[Any], object]) -> None:
+    """An exactly-once handler that inserts a row, then `send(conn)`s a transaction statement, then fails: the
+    statement is refused, and the row goes with the offset's rollback (before: it committed, and stayed)."""
+    with pytest.raises(OffsetStoreError, match="must not execute"), store.transaction("p", 2, expected=1) as conn:
+        conn.execute("INSERT INTO rows VALUES (1)")
+        send(conn)
+        raise RuntimeError("the handler fails after it")  # (before: its write stayed)
+    assert store.load("p") == 1
 
 
 @pytest.mark.postgres
@@ -223,23 +238,10 @@ def test_every_way_an_exactly_once_handler_can_send_a_commit_to_postgresql_is_re
     # text sent without parameters, and executemany, stream and copy send theirs past execute. Each of these
     # committed the handler's write before the offset (it stayed when the handler then failed: applied twice after
     # the restart). Now each is refused before it runs, and the write rolls back with the offset.
-    from journal.postgres import drop_schema
-
-    url = f"{postgres_url}?schema=proj_ways_{uuid.uuid4().hex[:8]}"
-    try:
-        with open_offset_store(url) as store:
-            with store.transaction("p", 1, expected=0) as conn:
-                conn.execute("CREATE TABLE rows (v integer)")
-            with pytest.raises(OffsetStoreError, match="must not execute"), \
-                    store.transaction("p", 2, expected=1) as conn:
-                conn.execute("INSERT INTO rows VALUES (1)")
-                _PG_WAYS_TO_COMMIT[way](conn)
-                raise RuntimeError("the handler fails after it")  # (before: its write stayed)
-            assert store.load("p") == 1
-            with store.transaction("p", 2, expected=1) as conn:
-                assert [r[0] for r in conn.execute("SELECT v FROM rows")] == []
-    finally:
-        drop_schema(url)
+    with _pg_store_with_rows(postgres_url) as store:
+        _refused_before_it_runs(store, _PG_WAYS_TO_COMMIT[way])
+        with store.transaction("p", 2, expected=1) as conn:
+            assert [r[0] for r in conn.execute("SELECT v FROM rows")] == []
 
 
 @pytest.mark.postgres
