@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
 
@@ -28,6 +29,7 @@ _n = itertools.count(1)
 # A user's script: start a system on SQLite and use it inside a `with` block.
 SCRIPT = """
 import sys
+from collections.abc import Callable
 import actors
 with actors.start("multiproc", journal=sys.argv[1], tag=sys.argv[2]) as system:
     print("READY", flush=True)
@@ -81,6 +83,22 @@ def test_ctrl_c_while_start_boots_a_multiproc_system_leaves_no_process_and_no_ru
     pytest.skip("the system started before every interrupt landed")
 
 
+def _signalled_when(proc: subprocess.Popen[str], tag: str, ready: Callable[[], bool], signal_it: Callable[[], None],
+                    interval: float = 0.02) -> tuple[str, str, list[int]]:
+    """Once `ready()`, `signal_it()`; then the process's stdout, stderr and the tagged processes it left (killed)."""
+    try:
+        wait_for(ready, 60, interval=interval)
+        signal_it()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        left = tagged_pids(tag)
+        kill_tagged(tag)
+    return out, err, left
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_reprise_up_terminated_while_it_starts_the_system_stops_what_had_started(tmp_path, signum) -> None:
     # `up` handled SIGTERM and SIGHUP only once it waited: before, they ended it at once (a supervisor stopping
@@ -91,16 +109,8 @@ def test_reprise_up_terminated_while_it_starts_the_system_stops_what_had_started
     tag = f"{SESSION_TOKEN}-terminated-up-{next(_n)}-"
     proc = subprocess.Popen([sys.executable, "-m", "actors.cli", "up", str(topology), "--tag", tag], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: len(tagged_pids(tag)) >= 3 or proc.poll() is not None, 60)  # (the admin has forked)
-        proc.send_signal(signum)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        left = tagged_pids(tag)
-        kill_tagged(tag)
+    out, err, left = _signalled_when(proc, tag, lambda: len(tagged_pids(tag)) >= 3 or proc.poll() is not None,
+                                     lambda: proc.send_signal(signum))  # (once the admin has forked)
     assert "running;" not in out, "the signal came after the start: nothing tested"
     assert left == [], f"`reprise up` {signal.Signals(signum).name}ed while starting left {left} running"
     assert proc.returncode == 128 + signum and "while starting: stopped what had started" in err, (out, err)
@@ -132,16 +142,8 @@ def test_ctrl_c_while_reprise_up_imports_exits_130_with_one_line_and_no_tracebac
     proc = subprocess.Popen([REPRISE, "up", str(topology), "--tag", tag], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=_default_sigint)
-    try:
-        wait_for(lambda: _mapped(proc.pid, marker), 60, interval=0.001)  # (the import has got that far)
-        os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        left = tagged_pids(tag)
-        kill_tagged(tag)
+    out, err, left = _signalled_when(proc, tag, lambda: _mapped(proc.pid, marker),  # (the import got that far)
+                                     lambda: os.killpg(proc.pid, signal.SIGINT), interval=0.001)
     assert "running;" not in out, "the interrupt came after the start: nothing tested"
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert proc.returncode == 130, (proc.returncode, out, err)

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from actors import ActorFailed, AskTimeout, MessageUndelivered
+from actors import ActorFailed, AskTimeout, MessageUndelivered, System
 from tests.persistence.durable_handler_actors import AsyncSender, DeliverThenReply, NaturalSender, Sender
 from tests.persistence.relay_actors import Sink
 from tests.waiting import wait_for
@@ -75,6 +75,13 @@ def _check_faults_hit(system, fault: str, tmp_path) -> None:
             f"journal.db.killed-fault-{x}-{tmp_path.name}" for x in "ab"], "the sender's host was killed at each"
 
 
+def _spawn_sinks_and(system: System, sender: type) -> None:
+    """The two sinks, and `sender` at SENDER delivering to both."""
+    for sink in SINKS:
+        system.spawn(Sink, sink)
+    system.spawn(sender, SENDER, kwargs={"sinks": SINKS})
+
+
 @pytest.mark.parametrize("cls", [Sender, AsyncSender], ids=["persist", "asynchronous"])
 @pytest.mark.parametrize(("base", "fault"), [("local", "fail"), ("multiproc", "fail"), ("multiproc", "kill")])
 def test_persist_and_deliver_loses_no_delivery_when_its_write_fails_or_kills_the_host(base, fault, cls, make_system,
@@ -85,9 +92,7 @@ def test_persist_and_deliver_loses_no_delivery_when_its_write_fails_or_kills_the
     # every run, the replay restoring the event and no delivery. Here each fault- order's one write fails, or
     # kills the sender's host, and the client orders it again: every acknowledged order reaches both sinks once.
     system = make_system(base, **_fault_urls(fault, tmp_path))
-    for sink in SINKS:
-        system.spawn(Sink, sink)
-    system.spawn(cls, SENDER, kwargs={"sinks": SINKS})
+    _spawn_sinks_and(system, cls)
     payloads = _payloads(tmp_path)
     _order_until_acknowledged(system, payloads)
     assert _lost(system, payloads) == []
@@ -100,9 +105,7 @@ def test_a_deliver_from_a_persist_handler_of_a_durable_delivery_is_refused_namin
     # The window above opens in every run where deliver() is called from a persist handler: refused at once, not
     # only when a crash hits it, naming the safe ways; nothing is delivered or acknowledged by the failed handler.
     system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db", snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
-    for sink in SINKS:
-        system.spawn(Sink, sink)
-    system.spawn(NaturalSender, SENDER, kwargs={"sinks": SINKS})
+    _spawn_sinks_and(system, NaturalSender)
     with pytest.raises(ActorFailed) as refused:
         system.ask(SENDER, ("order", "p1"), timeout=10)
     reason = str(refused.value)
@@ -118,9 +121,7 @@ def test_a_reply_deferred_after_deliver_is_told_once_the_delivery_is_durable(bas
     # told at once acknowledged deliveries a failed write or a SIGKILL then lost (2 of 2 orders x 2 sinks, measured
     # with DeliverThenReplyAtOnce). defer() after deliver() runs behind the delivery's write: no reply when it fails.
     system = make_system(base, **_fault_urls(fault, tmp_path))
-    for sink in SINKS:
-        system.spawn(Sink, sink)
-    system.spawn(DeliverThenReply, SENDER, kwargs={"sinks": SINKS})
+    _spawn_sinks_and(system, DeliverThenReply)
     payloads = _payloads(tmp_path)
     _order_until_acknowledged(system, payloads)
     assert _lost(system, payloads) == []
@@ -133,9 +134,7 @@ def test_persist_and_deliver_whose_event_or_message_the_journal_rejects_stores_n
     # One write: a rejected message beside a stored event would be a delivery lost (the event replayed, no delivery),
     # a rejected event beside stored deliveries a delivery of an order that never happened.
     system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db", snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
-    for sink in SINKS:
-        system.spawn(Sink, sink)
-    system.spawn(Sender, SENDER, kwargs={"sinks": SINKS})
+    _spawn_sinks_and(system, Sender)
     with pytest.raises(ActorFailed, match="rejected"):
         system.ask(SENDER, ("order", payload), timeout=10)
     assert system.ask(SENDER, ("order", "p1"), timeout=10) == ("ok", "p1"), "the sender goes on"
