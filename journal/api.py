@@ -339,6 +339,15 @@ class Journal(ABC):
     def delete_messages_to(self, persistence_id: str, to_sequence_nr: int) -> None:
         """Delete all events with seq nr <= to (2**63 - 1 deletes all) without lowering the highest."""
 
+    def delete_in_steps(self, persistence_id: str, to_sequence_nr: int) -> Iterator[float]:
+        """delete_messages_to in steps, for a caller that must not block meanwhile (an entity host, whose other
+        entities wait while it deletes): this call runs the first step, each `next()` one more, yielding the seconds
+        to pause before the next one. The bound is fixed by this call: events written after it are kept. A failure
+        raises where it happened, the events up to some sequence nr deleted. The whole delete in one step here; a
+        journal whose long deletes take long overrides it."""
+        self.delete_messages_to(persistence_id, to_sequence_nr)
+        return iter(())
+
     @abstractmethod
     def close(self) -> None:
         """Release connections; a closed journal must not be used again."""

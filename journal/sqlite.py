@@ -668,31 +668,41 @@ class SqliteJournal(Journal):
         In ascending order, as transactions of about `_DELETE_SLICE` seconds each: a failure part-way leaves
         the events up to some sequence nr deleted, as a delete to that one would (and raises).
         """
+        for pause in self.delete_in_steps(persistence_id, to_sequence_nr):
+            time.sleep(pause)
+
+    def delete_in_steps(self, persistence_id: str, to_sequence_nr: int) -> Iterator[float]:
+        """delete_messages_to one transaction (slice) per step; the bound is the highest stored now, at most `to`."""
         rows = 64
 
-        def first_slice(conn: sqlite3.Connection) -> tuple[int, int | None] | None:
+        def first_slice(conn: sqlite3.Connection) -> tuple[int, int, int | None] | None:
             highest = conn.execute(_HIGHEST, (persistence_id,)).fetchone()[0]
             if highest:
                 conn.execute("INSERT OR REPLACE INTO highest_sequence_nr VALUES (?, ?)", (persistence_id, highest))
             known = conn.execute(f"SELECT {_PID}", (persistence_id,)).fetchone()
             if known[0] is None:
                 return None
-            return int(known[0]), _delete_slice(conn, known[0], to_sequence_nr, rows)
+            # Events the id's writer stores after this call are above the highest now: later slices keep them.
+            bound = min(to_sequence_nr, int(highest or 0))
+            return int(known[0]), bound, _delete_slice(conn, known[0], bound, rows)
 
         began = time.perf_counter()
         first = self._h.transaction("delete", first_slice)
         if first is None:
-            return
-        pid, upto = first
+            return iter(())
+        return self._later_slices(*first, rows, began)
+
+    def _later_slices(self, pid: int, bound: int, upto: int | None, rows: int, began: float) -> Iterator[float]:
+        """The slices of a delete after its first: each yields the pause before it, then runs it."""
         while upto is not None:
             # The next slice as large as fits in _DELETE_SLICE at this one's pace (a tenth of it at least), after a
             # pause: other processes' writers wait in SQLite's busy handler, which looks for a free lock only now
             # and then (every 100 ms after a while); slices back to back would seldom let them in.
             took = time.perf_counter() - began
             rows = max(16, min(rows * 4, int(rows * _DELETE_SLICE / max(took, _DELETE_SLICE / 10))))
-            time.sleep(min(took, _DELETE_SLICE) / 4)
+            yield min(took, _DELETE_SLICE) / 4
             began = time.perf_counter()
-            upto = self._h.transaction("delete", partial(_delete_slice, pid=pid, to_sequence_nr=to_sequence_nr, rows=rows))
+            upto = self._h.transaction("delete", partial(_delete_slice, pid=pid, to_sequence_nr=bound, rows=rows))
 
     def current_persistence_ids(self) -> Iterator[str]:
         """Every persistence id that has ever been written (sorted)."""

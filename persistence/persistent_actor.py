@@ -27,6 +27,7 @@ from journal import (
 from journal.errors import RepriseError
 from persistence.bytecode import reachable_code
 from persistence.coordinator import WriteResults, coordinator_for
+from persistence.deletes import DELETE_STEP, Deletes
 from persistence.messages import (
     DeleteMessagesFailure,
     DeleteMessagesSuccess,
@@ -304,6 +305,7 @@ class PersistentActor(Actor):
     _stop_called: bool = False  # (stop() was called: read per handler, where the stop_requested property costs 0.1 µs)
     _confirm_follows: tuple[str, int] | None = None  # (origin, delivery id) while the handler of an apply_and_confirm runs:
     # a deliver() there is refused (see IdempotentReceiver.apply_and_confirm)
+    _deletes: Deletes | None = None  # its delete_messages calls not complete yet (made on the first)
     _in_write_handler: bool = False  # a handler of a stored write runs (persist, persist_all, ..., persist_applied): a
     # DurableDelivery refuses deliver() there (see DurableDelivery.persist_and_deliver)
 
@@ -433,6 +435,7 @@ class PersistentActor(Actor):
         # (a command right behind the stop) and must recover these events, or it reuses their sequence numbers
         # (Akka's journal has the old instance's write before the new one's replay).
         self._write_now("stopped")
+        self._finish_deletes(told=False)
         # As in Akka: commands still stashed behind a persist when the actor stops become dead letters.
         stash, self._stash = self._stash, ()
         for message, sender in stash:
@@ -450,6 +453,7 @@ class PersistentActor(Actor):
         # Events persisted before the failure are still written (Akka flushes in the error path); their
         # handlers are not run on this instance: the new one gets them through replay.
         self._write_now("failed")  # before _replaced is set: _take_batch yields nothing for a replaced actor
+        self._finish_deletes(told=True)
         self._replaced = True
         carry, self._stash = list(self._stash), ()
         return carry
@@ -473,7 +477,8 @@ class PersistentActor(Actor):
         self._written_after_stop(results, why)
 
     def keep_alive(self) -> bool:
-        return super().keep_alive() or bool(self._stash) or self._pending > 0 or bool(self._contributors)
+        return super().keep_alive() or bool(self._stash) or self._pending > 0 or bool(self._contributors) \
+            or bool(self._deletes)
 
     # ---- recovery -----------------------------------------------------------------------------
     def _recover(self) -> None:
@@ -631,6 +636,9 @@ class PersistentActor(Actor):
             raise failed
         if type(message) is _RestartAfterRecovery:
             return  # an earlier instance's, or this one's whose failure was raised already
+        if message is DELETE_STEP:  # (its timer: ahead of the stash, which holds commands, not the journal's work)
+            cast(Deletes, self._deletes).step()
+            return
         if self._stashing or self._stash:
             if self._stash_limit is not None and len(self._stash) >= self._stash_limit:
                 self._stash_overflow(message, sender)
@@ -996,17 +1004,51 @@ class PersistentActor(Actor):
             self._tell_failure(DeleteSnapshotsFailure(criteria, exc))
 
     def delete_messages(self, to_sequence_nr: int) -> None:
-        """Delete events up to `to_sequence_nr` (<= last_sequence_nr, or MAX); the reply arrives as a command."""
+        """Delete events up to `to_sequence_nr` (<= last_sequence_nr, or MAX); the reply arrives as a command.
+
+        The delete runs one journal transaction per turn of the host (persistence.deletes), so the host's other
+        entities are served meanwhile; the events this actor persists after the call are never deleted by it."""
         if to_sequence_nr != MAX_SEQUENCE_NR and to_sequence_nr > self.last_sequence_nr:
             self._tell_failure(DeleteMessagesFailure(RuntimeError(
                 f"toSequenceNr [{to_sequence_nr}] must be less than or equal to lastSequenceNr "
                 f"[{self.last_sequence_nr}]"), to_sequence_nr))
             return
-        try:
-            cast(Journal, self._journal).delete_messages_to(self.persistence_id, to_sequence_nr)
-            self._tell_self(DeleteMessagesSuccess(to_sequence_nr))
-        except Exception as exc:
-            self._tell_failure(DeleteMessagesFailure(exc, to_sequence_nr))
+        if self._deletes is None:
+            if self._journal is None:
+                self._tell_failure(DeleteMessagesFailure(IllegalStateError(
+                    f"{type(self).__name__}.delete_messages: the journal is opened by recovery; call it from "
+                    "receive_recover or later"), to_sequence_nr))
+                return
+            self._deletes = Deletes(self._journal, self.persistence_id, self._schedule_delete_step, self._delete_done)
+        self._deletes.add(to_sequence_nr)
+
+    def _schedule_delete_step(self, pause: float) -> None:
+        if not self.context.schedule(pause, None, DELETE_STEP, self).active:
+            # A stopped instance's (delete_messages from post_stop): no turn of its comes, the rest runs now.
+            self._finish_deletes(told=False)
+
+    def _delete_done(self, reply: DeleteMessagesSuccess | DeleteMessagesFailure) -> None:
+        if isinstance(reply, DeleteMessagesFailure):
+            self._tell_failure(reply)
+        else:
+            self._tell_self(reply)
+
+    def _finish_deletes(self, told: bool) -> None:
+        """This instance goes away: run its deletes to their end now (a next instance must not recover events they
+        delete later). Their replies reach the next instance when `told` (a restart: Akka's ActorRef outlives it),
+        else dead letters (it stopped)."""
+        deletes, self._deletes = self._deletes, None
+        if not deletes:
+            return
+        for reply in deletes.finish_now():
+            if told:
+                self._delete_done(reply)
+                continue
+            if isinstance(reply, DeleteMessagesFailure):
+                self.context.report_error(self.path, f"delete_messages({reply.to_sequence_nr}) failed after the actor "
+                                                     f"stopped: {type(reply.cause).__name__}: {reply.cause}")
+            self.context.dead_letter(self.path, self.path, reply, "persistent actor stopped before its "
+                                                                  "delete_messages completed")
 
 
 _PATH_IS_ID = PersistentActor.__dict__["persistence_id"]  # (the default persistence_id property: the path)
