@@ -286,6 +286,28 @@ class EventReader:
         return decode_envelopes(rows)
 
 
+DELETE_SLICE = 0.05
+"""Seconds one transaction of a long delete should take: a day of a Spark bridge's batches (gigabytes, pruned at
+once after a dead driver's run was discarded) in one transaction held the write lock past other processes' busy
+timeout, and their writes failed; run inside a command, it held every other entity of the host as long."""
+
+
+def paced_slices(delete_slice: Callable[[int], bool], rows: int, began: float) -> Iterator[float]:
+    """The slices of a delete after its first (of `rows` events, begun at perf_counter `began`): each yields the
+    pause before it, then runs `delete_slice(rows)`, which deletes the next `rows` events and says whether more are
+    left. Each slice is as large as fits in DELETE_SLICE at the last one's pace (a tenth of it at least)."""
+    more = True
+    while more:
+        # A pause between slices: other processes' writers waiting for the lock get it (SQLite's busy handler looks
+        # for a free lock only now and then, every 100 ms after a while), and a host whose entity deletes reads its
+        # mailbox (a wakeup already due comes before the mailbox on Thespian's TCP base).
+        took = time.perf_counter() - began
+        rows = max(16, min(rows * 4, int(rows * DELETE_SLICE / max(took, DELETE_SLICE / 10))))
+        yield min(took, DELETE_SLICE) / 4
+        began = time.perf_counter()
+        more = delete_slice(rows)
+
+
 class Journal(ABC):
     """An event journal: write AtomicWrites, replay by persistence id, delete, and query by tag."""
 

@@ -51,7 +51,15 @@ import psycopg_pool
 from psycopg import sql
 from psycopg.pq import TransactionStatus
 
-from journal.api import _XID_GRACE, Journal, OrderingBatch, OrderingHorizon, SnapshotStore, TaggedRow
+from journal.api import (
+    _XID_GRACE,
+    Journal,
+    OrderingBatch,
+    OrderingHorizon,
+    SnapshotStore,
+    TaggedRow,
+    paced_slices,
+)
 from journal.errors import InvalidUrl, JournalError
 from journal.model import MAX_SEQUENCE_NR, PersistenceIdSummary, SnapshotMetadata, SnapshotSelectionCriteria
 from journal.records import EncodedBatch, StoredRow
@@ -143,6 +151,9 @@ _QUERIES = {
               "INSERT INTO {s}.highest_sequence_nr SELECT %(p)s, max(sequence_nr) FROM d HAVING count(*) > 0 "
               "ON CONFLICT (persistence_id) DO UPDATE SET sequence_nr = "
               "greatest({s}.highest_sequence_nr.sequence_nr, excluded.sequence_nr)",
+    # The sequence nr up to which the next slice of a long delete goes: its `rows`-th event up to the bound.
+    "delete_upto": "SELECT sequence_nr FROM {s}.journal WHERE persistence_id = %s AND sequence_nr <= %s "
+                   "ORDER BY sequence_nr OFFSET %s LIMIT 1",
     "ids": "SELECT DISTINCT persistence_id FROM {s}.journal UNION "
            "SELECT persistence_id FROM {s}.highest_sequence_nr ORDER BY 1",
     # A live persistence_ids' poll: the ids of a chunk of events after an offset, by the ordering index (the greatest
@@ -540,8 +551,35 @@ class PostgresJournal(Journal):
         """Delete all events with seq nr <= to (2**63 - 1 deletes all) without lowering the highest."""
         # The highest kept is that of the events deleted: the highest ever stored is then still the greatest of
         # the events left and the highest kept.
-        self._db.write("delete", lambda cur: cur.execute(self._q["delete"], {"p": persistence_id, "to": to_sequence_nr}),
-                       landed=_run_again)
+        for pause in self.delete_in_steps(persistence_id, to_sequence_nr):
+            time.sleep(pause)
+
+    def delete_in_steps(self, persistence_id: str, to_sequence_nr: int) -> Iterator[float]:
+        """delete_messages_to one transaction (slice) per step; the bound is the highest stored now, at most `to`.
+
+        Each slice is the one-statement delete up to its last event (one snapshot: see the "delete" statement);
+        a failure part-way leaves the events up to some sequence nr deleted, as a delete to that one would."""
+        # Events the id's writer stores after this call are above the highest now: later slices keep them.
+        bound = min(to_sequence_nr, self._highest(persistence_id))
+
+        def delete_slice(rows: int) -> bool:
+            more = False
+
+            def body(cur: psycopg.Cursor[Any]) -> None:
+                nonlocal more
+                cur.execute(self._q["delete_upto"], (persistence_id, bound, rows - 1))
+                found = cur.fetchone()
+                upto = bound if found is None else min(bound, int(found[0]))
+                more = upto < bound
+                cur.execute(self._q["delete"], {"p": persistence_id, "to": upto})
+
+            self._db.write("delete", body, landed=_run_again)
+            return more
+
+        began = time.perf_counter()
+        if not delete_slice(256):
+            return iter(())
+        return paced_slices(delete_slice, 256, began)
 
     def current_persistence_ids(self) -> Iterator[str]:
         """Every persistence id that has ever been written (sorted)."""

@@ -50,7 +50,7 @@ from itertools import chain
 from typing import TypeVar, cast
 
 from journal import sqlite_schema, sqlite_wal
-from journal.api import Journal, SnapshotStore, TaggedRow
+from journal.api import Journal, SnapshotStore, TaggedRow, paced_slices
 from journal.errors import InvalidUrl, JournalCorruption, JournalError
 from journal.model import PersistenceIdSummary, Problem, SnapshotMetadata, SnapshotSelectionCriteria
 from journal.records import EncodedBatch, StoredRow
@@ -125,10 +125,6 @@ _CHECKPOINT_PAGES = 4000  # WAL pages (16 MiB at 4 KiB) before a commit checkpoi
 _fdatasync = getattr(os, "fdatasync", os.fsync)  # (macOS has no fdatasync)
 _WAL_AHEAD_MIN = 256 * 1024  # bytes: the least a growing WAL is written ahead to
 _WAL_SPARE_FRAMES = 256  # frames written ahead past the checkpoint's size: the commit that reaches it
-_DELETE_SLICE = 0.05
-"""Seconds one transaction of a long delete should take: a day of a Spark bridge's batches (gigabytes, pruned at
-once after a dead driver's run was discarded) in one transaction held the write lock past other processes' busy
-timeout, and their writes failed."""
 _CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 
 
@@ -665,7 +661,7 @@ class SqliteJournal(Journal):
     def delete_messages_to(self, persistence_id: str, to_sequence_nr: int) -> None:
         """Delete all events with seq nr <= to (2**63 - 1 deletes all) without lowering the highest.
 
-        In ascending order, as transactions of about `_DELETE_SLICE` seconds each: a failure part-way leaves
+        In ascending order, as transactions of about `DELETE_SLICE` seconds each: a failure part-way leaves
         the events up to some sequence nr deleted, as a delete to that one would (and raises).
         """
         for pause in self.delete_in_steps(persistence_id, to_sequence_nr):
@@ -690,19 +686,11 @@ class SqliteJournal(Journal):
         first = self._h.transaction("delete", first_slice)
         if first is None:
             return iter(())
-        return self._later_slices(*first, rows, began)
-
-    def _later_slices(self, pid: int, bound: int, upto: int | None, rows: int, began: float) -> Iterator[float]:
-        """The slices of a delete after its first: each yields the pause before it, then runs it."""
-        while upto is not None:
-            # The next slice as large as fits in _DELETE_SLICE at this one's pace (a tenth of it at least), after a
-            # pause: other processes' writers wait in SQLite's busy handler, which looks for a free lock only now
-            # and then (every 100 ms after a while); slices back to back would seldom let them in.
-            took = time.perf_counter() - began
-            rows = max(16, min(rows * 4, int(rows * _DELETE_SLICE / max(took, _DELETE_SLICE / 10))))
-            yield min(took, _DELETE_SLICE) / 4
-            began = time.perf_counter()
-            upto = self._h.transaction("delete", partial(_delete_slice, pid=pid, to_sequence_nr=bound, rows=rows))
+        pid, bound, upto = first
+        if upto is None:
+            return iter(())
+        return paced_slices(lambda n: self._h.transaction("delete", partial(_delete_slice, pid=pid, to_sequence_nr=bound,
+                                                                             rows=n)) is not None, rows, began)
 
     def current_persistence_ids(self) -> Iterator[str]:
         """Every persistence id that has ever been written (sorted)."""

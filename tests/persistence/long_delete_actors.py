@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,7 @@ EVENT_BYTES = 32 * 1024
 
 @dataclass(frozen=True)
 class Fill:
-    """Persist `count` events of EVENT_BYTES each (in persist_all calls of 100), then reply ("filled", count)."""
+    """Persist `count` events of EVENT_BYTES random bytes each (incompressible, as PostgreSQL stores them) (in persist_all calls of 100), then reply ("filled", count)."""
 
     count: int
 
@@ -49,7 +50,7 @@ class Deleter(PersistentActor):
             self._asker = sender
             for start in range(0, message.count, 100):
                 size = min(100, message.count - start)
-                self.persist_all([b"x" * EVENT_BYTES] * size, lambda _: None)
+                self.persist_all([os.urandom(EVENT_BYTES) for _ in range(size)], lambda _: None)
             self.defer(None, lambda _: self.tell(sender, ("filled", self.last_sequence_nr)))
         elif isinstance(message, Delete):
             self._asker = sender

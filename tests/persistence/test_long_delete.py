@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import uuid
 
 import pytest
 
@@ -13,13 +14,32 @@ pytestmark = pytest.mark.timeout(120)
 _ids = itertools.count(1)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def journal_url(request, tmp_path) -> str:
+    """A SQLite file's URL, or a fresh PostgreSQL schema's (dropped after the test's systems stopped: name it before
+    make_system)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/journal.db"
+    from journal.postgres import drop_schema
+
+    url = f"{request.getfixturevalue('postgres_url')}?schema=longdel_{uuid.uuid4().hex[:8]}"
+    request.addfinalizer(lambda: drop_schema(url))
+    return url
+
+
 @pytest.fixture
-def filled(psystem):
+def dsystem(journal_url, base, make_system, tmp_path):
+    """A system on `base` with that journal."""
+    return make_system(base, journal=journal_url, snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+
+
+@pytest.fixture
+def filled(dsystem):
     """(probe, path of A, path of B): entity A of a Deleter host has 1,500 events of 32 KiB, B is its neighbour."""
-    psystem.spawn(Deleter, path="/user/d", entities=True)
+    dsystem.spawn(Deleter, path="/user/d", entities=True)
     n = next(_ids)
     a, b = f"/user/d/a{n}", f"/user/d/b{n}"
-    probe = psystem.probe()
+    probe = dsystem.probe()
     probe.tell(a, Fill(1500))
     assert probe.receive(60) == ("filled", 1500)
     return probe, a, b
@@ -48,7 +68,7 @@ def test_a_neighbour_is_served_while_a_long_delete_runs(filled):
     assert probe.receive(10) == []
 
 
-def test_events_persisted_during_a_delete_are_kept(psystem, filled):
+def test_events_persisted_during_a_delete_are_kept(dsystem, filled):
     """A persists while its delete of everything runs: the delete keeps those events (its bound is the highest at
     the call), including after a new instance recovers."""
     probe, a, _ = filled
@@ -57,7 +77,7 @@ def test_events_persisted_during_a_delete_are_kept(psystem, filled):
     assert sorted(m for m in got if m[0] == "persisted") == [("persisted", 1500 + i) for i in range(1, 6)]
     probe.tell(a, "events")
     assert probe.receive(10) == [1501, 1502, 1503, 1504, 1505]
-    psystem.stop(a)
+    dsystem.stop(a)
     probe.tell(a, "events")
     assert probe.receive(10) == [1501, 1502, 1503, 1504, 1505]
 
@@ -72,11 +92,11 @@ def test_deletes_run_and_reply_in_call_order(filled):
     assert probe.receive(10) == []
 
 
-def test_an_actor_stopped_during_its_delete_completes_it(psystem, filled):
+def test_an_actor_stopped_during_its_delete_completes_it(dsystem, filled):
     """Stopped while its delete runs, the actor completes it before it goes: the next instance recovers nothing."""
     probe, a, _ = filled
     probe.tell(a, Delete())
-    psystem.stop(a)
+    dsystem.stop(a)
     probe.tell(a, "events")
     got = probe.receive(30)
     if got == ("deleted", MAX_SEQUENCE_NR):  # (the delete was done before the stop came)
