@@ -19,10 +19,10 @@ import sqlite3
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 from journal import InvalidUrl, RepriseError
 from journal.sqlite import create_private_file, retry_busy
@@ -33,6 +33,7 @@ from .tx_statements import transaction_statement
 __all__ = ["MemoryOffsetStore", "OffsetConflict", "OffsetStore", "OffsetStoreError", "PostgresOffsetStore",
            "SqliteOffsetStore", "open_offset_store", "postgres_conninfo"]
 
+_R = TypeVar("_R")
 _TABLE = "projection_offset_store"
 _EXAMPLES = "sqlite:///abs/path.db, sqlite://relative.db, postgresql://user@host:port/db?schema=name, memory://name"
 
@@ -72,6 +73,12 @@ class OffsetStore(ABC):
                                "exactly-once projections: use a sqlite:// or postgresql:// offset store")
         yield  # pragma: no cover  (makes this a generator)
 
+    def handler_failure(self, conn: Any, error: Exception, handler: str = "an exactly-once handler") -> Exception:
+        """What `error`, raised by `handler` inside `transaction`, stands for: the store's refusal (OffsetStoreError)
+        when the driver's error is that of a statement refused because it would end the projection's transaction,
+        else `error` itself."""
+        return error
+
     @abstractmethod
     def close(self) -> None:
         """Release the connection; a closed store must not be used again."""
@@ -93,6 +100,34 @@ class _SqlOffsetStore(OffsetStore):
     _conn: Any
     _lock: threading.Lock
     _P = "?"  # the driver's parameter placeholder
+    _HINT = ""  # what to do instead of a commit, in a refusal's message
+
+    def _ended(self, conn: Any) -> str | None:
+        """The transaction statement the handler sent past the store's checks (refused, or ending the transaction)."""
+        return None
+
+    def handler_failure(self, conn: Any, error: Exception, handler: str = "an exactly-once handler") -> Exception:
+        """See OffsetStore.handler_failure."""
+        refusal = self._refusal(conn, error, handler)
+        return error if refusal is None else refusal
+
+    def _refusal(self, conn: Any, error: BaseException | None, handler: str = "an exactly-once handler") \
+            -> OffsetStoreError | None:
+        """The OffsetStoreError for a transaction statement the handler sent past the statement checks (a cursor
+        class of its own, the driver's base class's methods, the raw connection), or None: none was, or `error`
+        is (or wraps) that refusal already."""
+        if isinstance(error, OffsetStoreError) or isinstance(getattr(error, "__cause__", None), OffsetStoreError):
+            return None
+        what = self._ended(conn)
+        if what is None:
+            return None
+        return OffsetStoreError(f"{handler} must not execute {what}, also not through a cursor or a connection "
+                                "method other than the store's own (sqlite3.Cursor(conn), psycopg.Cursor(conn), "
+                                "the driver's base class, the raw connection): the projection commits the handler's "
+                                "writes together with the offset, so that a failure after them applies the event "
+                                f"again from nothing. It was refused, and the transaction rolls back. Drop the "
+                                f"statement ({self._HINT}), or use SAVEPOINT / RELEASE / ROLLBACK TO for a part of the "
+                                "handler's writes")
 
     def load(self, projection_id: str) -> int:
         """The offset stored for the projection (0 when none is)."""
@@ -173,11 +208,21 @@ def _handler_sql(sql: object, allow_rollback: bool, hint: str, several: bool = F
                            "part of the handler's writes")
 
 
-def _handed_to_the_handler(conn: Any) -> Iterator[Any]:
-    """Yield the store's connection to an exactly-once handler, its checks on (`in_projection`) meanwhile."""
+def _handed_to_the_handler(store: _SqlOffsetStore, conn: Any) -> Iterator[Any]:
+    """Yield the store's connection to an exactly-once handler, its checks on (`in_projection`) meanwhile; a
+    transaction statement it sent past them fails the transaction, also when the handler caught the driver's error."""
     conn.in_projection = True
     try:
-        yield conn
+        try:
+            yield conn
+        except Exception as e:
+            refusal = store._refusal(conn, e)
+            if refusal is not None:
+                raise refusal from e
+            raise
+        refusal = store._refusal(conn, None)
+        if refusal is not None:
+            raise refusal
     finally:
         conn.in_projection = False
 
@@ -192,7 +237,7 @@ class _StoreCursor(sqlite3.Cursor):
         conn = self.connection
         if type(conn) is _StoreConnection and conn.in_projection and sql not in _PLAIN \
                 and _handler_sql(sql, True, _SQLITE_HINT):
-            super().execute(sql, parameters)
+            conn.own(super().execute, sql, parameters)
             conn.reopen()
             return self
         return super().execute(sql, parameters)
@@ -211,28 +256,49 @@ class _StoreConnection(sqlite3.Connection):
     # `with conn:` and commit() leave the commit to the transaction, with the offset; rollback() (or ROLLBACK)
     # discards the handler's writes and opens the transaction again, for the offset; executescript() (which commits
     # first) and the statements COMMIT, END and BEGIN are refused, naming what to do instead.
+    # Past these methods (a cursor class of the handler's own, sqlite3.Connection's methods called on it), SQLite's
+    # authorizer refuses a transaction statement as it is prepared, whatever sends it: see `authorize`.
     in_projection = False
+    refused: str | None = None  # the transaction statement the authorizer refused (reset as the handler gets it)
+    _own = False  # the store's own transaction statement is prepared (a rollback, and the BEGIN after it)
 
     def cursor(self, factory: Any = None) -> Any:
         return super().cursor(factory or _StoreCursor)
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
         if self.in_projection and sql not in _PLAIN and _handler_sql(sql, True, _SQLITE_HINT):
-            cursor = _execute(self, sql, parameters)
+            cursor = self.own(_execute, self, sql, parameters)
             self.reopen()
             return cursor
         return _execute(self, sql, parameters)
 
+    def own(self, run: Callable[..., _R], *args: Any) -> _R:
+        """`run(*args)`, a transaction statement of the store's own (the authorizer lets it through)."""
+        self._own = True
+        try:
+            return run(*args)
+        finally:
+            self._own = False
+
+    def authorize(self, action: int, what: str | None, *_: object) -> int:
+        """SQLite's authorizer while the handler has the connection: it refuses BEGIN, COMMIT and ROLLBACK (not
+        savepoints) that are not the store's own, as they are prepared, before they run."""
+        if action == sqlite3.SQLITE_TRANSACTION and not self._own:
+            self.refused = self.refused or what or "a transaction statement"
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
+
     def reopen(self) -> None:
         """Open the projection's transaction again after the handler rolled it back."""
-        super().execute("BEGIN IMMEDIATE")  # (_advance's condition still sees another instance's commit meanwhile)
+        # (_advance's condition still sees another instance's commit meanwhile)
+        self.own(super().execute, "BEGIN IMMEDIATE")
 
     def commit(self) -> None:
         if not self.in_projection:
             super().commit()
 
     def rollback(self) -> None:
-        super().rollback()
+        self.own(super().rollback)
         if self.in_projection:
             self.reopen()
 
@@ -251,6 +317,11 @@ class _StoreConnection(sqlite3.Connection):
 
 class SqliteOffsetStore(_SqlOffsetStore):
     """Offsets in a SQLite file (WAL, synchronous=FULL); the handler gets its sqlite3.Connection."""
+
+    _HINT = _SQLITE_HINT
+
+    def _ended(self, conn: Any) -> str | None:
+        return cast("str | None", conn.refused)
 
     def __init__(self, path: str, url: str = ""):
         self.url = url or f"sqlite://{path}"
@@ -278,7 +349,14 @@ class SqliteOffsetStore(_SqlOffsetStore):
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
             try:
-                yield from _handed_to_the_handler(conn)
+                # (set for each transaction: setting it makes SQLite prepare again the statements it has cached, the
+                # handler's COMMIT among them, which the authorizer then sees)
+                conn.refused = None
+                conn.set_authorizer(conn.authorize)
+                try:
+                    yield from _handed_to_the_handler(self, conn)
+                finally:
+                    conn.set_authorizer(None)
                 self._advance(conn, projection_id, offset, expected)
                 conn.execute("COMMIT")
             except BaseException:
@@ -307,6 +385,7 @@ def _pg_classes() -> tuple[type[Any], type[Any]]:
     """The PostgreSQL store's psycopg connection and cursor classes (made on first use: psycopg is imported only for
     them)."""
     import psycopg
+    from psycopg.pq import TransactionStatus
 
     class _PgStoreConnection(psycopg.Connection[Any]):
         """Inside `transaction`, `with conn:` is refused as it is entered: psycopg's block commits at its end, which
@@ -331,9 +410,17 @@ def _pg_classes() -> tuple[type[Any], type[Any]]:
         text is checked, and every method that sends one: executemany, stream and copy ran a COMMIT too."""
 
         def _check(self, query: Any) -> None:
-            if self.connection.in_projection and not (  # type: ignore[attr-defined]  # (_PgStoreConnection's)
-                    type(query) is str and query in _PLAIN):
-                _handler_sql(_pg_text(query, self), False, _PG_HINT, several=True)
+            conn = self.connection
+            if conn.in_projection:  # type: ignore[attr-defined]  # (_PgStoreConnection's)
+                if conn.pgconn.transaction_status == TransactionStatus.IDLE:
+                    # The handler ended the projection's transaction past these checks (the guard refused its COMMIT,
+                    # or a ROLLBACK): what it sends now would commit on its own, before the offset.
+                    raise OffsetStoreError("an exactly-once handler ended the projection's transaction (a COMMIT or "
+                                           "ROLLBACK sent past the store's cursor): nothing more runs in it, and the "
+                                           "projection fails instead of committing the handler's writes apart from "
+                                           "the offset")
+                if not (type(query) is str and query in _PLAIN):
+                    _handler_sql(_pg_text(query, self), False, _PG_HINT, several=True)
 
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
             self._check(query)
@@ -354,10 +441,27 @@ def _pg_classes() -> tuple[type[Any], type[Any]]:
     return _PgStoreConnection, _PgStoreCursor
 
 
+_PG_GUARD = "reprise_projection_commits_for_its_handler"
+"""The constraint that refuses a COMMIT an exactly-once handler sends past the store's cursor (a cursor class of its
+own, psycopg.Cursor(conn), a cursor_factory set on the connection, the raw libpq connection conn.pgconn): each
+transaction stores a row of a temporary table whose deferred foreign key names no row, and removes it just before the
+projection's own COMMIT. A COMMIT before that fails the check, and PostgreSQL rolls the transaction back."""
+_PG_GUARD_TABLES = (
+    "CREATE TEMPORARY TABLE IF NOT EXISTS reprise_commit_guard_ok (id integer PRIMARY KEY)",
+    f"CREATE TEMPORARY TABLE IF NOT EXISTS reprise_commit_guard (id integer CONSTRAINT {_PG_GUARD} REFERENCES "
+    "pg_temp.reprise_commit_guard_ok DEFERRABLE INITIALLY DEFERRED)")
+
+
 class PostgresOffsetStore(_SqlOffsetStore):
     """Offsets in PostgreSQL (table in the URL's `schema`); the handler gets the psycopg connection."""
 
     _P = "%s"
+    _HINT = _PG_HINT
+
+    def _ended(self, conn: Any) -> str | None:
+        from psycopg.pq import TransactionStatus
+
+        return "COMMIT or ROLLBACK" if conn.pgconn.transaction_status == TransactionStatus.IDLE else None
 
     def __init__(self, url: str):
         import psycopg
@@ -377,6 +481,8 @@ class PostgresOffsetStore(_SqlOffsetStore):
                 self._conn.execute(sql.SQL("SET search_path TO {}").format(ident))
                 self._conn.execute(f"CREATE TABLE IF NOT EXISTS {_TABLE} (projection_id text PRIMARY KEY, "
                                    "current_offset bigint NOT NULL, last_updated bigint NOT NULL)")
+                for guard in _PG_GUARD_TABLES:
+                    self._conn.execute(guard)
         except psycopg.Error as e:
             raise OffsetStoreError(f"cannot open the PostgreSQL offset store {redact_url(url)!r}: {e}") from e
         self._lock = threading.Lock()
@@ -386,8 +492,11 @@ class PostgresOffsetStore(_SqlOffsetStore):
     def transaction(self, projection_id: str, offset: int, expected: int | None = None) -> Iterator[Any]:
         """Yield the psycopg connection inside a transaction; the offset is written and committed with it."""
         conn = self._conn
+        conn.cursor_factory = _pg_classes()[1]  # (a handler that set its own last time: the checks are back)
         with self._lock, conn.transaction():
-            yield from _handed_to_the_handler(conn)
+            conn.execute("INSERT INTO pg_temp.reprise_commit_guard VALUES (1)")  # (see _PG_GUARD)
+            yield from _handed_to_the_handler(self, conn)
+            conn.execute("DELETE FROM pg_temp.reprise_commit_guard")
             self._advance(conn, projection_id, offset, expected)
 
     def close(self) -> None:

@@ -325,7 +325,9 @@ class Projection(Actor):
                 try:
                     self.handler(conn, arg)
                 except Exception as e:
-                    raise self._failed(envelopes, e) from e
+                    handler = f"the exactly-once handler {getattr(self.handler, '__module__', '?')}." \
+                              f"{getattr(self.handler, '__qualname__', repr(self.handler))}"
+                    raise self._failed(envelopes, self._store.handler_failure(conn, e, handler)) from e
             self.stored = self.handled = offset
             return
         try:

@@ -269,3 +269,79 @@ def test_an_exactly_once_handler_s_several_statements_run_when_commit_is_only_in
                 assert conn.execute("SELECT two()").fetchone()[0] == 2
     finally:
         drop_schema(url)
+
+
+_SQLITE_WAYS_PAST_THE_CHECKS = {
+    # Each committed the handler's write before the offset (it stayed when the handler then failed: applied twice
+    # after the restart): the store's connection checked what went through its own execute and cursors only.
+    "own-cursor": lambda conn: sqlite3.Cursor(conn).execute("COMMIT"),
+    "cursor-factory": lambda conn: conn.cursor(sqlite3.Cursor).execute("COMMIT"),
+    "base-class-execute": lambda conn: sqlite3.Connection.execute(conn, "COMMIT"),
+    "base-class-commit": lambda conn: sqlite3.Connection.commit(conn),
+    "base-class-executescript": lambda conn: sqlite3.Connection.executescript(conn, "SELECT 1;"),
+    "base-class-with-exit": lambda conn: sqlite3.Connection.__exit__(conn, None, None, None),
+    "own-cursor-rollback": lambda conn: sqlite3.Cursor(conn).execute("ROLLBACK"),
+    "caught": lambda conn: _caught(lambda: sqlite3.Cursor(conn).execute("COMMIT")),
+}
+
+
+def _caught(send: Callable[[], object]) -> bool:
+    """Run `send()`, swallowing the driver's error as a careless handler would."""
+    with contextlib.suppress(Exception):
+        send()
+    return True
+
+
+@pytest.mark.parametrize("way", list(_SQLITE_WAYS_PAST_THE_CHECKS))
+def test_every_way_past_the_checks_an_exactly_once_handler_can_commit_on_sqlite_is_refused_before_it_commits(
+        tmp_path, way):
+    path = f"{tmp_path}/read-model.db"
+    with open_offset_store(f"sqlite://{path}") as store:
+        with store.transaction("p", 1, expected=0) as conn:
+            conn.execute("CREATE TABLE rows (v INTEGER)")
+        _refused_before_it_runs(store, _SQLITE_WAYS_PAST_THE_CHECKS[way])
+        with store.transaction("p", 2, expected=1) as conn:  # (the store goes on: its own COMMIT is not refused)
+            conn.execute("INSERT INTO rows VALUES (2)")
+        assert store.load("p") == 2
+    with sqlite3.connect(path) as db:
+        assert [r[0] for r in db.execute("SELECT v FROM rows")] == [2]
+
+
+def _set_cursor_factory(conn: Any) -> object:
+    import psycopg
+
+    conn.cursor_factory = psycopg.Cursor
+    return conn.execute("COMMIT")
+
+
+def _pg_ways_past_the_checks() -> dict[str, Callable[[Any], object]]:
+    import psycopg
+
+    return {
+        "psycopg.Cursor": lambda conn: psycopg.Cursor(conn).execute("COMMIT"),
+        "psycopg.ClientCursor": lambda conn: psycopg.ClientCursor(conn).execute("COMMIT"),
+        "psycopg.RawCursor": lambda conn: psycopg.RawCursor(conn).execute("COMMIT"),
+        "cursor_factory": _set_cursor_factory,
+        "raw-libpq": lambda conn: conn.pgconn.exec_(b"COMMIT"),
+        "caught": lambda conn: _caught(lambda: psycopg.ClientCursor(conn).execute("END")),
+    }
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("way", ["psycopg.Cursor", "psycopg.ClientCursor", "psycopg.RawCursor", "cursor_factory",
+                                 "raw-libpq", "caught"])
+def test_every_way_past_the_checks_an_exactly_once_handler_can_commit_on_postgresql_is_refused_before_it_commits(
+        postgres_url, way):
+    # A cursor the handler builds itself, a cursor_factory it sets, the raw libpq connection: each sent its COMMIT past
+    # the store's cursor, and the handler's write stayed when it then failed. A deferred constraint the projection
+    # satisfies just before its own COMMIT fails any earlier one, and PostgreSQL rolls the transaction back.
+    with _pg_store_with_rows(postgres_url) as store:
+        _refused_before_it_runs(store, _pg_ways_past_the_checks()[way])
+        with store.transaction("p", 2, expected=1) as conn:  # (the store goes on, its checks back)
+            conn.execute("INSERT INTO rows VALUES (2)")
+            with pytest.raises(OffsetStoreError, match="must not execute"):
+                conn.execute("COMMIT")
+        assert store.load("p") == 2
+        with store.transaction("p", 3, expected=2) as conn:
+            assert [r[0] for r in conn.execute("SELECT v FROM rows")] == [2]
