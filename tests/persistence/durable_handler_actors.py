@@ -101,3 +101,70 @@ class DeliverThenReplyAtOnce(DeliverThenReply):
     """DeliverThenReply replying at once, before the delivery's write."""
 
     deferred = False
+
+
+class PersistThenDeferDeliver(_OrderSender):
+    """persist the event (replying from its handler), then deliver from a deferral queued behind it: the deliveries
+    are journaled in a later write than the acknowledged event. `persist_with` and `defer_with` name the calls."""
+
+    persist_with = "persist"
+    defer_with = "defer"
+
+    def order(self, payload: str, sender: str | None) -> None:
+        def deliver(_: object) -> None:
+            for sink in self.sinks:
+                self.deliver(sink, lambda i: Forward(i, payload))
+
+        getattr(self, self.persist_with)(Ordered(payload), lambda e: self.accepted(e, sender))
+        getattr(self, self.defer_with)(None, deliver)
+
+
+class PersistAsyncThenDeferAsyncDeliver(PersistThenDeferDeliver):
+    """PersistThenDeferDeliver with persist_async and defer_async."""
+
+    persist_with, defer_with = "persist_async", "defer_async"
+
+
+class PersistThenDeferAsyncDeliver(PersistThenDeferDeliver):
+    """PersistThenDeferDeliver with persist and defer_async."""
+
+    defer_with = "defer_async"
+
+
+class PersistAsyncThenDeferDeliver(PersistThenDeferDeliver):
+    """PersistThenDeferDeliver with persist_async and defer."""
+
+    persist_with = "persist_async"
+
+
+class PersistThenDeliverFromItsHandlersDeferral(_OrderSender):
+    """persist the event; its handler defers the deliveries (queued behind that handler, after the event is durable)."""
+
+    def order(self, payload: str, sender: str | None) -> None:
+        def handler(event: Ordered) -> None:
+            self.accepted(event, sender)
+            self.defer(None, lambda _: [self.deliver(sink, lambda i: Forward(i, payload)) for sink in self.sinks])
+
+        self.persist(Ordered(payload), handler)
+
+
+class DeferDeliverAtOnce(_OrderSender):
+    """defer() with nothing pending (it runs at once, as Akka's): delivers, then replies from a deferral behind the
+    deliveries' write; ("chained", payload): delivers to the first sink, then to the others from a deferral queued
+    behind that delivery only (no event of its own), then replies as above. Both may deliver, as a command does."""
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, tuple) and message[0] == "chained":
+            payload = message[1]
+            self.deliver(self.sinks[0], lambda i: Forward(i, payload))
+            self.defer(None, lambda _: self._deliver_and_reply(payload, self.sinks[1:], sender))
+        else:
+            super().receive_command(message, sender)
+
+    def order(self, payload: str, sender: str | None) -> None:
+        self.defer(None, lambda _: self._deliver_and_reply(payload, self.sinks, sender))
+
+    def _deliver_and_reply(self, payload: str, sinks: tuple[str, ...], sender: str | None) -> None:
+        for sink in sinks:
+            self.deliver(sink, lambda i: Forward(i, payload))
+        self.defer(Ordered(payload), lambda e: self.tell(sender, ("ok", e.payload)))
