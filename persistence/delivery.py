@@ -205,8 +205,8 @@ class AtLeastOnceDelivery(PersistentActor):
             "apply_and_forward(origin, delivery_id, event, destination, id_to_message) instead, which writes the "
             "application and the delivery together and confirms once both are durable. Here the delivery would be "
             "journaled after the confirm went out: lost for good if that write failed or the host died in between (the "
-            "origin's redelivery is a duplicate). For several deliveries of one: deliver() each, then persist_applied "
-            "in the command (after an already_applied check), confirming from its handler")
+            "origin's redelivery is a duplicate). For several forwards of one: apply_and_forward(origin, delivery_id, "
+            "event, [(destination, id_to_message), ...])")
 
     def restore_unconfirmed(self, delivery_ids: Sequence[int], destinations: Sequence[str],
                             messages: Sequence[object]) -> None:

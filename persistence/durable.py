@@ -166,8 +166,11 @@ class DurableDelivery(AtLeastOnceDelivery):
         `_on_sent(event)` once stored. Nothing is numbered if a destination or a message fails."""
         if self._confirm_follows is not None:
             self._refuse_deliver()
-        for destination, _ in deliveries:
-            check_destination(destination)
+        for pair in deliveries:
+            if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and callable(pair[1])):
+                raise TypeError(f"{type(self).__name__}: each delivery is a (destination, id_to_message) pair, e.g. "
+                                f"[('/user/sink', lambda delivery_id: Forward(delivery_id, payload))], got {pair!r}")
+            check_destination(pair[0])
         n = len(deliveries)
         if len(self._unconfirmed) + n > self.max_unconfirmed_messages:
             self._too_many_unconfirmed()

@@ -388,23 +388,27 @@ class IdempotentReceiver(PersistentActor):
         self.confirm_duplicate(origin, delivery_id, lambda: self.tell(origin, Confirm(delivery_id)))
         return False
 
-    def apply_and_forward(self, origin: str, delivery_id: int, event: object, destination: str,
-                          id_to_message: Callable[[int], object], handler: Callable[[Any], object] | None = None) -> bool:
+    def apply_and_forward(self, origin: str, delivery_id: int, event: object,
+                          destination: str | Sequence[tuple[str, Callable[[int], object]]],
+                          id_to_message: Callable[[int], object] | None = None,
+                          handler: Callable[[Any], object] | None = None) -> bool:
         """Apply `event` for this delivery once and forward it: deliver `id_to_message(forward_id)` to `destination`
         (as DurableDelivery's deliver), both in one atomic write; then `handler(event)`, and Confirm(delivery_id) to
         `origin` once both are durable. False for a duplicate: confirmed again after the writes in flight, not
         forwarded again. The relay's apply_and_confirm; for a DurableDelivery only.
 
+        Several forwards of one delivery: `destination` a list of (destination, id_to_message) pairs (as
+        persist_and_deliver's), without `id_to_message`; all of them go in the same write.
+
         One write: a failed write (the actor stops) or a crash before it stores neither, and nothing is confirmed, so
-        the origin's redelivery applies and forwards it again; a journal that rejects either event stores neither
-        (the origin redelivers; both are reported). Several forwards of one delivery: call deliver() for each and
-        then persist_applied in the command (after an already_applied check, confirm_duplicate for a duplicate),
-        confirming from its handler (one group commit).
+        the origin's redelivery applies and forwards it again; a journal that rejects the event or a forward stores
+        none of them (the origin redelivers; both are reported).
         """
         if not isinstance(self, DurableDelivery):
             raise TypeError(f"apply_and_forward journals the forward with the application, so {type(self).__name__} "
                             "must also be a DurableDelivery (class ...(IdempotentReceiver, DurableDelivery)); "
                             "with AtLeastOnceDelivery, persist your own event of the forward")
+        forwards = _forwards(destination, id_to_message)
         if type(delivery_id) is not int or delivery_id < 1:
             mark_applied(self._seen, origin, delivery_id)  # (raises its ValueError)
         if self._recovery_running:
@@ -413,13 +417,13 @@ class IdempotentReceiver(PersistentActor):
         if self.already_applied(origin, delivery_id):
             self.confirm_duplicate(origin, delivery_id, lambda: self.tell(origin, Confirm(delivery_id)))
             return False
-        sent = self._deliveries_to_journal([(destination, id_to_message)])  # (raises before anything is marked)
+        sent = self._deliveries_to_journal(forwards)  # (raises before anything is marked)
         seen_ids(self._seen, origin).add(delivery_id)
         if handler is not None:
             handler = self._refusing_deliver(origin, delivery_id, handler)
 
         def stored(payload: object) -> None:
-            # Once per event of the write, in order: the forward first (sent now), then the application.
+            # Once per event of the write, in order: the forwards first (sent now), then the application.
             if type(payload) is DeliveriesSent:
                 cast(DurableDelivery, self)._on_sent(payload)
                 return
@@ -716,3 +720,24 @@ class _Applications(list[tuple[str, int, object, Callable[[Any], object], str | 
                 handler(event)
         finally:
             actor._handling = None
+
+
+def _forwards(destination: str | Sequence[tuple[str, Callable[[int], object]]],
+              id_to_message: Callable[[int], object] | None) -> list[tuple[str, Callable[[int], object]]]:
+    """apply_and_forward's forwards as (destination, id_to_message) pairs: its one destination, or its list of pairs."""
+    if isinstance(destination, str):
+        if id_to_message is None:
+            raise TypeError(f"apply_and_forward to {destination!r} needs id_to_message, the message of the forward "
+                            "(e.g. lambda forward_id: Forward(forward_id, payload))")
+        return [(destination, id_to_message)]
+    if not isinstance(destination, Iterable):
+        raise TypeError("apply_and_forward's destination is a path (str) or a list of (destination, id_to_message) "
+                        f"pairs, got {type(destination).__name__} {destination!r}")
+    if id_to_message is not None:
+        raise TypeError("apply_and_forward got a list of forwards and an id_to_message: pass each forward's own as "
+                        "[(destination, id_to_message), ...] and no id_to_message (or one destination, a str)")
+    forwards = list(destination)
+    if not forwards:
+        raise ValueError("apply_and_forward got no forward: pass [(destination, id_to_message), ...], or use "
+                         "apply_and_confirm to apply a delivery that forwards nothing")
+    return forwards

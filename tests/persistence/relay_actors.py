@@ -130,19 +130,42 @@ class _Relay(IdempotentReceiver, DurableDelivery):
 class Relay(_Relay):
     """The relay written with apply_and_forward: the application and the forward in one write, confirmed after.
     A payload "bad-event..." is applied as an Unstorable event, "bad-forward..." forwarded as an Unstorable message
-    (the journal rejects either); ("applied", origin, id): already_applied."""
+    (the journal rejects either; with `also`, only the last sink's forward); ("applied", origin, id): already_applied;
+    ("bad-args", kind): apply_and_forward with the arguments of `kind` (see BAD_ARGS). With `also` (more sinks), each
+    parcel is forwarded to `sink` and to each of them, in the same write."""
+
+    def __init__(self, sink: str, also: tuple[str, ...] = ()) -> None:
+        super().__init__(sink)
+        self.also = also
 
     def receive_command(self, message: Any, sender: str | None) -> None:
         if isinstance(message, tuple) and message[0] == "applied":
             self.tell(sender, self.already_applied(message[1], message[2]))
+        elif isinstance(message, tuple) and message[0] == "bad-args":
+            self.apply_and_forward(sender or "", 1, "x", *BAD_ARGS[message[1]](self.sink))
         else:
             super().receive_command(message, sender)
 
     def relay(self, origin: str, parcel: Parcel) -> None:
         i, payload = parcel.delivery_id, parcel.payload
         event = Unstorable(i, payload) if payload.startswith("bad-event") else payload
-        make = Unstorable if payload.startswith("bad-forward") else Forward
-        self.apply_and_forward(origin, i, event, self.sink, lambda d: make(d, payload))
+        bad = Unstorable if payload.startswith("bad-forward") else Forward
+        if not self.also:  # (the one-destination form)
+            self.apply_and_forward(origin, i, event, self.sink, lambda d: bad(d, payload))
+            return
+        sinks = (self.sink, *self.also)
+        self.apply_and_forward(origin, i, event, [(s, lambda d, m=bad if s == sinks[-1] else Forward: m(d, payload))
+                                                  for s in sinks])
+
+
+BAD_ARGS: dict[str, Any] = {
+    "no-message": lambda sink: (sink,),
+    "both": lambda sink: ([(sink, lambda d: Forward(d, "x"))], lambda d: Forward(d, "x")),
+    "none": lambda sink: ([],),
+    "not-pairs": lambda sink: ([sink],),
+    "not-a-path": lambda sink: (42, lambda d: Forward(d, "x")),
+}
+"""apply_and_forward's arguments after (origin, delivery_id, event) that it refuses, by the test's name for them."""
 
 
 class NaturalRelay(_Relay):
