@@ -109,7 +109,8 @@ class DurableSender(DurableDelivery):
     """The same sender with DurableDelivery: deliver() journals the intent, Confirm is journaled for it.
 
     (A sender with events of its own writes an event and the deliveries it decides together, with
-    persist_and_deliver: a deliver() from a persist handler of a DurableDelivery raises IllegalStateError.)"""
+    persist_and_deliver: a deliver() from a persist handler of a DurableDelivery, or from a defer handler queued
+    behind a persist, raises IllegalStateError.)"""
 
     redeliver_interval = 1.0
 

@@ -102,6 +102,11 @@ class DurableDelivery(AtLeastOnceDelivery):
         handler, nor from a defer handler queued behind a persist (IllegalStateError): there the event is durable
         already and the delivery would be written after it. A defer handler that runs at once (nothing pending) or
         waits only for deliveries and confirms may deliver, as a command does.
+
+        A message the journal rejects (it cannot be stored) is reported, never sent, and the deferral still runs (as
+        Akka's defer after a rejected persist): an asking client's ask fails with the rejection, but a sender that
+        tells gets the reply. To tell it apart, reply from `defer` and check the returned ids are in
+        `unconfirmed_ids()` (a rejected one has left it), or reply from persist_and_deliver's handler (not called).
         """
         if self._recovery_running:
             raise RuntimeError("DurableDelivery replays its own deliveries; do not call deliver during replay")

@@ -84,13 +84,15 @@ class AsyncSender(Sender):
 
 
 class DeliverThenReply(_OrderSender):
-    """deliver() in the command; the reply `deferred` (after the delivery's write) or told at once."""
+    """deliver() in the command; the reply `deferred` (after the delivery's write) or told at once. A payload
+    "bad-forward..." is forwarded to the last sink as an Unstorable message (the journal rejects it)."""
 
     deferred = True
 
     def order(self, payload: str, sender: str | None) -> None:
         for sink in self.sinks:
-            self.deliver(sink, lambda i: Forward(i, payload))
+            make = Unstorable if payload.startswith("bad-forward") and sink == self.sinks[-1] else Forward
+            self.deliver(sink, lambda i, m=make: m(i, payload))
         if self.deferred:
             self.defer(Ordered(payload), lambda e: self.accepted(e, sender))
         else:
@@ -168,3 +170,21 @@ class DeferDeliverAtOnce(_OrderSender):
         for sink in sinks:
             self.deliver(sink, lambda i: Forward(i, payload))
         self.defer(Ordered(payload), lambda e: self.tell(sender, ("ok", e.payload)))
+
+
+class DeliverThenCheckedReply(DeliverThenReply):
+    """DeliverThenReply whose deferred reply says ("not stored", payload) when the journal rejected one of its
+    deliveries: the deferral runs after a rejection too (Akka's defer), and a rejected delivery has left
+    unconfirmed_ids() (a stashing defer runs before any Confirm of them is handled)."""
+
+    def order(self, payload: str, sender: str | None) -> None:
+        ids = []
+        for sink in self.sinks:
+            make = Unstorable if payload.startswith("bad-forward") and sink == self.sinks[-1] else Forward
+            ids.append(self.deliver(sink, lambda i, m=make: m(i, payload)))
+
+        def reply(_: object) -> None:
+            stored = self.unconfirmed_ids()
+            self.tell(sender, ("ok" if all(i in stored for i in ids) else "not stored", payload))
+
+        self.defer(None, reply)

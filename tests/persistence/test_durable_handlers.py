@@ -14,6 +14,7 @@ from actors import ActorFailed, AskTimeout, MessageUndelivered, System
 from tests.persistence.durable_handler_actors import (
     AsyncSender,
     DeferDeliverAtOnce,
+    DeliverThenCheckedReply,
     DeliverThenReply,
     NaturalSender,
     PersistAsyncThenDeferAsyncDeliver,
@@ -192,3 +193,28 @@ def test_persist_and_deliver_whose_event_or_message_the_journal_rejects_stores_n
     system.spawn(Sender, SENDER, kwargs={"sinks": SINKS})
     assert system.ask(SENDER, "ordered", timeout=10) == ("p1",)
     assert system.ask(SENDER, "unconfirmed", timeout=10) == 0
+
+
+def test_a_reply_deferred_after_a_delivery_the_journal_rejects_still_runs_and_can_tell_it_was_not_stored(
+        base, make_system, tmp_path):
+    # The journal rejects the last sink's forward (the first is stored and sent: a rejected DeliveriesSent of several
+    # goes again one per delivery). As Akka's defer after a rejected persist, the deferred reply still runs: an asking
+    # client's ask fails with the rejection first, but a sender that tells (an actor, a probe) got ("ok", ...) for a
+    # delivery never stored. A reply that checks unconfirmed_ids() in a `defer` tells it apart.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db", snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+    _spawn_sinks_and(system, DeliverThenReply)
+    with pytest.raises(ActorFailed, match="rejected"):
+        system.ask(SENDER, ("order", "bad-forward-asked"), timeout=10)
+    probe = system.probe()
+    probe.tell(SENDER, ("order", "bad-forward-told"))
+    assert probe.receive(10) == ("ok", "bad-forward-told"), "the plain deferred reply runs after the rejection"
+    system.stop(SENDER)
+    system.spawn(DeliverThenCheckedReply, SENDER, kwargs={"sinks": SINKS})
+    probe.tell(SENDER, ("order", "bad-forward-checked"))
+    assert probe.receive(10) == ("not stored", "bad-forward-checked")
+    probe.tell(SENDER, ("order", "p1"))
+    assert probe.receive(10) == ("ok", "p1")
+    got = wait_for(lambda: (lambda g: g if "p1" in g[0] and "p1" in g[1] else None)(
+        [system.ask(sink, "got", timeout=10) for sink in SINKS]))
+    assert got[1] == ("p1",), "the rejected forwards never reached the last sink"
+    assert set(got[0]) == {"bad-forward-asked", "bad-forward-told", "bad-forward-checked", "p1"}, "the stored ones did"
