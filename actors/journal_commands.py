@@ -30,20 +30,16 @@ def _journal_url(given_url: str | None) -> str:
     if not url:
         raise CliError("no journal URL given", f"pass one (e.g. sqlite:///abs/path.db) or set ${JOURNAL_ENV}",
                        code=2)
-    from journal import JournalError, missing_journal
+    from journal import InvalidUrl, JournalError, missing_journal
     from journal.urls import parse_url, redact_url
 
     try:
         parsed = parse_url(url)
-    except ValueError as e:
-        if "://" not in url:  # a bare file path (`reprise journal ls bank.db`): say the URL it likely means
-            given = "" if url == given_url else f" (${JOURNAL_ENV})"
-            raise CliError(f"{printable(url)!r}{given} is a file path, not a journal URL",
-                           f"for a SQLite journal in that file give sqlite://{printable(url)} (journal URLs look like "
-                           "sqlite://relative.db, sqlite:///abs/path.db or postgresql://user@host:port/db)",
-                           code=2) from None
-        raise CliError(str(e).split(": use ")[0], "journal URLs look like sqlite:///abs/path.db, "
-                       "sqlite://relative.db, memory://name or postgresql://user@host:port/db", code=2) from None
+    except InvalidUrl as e:  # (a bare file path, `journal ls bank.db`, is told the sqlite:// URL it likely means)
+        given = "" if url == given_url else f" (${JOURNAL_ENV})"
+        raise CliError(printable(e.problem) + given, printable(e.fix) if e.fix else "journal URLs look like "
+                       "sqlite:///abs/path.db, sqlite://relative.db or postgresql://user@host:port/db",
+                       code=2) from None
     if parsed.scheme == "memory":
         raise CliError(f"{url}: a memory:// journal lives inside the process that made it; this command would only "
                        "see a new, empty one", "give the journal's sqlite:// or postgresql:// URL", code=2)
@@ -105,8 +101,11 @@ def cmd_journal_ls(args: argparse.Namespace) -> int:
 def cmd_journal_show(args: argparse.Namespace) -> int:
     """`reprise journal show [URL] PID`: the events of one persistence id."""
     url, pid = args.url, args.pid  # (--from and --limit are counts: argparse refused a negative one)
-    if url is not None and "://" not in url and "://" in pid:
-        url, pid = pid, url  # `show PID URL`: the order the README once gave, and an easy one to type
+    if url is not None and "://" not in url and ("://" in pid or _looks_like_a_file(pid) > _looks_like_a_file(url)):
+        # `show PID URL`: the order the README once gave, and an easy one to type. With a file path for the URL
+        # (`show /user/a/1 bank.db`) the journal is the argument that looks like a file: the error then names
+        # sqlite://bank.db, not sqlite:///user/a/1.
+        url, pid = pid, url
     if not pid:
         raise CliError("the persistence id is empty", "give one that `reprise journal ls` lists", code=2)
     try:
@@ -129,6 +128,13 @@ def cmd_journal_show(args: argparse.Namespace) -> int:
         else:
             print(f"{e.sequence_nr:>8}  {_when(e.timestamp)}  {printable(e.manifest or '-')}  {printable(repr(e.payload))}")
     return _fail_on_problems(events)
+
+
+def _looks_like_a_file(arg: str) -> int:
+    """2 for an existing file, 1 for a name with a SQLite file's suffix, else 0 (ids such as /user/a/1)."""
+    if os.path.isfile(arg):
+        return 2
+    return 1 if arg.endswith((".db", ".sqlite", ".sqlite3")) else 0
 
 
 def cmd_journal_tail(args: argparse.Namespace) -> int:

@@ -45,4 +45,12 @@ class InvalidQuery(RepriseError, ValueError):
 
 
 class InvalidUrl(RepriseError, ValueError):
-    """A journal or snapshot-store URL is malformed, or its scheme is not registered."""
+    """A journal or snapshot-store URL is malformed, or its scheme is not registered.
+
+    `problem` says what is wrong and `fix` (when given) what to give instead; str() is "problem: fix".
+    """
+
+    def __init__(self, problem: str, fix: str | None = None) -> None:
+        super().__init__(f"{problem}: {fix}" if fix else problem)
+        self.problem = problem
+        self.fix = fix

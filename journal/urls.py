@@ -11,12 +11,15 @@ from journal.api import Journal, SnapshotStore
 from journal.errors import InvalidUrl
 from journal.registry import BUILTIN_SCHEMES, Backend, backend_for, registered_schemes, supported
 
-__all__ = ["missing_journal", "open_journal", "open_snapshot_store", "parse_url", "redact_url", "SCHEMES"]
+__all__ = ["file_path_fix", "missing_journal", "open_journal", "open_snapshot_store", "parse_url", "redact_url", "SCHEMES"]
 
 SCHEMES = ("sqlite", "memory", "postgresql")
 """The schemes of the shipped backends (postgres:// is accepted as postgresql://); see `registered_schemes()`."""
 
 _EXAMPLES = "e.g. sqlite:///abs/path.db, sqlite://relative.db, memory://name, postgresql://user@host:port/db"
+# A value that starts like a URL ("sqlite:/x.db", "user:pw@host") or names a server ("user@host:5432/db"): not
+# taken for a file path.
+_NOT_A_PATH = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:|@")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,14 +31,34 @@ class ParsedUrl:
     options: dict[str, str]
 
 
+def file_path_fix(value: object, what: str = "journal") -> str | None:
+    """For a bare file path given where a `what` URL belongs (`bank.db`): the fix naming its sqlite:// URL; else None.
+
+    A relative path stays relative: sqlite://relative.db means the same file wherever a path would.
+    """
+    if not isinstance(value, str) or not value.strip() or "://" in value or _NOT_A_PATH.search(value):
+        return None
+    path = os.path.expanduser(value)
+    where = "that file"
+    if os.path.isdir(path):
+        path, where = os.path.join(path, f"{what.replace(' ', '-')}.db"), "a file in that directory"
+    url = f"sqlite://{path}"
+    shown = url if url.isprintable() else repr(url)  # (no control character reaches a terminal raw)
+    return (f"for a SQLite {what} in {where} give {shown} ({what} URLs look like sqlite://relative.db, "
+            "sqlite:///abs/path.db or postgresql://user@host:port/db)")
+
+
 def parse_url(url: str) -> ParsedUrl:
     """Split `url`; raise InvalidUrl (a ValueError) naming the registered schemes for anything else.
 
     A registered (plugin) scheme's target is the whole URL: its factories parse their own URLs.
     """
     scheme, sep, rest = url.partition("://") if isinstance(url, str) else ("", "", "")
+    fix = file_path_fix(url)
+    if fix is not None:  # (`journal="bank.db"`: every entry point names the URL it likely means)
+        raise InvalidUrl(f"{url!r} is a file path, not a journal URL", fix)
     if not sep or scheme not in registered_schemes():
-        raise InvalidUrl(f"unsupported journal URL {redact_url(url)!r}: use one of {supported()} ({_EXAMPLES}; "
+        raise InvalidUrl(f"unsupported journal URL {redact_url(url)!r}", f"use one of {supported()} ({_EXAMPLES}; "
                          "other schemes: journal.register_scheme)")
     if scheme == "postgres":
         scheme = "postgresql"
@@ -44,11 +67,11 @@ def parse_url(url: str) -> ParsedUrl:
     target, _, query = rest.partition("?")
     options = dict(parse_qsl(query, keep_blank_values=True))
     if scheme == "sqlite" and not target:
-        raise InvalidUrl(f"sqlite journal URL {url!r} names no file: use sqlite:///abs/path.db or sqlite://rel.db")
+        raise InvalidUrl(f"sqlite journal URL {url!r} names no file", "use sqlite:///abs/path.db or sqlite://rel.db")
     if scheme == "sqlite" and target == ":memory:":
         # (it became a file named ":memory:" in the working directory)
-        raise InvalidUrl(f"{url!r}: a journal in SQLite's memory would be one connection's; use memory://NAME for a "
-                         "journal in this process's memory, or sqlite:///abs/path.db")
+        raise InvalidUrl(f"{url!r}: a journal in SQLite's memory would be one connection's", "use memory://NAME for "
+                         "a journal in this process's memory, or sqlite:///abs/path.db")
     if scheme == "sqlite":
         # Its options are checked with the URL (start, spawn, topology files), not once a host opens it: a
         # misspelt one started a system whose every persistent host then failed to start.
@@ -57,7 +80,7 @@ def parse_url(url: str) -> ParsedUrl:
         _options(**options)
     if scheme == "sqlite" and os.path.isdir(target):
         # (SQLite said only "unable to open database file", and the reading commands "no journal file")
-        raise InvalidUrl(f"{redact_url(url)!r} names the directory {target!r}, not a file: name the journal file "
+        raise InvalidUrl(f"{redact_url(url)!r} names the directory {target!r}, not a file", "name the journal file "
                          f"in it, e.g. sqlite:///{os.path.join(os.path.abspath(target), 'journal.db').lstrip('/')}")
     return ParsedUrl(scheme, target, options)
 

@@ -26,7 +26,7 @@ from typing import Any, Literal, TypeVar, cast
 
 from journal import InvalidUrl, RepriseError
 from journal.sqlite import create_private_file, retry_busy
-from journal.urls import redact_url
+from journal.urls import file_path_fix, redact_url
 
 from .tx_statements import transaction_statement
 
@@ -533,6 +533,9 @@ class MemoryOffsetStore(OffsetStore):
 def open_offset_store(url: str) -> OffsetStore:
     """Open the offset store at `url` (sqlite://, postgresql:// or memory://)."""
     scheme, sep, rest = url.partition("://") if isinstance(url, str) else ("", "", "")
+    fix = file_path_fix(url, "offset store")
+    if fix is not None:
+        raise OffsetStoreError(f"{url!r} is a file path, not an offset store URL: {fix}")
     if not sep or scheme not in ("sqlite", "postgresql", "postgres", "memory"):
         raise OffsetStoreError(f"unsupported offset store URL {redact_url(url)!r}: use one of {_EXAMPLES}")
     if scheme == "sqlite":

@@ -35,7 +35,7 @@ from typing import Any, cast
 
 from actors import Actor
 from journal import EventEnvelope, EventReader, Journal, RepriseError, missing_journal
-from journal.urls import redact_url
+from journal.urls import file_path_fix, redact_url
 from persistence.offset_store import OffsetConflict, OffsetStore, OffsetStoreError, open_offset_store
 from persistence.plugins import journal_for
 
@@ -152,6 +152,9 @@ class Projection(Actor):
                  batch: int = 1000, poll_interval: float = 1.0) -> None:
         self.source = _source(source)
         self.handler = _resolve_handler(handler)
+        fix = file_path_fix(offset_store, "offset store")
+        if fix is not None:  # (offset_store="read-model.db")
+            raise ProjectionError(f"offset_store {offset_store!r} is a file path, not a URL: {fix}")
         if not isinstance(offset_store, str) or "://" not in offset_store:
             raise ProjectionError(f"offset_store must be a URL such as sqlite:///abs/read-model.db or "
                                   f"postgresql://user@host/db?schema=name, got {offset_store!r}")

@@ -14,7 +14,7 @@ from typing import Any
 from actors.errors import ConfigError
 from actors.host_options import SHARD_PLACEHOLDER, HostOptions, register_host_check, register_host_option
 from journal.registry import registered_schemes, supported
-from journal.urls import parse_url, redact_url
+from journal.urls import file_path_fix, parse_url, redact_url
 from persistence.plugins import check_shard_layout
 
 __all__ = ["ACTOR_DEFAULTS", "ALOD_DEFAULTS", "STORE_OPTIONS", "check_actor_default", "check_store_url"]
@@ -33,6 +33,9 @@ def check_store_url(name: str, url: Any, *, per_host: bool = True) -> None:
     if url is None:
         return
     example = "sqlite:///data/accounts-{shard}.db" if per_host else "sqlite:///data/journal.db"
+    fix = file_path_fix(url, name.replace("_", " "))
+    if fix is not None:  # (`journal="bank.db"`: name the sqlite:// URL it likely means, {shard} and all)
+        raise ConfigError(f"{name} {url!r} is a file path, not a URL: {fix}")
     if not isinstance(url, str) or "://" not in url:
         raise ConfigError(f"{name} must be a URL such as {example!r}, got {redact_url(url)!r}")
     scheme = url.partition("://")[0]

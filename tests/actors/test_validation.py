@@ -28,7 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BAD_START = [
     ({"journal": "sqllite:///tmp/x.db"}, ["'sqllite:///tmp/x.db'", "did you mean sqlite://", "memory://", "postgresql://"]),
     ({"journal": "foo://"}, ["'foo://'", "unsupported scheme 'foo'", "sqlite://"]),
-    ({"snapshot_store": "journal.db"}, ["snapshot_store", "must be a URL"]),
+    ({"snapshot_store": "journal.db"}, ["snapshot_store 'journal.db' is a file path", "give sqlite://journal.db "]),
+    ({"snapshot_store": "journal:db"}, ["snapshot_store", "must be a URL"]),
     ({"journal": "sqlite:///data/{shard}.db"}, ["{shard}", "spawn's own"]),
     ({"journal": "sqlite://"}, ["names no file"]),
     ({"peers": ("db.example.com",)}, ["peers", "'db.example.com'", "IP address"]),

@@ -131,3 +131,62 @@ def test_up_refuses_a_bad_sqlite_url_option_before_starting_anything(tmp_path) -
     up = reprise("up", str(topology), "--detach", "--port", str(actors.free_port()), "--tag", tag)
     assert up.returncode == 2 and "['busy_timout']" in up.stderr and "supported are" in up.stderr, up
     assert tagged_pids(tag) == [] and not (tmp_path / "j.db").exists()
+
+
+@pytest.mark.parametrize("option", ["journal", "snapshot_store"])
+def test_a_file_path_given_as_a_journal_url_is_refused_at_start_and_spawn_naming_the_sqlite_url(
+        base, make_system, tmp_path, option) -> None:
+    # Only `reprise journal ls bank.db` named sqlite://bank.db; start() said "journal must be a URL such as
+    # 'sqlite:///data/journal.db', got 'bank.db'", and open_journal() "unsupported journal URL 'bank.db'".
+    what = option.replace("_", " ")
+    with pytest.raises(actors.ConfigError, match=f"{option} 'bank.db' is a file path, not a URL: for a SQLite "
+                                                 f"{what} in that file give sqlite://bank.db "):
+        start_refused(base, **{option: "bank.db"})
+    system = make_system(base)
+    per_shard = f"{tmp_path}/accounts-{{shard}}.db"
+    with pytest.raises(actors.ConfigError, match=f"give sqlite://{per_shard} "):
+        system.spawn(Tally, "/user/tally", entities=True, shards=2, **{option: per_shard})
+    # (refused before anything was spawned: the path is still free, and the URL it names works)
+    system.spawn(Tally, "/user/tally", **{"journal": f"sqlite://{tmp_path}/bank.db", option: f"sqlite://{tmp_path}/bank.db"})
+    assert system.ask("/user/tally", 3) == 3
+
+
+def test_open_journal_names_the_sqlite_url_of_a_file_path_or_directory(tmp_path) -> None:
+    from journal import InvalidUrl, open_journal
+
+    with pytest.raises(InvalidUrl, match="'bank.db' is a file path, not a journal URL: .* give sqlite://bank.db ") as e:
+        open_journal("bank.db")
+    assert (e.value.problem, e.value.fix.split(" (")[0]) == (
+        "'bank.db' is a file path, not a journal URL", "for a SQLite journal in that file give sqlite://bank.db")
+    with pytest.raises(InvalidUrl, match=f"in a file in that directory give sqlite://{tmp_path}/journal.db "):
+        open_journal(str(tmp_path))
+    # Neither a URL missing its slashes nor a server address is taken for a file path.
+    for url in ("sqlite:/x.db", "reprise@db.example:5432/reprise"):
+        with pytest.raises(InvalidUrl, match="unsupported journal URL"):
+            open_journal(url)
+    assert not os.path.exists("bank.db")
+
+
+def test_up_refuses_a_file_path_as_the_journal_naming_the_sqlite_url_before_starting_anything(tmp_path) -> None:
+    topology = tmp_path / "topo.toml"
+    topology.write_text('[system]\njournal = "bank.db"\n\n[[actor]]\npath = "/user/tally"\n'
+                        'class = "tests.actors.validation_sample:Tally"\n')
+    tag = f"{SESSION_TOKEN}-file-path-up-"
+    up = reprise("up", str(topology), "--detach", "--port", str(actors.free_port()), "--tag", tag)
+    assert up.returncode == 2 and "journal 'bank.db' is a file path" in up.stderr, up
+    assert "give sqlite://bank.db " in up.stderr and up.stderr.count("\n") == 1, up.stderr
+    assert tagged_pids(tag) == [] and not (tmp_path / "bank.db").exists()
+
+
+def test_journal_show_with_the_id_first_and_a_file_path_names_the_file_s_url_not_the_id_s(tmp_path) -> None:
+    # `reprise journal show /user/accounts/3 bank.db` said "'/user/accounts/3' is a file path" and suggested
+    # sqlite:///user/accounts/3: the id was taken for the journal.
+    from journal import open_journal
+
+    with open_journal(f"sqlite://{tmp_path}/bank.db"):
+        pass  # (an existing journal file, as a user would have)
+    for args in (["/user/accounts/3", f"{tmp_path}/bank.db"], ["/user/accounts/3", "missing.db"]):
+        done = reprise("journal", "show", *args)
+        assert done.returncode == 2, done
+        assert f"'{args[1]}' is a file path, not a journal URL" in done.stderr, done.stderr
+        assert f"give sqlite://{args[1]} " in done.stderr and "/user/accounts/3" not in done.stderr, done.stderr

@@ -18,7 +18,14 @@ import pytest
 from actors import ConfigError, SpawnFailed
 from actors.topology import loads, resolve_class
 from journal import open_journal
-from persistence import EventsByTag, GetProjectionState, Projection, ProjectionError, open_offset_store
+from persistence import (
+    EventsByTag,
+    GetProjectionState,
+    OffsetStoreError,
+    Projection,
+    ProjectionError,
+    open_offset_store,
+)
 from tests.persistence.projection_fixtures import (
     failing_once_in_transaction,
     record_group_to,
@@ -205,8 +212,14 @@ def test_bad_configuration_is_refused_naming_the_fix():
         EventsByTag("")
     with pytest.raises(ProjectionError, match="handler 'nowhere:thing' cannot be imported"):
         Projection(**{**ok, "handler": "nowhere:thing"})
-    with pytest.raises(ProjectionError, match="offset_store must be a URL such as sqlite:///"):
+    with pytest.raises(ProjectionError, match="offset_store 'read.db' is a file path, not a URL: .* give "
+                                              "sqlite://read.db "):
         Projection(**{**ok, "offset_store": "read.db"})
+    with pytest.raises(ProjectionError, match="offset_store must be a URL such as sqlite:///"):
+        Projection(**{**ok, "offset_store": "sqlite:read.db"})
+    with pytest.raises(OffsetStoreError, match="'read.db' is a file path, not an offset store URL: .* give "
+                                               "sqlite://read.db "):
+        open_offset_store("read.db")
     with pytest.raises(ProjectionError, match="group_size must be a positive int"):
         Projection(**ok, group_size=0)
     with pytest.raises(ProjectionError, match=r"source \{'tg': 'x'\}.*keys: tag, journal, gap_timeout"):

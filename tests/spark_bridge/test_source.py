@@ -141,6 +141,7 @@ def test_an_event_of_a_type_no_executor_knows_fails_naming_the_imports_option(sp
 @pytest.mark.parametrize(("options", "message"), [
     ({}, 'option "url" is required'),
     ({"url": "mysql://host/db"}, 'option "url": unsupported journal URL'),
+    ({"url": "bank.db"}, 'option "url": \'bank.db\' is a file path, not a journal URL: .* give sqlite://bank.db '),
     ({"url": "memory://x"}, 'option "url".*memory://'),
     ({"url": "sqlite:///x.db", "partitions": "0"}, 'option "partitions" must be an integer >= 1'),
     ({"url": "sqlite:///x.db", "partitions": "many"}, 'option "partitions" must be an integer >= 1'),
