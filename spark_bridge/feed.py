@@ -943,12 +943,12 @@ def feed(df: DataFrame, system: object, to: str | Callable[[Row], str] = "destin
                 parts = df.rdd.mapPartitions(lambda it: stage_rows(plan, it)).collect()
         except BaseException as exc:
             discard_run(plan, feed_id)
-            _raise_if_gone(plan, feed_id, exc, released=False, micro_batch=_micro_batch)
+            raise_if_gone(plan, feed_id, exc, released=False, micro_batch=_micro_batch)
             raise
         try:
             return commit_run(plan, feed_id, parts, started)
         except Exception as exc:
-            _raise_if_gone(plan, feed_id, exc, released=True, micro_batch=_micro_batch)
+            raise_if_gone(plan, feed_id, exc, released=True, micro_batch=_micro_batch)
             raise
     finally:
         if poller is not None:
@@ -956,9 +956,13 @@ def feed(df: DataFrame, system: object, to: str | Callable[[Row], str] = "destin
             poller.system.close()  # type: ignore[attr-defined]
 
 
-def _raise_if_gone(plan: _Plan, feed_id: str, exc: BaseException, released: bool, micro_batch: bool) -> None:
+def raise_if_gone(plan: _Plan, feed_id: str, exc: BaseException, released: bool, micro_batch: bool,
+                   rerun: str | None = None) -> None:
     """FeedSystemDown when the actor system went down while the feed ran: its tasks (or its commit) met
-    MessageNotSent or SystemNotRunning inside Spark's own exception, which named neither the cause nor the fix."""
+    MessageNotSent or SystemNotRunning inside Spark's own exception, which named neither the cause nor the fix.
+
+    `rerun` says how to run it again with the same feed id (default: feed()'s feed_id= argument).
+    """
     if not isinstance(exc, Exception) or isinstance(exc, FeedError):
         return  # (a Ctrl-C, or a FeedError that says what happened itself)
     try:
@@ -972,8 +976,10 @@ def _raise_if_gone(plan: _Plan, feed_id: str, exc: BaseException, released: bool
     where = "releasing its rows" if released else "staging its rows"
     what = ("some of its partitions may have been released (a restarted system delivers them from its journal)"
             if released else "none of its rows were released, so none were delivered by this run")
-    rerun = ("restart the query from its checkpoint" if micro_batch
-             else f"run the feed again with feed_id={feed_id!r}")
+    if micro_batch:
+        rerun = "restart the query from its checkpoint"
+    elif rerun is None:
+        rerun = f"run the feed again with feed_id={feed_id!r}"
     raise FeedSystemDown(f"feed {feed_id!r}: the actor system on {plan.host}:{plan.port} went down while the feed "
                          f"was {where}; {what}. Start the system again (on the same journal) and {rerun}: what a feed "
                          "id released is never delivered twice") from None

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +62,7 @@ from spark_bridge.feed import (
     discard_run,
     has_map,
     make_plan,
+    raise_if_gone,
     spark_attach,
     stage_arrow,
     stage_rows,
@@ -188,6 +190,21 @@ def _commit(plan: _Plan, feed_id: str, messages: Sequence[WriterCommitMessage | 
     commit_run(plan, feed_id, mine, time.monotonic(), len(messages))
 
 
+@contextmanager
+def _saying_if_gone(plan: _Plan, feed_id: str, released: bool, micro_batch: bool = False) -> Iterator[None]:
+    """Raise FeedSystemDown when the body failed because the actor system went down under the write.
+
+    Spark wrapped the tasks' "no actor system listens ... start one first" and the commit's "stopped while this
+    client waited" in its own error: nothing said the write was cut, what became of its rows, or to rerun it.
+    """
+    try:
+        yield
+    except Exception as exc:
+        raise_if_gone(plan, feed_id, exc, released=released, micro_batch=micro_batch,
+                      rerun=f'run the write again with .option("feed_id", {feed_id!r})')
+        raise
+
+
 class _BatchWriter(DataSourceWriter):
     """df.write: tasks stage, the job's commit releases (or its abort discards)."""
 
@@ -196,11 +213,13 @@ class _BatchWriter(DataSourceWriter):
 
     def write(self, iterator: Iterator[Any]) -> SinkCommit:
         """Stage this task attempt's rows (Row objects)."""
-        return SinkCommit(self.plan.feed_id, *next(stage_rows(self.plan, iterator)))
+        with _saying_if_gone(self.plan, self.plan.feed_id, released=False):
+            return SinkCommit(self.plan.feed_id, *next(stage_rows(self.plan, iterator)))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Release the winning attempts' batches; wait as ack asks."""
-        _commit(self.plan, self.plan.feed_id, messages)
+        with _saying_if_gone(self.plan, self.plan.feed_id, released=True):
+            _commit(self.plan, self.plan.feed_id, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Discard what the job's attempts staged."""
@@ -210,7 +229,8 @@ class _BatchWriter(DataSourceWriter):
 class _ArrowBatchWriter(_BatchWriter, DataSourceArrowWriter):
     def write(self, iterator: Iterator[Any]) -> SinkCommit:
         """Stage this task attempt's rows (Arrow record batches: no row objects)."""
-        return SinkCommit(self.plan.feed_id, *stage_arrow(self.plan, iterator))
+        with _saying_if_gone(self.plan, self.plan.feed_id, released=False):
+            return SinkCommit(self.plan.feed_id, *stage_arrow(self.plan, iterator))
 
 
 def _micro_batch_feed(plan: _Plan) -> str:
@@ -234,7 +254,8 @@ class _StreamWriter(DataSourceStreamWriter):
     def write(self, iterator: Iterator[Any]) -> SinkCommit:
         """Stage this task attempt's rows of the micro-batch (Row objects)."""
         feed_id = _micro_batch_feed(self.plan)
-        rows = next(stage_rows(_replace_feed(self.plan, feed_id), iterator))
+        with _saying_if_gone(self.plan, feed_id, released=False, micro_batch=True):
+            rows = next(stage_rows(_replace_feed(self.plan, feed_id), iterator))
         return SinkCommit(feed_id, *rows)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 (Spark's name)
@@ -244,7 +265,8 @@ class _StreamWriter(DataSourceStreamWriter):
             if not feed_id.endswith(f"/{batchId}"):
                 raise FeedError(f"{SINK_NAME}: micro-batch {batchId} committed tasks of {feed_id!r}")
             mine = _of_feed(messages, feed_id)
-            _commit(_tasks_run(self.plan, mine), feed_id, mine)
+            with _saying_if_gone(self.plan, feed_id, released=True, micro_batch=True):
+                _commit(_tasks_run(self.plan, mine), feed_id, mine)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Discard what the micro-batch's attempts staged (those that reported; the rest stays unseen)."""
@@ -276,7 +298,8 @@ class _ArrowStreamWriter(_StreamWriter, DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[Any]) -> SinkCommit:
         """Stage this task attempt's rows of the micro-batch (Arrow record batches)."""
         feed_id = _micro_batch_feed(self.plan)
-        return SinkCommit(feed_id, *stage_arrow(self.plan, iterator, feed_id))
+        with _saying_if_gone(self.plan, feed_id, released=False, micro_batch=True):
+            return SinkCommit(feed_id, *stage_arrow(self.plan, iterator, feed_id))
 
 
 def _replace_feed(plan: _Plan, feed_id: str) -> _Plan:

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -692,3 +693,79 @@ def test_a_nan_key_fails_the_feed_naming_the_column(sink, make_bridged):
     with pytest.raises(Exception, match="key='k': the column is NaN in a row"):
         feed(df, system, to="/user/accounts/a{account}", key="k", feed_id=unique("nan"), progress=False)
     assert all(b.total == 0 for b in balances(system, ["/user/accounts/a1", "/user/accounts/a2"]).values())
+
+
+def _write_in_thread(df, port: int, **options) -> tuple[threading.Thread, list[BaseException | None]]:
+    """write(df, port, **options) started in a thread; the list gets None or its exception when it ends."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        # Spark looks Python data sources up in the JVM thread's active session, which a new thread has none of
+        # (DATA_SOURCE_NOT_FOUND): make the DataFrame's session this thread's, as PySpark's createDataFrame does.
+        session = df.sparkSession
+        session._jvm.SparkSession.setActiveSession(session._jsparkSession)
+        try:
+            write(df, port, **options)
+            outcome.append(None)
+        except BaseException as exc:  # (the caller checks it)
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+@pytest.mark.timeout(300)
+def test_a_write_whose_system_goes_down_while_staging_fails_saying_so_and_its_rerun_loses_and_repeats_nothing(
+        sink, make_bridged):
+    system = make_bridged(account=DurableAccount)
+    cut = by_account(sink, 300_000, accounts=100).cache()
+    expected = expected_by_account(cut)
+    thread, outcome = _write_in_thread(cut, system.admin_port, to="/user/accounts/a{account}", feed_id="cut",
+                                       batch_size=500)
+    wait_for(lambda: system.status().hosts[BRIDGE_PATH].counters.get("feed_rows", 0) >= 12_000 or outcome, 120)
+    assert not outcome, f"the write ended before the system went down: {outcome}"
+    system.shutdown()
+    thread.join(120)
+    assert outcome and outcome[0] is not None, outcome
+    message = str(outcome[0])
+    assert f"FeedSystemDown: feed 'cut': the actor system on 127.0.0.1:{system.admin_port} went down while the " \
+           "feed was staging its rows; none of its rows were released" in message, message
+    assert """Start the system again (on the same journal) and run the write again with .option("feed_id", 'cut')""" \
+        in message, message
+    assert "start one first" not in message, message
+
+    again = make_bridged(account=DurableAccount)  # the same journal: every acknowledged row is in it
+    write(cut, again.admin_port, to="/user/accounts/a{account}", feed_id="cut", batch_size=5_000)
+    result = last_write_result("cut")
+    assert result is not None and (result.rows, result.duplicates_skipped) == (300_000, 0), result
+    got = settled(again, expected, timeout=120)
+    assert sums(got) == expected and sum(b.applied for b in got.values()) == 300_000  # none lost, none twice
+    cut.unpersist()
+
+
+@pytest.mark.timeout(300)
+def test_a_write_whose_system_goes_down_after_its_release_says_so_and_its_rerun_delivers_nothing_twice(
+        sink, make_bridged):
+    system = make_bridged(account=DurableAccount)
+    df = by_account(sink, 60_000, accounts=100).cache()
+    expected = expected_by_account(df)
+    thread, outcome = _write_in_thread(df, system.admin_port, to="/user/accounts/a{account}", feed_id="released",
+                                       ack="processed", batch_size=2_000)
+    wait_for(lambda: system.status().hosts[BRIDGE_PATH].counters.get("delivered", 0) > 0 or outcome, 120)
+    assert not outcome, f"the write ended before the system went down: {outcome}"
+    system.shutdown()
+    thread.join(120)
+    assert outcome and outcome[0] is not None, outcome
+    message = str(outcome[0])
+    assert "FeedSystemDown: feed 'released': the actor system on 127.0.0.1:" in message, message
+    assert "went down while the feed was releasing its rows" in message, message
+    assert """.option("feed_id", 'released')""" in message and "stopped while this client" not in message, message
+
+    again = make_bridged(account=DurableAccount)
+    write(df, again.admin_port, to="/user/accounts/a{account}", feed_id="released", ack="processed")
+    result = last_write_result("released")
+    assert result is not None and (result.rows, result.duplicates_skipped) == (60_000, 60_000), result
+    got = settled(again, expected, timeout=120)
+    assert sums(got) == expected and sum(b.applied for b in got.values()) == 60_000
+    df.unpersist()
