@@ -56,8 +56,24 @@ def topology(tmp_path) -> str:
     return str(path)
 
 
+def tree_env(**extra: str) -> dict[str, str]:
+    """The environment for the `reprise` script with this tree first on its path.
+
+    The script imports the installed tree, which in a worktree (or another checkout) is not the one under test.
+    """
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, **extra, "PYTHONPATH": path}
+
+
 def reprise(*argv: str, timeout: float = 90) -> subprocess.CompletedProcess:
-    return subprocess.run([REPRISE, *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([REPRISE, *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=tree_env())
+
+
+def test_the_reprise_helper_runs_the_tree_under_test(monkeypatch) -> None:
+    # It ran the installed script without PYTHONPATH: in a worktree every test here checked the main tree's code.
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    done = reprise("--verbose", "journal", "ls", "foo://x")
+    assert done.returncode == 2 and f'File "{ROOT}/actors/journal_commands.py"' in done.stderr, done.stderr
 
 
 def test_up_detach_status_down(topology, tag, tmp_path) -> None:
@@ -103,7 +119,7 @@ def test_up_detach_status_down(topology, tag, tmp_path) -> None:
 def test_up_in_the_foreground_shuts_down_on_sigterm(topology, tag, tmp_path) -> None:
     port = actors.free_port()
     proc = subprocess.Popen([REPRISE, "up", topology, "--port", str(port), "--tag", tag], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=tree_env())
     try:
         lines = []
         for line in proc.stdout:
@@ -126,7 +142,7 @@ def test_up_in_the_foreground_shuts_down_on_a_hangup(topology, tag, tmp_path) ->
     # nobody to stop it.
     port = actors.free_port()
     proc = subprocess.Popen([REPRISE, "up", topology, "--port", str(port), "--tag", tag], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=tree_env())
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -361,7 +377,7 @@ def test_up_without_a_port_picks_one_in_reprise_port_range_and_refuses_a_bad_ran
     from tests.actors.test_system import BAD_PORT_RANGES, five_ports_of_this_worker
 
     low = five_ports_of_this_worker()
-    env = {**os.environ, "REPRISE_PORT_RANGE": f"{low}-{low + 4}"}
+    env = tree_env(REPRISE_PORT_RANGE=f"{low}-{low + 4}")
     up = subprocess.run([REPRISE, "up", topology, "--detach", "--tag", tag, "--run-dir", str(tmp_path / "run")],
                         cwd=ROOT, capture_output=True, text=True, timeout=90, env=env)
     assert up.returncode == 0, up.stderr
@@ -374,7 +390,7 @@ def test_up_without_a_port_picks_one_in_reprise_port_range_and_refuses_a_bad_ran
             assert reprise("down", "--port", str(port)).returncode == 0
     for bad in BAD_PORT_RANGES:
         refused = subprocess.run([REPRISE, "up", topology, "--detach", "--tag", tag], cwd=ROOT, capture_output=True,
-                                 text=True, timeout=60, env={**os.environ, "REPRISE_PORT_RANGE": bad})
+                                 text=True, timeout=60, env=tree_env(REPRISE_PORT_RANGE=bad))
         assert refused.returncode == 2, refused.stderr
         assert "REPRISE_PORT_RANGE=" in refused.stderr and "e.g. REPRISE_PORT_RANGE=20000-20999" in refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
