@@ -55,6 +55,8 @@ def test_unknown_scheme_and_options_are_refused(tmp_path) -> None:
     with pytest.raises(ValueError, match=r"sqlite://.*memory://.*postgresql://"):
         open_journal("mysql://localhost/db")
     with pytest.raises(ValueError, match="sqlite://, memory://, postgresql://"):
+        journal.open_snapshot_store("no-scheme:at-all")
+    with pytest.raises(ValueError, match="'no-scheme-at-all' is a file path, .* give sqlite://no-scheme-at-all "):
         journal.open_snapshot_store("no-scheme-at-all")
     with pytest.raises(ValueError, match="unknown sqlite journal option"):
         open_journal(f"sqlite://{tmp_path}/j.db?synchronus=NORMAL")

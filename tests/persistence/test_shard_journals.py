@@ -44,7 +44,8 @@ def test_each_shard_journals_to_its_own_file_and_keeps_that_layout(system, tmp_p
 
 
 @pytest.mark.parametrize("url, problem", [
-    ("accounts.db", "must be a URL"),
+    ("accounts.db", "is a file path, not a URL: .* give sqlite://accounts.db "),
+    ("accounts:db", "must be a URL"),
     ("sqlite:///data/{path}-{shard}.db", "the only placeholder"),
 ])
 def test_a_bad_per_host_journal_url_is_refused_before_spawning(system, url, problem):
