@@ -243,8 +243,25 @@ def create_private_file(path: str) -> None:
     """Create `path` (and its directory) empty and 0600 if it does not exist, so SQLite's files of it are private.
 
     SQLite gives a database's -wal and -shm the database file's mode, and sqlite3.connect would create the
-    file with the process umask (0644 under 022).
+    file with the process umask (0644 under 022). JournalError naming the file and the directory it could not
+    be made in.
     """
+    try:
+        _create_private_file(path)
+    except OSError as e:
+        # (it said "[Errno 30] Read-only file system: '/data/.reprise-4242-1398.new'": a name of ours, not the user's)
+        where = os.path.dirname(e.filename) if isinstance(e.filename, str) else os.path.dirname(path)
+        fix = {errno.EROFS: f"{where or '.'} is on a read-only file system: give a path on a writable one, or "
+                            "remount it read-write",
+               errno.EACCES: f"this process (uid {os.getuid()}) may not write in {where or '.'}: give a writable "
+                             "path, or change the directory's permissions",
+               errno.ENOSPC: f"the file system of {where or '.'} is full: free space, or give a path on another one",
+               errno.ENOTDIR: f"{e.filename!r} is not a directory: fix the path"}.get(
+            e.errno or 0, f"{e.strerror} ({e.filename})")
+        raise JournalError(f"cannot create the SQLite file {path}: {fix}") from e
+
+
+def _create_private_file(path: str) -> None:
     # Only for a file that does not exist yet: closing a descriptor of a file drops every POSIX lock this
     # process holds on it, which for a live database lets another process checkpoint and unlink its WAL.
     # The file is made under a name of its own and linked into place only once its descriptor is closed:

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Literal, TypeVar, cast
 
-from journal import InvalidUrl, RepriseError
+from journal import InvalidUrl, JournalError, RepriseError
 from journal.sqlite import create_private_file, retry_busy
 from journal.urls import file_path_fix, redact_url
 
@@ -337,7 +337,7 @@ class SqliteOffsetStore(_SqlOffsetStore):
             retry_busy(lambda: self._conn.execute(
                 f"CREATE TABLE IF NOT EXISTS {_TABLE} (projection_id TEXT PRIMARY KEY, "
                 "current_offset INTEGER NOT NULL, last_updated INTEGER NOT NULL)"), 30.0)
-        except (sqlite3.Error, OSError) as e:
+        except (sqlite3.Error, OSError, JournalError) as e:  # (JournalError: create_private_file's)
             raise OffsetStoreError(f"cannot open the SQLite offset store {path!r}: {e}") from e
         self._lock = threading.Lock()
 

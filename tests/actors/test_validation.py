@@ -220,6 +220,36 @@ def test_spawn_fails_naming_a_journal_that_can_be_read_but_not_written(system, r
         system.spawn(Tally, "/user/tally", journal=read_only_journal, timeout=60)
 
 
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """An empty directory on a tmpfs mounted read-only."""
+    path = tmp_path / "ro"
+    path.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(path)], capture_output=True).returncode:
+        pytest.skip("NOT RUN: cannot mount a tmpfs here (needs root and mount); a read-only directory was not tried")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def test_a_new_journal_in_a_read_only_directory_fails_the_spawn_naming_the_file_and_the_directory(
+        system, read_only_dir) -> None:
+    # It said "OSError: [Errno 30] Read-only file system: '<dir>/.reprise-4242-1398.new'": a name of Reprise's
+    # own temporary file, not the journal's.
+    for url, where in ((f"sqlite://{read_only_dir}/journal.db", read_only_dir),
+                       (f"sqlite://{read_only_dir}/sub/journal.db", read_only_dir)):
+        with pytest.raises(SpawnFailed, match=rf"cannot create the SQLite file {url[len('sqlite://'):]}: {where} is "
+                                              r"on a read-only file system: give a path on a writable one") as e:
+            system.spawn(Tally, "/user/tally", journal=url, timeout=60)
+        assert ".reprise-" not in str(e.value), e.value
+    from persistence import OffsetStoreError, open_offset_store
+
+    with pytest.raises(OffsetStoreError, match=f"cannot create the SQLite file {read_only_dir}/offsets.db: "
+                                               f"{read_only_dir} is on a read-only file system"):
+        open_offset_store(f"sqlite://{read_only_dir}/offsets.db")
+
+
 @pytest.mark.postgres
 def test_spawn_fails_when_postgres_is_unreachable_and_hides_the_password(make_system, base, postgres_url) -> None:
     system = make_system(base, journal="postgresql://postgres:hunter2@127.0.0.1:1/test")
