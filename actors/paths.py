@@ -48,13 +48,26 @@ def validate_path(path: str, *, what: str = "path") -> str:
         )
     parts = path.split("/")
     if len(parts) < 3 or parts[0] != "" or any(p == "" for p in parts[1:]):
-        raise InvalidPath(f"{what} {path!r} must look like '/user/<name>[/<name>...]' (no empty segments)")
+        raise InvalidPath(f"{what} {path!r} must look like '/user/<name>[/<name>...]' (no empty segments)"
+                          f"{_meant(path)}")
     if parts[1] not in ROOTS:
-        raise InvalidPath(f"{what} {path!r} must start with one of /user, /system, /temp")
+        raise InvalidPath(f"{what} {path!r} must start with one of /user, /system, /temp{_meant(path)}")
     for p in parts[1:]:
         if p in (".", "..") or any(c.isspace() for c in p):
             raise InvalidPath(f"{what} {path!r} has an invalid segment {p!r} (no '.', '..' or spaces)")
     return path
+
+
+def _meant(path: str) -> str:
+    """"; did you mean '/user/feeder'?" for a path that lacks its root or has empty segments ('feeder', '/feeder',
+    'user/feeder', '/user//a'), else ""."""
+    names = [p for p in path.split("/") if p]
+    if names and names[0] not in ROOTS:
+        names.insert(0, "user")  # (user actors live below /user, as in Akka)
+    meant = "/" + "/".join(names)
+    if len(names) < 2 or meant == path or any(p in (".", "..") or any(c.isspace() for c in p) for p in names):
+        return ""  # (nothing to name, or what it would name is no valid path either)
+    return f"; did you mean {meant!r}?"
 
 
 def check_spawn_path(path: str, *, what: str = "path", system_actor: bool = False) -> str:

@@ -27,6 +27,19 @@ def test_invalid_paths_are_rejected_with_a_reason(path, fragment):
         validate_path(path)
 
 
+@pytest.mark.parametrize(("path", "meant"), [
+    ("feeder", "/user/feeder"), ("/feeder", "/user/feeder"), ("user/feeder", "/user/feeder"),
+    ("accounts/42", "/user/accounts/42"), ("/user//a", "/user/a"), ("/user/a/", "/user/a"),
+    ("/other/a", "/user/other/a"), ("system/spark-bridge", "/system/spark-bridge"),
+    ("/user", None), ("", None), ("my feeder", None),
+])
+def test_a_path_without_its_root_or_with_empty_segments_names_the_path_it_likely_means(path, meant):
+    # "path '/feeder' must look like '/user/<name>[/<name>...]'" left the user to work out '/user/feeder'.
+    with pytest.raises(InvalidPath) as e:
+        validate_path(path)
+    assert (f"; did you mean {meant!r}?" in str(e.value)) if meant else "did you mean" not in str(e.value), e.value
+
+
 def test_non_string_path_is_rejected():
     with pytest.raises(InvalidPath, match="must be a string"):
         validate_path(42)

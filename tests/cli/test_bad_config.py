@@ -190,3 +190,16 @@ def test_journal_show_with_the_id_first_and_a_file_path_names_the_file_s_url_not
         assert done.returncode == 2, done
         assert f"'{args[1]}' is a file path, not a journal URL" in done.stderr, done.stderr
         assert f"give sqlite://{args[1]} " in done.stderr and "/user/accounts/3" not in done.stderr, done.stderr
+
+
+def test_spawn_and_up_name_the_user_path_a_path_without_its_root_likely_means(base, make_system, tmp_path) -> None:
+    # "path 'feeder' must look like '/user/<name>[/<name>...]'" left the user to work out '/user/feeder'.
+    system = make_system(base)
+    with pytest.raises(actors.InvalidPath, match="did you mean '/user/tally'"):
+        system.spawn(Tally, "tally")
+    topology = tmp_path / "topo.toml"
+    topology.write_text('[[actor]]\npath = "/tally"\nclass = "tests.actors.validation_sample:Tally"\n')
+    tag = f"{SESSION_TOKEN}-no-root-up-"
+    up = reprise("up", str(topology), "--detach", "--port", str(actors.free_port()), "--tag", tag)
+    assert up.returncode == 2 and "path '/tally' must look like" in up.stderr, up
+    assert "did you mean '/user/tally'?" in up.stderr and tagged_pids(tag) == [], up.stderr
