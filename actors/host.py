@@ -9,7 +9,6 @@ import os
 import sys
 import time
 import traceback
-import types
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
@@ -61,6 +60,7 @@ from .supervision import PARENT_WAKEUP, ParentWatch, exit_if_orphaned_before
 from .thespian_types import Address, Intent
 from .timers import Timer, TimerQueue
 from .transport import Entry, Outbox, Router, address_key, check_message, route_keys, unpack
+from .validation import missing_class_hint
 
 log = logging.getLogger("reprise.host")
 _T = TypeVar("_T")
@@ -114,9 +114,8 @@ def resolve_factory(factory: Any) -> Any:
             obj = getattr(obj, part)
         except AttributeError:
             owner = ".".join([module, *attr.split(".")[:i]])
-            names = [n for n in dir(obj) if not n.startswith("_") and isinstance(getattr(obj, n, None), type)]
-            listed = f" (its classes: {', '.join(names[:20]) or 'none'})" if isinstance(obj, types.ModuleType) else ""
-            raise SpawnFailed(f"cannot import {factory!r}: {owner} has no attribute {part!r}{listed}") from None
+            raise SpawnFailed(f"cannot import {factory!r}: {owner} has no attribute {part!r}"
+                              f"{missing_class_hint(obj, part)}") from None
     return obj
 
 

@@ -82,6 +82,7 @@ from .validation import (
     check_number,
     check_peers,
     check_spawn_options,
+    missing_class_hint,
 )
 
 __all__ = ["ActorEntry", "ClusterSection", "NodeSection", "SystemSection", "Topology", "TopologyError", "load",
@@ -295,7 +296,8 @@ def resolve_class(spec: str) -> type:
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise TopologyError(f"class {spec!r}: module {module_name!r} has no {qualname!r}") from None
+            raise TopologyError(f"class {spec!r}: module {module_name!r} has no {qualname!r}"
+                                f"{missing_class_hint(obj, part)}") from None
     if not isinstance(obj, type):
         raise TopologyError(f"class {spec!r} is not a class")
     return obj

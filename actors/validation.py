@@ -20,6 +20,18 @@ from .pickling import dumps
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
+def missing_class_hint(owner: object, name: str) -> str:
+    """" (did you mean 'Feeder'? its classes: ...)" for a class `name` that `owner` (a module) lacks; "" if none."""
+    import types
+
+    if not isinstance(owner, types.ModuleType):
+        return ""
+    names = [n for n in dir(owner) if not n.startswith("_") and isinstance(getattr(owner, n, None), type)]
+    close = difflib.get_close_matches(name, names, n=1)
+    meant = f"did you mean {close[0]!r}? " if close else ""
+    return f" ({meant}its classes: {', '.join(names[:20]) or 'none'})"
+
+
 def check_number(name: str, value: object, *, minimum: float = 0.0, allow_equal: bool = False,
                  integer: bool = False, allow_none: bool = False, hint: str = "") -> None:
     """ConfigError unless `value` is a finite number above `minimum` (or equal, with allow_equal)."""

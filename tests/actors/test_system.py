@@ -77,6 +77,9 @@ def test_actor_failing_to_start_is_reported(system):
     ("tests.actors.no_such_module:Echo", "no module named 'tests.actors.no_such_module' in the host process"),
     ("tests.actors.validation_sample:NoSuchClass", "tests.actors.validation_sample has no attribute 'NoSuchClass' "
                                                    "(its classes: "),
+    # (it listed the classes only: the one meant is named first)
+    ("tests.actors.validation_sample:Taly", "tests.actors.validation_sample has no attribute 'Taly' (did you mean "
+                                            "'Tally'? its classes: "),
 ])
 def test_a_class_name_the_host_cannot_import_fails_in_one_line_saying_what_is_missing(system, factory, reason):
     # It failed with the host's whole traceback through importlib, the missing name on its last line.

@@ -213,6 +213,16 @@ def test_a_bad_class_fails_before_starting_anything(tmp_path, tag) -> None:
     assert tagged_pids(tag) == []
 
 
+def test_a_misspelt_class_in_a_topology_is_refused_naming_the_class_meant(tmp_path, tag) -> None:
+    # "module 'tests.actors.sample' has no 'Ecko'" named neither the class meant nor the ones there are.
+    path = tmp_path / "bad.toml"
+    path.write_text('[[actor]]\npath = "/user/x"\nclass = "tests.actors.sample:Ecko"\n')
+    result = reprise("up", str(path), "--tag", tag)
+    assert result.returncode == 2 and "module 'tests.actors.sample' has no 'Ecko' (did you mean 'Echo'? its " \
+                                      "classes: " in result.stderr, result.stderr
+    assert tagged_pids(tag) == []
+
+
 @pytest.mark.parametrize("text", ["", "# nothing yet\n", '[system]\njournal = "sqlite://journal.db"\n'],
                          ids=["empty", "comments", "system-only"])
 def test_up_of_a_file_that_declares_no_actors_is_refused_naming_the_file_and_starts_nothing(tmp_path, tag,
