@@ -82,9 +82,10 @@ def lock_ddl(cur: psycopg.Cursor[Any] | psycopg.Connection[Any]) -> None:
 
 _BASE = ("journal", "journal_ordering", "tags", "highest_sequence_nr", "snapshot")
 """What every journal schema has, of any version: a reader finds a journal where these exist."""
-_RELATIONS = (*_BASE, "tags_ordering")
+_RELATIONS = (*_BASE, "tags_ordering", "highest_sequence_nr_inserted_xid")
 """Everything _SCHEMA creates (tables and indexes): when all exist, opening runs no DDL. A schema made before
-tags_ordering (an index added later) is upgraded when opened: _SCHEMA creates the index, and _UPGRADE runs."""
+tags_ordering or highest_sequence_nr_inserted_xid (indexes added later) is upgraded when opened: _SCHEMA adds what it
+lacks (with the column inserted_xid), and _UPGRADE runs."""
 
 
 def _ready(relations: tuple[str, ...]) -> str:
@@ -110,6 +111,15 @@ _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS {s}.highest_sequence_nr (
         persistence_id TEXT PRIMARY KEY,
         sequence_nr BIGINT NOT NULL)""",
+    # The (64-bit) id of the transaction that inserted the row, by default: so also in a row inserted by a writer
+    # of a version before the column, or by hand. A live persistence_ids poll reads the rows inserted since its
+    # previous poll by this index; by the tuples' xmin it read the whole table every poll (10 ms at 20k ids).
+    # Added to an older table with the upgrading transaction's id (a constant default: no rewrite), so a poll
+    # running meanwhile returns those ids once more, never fewer.
+    "ALTER TABLE {s}.highest_sequence_nr ADD COLUMN IF NOT EXISTS inserted_xid BIGINT NOT NULL "
+    "DEFAULT pg_current_xact_id()::text::bigint",
+    "CREATE INDEX IF NOT EXISTS highest_sequence_nr_inserted_xid ON {s}.highest_sequence_nr "
+    "(inserted_xid, persistence_id)",
     """CREATE TABLE IF NOT EXISTS {s}.snapshot (
         persistence_id TEXT NOT NULL,
         sequence_nr BIGINT NOT NULL,
@@ -161,10 +171,14 @@ _QUERIES = {
     # keeps them in highest_sequence_nr: an id written and deleted between two polls is only there).
     "ids_after": "SELECT max(ordering), count(*), coalesce(array_agg(DISTINCT persistence_id), '{{}}') FROM "
                  "(SELECT ordering, persistence_id FROM {s}.journal WHERE ordering > %s ORDER BY ordering LIMIT %s) x",
-    # Those of its rows written by a transaction no older than an xid (mod 2**32): xmin, the writer's xid, is within
-    # 2**31 of now for every row written since a recent snapshot, so age() orders them by it (an older row may come
-    # too: one frozen, its xmin wrapped, is extra, never missing). Still a scan of the whole table, but no transfer.
-    "ids_deleted": "SELECT persistence_id FROM {s}.highest_sequence_nr WHERE age(xmin) <= age(%s::text::xid)",
+    # Those of its rows inserted by a transaction no older than an xid, a chunk at a time by the index on
+    # (inserted_xid, persistence_id): from the xid, then after the last row read. (The ORDER BY ... LIMIT makes the
+    # generic plan walk that index: a bare `inserted_xid >= $1` is estimated at a third of the table, read whole.)
+    "ids_deleted": "SELECT inserted_xid, persistence_id FROM {s}.highest_sequence_nr WHERE inserted_xid >= %s "
+                   "ORDER BY inserted_xid, persistence_id LIMIT %s",
+    "ids_deleted_after": "SELECT inserted_xid, persistence_id FROM {s}.highest_sequence_nr "
+                         "WHERE (inserted_xid, persistence_id) > (%s, %s) "
+                         "ORDER BY inserted_xid, persistence_id LIMIT %s",
     "newest_and_snapshot": "SELECT (SELECT coalesce(max(ordering), 0) FROM {s}.journal), "
                            "pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint FROM pg_current_snapshot() s",
     # The chunk's offsets first, then their events by the ordering index. Joined instead, a custom plan (the offsets
@@ -367,8 +381,9 @@ class _Database:
                 return
             for ddl in (*_SCHEMA, *_UPGRADE):
                 cur.execute(sql.SQL(ddl).format(s=ident))
-        self.write("create or upgrade the schema (on a schema made before index tags_ordering: create it and remove "
-                   "orphaned tags, once)", create, landed=_run_again)
+        self.write("create or upgrade the schema (on a schema made before index tags_ordering or "
+                   "highest_sequence_nr_inserted_xid: add what it lacks and remove orphaned tags, once)", create,
+                   landed=_run_again)
 
     def _check(self, conn: psycopg.Connection[Any]) -> None:
         try:
@@ -640,13 +655,26 @@ class PostgresJournal(Journal):
                     break
                 after = last
             # After the events: an id whose events were deleted before they were read is in highest_sequence_nr.
-            # Only its rows written since the previous poll's first snapshot: by a transaction with an xid >= that
+            # Only its rows inserted since the previous poll's first snapshot: by a transaction with an xid >= that
             # snapshot's xmin (one with a lower xid had ended by then, so its row was in that snapshot, and in every
             # later read of the previous poll, which returned its id: by induction, from the first poll's listing).
-            ids.update(r[0] for r in self._db.query("persistence ids", "ids_deleted", (xmin_before % 2**32,)))
+            # A later delete of the id updates its row and keeps inserted_xid: the id was returned for the insert.
+            ids.update(self._ids_deleted_since(xmin_before, chunk))
             read_from, xmin_before = final, xmin  # (only once every read succeeded)
             return ids
         return poll
+
+    def _ids_deleted_since(self, xid: int, chunk: int) -> list[str]:
+        """The ids of highest_sequence_nr's rows inserted by transactions with an id >= `xid`, `chunk` rows a read.
+
+        Each read is a new snapshot: a row committed meanwhile behind the last one read was not committed at the
+        poll's first snapshot, so its transaction's id is >= that snapshot's xmin, and the next poll reads it."""
+        rows: list[Any] = self._db.query("persistence ids", "ids_deleted", (xid, chunk))
+        ids = [r[1] for r in rows]
+        while len(rows) == chunk:
+            rows = self._db.query("persistence ids", "ids_deleted_after", (*rows[-1], chunk))
+            ids += [r[1] for r in rows]
+        return ids
 
     def _read_tag(self, tag: str, offset: int, limit: int, upto: int) -> Sequence[TaggedRow]:
         rows: list[Any] = self._db.query("events by tag", "tagged", (tag, offset, upto, limit, limit, limit))

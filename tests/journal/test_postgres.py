@@ -224,6 +224,12 @@ def _relations(admin: psycopg.Connection, schema: str) -> set[str]:
                                         "WHERE n.nspname = %s AND c.relkind IN ('r', 'i')", (schema,))}
 
 
+def _drop_inserted_xid(admin: psycopg.Connection, schema: str) -> None:
+    """Back to the layout before highest_sequence_nr's column inserted_xid and its index."""
+    admin.execute(f"DROP INDEX {schema}.highest_sequence_nr_inserted_xid")
+    admin.execute(f"ALTER TABLE {schema}.highest_sequence_nr DROP COLUMN inserted_xid")
+
+
 def test_a_schema_of_the_delete_race_era_is_upgraded_once_and_its_orphaned_tags_cut_no_query_short(pg) -> None:
     """A tag whose event was deleted (left by the old four-statement delete racing a write) made a tag chunk read
     short, and the query took that for its end: the events after it, up to the horizon, were skipped for good
@@ -235,6 +241,7 @@ def test_a_schema_of_the_delete_race_era_is_upgraded_once_and_its_orphaned_tags_
     with psycopg.connect(SERVER, autocommit=True) as admin:
         # Back to the old layout, and the race's leftover: the tag of a deleted event of "a".
         admin.execute(f"DROP INDEX IF EXISTS {app}.tags_ordering")
+        _drop_inserted_xid(admin, app)
         assert _relations(admin, app) == _OLD_RELATIONS
         admin.execute(f"DELETE FROM {app}.journal WHERE persistence_id = 'a' AND sequence_nr = 3")
         assert missing_journal(url) is None, "a reader finds a journal in an old schema"
@@ -245,11 +252,54 @@ def test_a_schema_of_the_delete_race_era_is_upgraded_once_and_its_orphaned_tags_
             orphans = f"SELECT count(*) FROM {app}.tags t WHERE NOT EXISTS " \
                       f"(SELECT 1 FROM {app}.journal j WHERE j.ordering = t.ordering)"
             assert admin.execute(orphans).fetchone() == (0,)
-            assert _relations(admin, app) == _OLD_RELATIONS | {"tags_ordering"}
+            assert _relations(admin, app) == _OLD_RELATIONS | {"tags_ordering", "highest_sequence_nr_inserted_xid"}
             # Once: a complete schema is not touched again (an orphan made now, by hand, stays).
             admin.execute(f"DELETE FROM {app}.journal WHERE persistence_id = 'b' AND sequence_nr = 3")
         with open_journal(url):
             assert admin.execute(orphans).fetchone() == (1,)
+
+
+def test_a_schema_before_the_inserted_xid_index_is_upgraded_by_concurrent_openers_and_polls_miss_no_deleted_id(
+        pg) -> None:
+    """A live persistence_ids poll reads the deleted ids by highest_sequence_nr's column inserted_xid (its index): a
+    schema made before it gets both when opened, once, by several processes opening it at once; its ids deleted
+    before (rows without the column then), by a writer of the old layout, and after the upgrade are all returned."""
+    url, app = pg
+    with open_journal(url) as journal:
+        assert journal.write_messages([_event(p, 1, "t") for p in ("a", "b")]) == [None] * 2
+        journal.delete_messages_to("a", MAX_SEQUENCE_NR)
+        delete = journal._db.q["delete"]  # type: ignore[attr-defined]
+    with psycopg.connect(SERVER, autocommit=True) as admin:
+        _drop_inserted_xid(admin, app)
+        assert _relations(admin, app) == _OLD_RELATIONS | {"tags_ordering"}
+        admin.execute(delete, {"p": "b", "to": MAX_SEQUENCE_NR})  # the delete statement as the old layout ran it
+        go, opened, failed = threading.Barrier(4), [], []
+
+        def open_one() -> None:
+            try:
+                go.wait(20)
+                opened.append(open_journal(url))
+            except BaseException as e:  # noqa: BLE001  (reported below)
+                failed.append(e)
+        openers = [threading.Thread(target=open_one) for _ in range(4)]
+        for t in openers:
+            t.start()
+        for t in openers:
+            t.join(60)
+        try:
+            assert failed == [] and len(opened) == 4
+            assert _relations(admin, app) == _OLD_RELATIONS | {"tags_ordering", "highest_sequence_nr_inserted_xid"}
+            journal = opened[0]
+            poll = journal._persistence_ids_poller()  # type: ignore[attr-defined]
+            assert set(poll()) == {"a", "b"}
+            wait_for(lambda: not set(poll()) & {"a", "b"}, 30)  # incremental once the writes in flight have ended
+            assert opened[1].write_messages([_event("c", 1, "t")]) == [None]
+            opened[2].delete_messages_to("c", MAX_SEQUENCE_NR)
+            assert "c" in set(poll())
+            assert sorted(journal.persistence_ids()) == ["a", "b", "c"]
+        finally:
+            for j in opened:
+                j.close()
 
 
 def test_a_delete_finds_its_events_tags_by_index_not_by_reading_every_tag(pg) -> None:
