@@ -91,6 +91,16 @@ def postgres_url() -> str:
     return url
 
 
+def pg_schema_url(request, prefix: str) -> str:
+    """A journal URL on a fresh schema of the test PostgreSQL server (skips loudly without one), dropped after the
+    test: after its systems' shutdown, as finalizers run in reverse order of the fixtures."""
+    from journal.postgres import drop_schema
+
+    url = f"{request.getfixturevalue('postgres_url')}?schema={prefix}_{uuid.uuid4().hex[:10]}"
+    request.addfinalizer(lambda: drop_schema(url))
+    return url
+
+
 def _port_range_of_this_worker() -> None:
     """Give each pytest-xdist worker a slice of the ports Reprise picks (REPRISE_PORT_RANGE, inherited by the
     processes it starts): a test chose two ports, started one system, and another worker's system took the

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from journal import open_journal
+from tests.conftest import pg_schema_url
 from tests.journal.rejection_actors import Noted, Notes
 
 
@@ -14,11 +13,7 @@ from tests.journal.rejection_actors import Noted, Notes
 def journal_url(request, tmp_path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/journal.db"
-    from journal.postgres import drop_schema
-
-    url = f"{request.getfixturevalue('postgres_url')}?schema=rejected_{uuid.uuid4().hex[:8]}"
-    request.addfinalizer(lambda: drop_schema(url))  # after the system's shutdown (fixtures end in reverse)
-    return url
+    return pg_schema_url(request, "rejected")
 
 
 @pytest.mark.timeout(120)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import os
 import random
 import signal
-import uuid
 
 import pytest
 
 from persistence import Confirm
 from persistence.idempotent import SeenIds
+from tests.conftest import pg_schema_url
 from tests.persistence.compact_audit_actors import (
     ForwardingRelay,
     ModelAccounts,
@@ -34,10 +34,7 @@ def store_urls(request, tmp_path) -> dict[str, str]:
     """The journal and snapshot store URLs of one backend (PostgreSQL: a schema of its own, dropped after)."""
     if request.param == "sqlite":
         return {"journal": f"sqlite:///{tmp_path}/journal.db", "snapshot_store": f"sqlite:///{tmp_path}/snapshots.db"}
-    from journal.postgres import drop_schema
-
-    url = f"{request.getfixturevalue('postgres_url')}?schema=audit_{uuid.uuid4().hex[:10]}"
-    request.addfinalizer(lambda: drop_schema(url))
+    url = pg_schema_url(request, "audit")
     return {"journal": url, "snapshot_store": url}
 
 

@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 
+from tests.conftest import pg_schema_url
 from tests.persistence.conformance_actors import PerfBench
 
 pytestmark = pytest.mark.timeout(180)
@@ -27,11 +28,7 @@ def journal_url(request, tmp_path, base):
         return f"memory://perf-{uuid.uuid4().hex}"
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/journal.db"
-    from journal.postgres import drop_schema
-
-    url = f"{request.getfixturevalue('postgres_url')}?schema=perf_{uuid.uuid4().hex[:12]}"
-    request.addfinalizer(lambda: drop_schema(url))
-    return url
+    return pg_schema_url(request, "perf")
 
 
 def test_persist_async_persist_and_recover_10000_events_in_order(journal_url, base, make_system):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import itertools
-import uuid
 
 import pytest
 
 from journal import MAX_SEQUENCE_NR
+from tests.conftest import pg_schema_url
 from tests.persistence.long_delete_actors import Delete, Deleter, Fill, Ping
 
 pytestmark = pytest.mark.timeout(120)
@@ -20,11 +20,7 @@ def journal_url(request, tmp_path) -> str:
     make_system)."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/journal.db"
-    from journal.postgres import drop_schema
-
-    url = f"{request.getfixturevalue('postgres_url')}?schema=longdel_{uuid.uuid4().hex[:8]}"
-    request.addfinalizer(lambda: drop_schema(url))
-    return url
+    return pg_schema_url(request, "longdel")
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from persistence import (
     ProjectionError,
     open_offset_store,
 )
+from tests.conftest import pg_schema_url
 from tests.persistence.projection_fixtures import (
     failing_once_in_transaction,
     record_group_to,
@@ -240,12 +241,10 @@ def test_a_projection_that_cannot_start_fails_its_spawn_leading_with_the_project
 
 
 def test_postgresql_an_event_committing_late_with_a_smaller_offset_is_handled_first_and_never_blocks_a_tick(
-        request, base, make_system, postgres_url, tmp_path):
-    from journal.postgres import drop_schema
+        request, base, make_system, tmp_path):
     from tests.journal.test_query import _begin_held_write, _ev
 
-    journal = f"{postgres_url}?schema=proj_late_{uuid.uuid4().hex[:8]}"
-    request.addfinalizer(lambda: drop_schema(journal))  # after the system's shutdown
+    journal = pg_schema_url(request, "proj_late")
     sink = f"{tmp_path}/sink.db"
     with open_journal(journal) as j:
         held, early = _begin_held_write(journal, "early", "late")  # drew its offset, not committed

@@ -13,6 +13,7 @@ import pytest
 
 from journal import open_journal, sqlite_wal
 from persistence import OffsetConflict, OffsetStore, OffsetStoreError, open_offset_store
+from tests.conftest import pg_schema_url
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -23,11 +24,7 @@ def store_url(request, tmp_path) -> str:
         return f"memory://offsets-{uuid.uuid4().hex[:8]}"
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/offsets.db"
-    from journal.postgres import drop_schema
-
-    url = f"{request.getfixturevalue('postgres_url')}?schema=offsets_{uuid.uuid4().hex[:8]}"
-    request.addfinalizer(lambda: drop_schema(url))
-    return url
+    return pg_schema_url(request, "offsets")
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from journal import open_journal
+from tests.conftest import pg_schema_url
 from tests.persistence.tagging_actors import AppliedMover, BadTags, Moved, Mover
 
 
@@ -12,13 +13,7 @@ from tests.persistence.tagging_actors import AppliedMover, BadTags, Moved, Mover
 def journal_url(request, tmp_path):
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/tags.db"
-    import uuid
-
-    from journal.postgres import drop_schema
-
-    url = f"{request.getfixturevalue('postgres_url')}?schema=tags_{uuid.uuid4().hex[:8]}"
-    request.addfinalizer(lambda: drop_schema(url))  # after the system's shutdown (fixtures end in reverse order)
-    return url
+    return pg_schema_url(request, "tags")
 
 
 def _by_tag(url: str, tag: str) -> list[tuple[str, int, object]]:
