@@ -10,6 +10,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -196,11 +199,7 @@ time.sleep(600)
 @pytest.fixture
 def read_only_journal(tmp_path):
     """The URL of a journal that a crashed writer left (with its -wal and -shm) on a tmpfs remounted read-only."""
-    path = tmp_path / "ro"
-    path.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(path)], capture_output=True).returncode:
-        pytest.skip("NOT RUN: cannot mount a tmpfs here (needs root and mount); a read-only journal was not tried")
-    try:
+    with _tmpfs(tmp_path / "ro", "size=8m", "a read-only journal") as path:
         url = f"sqlite:///{path}/journal.db"
         writer = subprocess.Popen([sys.executable, "-c", CRASHED_WRITER, url], stdout=subprocess.PIPE, cwd=ROOT)
         assert writer.stdout is not None and writer.stdout.readline() == b"written\n"
@@ -209,6 +208,16 @@ def read_only_journal(tmp_path):
         assert {"journal.db-wal", "journal.db-shm"} <= set(os.listdir(path))
         subprocess.run(["mount", "-o", "remount,ro", str(path)], check=True)
         yield url
+
+
+@contextmanager
+def _tmpfs(path: Path, options: str, tried: str) -> Iterator[Path]:
+    """A tmpfs mounted (with `options`) on the new directory `path` meanwhile; skips loudly where none can be."""
+    path.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True).returncode:
+        pytest.skip(f"NOT RUN: cannot mount a tmpfs here (needs root and mount); {tried} was not tried")
+    try:
+        yield path
     finally:
         subprocess.run(["umount", "-l", str(path)], check=False)
 
@@ -223,14 +232,8 @@ def test_spawn_fails_naming_a_journal_that_can_be_read_but_not_written(system, r
 @pytest.fixture
 def read_only_dir(tmp_path):
     """An empty directory on a tmpfs mounted read-only."""
-    path = tmp_path / "ro"
-    path.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(path)], capture_output=True).returncode:
-        pytest.skip("NOT RUN: cannot mount a tmpfs here (needs root and mount); a read-only directory was not tried")
-    try:
+    with _tmpfs(tmp_path / "ro", "size=1m,ro", "a read-only directory") as path:
         yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def test_a_new_journal_in_a_read_only_directory_fails_the_spawn_naming_the_file_and_the_directory(

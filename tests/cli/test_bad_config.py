@@ -123,12 +123,17 @@ def test_a_bad_sqlite_url_option_is_refused_at_start_not_when_a_host_opens_the_j
     assert not (tmp_path / "j.db").exists()
 
 
-def test_up_refuses_a_bad_sqlite_url_option_before_starting_anything(tmp_path) -> None:
+def _up_with_journal(tmp_path, journal: str, tag: str) -> subprocess.CompletedProcess[str]:
+    """`reprise up --detach` of a topology of one Tally on `journal`, tagged `tag` (its processes: tagged_pids(tag))."""
     topology = tmp_path / "topo.toml"
-    topology.write_text('[system]\njournal = "sqlite://j.db?busy_timout=5"\n\n[[actor]]\npath = "/user/tally"\n'
+    topology.write_text(f'[system]\njournal = "{journal}"\n\n[[actor]]\npath = "/user/tally"\n'
                         'class = "tests.actors.validation_sample:Tally"\n')
+    return reprise("up", str(topology), "--detach", "--port", str(actors.free_port()), "--tag", tag)
+
+
+def test_up_refuses_a_bad_sqlite_url_option_before_starting_anything(tmp_path) -> None:
     tag = f"{SESSION_TOKEN}-bad-option-up-"
-    up = reprise("up", str(topology), "--detach", "--port", str(actors.free_port()), "--tag", tag)
+    up = _up_with_journal(tmp_path, "sqlite://j.db?busy_timout=5", tag)
     assert up.returncode == 2 and "['busy_timout']" in up.stderr and "supported are" in up.stderr, up
     assert tagged_pids(tag) == [] and not (tmp_path / "j.db").exists()
 
@@ -168,11 +173,8 @@ def test_open_journal_names_the_sqlite_url_of_a_file_path_or_directory(tmp_path)
 
 
 def test_up_refuses_a_file_path_as_the_journal_naming_the_sqlite_url_before_starting_anything(tmp_path) -> None:
-    topology = tmp_path / "topo.toml"
-    topology.write_text('[system]\njournal = "bank.db"\n\n[[actor]]\npath = "/user/tally"\n'
-                        'class = "tests.actors.validation_sample:Tally"\n')
     tag = f"{SESSION_TOKEN}-file-path-up-"
-    up = reprise("up", str(topology), "--detach", "--port", str(actors.free_port()), "--tag", tag)
+    up = _up_with_journal(tmp_path, "bank.db", tag)
     assert up.returncode == 2 and "journal 'bank.db' is a file path" in up.stderr, up
     assert "give sqlite://bank.db " in up.stderr and up.stderr.count("\n") == 1, up.stderr
     assert tagged_pids(tag) == [] and not (tmp_path / "bank.db").exists()
