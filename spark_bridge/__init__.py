@@ -61,12 +61,23 @@ from spark_bridge.staged import discard_staged, staged_runs
 
 
 def register(spark: Any) -> None:
-    """Register Reprise's Spark data sources with `spark` (a SparkSession): "reprise-journal" (read), "reprise" (write)."""
+    """Register Reprise's Spark data sources with `spark` (a SparkSession): "reprise-journal" (read), "reprise" (write).
+
+    Spark looks them up in the calling thread's active session: a thread other than the one that registered
+    them calls register(spark) too before it writes or reads.
+    """
     from spark_bridge.sink import RepriseSink  # (imports pyspark: only when asked)
     from spark_bridge.source import JournalDataSource
 
     spark.dataSource.register(JournalDataSource)
     spark.dataSource.register(RepriseSink)
+    # Spark finds a Python data source through the active session of the JVM thread that runs the write, and a
+    # new Python thread has a JVM thread of its own with none (DATA_SOURCE_NOT_FOUND: reprise): make `spark` the
+    # calling thread's, so that register(spark) in a thread is all it needs. (No hook reaches threads started
+    # later: each must call it, or any PySpark call that sets it, such as spark.createDataFrame.)
+    jvm_session = getattr(spark, "_jsparkSession", None)  # (a Spark Connect session has none: the server looks up)
+    if jvm_session is not None:
+        spark._jvm.SparkSession.setActiveSession(jvm_session)
 
 
 # The user API only: the other messages of spark_bridge.messages are the bridge's own protocol and events.

@@ -532,6 +532,27 @@ def test_a_template_without_placeholders_sends_every_row_to_that_one_actor(sink,
 
 
 @pytest.mark.timeout(90)
+def test_a_write_from_a_new_thread_finds_the_sink_once_register_ran_there(sink, make_bridged):
+    # A new thread's JVM thread has no active session, where Spark looks Python data sources up: its save() failed
+    # with DATA_SOURCE_NOT_FOUND: reprise, registered or not, and nothing said why.
+    system = make_bridged(account=DurableAccount)
+    df = sink.range(0, 10, numPartitions=2).selectExpr("cast(1 as long) as amount", "id as txid")
+    failures: list[BaseException] = []
+
+    def in_thread() -> None:
+        try:
+            register(sink)
+            write(df, system.admin_port, to="/user/accounts/9", ack="processed", feed_id=unique("thread"))
+        except BaseException as e:  # noqa: BLE001 - handed to the test's thread
+            failures.append(e)
+    thread = threading.Thread(target=in_thread)
+    thread.start()
+    thread.join(80)
+    assert not thread.is_alive() and not failures, failures
+    assert system.ask("/user/accounts/9", GetBalance(), timeout=10).total == 10
+
+
+@pytest.mark.timeout(90)
 def test_a_null_key_fails_the_feed_naming_the_column(sink, make_bridged):
     # Rows with a null key were one key: all but the first were skipped as duplicates, silently.
     system = make_bridged(account=DurableAccount)
