@@ -147,6 +147,10 @@ def _classify(e: BaseException) -> tuple[int, str]:
     hint = journal_hint(str(e))
     if hint is not None:
         return 1, hint
+    if isinstance(e, SpawnFailed):
+        store = _store_hint(str(e))
+        if store is not None:
+            return store
     from journal.errors import SerializationError
 
     if isinstance(e, SerializationError) and "unknown manifest" in str(e):
@@ -163,6 +167,19 @@ def _classify(e: BaseException) -> tuple[int, str]:
     if isinstance(e, TlsError):
         return 1, "give --tls-cert/--tls-key/--tls-ca: a certificate signed by the system's CA, its key, that CA"
     return 1, "rerun with --verbose for the traceback"
+
+
+def _store_hint(message: str) -> tuple[int, str] | None:
+    """Exit code and hint for a spawn that failed on its journal or snapshot store (the message names which)."""
+    if "no journal is configured" in message:
+        return 2, 'add one to the topology, e.g. [system] journal = "sqlite://journal.db" (relative to its file)'
+    opened = re.search(r"cannot open its (journal|snapshot store) (\S+): ", message)
+    if opened is None:
+        return None
+    what, url = opened.groups()
+    key = what.replace(" ", "_")
+    check = f"`{PROG} journal ls {url}` opens it alone; " if what == "journal" else ""
+    return 1, f"{check}its URL is [system] {key} = in the topology (or the actor's own {key} =)"
 
 
 def _report(message: str, hint: str | None, code: int, verbose: bool) -> int:

@@ -270,6 +270,17 @@ def _holder(pid: str) -> PortHolder:
     return PortHolder(int(pid), admin_port, not _listening_inodes(admin_port))
 
 
+def unresolvable(host: str) -> str | None:
+    """Why `host` does not resolve to an address (the resolver's words), or None if it does."""
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        return e.strerror or str(e)
+    except UnicodeError as e:  # (a label too long for IDNA: the resolver is never asked)
+        return str(e)
+    return None
+
+
 def listening(host: str, port: int) -> bool:
     """True if something accepts TCP connections on `host`:`port` now."""
     try:

@@ -70,6 +70,7 @@ from .local_systems import (
     listening,
     own_processes,
     run_dir_in_use,
+    unresolvable,
     wait_for_leftovers,
 )
 from .main_module import adopt_main_classes
@@ -505,6 +506,10 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
         _tls = tls_module.tls_config(tls, tls_cert, tls_key, tls_ca)
         _tls = tls_module.check(_tls) if _tls is not None else _local_tls(admin_port, host)
     if not listening(host, admin_port):
+        why = unresolvable(host)
+        if why is not None:  # (not "no actor system listens": nothing could be asked at all)
+            raise ConfigError(f"host {host!r} does not resolve ({why}): give the admin's IP address or a host name "
+                              f"this machine resolves (host=..., `--host`)")
         elsewhere = listen_address(admin_port)
         if elsewhere is not None and elsewhere != host:
             raise SystemNotRunning(f"no actor system listens on {host}:{admin_port}; the local one on port "

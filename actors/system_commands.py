@@ -213,6 +213,12 @@ def cmd_down(args: argparse.Namespace) -> int:
         # was reused: kill exactly those.
         tag = find_tag(args.port, args.host)
         killed = kill_tagged(tag) if tag else []
+        if not killed and isinstance(e, SystemNotRunning) and "start one first" in str(e):
+            # ("start one first" is no answer to down: its exit status stays 1, since a mistyped --port or --host
+            # would otherwise look like a stopped system while the real one keeps running)
+            raise CliError(f"nothing to shut down: no actor system listens on {args.host}:{args.port}",
+                           f"if it was stopped already there is nothing to do; otherwise check --port/--host "
+                           f"(`{PROG} up` printed them)") from None
         if not killed:
             raise
         what = "cannot stop the system" if isinstance(e, MessageNotSent) else "does not answer"

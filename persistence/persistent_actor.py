@@ -249,6 +249,11 @@ class PersistentActor(Actor):
             if not (own is None or isinstance(own, str)):
                 continue  # a property computed per instance: it is opened on recovery
             url = own or _url(config, key)
+            if not url and what == "journal":  # (a snapshot store is optional; "cannot open its journal None" was not)
+                raise SpawnFailed(f"{cls.__qualname__} persists events and no journal is configured: give one with "
+                                  "actors.start(journal=URL), a topology's [system] journal = \"sqlite:///path.db\" "
+                                  "(or the actor's own journal =), spawn(..., journal=URL), or journal_url on the "
+                                  "class")
             try:
                 opener(url).check_writable()  # (a read-only file opens, then every persist would fail)
             except Exception as e:

@@ -185,6 +185,18 @@ def test_spawn_fails_with_the_store_error_when_its_journal_cannot_be_opened(syst
     assert system.ask(target, 5, timeout=30) == 5
 
 
+def test_spawn_of_a_persistent_actor_without_a_journal_says_none_is_configured(base, make_system, tmp_path) -> None:
+    # It said "Tally cannot open its journal None: RuntimeError: no journal configured ... (fix the journal URL, or
+    # the file's directory, permissions or server it names)": there was no URL to fix.
+    system = make_system(base, snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+    with pytest.raises(SpawnFailed, match=r"Tally persists events and no journal is configured: give one with "
+                                          r"actors.start\(journal=URL\)") as caught:
+        system.spawn(Tally, "/user/tally", timeout=60)
+    assert "None" not in str(caught.value)
+    system.spawn(Tally, "/user/tally", journal=f"sqlite:///{tmp_path}/ok.db")  # the fix it names works
+    assert system.ask("/user/tally", 5, timeout=30) == 5
+
+
 # Writes one event of "/user/tally" and waits to be SIGKILLed: its journal keeps its -wal and -shm beside it.
 CRASHED_WRITER = """
 import sys, time

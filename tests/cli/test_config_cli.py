@@ -102,6 +102,44 @@ def test_up_fails_with_the_store_error_when_a_journal_cannot_be_opened(tmp_path,
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert "/user/tally failed to start: Tally cannot open its journal" in lines[0] and str(blocker) in lines[0]
+    # The hint said "rerun with --verbose for the traceback": the journal is what to look at.
+    assert f"(hint: `reprise journal ls sqlite:///{blocker}/journal.db` opens it alone; its URL is [system] journal = " \
+        in lines[0], lines[0]
+
+
+@pytest.mark.multiproc
+def test_up_of_a_persistent_actor_without_a_journal_says_none_is_configured(tmp_path, tag) -> None:
+    # It said "Tally cannot open its journal None: RuntimeError: no journal configured ... (fix the journal URL, or
+    # the file's directory, permissions or server it names)" and hinted at --verbose.
+    topology = tmp_path / "topo.toml"
+    topology.write_text(f'[system]\nsnapshot_store = "sqlite:///{tmp_path}/snapshots.db"\n\n'
+                        '[[actor]]\npath = "/user/tally"\nclass = "tests.actors.validation_sample:Tally"\n')
+    done = reprise("up", str(topology), "--detach", "--tag", tag)
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "Tally persists events and no journal is configured: give one with actors.start(journal=URL), " \
+           "a topology's [system] journal = " in lines[0] and "None" not in lines[0], lines[0]
+    assert '(hint: add one to the topology, e.g. [system] journal = "sqlite://journal.db"' in lines[0], lines[0]
+
+
+def test_down_with_nothing_on_the_port_says_nothing_runs_there(capsys) -> None:
+    # It answered "no actor system listens ...; start one first": no advice for a down.
+    port = actors.free_port()
+    code, out, err = run(capsys, "down", "--port", str(port))
+    assert code == 1, (out, err)  # (a mistyped --port must not look like a stopped system: README, `reprise down`)
+    assert err.strip() == (f"reprise: error: nothing to shut down: no actor system listens on 127.0.0.1:{port} "
+                           "(hint: if it was stopped already there is nothing to do; otherwise check --port/--host "
+                           "(`reprise up` printed them))")
+
+
+@pytest.mark.parametrize("command", ["status", "down"])
+def test_a_host_that_does_not_resolve_is_named_as_such(capsys, command) -> None:
+    # It said "no actor system listens on nosuch.invalid:N; start one first".
+    code, out, err = run(capsys, command, "--host", "nosuch.invalid", "--port", str(actors.free_port()))
+    assert code == 2, (out, err)
+    assert err.startswith("reprise: error: host 'nosuch.invalid' does not resolve (") and "listens" not in err, err
+    assert "give the admin's IP address or a host name this machine resolves" in err and "hint:" in err, err
 
 
 # ---- passwords -------------------------------------------------------------------------------------
