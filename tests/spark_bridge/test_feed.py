@@ -8,7 +8,6 @@ import logging
 import os
 import signal
 import threading
-from typing import Any
 
 import pytest
 
@@ -27,6 +26,7 @@ from tests.spark_bridge.sample import (
     TrickleBridge,
     TrickleSnapshottingBridge,
 )
+from tests.threads import in_thread
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.spark
@@ -291,21 +291,6 @@ def test_two_runs_of_a_keyed_feed_at_once_deliver_each_key_once(spark, make_brid
     df.unpersist()
 
 
-def _feed_in_thread(df: Any, **options: Any) -> tuple[threading.Thread, list[BaseException | FeedResult]]:
-    """feed(df, **options) started in a thread; the list gets its result or its exception when it ends."""
-    outcome: list[BaseException | FeedResult] = []
-
-    def run() -> None:
-        try:
-            outcome.append(feed(df, **options))
-        except BaseException as exc:  # (the caller checks it)
-            outcome.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, outcome
-
-
 @pytest.mark.timeout(300)
 def test_a_feed_whose_system_goes_down_fails_saying_so_and_its_rerun_loses_and_repeats_nothing(spark, make_bridged):
     # The feed failed with Spark's PythonException around the tasks' MessageNotSent ("was not sent
@@ -318,7 +303,7 @@ def test_a_feed_whose_system_goes_down_fails_saying_so_and_its_rerun_loses_and_r
         "concat('/user/accounts/a', cast(id % 100 as string)) as destination", "cast(id % 7 + 1 as long) as amount",
         "id + 1000000 as txid").cache()
     expected = expected_sums(acknowledged.select("destination", "amount").union(cut.select("destination", "amount")))
-    thread, outcome = _feed_in_thread(cut, system=system.admin_port, feed_id="cut", batch_size=500, progress=False)
+    thread, outcome = in_thread(feed, cut, system=system.admin_port, feed_id="cut", batch_size=500, progress=False)
     # Mid-feed: the bridge has taken in some of its rows (beyond the first feed's).
     wait_for(lambda: system.status().hosts[BRIDGE_PATH].counters.get("feed_rows", 0) >= 12_000 or outcome, 120)
     assert not outcome, f"the feed ended before the system went down: {outcome}"
@@ -348,7 +333,7 @@ def test_a_feed_whose_system_goes_down_after_its_release_says_so_and_its_rerun_d
     system = make_bridged(account=DurableAccount)
     df = deposits(spark, 60_000, accounts=100).cache()
     expected = expected_sums(df)
-    thread, outcome = _feed_in_thread(df, system=system.admin_port, feed_id="released", ack="processed",
+    thread, outcome = in_thread(feed, df, system=system.admin_port, feed_id="released", ack="processed",
                                       batch_size=2_000, progress=False)
     wait_for(lambda: system.status().hosts[BRIDGE_PATH].counters.get("delivered", 0) > 0 or outcome, 120)
     assert not outcome, f"the feed ended before the system went down: {outcome}"

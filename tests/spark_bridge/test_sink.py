@@ -47,6 +47,7 @@ from spark_bridge.messages import (
 )
 from tests.spark_bridge.sample import Account, Balance, DurableAccount, GetBalance
 from tests.spark_bridge.test_feed import balances, deposits, settled, sums
+from tests.threads import in_thread
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.spark
@@ -718,22 +719,11 @@ def test_a_nan_key_fails_the_feed_naming_the_column(sink, make_bridged):
 
 def _write_in_thread(df, port: int, **options) -> tuple[threading.Thread, list[BaseException | None]]:
     """write(df, port, **options) started in a thread; the list gets None or its exception when it ends."""
-    outcome: list[BaseException | None] = []
-
     def run() -> None:
-        # Spark looks Python data sources up in the JVM thread's active session, which a new thread has none of
-        # (DATA_SOURCE_NOT_FOUND): make the DataFrame's session this thread's, as PySpark's createDataFrame does.
-        session = df.sparkSession
-        session._jvm.SparkSession.setActiveSession(session._jsparkSession)
-        try:
-            write(df, port, **options)
-            outcome.append(None)
-        except BaseException as exc:  # (the caller checks it)
-            outcome.append(exc)
+        register(df.sparkSession)  # (in the writing thread, as the README says: Spark finds the sink through it)
+        write(df, port, **options)
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, outcome
+    return in_thread(run)
 
 
 @pytest.mark.timeout(300)
