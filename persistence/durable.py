@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, cast
 
+from actors.error_log import is_ask
 from journal import AtomicWrite, register_type
 from persistence.compact import expand, inherited_requeues, same_or_each, split_rejected
 from persistence.coordinator import WriteResults
@@ -84,9 +85,15 @@ class DurableDelivery(AtLeastOnceDelivery):
     handler, or from a defer handler that waits for a persist, raises IllegalStateError: the replay restores the
     event, never a delivery journaled after it)."""
 
+    # The senders of a queued DeliveriesSent's deliveries by its first delivery id, when they differ (rare: commands of
+    # several senders delivered in one round); None until the first (no dict per idle actor).
+    _senders_of: dict[int, tuple[str | None, ...]] | None = None
+
     def mixin_init(self) -> None:
         super().mixin_init()
-        self._unjournaled: list[tuple[int, _Delivery]] = []  # delivered, sent event not queued yet
+        self._senders_of = None
+        # delivered, sent event not queued yet: (delivery id, delivery, the sender of the command that delivered it)
+        self._unjournaled: list[tuple[int, _Delivery, str | None]] = []
         self._confirmed_ids: list[int] = []  # confirmed, confirmed event not queued yet
         self._confirmed_up_to = 0
         self._journaling = False  # something above waits to be journaled (a before-commit contribution is made)
@@ -123,7 +130,7 @@ class DurableDelivery(AtLeastOnceDelivery):
         d = self._unconfirmed[delivery_id] = _Delivery(destination, id_to_message(delivery_id), _UNSENT, 0)
         if not self._journaling:
             self._start_journaling()
-        self._unjournaled.append((delivery_id, d))
+        self._unjournaled.append((delivery_id, d, self.sender))
         return delivery_id
 
     def _refuse_deliver_after_write(self) -> NoReturn:
@@ -262,19 +269,38 @@ class DurableDelivery(AtLeastOnceDelivery):
     def _journal_deliveries(self) -> None:
         """Queue what was delivered and confirmed since the last call as (at most) two events."""
         self._journaling = False
-        queue = super()._queue_write  # (not a write of the user's: a deferral behind it may deliver)
         pending = self._unjournaled
         if pending:
             self._unjournaled = []
-            queue((DeliveriesSent(tuple([i for i, _ in pending]), same_or_each(tuple([d.destination for _, d in pending])),
-                                  tuple([d.message for _, d in pending])),), self._on_sent, False)
+            sent = DeliveriesSent(tuple([i for i, _, _ in pending]),
+                                  same_or_each(tuple([d.destination for _, d, _ in pending])),
+                                  tuple([d.message for _, d, _ in pending]))
+            senders = [s for _, _, s in pending]
+            first = senders[0]
+            if senders.count(first) != len(senders):
+                # Commands of several senders delivered this round: a rejection (split per delivery) or a failure of
+                # the write is reported to each command's own sender, not to whichever was current at the flush.
+                if self._senders_of is None:
+                    self._senders_of = {}
+                self._senders_of[sent.delivery_ids[0]] = tuple(senders)
+            self._queue_own(first, sent, self._on_sent)
         if self._confirmed_ids or self._confirmed_up_to:
             event = DeliveriesConfirmed(tuple(self._confirmed_ids), self._confirmed_up_to)
             self._confirmed_ids, self._confirmed_up_to = [], 0
-            queue((event,), _ignore, False)
+            self._queue_own(self.sender, event, _ignore)
+
+    def _queue_own(self, sender: str | None, event: object, handler: Callable[[Any], object]) -> None:
+        """Queue one of this mixin's events as written for `sender` (its rejection or failure is reported there)."""
+        current, self.sender = self.sender, sender
+        try:
+            super()._queue_write((event,), handler, False)  # (not a write of the user's: a deferral behind it may deliver)
+        finally:
+            self.sender = current
 
     def _on_sent(self, event: DeliveriesSent) -> None:
         # Durable now: send each delivery once (a confirm may already have removed it).
+        if self._senders_of:
+            self._senders_of.pop(event.delivery_ids[0], None)
         unconfirmed, route, me = self._unconfirmed, self.context.route, self.path
         now = time.monotonic()
         sent = False
@@ -296,7 +322,27 @@ class DurableDelivery(AtLeastOnceDelivery):
                 if result is not None and type(event) is DeliveriesSent:
                     for delivery_id in event.delivery_ids:  # (one, or those of a persist_and_deliver)
                         self._unconfirmed.pop(delivery_id, None)
+        elif isinstance(results, BaseException) and self._senders_of:
+            self._tell_each_sender(batch, results)
         super()._on_write_results(batch, results)
+
+    def _tell_each_sender(self, batch: list[_Entry], failure: BaseException) -> None:
+        """The write failed (the actor stops): each asker whose command delivered in one of its DeliveriesSent hears
+        of it, not only the sender of the batch's first write (whom _run_handlers tells): their replies never come."""
+        writes = [e for e in batch if e.atomic is not None]
+        told = {writes[0].sender} if writes else set()
+        senders_of = cast(dict[int, tuple[str | None, ...]], self._senders_of)
+        for entry in writes:
+            first = cast(AtomicWrite, entry.atomic).payload[0]
+            event = first.payload
+            if type(event) is not DeliveriesSent:
+                continue
+            for sender in senders_of.get(event.delivery_ids[0], ()):
+                if sender not in told and is_ask(sender):
+                    told.add(sender)
+                    self.context.report_error(self.path, f"the write of {type(event).__name__} (sequence nr "
+                                                         f"{first.sequence_nr}) holding this asker's deliveries "
+                                                         f"failed: {type(failure).__name__}: {failure}", sender, failure)
 
     def _compact_requeues(self) -> dict[type, Callable[[_Entry], None]]:
         """The requeue of each compact event type of this actor's mixins (see compact.split_rejected)."""
@@ -307,10 +353,13 @@ class DurableDelivery(AtLeastOnceDelivery):
     def _requeue_deliveries(self, entry: _Entry) -> None:
         # Only the deliveries that cannot be stored are rejected (and given up: never sent). (A name of its own:
         # in an actor that is also an IdempotentReceiver, a shared name resolved to one mixin's method for both.)
-        queue = super()._queue_write
-        for delivery_id, destination, message in cast(AtomicWrite, entry.atomic).payload[0].payload.entries():
+        event = cast(AtomicWrite, entry.atomic).payload[0].payload
+        # Each delivery again under the sender of the command that delivered it (see _journal_deliveries).
+        senders = self._senders_of.pop(event.delivery_ids[0], None) if self._senders_of else None
+        for k, (delivery_id, destination, message) in enumerate(event.entries()):
             if delivery_id in self._unconfirmed:
-                queue((DeliveriesSent((delivery_id,), (destination,), (message,)),), self._on_sent, False)
+                self._queue_own(senders[k] if senders else entry.sender,
+                                DeliveriesSent((delivery_id,), (destination,), (message,)), self._on_sent)
 
     # ---- deferrals behind a write: deliver() there is refused, as in a persist handler ----------------
     def _queue_write(self, events: tuple[object, ...], handler: Callable[[Any], object], stashing: bool) -> None:

@@ -188,3 +188,20 @@ class DeliverThenCheckedReply(DeliverThenReply):
             self.tell(sender, ("ok" if all(i in stored for i in ids) else "not stored", payload))
 
         self.defer(None, reply)
+
+
+class TwoAskers(DeliverThenReply):
+    """DeliverThenReply whose payloads holding "-now" are replied to at once (their deliveries journaled with the
+    next command's write); ("as", ((asker, payload), ...)): each ("order", payload) routed to itself from that asker,
+    all handled before the host's next group commit (one round: their deliveries journaled as one DeliveriesSent)."""
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, tuple) and message[0] == "as":
+            for asker, payload in message[1]:
+                self.context.route(asker, self.path, ("order", payload))
+        else:
+            super().receive_command(message, sender)
+
+    def order(self, payload: str, sender: str | None) -> None:
+        self.deferred = "-now" not in payload
+        super().order(payload, sender)

@@ -23,6 +23,7 @@ from tests.persistence.durable_handler_actors import (
     PersistThenDeferDeliver,
     PersistThenDeliverFromItsHandlersDeferral,
     Sender,
+    TwoAskers,
 )
 from tests.persistence.relay_actors import Sink
 from tests.waiting import wait_for
@@ -218,3 +219,39 @@ def test_a_reply_deferred_after_a_delivery_the_journal_rejects_still_runs_and_ca
         [system.ask(sink, "got", timeout=10) for sink in SINKS]))
     assert got[1] == ("p1",), "the rejected forwards never reached the last sink"
     assert set(got[0]) == {"bad-forward-asked", "bad-forward-told", "bad-forward-checked", "p1"}, "the stored ones did"
+
+
+def _two_askers(system, tmp_path) -> tuple:
+    """Two probes whose paths are ask reply paths (a rejection or failure reported to one fails it: ActorFailure)."""
+    return system.probe(f"ask-a-{tmp_path.name}"), system.probe(f"ask-b-{tmp_path.name}")
+
+
+def test_a_rejected_delivery_is_reported_to_the_command_that_delivered_it_not_to_another_of_its_round(
+        base, make_system, tmp_path):
+    # A's command delivers (one forward the journal rejects) and replies at once; B's, in the same round, delivers and
+    # defers its reply: both commands' deliveries are journaled as one DeliveriesSent when B defers, under B's sender.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db", snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+    _spawn_sinks_and(system, TwoAskers)
+    a, b = _two_askers(system, tmp_path)
+    system.tell(SENDER, ("as", ((a.path, "bad-forward-now-a"), (b.path, "p-b"))))
+    assert a.receive(10) == ("ok", "bad-forward-now-a")  # (told at once)
+    a_failure = a.receive(10)
+    assert type(a_failure).__name__ == "ActorFailure" and "rejected" in a_failure.error, a_failure
+    assert b.receive(10) == ("ok", "p-b"), "B's deliveries were stored: its ask must not fail with A's rejection"
+    b.expect_no_message(0.5)
+    got = wait_for(lambda: (lambda g: g if all("p-b" in x for x in g) else None)(
+        [system.ask(sink, "got", timeout=10) for sink in SINKS]))
+    assert sorted(got[0]) == ["bad-forward-now-a", "p-b"] and got[1] == ("p-b",)
+
+
+def test_a_failed_delivery_write_is_reported_to_every_command_that_delivered_in_it(base, make_system, tmp_path):
+    # As above with a write that fails (the sender stops): A's forward is the fault, B's deliveries are in the same
+    # event: B's ask fails at once (its deferred reply never runs), and A, whose delivery it was, hears of it too.
+    system = make_system(base, **_fault_urls("fail", tmp_path))
+    _spawn_sinks_and(system, TwoAskers)
+    a, b = _two_askers(system, tmp_path)
+    system.tell(SENDER, ("as", ((a.path, f"fault-now-{tmp_path.name}"), (b.path, "p-b"))))
+    assert a.receive(10) == ("ok", f"fault-now-{tmp_path.name}")
+    for probe in (a, b):
+        failure = probe.receive(10)
+        assert type(failure).__name__ == "ActorFailure" and "simulated write failure" in failure.error, failure
