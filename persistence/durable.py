@@ -363,12 +363,15 @@ class DurableDelivery(AtLeastOnceDelivery):
 
     # ---- deferrals behind a write: deliver() there is refused, as in a persist handler ----------------
     def _queue_write(self, events: tuple[object, ...], handler: Callable[[Any], object], stashing: bool) -> None:
-        self._wrote = True  # (every write but this mixin's own events, which call super()'s)
+        self._wrote = True  # (every write but this mixin's own events, which call super()'s; persist_applied marks its own)
         super()._queue_write(events, handler, stashing)
 
-    def _queue_one(self, payload: Any, event: Any, handler: Callable[[Any], object]) -> None:
-        self._wrote = True  # (IdempotentReceiver.persist_applied's one application)
-        super()._queue_one(payload, event, handler)
+    def _take_batch(self) -> list[_Entry]:
+        batch = super()._take_batch()
+        # Taken before the host's next message: a mark left by a receive_batch override's own writes (no mixin_command
+        # around them), by a persist handler's or by the flushes above refuses nothing in a later command or batch.
+        self._wrote = False
+        return batch
 
     def _queue_defer(self, event: object, handler: Callable[[Any], object], stashing: bool) -> None:
         """Queue a deferral whose handler, if it waits for a write of the user's queued by the same command or
@@ -387,17 +390,25 @@ class DurableDelivery(AtLeastOnceDelivery):
             # a delivery journaled now is written after that event (lost for good if this write fails or the host
             # dies first; measured: 4 of 4 deliveries of 2 acknowledged orders with a failing write). One queued
             # behind deliveries only has nothing acknowledged that the delivery could be lost behind.
-            outer = self._in_write_handler
+            outer, outer_wrote = self._in_write_handler, self._wrote
             self._in_write_handler, self._wrote = after_write, False
             try:
                 return handler(event)
             finally:
-                self._in_write_handler = outer
+                self._in_write_handler, self._wrote = outer, outer_wrote
         return deferred
 
     # ---- commands and recovery ------------------------------------------------------------------
     def mixin_command(self, message: Any, sender: str | None) -> None:
-        self._wrote = False  # a new command: a deferral it queues is behind a write of its own only if it persists
+        # A new command: a deferral it queues is behind a write of its own only if it persists. Restored after it: a
+        # receive_batch override that hands it over keeps the mark of its own writes (those of its deferrals).
+        outer, self._wrote = self._wrote, False
+        try:
+            self._durable_command(message, sender)
+        finally:
+            self._wrote = outer
+
+    def _durable_command(self, message: Any, sender: str | None) -> None:
         t = type(message)
         if t is ConfirmDeliveries:
             self._confirm_many(message.delivery_ids)

@@ -294,6 +294,9 @@ class IdempotentReceiver(PersistentActor):
         if not seen.add(delivery_id):
             return False
         if asynchronous and not self._recovery_running:
+            # Its command wrote, even when the application joins a write queued earlier (a DurableDelivery refuses a
+            # deliver() from a deferral queued behind it: it runs once the application is durable and confirmed).
+            self._wrote = True
             unapplied = self._unapplied
             if unapplied:  # a later application of this round: the same AppliedBatch
                 unapplied.append((origin, delivery_id, event, handler, self.sender))
@@ -343,6 +346,7 @@ class IdempotentReceiver(PersistentActor):
         applications = [(origin, i, e, handler, sender) for i, e, f in zip(delivery_ids, events, fresh, strict=True) if f]
         if not applications:
             return fresh
+        self._wrote = True  # (as in persist_applied)
         unapplied = self._unapplied
         if not unapplied:  # as persist_applied: the round's AppliedBatch, at its first application's place
             batch = self._batch
@@ -500,7 +504,11 @@ class IdempotentReceiver(PersistentActor):
         else:
             origins, delivery_ids, events, _, _ = zip(*pending, strict=True)
             applied = AppliedBatch(same_or_each(origins), delivery_ids, events)
+        # A flush, maybe while another command runs (its deferral behind the batch may deliver): the applications
+        # marked their own commands as having written when they were called.
+        wrote = self._wrote
         self._queue_write((applied,), pending, False)
+        self._wrote = wrote
 
     def _gather(self, write: _OneWrite, applied: AppliedBatch) -> _Applications:
         """Make `write`, the fast path's write of one application (`applied`), queued last, gather those that
@@ -557,10 +565,11 @@ class IdempotentReceiver(PersistentActor):
     def _requeue_applications(self, entry: _Entry) -> None:
         # Only the applications whose event cannot be stored are rejected; the others are applied. (A name of its
         # own: in an actor that is also a DurableDelivery, a shared name resolved to that mixin's method for both.)
-        queue = self._queue_write
+        queue, wrote = self._queue_write, self._wrote
         for origin, delivery_id, event, handler, sender in cast(_Applications, entry.handler):
             self.sender = sender
             queue((Applied(origin, delivery_id, event),), lambda a, h=handler: h(a.event), False)  # type: ignore[misc]  # (mypy infers no lambda with a default)
+        self._wrote = wrote  # (written again for no command running now)
 
     def _event_rejected(self, event: object) -> None:
         # The id was marked when persist_applied was called; nothing was stored, so a redelivery must apply.

@@ -313,6 +313,8 @@ class PersistentActor(Actor):
     _deletes: Deletes | None = None  # its delete_messages calls not complete yet (made on the first)
     _in_write_handler: bool = False  # a handler of a stored write runs (persist, persist_all, ..., persist_applied): a
     # DurableDelivery refuses deliver() there (see DurableDelivery.persist_and_deliver)
+    _wrote: bool = False  # the command, deferral or receive_batch running now queued a write of the user's (persist...,
+    # persist_applied, ...): a DurableDelivery refuses deliver() in a deferral it queues behind it (see _queue_defer)
 
     @property
     def snapshot_sequence_nr(self) -> int:

@@ -5,13 +5,14 @@ sink), importable by module path as multiproc requires. The journals are relay_a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from journal import register_type
-from persistence import DurableDelivery
-from tests.persistence.compact_fixtures import Unstorable
-from tests.persistence.relay_actors import Forward
+from persistence import Confirm, DurableDelivery
+from tests.persistence.compact_fixtures import Parcel, Unstorable
+from tests.persistence.relay_actors import Forward, _Relay
 
 
 @register_type(manifest="tests.persistence.Ordered")
@@ -205,3 +206,46 @@ class TwoAskers(DeliverThenReply):
     def order(self, payload: str, sender: str | None) -> None:
         self.deferred = "-now" not in payload
         super().order(payload, sender)
+
+
+class DeferredForwardRelay(_Relay):
+    """persist_applied each Parcel (confirming it from the handler), then, unless its payload starts "plain", deliver
+    its Forward from a deferral queued behind that application (journaled after the confirm went out); a duplicate is
+    not confirmed (an origin that got no confirm redelivers)."""
+
+    def relay(self, origin: str, parcel: Parcel) -> None:
+        i, payload = parcel.delivery_id, parcel.payload
+        applied = self.persist_applied(origin, i, payload, lambda _: self.tell(origin, Confirm(i)))
+        if applied and not payload.startswith("plain"):
+            self.defer(None, lambda _: self.deliver(self.sink, lambda d: Forward(d, payload)))
+
+
+class BatchedSender(DeferDeliverAtOnce):
+    """DeferDeliverAtOnce (an entity) whose receive_batch handles some commands itself: ("persist", payload) persists
+    the order's event (persist_async, replying from its handler); ("chained-inline", payload) delivers to the first
+    sink, then to the others from a deferral (as "chained"); ("defer-deliver", payload) delivers to every sink from a
+    deferral (behind whatever is pending). Everything else goes to receive."""
+
+    def receive_batch(self, messages: Iterator[tuple[Any, str | None]]) -> None:
+        for message, sender in messages:
+            kind = message[0] if isinstance(message, tuple) else None
+            if kind == "persist":
+                self.persist_async(Ordered(message[1]), lambda e, s=sender: self.accepted(e, s))
+            elif kind == "chained-inline":
+                payload = message[1]
+                self.deliver(self.sinks[0], lambda i, p=payload: Forward(i, p))
+                self.defer(None, lambda _, p=payload, s=sender: self._deliver_and_reply(p, self.sinks[1:], s))
+            elif kind == "defer-deliver":
+                self.defer(None, lambda _, p=message[1], s=sender: self._deliver_and_reply(p, self.sinks, s))
+            else:
+                self.receive(message, sender)
+
+
+class PersistAndDeliverThenDeferDeliver(_OrderSender):
+    """persist_and_deliver the order (replying from its handler), then deliver it again from a deferral queued
+    behind that write."""
+
+    def order(self, payload: str, sender: str | None) -> None:
+        self.persist_and_deliver(Ordered(payload), [(sink, lambda i: Forward(i, payload)) for sink in self.sinks],
+                                 lambda e: self.accepted(e, sender))
+        self.defer(None, lambda _: [self.deliver(sink, lambda i: Forward(i, "again")) for sink in self.sinks])

@@ -11,12 +11,17 @@ from collections import Counter
 import pytest
 
 from actors import ActorFailed, AskTimeout, MessageUndelivered, System
+from persistence import Confirm
+from tests.persistence.compact_fixtures import Parcel
 from tests.persistence.durable_handler_actors import (
     AsyncSender,
+    BatchedSender,
     DeferDeliverAtOnce,
+    DeferredForwardRelay,
     DeliverThenCheckedReply,
     DeliverThenReply,
     NaturalSender,
+    PersistAndDeliverThenDeferDeliver,
     PersistAsyncThenDeferAsyncDeliver,
     PersistAsyncThenDeferDeliver,
     PersistThenDeferAsyncDeliver,
@@ -255,3 +260,57 @@ def test_a_failed_delivery_write_is_reported_to_every_command_that_delivered_in_
     for probe in (a, b):
         failure = probe.receive(10)
         assert type(failure).__name__ == "ActorFailure" and "simulated write failure" in failure.error, failure
+
+
+def _refusals(system) -> list[str]:
+    return [e.reason for e in system.errors().recent if "IllegalStateError" in e.reason]
+
+
+def test_a_deliver_from_a_deferral_behind_an_application_gathered_into_an_earlier_write_is_refused(
+        base, make_system, tmp_path):
+    # Two Parcels in one round: the second application joins the first's write (one AppliedBatch), which did not mark
+    # its command as having written, so a deliver() from its deferral ran once the application was confirmed, its
+    # forward journaled after. Measured with failfwd:// (that write fails, the relay stops): the confirmed parcel's
+    # forward lost for good, both bases. Refused, as behind the round's first application.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db", snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+    system.spawn(Sink, SINKS[0])
+    system.spawn(DeferredForwardRelay, "/user/relay", kwargs={"sink": SINKS[0]})
+    probe = system.probe()
+    system.tell_many([("/user/relay", Parcel(1, "plain")), ("/user/relay", Parcel(2, "forwarded"))], probe.path)
+    assert sorted(probe.receive_many(2, 10), key=lambda c: c.delivery_id) == [Confirm(1), Confirm(2)]
+    refused = wait_for(lambda: _refusals(system), 10)
+    assert "defer handler queued behind a persist" in refused[0], refused
+    assert system.ask(SINKS[0], "got", timeout=10) == (), "nothing forwarded"
+
+
+def test_a_deliver_from_a_deferral_after_persist_and_deliver_is_refused(base, make_system, tmp_path):
+    # persist_and_deliver's event is a write of the command's own: a deferral behind it delivers after the event.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db", snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+    _spawn_sinks_and(system, PersistAndDeliverThenDeferDeliver)
+    assert system.ask(SENDER, ("order", "p1"), timeout=10) == ("ok", "p1")
+    refused = wait_for(lambda: _refusals(system), 10)
+    assert "defer handler queued behind a persist" in refused[0], refused
+    got = wait_for(lambda: (lambda g: g if all(g) else None)([system.ask(sink, "got", timeout=10) for sink in SINKS]))
+    assert got == [("p1",), ("p1",)], "persist_and_deliver's own deliveries only, once"
+
+
+@pytest.mark.parametrize("first", ["persist", "nothing"])
+def test_a_receive_batch_override_s_own_deferral_is_judged_by_its_own_writes(base, make_system, tmp_path, first):
+    # A receive_batch override handles commands without mixin_command, where the mark of a write was reset per command:
+    # a mark left by an earlier batch's persist refused a deliver() from a later batch's chained deferral (behind
+    # deliveries only, which a command may do); the deferral of its own persist, once a command it handed to receive
+    # in between reset the mark, was not refused.
+    system = make_system(base, journal=f"sqlite:///{tmp_path}/journal.db", snapshot_store=f"sqlite:///{tmp_path}/snapshots.db")
+    for sink in SINKS:
+        system.spawn(Sink, sink)
+    system.spawn(BatchedSender, "/user/senders", entities=True, kwargs={"sinks": SINKS})
+    entity = "/user/senders/1"
+    if first == "persist":
+        assert system.ask(entity, ("persist", "x"), timeout=10) == ("ok", "x")
+    assert system.ask(entity, ("chained-inline", "p1"), timeout=10) == ("ok", "p1"), "a later batch may chain"
+    assert not _refusals(system)
+    probe = system.probe()
+    system.tell_many([(entity, ("persist", "y")), (entity, "unconfirmed"), (entity, ("defer-deliver", "z"))], probe.path)
+    assert ("ok", "y") in probe.receive_many(2, 10)
+    refused = wait_for(lambda: _refusals(system), 10)
+    assert "defer handler queued behind a persist" in refused[0], refused
