@@ -77,6 +77,7 @@ from .messages import (
 )
 from .paths import ancestors, shard_key, shard_of
 from .process_identity import ProcessIdentity
+from .superseding import Superseding
 from .supervision import PARENT_WAKEUP, ParentWatch
 from .thespian_types import Address, Intent
 from .transport import Entry, Outbox, Router, address_key, unpack
@@ -212,6 +213,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         self.pings = itertools.count(1)
         self.claims: dict[str, Address] = {}  # node name -> the agent claiming it while another holds it (_node_hello)
         self.rebalancing: RebalanceJob | None = None
+        self.directory_push = Superseding(self)
 
     @staticmethod
     def actorSystemCapabilityCheck(capabilities: Mapping[str, object], requirements: Mapping[str, object] | None) -> bool:
@@ -284,7 +286,8 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         update = DirectoryUpdate(routes, self.epoch)
         for record in self.hosts.values():
             if _serving(record):
-                self.send(record.address, update)
+                # (to a host that takes nothing, only the newest waits: actors/superseding.py)
+                self.directory_push.send(_address(record), update)
 
     def _get_directory(self, message: GetDirectory, sender: Address) -> None:
         self.send(sender, DirectoryUpdate(self._routes(), self.epoch))

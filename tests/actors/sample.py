@@ -415,3 +415,25 @@ class FailsLater(Echo):
             raise RuntimeError("failed on its timer")
         else:
             super().receive(message, sender)
+
+
+class CountsDirectories(Echo):
+    """An Echo that records the epoch of every directory its host installs; "epochs" replies with the list."""
+
+    def pre_start(self) -> None:
+        super().pre_start()
+        self.epochs: list[int] = []
+        host = self.context  # (the Host: its update_routes is what a DirectoryUpdate calls)
+        install = host.update_routes
+
+        def recording(routes, epoch, my_address):
+            self.epochs.append(epoch)
+            install(routes, epoch, my_address)
+
+        host.update_routes = recording
+
+    def receive(self, message, sender):
+        if message == "epochs":
+            self.tell(sender, list(self.epochs))
+        else:
+            super().receive(message, sender)
