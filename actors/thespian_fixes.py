@@ -73,6 +73,12 @@ fast senders), Thespian drains it inside the send, in "tx-only mode". That mode 
    publish. Their transports now hand every transmit over at once too (`lift_actor_pending_limit`, at their
    first message): Thespian's TCP transport already keeps one transmit per destination on a connection and the
    others waiting beside it, and Reprise's batches go through actors/inflight.py, one under way per address.
+   The admin had it too: its answer to each client's attach (QueryAck) stays under way while that client takes
+   nothing (stopped mid-attach, or its machine gone: nothing answers the connection), and after 20 such clients it
+   answered no attach, no dead letter and no shutdown: every new `actors.connect()` failed after 17 s as if its
+   secret were wrong, and a shutdown killed the system after 20 s. The admin's process, and the logger it forks,
+   now hand every transmit over at once from their start (`_lift_pending_limit_in_admin_and_logger`). (The
+   logger sends to one other process at most, the leader's logger in a convention: no other destination to hold.)
 
 For 1 and 2, the drain is Thespian's own transmit-only steps; when one sees no send complete for 20 ms, a 1 ms
 regular pass follows that accepts connections and reads and acknowledges what arrived. Every message
@@ -570,6 +576,25 @@ def _release_inherited_sockets_in_children() -> None:
     # Thespian looks these up by name when it forks the admin, the logger and each actor.
     for name in ("startAdmin", "startupASLogger", "startChild"):
         setattr(mpc, name, releasing(getattr(mpc, name)))
+    for name in ("startAdmin", "startupASLogger"):
+        setattr(mpc, name, _unlimited(getattr(mpc, name)))
+
+
+def _unlimited(target: Callable[..., object]) -> Callable[..., object]:
+    """`target` (the admin's or the logger's process start), in a process whose transports hand every transmit
+    over at once (fix 11): the process, and those it forks, only (actors lift theirs at their first message)."""
+    def start(*args: object, **kwargs: object) -> object:
+        from thespian.system.transport import asyncTransportBase as atb
+
+        atb.asyncTransportBase._canSendNow = _always_for
+        return target(*args, **kwargs)
+    start.__wrapped__ = target  # type: ignore[attr-defined]
+    return start
+
+
+def _always_for(transport: object) -> bool:
+    """_canSendNow of every transport of the admin's and the logger's processes (an unbound method: `transport`)."""
+    return True
 
 
 HANDSHAKE_RETRY = timedelta(seconds=0.25)

@@ -11,9 +11,14 @@ import sys
 import time
 
 import pytest
+from thespian.actors import ActorAddress
+from thespian.system.messages.admin import QueryExists
+from thespian.system.transport.IPBase import TCPv4ActorAddress
 from thespian.system.transport.TCPTransport import LISTEN_DEPTH
 
 import actors
+from actors import auth
+from actors.admin_probe import _read_frame
 from actors.system import tagged_pids
 from tests.actors.sample import CountsDirectories, Echo, Ping, Pong
 from tests.actors.shutdown_audit_actors import Slow
@@ -229,6 +234,44 @@ def test_a_shutdown_while_a_host_still_takes_nothing_raises_nothing_and_stops_th
     # The admin had the SystemShutdown: the other host stopped by itself; only what waits for the stopped one is left.
     killed = [pid for r in caplog.records if "left processes" in r.getMessage() for pid in r.args[1]]
     assert stuck in killed and echo not in killed, caplog.text
+
+
+def _attached_without_answering(admin_port: int) -> list[socket.socket]:
+    """What a client stopped mid-attach leaves the admin: its QueryExists read, the QueryAck to its (listening)
+    address unacknowledged for good. The sockets to keep open meanwhile."""
+    secret = auth.read_secret(auth.find_secret_file(admin_port))
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)  # (never accepted, never read)
+    conn = socket.create_connection(("127.0.0.1", admin_port), timeout=10)
+    me = ActorAddress(TCPv4ActorAddress("127.0.0.1", listener.getsockname()[1], external=True))
+    body = auth.sign(secret, (me, QueryExists()))
+    conn.sendall(b"%d>" % len(body) + body)
+    assert _read_frame(conn, time.monotonic() + 10) is not None  # (the admin's ACK: the QueryAck follows)
+    return [listener, conn]
+
+
+@pytest.mark.timeout(180)
+def test_21_clients_stopped_mid_attach_hold_neither_another_client_s_attach_nor_the_shutdown(make_system, caplog):
+    # The admin keeps Thespian's 20 transmits under way: its QueryAck to each client that stopped reading mid-attach
+    # (SIGSTOPped, or its machine gone) stayed under way, and after 20 it answered nothing more: another process's
+    # connect() failed after 17 s, said AuthenticationFailed ("not that system's secret"), and the shutdown's
+    # SystemShutdown queued too: it killed the system after 20 s.
+    system = make_system("multiproc")
+    system.spawn(Echo, "/user/echo")
+    held = []
+    try:
+        for _ in range(21):
+            held += _attached_without_answering(system.admin_port)
+        code = "import actors, sys; actors.connect(int(sys.argv[1]), timeout=20).close(); print('attached')"
+        done = subprocess.run([sys.executable, "-c", code, str(system.admin_port)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=90)
+        assert done.stdout.strip() == "attached", done.stdout + done.stderr
+        _calls_go_on(system)
+        _clean_shutdown(system, caplog)
+    finally:
+        for each in held:
+            each.close()
 
 
 def _stop(system, path: str) -> int:
