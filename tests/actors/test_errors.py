@@ -461,7 +461,8 @@ def test_a_barrier_of_another_handover_passing_through_a_host_is_not_taken_for_i
     # of an earlier one, and a late Barrier of the earlier one, origin and all, was taken for the later one's.
     system = make_system("multiproc")
     system.spawn(Echo, "/user/e")
-    system.spawn(Gated, "/user/z")
+    # (down 2 s after its death, not 0.2: long enough for e to take the gate below while the guardian holds for z)
+    system.spawn(Gated, "/user/z", backoff=(2, 2, 0))
     probe = system.probe()
     system.tell("/user/e", ("fwd", "/user/z", ("fwd", probe.path, Seq("e", 0))))
     assert probe.receive(timeout=10).i == 0  # e sends to z's process directly
@@ -483,11 +484,14 @@ def test_a_barrier_of_another_handover_passing_through_a_host_is_not_taken_for_i
     def parked() -> int:
         return system.status().hosts["/user/e"].messages_parked
 
+    # 50-99 parked; and 1-49 with them if e took them after z's new route reached it (under load, e may take the
+    # client's batch late: seen with z down 0.2 s). Either way the gate holds e's Barrier. (Waiting for 50 alone, the
+    # test waited out HANDOVER_WAIT in that case, and the expired handover looked like a slow start of z's.)
     try:
-        wait_for(lambda: parked() == 50, 10)
+        in_handover = wait_for(lambda: (lambda n: n if n in (50, 99) else None)(parked()), 10)
     except AssertionError:
         with open(os.path.join(system.run_dir, "actors.log")) as f:
-            expired = "order may break" in f.read()  # (z's new process took over HANDOVER_WAIT to come up)
+            expired = "order may break" in f.read()
         raise AssertionError(f"e did not park what it sent z after z's restart: it parks {parked()}, its route to z "
                              f"is {system.ask('/user/e', ('route-of', '/user/z'))} (z's old one {z_before}), z is "
                              f"{system.status().hosts['/user/z']}; e's handover expired: {expired}") from None
@@ -496,7 +500,7 @@ def test_a_barrier_of_another_handover_passing_through_a_host_is_not_taken_for_i
     origin = system._resolve("/user/e")[0] if whose != "another host's" else ""
     system.tell_many([("/user/e", Barrier(token, origin)) for token in range(1, 6)])
     assert system.ask("/user/e", "count") > 0  # (asked after the tells: e has taken the Barriers)
-    assert parked() == 50, "another handover's Barrier released what e parked before its earlier messages landed"
+    assert parked() == in_handover, "another handover's Barrier released what e parked before its earlier messages landed"
     opened.touch()
     received = [m.i for m in probe.receive_many(99, timeout=30)]
     assert received == list(range(1, 100))
@@ -641,7 +645,8 @@ def test_a_barrier_back_after_its_handover_expired_is_dropped_by_a_table_host_ta
                                                                                                    tmp_path):
     # Its token forgotten when the handover expired, the late Barrier is known by its origin, on the path a table
     # host takes a batch in bulk on: it reaches no entity, and bulk delivery goes on. Handovers are multiproc only.
-    system, probe, to_z, parked = _table_host_sending_to_z(make_system)
+    # (z down 2 s after its death, not 0.2: long enough for e to take the gate below while the guardian holds for z)
+    system, probe, to_z, parked = _table_host_sending_to_z(make_system, backoff=(2, 2, 0))
     z = system.status().hosts["/user/z"].pid
     os.kill(z, signal.SIGKILL)
     wait_for(lambda: _gone(z), 10)
@@ -652,7 +657,8 @@ def test_a_barrier_back_after_its_handover_expired_is_dropped_by_a_table_host_ta
                      + [to_z(("fwd", probe.path, Seq("e", i))) for i in range(1, 50)])
     wait_for(started.exists, 60)
     system.tell_many([to_z(("fwd", probe.path, Seq("e", i))) for i in range(50, 100)])
-    assert wait_for(lambda: parked() == 50, 10), "e did not park what it sent z after z's restart"
+    # 50-99, and 1-49 with them if e took them after z's new route reached it (under load: see the test above)
+    assert wait_for(lambda: parked() in (50, 99), 10), "e did not park what it sent z after z's restart"
     assert wait_for(lambda: parked() == 0, HANDOVER_WAIT + 10), "e's handover did not expire"
     opened.touch()
     # Through z behind the Barrier z sends back to e: when the probe has it, e has had the Barrier. (Not behind
