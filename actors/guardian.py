@@ -215,6 +215,11 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         self.rebalancing: RebalanceJob | None = None
         self.directory_push = Superseding(self)
 
+    def send(self, targetAddr: Address | None, msg: object) -> None:
+        """Thespian's send, after the directory update waiting for `targetAddr` (if any): see Superseding.flush."""
+        self.directory_push.flush(targetAddr)
+        super().send(targetAddr, msg)
+
     @staticmethod
     def actorSystemCapabilityCheck(capabilities: Mapping[str, object], requirements: Mapping[str, object] | None) -> bool:
         """Only the leader's admin hosts the guardian (members find it through the leader)."""

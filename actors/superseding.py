@@ -6,7 +6,9 @@ pickled, until the host read again or its 5-minute transmit limit ran out:
 1,000 publishes with one host stopped took the guardian 16.3 s instead of 2.6 s (every send to that host went
 behind all the others), grew it by 1.6 MB, and the host, resumed, installed all 1,000 stale directories one by
 one for 14 s before it saw the current one. Sent through here, one of a kind is under way to a host; another
-sent meanwhile waits, and a newer one replaces it: the host gets the one it was handed, then the newest.
+sent meanwhile waits, and a newer one replaces it: the host gets the one it was handed, then the newest. Any
+other message the guardian sends the host hands the waiting one over first (`flush`), so that it keeps its place:
+an ActorExitRequest sent "after the new routes" (the host forwards by them until it exits) still comes after them.
 
 Skipping a directory in between is what a host that took two updates back to back would see: it compares the
 routes it had with the ones it installs (Handover.routes_changed, the route watchers), and what it sent on a route
@@ -49,6 +51,14 @@ class Superseding:
             return
         # (an intent Thespian dropped without calling it back, TCPTransport._nextTransmitStep, ends here)
         self._hand_over(key, address, message)
+
+    def flush(self, address: Address | None) -> None:
+        """Hand over now what waits for `address` (behind the one under way): called before any other message to it,
+        so that nothing sent after a publish overtakes the routes it published (Thespian keeps one destination's
+        sends in order)."""
+        if self._next:
+            for key in [k for k in self._next if k[0] == str(address)]:
+                self._hand_over(key, address, self._next.pop(key))
 
     def waiting(self) -> int:
         """How many messages wait for one of their kind to end (one at most per receiver and kind)."""

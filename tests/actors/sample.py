@@ -431,9 +431,20 @@ class CountsDirectories(Echo):
             install(routes, epoch, my_address)
 
         host.update_routes = recording
+        # The epoch its host had installed when it answered each status request ("stats epochs" replies with them).
+        self.stats_epochs: list[int] = []
+        stats = host.stats
+
+        def answering(token):
+            self.stats_epochs.append(self.epochs[-1] if self.epochs else 0)
+            return stats(token)
+
+        host.stats = answering
 
     def receive(self, message, sender):
         if message == "epochs":
             self.tell(sender, list(self.epochs))
+        elif message == "stats epochs":
+            self.tell(sender, list(self.stats_epochs))
         else:
             super().receive(message, sender)

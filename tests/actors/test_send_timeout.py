@@ -207,6 +207,27 @@ def test_a_host_that_took_nothing_during_60_publishes_installs_only_the_newest_d
 
 
 @pytest.mark.timeout(180)
+def test_what_the_guardian_sends_a_host_after_publishes_comes_after_the_newest_directory_it_published(make_system):
+    # Only the newest DirectoryUpdate waits behind the one under way to a host that takes nothing; a message the
+    # guardian sent the host afterwards (a status request here; an ActorExitRequest sent "after the new routes" in
+    # the guardian) went ahead of it, and the host handled it on the routes of before the publishes.
+    system = make_system("multiproc")
+    system.spawn(CountsDirectories, "/user/stuck")
+    system.spawn(Echo, "/user/echo")
+    assert system.ask("/user/stuck", Ping(0), timeout=10) == Pong(0, "/user/stuck")
+    answered_before = len(system.ask("/user/stuck", "stats epochs", timeout=10)) + 1  # (+ _stop's own status)
+    pid = _stop(system, "/user/stuck")
+    try:
+        system._publish_directory(10, timeout=30)
+        newest = system.directory(timeout=10).epoch
+        system.status()  # (its GetHostStats to the stopped host waits; the status gives up on that host)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    answered = wait_for(lambda: system.ask("/user/stuck", "stats epochs", timeout=10)[answered_before:], timeout=30)
+    assert answered == [newest], f"the host answered the status on the directory of epoch {answered}, not {newest}"
+
+
+@pytest.mark.timeout(180)
 def test_a_shutdown_while_a_host_still_takes_nothing_raises_nothing_and_stops_the_other_processes(make_system, caplog):
     # With more than 20 sends of the client under way to the stopped host (the rest queued), Thespian's close of
     # the client's transport raised "dictionary changed size during iteration": shutdown took it for an
