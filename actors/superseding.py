@@ -56,7 +56,7 @@ class Superseding:
         """Hand over now what waits for `address` (behind the one under way): called before any other message to it,
         so that nothing sent after a publish overtakes the routes it published (Thespian keeps one destination's
         sends in order)."""
-        if self._next:
+        if self._next and address is not None:
             for key in [k for k in self._next if k[0] == str(address)]:
                 self._hand_over(key, address, self._next.pop(key))
 
