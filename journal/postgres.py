@@ -91,6 +91,22 @@ lacks (with the column inserted_xid), and _UPGRADE runs."""
 def _ready(relations: tuple[str, ...]) -> str:
     return "SELECT " + " AND ".join(["to_regclass(%s) IS NOT NULL"] * len(relations))
 
+
+# A delete finds its events' tags by offset: without this index it read the whole tags table (26 ms per delete at
+# 200k tags, growing with it; 0.5 ms with it).
+_TAGS_ORDERING = "CREATE INDEX IF NOT EXISTS tags_ordering ON {s}.tags (ordering)"
+# The (64-bit) id of the transaction that inserted the row, by default: so also in a row inserted by a writer of a
+# version before the column, or by hand. A live persistence_ids poll reads the rows inserted since its previous poll
+# by this index; by the tuples' xmin it read the whole table every poll (10 ms at 20k ids). Added to an older table
+# with the upgrading transaction's id (a constant default: no rewrite), so a poll running meanwhile returns those ids
+# once more, never fewer.
+_INSERTED_XID = (
+    "ALTER TABLE {s}.highest_sequence_nr ADD COLUMN IF NOT EXISTS inserted_xid BIGINT NOT NULL "
+    "DEFAULT pg_current_xact_id()::text::bigint",
+    "CREATE INDEX IF NOT EXISTS highest_sequence_nr_inserted_xid ON {s}.highest_sequence_nr "
+    "(inserted_xid, persistence_id)",
+)
+
 _SCHEMA = (
     "CREATE SCHEMA IF NOT EXISTS {s}",
     """CREATE TABLE IF NOT EXISTS {s}.journal (
@@ -105,21 +121,11 @@ _SCHEMA = (
         tag TEXT NOT NULL,
         ordering BIGINT NOT NULL,
         PRIMARY KEY (tag, ordering))""",
-    # A delete finds its events' tags by offset: without this index it read the whole tags table (26 ms per
-    # delete at 200k tags, growing with it; 0.5 ms with it).
-    "CREATE INDEX IF NOT EXISTS tags_ordering ON {s}.tags (ordering)",
+    _TAGS_ORDERING,
     """CREATE TABLE IF NOT EXISTS {s}.highest_sequence_nr (
         persistence_id TEXT PRIMARY KEY,
         sequence_nr BIGINT NOT NULL)""",
-    # The (64-bit) id of the transaction that inserted the row, by default: so also in a row inserted by a writer
-    # of a version before the column, or by hand. A live persistence_ids poll reads the rows inserted since its
-    # previous poll by this index; by the tuples' xmin it read the whole table every poll (10 ms at 20k ids).
-    # Added to an older table with the upgrading transaction's id (a constant default: no rewrite), so a poll
-    # running meanwhile returns those ids once more, never fewer.
-    "ALTER TABLE {s}.highest_sequence_nr ADD COLUMN IF NOT EXISTS inserted_xid BIGINT NOT NULL "
-    "DEFAULT pg_current_xact_id()::text::bigint",
-    "CREATE INDEX IF NOT EXISTS highest_sequence_nr_inserted_xid ON {s}.highest_sequence_nr "
-    "(inserted_xid, persistence_id)",
+    *_INSERTED_XID,
     """CREATE TABLE IF NOT EXISTS {s}.snapshot (
         persistence_id TEXT NOT NULL,
         sequence_nr BIGINT NOT NULL,
@@ -136,7 +142,14 @@ _UPGRADE = (
 )
 """Run once, with _SCHEMA, on a schema that lacked a relation of _RELATIONS (on a new one they find nothing)."""
 
+_ADDED = {"tags_ordering": (_TAGS_ORDERING,), "highest_sequence_nr_inserted_xid": _INSERTED_XID}
+"""The statements of _SCHEMA that add each relation an older schema lacks (see `upgrade_sql`)."""
+
+_MAY_NOT_UPGRADE = (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction)
+"""How an upgrade fails for a role that may only read (no ownership of the tables, or a read-only session/standby)."""
+
 _QUERIES = {
+    "lacking": "SELECT ARRAY(SELECT r FROM unnest(%s::text[]) r WHERE to_regclass(%s || '.' || r) IS NULL)",
     "size": "SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'",
     # The transaction takes its id (the one-time filter runs before the row, so before the identity draws its
@@ -179,6 +192,10 @@ _QUERIES = {
     "ids_deleted_after": "SELECT inserted_xid, persistence_id FROM {s}.highest_sequence_nr "
                          "WHERE (inserted_xid, persistence_id) > (%s, %s) "
                          "ORDER BY inserted_xid, persistence_id LIMIT %s",
+    # The same on a schema without that column and index, opened by a role that may not add them (see
+    # _Database.lacking): by the rows' xmin, over the whole table, compared by age() (the xid mod 2**32: a row whose
+    # xmin was frozen is extra, never missing), in one read.
+    "ids_deleted_by_xmin": "SELECT persistence_id FROM {s}.highest_sequence_nr WHERE age(xmin) <= age(%s::text::xid)",
     "newest_and_snapshot": "SELECT (SELECT coalesce(max(ordering), 0) FROM {s}.journal), "
                            "pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint FROM pg_current_snapshot() s",
     # The chunk's offsets first, then their events by the ordering index. Joined instead, a custom plan (the offsets
@@ -366,24 +383,72 @@ class _Database:
         ident = sql.Identifier(schema)
         self.q = {name: sql.SQL(text).format(s=ident).as_string(None) for name, text in _QUERIES.items()}
 
-        def complete(cur: psycopg.Cursor[Any]) -> bool:
-            cur.execute(_ready(_RELATIONS), [f"{ident.as_string(None)}.{name}" for name in _RELATIONS])
-            row = cur.fetchone()
-            return bool(row is not None and row[0])
+        self.lacking: tuple[str, ...] = ()
+        """Relations of _RELATIONS this older schema lacks and this role may not add: it reads (the old way where
+        needed) and refuses writes, naming the upgrade (`upgrade_sql`), until another role has added them."""
+        try:
+            self.write("create or upgrade the schema (on a schema made before index tags_ordering or "
+                       "highest_sequence_nr_inserted_xid: add what it lacks and remove orphaned tags, once)",
+                       self._create, landed=_run_again)
+        except JournalError as e:
+            # A role that may only read (GRANT SELECT: a reporting user, a projection, `reprise journal ls`) or a
+            # read-only session cannot upgrade an older schema: it reads it as it is, and refuses writes.
+            if not isinstance(e.__cause__, _MAY_NOT_UPGRADE):
+                raise
+            lacking = self._lacking()
+            if not lacking or any(name in _BASE for name in lacking):
+                raise  # no journal to read there (or it was upgraded meanwhile: the error is another one)
+            self.lacking = lacking
 
-        def create(cur: psycopg.Cursor[Any]) -> None:
-            # CREATE ... IF NOT EXISTS locks its table before it looks, and CREATE INDEX then waits for every
-            # write in flight: a schema that is complete is left alone, so opening never waits on writers.
-            if complete(cur):
-                return
-            lock_ddl(cur)
-            if complete(cur):  # another session created or upgraded it while this one waited for the lock
-                return
-            for ddl in (*_SCHEMA, *_UPGRADE):
-                cur.execute(sql.SQL(ddl).format(s=ident))
-        self.write("create or upgrade the schema (on a schema made before index tags_ordering or "
-                   "highest_sequence_nr_inserted_xid: add what it lacks and remove orphaned tags, once)", create,
-                   landed=_run_again)
+    def _relation_names(self, relations: tuple[str, ...]) -> list[str]:
+        ident = sql.Identifier(self.schema).as_string(None)
+        return [f"{ident}.{name}" for name in relations]
+
+    def _complete(self, cur: psycopg.Cursor[Any]) -> bool:
+        cur.execute(_ready(_RELATIONS), self._relation_names(_RELATIONS))
+        row = cur.fetchone()
+        return bool(row is not None and row[0])
+
+    def _create(self, cur: psycopg.Cursor[Any]) -> None:
+        # CREATE ... IF NOT EXISTS locks its table before it looks, and CREATE INDEX then waits for every
+        # write in flight: a schema that is complete is left alone, so opening never waits on writers.
+        if self._complete(cur):
+            return
+        lock_ddl(cur)
+        if self._complete(cur):  # another session created or upgraded it while this one waited for the lock
+            return
+        for ddl in (*_SCHEMA, *_UPGRADE):
+            cur.execute(sql.SQL(ddl).format(s=sql.Identifier(self.schema)))
+
+    def _lacking(self) -> tuple[str, ...]:
+        """The relations of _RELATIONS missing from the schema now."""
+        ident = sql.Identifier(self.schema).as_string(None)
+        missing = set(self.query("look for the journal's tables", "lacking", (list(_RELATIONS), ident))[0][0])
+        return tuple(name for name in _RELATIONS if name in missing)
+
+    def upgrade_sql(self) -> str:
+        """The SQL that upgrades this schema as it is now (what opening it runs for a role that may)."""
+        ident = sql.Identifier(self.schema)
+        added = [ddl for name in _RELATIONS if name in self.lacking for ddl in _ADDED.get(name, ())]
+        statements = [f"SELECT pg_advisory_xact_lock({_DDL_LOCK})", *added, *_UPGRADE]
+        return "BEGIN; " + "; ".join(sql.SQL(t).format(s=ident).as_string(None) for t in statements) + "; COMMIT;"
+
+    def _upgrade_needed(self, what: str) -> JournalError:
+        return JournalError(
+            f"{what} refused on PostgreSQL {self.where}: journal schema {self.schema!r} was made by an older Reprise "
+            f"and lacks {', '.join(self.lacking)}, which this role may not add (it owns no table there, or its "
+            "session is read-only); it can read, not write. Upgrade the schema once: open it with a role that "
+            "owns its tables (e.g. `reprise journal ls` with that role in the URL), or run as that role: "
+            f"{self.upgrade_sql()}")
+
+    def writable(self, what: str) -> None:
+        """Raise the upgrade error if this older schema still lacks what this role may not add (checked again
+        here: another role may have upgraded it since)."""
+        if self.lacking:
+            lacking = self._lacking()
+            if lacking:
+                raise self._upgrade_needed(what)
+            self.lacking = ()
 
     def _check(self, conn: psycopg.Connection[Any]) -> None:
         try:
@@ -403,6 +468,7 @@ class _Database:
         """
         if self.inherited:
             raise self._forked_error()
+        self.writable(what)
         lost_commit = False  # the first run's COMMIT was lost and read back as not (yet) stored: it may still land
         for attempt in (1, 2):
             conn: psycopg.Connection[Any] | None = None
@@ -669,6 +735,8 @@ class PostgresJournal(Journal):
 
         Each read is a new snapshot: a row committed meanwhile behind the last one read was not committed at the
         poll's first snapshot, so its transaction's id is >= that snapshot's xmin, and the next poll reads it."""
+        if "highest_sequence_nr_inserted_xid" in self._db.lacking:
+            return [r[0] for r in self._db.query("persistence ids", "ids_deleted_by_xmin", (xid % 2**32,))]
         rows: list[Any] = self._db.query("persistence ids", "ids_deleted", (xid, chunk))
         ids = [r[1] for r in rows]
         while len(rows) == chunk:
@@ -739,6 +807,10 @@ class PostgresJournal(Journal):
     def _read_all_snapshots(self) -> Iterator[tuple[str, int, int, bytes, int]]:
         yield from self._db.query("verify", "all_snapshots")
 
+    def check_writable(self) -> None:
+        """Raise JournalError if the schema is an older one this role may read but not upgrade (see _Database)."""
+        self._db.writable("writing")
+
     def execute(self, statement: str, params: Sequence[Any] = ()) -> None:
         """Run a statement on the journal's schema (`{s}` stands for it); for tests and tooling."""
         self._db.write("execute", lambda cur: cur.execute(
@@ -780,6 +852,10 @@ class PostgresSnapshotStore(SnapshotStore):
         if keys:
             self._db.write(what, lambda cur: cur.executemany(
                 self._q["delete_snapshot"], [(persistence_id, seq, ts, ts) for seq, ts in keys]), landed=_run_again)
+
+    def check_writable(self) -> None:
+        """Raise JournalError if the schema is an older one this role may read but not upgrade (see _Database)."""
+        self._db.writable("writing")
 
     def execute(self, statement: str, params: Sequence[Any] = ()) -> None:
         """Run a statement on the store's schema (`{s}` stands for it); for tests and tooling."""
