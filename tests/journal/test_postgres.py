@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -313,3 +314,118 @@ def test_a_delete_finds_its_events_tags_by_index_not_by_reading_every_tag(pg) ->
         admin.execute(f"PREPARE d(text, bigint) AS {journal._db.q['delete'].replace('%(p)s', '$1').replace('%(to)s', '$2')}")
         plan = "\n".join(r[0] for r in admin.execute("EXPLAIN (COSTS OFF) EXECUTE d('p', 3)"))
         assert "Seq Scan on tags" not in plan and "tags_ordering" in plan, plan
+
+
+def _make_old(admin: psycopg.Connection, schema: str) -> None:
+    """Back to the layout of a schema made before tags_ordering and inserted_xid (what older Reprises made)."""
+    admin.execute(f"DROP INDEX {schema}.tags_ordering")
+    _drop_inserted_xid(admin, schema)
+    assert _relations(admin, schema) == _OLD_RELATIONS
+
+
+@contextlib.contextmanager
+def _role(admin: psycopg.Connection, schema: str, grants: str) -> Iterator[str]:
+    """A login role of its own with USAGE on `schema` and `grants` on its tables (and its sequences' reads), dropped
+    afterwards."""
+    role = f"audit_role_{uuid.uuid4().hex[:10]}"
+    admin.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        admin.execute(f"GRANT {grants} ON ALL TABLES IN SCHEMA {schema} TO {role}")
+        if grants != "SELECT":
+            admin.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {schema} TO {role}")
+        yield role
+    finally:
+        admin.execute(f"DROP OWNED BY {role}")
+        admin.execute(f"DROP ROLE {role}")
+
+
+def _as(url: str, role: str) -> str:
+    return url.replace("postgres@", f"{role}@", 1)
+
+
+_READ_ONLY_SESSION = "&options=-c%20default_transaction_read_only%3Don"
+
+
+@pytest.mark.parametrize("reader", ["a role granted SELECT only", "a read-only session"])
+def test_a_reader_that_may_not_upgrade_an_older_schema_reads_it_as_it_is_and_its_writes_name_the_upgrade(
+        pg, reader: str, capsys) -> None:
+    """Opening a schema an older Reprise made upgrades it (DDL): a reporting role granted SELECT only, or a session
+    that is read-only (a hot standby), failed every read entry point at open ("permission denied for database" /
+    "cannot execute CREATE SCHEMA in a read-only transaction"). It reads the schema as it is (the deleted ids of a
+    live persistence_ids by the rows' xmin), leaves it unchanged, and a write names the upgrade, whose SQL works."""
+    from actors.cli import main
+
+    url, app = pg
+    with open_journal(url) as journal:
+        assert journal.write_messages([_event(p, n, "t") for p in ("a", "b") for n in (1, 2)]) == [None] * 4
+        journal.delete_messages_to("a", MAX_SEQUENCE_NR)
+        delete = journal._db.q["delete"]  # type: ignore[attr-defined]
+    with psycopg.connect(SERVER, autocommit=True) as admin, _role(admin, app, "SELECT") as role:
+        _make_old(admin, app)
+        mine = _as(url, role) if reader.startswith("a role") else url + _READ_ONLY_SESSION
+        with open_journal(mine) as r, open_snapshot_store(mine) as snapshots:
+            assert [e.payload for e in r.replay_messages("b")] == ["b-1", "b-2"]
+            assert r.highest_sequence_nr("a") == 2
+            assert list(r.current_persistence_ids()) == ["a", "b"]
+            assert [(e.persistence_id, e.sequence_nr) for e in r.events_by_tag("t")] == [("b", 1), ("b", 2)]
+            assert snapshots.load("b") is None
+            poll = r._persistence_ids_poller()  # type: ignore[attr-defined]
+            assert set(poll()) == {"a", "b"}
+            wait_for(lambda: not set(poll()) & {"a", "b"}, 30)  # incremental once the writes in flight have ended
+            admin.execute(f"INSERT INTO {app}.journal (persistence_id, sequence_nr, record, checksum) "
+                          "SELECT 'c', 1, record, checksum FROM " + f"{app}.journal LIMIT 1")
+            admin.execute(delete, {"p": "c", "to": MAX_SEQUENCE_NR})  # c: written and deleted between two polls
+            assert "c" in set(poll())
+            with pytest.raises(JournalError) as refused:
+                r.check_writable()
+            with pytest.raises(JournalError, match="lacks tags_ordering, highest_sequence_nr_inserted_xid"):
+                r.write_messages([_event("d", 1, "t")])
+            with pytest.raises(JournalError, match="lacks tags_ordering"):
+                snapshots.check_writable()
+        for command in ("ls", "show b", "tail", "verify"):
+            name, *rest = command.split()
+            assert main(["journal", name, mine, *rest]) == 0, capsys.readouterr().err
+        printed = capsys.readouterr().out
+        assert "b-2" in printed and "ok" in printed, printed
+        assert _relations(admin, app) == _OLD_RELATIONS, "a reader changed the schema"
+        message = str(refused.value)
+        assert "open it with a role that owns its tables" in message, message
+        admin.execute(message.split("run as that role: ", 1)[1])  # the SQL it names upgrades the schema
+        assert _relations(admin, app) == _OLD_RELATIONS | {"tags_ordering", "highest_sequence_nr_inserted_xid"}
+
+
+def test_a_writer_that_may_not_upgrade_an_older_schema_is_refused_naming_it_until_an_owner_has_upgraded_it_meanwhile(
+        pg) -> None:
+    """A writer role granted DML but owning no table opened an older schema and failed with "permission denied"; now
+    its start (check_writable) and writes name the missing upgrade. An owner opening it meanwhile upgrades it while
+    a reader's live persistence_ids runs (on the old layout's xmin scan): the reader misses no id, and the writer
+    then writes without being reopened."""
+    url, app = pg
+    with open_journal(url) as journal:
+        assert journal.write_messages([_event("a", 1, "t")]) == [None]
+    with psycopg.connect(SERVER, autocommit=True) as admin, \
+            _role(admin, app, "SELECT") as reader_role, \
+            _role(admin, app, "SELECT, INSERT, UPDATE, DELETE") as writer_role:
+        _make_old(admin, app)
+        with open_journal(_as(url, writer_role)) as writer, open_journal(_as(url, reader_role)) as reader:
+            with pytest.raises(JournalError, match="writing refused .* lacks tags_ordering, "
+                                                   "highest_sequence_nr_inserted_xid, which this role may not add"):
+                writer.check_writable()
+            with pytest.raises(JournalError, match="write refused .*open it with a role that owns its tables"):
+                writer.write_messages([_event("w", 1, "t")])
+            with pytest.raises(JournalError, match="delete refused"):
+                writer.delete_messages_to("a", 1)
+            assert writer.highest_sequence_nr("w") == 0, "a refused write stored nothing"
+            ids = Reader(reader.persistence_ids(live=True, poll_interval=0.05))
+            try:
+                wait_for(lambda: ids.got == ["a"], 20)
+                with open_journal(url) as owner:  # upgrades it (the reader's polls wait on its lock, then go on)
+                    assert owner.write_messages([_event("c", 1, "t")]) == [None]
+                    owner.delete_messages_to("c", MAX_SEQUENCE_NR)
+                assert _relations(admin, app) == _OLD_RELATIONS | {"tags_ordering", "highest_sequence_nr_inserted_xid"}
+                writer.check_writable()
+                assert writer.write_messages([_event("w", 1, "t")]) == [None]
+                wait_for(lambda: set(ids.got) == {"a", "c", "w"}, 20)
+            finally:
+                ids.stop()
