@@ -379,3 +379,31 @@ def test_a_memory_store_in_a_projections_arguments_is_refused_on_multiproc_and_t
     local = make_system("local", journal=journal)
     local.spawn(Projection, PROJECTION, kwargs=kwargs)  # one process: its memory is shared
     assert local.ask(PROJECTION, GetProjectionState(), timeout=30) is not None
+
+
+def test_a_projection_reading_an_older_postgresql_schema_as_a_select_only_role_handles_its_events(
+        base, make_system, tmp_path, postgres_url):
+    # Opening a schema an older Reprise made upgrades it (DDL): a projection reading with a role granted SELECT only
+    # failed its spawn ("permission denied for database"). It reads the schema as it is.
+    from journal.postgres import drop_schema
+    from tests.journal.test_postgres import _as, _make_old, _role
+
+    app = f"proj_old_{uuid.uuid4().hex[:8]}"
+    journal = f"{postgres_url}?schema={app}"
+    sink = str(tmp_path / "sink.db")
+    system = make_system(base, journal=journal)
+    try:
+        system.spawn(Mover, "/user/movers", entities=True)
+        move(system, {"a": [1, 2], "b": [3]})
+        offsets = tagged_offsets(journal)
+        with psycopg.connect(postgres_url, autocommit=True) as admin, _role(admin, app, "SELECT") as role:
+            _make_old(admin, app)
+            system.spawn(Projection, PROJECTION, kwargs=dict(
+                source=EventsByTag("moves", journal=_as(journal, role)), handler=functools.partial(record_to, sink),
+                offset_store=f"sqlite:///{tmp_path}/offsets.db", poll_interval=0.05))
+            wait_for(lambda: state(system).handled_offset == offsets[-1], timeout=60, interval=0.05)
+            with sqlite3.connect(sink) as db:
+                assert [r[0] for r in db.execute("SELECT event_offset FROM handled ORDER BY rowid")] == offsets
+            system.stop(PROJECTION)  # (before its role is dropped)
+    finally:
+        drop_schema(journal)
