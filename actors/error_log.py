@@ -73,6 +73,11 @@ def is_ask(sender: str | None) -> bool:
     return sender is not None and sender.startswith("/temp/") and ASK_SEGMENT in sender
 
 
+def ask_failure(path: str, error: BaseException) -> ActorFailure:
+    """What an asking client is sent when `error` ends its ask to the actor at `path` (raised as ActorFailed)."""
+    return ActorFailure(path, type(error).__name__, one_line(str(error)))
+
+
 def one_line(error: BaseException | str) -> str:
     """`Type: message` of an exception (or the text given), on one line and at most 300 characters."""
     text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"

@@ -29,7 +29,7 @@ from thespian.actors import (
 from . import thespian_fixes
 from .actor import Actor
 from .context import ActorContext
-from .error_log import ActorFailure, ErrorThrottle, is_ask, make_error, one_line
+from .error_log import ErrorThrottle, ask_failure, is_ask, make_error, one_line
 from .errors import RepriseError, SpawnFailed
 from .handover import POKE, Handover
 from .host_options import apply_host_options
@@ -382,7 +382,7 @@ class Host:
         elif errors.suppressed == 1:  # the first one counted: report the count even if no error follows
             self.adapter.wakeup_after(errors.window, _ERRORS)
         if error is not None and is_ask(asker):  # an asker waits for its answer: never throttled
-            self.route(path, asker, ActorFailure(path, type(error).__name__, one_line(str(error))))
+            self.route(path, asker, ask_failure(path, error))
         return reported
 
     def _suppressed(self, errors: ErrorThrottle) -> int:

@@ -9,11 +9,10 @@ handlers keep the order of the calls). A message still leaves only once its sent
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, cast
 
-from actors.error_log import is_ask
 from journal import AtomicWrite, register_type
 from persistence.compact import expand, inherited_requeues, same_or_each, split_rejected
 from persistence.coordinator import WriteResults
@@ -322,27 +321,15 @@ class DurableDelivery(AtLeastOnceDelivery):
                 if result is not None and type(event) is DeliveriesSent:
                     for delivery_id in event.delivery_ids:  # (one, or those of a persist_and_deliver)
                         self._unconfirmed.pop(delivery_id, None)
-        elif isinstance(results, BaseException) and self._senders_of:
-            self._tell_each_sender(batch, results)
         super()._on_write_results(batch, results)
 
-    def _tell_each_sender(self, batch: list[_Entry], failure: BaseException) -> None:
-        """The write failed (the actor stops): each asker whose command delivered in one of its DeliveriesSent hears
-        of it, not only the sender of the batch's first write (whom _run_handlers tells): their replies never come."""
-        writes = [e for e in batch if e.atomic is not None]
-        told = {writes[0].sender} if writes else set()
-        senders_of = cast(dict[int, tuple[str | None, ...]], self._senders_of)
-        for entry in writes:
-            first = cast(AtomicWrite, entry.atomic).payload[0]
-            event = first.payload
-            if type(event) is not DeliveriesSent:
-                continue
-            for sender in senders_of.get(event.delivery_ids[0], ()):
-                if sender not in told and is_ask(sender):
-                    told.add(sender)
-                    self.context.report_error(self.path, f"the write of {type(event).__name__} (sequence nr "
-                                                         f"{first.sequence_nr}) holding this asker's deliveries "
-                                                         f"failed: {type(failure).__name__}: {failure}", sender, failure)
+    def _askers_of(self, entry: _Entry) -> Iterable[str | None]:
+        # A DeliveriesSent holds the deliveries of every command of its round (each deferring its reply behind it).
+        askers = super()._askers_of(entry)
+        atomic = entry.atomic
+        if not self._senders_of or atomic is None or type(event := atomic.payload[0].payload) is not DeliveriesSent:
+            return askers
+        return (*askers, *self._senders_of.get(event.delivery_ids[0], ()))
 
     def _compact_requeues(self) -> dict[type, Callable[[_Entry], None]]:
         """The requeue of each compact event type of this actor's mixins (see compact.split_rejected)."""

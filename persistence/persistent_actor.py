@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 from actors import Actor
-from actors.error_log import one_line
+from actors.error_log import ask_failure, is_ask, one_line
 from actors.host import FAILED_ON
 from journal import (
     MAX_SEQUENCE_NR,
@@ -909,8 +909,10 @@ class PersistentActor(Actor):
                 except Exception:
                     log.exception("on_persist_failure of %s failed", self.path)
                 host.report_error(self.path, f"stopped: persist of {type(first.payload).__name__} (sequence nr "
-                                             f"{first.sequence_nr}) failed: {type(failure).__name__}: {failure}",
-                                  entry.sender, failure)
+                                             f"{first.sequence_nr}) failed: {type(failure).__name__}: {failure}")
+                # No handler from here on runs (the actor stops): every asker waiting on one of them fails now, not
+                # at its timeout, and not only the sender of this first write.
+                self._tell_askers(batch[next(i for i, e in enumerate(batch) if e is entry):], failure)
                 self._die("persist failed")
                 return
             result = None if stored else per_write[wi]
@@ -957,6 +959,20 @@ class PersistentActor(Actor):
         self._pending -= 1
         if entry.stashing:
             self._stashing -= 1
+
+    def _tell_askers(self, entries: list[_Entry], failure: BaseException) -> None:
+        """Fail at once, with `failure`, each asking client (once) whose reply waited on one of `entries`."""
+        told: set[str] = set()
+        for entry in entries:
+            for asker in self._askers_of(entry):
+                if asker is not None and asker not in told and is_ask(asker):
+                    told.add(asker)
+                    self.context.route(self.path, asker, ask_failure(self.path, failure))
+
+    def _askers_of(self, entry: _Entry) -> Iterable[str | None]:
+        """The senders whose replies wait on `entry`'s handler: its command's; a mixin whose one event holds the
+        work of several commands (DurableDelivery's DeliveriesSent, a table's commit) adds theirs."""
+        return (entry.sender,)
 
     def _invoke(self, entry: _Entry, event: object) -> bool:
         """Run the entry's handler for one event with its command's sender; False if it failed (the actor

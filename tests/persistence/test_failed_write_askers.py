@@ -1,0 +1,47 @@
+"""A group-commit write that fails stops the actor (Akka's onPersistFailure): every asker whose command wrote in
+that write (or waits behind it) hears of the failure at once, once each, not only the sender of its first entry."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.persistence.failed_write_actors import RoundWriter
+
+pytestmark = pytest.mark.timeout(120)
+
+WRITER = "/user/writer"
+
+
+def _failure(probe) -> object:
+    """The ActorFailure `probe` got (an asker that was told nothing times out here: the bug)."""
+    failure = probe.receive(10)
+    assert type(failure).__name__ == "ActorFailure", failure
+    return failure
+
+
+def test_every_asker_of_a_failed_write_hears_of_it_once(base, make_system, tmp_path):
+    # Three commands in one round: two persist_async (the first one's event fails the write), one persist_all_async,
+    # and a defer_async behind them. Measured before: only the first asker heard (ActorFailure); the others timed out.
+    system = make_system(base, journal=f"failwrite://{tmp_path.name}", snapshot_store=f"failwrite://{tmp_path.name}")
+    system.spawn(RoundWriter, WRITER)
+    probes = [system.probe(f"ask-{k}-{tmp_path.name}") for k in range(4)]
+    hows = ("async", "async", "all", "defer")
+    payloads = [f"fault-{tmp_path.name}", "p-b", "p-c", "p-d"]
+    system.tell(WRITER, ("as", tuple((p.path, how, payload) for p, how, payload in zip(probes, hows, payloads,
+                                                                                       strict=True))))
+    for probe in probes:
+        failure = _failure(probe)
+        assert failure.path == WRITER and "simulated write failure" in failure.error, failure
+    for probe in probes:
+        probe.expect_no_message(0.3)  # once each
+    assert sum("simulated write failure" in e.reason for e in system.errors().recent) == 1, system.errors().recent
+
+
+def test_a_tell_in_a_failed_write_is_not_sent_an_ask_failure(base, make_system, tmp_path):
+    # The first entry's sender is a plain probe (not an ask): it gets nothing, the asker behind it hears.
+    system = make_system(base, journal=f"failwrite://{tmp_path.name}", snapshot_store=f"failwrite://{tmp_path.name}")
+    system.spawn(RoundWriter, WRITER)
+    teller, asker = system.probe(f"teller-{tmp_path.name}"), system.probe(f"ask-x-{tmp_path.name}")
+    system.tell(WRITER, ("as", ((teller.path, "async", f"fault-{tmp_path.name}"), (asker.path, "async", "p-x"))))
+    assert "simulated write failure" in _failure(asker).error
+    teller.expect_no_message(0.5)
