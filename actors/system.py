@@ -525,6 +525,7 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
         if why is not None:
             raise tls_module.TlsError(why)
     source = "the secret actors.start made"
+    verdict = None  # (no probe: start() attaching to the admin it made)
     if _secret is _FIND:
         source = secret_file or _find_secret_file(host, admin_port)
         secret = auth.read_secret(source)
@@ -558,6 +559,12 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
         why = tls_module.probe(host, admin_port, _tls)
         if why is not None:
             raise tls_module.TlsError(why) from None
+        if verdict is admin_probe.Verdict.READS:
+            # The probe's frame, signed with this secret, was read (a wrong one is answered ACK+DATAERR, refused
+            # above): the admin went silent after it, so blaming the secret would send the user after the wrong cause.
+            raise AskTimeout(f"the admin on {host}:{admin_port} accepted this client's secret ({source}) but did not "
+                             "answer the attach that followed within Thespian's ~15 s: it is busy, or was stopped "
+                             "meanwhile (SIGSTOP, a debugger); try again once it answers") from None
         # An admin drops every frame whose HMAC does not verify, so a wrong secret looks like silence.
         raise _not_our_admin(host, admin_port, source) from None
     except BaseException:

@@ -20,7 +20,7 @@ import uuid
 import pytest
 
 import actors
-from actors import auth, client_log, netsec
+from actors import admin_probe, auth, client_log, netsec
 from actors.system import tagged_pids
 from journal.urls import redact_url
 from tests.actors.refusal import start_refused
@@ -448,6 +448,7 @@ def test_a_client_with_the_wrong_secret_is_refused_with_a_clear_error(make_syste
     wrong = auth.write_secret(str(tmp_path / "wrong.secret"), auth.new_secret())
     with pytest.raises(auth.AuthenticationFailed, match="not that system's secret") as refused:
         actors.connect(system.admin_port, secret_file=wrong, timeout=5)
+    assert "accepted" not in str(refused.value)  # (refused at once: not told as an admin that went silent)
     # A client of another Reprise version is refused the same way (its frames differ; checked by hand with a
     # client of 6665163^ against this system's admin): the error says that is a cause too.
     assert "another version of Reprise" in str(refused.value)
@@ -763,6 +764,33 @@ def test_connect_to_a_stopped_admin_fails_within_its_timeout_and_says_why(make_s
         assert time.monotonic() - started < 5
     finally:
         os.kill(admin, signal.SIGCONT)
+    client = actors.connect(system.admin_port, timeout=10)  # thawed, it answers again
+    client.close()
+
+
+@pytest.mark.timeout(90)
+def test_an_admin_stopped_after_it_read_our_secret_is_not_blamed_on_the_secret(make_system, monkeypatch):
+    """An admin that read the probe's signed frame (so the secret is right), then stopped (SIGSTOP; or went busy)
+    before Thespian's attach: measured ~17.6 s, then AuthenticationFailed "not that system's secret". The SIGSTOP is
+    placed in that window by wrapping the real probe (it still runs against the real admin)."""
+    system = make_system("multiproc")
+    admin = _admin_of(system)
+    real = admin_probe.signed_probe
+
+    def probe_then_stop(*args, **kwargs):  # type: ignore[no-untyped-def]
+        verdict = real(*args, **kwargs)
+        os.kill(admin, signal.SIGSTOP)
+        return verdict
+
+    monkeypatch.setattr(admin_probe, "signed_probe", probe_then_stop)
+    try:
+        with pytest.raises(actors.AskTimeout, match=r"accepted this client's secret .* but did not answer the attach "
+                                                    r"that followed") as silent:
+            actors.connect(system.admin_port, timeout=3)
+        assert "not that system's secret" not in str(silent.value)
+    finally:
+        os.kill(admin, signal.SIGCONT)
+    monkeypatch.undo()
     client = actors.connect(system.admin_port, timeout=10)  # thawed, it answers again
     client.close()
 
