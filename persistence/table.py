@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -59,7 +59,7 @@ from persistence.messages import (
     SaveSnapshotSuccess,
     SnapshotOffer,
 )
-from persistence.persistent_actor import PersistentActor
+from persistence.persistent_actor import PersistentActor, _Entry
 
 log = logging.getLogger("reprise.persistence")
 
@@ -496,6 +496,16 @@ class EntityTable(PersistentActor):
             self.save_snapshot(TableSnapshot(self.context.shards, dict(self._states),
                                              {o: s.state() for o, s in self._seen.items()},
                                              self.mixin_snapshot_columns()))
+
+    def _askers_of(self, entry: _Entry) -> Iterable[str | None]:
+        # A commit's handler holds the replies of every command of its round, to any entity: a failed write fails
+        # each of their askers, not only the entry's sender (the round's last command's). (A round without events
+        # defers its replies with no write of its own: no write of it fails.)
+        askers = super()._askers_of(entry)
+        handler = entry.handler
+        if type(handler) is not _Committed:
+            return askers
+        return (*askers, *(to for to, _ in handler.replies if type(to) is str))
 
     def _event_rejected(self, event: object) -> None:
         # The journal refused the commit (an event that passed _check_storable, as one of a class stored before,

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from persistence import PersistentActor
+from persistence import EntityTable, PersistentActor, TableCommit
 from tests.persistence.failing_journals import register_failing_first_write
 
 
 def _faulty(payload: object) -> list[str]:
-    """A str event starting with "fault" is the key of its own failing write."""
+    """A str event starting with "fault" is the key of its own failing write (in a table's commit too)."""
+    if type(payload) is TableCommit:
+        return [k for e in payload.events for k in _faulty(e)]
     return [payload] if isinstance(payload, str) and payload.startswith("fault") else []
 
 
@@ -42,3 +44,23 @@ class RoundWriter(PersistentActor):
             self.persist_all_async([payload, payload], reply)
         else:
             self.defer_async(payload, reply)
+
+
+class RoundTable(EntityTable):
+    """An entity table: ("as", ((asker, entity_id, command), ...)) to any entity routes each command to that entity
+    from that asker, all handled in one round (one table commit); ("write", payload) persists the payload as the
+    entity's event and replies ("ok", payload) once durable; ("read",) replies ("state", state) once durable."""
+
+    def command_handler(self, entity_id: str, state: Any, command: Any) -> list[Any]:
+        if command[0] == "as":
+            for asker, entity, inner in command[1]:
+                self.context.route(asker, f"{self.path}/{entity}", inner)
+            return []
+        if command[0] == "write":
+            self.reply(self.sender, ("ok", command[1]))
+            return [command[1]]
+        self.reply(self.sender, ("state", state))
+        return []
+
+    def event_handler(self, state: Any, event: Any) -> Any:
+        return event

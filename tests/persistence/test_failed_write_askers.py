@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.persistence.failed_write_actors import RoundWriter
+from tests.persistence.failed_write_actors import RoundTable, RoundWriter
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -45,3 +45,24 @@ def test_a_tell_in_a_failed_write_is_not_sent_an_ask_failure(base, make_system, 
     system.tell(WRITER, ("as", ((teller.path, "async", f"fault-{tmp_path.name}"), (asker.path, "async", "p-x"))))
     assert "simulated write failure" in _failure(asker).error
     teller.expect_no_message(0.5)
+
+
+TABLE = "/user/table"
+
+
+def test_every_asker_of_a_failed_table_commit_hears_of_it_once(base, make_system, tmp_path):
+    # Four commands to three entities of one table in one round, gathered into one TableCommit whose write fails
+    # (the first entity's event); one entity asked twice, one only reads (its reply waits on the commit too).
+    system = make_system(base, journal=f"failwrite://{tmp_path.name}", snapshot_store=f"failwrite://{tmp_path.name}")
+    system.spawn(RoundTable, TABLE, entities=True)
+    probes = [system.probe(f"ask-{k}-{tmp_path.name}") for k in range(4)]
+    commands = [("e1", ("write", f"fault-{tmp_path.name}")), ("e2", ("write", "p-b")), ("e1", ("write", "p-c")),
+                ("e3", ("read",))]
+    system.tell(f"{TABLE}/driver", ("as", tuple((p.path, entity, command) for p, (entity, command)
+                                                in zip(probes, commands, strict=True))))
+    for probe in probes:
+        failure = _failure(probe)
+        assert failure.path == TABLE and "simulated write failure" in failure.error, failure
+    for probe in probes:
+        probe.expect_no_message(0.3)  # once each
+    assert sum("simulated write failure" in e.reason for e in system.errors().recent) == 1, system.errors().recent
