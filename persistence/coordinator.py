@@ -134,7 +134,7 @@ class PersistenceCoordinator:
                 except Exception as exc:  # (a mixin's, outside the handlers: its events are stored, replay has them)
                     actor.context.report_failure(actor, exc, None, actor.sender)
             else:  # it stopped with these events queued: they are written, its handlers do not run
-                actor._written_after_stop(results)
+                actor._written_after_stop(results, batch=batch)
         return True
 
     @staticmethod

@@ -459,15 +459,17 @@ class PersistentActor(Actor):
     def restart_carryover(self) -> list[tuple[object, str | None]]:
         # Events persisted before the failure are still written (Akka flushes in the error path); their
         # handlers are not run on this instance: the new one gets them through replay.
-        self._write_now("failed")  # before _replaced is set: _take_batch yields nothing for a replaced actor
+        # (before _replaced is set: _take_batch yields nothing for a replaced actor; the failed command's asker was
+        # told its error already)
+        self._write_now("failed", self.sender)
         self._finish_deletes(told=True)
         self._replaced = True
         carry, self._stash = list(self._stash), ()
         return carry
 
-    def _write_now(self, why: str) -> None:
+    def _write_now(self, why: str, told: str | None = None) -> None:
         """Write the events queued by this instance, which goes away (their handlers do not run), before the next
-        instance of this persistence id can recover; a write that fails is reported."""
+        instance of this persistence id can recover; a write that fails is reported (and its askers but `told` told)."""
         try:
             batch = self._take_batch()
         except Exception as exc:  # (a mixin's flush runs user code: tags_for) nothing of the round is written
@@ -481,7 +483,7 @@ class PersistentActor(Actor):
             results: WriteResults = cast(Journal, self._journal).write_messages(writes)  # (writes imply recovery)
         except Exception as exc:
             results = exc
-        self._written_after_stop(results, why)
+        self._written_after_stop(results, why, batch, told)
 
     def keep_alive(self) -> bool:
         return super().keep_alive() or bool(self._stash) or self._pending > 0 or bool(self._contributors) \
@@ -837,17 +839,25 @@ class PersistentActor(Actor):
             return []
         return batch
 
-    def _written_after_stop(self, results: WriteResults, why: str = "stopped") -> None:
+    def _written_after_stop(self, results: WriteResults, why: str = "stopped", batch: list[_Entry] | None = None,
+                            told: str | None = None) -> None:
         """The group commit of events this instance persisted before it stopped is done: handlers do not run on
-        a stopped actor (as in Akka), but a write that failed is reported, or nobody would hear of it."""
+        a stopped actor (as in Akka), but a write that failed is reported, or nobody would hear of it: the log, and
+        each asker of `batch` (but `told`) whose write failed, at once rather than at its timeout."""
+        writes = [e for e in batch or () if e.atomic is not None]
         if isinstance(results, BaseException):
             what = f"{type(results).__name__}: {results}"
+            failed = [(e, results) for e in writes]
         elif results and any(r is not None for r in results):
             rejected = [r for r in results if r is not None]
             what = f"{len(rejected)} rejected: {type(rejected[0]).__name__}: {rejected[0]}"
+            failed = [(e, r) for e, r in zip(writes, results, strict=False) if r is not None]
         else:
             return
         self.context.report_error(self.path, f"events persisted just before it {why} were not written ({what})")
+        done = {told} if told is not None else set()
+        for entry, failure in failed:
+            self._tell_askers([entry], failure, done)
 
     def _on_write_results(self, batch: list[_Entry], results: WriteResults) -> None:
         """One committed batch's results: mixins override this to handle their rejections, and call super(). A round
@@ -960,9 +970,11 @@ class PersistentActor(Actor):
         if entry.stashing:
             self._stashing -= 1
 
-    def _tell_askers(self, entries: list[_Entry], failure: BaseException) -> None:
-        """Fail at once, with `failure`, each asking client (once) whose reply waited on one of `entries`."""
-        told: set[str] = set()
+    def _tell_askers(self, entries: list[_Entry], failure: BaseException, told: set[str] | None = None) -> None:
+        """Fail at once, with `failure`, each asking client (once, and none in `told`, which gets those told now)
+        whose reply waited on one of `entries`."""
+        if told is None:
+            told = set()
         for entry in entries:
             for asker in self._askers_of(entry):
                 if asker is not None and asker not in told and is_ask(asker):

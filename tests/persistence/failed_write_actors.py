@@ -25,7 +25,7 @@ register_failing_first_write("failwrite", _faulty)
 class RoundWriter(PersistentActor):
     """("as", ((asker, how, payload), ...)): each ("write", how, payload) routed to itself from that asker, all
     handled before the host's next group commit (one round, one journal write); ("write", how, payload) persists
-    the payload (how: "async" persist_async, "all" persist_all_async of it twice) and replies ("ok", payload) from
+    the payload (how: "async" persist_async, "all" persist_all_async of it twice, "stop" persist_async then stop, "raise" persist_async then raise) and replies ("ok", payload) from
     its handler; ("defer", _, payload) defers that reply behind the round's writes."""
 
     def receive_recover(self, event: Any) -> None:
@@ -42,6 +42,12 @@ class RoundWriter(PersistentActor):
             self.persist_async(payload, reply)
         elif how == "all":
             self.persist_all_async([payload, payload], reply)
+        elif how == "raise":  # (it restarts: its event is written as it fails, its handler never runs)
+            self.persist_async(payload, reply)
+            raise RuntimeError("command failed after persisting")
+        elif how == "stop":  # (its handler never runs: the actor stops, its event is written as it stops)
+            self.persist_async(payload, reply)
+            self.stop()
         else:
             self.defer_async(payload, reply)
 

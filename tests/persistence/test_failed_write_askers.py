@@ -66,3 +66,31 @@ def test_every_asker_of_a_failed_table_commit_hears_of_it_once(base, make_system
     for probe in probes:
         probe.expect_no_message(0.3)  # once each
     assert sum("simulated write failure" in e.reason for e in system.errors().recent) == 1, system.errors().recent
+
+
+def test_askers_of_a_failed_write_as_the_actor_stops_hear_of_it_once(base, make_system, tmp_path):
+    # Two commands of one round persist and the second stops the actor: their handlers never run, their events are
+    # written as it stops, and that write fails. Measured before: both askers timed out (only the log heard).
+    system = make_system(base, journal=f"failwrite://{tmp_path.name}", snapshot_store=f"failwrite://{tmp_path.name}")
+    system.spawn(RoundWriter, WRITER)
+    probes = [system.probe(f"ask-{k}-{tmp_path.name}") for k in range(2)]
+    system.tell(WRITER, ("as", ((probes[0].path, "async", f"fault-{tmp_path.name}"), (probes[1].path, "stop", "p-b"))))
+    for probe in probes:
+        failure = _failure(probe)
+        assert failure.path == WRITER and "simulated write failure" in failure.error, failure
+    for probe in probes:
+        probe.expect_no_message(0.3)  # once each
+    assert sum("simulated write failure" in e.reason for e in system.errors().recent) == 1, system.errors().recent
+
+
+def test_askers_of_a_failed_write_as_the_actor_restarts_hear_of_it_once(base, make_system, tmp_path):
+    # The second command raises after persisting: the round's events are written as the actor restarts, and that
+    # write fails. The first asker hears of the write failure; the raising command's asker of its own error, once.
+    system = make_system(base, journal=f"failwrite://{tmp_path.name}", snapshot_store=f"failwrite://{tmp_path.name}")
+    system.spawn(RoundWriter, WRITER)
+    writer, raiser = (system.probe(f"ask-{k}-{tmp_path.name}") for k in range(2))
+    system.tell(WRITER, ("as", ((writer.path, "async", f"fault-{tmp_path.name}"), (raiser.path, "raise", "p-b"))))
+    assert "simulated write failure" in _failure(writer).error
+    assert "command failed after persisting" in _failure(raiser).error
+    for probe in (writer, raiser):
+        probe.expect_no_message(0.3)  # once each
