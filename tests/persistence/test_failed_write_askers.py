@@ -19,6 +19,16 @@ def _failure(probe) -> object:
     return failure
 
 
+def _each_told_once(system, probes, path: str) -> None:
+    """Each probe got one ActorFailure from `path` for the write failure, and the system's errors hold it once."""
+    for probe in probes:
+        failure = _failure(probe)
+        assert failure.path == path and "simulated write failure" in failure.error, failure
+    for probe in probes:
+        probe.expect_no_message(0.3)  # once each
+    assert sum("simulated write failure" in e.reason for e in system.errors().recent) == 1, system.errors().recent
+
+
 def test_every_asker_of_a_failed_write_hears_of_it_once(base, make_system, tmp_path):
     # Three commands in one round: two persist_async (the first one's event fails the write), one persist_all_async,
     # and a defer_async behind them. Measured before: only the first asker heard (ActorFailure); the others timed out.
@@ -29,12 +39,7 @@ def test_every_asker_of_a_failed_write_hears_of_it_once(base, make_system, tmp_p
     payloads = [f"fault-{tmp_path.name}", "p-b", "p-c", "p-d"]
     system.tell(WRITER, ("as", tuple((p.path, how, payload) for p, how, payload in zip(probes, hows, payloads,
                                                                                        strict=True))))
-    for probe in probes:
-        failure = _failure(probe)
-        assert failure.path == WRITER and "simulated write failure" in failure.error, failure
-    for probe in probes:
-        probe.expect_no_message(0.3)  # once each
-    assert sum("simulated write failure" in e.reason for e in system.errors().recent) == 1, system.errors().recent
+    _each_told_once(system, probes, WRITER)
 
 
 def test_a_tell_in_a_failed_write_is_not_sent_an_ask_failure(base, make_system, tmp_path):
@@ -60,12 +65,7 @@ def test_every_asker_of_a_failed_table_commit_hears_of_it_once(base, make_system
                 ("e3", ("read",))]
     system.tell(f"{TABLE}/driver", ("as", tuple((p.path, entity, command) for p, (entity, command)
                                                 in zip(probes, commands, strict=True))))
-    for probe in probes:
-        failure = _failure(probe)
-        assert failure.path == TABLE and "simulated write failure" in failure.error, failure
-    for probe in probes:
-        probe.expect_no_message(0.3)  # once each
-    assert sum("simulated write failure" in e.reason for e in system.errors().recent) == 1, system.errors().recent
+    _each_told_once(system, probes, TABLE)
 
 
 def test_askers_of_a_failed_write_as_the_actor_stops_hear_of_it_once(base, make_system, tmp_path):
@@ -75,12 +75,7 @@ def test_askers_of_a_failed_write_as_the_actor_stops_hear_of_it_once(base, make_
     system.spawn(RoundWriter, WRITER)
     probes = [system.probe(f"ask-{k}-{tmp_path.name}") for k in range(2)]
     system.tell(WRITER, ("as", ((probes[0].path, "async", f"fault-{tmp_path.name}"), (probes[1].path, "stop", "p-b"))))
-    for probe in probes:
-        failure = _failure(probe)
-        assert failure.path == WRITER and "simulated write failure" in failure.error, failure
-    for probe in probes:
-        probe.expect_no_message(0.3)  # once each
-    assert sum("simulated write failure" in e.reason for e in system.errors().recent) == 1, system.errors().recent
+    _each_told_once(system, probes, WRITER)
 
 
 def test_askers_of_a_failed_write_as_the_actor_restarts_hear_of_it_once(base, make_system, tmp_path):
