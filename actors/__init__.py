@@ -24,6 +24,7 @@ from .errors import (
     PathTaken,
     RepriseError,
     SendTimeout,
+    SpawnCause,
     SpawnFailed,
     SystemNotRunning,
     UnpicklableMessage,
@@ -42,7 +43,7 @@ thespian_fixes.apply()
 __all__ = [
     "Actor", "ActorContext", "ActorError", "ActorFailed", "AskTimeout", "Backoff", "ConfigError",
     "DeadLetter", "DeadLetters", "Errors", "HostInfo", "InvalidBackoff", "InvalidPath", "Lifecycle",
-    "MessageNotSent", "MessageUndelivered", "Move", "PathTaken", "Probe", "RepriseError", "Scatter", "SendTimeout", "SpawnFailed", "System",
+    "MessageNotSent", "MessageUndelivered", "Move", "PathTaken", "Probe", "RepriseError", "Scatter", "SendTimeout", "SpawnCause", "SpawnFailed", "System",
     "SystemNotRunning", "SystemStatus", "Timer", "UnpicklableMessage", "connect", "free_port", "shutdown",
     "start", "validate_path", "AuthenticationFailed", "MissingSecret", "SecretUnavailable", "TlsConfig",
     "TlsError",

@@ -12,11 +12,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from journal.urls import redact_url
 
@@ -34,6 +33,9 @@ from .journal_commands import (
 from .paths import printable
 from .spark_commands import cmd_spark_discard, cmd_spark_help, cmd_spark_staged, duration
 from .system_commands import Terminated, cmd_down, cmd_node, cmd_rebalance, cmd_status, cmd_up
+
+if TYPE_CHECKING:
+    from .errors import SpawnCause
 
 # This module parses the arguments and dispatches: the commands live in system_commands and
 # journal_commands, the benchmark runner in a checkout's bench/.
@@ -122,9 +124,9 @@ def _classify(e: BaseException) -> tuple[int, str]:
         return 2, "fix the value named above"
     if isinstance(e, InvalidPath):
         return 2, "actor paths look like /user/accounts (an absolute path below /user)"
-    busy = re.match(r"admin port (\d+) is already in use", str(e))
-    if isinstance(e, SpawnFailed) and busy:
-        port = busy.group(1)
+    cause = e.cause if isinstance(e, SpawnFailed) else None  # (what failed, typed: its wording may change)
+    if cause is not None and cause.kind == "admin_port":
+        port = cause.where
         return 1, (f"a system already runs there: `{PROG} status --port {port}` shows it, `{PROG} down --port {port}` "
                    "stops it; or give [system] admin_port / --port another port")
     if isinstance(e, FileNotFoundError):
@@ -147,10 +149,8 @@ def _classify(e: BaseException) -> tuple[int, str]:
     hint = journal_hint(str(e))
     if hint is not None:
         return 1, hint
-    if isinstance(e, SpawnFailed):
-        store = _store_hint(str(e))
-        if store is not None:
-            return store
+    if cause is not None and cause.kind in ("no_journal", "journal", "snapshot_store"):
+        return _store_hint(cause)
     from journal.errors import SerializationError
 
     if isinstance(e, SerializationError) and "unknown manifest" in str(e):
@@ -169,16 +169,12 @@ def _classify(e: BaseException) -> tuple[int, str]:
     return 1, "rerun with --verbose for the traceback"
 
 
-def _store_hint(message: str) -> tuple[int, str] | None:
-    """Exit code and hint for a spawn that failed on its journal or snapshot store (the message names which)."""
-    if "no journal is configured" in message:
+def _store_hint(cause: SpawnCause) -> tuple[int, str]:
+    """Exit code and hint for a spawn that failed on its journal or snapshot store (`cause` says which)."""
+    if cause.kind == "no_journal":
         return 2, 'add one to the topology, e.g. [system] journal = "sqlite://journal.db" (relative to its file)'
-    opened = re.search(r"cannot open its (journal|snapshot store) (\S+): ", message)
-    if opened is None:
-        return None
-    what, url = opened.groups()
-    key = what.replace(" ", "_")
-    check = f"`{PROG} journal ls {url}` opens it alone; " if what == "journal" else ""
+    key = cause.kind
+    check = f"`{PROG} journal ls {cause.where}` opens it alone; " if key == "journal" else ""
     return 1, f"{check}its URL is [system] {key} = in the topology (or the actor's own {key} =)"
 
 

@@ -7,11 +7,14 @@ upward import; `actors.RepriseError` is that same class, re-exported here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 from journal.errors import RepriseError
 
 __all__ = [
     "ActorFailed", "AskTimeout", "ConfigError", "InvalidPath", "MessageNotSent", "PathTaken", "RepriseError",
-    "SendTimeout", "SpawnFailed", "SystemNotRunning", "ThespianVersionError", "UnpicklableMessage",
+    "SendTimeout", "SpawnCause", "SpawnFailed", "SystemNotRunning", "ThespianVersionError", "UnpicklableMessage",
 ]
 
 
@@ -44,8 +47,34 @@ class UnpicklableMessage(RepriseError, TypeError):
     """A message cannot cross a process boundary (not picklable, or defined in `__main__`)."""
 
 
+@dataclass(frozen=True)
+class SpawnCause:
+    """What a spawn failed on, for callers that act on it (the CLI's hint) without parsing the message.
+
+    kind "journal" / "snapshot_store": that store could not be opened (`where`: its URL, credentials redacted);
+    "no_journal": a persistent actor had no journal URL at all; "admin_port": the system's admin port is taken
+    (`where`: the port).
+    """
+
+    kind: Literal["journal", "snapshot_store", "no_journal", "admin_port"]
+    where: str = ""
+
+
 class SpawnFailed(RepriseError):
-    """The actor system could not start the requested actor or entity host."""
+    """The actor system could not start the requested actor or entity host.
+
+    `cause` says what failed when it is known (None otherwise); it crosses process boundaries with the error
+    (host -> guardian -> client), so callers read it instead of matching the message's wording.
+    """
+
+    cause: SpawnCause | None = None  # (also what an instance pickled before the field existed unpickles with)
+
+    def __init__(self, text: str, cause: SpawnCause | None = None) -> None:
+        super().__init__(text)
+        self.cause = cause
+
+    def __reduce__(self) -> tuple[type[SpawnFailed], tuple[str, SpawnCause | None]]:
+        return type(self), (str(self), self.cause)
 
 
 class ConfigError(RepriseError, ValueError):

@@ -27,6 +27,7 @@ from thespian.actors import (
 
 from . import thespian_fixes
 from .error_log import ActorError, AskUndelivered, ErrorLog, GetErrors, SubscribeErrors, forget_under, is_ask
+from .errors import SpawnCause
 from .handover import HANDOVER_WAIT
 from .inflight import BOUNCED, FAILED, InFlight, not_taken
 from .messages import (
@@ -413,7 +414,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         if message.error:
             log.error("host %s failed to start:\n%s", message.path, message.error)
             self.send(sender, ActorExitRequest())
-            self._spawn_failed(record, message.error)
+            self._spawn_failed(record, message.error, message.cause)
             return
         # The reply's sender is the host's real address (createActor returned a local placeholder).
         self._new_address(record, sender)
@@ -452,8 +453,9 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             job.current = None
             self._next_move()
 
-    def _spawn_failed(self, record: HostRecord, error: str) -> None:
-        """The first start of `record`'s host failed (`error` says why): its spawn fails, every shard with it."""
+    def _spawn_failed(self, record: HostRecord, error: str, cause: SpawnCause | None = None) -> None:
+        """The first start of `record`'s host failed (`error` says why, `cause` what on if known): its spawn
+        fails, every shard with it."""
         record.state = "failed"
         for other in self._shards(record):  # a spawn succeeds whole or not at all
             if other is not record and other.state in ("starting", "running"):
@@ -465,7 +467,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         for waiter in lead.waiters:
             # The reason on the first line, unless all there is to say is a traceback.
             sep = "\n" if error.startswith("Traceback") else " "
-            self.send(waiter, Spawned(record.spec.path, f"{record.spec.key} failed to start:{sep}{error}"))
+            self.send(waiter, Spawned(record.spec.path, f"{record.spec.key} failed to start:{sep}{error}", cause))
         lead.waiters.clear()
 
     def _host_done(self, message: HostDone, sender: Address) -> None:

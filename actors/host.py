@@ -1116,7 +1116,7 @@ class HostActor(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
             self.host = Host(self, init, self.myAddress)
             self.host.start()
         except SpawnFailed as e:  # a refusal that explains itself
-            self.send(sender, HostReady(init.spec.key, str(e)))
+            self.send(sender, HostReady(init.spec.key, str(e), cause=e.cause))
             return
         except RepriseError as e:  # says what to fix (a ProjectionError, ...): lead with it, the traceback after
             self.send(sender, HostReady(init.spec.key, f"{type(e).__name__}: {e}\n\n{traceback.format_exc()}"))

@@ -12,6 +12,7 @@ from .supervision import DEFAULT_HOLD_LIMIT, Backoff
 
 if TYPE_CHECKING:
     from .error_log import ActorError
+    from .errors import SpawnCause
     from .thespian_types import Address
 
 GUARDIAN_PATH = "/system/guardian"
@@ -137,6 +138,8 @@ class HostReady:
     path: str
     error: str | None = None
     pid: int = 0
+    cause: SpawnCause | None = None
+    """What the start failed on, when the host knows (a SpawnFailed's cause): passed on to the client."""
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,8 @@ class Spawned:
 
     path: str
     error: str | None = None
+    cause: SpawnCause | None = None
+    """What the spawn failed on, when known (see HostReady.cause): the client's SpawnFailed carries it."""
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ from .errors import (
     PathTaken,
     RepriseError,
     SendTimeout,
+    SpawnCause,
     SpawnFailed,
     SystemNotRunning,
     UnpicklableMessage,
@@ -269,7 +270,7 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
         port = admin_port or free_port(bind)
         if listening(advertise or bind, port) and _still_held(advertise or bind, port, bool(admin_port)):
             raise SpawnFailed(f"admin port {port} is already in use; attach with actors.connect({port}) "
-                              "or choose another port")
+                              "or choose another port", SpawnCause("admin_port", str(port)))
         if not _bindable(bind, port):  # (bound by a program that does not listen: Thespian's error says neither)
             if admin_port:
                 raise SpawnFailed(f"admin port {port} is bound by another program on {bind} (it does not listen, "
@@ -1067,7 +1068,9 @@ class System:
                         backoff=backoff, hold_limit=hold_limit, nodes=placement)
         reply = self._request(SpawnHost(spec), Spawned, timeout)
         if reply.error:
-            raise (PathTaken if "already served" in reply.error else SpawnFailed)(reply.error)
+            if "already served" in reply.error:
+                raise PathTaken(reply.error)
+            raise SpawnFailed(reply.error, reply.cause)
         self._fetched = float("-inf")
         return path
 

@@ -241,7 +241,7 @@ class PersistentActor(Actor):
     @classmethod
     def open_resources(cls, config: Mapping[str, object]) -> None:
         """Open this class's journal and snapshot store when its host starts, so a bad one fails the spawn."""
-        from actors.errors import SpawnFailed
+        from actors.errors import SpawnCause, SpawnFailed
         from journal.urls import redact_url
 
         for what, own, key, opener in (("journal", cls.journal_url, "journal", journal_for),
@@ -253,13 +253,15 @@ class PersistentActor(Actor):
                 raise SpawnFailed(f"{cls.__qualname__} persists events and no journal is configured: give one with "
                                   "actors.start(journal=URL), a topology's [system] journal = \"sqlite:///path.db\" "
                                   "(or the actor's own journal =), spawn(..., journal=URL), or journal_url on the "
-                                  "class")
+                                  "class", SpawnCause("no_journal"))
             try:
                 opener(url).check_writable()  # (a read-only file opens, then every persist would fail)
             except Exception as e:
                 raise SpawnFailed(f"{cls.__qualname__} cannot open its {what} {redact_url(url)}: {type(e).__name__}: "
                                   f"{redact_url(str(e))} (fix the {key} URL, or the file's directory, "
-                                  "permissions or server it names)") from None
+                                  "permissions or server it names)",
+                                  SpawnCause("journal" if key == "journal" else "snapshot_store", redact_url(url) or ""))\
+                    from None
 
     def receive_recover(self, event: Any) -> None:
         """Apply a replayed event, a SnapshotOffer or RecoveryCompleted (side-effect free)."""

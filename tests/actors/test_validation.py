@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import signal
 import stat
@@ -17,7 +18,8 @@ from pathlib import Path
 import pytest
 
 import actors
-from actors import ConfigError, RepriseError, SpawnFailed, SystemNotRunning
+from actors import ConfigError, RepriseError, SpawnCause, SpawnFailed, SystemNotRunning
+from actors.messages import HostReady, Spawned
 from actors.system import kill_tagged, tagged_pids
 from tests.actors.refusal import start_refused
 from tests.actors.sample import Echo, Ping, Pong
@@ -185,6 +187,43 @@ def test_spawn_fails_with_the_store_error_when_its_journal_cannot_be_opened(syst
     assert system.ask(target, 5, timeout=30) == 5
 
 
+@pytest.mark.parametrize("key", ["journal", "snapshot_store"])
+def test_spawn_failed_carries_what_failed_typed_from_the_host_to_the_client(system, tmp_path, key) -> None:
+    # The CLI chose its hint by matching "cannot open its (journal|snapshot store) URL: " in the message the host
+    # process sent as text: any rewording lost the hint. The host's SpawnFailed.cause now crosses to the client.
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the store's directory should be")
+    url = f"sqlite:///{blocker}/{key}.db"
+    stores = {"journal": f"sqlite:///{tmp_path}/ok.db", key: url}
+    with pytest.raises(SpawnFailed) as caught:
+        system.spawn(Tally, "/user/tally", timeout=60, **stores)
+    assert caught.value.cause == SpawnCause(key, url), caught.value
+    # (its text is unchanged: the cause is beside it, not in it)
+    assert f"Tally cannot open its {key.replace('_', ' ')} {url}: " in str(caught.value)
+
+
+def test_spawn_failed_unpickles_with_and_without_its_cause() -> None:
+    # A SpawnFailed, HostReady or Spawned pickled by a process without the field (an older version) still loads.
+    class Old:
+        def __init__(self, reduced: tuple[object, ...]) -> None:
+            self.reduced = reduced
+
+        def __reduce__(self) -> tuple[object, ...]:
+            return self.reduced
+
+    for old in ((SpawnFailed, ("it failed",)), (SpawnFailed, ("it failed",), {"note": 1})):
+        loaded = pickle.loads(pickle.dumps(Old(old)))
+        assert type(loaded) is SpawnFailed and str(loaded) == "it failed" and loaded.cause is None
+    for message in (HostReady("/user/x", "e"), Spawned("/user/x", "e")):
+        object.__delattr__(message, "cause")  # (as an older version pickles it: no such field in its state)
+        assert "cause" not in message.__dict__
+        loaded = pickle.loads(pickle.dumps(message))
+        assert loaded == type(message)("/user/x", "e") and loaded.cause is None
+    cause = SpawnCause("snapshot_store", "postgresql://u:***@h/db")
+    new = pickle.loads(pickle.dumps(SpawnFailed("it failed", cause)))
+    assert str(new) == "it failed" and new.cause == cause
+
+
 def test_spawn_of_a_persistent_actor_without_a_journal_says_none_is_configured(base, make_system, tmp_path) -> None:
     # It said "Tally cannot open its journal None: RuntimeError: no journal configured ... (fix the journal URL, or
     # the file's directory, permissions or server it names)": there was no URL to fix.
@@ -193,6 +232,7 @@ def test_spawn_of_a_persistent_actor_without_a_journal_says_none_is_configured(b
                                           r"actors.start\(journal=URL\)") as caught:
         system.spawn(Tally, "/user/tally", timeout=60)
     assert "None" not in str(caught.value)
+    assert caught.value.cause == SpawnCause("no_journal")
     system.spawn(Tally, "/user/tally", journal=f"sqlite:///{tmp_path}/ok.db")  # the fix it names works
     assert system.ask("/user/tally", 5, timeout=30) == 5
 

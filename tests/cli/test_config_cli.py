@@ -12,7 +12,8 @@ import uuid
 import pytest
 
 import actors
-from actors.cli import main
+from actors import SpawnCause, SpawnFailed
+from actors.cli import _classify, main
 from actors.system import kill_tagged
 from journal import AtomicWrite, PersistentRepr, open_journal
 from tests.conftest import SESSION_TOKEN
@@ -244,3 +245,20 @@ def test_journal_cli_works_with_pgpassword_and_never_prints_it(tmp_path, schema,
         assert j.write_messages([AtomicWrite([PersistentRepr({"amount": 1}, 1, "acct-1")])]) == [None]
     code, out, err = run(capsys, "journal", "ls", url)
     assert code == 0 and "acct-1" in out and PASSWORD not in out + err
+
+
+@pytest.mark.parametrize("cause, hint", [
+    (SpawnCause("journal", "sqlite:///data/j.db"), "`reprise journal ls sqlite:///data/j.db` opens it alone; its URL "
+                                                   "is [system] journal = "),
+    (SpawnCause("snapshot_store", "sqlite:///data/s.db"), "its URL is [system] snapshot_store = in the topology"),
+    (SpawnCause("no_journal"), 'add one to the topology, e.g. [system] journal = "sqlite://journal.db"'),
+    (SpawnCause("admin_port", "1900"), "`reprise status --port 1900` shows it, `reprise down --port 1900` stops it"),
+])
+def test_the_cli_hint_follows_the_spawn_failures_cause_not_its_wording(cause, hint) -> None:
+    # The hint came from matching the message ("no journal is configured", "cannot open its journal URL: ",
+    # "admin port N is already in use"): reworded, it fell back to "rerun with --verbose"; quoted by another
+    # error, it gave a hint that did not apply.
+    code, reworded = _classify(SpawnFailed("the store would not open (worded anew)", cause))
+    assert hint in reworded and code == (2 if cause.kind == "no_journal" else 1), reworded
+    quoted = "Tally cannot open its journal sqlite:///x.db: no journal is configured; admin port 1 is already in use"
+    assert _classify(SpawnFailed(quoted)) == (1, "rerun with --verbose for the traceback")
