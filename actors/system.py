@@ -141,6 +141,7 @@ SEND_LIMIT = 60.0  # seconds a tell may wait for the transport (Thespian's own M
 # a host's SIGKILL blocked 35 s before the reconnect found the target dead. Retry sooner; 20 retries still
 # span about SEND_LIMIT.
 SEND_RETRY = timedelta(seconds=0.25)
+ATTACH_MIN = 2.0  # seconds connect's attach gets at least, after a probe that took all its timeout (one query)
 BARRIER_WAIT = 10.0  # seconds a tell waits for messages held by the guardian to drain before sending direct
 # Thespian's default 950-deep transmit queue is scanned on every send (~300 msgs/s); a shorter queue
 # blocks senders earlier (back-pressure) and keeps sends cheap. Nothing is ever dropped below 1e6.
@@ -500,6 +501,7 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
     if admin_port is None:
         raise ConfigError("admin_port must be the port of a running system's admin, e.g. actors.connect(1900)")
     check_number("timeout", timeout, hint="seconds to wait for the actor system to answer")
+    deadline = time.monotonic() + timeout  # (the probe and Thespian's attach share it)
     metrics_module.check_options(metrics_port, metrics_host)
     _check_metrics_port_is_not_admin_port(metrics_port, admin_port)
     _check_metrics_port_free(metrics_host, metrics_port)
@@ -554,18 +556,22 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
     try:
         # A Ctrl-C is held until this endpoint is made (its query to the admin: as soon as the admin answers, which
         # the probe above saw it do): raised inside, it left the endpoint unreachable, and open.
-        with interrupts.held():
+        # Thespian's attach queries for ~15 s whatever `timeout`: it ends by connect's deadline (at least one of
+        # Thespian's 2 s queries after a probe that used it all: the admin has just answered that probe).
+        with interrupts.held(), thespian_fixes.attach_within(max(deadline - time.monotonic(), ATTACH_MIN)):
             asys = ActorSystem("multiprocTCPBase", {"Admin Port": admin_port}, logDefs=None, transientUnique=True)
-    except InvalidActorAddress:
+    except InvalidActorAddress as failed:
+        waited = f"{timeout} s" if isinstance(failed, thespian_fixes.AttachTimedOut) else "Thespian's ~15 s"
+        if verdict is admin_probe.Verdict.READS:
+            # The probe's frame, signed with this secret (over TLS if any), was read (a wrong one is answered
+            # ACK+DATAERR, refused above): the admin went silent after it, so blaming the secret (or TLS, whose probe
+            # would only wait on it again) would send the user after the wrong cause.
+            raise AskTimeout(f"the admin on {host}:{admin_port} accepted this client's secret ({source}) but did not "
+                             f"answer the attach that followed within {waited}: it is busy, or was stopped "
+                             "meanwhile (SIGSTOP, a debugger); try again once it answers") from None
         why = tls_module.probe(host, admin_port, _tls)
         if why is not None:
             raise tls_module.TlsError(why) from None
-        if verdict is admin_probe.Verdict.READS:
-            # The probe's frame, signed with this secret, was read (a wrong one is answered ACK+DATAERR, refused
-            # above): the admin went silent after it, so blaming the secret would send the user after the wrong cause.
-            raise AskTimeout(f"the admin on {host}:{admin_port} accepted this client's secret ({source}) but did not "
-                             "answer the attach that followed within Thespian's ~15 s: it is busy, or was stopped "
-                             "meanwhile (SIGSTOP, a debugger); try again once it answers") from None
         # An admin drops every frame whose HMAC does not verify, so a wrong secret looks like silence.
         raise _not_our_admin(host, admin_port, source) from None
     except BaseException:

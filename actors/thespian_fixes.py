@@ -80,6 +80,12 @@ fast senders), Thespian drains it inside the send, in "tx-only mode". That mode 
    now hand every transmit over at once from their start (`_lift_pending_limit_in_admin_and_logger`). (The
    logger sends to one other process at most, the leader's logger in a convention: no other destination to hold.)
 
+12. An attach on Thespian's clock. A client's ActorSystem() queries the admin (QueryExists) for 2 s at a time,
+   for ~11 s, then once more, whatever the caller's timeout: `actors.connect(port, timeout=3)` to an admin that
+   went silent after connect's probe (SIGSTOP, busy) took ~17.6 s. Inside `attach_within(seconds)` the queries
+   end at that deadline: the half-made endpoint is closed (its queries to the admin failed) and AttachTimedOut
+   (an InvalidActorAddress, as Thespian's own failure) is raised.
+
 For 1 and 2, the drain is Thespian's own transmit-only steps; when one sees no send complete for 20 ms, a 1 ms
 regular pass follows that accepts connections and reads and acknowledges what arrived. Every message
 and wakeup met during the drain is kept and, once the drain ends, put back in front of the actor's incoming queue, in order, to
@@ -95,7 +101,10 @@ import os
 import select
 import selectors
 import sys
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from importlib import metadata
 from typing import Any
@@ -125,6 +134,8 @@ def check_version() -> None:
 
 
 check_version()  # at import: `import actors` fails at once, naming both versions, instead of misbehaving later
+
+from thespian.actors import InvalidActorAddress  # noqa: E402  (only once check_version has named the one needed)
 
 
 def apply() -> None:
@@ -180,6 +191,7 @@ def apply() -> None:
             self._incomingEnvelopes[:0] = kept
 
     _one_poll_per_pass()
+    _attach_ends_at_its_deadline()
     _close_fails_queued_transmits_first()
     _no_deadline_rounds_to_none()
     _refuse_bad_frame_sizes()
@@ -191,6 +203,49 @@ def apply() -> None:
     wakeupTransportBase._deliver_wakeups = deliver_wakeups
     atb.asyncTransportBase._drain_tx_queue_if_needed = drain_tx_queue_if_needed
     _applied = True
+
+
+class AttachTimedOut(InvalidActorAddress):  # type: ignore[misc]
+    """The admin did not answer a client's attach by the deadline `attach_within` set (fix 12)."""
+
+
+_attach = threading.local()
+
+
+@contextmanager
+def attach_within(seconds: float) -> Iterator[None]:
+    """Bound the ActorSystem() attaches made by this thread inside the block to `seconds` (fix 12)."""
+    _attach.deadline = time.monotonic() + seconds
+    try:
+        yield
+    finally:
+        _attach.deadline = None
+
+
+def _attach_ends_at_its_deadline() -> None:
+    """systemBase._verifyAdminRunning waits no longer than `attach_within`'s deadline, then gives up (fix 12)."""
+    from thespian.system import systemBase as sb
+    from thespian.system.messages.admin import QueryAck, QueryExists
+    from thespian.system.transport import ReceiveEnvelope
+
+    original = sb.systemBase._verifyAdminRunning
+
+    def verify_admin_running(self: Any) -> bool:
+        deadline = getattr(_attach, "deadline", None)
+        if deadline is None:
+            return bool(original(self))
+        left = deadline - time.monotonic()
+        if left <= 0:
+            # (ActorSystem() drops this half-made object: nobody else would close its endpoint, or fail the
+            # queries still under way to the admin)
+            self.transport.close()
+            raise AttachTimedOut(self.adminAddr, "did not answer the attach in time")
+        txwatch = self._tx_to_admin(QueryExists())
+        response = self._run_transport(min(sb.MAX_ADMIN_STATUS_REQ_DELAY, timedelta(seconds=left)))
+        return (not txwatch.failed and isinstance(response, ReceiveEnvelope)
+                and isinstance(response.message, QueryAck) and not response.message.inShutdown)
+
+    sb.systemBase._verifyAdminRunning = verify_admin_running
 
 
 def lift_pending_limit(transport: Any) -> None:

@@ -22,6 +22,7 @@ from actors import interrupts
 from actors.system import kill_tagged, tagged_pids
 from tests.actors.sample import Echo, Ping, Pong
 from tests.conftest import SESSION_TOKEN
+from tests.sockets import listening_ports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -95,26 +96,6 @@ def test_ctrl_c_during_a_tell_ask_loop_in_a_with_block_shuts_down_promptly_and_k
         kill_tagged(f"{tag}-", prefix=True)
 
 
-def _listening_ports() -> set[int]:
-    """The TCP ports this process listens on (a client endpoint each, and whatever else it opened)."""
-    inodes = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue  # (the listing's own descriptor)
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as rows:
-            for row in list(rows)[1:]:
-                fields = row.split()
-                if fields[3] == "0A" and fields[9] in inodes:  # (0A: LISTEN)
-                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
-
-
 def _landing(error: BaseException) -> str | None:
     """Why the place a KeyboardInterrupt was raised at is not one Thespian can take (None when it is): inside the
     making of a client endpoint (which connect then cannot close: it stays open, unread), or inside Thespian's
@@ -165,7 +146,7 @@ def test_ctrl_c_at_random_moments_of_connect_lands_where_thespian_can_take_it_an
     interrupted, wrong = 0, []
     try:
         for round_nr in range(60):
-            before = _listening_ports()
+            before = listening_ports()
             client = None
             try:
                 connecting.set()
@@ -180,7 +161,7 @@ def test_ctrl_c_at_random_moments_of_connect_lands_where_thespian_can_take_it_an
             finally:
                 if client is not None:
                     client.close()
-            assert _listening_ports() <= before, f"round {round_nr}: an endpoint was left open"
+            assert listening_ports() <= before, f"round {round_nr}: an endpoint was left open"
     finally:
         stop.set()
         interrupter.join(10)

@@ -28,6 +28,7 @@ from tests.actors.sample import Echo, Ping, Pong
 from tests.actors.test_metrics import sample, scrape
 from tests.conftest import SESSION_TOKEN
 from tests.forking import in_forked_child
+from tests.sockets import socket_inodes
 from tests.waiting import wait_for
 
 
@@ -775,14 +776,7 @@ def test_an_admin_stopped_after_it_read_our_secret_is_not_blamed_on_the_secret(m
     placed in that window by wrapping the real probe (it still runs against the real admin)."""
     system = make_system("multiproc")
     admin = _admin_of(system)
-    real = admin_probe.signed_probe
-
-    def probe_then_stop(*args, **kwargs):  # type: ignore[no-untyped-def]
-        verdict = real(*args, **kwargs)
-        os.kill(admin, signal.SIGSTOP)
-        return verdict
-
-    monkeypatch.setattr(admin_probe, "signed_probe", probe_then_stop)
+    _stop_after_the_probe(admin, monkeypatch)
     try:
         with pytest.raises(actors.AskTimeout, match=r"accepted this client's secret .* but did not answer the attach "
                                                     r"that followed") as silent:
@@ -793,6 +787,41 @@ def test_an_admin_stopped_after_it_read_our_secret_is_not_blamed_on_the_secret(m
     monkeypatch.undo()
     client = actors.connect(system.admin_port, timeout=10)  # thawed, it answers again
     client.close()
+
+
+def _stop_after_the_probe(admin: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGSTOP the admin right after connect's probe (the real one, against it) saw it read our secret."""
+    real = admin_probe.signed_probe
+
+    def probe_then_stop(*args, **kwargs):  # type: ignore[no-untyped-def]
+        verdict = real(*args, **kwargs)
+        os.kill(admin, signal.SIGSTOP)
+        return verdict
+
+    monkeypatch.setattr(admin_probe, "signed_probe", probe_then_stop)
+
+
+@pytest.mark.timeout(90)
+def test_an_attach_to_an_admin_stopped_after_the_probe_ends_by_the_timeout_and_leaves_no_socket(make_system,
+                                                                                                 monkeypatch):
+    """Thespian's attach queries an admin for ~15 s whatever connect's timeout: `connect(port, timeout=3)` to one
+    stopped right after the probe took ~17.6 s. It ends by the timeout now (bounded here by timeout + 5 s: a bound on
+    a hang), and closes what it opened: its endpoint, and its connections to the admin."""
+    system = make_system("multiproc")
+    admin = _admin_of(system)
+    before = socket_inodes()
+    _stop_after_the_probe(admin, monkeypatch)
+    try:
+        started = time.monotonic()
+        with pytest.raises(actors.AskTimeout, match=r"did not answer the attach that followed within 3 s"):
+            actors.connect(system.admin_port, timeout=3)
+        took = time.monotonic() - started
+        left = socket_inodes() - before
+    finally:
+        os.kill(admin, signal.SIGCONT)
+    monkeypatch.undo()
+    assert took < 3 + 5, f"connect(timeout=3) took {took:.1f} s"
+    assert left == set(), f"sockets left open by the failed connect: {left}"
 
 
 @pytest.mark.timeout(90)
