@@ -291,6 +291,18 @@ def test_two_runs_of_a_keyed_feed_at_once_deliver_each_key_once(spark, make_brid
     df.unpersist()
 
 
+def down_mid_way(system, counter: str, at_least: int, call, /, *args, **kwargs) -> BaseException:
+    """Run `call(*args, **kwargs)` (a feed or a write) in a thread, shut `system` down once the bridge's `counter`
+    reaches `at_least`, and return what the call raised (it must have been still running, and must raise)."""
+    thread, outcome = in_thread(call, *args, **kwargs)
+    wait_for(lambda: system.status().hosts[BRIDGE_PATH].counters.get(counter, 0) >= at_least or outcome, 120)
+    assert not outcome, f"it ended before the system went down: {outcome}"
+    system.shutdown()
+    thread.join(120)
+    assert outcome and isinstance(outcome[0], BaseException), outcome
+    return outcome[0]
+
+
 @pytest.mark.timeout(300)
 def test_a_feed_whose_system_goes_down_fails_saying_so_and_its_rerun_loses_and_repeats_nothing(spark, make_bridged):
     # The feed failed with Spark's PythonException around the tasks' MessageNotSent ("was not sent
@@ -303,15 +315,12 @@ def test_a_feed_whose_system_goes_down_fails_saying_so_and_its_rerun_loses_and_r
         "concat('/user/accounts/a', cast(id % 100 as string)) as destination", "cast(id % 7 + 1 as long) as amount",
         "id + 1000000 as txid").cache()
     expected = expected_sums(acknowledged.select("destination", "amount").union(cut.select("destination", "amount")))
-    thread, outcome = in_thread(feed, cut, system=system.admin_port, feed_id="cut", batch_size=500, progress=False)
     # Mid-feed: the bridge has taken in some of its rows (beyond the first feed's).
-    wait_for(lambda: system.status().hosts[BRIDGE_PATH].counters.get("feed_rows", 0) >= 12_000 or outcome, 120)
-    assert not outcome, f"the feed ended before the system went down: {outcome}"
-    system.shutdown()
-    thread.join(120)
-    assert outcome and isinstance(outcome[0], FeedSystemDown), outcome
-    assert isinstance(outcome[0], FeedError) and isinstance(outcome[0], actors.SystemNotRunning)
-    message = str(outcome[0])
+    failed = down_mid_way(system, "feed_rows", 12_000, feed, cut, system=system.admin_port, feed_id="cut",
+                          batch_size=500, progress=False)
+    assert isinstance(failed, FeedSystemDown), failed
+    assert isinstance(failed, FeedError) and isinstance(failed, actors.SystemNotRunning)
+    message = str(failed)
     assert f"feed 'cut': the actor system on 127.0.0.1:{system.admin_port} went down while the feed was" in message
     assert "Start the system again" in message and "feed_id='cut'" in message, message
     assert "MessageNotSent" not in message and "Traceback" not in message, message
@@ -333,15 +342,11 @@ def test_a_feed_whose_system_goes_down_after_its_release_says_so_and_its_rerun_d
     system = make_bridged(account=DurableAccount)
     df = deposits(spark, 60_000, accounts=100).cache()
     expected = expected_sums(df)
-    thread, outcome = in_thread(feed, df, system=system.admin_port, feed_id="released", ack="processed",
-                                      batch_size=2_000, progress=False)
-    wait_for(lambda: system.status().hosts[BRIDGE_PATH].counters.get("delivered", 0) > 0 or outcome, 120)
-    assert not outcome, f"the feed ended before the system went down: {outcome}"
-    system.shutdown()
-    thread.join(120)
-    assert outcome and isinstance(outcome[0], FeedSystemDown), outcome
-    assert isinstance(outcome[0], FeedError) and isinstance(outcome[0], actors.SystemNotRunning)
-    message = str(outcome[0])
+    failed = down_mid_way(system, "delivered", 1, feed, df, system=system.admin_port, feed_id="released",
+                          ack="processed", batch_size=2_000, progress=False)
+    assert isinstance(failed, FeedSystemDown), failed
+    assert isinstance(failed, FeedError) and isinstance(failed, actors.SystemNotRunning)
+    message = str(failed)
     assert "went down while the feed was releasing its rows" in message and "feed_id='released'" in message, message
 
     again = make_bridged(account=DurableAccount)
@@ -380,24 +385,15 @@ def test_unserializable_column_is_named(spark, bridged):
 
 def feed_killing_the_bridge(system, df, tmp_path, after_events: int, join_timeout: float, **kwargs):
     """Run feed() in a thread, SIGKILL the bridge's host once `after_events` batches are stored; the result."""
-    outcome: dict = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = feed(df, system=system.admin_port, **kwargs)
-        except BaseException as exc:  # reported by the main thread
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
+    worker, outcome = in_thread(feed, df, system=system.admin_port, **kwargs)
     wait_for(lambda: bridge_events(tmp_path) >= after_events, timeout=90, interval=0.01)
     pid = system.status().hosts[BRIDGE_PATH].pid
     os.kill(pid, signal.SIGKILL)
     worker.join(timeout=join_timeout)
     assert not worker.is_alive(), "feed did not finish after the bridge host was killed"
-    assert "error" not in outcome, outcome.get("error")
+    assert outcome and isinstance(outcome[0], FeedResult), outcome
     assert system.status().hosts[BRIDGE_PATH].pid != pid
-    return outcome["result"]
+    return outcome[0]
 
 
 @pytest.mark.timeout(150)

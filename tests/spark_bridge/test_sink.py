@@ -46,8 +46,7 @@ from spark_bridge.messages import (
     Release,
 )
 from tests.spark_bridge.sample import Account, Balance, DurableAccount, GetBalance
-from tests.spark_bridge.test_feed import balances, deposits, settled, sums
-from tests.threads import in_thread
+from tests.spark_bridge.test_feed import balances, deposits, down_mid_way, settled, sums
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.spark
@@ -717,13 +716,11 @@ def test_a_nan_key_fails_the_feed_naming_the_column(sink, make_bridged):
     assert all(b.total == 0 for b in balances(system, ["/user/accounts/a1", "/user/accounts/a2"]).values())
 
 
-def _write_in_thread(df, port: int, **options) -> tuple[threading.Thread, list[BaseException | None]]:
-    """write(df, port, **options) started in a thread; the list gets None or its exception when it ends."""
-    def run() -> None:
-        register(df.sparkSession)  # (in the writing thread, as the README says: Spark finds the sink through it)
-        write(df, port, **options)
-
-    return in_thread(run)
+def _registered_write(df, port: int, **options) -> None:
+    """write(df, port, **options), called in a thread of its own (down_mid_way's): registers the sink there first,
+    as the README says (Spark finds the sink through the thread's active session)."""
+    register(df.sparkSession)
+    write(df, port, **options)
 
 
 @pytest.mark.timeout(300)
@@ -732,14 +729,8 @@ def test_a_write_whose_system_goes_down_while_staging_fails_saying_so_and_its_re
     system = make_bridged(account=DurableAccount)
     cut = by_account(sink, 300_000, accounts=100).cache()
     expected = expected_by_account(cut)
-    thread, outcome = _write_in_thread(cut, system.admin_port, to="/user/accounts/a{account}", feed_id="cut",
-                                       batch_size=500)
-    wait_for(lambda: system.status().hosts[BRIDGE_PATH].counters.get("feed_rows", 0) >= 12_000 or outcome, 120)
-    assert not outcome, f"the write ended before the system went down: {outcome}"
-    system.shutdown()
-    thread.join(120)
-    assert outcome and outcome[0] is not None, outcome
-    message = str(outcome[0])
+    message = str(down_mid_way(system, "feed_rows", 12_000, _registered_write, cut, system.admin_port,
+                               to="/user/accounts/a{account}", feed_id="cut", batch_size=500))
     assert f"FeedSystemDown: feed 'cut': the actor system on 127.0.0.1:{system.admin_port} went down while the " \
            "feed was staging its rows; none of its rows were released" in message, message
     assert """Start the system again (on the same journal) and run the write again with .option("feed_id", 'cut')""" \
@@ -761,14 +752,8 @@ def test_a_write_whose_system_goes_down_after_its_release_says_so_and_its_rerun_
     system = make_bridged(account=DurableAccount)
     df = by_account(sink, 60_000, accounts=100).cache()
     expected = expected_by_account(df)
-    thread, outcome = _write_in_thread(df, system.admin_port, to="/user/accounts/a{account}", feed_id="released",
-                                       ack="processed", batch_size=2_000)
-    wait_for(lambda: system.status().hosts[BRIDGE_PATH].counters.get("delivered", 0) > 0 or outcome, 120)
-    assert not outcome, f"the write ended before the system went down: {outcome}"
-    system.shutdown()
-    thread.join(120)
-    assert outcome and outcome[0] is not None, outcome
-    message = str(outcome[0])
+    message = str(down_mid_way(system, "delivered", 1, _registered_write, df, system.admin_port,
+                               to="/user/accounts/a{account}", feed_id="released", ack="processed", batch_size=2_000))
     assert "FeedSystemDown: feed 'released': the actor system on 127.0.0.1:" in message, message
     assert "went down while the feed was releasing its rows" in message, message
     assert """.option("feed_id", 'released')""" in message and "stopped while this client" not in message, message
