@@ -91,17 +91,23 @@ def test_up_refuses_bad_values_with_one_line_and_exit_2(tmp_path, capsys, tag, t
     assert "\x1b" not in err
 
 
+def _up_refused_in_one_line(tmp_path, head: str, tag: str, code: int) -> list[str]:
+    """`reprise up --detach` of a topology `head` + a Tally entry: it exits `code` with one line on stderr, returned."""
+    topology = tmp_path / "topo.toml"
+    topology.write_text(head + 'path = "/user/tally"\nclass = "tests.actors.validation_sample:Tally"\n')
+    done = reprise("up", str(topology), "--detach", "--tag", tag)
+    assert done.returncode == code, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines
+
+
 @pytest.mark.multiproc
 def test_up_fails_with_the_store_error_when_a_journal_cannot_be_opened(tmp_path, tag) -> None:
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("a file where the journal's directory should be")
-    topology = tmp_path / "topo.toml"
-    topology.write_text(f'[system]\njournal = "sqlite:///{blocker}/journal.db"\n\n'
-                        '[[entities]]\npath = "/user/tally"\nclass = "tests.actors.validation_sample:Tally"\n')
-    done = reprise("up", str(topology), "--detach", "--tag", tag)
-    assert done.returncode == 1, done.stdout + done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
+    lines = _up_refused_in_one_line(tmp_path, f'[system]\njournal = "sqlite:///{blocker}/journal.db"\n\n[[entities]]\n',
+                                    tag, 1)
     assert "/user/tally failed to start: Tally cannot open its journal" in lines[0] and str(blocker) in lines[0]
     # The hint said "rerun with --verbose for the traceback": the journal is what to look at.
     assert f"(hint: `reprise journal ls sqlite:///{blocker}/journal.db` opens it alone; its URL is [system] journal = " \
@@ -112,13 +118,8 @@ def test_up_fails_with_the_store_error_when_a_journal_cannot_be_opened(tmp_path,
 def test_up_of_a_persistent_actor_without_a_journal_says_none_is_configured(tmp_path, tag) -> None:
     # It said "Tally cannot open its journal None: RuntimeError: no journal configured ... (fix the journal URL, or
     # the file's directory, permissions or server it names)" and hinted at --verbose.
-    topology = tmp_path / "topo.toml"
-    topology.write_text(f'[system]\nsnapshot_store = "sqlite:///{tmp_path}/snapshots.db"\n\n'
-                        '[[actor]]\npath = "/user/tally"\nclass = "tests.actors.validation_sample:Tally"\n')
-    done = reprise("up", str(topology), "--detach", "--tag", tag)
-    assert done.returncode == 2, done.stdout + done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
+    lines = _up_refused_in_one_line(tmp_path, f'[system]\nsnapshot_store = "sqlite:///{tmp_path}/snapshots.db"\n\n'
+                                    '[[actor]]\n', tag, 2)
     assert "Tally persists events and no journal is configured: give one with actors.start(journal=URL), " \
            "a topology's [system] journal = " in lines[0] and "None" not in lines[0], lines[0]
     assert '(hint: add one to the topology, e.g. [system] journal = "sqlite://journal.db"' in lines[0], lines[0]
