@@ -146,14 +146,14 @@ def _classify(e: BaseException) -> tuple[int, str]:
                    "postgresql://user@host:port/db?schema=NAME)")
     from .journal_commands import journal_hint
 
-    hint = journal_hint(str(e))
+    hint = journal_hint(e)
     if hint is not None:
         return 1, hint
     if cause is not None and cause.kind in ("no_journal", "journal", "snapshot_store"):
         return _store_hint(cause)
     from journal.errors import SerializationError
 
-    if isinstance(e, SerializationError) and "unknown manifest" in str(e):
+    if isinstance(e, SerializationError) and e.unknown_manifest is not None:
         return 1, "pass --import MODULE for the module that registers the event classes (e.g. --import myapp.events)"
     from .auth import SecretUnavailable
 

@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 
 from journal.api import Journal
 from journal.model import Problem
-from journal.records import UNREADABLE_PAYLOAD
 from journal.urls import redact_url
 
 from .cli_error import PROG, CliError
@@ -50,7 +49,7 @@ def _journal_url(given_url: str | None) -> str:
     try:
         why = missing_journal(url)
     except JournalError as e:
-        raise CliError(str(e), journal_hint(str(e)) or "check the host, port and database of the URL and that the "
+        raise CliError(str(e), journal_hint(e) or "check the host, port and database of the URL and that the "
                        "server runs", code=2) from None
     if why is not None:
         raise CliError(f"{redact_url(url)}: {why}", "check the ?schema= of the URL (default: reprise)", code=2)
@@ -152,7 +151,7 @@ def cmd_journal_tail(args: argparse.Namespace) -> int:
 
 def _problem(p: Problem) -> str:
     """A record that could not be read, as show and tail print it in its place (verify's labels)."""
-    return f"{_label(p.reason)}: {printable(redact_url(p.reason) or '')}"
+    return f"{_label(p)}: {printable(redact_url(p.reason) or '')}"
 
 
 def _fail_on_problems(records: Sequence[object]) -> int:
@@ -162,7 +161,7 @@ def _fail_on_problems(records: Sequence[object]) -> int:
         return 0
     first = problems[0]
     more = f" (and {len(problems) - 1} more, printed in their places)" if len(problems) > 1 else ""
-    if all(_intact(p.reason) for p in problems):
+    if all(p.intact for p in problems):
         raise CliError(f"an event cannot be read: {printable(first.reason)}{more}", _unreadable_hint(problems))
     raise CliError(f"a record cannot be read: {printable(redact_url(first.reason) or '')}{more}",
                    "run `reprise journal verify URL` to list every corrupt record")
@@ -177,7 +176,7 @@ def cmd_journal_verify(args: argparse.Namespace) -> int:
     # every event of it), so a few of each cause are named and the rest counted, not printed by the 100,000.
     unreadable: dict[str, int] = {}
     for p in report.problems:
-        if _intact(p.reason):
+        if p.intact:
             cause = _RECORD_PREFIX.sub("", p.reason)
             seen = unreadable[cause] = unreadable.get(cause, 0) + 1
             if seen > UNREADABLE_NAMED:
@@ -185,7 +184,7 @@ def cmd_journal_verify(args: argparse.Namespace) -> int:
         # Problems without an id concern the storage itself (e.g. a file SQLite cannot read).
         where = ("storage" if p.persistence_id is None else
                  f"persistence_id={printable(p.persistence_id)} sequence_nr={p.sequence_nr}")
-        print(f"{_label(p.reason)} {where}: {printable(redact_url(p.reason) or '')}")
+        print(f"{_label(p)} {where}: {printable(redact_url(p.reason) or '')}")
     for cause, count in unreadable.items():
         if count > UNREADABLE_NAMED:
             print(f"UNREADABLE ... and {count - UNREADABLE_NAMED} more records unreadable for the same cause: "
@@ -194,7 +193,7 @@ def cmd_journal_verify(args: argparse.Namespace) -> int:
     if report.ok:
         print(f"{summary}: ok")
         return 0
-    if all(_intact(p.reason) for p in report.problems):
+    if all(p.intact for p in report.problems):
         # Intact records this process cannot build (its class not registered here, or changed): not corruption.
         print(f"{PROG}: error: {summary}: {len(report.problems)} unreadable (hint: "
               f"{_unreadable_hint(report.problems)})", file=sys.stderr)
@@ -209,18 +208,13 @@ UNREADABLE_NAMED = 3
 _RECORD_PREFIX = re.compile(r"cannot read persistence id .*?, sequence nr \d+: ")
 
 
-def _intact(reason: str) -> bool:
-    """True for a record whose checksum holds but that this process cannot build (see check_row)."""
-    return reason.startswith(UNREADABLE_PAYLOAD)
-
-
-def _label(reason: str) -> str:
-    return "UNREADABLE" if _intact(reason) else "CORRUPT"
+def _label(p: Problem) -> str:
+    return "UNREADABLE" if p.intact else "CORRUPT"
 
 
 def _unreadable_hint(problems: Sequence[Problem]) -> str:
     """The fix for intact records this process cannot build: import their classes, or fix a class or upcaster."""
-    if all("unknown manifest" in p.reason for p in problems):
+    if all(p.unknown_manifest is not None for p in problems):
         return "pass --import MODULE for the module that registers the event classes (e.g. --import myapp.events)"
     return ("the stored bytes are intact, but the registered class or its upcaster cannot build them: fix it (a "
             "changed class needs a higher version and an upcaster, journal.register_upcaster), then read again")
@@ -232,11 +226,20 @@ def _when(millis: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(millis / 1000)) + f".{millis % 1000:03d}"
 
 
-def journal_hint(message: str) -> str | None:
-    """The fix for a journal error whose message says what is wrong, else None."""
-    if "permission denied" in message:
-        return ("the PostgreSQL role needs USAGE on the journal's schema and SELECT on its tables (writers also "
-                "INSERT, UPDATE and DELETE): GRANT them, or use the role that created the journal")
-    if "not a Reprise journal" in message:
-        return "check the URL: it names another application's file"
+GRANT_HINT = ("the PostgreSQL role needs USAGE on the journal's schema and SELECT on its tables (writers also "
+              "INSERT, UPDATE and DELETE): GRANT them, or use the role that created the journal")
+"""The fix for a store that refused this role (JournalAccessDenied)."""
+NOT_A_JOURNAL_HINT = "check the URL: it names another application's file"
+"""The fix for a URL naming a store that is not a journal (NotAJournal)."""
+
+
+def journal_hint(e: BaseException) -> str | None:
+    """The fix for a journal error whose type says what is wrong (a missing GRANT, another application's
+    file), else None."""
+    from journal.errors import JournalAccessDenied, NotAJournal
+
+    if isinstance(e, JournalAccessDenied):
+        return GRANT_HINT
+    if isinstance(e, NotAJournal):
+        return NOT_A_JOURNAL_HINT
     return None

@@ -30,7 +30,6 @@ from journal.model import (
     VerifyReport,
 )
 from journal.records import (
-    UNREADABLE_PAYLOAD,
     EncodedBatch,
     StoredRow,
     check_row,
@@ -40,6 +39,7 @@ from journal.records import (
     decode_snapshot,
     encode_snapshot,
     encode_writes,
+    problem_of,
 )
 
 __all__ = ["EventReader", "Journal", "OrderingHorizon", "Query", "SnapshotStore", "now_millis"]
@@ -628,9 +628,9 @@ class Journal(ABC):
             for pid, seq, blob, ck in self._read_all():
                 count += 1
                 last = (pid, seq)
-                reason = check_row(pid, seq, blob, ck)
-                if reason is not None:
-                    problems.append(Problem(pid, seq, reason))
+                problem = check_row(pid, seq, blob, ck)
+                if problem is not None:
+                    problems.append(problem)
         except JournalCorruption as e:  # the storage itself cannot be read on: say where, and go on to snapshots
             after = f" after persistence_id={last[0]} sequence_nr={last[1]}" if last else ""
             problems.append(Problem(None, None, f"cannot read the events on{after} ({count} read): {e}"))
@@ -640,10 +640,8 @@ class Journal(ABC):
                 snapshots += 1
                 try:
                     decode_snapshot(pid, seq, ts, bytes(blob), ck)
-                except JournalCorruption as e:
-                    problems.append(Problem(pid, seq, f"snapshot: {e}"))
-                except SerializationError as e:  # (intact: this process cannot build it)
-                    problems.append(Problem(pid, seq, f"{UNREADABLE_PAYLOAD}snapshot: {e}"))
+                except (JournalCorruption, SerializationError) as e:  # (the latter intact: not buildable here)
+                    problems.append(problem_of(pid, seq, e, "snapshot: "))
         except JournalCorruption as e:
             problems.append(Problem(None, None, f"cannot read the snapshots on ({snapshots} read): {e}"))
         return VerifyReport(count, snapshots, tuple(problems))
@@ -846,7 +844,5 @@ def _one_or_problem(decode: Callable[[Sequence[R]], Sequence[T]], row: R, persis
     """`row` decoded, or the Problem naming the record when it cannot be read."""
     try:
         return decode([row])[0]
-    except JournalCorruption as e:
-        return Problem(persistence_id, sequence_nr, str(e))
-    except SerializationError as e:
-        return Problem(persistence_id, sequence_nr, f"{UNREADABLE_PAYLOAD}{e}")
+    except (JournalCorruption, SerializationError) as e:
+        return problem_of(persistence_id, sequence_nr, e)

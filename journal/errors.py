@@ -15,6 +15,15 @@ class JournalError(RepriseError):
     """A journal or snapshot-store operation failed, or its outcome is unknown (I/O, lost connection)."""
 
 
+class NotAJournal(JournalError):
+    """The URL names a store that is not a Reprise journal (another application's file, or no database at all)."""
+
+
+class JournalAccessDenied(JournalError):
+    """The database refused this role an operation on the journal (PostgreSQL's insufficient_privilege): a
+    missing GRANT, not a fault of the journal."""
+
+
 class JournalCorruption(JournalError):
     """A stored record failed its integrity check; names the persistence id and sequence number."""
 
@@ -37,7 +46,20 @@ class SequenceNrTaken(JournalError):
 
 
 class SerializationError(JournalError):
-    """A payload could not be serialized, or a stored payload could not be deserialized."""
+    """A payload could not be serialized, or a stored payload could not be deserialized.
+
+    `unknown_manifest` is the stored type name no class is registered for, when that is why (None otherwise):
+    the fix is then to import the module that registers it, which callers read here, not in the wording.
+    """
+
+    unknown_manifest: str | None = None  # (also what an instance pickled before the field existed unpickles with)
+
+    def __init__(self, message: str, unknown_manifest: str | None = None) -> None:
+        super().__init__(message)
+        self.unknown_manifest = unknown_manifest
+
+    def __reduce__(self) -> tuple[type[SerializationError], tuple[str, str | None]]:
+        return type(self), (str(self), self.unknown_manifest)
 
 
 class InvalidQuery(RepriseError, ValueError):

@@ -182,6 +182,11 @@ class Problem:
     persistence_id: str | None
     sequence_nr: int | None
     reason: str
+    intact: bool = False
+    """True when the stored bytes are intact (their checksum holds) but this process cannot build the object (its
+    class not registered here, or an upcaster failing): not corruption."""
+    unknown_manifest: str | None = None
+    """The stored type name no class is registered for here, when that is why it is not buildable."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,7 +60,7 @@ from journal.api import (
     TaggedRow,
     paced_slices,
 )
-from journal.errors import InvalidUrl, JournalError
+from journal.errors import InvalidUrl, JournalAccessDenied, JournalError
 from journal.model import MAX_SEQUENCE_NR, PersistenceIdSummary, SnapshotMetadata, SnapshotSelectionCriteria
 from journal.records import EncodedBatch, StoredRow
 from journal.urls import redact_url
@@ -144,6 +144,12 @@ _UPGRADE = (
 
 _ADDED = {"tags_ordering": (_TAGS_ORDERING,), "highest_sequence_nr_inserted_xid": _INSERTED_XID}
 """The statements of _SCHEMA that add each relation an older schema lacks (see `upgrade_sql`)."""
+
+def _failed(text: str, e: BaseException) -> JournalError:
+    """The JournalError for `e`, a JournalAccessDenied when the server refused this role (insufficient_privilege,
+    42501: a GRANT is missing), so callers tell the two apart by type, not by the server's wording."""
+    return (JournalAccessDenied if isinstance(e, psycopg.errors.InsufficientPrivilege) else JournalError)(text)
+
 
 _MAY_NOT_UPGRADE = (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction)
 """How an upgrade fails for a role that may only read (no ownership of the tables, or a read-only session/standby)."""
@@ -378,7 +384,7 @@ class _Database:
                 check=self._check)
             self.pool.wait(timeout=10)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
-            raise JournalError(f"cannot connect to PostgreSQL at {self.where}: {e}") from e
+            raise _failed(f"cannot connect to PostgreSQL at {self.where}: {e}", e) from e
         _open.add(self)
         ident = sql.Identifier(schema)
         self.q = {name: sql.SQL(text).format(s=ident).as_string(None) for name, text in _QUERIES.items()}
@@ -500,8 +506,8 @@ class _Database:
                            "; outcome unknown: the first run's COMMIT was lost, and it may still land" if lost_commit
                            else "")
                 retried = " (on a new connection, after one lost)" if attempt == 2 else ""
-                raise JournalError(f"{what} failed on PostgreSQL {self.where}{retried}: {e}{unknown}"
-                                   f"{self._timed_out(e)}") from e
+                raise _failed(f"{what} failed on PostgreSQL {self.where}{retried}: {e}{unknown}"
+                              f"{self._timed_out(e)}", e) from e
 
     def query(self, what: str, name: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
         """Run a read and fetch all rows (once more on a new connection if the first one was lost)."""
@@ -517,7 +523,7 @@ class _Database:
                 if attempt == 1 and _lost(e, conn):
                     continue
                 retried = " (on a new connection, after one lost)" if attempt == 2 else ""
-                raise JournalError(f"{what} failed on PostgreSQL {self.where}{retried}: {e}{self._timed_out(e)}") from e
+                raise _failed(f"{what} failed on PostgreSQL {self.where}{retried}: {e}{self._timed_out(e)}", e) from e
         raise AssertionError("unreachable")
 
     def _timed_out(self, e: BaseException) -> str:
@@ -563,7 +569,7 @@ def missing_schema(url: str) -> str | None:
                 "SELECT table_schema FROM information_schema.tables WHERE table_name = 'highest_sequence_nr' "
                 "ORDER BY 1").fetchall()]
     except psycopg.Error as e:
-        raise JournalError(f"cannot connect to PostgreSQL at {where}: {e}") from e
+        raise _failed(f"cannot connect to PostgreSQL at {where}: {e}", e) from e
     known = f"journal schemas in that database: {', '.join(found)}" if found else "that database has no journal"
     return f"there is no journal schema {schema!r} in PostgreSQL at {where} ({known})"
 

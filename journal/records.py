@@ -28,7 +28,7 @@ from zlib import crc32 as _crc32
 import msgpack
 
 from journal.errors import JournalCorruption, SerializationError
-from journal.model import MAX_SEQUENCE_NR, AtomicWrite, EventEnvelope, PersistentRepr, replayed_repr
+from journal.model import MAX_SEQUENCE_NR, AtomicWrite, EventEnvelope, PersistentRepr, Problem, replayed_repr
 from journal.serialization import (
     _SEEDS_KEPT,
     FORMAT_FLAT,
@@ -270,8 +270,8 @@ def _decoded(rows: Iterable[tuple[str, StoredRow, Any]], make: Callable[..., _R]
                 writer, manifest, ts, tags, meta = fields[:5]
                 payload = fields[5] if len(fields) == 6 else build(fields[5], fields[6], fields[7:])
         except SerializationError as e:
-            raise SerializationError(
-                f"cannot read persistence id {persistence_id!r}, sequence nr {seq}: {e}") from e
+            raise SerializationError(f"cannot read persistence id {persistence_id!r}, sequence nr {seq}: {e}",
+                                     e.unknown_manifest) from e
         except Exception as e:  # checksum matched, so the bytes are as written: a format mismatch
             raise JournalCorruption(
                 f"unreadable event: persistence id {persistence_id!r}, sequence nr {seq}: {e}",
@@ -328,8 +328,8 @@ def decode_snapshot(persistence_id: str, sequence_nr: int, timestamp: int, blob:
             metadata, snapshot = _unpackb(blob, ext_hook=ext_hook, strict_map_key=False)
     except SerializationError as e:
         raise SerializationError(
-            f"cannot read snapshot of persistence id {persistence_id!r}, sequence nr {sequence_nr}: {e}"
-        ) from e
+            f"cannot read snapshot of persistence id {persistence_id!r}, sequence nr {sequence_nr}: {e}",
+            e.unknown_manifest) from e
     except Exception as e:
         raise JournalCorruption(
             f"unreadable snapshot: persistence id {persistence_id!r}, sequence nr {sequence_nr}: {e}",
@@ -341,13 +341,20 @@ UNREADABLE_PAYLOAD = "unreadable payload: "
 """How a Problem's reason starts when the record is intact but this process cannot build its event."""
 
 
-def check_row(persistence_id: str, sequence_nr: int, blob: bytes, ck: int) -> str | None:
+def check_row(persistence_id: str, sequence_nr: int, blob: bytes, ck: int) -> Problem | None:
     """Why a stored event is unreadable, or None when its checksum and contents are fine (for verify)."""
     try:
         decode_row(persistence_id, sequence_nr, bytes(blob), ck)
-    except JournalCorruption as e:
-        return str(e)
-    except SerializationError as e:
-        return f"{UNREADABLE_PAYLOAD}{e}"
+    except (JournalCorruption, SerializationError) as e:
+        return problem_of(persistence_id, sequence_nr, e)
     return None
+
+
+def problem_of(persistence_id: str | None, sequence_nr: int | None, e: JournalCorruption | SerializationError,
+               what: str = "") -> Problem:
+    """The Problem for a record that could not be read: corrupt, or (a SerializationError) intact but not
+    buildable here, with the unknown manifest when that is why. `what` prefixes the reason ("snapshot: ")."""
+    if isinstance(e, JournalCorruption):
+        return Problem(persistence_id, sequence_nr, f"{what}{e}")
+    return Problem(persistence_id, sequence_nr, f"{UNREADABLE_PAYLOAD}{what}{e}", True, e.unknown_manifest)
 

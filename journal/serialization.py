@@ -600,7 +600,7 @@ def build(manifest: str, version: int, fields: list[Any]) -> Any:
     if reg is None:
         raise SerializationError(
             f"unknown manifest {manifest!r}: no class is registered for it "
-            f"(register it with journal.register_type(cls, manifest={manifest!r}))")
+            f"(register it with journal.register_type(cls, manifest={manifest!r}))", unknown_manifest=manifest)
     if version != reg.version:
         if version > reg.version:
             raise SerializationError(f"stored {manifest!r} is version {version}, newer than the "

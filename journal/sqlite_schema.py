@@ -31,7 +31,7 @@ import os
 import sqlite3
 from collections.abc import Callable
 
-from journal.errors import JournalError
+from journal.errors import JournalError, NotAJournal
 
 __all__ = ["SCHEMA_VERSION", "ensure"]
 
@@ -144,12 +144,12 @@ def check_is_journal(conn: sqlite3.Connection, path: str) -> None:
     except sqlite3.DatabaseError as e:
         if getattr(e, "sqlite_errorcode", 0) & 0xFF != 26:  # SQLITE_NOTADB
             raise
-        raise JournalError(f"{path} is not a SQLite database, so not a Reprise journal (or one whose first page was "
-                           "overwritten): check the URL, or restore the journal from a backup") from None
+        raise NotAJournal(f"{path} is not a SQLite database, so not a Reprise journal (or one whose first page was "
+                          "overwritten): check the URL, or restore the journal from a backup") from None
     shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
-    raise JournalError(f"{path} is a SQLite database but not a Reprise journal (it holds {shown}): opening it as one "
-                       "would add the journal's tables and switch it to WAL; nothing was changed. Give the journal a "
-                       "file of its own")
+    raise NotAJournal(f"{path} is a SQLite database but not a Reprise journal (it holds {shown}): opening it as one "
+                      "would add the journal's tables and switch it to WAL; nothing was changed. Give the journal a "
+                      "file of its own")
 
 
 def ensure(conn: sqlite3.Connection, path: str, begin: Callable[[], None], rollback: Callable[[], None]) -> None:

@@ -140,6 +140,40 @@ def test_an_event_its_upcaster_cannot_build_is_unreadable_not_corrupt(tmp_path, 
         unregister_type(ChargedV2)
 
 
+def test_the_import_hint_follows_the_unknown_manifest_not_an_error_quoting_the_words(tmp_path, capsys) -> None:
+    # verify and show chose the --import hint when every unreadable record's reason held "unknown manifest": an
+    # upcaster whose own error quoted the words was told to import a module, which was there. Problem now carries
+    # `intact` and `unknown_manifest` (and SerializationError.unknown_manifest) from where the record was read.
+    import journal
+
+    url = journal_of_a_class_not_registered_here(tmp_path, Charged, "billing.Charged", [("customer-1", Charged(1))])
+
+    @dataclass(frozen=True)
+    class ChargedV2:
+        cents: int
+        currency: str
+
+    def upcast(values: list) -> list:
+        raise LookupError("unknown manifest of currencies: no default currency configured")
+
+    register_type(ChargedV2, manifest="billing.Charged", version=2)
+    register_upcaster("billing.Charged", 1, upcast)
+    try:
+        (problem,) = journal.verify(url).problems
+        assert problem.intact and problem.unknown_manifest is None, problem
+        for argv in (["verify", url], ["show", url, "customer-1"]):
+            code, out, err = run(capsys, "journal", *argv)
+            assert code == 1 and "unknown manifest of currencies" in out, (argv, out)
+            assert "--import" not in err and "the stored bytes are intact, but the registered class or its upcaster " \
+                "cannot build them" in err, (argv, err)
+    finally:
+        unregister_type(ChargedV2)
+    (problem,) = journal.verify(url).problems  # (not registered at all: the import is the fix)
+    assert problem.intact and problem.unknown_manifest == "billing.Charged", problem
+    code, _, err = run(capsys, "journal", "verify", url)
+    assert code == 1 and "(hint: pass --import MODULE for the module that registers the event classes" in err, err
+
+
 def test_tail_prints_the_most_recent_events_oldest_first(url, capsys) -> None:
     code, out, _ = run(capsys, "journal", "tail", url, "-n", "2")
     assert code == 0
