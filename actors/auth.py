@@ -57,7 +57,20 @@ class AuthenticationFailed(RepriseError, ConnectionError):
 
 
 class SecretUnavailable(RepriseError, PermissionError):
-    """The system's secret file is missing, unreadable, malformed or readable by other users."""
+    """The system's secret file is missing, unreadable, malformed or readable by other users.
+
+    `secret_file` is the file at fault when it is the one given that is wrong (missing, unreadable, not a file,
+    another user's, shared, not a secret), None when no secret was found to read (no local admin to take it from).
+    """
+
+    secret_file: str | None = None  # (also what an instance pickled before the field existed unpickles with)
+
+    def __init__(self, text: str, secret_file: str | None = None) -> None:
+        super().__init__(text)
+        self.secret_file = secret_file
+
+    def __reduce__(self) -> tuple[type[SecretUnavailable], tuple[str, str | None]]:
+        return type(self), (str(self), self.secret_file)
 
 
 class MissingSecret(RepriseError, ValueError):
@@ -91,10 +104,11 @@ def read_secret(path: str) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise SecretUnavailable(f"secret file {path} does not exist; copy the system's secret file there "
-                                "(the leader's secret_file, or <run dir>/secret of the system)") from None
+                                "(the leader's secret_file, or <run dir>/secret of the system)", path) from None
     except PermissionError:
         raise SecretUnavailable(f"cannot read the secret file {path}: permission denied; run as the user that "
-                                "started the actor system, or pass secret_file= a copy this user may read") from None
+                                "started the actor system, or pass secret_file= a copy this user may read",
+                                path) from None
     try:
         st = os.fstat(fd)
         raw = os.read(fd, 4096) if stat.S_ISREG(st.st_mode) else b""
@@ -102,7 +116,7 @@ def read_secret(path: str) -> bytes:
         os.close(fd)
     if not stat.S_ISREG(st.st_mode):
         raise SecretUnavailable(f"secret file {path} is not a file (a directory?): give the secret file itself, "
-                                "e.g. <run dir>/secret")
+                                "e.g. <run dir>/secret", path)
     mode = st.st_mode
     if st.st_uid != os.geteuid():
         # Whoever owns the file can rewrite it, and a secret signs what this process will unpickle: a secret
@@ -110,17 +124,17 @@ def read_secret(path: str) -> bytes:
         raise SecretUnavailable(
             f"secret file {path} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}): its owner "
             "could run code in every client that uses it. Run as the user that started the actor system, or "
-            f"use a copy you own (e.g. `install -m 600 {path} ~/system.secret` and pass secret_file= that)")
+            f"use a copy you own (e.g. `install -m 600 {path} ~/system.secret` and pass secret_file= that)", path)
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise SecretUnavailable(f"secret file {path} is accessible to other users (mode {stat.S_IMODE(mode):o}); "
-                                f"run `chmod 600 {path}`")
+                                f"run `chmod 600 {path}`", path)
     try:
         secret = bytes.fromhex(raw.decode("ascii").strip())
     except (UnicodeDecodeError, ValueError):
         secret = b""
     if len(secret) < 16:
         raise SecretUnavailable(f"secret file {path} does not hold a secret (expected at least 32 hex digits); "
-                                "copy it from the leader, or delete it and let the leader create a new one")
+                                "copy it from the leader, or delete it and let the leader create a new one", path)
     return secret
 
 

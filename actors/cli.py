@@ -15,7 +15,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from journal.urls import redact_url
 
@@ -32,10 +32,7 @@ from .journal_commands import (
 )
 from .paths import printable
 from .spark_commands import cmd_spark_discard, cmd_spark_help, cmd_spark_staged, duration
-from .system_commands import Terminated, cmd_down, cmd_node, cmd_rebalance, cmd_status, cmd_up
-
-if TYPE_CHECKING:
-    from .errors import SpawnCause
+from .system_commands import Terminated, cmd_down, cmd_node, cmd_rebalance, cmd_status, cmd_up, store_hint
 
 # This module parses the arguments and dispatches: the commands live in system_commands and
 # journal_commands, the benchmark runner in a checkout's bench/.
@@ -131,7 +128,7 @@ def _classify(e: BaseException) -> tuple[int, str]:
                    "stops it; or give [system] admin_port / --port another port")
     if isinstance(e, FileNotFoundError):
         return 2, "check the file name and the working directory"
-    if isinstance(e, LeaderUnreachable) and "could not join its leader" in str(e):
+    if isinstance(e, LeaderUnreachable) and not e.member_runs:
         return 1, "nothing was started: start the leader first, then this member"
     if isinstance(e, LeaderUnreachable):
         return 1, "the member runs without its leader: start the leader again, or stop the member with `reprise down`"
@@ -150,14 +147,14 @@ def _classify(e: BaseException) -> tuple[int, str]:
     if hint is not None:
         return 1, hint
     if cause is not None and cause.kind in ("no_journal", "journal", "snapshot_store"):
-        return _store_hint(cause)
+        return store_hint(cause)
     from journal.errors import SerializationError
 
     if isinstance(e, SerializationError) and e.unknown_manifest is not None:
         return 1, "pass --import MODULE for the module that registers the event classes (e.g. --import myapp.events)"
     from .auth import SecretUnavailable
 
-    if isinstance(e, SecretUnavailable) and str(e).startswith(("secret file ", "cannot read the secret file ")):
+    if isinstance(e, SecretUnavailable) and e.secret_file is not None:
         # (the file given is missing, unreadable, malformed or shared: the port may well be right)
         return 2, "--secret-file FILE takes a copy of the system's secret (its <run dir>/secret), mode 0600"
     if isinstance(e, SecretUnavailable):
@@ -167,15 +164,6 @@ def _classify(e: BaseException) -> tuple[int, str]:
     if isinstance(e, TlsError):
         return 1, "give --tls-cert/--tls-key/--tls-ca: a certificate signed by the system's CA, its key, that CA"
     return 1, "rerun with --verbose for the traceback"
-
-
-def _store_hint(cause: SpawnCause) -> tuple[int, str]:
-    """Exit code and hint for a spawn that failed on its journal or snapshot store (`cause` says which)."""
-    if cause.kind == "no_journal":
-        return 2, 'add one to the topology, e.g. [system] journal = "sqlite://journal.db" (relative to its file)'
-    key = cause.kind
-    check = f"`{PROG} journal ls {cause.where}` opens it alone; " if key == "journal" else ""
-    return 1, f"{check}its URL is [system] {key} = in the topology (or the actor's own {key} =)"
 
 
 def _report(message: str, hint: str | None, code: int, verbose: bool) -> int:

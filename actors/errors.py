@@ -27,16 +27,38 @@ class PathTaken(RepriseError):
 
 
 class SystemNotRunning(RepriseError, ConnectionError):
-    """Nothing listens on the admin port that `actors.connect` was given."""
+    """Nothing listens on the admin port that `actors.connect` was given.
+
+    `nothing_listens` is True when no process at all listens at that address (not: one listening elsewhere, an
+    admin without a guardian, a closed handle), so callers act on it without matching the message's wording.
+    """
+
+    nothing_listens: bool = False  # (also what an instance pickled before the field existed unpickles with)
+
+    def __init__(self, text: str, nothing_listens: bool = False) -> None:
+        super().__init__(text)
+        self.nothing_listens = nothing_listens
+
+    def __reduce__(self) -> tuple[type[SystemNotRunning], tuple[str, bool]]:
+        return type(self), (str(self), self.nothing_listens)
 
 
 class LeaderUnreachable(SystemNotRunning):
     """A member node's leader does not answer (down or unreachable).
 
-    From `actors.connect`: the member itself runs, and `actors.shutdown` (`reprise down`) still stops it. From
-    `actors.start` of a member ("could not join its leader"): nothing listens at the leader's address, and
-    nothing of the member was started.
+    From `actors.connect`: the member itself runs (`member_runs`), and `actors.shutdown` (`reprise down`) still
+    stops it. From `actors.start` of a member (`member_runs` False): nothing listens at the leader's address,
+    and nothing of the member was started.
     """
+
+    member_runs: bool = True  # (as SystemNotRunning.nothing_listens: the default for older pickles)
+
+    def __init__(self, text: str, member_runs: bool = True) -> None:
+        super().__init__(text)
+        self.member_runs = member_runs
+
+    def __reduce__(self) -> tuple[type[LeaderUnreachable], tuple[str, bool]]:
+        return type(self), (str(self), self.member_runs)
 
 
 class AskTimeout(RepriseError, TimeoutError):
@@ -53,11 +75,14 @@ class SpawnCause:
 
     kind "journal" / "snapshot_store": that store could not be opened (`where`: its URL, credentials redacted);
     "no_journal": a persistent actor had no journal URL at all; "admin_port": the system's admin port is taken
-    (`where`: the port).
+    (`where`: the port); "path_taken": another actor serves the path or a prefix of it (`where`: that path).
+    `store_error` says, for "journal" / "snapshot_store", what the store refused with when the fix differs:
+    "access_denied" (the database role lacks a GRANT), "not_a_journal" (the URL names another application's file).
     """
 
-    kind: Literal["journal", "snapshot_store", "no_journal", "admin_port"]
+    kind: Literal["journal", "snapshot_store", "no_journal", "admin_port", "path_taken"]
     where: str = ""
+    store_error: Literal["access_denied", "not_a_journal"] | None = None
 
 
 class SpawnFailed(RepriseError):

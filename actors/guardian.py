@@ -137,7 +137,9 @@ class HostRecord:
     in_a_row: int = 0  # restarts since the host last ran stably (the backoff exponent)
     running_since: float | None = None
     failure: str | None = None  # why its actor failed, reported before its process exits
+    failure_cause: SpawnCause | None = None  # what a failed restart failed on, when its host knew (HostReady.cause)
     last_exit: str | None = None
+    last_cause: SpawnCause | None = None  # what the last exit failed on, when known (see exited)
     next_attempt: float | None = None  # time.time() of the next restart while backing off
     waiters: list[Address] = field(default_factory=list)  # Thespian addresses of those to tell when it is up
     # (client, entity path) of StopPath requests for one of its entities, answered once it stopped the entity
@@ -148,6 +150,10 @@ class HostRecord:
     past: dict[str, float] = field(default_factory=dict)  # address key of an earlier process -> until when to wait for it
     node: str | None = None  # where it runs (or last ran); set by _start_host
     awaiting_node: bool = False  # backing off until a node it may run on is up (no restart scheduled)
+
+    def exited(self, why: str | None, cause: SpawnCause | None = None) -> None:
+        """Record why the host last died or failed, and what on when known (the two always change together)."""
+        self.last_exit, self.last_cause = why, cause
 
 
 @dataclass
@@ -341,7 +347,8 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         spec = message.spec
         clash = self._clash(spec.path)
         if clash:
-            self.send(sender, Spawned(spec.path, clash))
+            self.send(sender, Spawned(spec.path, f"path {spec.path} is already served by {clash}; stop that actor "
+                                      "first or choose another path", SpawnCause("path_taken", clash)))
             return
         unplaced = self._unplaceable(spec)
         if unplaced:
@@ -360,10 +367,11 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             self._start_host(record)
 
     def _clash(self, path: str) -> str | None:
+        """The served path that `path` is, is below or is above (a spawn there is refused), else None."""
         live = [r.spec.path for r in self.hosts.values() if r.state not in ("stopped", "failed")]
         for other in live + list(self.temp_routes) + [GUARDIAN_PATH]:
             if other == path or path.startswith(other + "/") or other.startswith(path + "/"):
-                return f"path {path} is already served by {other}; stop that actor first or choose another path"
+                return other
         return None
 
     def _serving(self, prefix: str, target: str) -> HostRecord | None:
@@ -386,7 +394,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             # Nowhere to run now: wait (its messages held) until a node it may run on is up (_node_up).
             record.state, record.address, record.pid, record.next_attempt = "backoff", None, 0, None
             record.awaiting_node = True
-            record.last_exit = self._why_waiting(record)
+            record.exited(self._why_waiting(record))
             log.warning("host %s waits: %s", record.spec.key, record.last_exit)
             return
         record.awaiting_node = False
@@ -408,6 +416,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             # A restart that failed (e.g. its journal is unreachable): back off and try again.
             log.error("host %s failed to restart:\n%s", message.path, message.error)
             record.failure = f"failed to start: {message.error.strip().splitlines()[-1]}"
+            record.failure_cause = message.cause  # (typed: `reprise status` gives the fix without parsing it)
             self._new_address(record, sender)  # (its exit is reported under this address, not createActor's)
             self.send(sender, ActorExitRequest())
             return
@@ -476,7 +485,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             return
         if message.gave_up:
             record.state = "failed"
-            record.last_exit = message.failure
+            record.exited(message.failure)
             self._publish()
             self._release_held(record, f"actor at {message.path} failed: {message.failure}")
             return
@@ -486,7 +495,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             # One that fails during the first start of its spawn stays stopped instead: the spawn reports
             # success, and restarting an actor that cannot even start once would loop.
             log.warning("actor %s failed (%s); its host will be restarted", message.path, message.failure)
-            record.failure = message.failure
+            record.failure, record.failure_cause = message.failure, None
             record.state = "restarting"
         else:
             record.state = "stopping"
@@ -500,7 +509,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         if record is not None and _serving(record):  # (backoff: its restart failed too)
             record.state = "backoff"
             record.restarts += 1
-            record.last_exit = message.reason
+            record.exited(message.reason)
             record.next_attempt = time.time() + message.delay
 
     def _actor_restarted(self, message: ActorRestarted, sender: Address) -> None:
@@ -553,14 +562,16 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         if not record.pid and record.state == "starting":
             # Its first start: a spawn succeeds whole or not at all, and restarting what cannot start once would
             # loop (as for a HostReady with an error).
-            record.last_exit = ("its process exited while starting, before it reported ready (killed, or the "
-                                "interpreter ended: os._exit, a crash in native code)")
-            log.error("host %s failed to start: %s", record.spec.key, record.last_exit)
-            self._spawn_failed(record, record.last_exit)
+            why = ("its process exited while starting, before it reported ready (killed, or the interpreter ended: "
+                   "os._exit, a crash in native code)")
+            record.exited(why)
+            log.error("host %s failed to start: %s", record.spec.key, why)
+            self._spawn_failed(record, why)
             return
         # (pid 0: its process had not reported ready; "pid 0" named no process)
         self._back_off(record, record.failure or (f"process exited unexpectedly (pid {record.pid})" if record.pid
-                                                  else "process exited while restarting, before it reported ready"))
+                                                  else "process exited while restarting, before it reported ready"),
+                       record.failure_cause if record.failure else None)
 
     def _stopped_waiters(self, record: HostRecord) -> None:
         """Answer those waiting for `record`'s host to stop, once the last of its shards has: shards need not
@@ -579,15 +590,16 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
         for client, entity in stops:
             self.send(client, Spawned(entity))
 
-    def _back_off(self, record: HostRecord, reason: str) -> None:
-        """Schedule the restart of a host whose process is gone, after its backoff delay (or give up)."""
+    def _back_off(self, record: HostRecord, reason: str, cause: SpawnCause | None = None) -> None:
+        """Schedule the restart of a host whose process is gone, after its backoff delay (or give up); `cause`
+        is what its last start failed on, when known."""
         backoff = record.spec.backoff
         now = time.monotonic()
         if record.running_since is not None and now - record.running_since >= backoff.stable_after:
             record.in_a_row = 0
         record.running_since = None
-        record.failure = None
-        record.last_exit = reason
+        record.failure, record.failure_cause = None, None
+        record.exited(reason, cause)
         key = record.spec.key
         if self.rebalancing is not None and self.rebalancing.current == key:
             self._move_failed(record, reason)
@@ -855,7 +867,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
                 self._release_held(record, f"actor at {record.spec.key} stopped")
                 self._stopped_waiters(record)
                 continue
-            record.running_since, record.failure = None, None
+            record.running_since, record.failure, record.failure_cause = None, None, None
             if record.state == "backoff" and not record.awaiting_node:
                 continue  # a restart is scheduled (_restart_due): it will be placed on a live node then
             record.restarts += 1
@@ -864,7 +876,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
                 if self.rebalancing is not None and self.rebalancing.current == record.spec.key:
                     self._move_failed(record, record.last_exit or why)
             else:
-                record.last_exit = f"node {name} is down"
+                record.exited(f"node {name} is down")
                 log.warning("host %s: node %s is down; starting it on node %s", record.spec.key, name, record.node)
         self._publish()
 
@@ -1027,7 +1039,7 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
             if _serving(record) and self._here(record) and record.pid and not _is_running_here(record.pid):
                 self._unreported_exit(record)
         hosts = {path: HostInfo(r.state, r.restarts, _current_pid(r), r.spec.entities, last_exit=r.last_exit,
-                                next_attempt=r.next_attempt, node=r.node or r.spec.node)
+                                last_cause=r.last_cause, next_attempt=r.next_attempt, node=r.node or r.spec.node)
                  for path, r in self.hosts.items()}
         running = {path: r.address for path, r in self.hosts.items() if _serving(r)}
         token = next(self.status_tokens)

@@ -323,6 +323,9 @@ class HostInfo:
     """Sums of the hosted actors' `stats()` counters, e.g. {"unconfirmed": 3}."""
     last_exit: str | None = None
     """Why the host last died or failed (None if it never did)."""
+    last_cause: SpawnCause | None = None
+    """What it last failed on, when known: a restart that could not open its journal or snapshot store (then
+    last_exit names it too). Typed, so `reprise status` gives the fix without parsing last_exit."""
     next_attempt: float | None = None
     """While backing off: when the next restart is due (seconds since the epoch, as time.time())."""
     node: str | None = None

@@ -316,7 +316,7 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
                 shutil.rmtree(port_dir, ignore_errors=True)  # (nothing of this member ran: nothing to read)
             raise LeaderUnreachable(f"this member could not join its leader {leader}: nothing listens there; start "
                                     "the leader first (`reprise up TOPOLOGY.toml --node <its name>`), or fix the "
-                                    "leader's address")
+                                    "leader's address", member_runs=False)
         refused = next((line for line in tail.splitlines() if line.startswith("NodeRefused: ")), None)
         if refused is not None:  # (another live member is that node: nothing of this one runs)
             if not run_dir:
@@ -519,7 +519,7 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
                                    f"{admin_port} listens on {elsewhere}: give host={elsewhere!r} (`--host {elsewhere}`)")
         raise SystemNotRunning(
             f"no actor system listens on {host}:{admin_port}; start one first (`reprise up TOPOLOGY.toml` "
-            f"or actors.start('multiproc', admin_port={admin_port}))"
+            f"or actors.start('multiproc', admin_port={admin_port}))", nothing_listens=True
         )
     if _tls is not None and _secret is _FIND:  # (start() connects to the admin it just made: no need)
         # The common mistakes (no TLS there, a server certificate of another CA) show in one handshake;
@@ -687,7 +687,7 @@ def _find_secret_file(host: str, admin_port: int, settle: float = 3.0) -> str:
             return auth.find_secret_file(admin_port, host)
         except auth.SecretUnavailable:
             if not listening(host, admin_port):
-                raise SystemNotRunning(f"no actor system listens on {host}:{admin_port} any more") from None
+                raise SystemNotRunning(f"no actor system listens on {host}:{admin_port} any more", True) from None
             if time.monotonic() >= deadline:
                 raise
             time.sleep(0.1)
@@ -1074,7 +1074,7 @@ class System:
                         backoff=backoff, hold_limit=hold_limit, nodes=placement)
         reply = self._request(SpawnHost(spec), Spawned, timeout)
         if reply.error:
-            if "already served" in reply.error:
+            if reply.cause is not None and reply.cause.kind == "path_taken":
                 raise PathTaken(reply.error)
             raise SpawnFailed(reply.error, reply.cause)
         self._fetched = float("-inf")

@@ -4,6 +4,7 @@ state, move its hosts back to where placement puts them."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -12,13 +13,16 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from journal.urls import REDACTED, redact_url
 
 from .cli_error import PROG, CliError
 from .error_log import ActorError
 from .paths import printable
+
+if TYPE_CHECKING:
+    from .errors import SpawnCause
 
 
 class TlsOptions(TypedDict, total=False):
@@ -213,9 +217,9 @@ def cmd_down(args: argparse.Namespace) -> int:
         # was reused: kill exactly those.
         tag = find_tag(args.port, args.host)
         killed = kill_tagged(tag) if tag else []
-        if not killed and isinstance(e, SystemNotRunning) and "start one first" in str(e):
-            # ("start one first" is no answer to down: its exit status stays 1, since a mistyped --port or --host
-            # would otherwise look like a stopped system while the real one keeps running)
+        if not killed and isinstance(e, SystemNotRunning) and e.nothing_listens:
+            # (its "start one first" is no answer to down: its exit status stays 1, since a mistyped --port or
+            # --host would otherwise look like a stopped system while the real one keeps running)
             raise CliError(f"nothing to shut down: no actor system listens on {args.host}:{args.port}",
                            f"if it was stopped already there is nothing to do; otherwise check --port/--host "
                            f"(`{PROG} up` printed them)") from None
@@ -250,6 +254,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             "errors": [{"time": e.time, "host": e.host, "path": printable(e.path), "reason": printable(e.reason)} for e in status.errors],
             "hosts": {printable(p): {"state": h.state, "restarts": h.restarts, "pid": h.pid, "entities": h.entities,
                           "alive": h.alive, "counters": h.counters, "last_exit": printable(h.last_exit) if h.last_exit else h.last_exit,
+                          "last_cause": dataclasses.asdict(h.last_cause) if h.last_cause else None,
                           "next_attempt": h.next_attempt, "node": h.node}
                       for p, h in sorted(status.hosts.items())},
         }, indent=2))
@@ -278,7 +283,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             if others and h.alive is not None:
                 print(f"    {'':<{width}}  " + "  ".join(f"{printable(k)} {v}" for k, v in others))
             if h.last_exit:
-                print(f"    {'':<{width}}  last exit: {printable(h.last_exit)}")
+                print(f"    {'':<{width}}  last exit: {printable(h.last_exit)}{_exit_hint(h.last_cause)}")
             if h.next_attempt is not None:
                 wait = max(0.0, h.next_attempt - time.time())
                 print(f"    {'':<{width}}  next attempt in {wait:.1f} s ({time.strftime('%H:%M:%S', time.localtime(h.next_attempt))})")
@@ -286,6 +291,28 @@ def cmd_status(args: argparse.Namespace) -> int:
     if system.run_dir:  # (the attached admin's own, as in --json: a member's, not its leader's)
         print(f"  logs          {system.run_dir}  (actors.log has each error's traceback)")
     return 0
+
+
+def store_hint(cause: SpawnCause) -> tuple[int, str]:
+    """Exit code and hint for a host that failed to start on its journal or snapshot store (`cause` says which,
+    and why when the store's error says more than "it would not open")."""
+    from .journal_commands import GRANT_HINT, NOT_A_JOURNAL_HINT
+
+    if cause.kind == "no_journal":
+        return 2, 'add one to the topology, e.g. [system] journal = "sqlite://journal.db" (relative to its file)'
+    key = cause.kind
+    if cause.store_error is not None:
+        fix = GRANT_HINT if cause.store_error == "access_denied" else NOT_A_JOURNAL_HINT
+        return 1, f"{fix}; its URL is [system] {key} = in the topology (or the actor's own {key} =)"
+    check = f"`{PROG} journal ls {cause.where}` opens it alone; " if key == "journal" else ""
+    return 1, f"{check}its URL is [system] {key} = in the topology (or the actor's own {key} =)"
+
+
+def _exit_hint(cause: SpawnCause | None) -> str:
+    """The fix for a host's last exit, from what it failed on (a store its restarts cannot open), else ""."""
+    if cause is None or cause.kind not in ("journal", "snapshot_store", "no_journal"):
+        return ""
+    return f" (hint: {store_hint(cause)[1]})"
 
 
 def cmd_rebalance(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from actors import Actor
 from actors.error_log import ask_failure, is_ask, one_line
@@ -24,7 +24,7 @@ from journal import (
     SnapshotSelectionCriteria,
     SnapshotStore,
 )
-from journal.errors import RepriseError
+from journal.errors import JournalAccessDenied, NotAJournal, RepriseError
 from persistence.bytecode import reachable_code
 from persistence.coordinator import WriteResults, coordinator_for
 from persistence.deletes import DELETE_STEP, Deletes
@@ -48,6 +48,13 @@ from persistence.unhandled import warn_if_unhandled
 log = logging.getLogger("reprise.persistence")
 
 Handler = Callable[[Any], object]  # Any: a user's handler takes the event type it persisted
+
+
+def _store_error(e: BaseException) -> Literal["access_denied", "not_a_journal"] | None:
+    """What a store that would not open refused with, when its fix differs (SpawnCause.store_error)."""
+    if isinstance(e, JournalAccessDenied):
+        return "access_denied"
+    return "not_a_journal" if isinstance(e, NotAJournal) else None
 
 
 def _url(config: Mapping[str, object], key: str) -> str | None:
@@ -260,8 +267,8 @@ class PersistentActor(Actor):
                 raise SpawnFailed(f"{cls.__qualname__} cannot open its {what} {redact_url(url)}: {type(e).__name__}: "
                                   f"{redact_url(str(e))} (fix the {key} URL, or the file's directory, "
                                   "permissions or server it names)",
-                                  SpawnCause("journal" if key == "journal" else "snapshot_store", redact_url(url) or ""))\
-                    from None
+                                  SpawnCause("journal" if key == "journal" else "snapshot_store", redact_url(url) or "",
+                                             _store_error(e))) from None
 
     def receive_recover(self, event: Any) -> None:
         """Apply a replayed event, a SnapshotOffer or RecoveryCompleted (side-effect free)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import re
@@ -23,8 +24,9 @@ from actors.messages import HostReady, Spawned
 from actors.system import kill_tagged, tagged_pids
 from tests.actors.refusal import start_refused
 from tests.actors.sample import Echo, Ping, Pong
-from tests.actors.validation_sample import Connector, Tally, Ticking
+from tests.actors.validation_sample import Connector, RefusesToStart, Tally, Ticking
 from tests.conftest import SESSION_TOKEN, start_system, stop_system
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -202,6 +204,40 @@ def test_spawn_failed_carries_what_failed_typed_from_the_host_to_the_client(syst
     assert f"Tally cannot open its {key.replace('_', ' ')} {url}: " in str(caught.value)
 
 
+def test_typed_causes_unpickle_from_before_their_fields() -> None:
+    # The fields that replaced matching messages (SystemNotRunning.nothing_listens, LeaderUnreachable.member_runs,
+    # SecretUnavailable.secret_file, SerializationError.unknown_manifest, SpawnCause.store_error,
+    # HostInfo.last_cause): an instance pickled by a version without them (reduced to its text alone, or a
+    # dataclass without the key) loads with the default, and a new one keeps its value.
+    from actors import SecretUnavailable
+    from actors.errors import LeaderUnreachable
+    from actors.messages import HostInfo
+    from journal import SerializationError
+
+    class Old:
+        def __init__(self, reduced: tuple[object, ...]) -> None:
+            self.reduced = reduced
+
+        def __reduce__(self) -> tuple[object, ...]:
+            return self.reduced
+
+    for cls, field, default, given in ((SystemNotRunning, "nothing_listens", False, True),
+                                       (LeaderUnreachable, "member_runs", True, False),
+                                       (SecretUnavailable, "secret_file", None, "/run/x/secret"),
+                                       (SerializationError, "unknown_manifest", None, "app.Event")):
+        old = pickle.loads(pickle.dumps(Old((cls, ("it failed",)))))
+        assert type(old) is cls and str(old) == "it failed" and getattr(old, field) == default, cls
+        new = pickle.loads(pickle.dumps(cls("it failed", given)))
+        assert type(new) is cls and str(new) == "it failed" and getattr(new, field) == given, cls
+    for make, field in ((lambda: SpawnCause("journal", "sqlite:///j.db"), "store_error"),
+                        (lambda: HostInfo("running", 0, 1, False), "last_cause")):
+        value = make()
+        object.__delattr__(value, field)  # (as an older version pickles it: no such key in its state)
+        assert field not in value.__dict__
+        loaded = pickle.loads(pickle.dumps(value))
+        assert loaded == make() and getattr(loaded, field) is None, loaded
+
+
 def test_spawn_failed_unpickles_with_and_without_its_cause() -> None:
     # A SpawnFailed, HostReady or Spawned pickled by a process without the field (an older version) still loads.
     class Old:
@@ -222,6 +258,56 @@ def test_spawn_failed_unpickles_with_and_without_its_cause() -> None:
     cause = SpawnCause("snapshot_store", "postgresql://u:***@h/db")
     new = pickle.loads(pickle.dumps(SpawnFailed("it failed", cause)))
     assert str(new) == "it failed" and new.cause == cause
+
+
+def test_path_taken_is_the_guardians_refusal_not_a_failure_quoting_its_words(system) -> None:
+    # The client raised PathTaken for any failed spawn whose text held "already served": an actor whose own error
+    # quoted those words was told its path is taken (and the Spark bridge, which catches PathTaken, took the path
+    # for served). The guardian's refusal now carries SpawnCause("path_taken", the path that serves it).
+    why = "the queue is already served by another consumer"
+    with pytest.raises(SpawnFailed, match=f"RuntimeError: {why}") as caught:
+        system.spawn(RefusesToStart, "/user/q", args=(why,), timeout=60)
+    assert type(caught.value) is SpawnFailed and caught.value.cause is None, caught.value
+    system.spawn(Echo, "/user/e")
+    for path in ("/user/e", "/user/e/below"):
+        with pytest.raises(actors.PathTaken, match=f"^path {path} is already served by /user/e; stop that actor "
+                                                   "first or choose another path$"):
+            system.spawn(Echo, path)
+    assert system.ask("/user/e", Ping(3)).n == 3
+
+
+@pytest.mark.multiproc
+def test_a_restart_that_cannot_open_its_journal_says_so_typed_in_status_and_the_cli(make_system, tmp_path,
+                                                                                      capsys) -> None:
+    # A first start that could not open its journal failed its spawn with SpawnFailed.cause; a restart that could
+    # not (its journal's directory gone) kept only the text, "failed to start: Tally cannot open its journal ...":
+    # the guardian dropped HostReady.cause, and `reprise status` gave no fix. HostInfo.last_cause now carries it.
+    from actors.cli import main
+
+    store = tmp_path / "store"
+    store.mkdir()
+    url = f"sqlite:///{store}/journal.db"
+    system = make_system("multiproc")
+    system.spawn(Tally, "/user/tally", journal=url, backoff=(0.05, 0.2, 0))
+    assert system.ask("/user/tally", 5, timeout=30) == 5
+    before = system.status().hosts["/user/tally"]
+    assert before.last_cause is None and before.pid
+    os.replace(store, tmp_path / "moved")
+    store.write_text("a file where the journal's directory was")
+    os.kill(before.pid, signal.SIGKILL)
+    host = wait_for(lambda: (h := system.status().hosts["/user/tally"]).last_cause is not None and h, 30)
+    assert host.last_cause == SpawnCause("journal", url), host
+    assert host.state in ("backoff", "restarting") and f"Tally cannot open its journal {url}: " in host.last_exit, host
+    assert main(["status", "--port", str(system.admin_port)]) == 0
+    out = capsys.readouterr().out
+    assert f"(hint: `reprise journal ls {url}` opens it alone; its URL is [system] journal = " in out, out
+    assert main(["status", "--port", str(system.admin_port), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["hosts"]["/user/tally"]
+    assert shown["last_cause"] == {"kind": "journal", "where": url, "store_error": None}, shown
+    store.unlink()
+    os.replace(tmp_path / "moved", store)  # the fix: it starts again, with what it had stored
+    assert system.ask("/user/tally", 5, timeout=30) == 10
+    assert system.status().hosts["/user/tally"].state == "running"
 
 
 def test_spawn_of_a_persistent_actor_without_a_journal_says_none_is_configured(base, make_system, tmp_path) -> None:

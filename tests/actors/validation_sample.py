@@ -78,3 +78,11 @@ class FailsToStart(actors.Actor):
 
     def pre_start(self) -> None:
         raise ValueError("cannot start: the database it needs is down")
+
+
+class RefusesToStart(actors.Actor):
+    """Its constructor raises RuntimeError(`why`): its spawn fails with that text (whatever words it quotes)."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__()
+        raise RuntimeError(why)

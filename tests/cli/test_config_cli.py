@@ -263,3 +263,132 @@ def test_the_cli_hint_follows_the_spawn_failures_cause_not_its_wording(cause, hi
     assert hint in reworded and code == (2 if cause.kind == "no_journal" else 1), reworded
     quoted = "Tally cannot open its journal sqlite:///x.db: no journal is configured; admin port 1 is already in use"
     assert _classify(SpawnFailed(quoted)) == (1, "rerun with --verbose for the traceback")
+
+
+GRANT = "the PostgreSQL role needs USAGE on the journal's schema and SELECT on its tables"
+OTHER_FILE = "check the URL: it names another application's file"
+IMPORT = "pass --import MODULE for the module that registers the event classes"
+NOT_STARTED = "nothing was started: start the leader first, then this member"
+MEMBER_RUNS = "the member runs without its leader"
+SECRET_FILE = "--secret-file FILE takes a copy of the system's secret"
+NO_ADMIN = "check that --port is a Reprise admin's"
+
+
+def _typed_errors() -> list[tuple[BaseException, int, str]]:
+    """Errors worded anew whose type or field says what is wrong, with the exit code and hint that fit."""
+    from actors import SecretUnavailable
+    from actors.errors import LeaderUnreachable
+    from journal import JournalAccessDenied, NotAJournal, SerializationError
+
+    return [
+        (JournalAccessDenied("the server said no (worded anew)"), 1, GRANT),
+        (NotAJournal("that file holds something else (worded anew)"), 1, OTHER_FILE),
+        (LeaderUnreachable("the leader is not there (worded anew)", member_runs=False), 1, NOT_STARTED),
+        (SerializationError("no class for it here (worded anew)", unknown_manifest="app.Event"), 1, IMPORT),
+        (SecretUnavailable("that copy is no good (worded anew)", secret_file="/run/x/secret"), 2, SECRET_FILE),
+        (SpawnFailed("Tally's journal would not open (worded anew)",
+                     SpawnCause("journal", "postgresql://u@h/db", "access_denied")), 1, GRANT),
+        (SpawnFailed("Tally's journal would not open (worded anew)",
+                     SpawnCause("journal", "sqlite:///app.db", "not_a_journal")), 1, OTHER_FILE),
+    ]
+
+
+def _quoting_errors() -> list[tuple[BaseException, int, str]]:
+    """Errors whose text merely quotes the words the hints were chosen by, with the hint that fits them."""
+    from actors import SecretUnavailable
+    from actors.errors import LeaderUnreachable
+    from journal import JournalError, SerializationError
+
+    words = "permission denied; not a Reprise journal"
+    return [
+        (JournalError(f"the disk said: {words}"), 1, "rerun with --verbose for the traceback"),
+        (SpawnFailed(f"/user/q failed to start: RuntimeError: {words}"), 1, "rerun with --verbose for the traceback"),
+        (LeaderUnreachable("member node 'm' on 127.0.0.1:1: its leader does not answer (it said it could not join "
+                           "its leader)"), 1, MEMBER_RUNS),
+        (SerializationError("the upcaster of 'a.B' from version 1 to 2 failed on [1]: KeyError('unknown manifest "
+                            "table')"), 1, "rerun with --verbose for the traceback"),
+        (SecretUnavailable("secret file lookup: found no local Reprise admin on port 1 to take the secret from"), 1,
+         NO_ADMIN),
+        (SecretUnavailable(f"cannot read the secret file /run/x/secret: {words}", secret_file="/run/x/secret"), 2,
+         SECRET_FILE),
+    ]
+
+
+@pytest.mark.parametrize("error, code, hint", _typed_errors() + _quoting_errors(),
+                         ids=[f"{type(e).__name__}-{'typed' if k < len(_typed_errors()) else 'quoting'}-{k}"
+                              for k, (e, _, _) in enumerate(_typed_errors() + _quoting_errors())])
+def test_the_cli_hint_follows_the_errors_type_not_its_wording(error, code, hint) -> None:
+    # The hints came from matching the text ("permission denied", "not a Reprise journal", "could not join its
+    # leader", "unknown manifest", a message starting "secret file "): reworded, an error lost its hint; quoting
+    # the words, another got a hint that did not apply (an unreadable --secret-file was sent to GRANT rights on
+    # PostgreSQL). They follow the type now: JournalAccessDenied, NotAJournal, LeaderUnreachable.member_runs,
+    # SerializationError.unknown_manifest, SecretUnavailable.secret_file, SpawnCause.store_error.
+    got_code, got = _classify(error)
+    assert (got_code, hint in got) == (code, True), got
+    assert (GRANT in got) == (hint == GRANT) and (OTHER_FILE in got) == (hint == OTHER_FILE), got
+
+
+@pytest.mark.multiproc
+def test_up_of_an_actor_whose_error_quotes_the_journal_words_gets_no_journal_hint(tmp_path, tag) -> None:
+    # Its own error said "permission denied": the hint was to GRANT the PostgreSQL role rights on a journal it
+    # never opened.
+    topology = tmp_path / "topo.toml"
+    topology.write_text('[[actor]]\npath = "/user/q"\nclass = "tests.actors.validation_sample:RefusesToStart"\n'
+                        'args = ["cannot open /srv/queue: permission denied"]\n')
+    done = reprise("up", str(topology), "--detach", "--tag", tag)
+    assert done.returncode == 1, done.stdout + done.stderr
+    line = done.stderr.strip()
+    assert line.startswith("reprise: error: SpawnFailed: /user/q failed to start: RuntimeError: cannot open "
+                           "/srv/queue: permission denied"), line
+    assert "PostgreSQL" not in line and "(hint: rerun with --verbose for the traceback)" in line, line
+
+
+@pytest.mark.multiproc
+def test_a_secret_file_this_user_may_not_read_is_hinted_as_a_secret_file(make_system) -> None:
+    # "cannot read the secret file F: permission denied" came with the hint to GRANT a PostgreSQL role rights
+    # (the journal hint matched "permission denied" first), and exit status 1 instead of 2 for a bad --secret-file.
+    import io
+
+    from tests.forking import in_forked_child
+
+    if os.geteuid() != 0:
+        pytest.skip("NOT RUN: needs root to act as user nobody")
+    system = make_system("multiproc")
+    secret = os.path.join(system.run_dir, "secret")  # (root's, mode 0600: user nobody may not read it)
+
+    def status_as_nobody() -> str:
+        os.setgid(65534)
+        os.setuid(65534)
+        sys.stderr = io.StringIO()
+        code = main(["status", "--port", str(system.admin_port), "--secret-file", secret])
+        return f"{code} {sys.stderr.getvalue()}"
+
+    said = in_forked_child(status_as_nobody)
+    assert said.startswith(f"2 reprise: error: cannot read the secret file {secret}: permission denied; "), said
+    assert f"(hint: {SECRET_FILE}" in said and "PostgreSQL" not in said, said
+
+
+@pytest.mark.postgres
+@pytest.mark.multiproc
+def test_up_on_a_postgresql_journal_the_role_may_not_use_hints_at_the_grant(postgres_url, tmp_path, tag) -> None:
+    # The GRANT hint came from matching "permission denied" in the text the host sent; it now comes from
+    # SpawnCause.store_error ("access_denied"), which the host sets from the journal's JournalAccessDenied.
+    import psycopg
+
+    from journal.postgres import drop_schema
+
+    name = f"cfg_rights_{uuid.uuid4().hex[:8]}"
+    with open_journal(f"{postgres_url}?schema={name}") as j:
+        assert j.write_messages([AtomicWrite([PersistentRepr(1, 1, "p")])]) == [None]
+    admin = psycopg.connect(postgres_url, autocommit=True)
+    try:
+        admin.execute(f"CREATE ROLE {name} LOGIN")
+        url = postgres_url.replace("postgres@", f"{name}@", 1) + f"?schema={name}"
+        lines = _up_refused_in_one_line(tmp_path, f'[system]\njournal = "{url}"\n\n[[actor]]\n', tag, 1)
+        assert "/user/tally failed to start: Tally cannot open its journal" in lines[0], lines[0]
+        assert f"(hint: {GRANT}" in lines[0] and "its URL is [system] journal = in the topology" in lines[0], lines[0]
+    finally:
+        drop_schema(f"{postgres_url}?schema={name}")
+        admin.execute(f"DROP OWNED BY {name}")
+        admin.execute(f"DROP ROLE IF EXISTS {name}")
+        admin.close()
