@@ -53,6 +53,14 @@ class DeliveriesConfirmed:
     delivery_ids: tuple[int, ...] = ()
     up_to: int = 0
 
+    def __len__(self) -> int:
+        return len(self.delivery_ids) + (1 if self.up_to else 0)
+
+    def singles(self) -> list[DeliveriesConfirmed]:
+        """Each confirmation on its own: one event per id, then the cumulative one (if any)."""
+        each = [DeliveriesConfirmed((i,)) for i in self.delivery_ids]
+        return [*each, DeliveriesConfirmed((), self.up_to)] if self.up_to else each
+
 
 # The one-event-per-delivery forms written by earlier versions; still replayed.
 @register_type(manifest="reprise.persistence.DeliverySent")
@@ -87,14 +95,20 @@ class DurableDelivery(AtLeastOnceDelivery):
     # The senders of a queued DeliveriesSent's deliveries by its first delivery id, when they differ (rare: commands of
     # several senders delivered in one round); None until the first (no dict per idle actor).
     _senders_of: dict[int, tuple[str | None, ...]] | None = None
+    # The same for a queued DeliveriesConfirmed, by its sequence nr: the sender of each of its items (DeliveriesConfirmed
+    # .singles()), when they differ (e.g. askers of one round confirming, or sinks confirming each other's round).
+    _confirmers_of: dict[int, tuple[str | None, ...]] | None = None
 
     def mixin_init(self) -> None:
         super().mixin_init()
         self._senders_of = None
+        self._confirmers_of = None
         # delivered, sent event not queued yet: (delivery id, delivery, the sender of the command that delivered it)
         self._unjournaled: list[tuple[int, _Delivery, str | None]] = []
         self._confirmed_ids: list[int] = []  # confirmed, confirmed event not queued yet
+        self._confirmed_by: list[str | None] = []  # the sender of the command that confirmed each of those
         self._confirmed_up_to = 0
+        self._up_to_by: str | None = None  # the sender of the command that confirmed up to _confirmed_up_to
         self._journaling = False  # something above waits to be journaled (a before-commit contribution is made)
         # The command or handler running now queued a write of its own (persist..., persist_and_deliver, an
         # application): a deferral it queues then runs once that write is durable (see _queue_defer).
@@ -218,6 +232,7 @@ class DurableDelivery(AtLeastOnceDelivery):
             if not self._journaling:
                 self._start_journaling()
             self._confirmed_ids.append(delivery_id)
+            self._confirmed_by.append(self.sender)
         return True
 
     def confirm_deliveries_up_to(self, delivery_id: int, destination: str | None = None) -> int:
@@ -234,7 +249,9 @@ class DurableDelivery(AtLeastOnceDelivery):
             # Journaled as at most the newest id now: the round's DeliveriesSent is replayed before its
             # DeliveriesConfirmed, so an up_to above it would also confirm, on replay, a delivery made after this
             # call in the same round (a higher id, unconfirmed live): after a restart it was never redelivered.
-            self._confirmed_up_to = max(self._confirmed_up_to, min(delivery_id, self._delivery_seq))
+            up_to = min(delivery_id, self._delivery_seq)
+            if up_to > self._confirmed_up_to:
+                self._confirmed_up_to, self._up_to_by = up_to, self.sender
         return n
 
     def _confirm_many(self, delivery_ids: Sequence[int]) -> None:
@@ -251,6 +268,7 @@ class DurableDelivery(AtLeastOnceDelivery):
                 if not self._journaling:
                     self._start_journaling()
                 self._confirmed_ids.extend(done)
+                self._confirmed_by.extend([self.sender] * len(done))
 
     def redeliver_now(self, delivery_id: int) -> bool:
         """Resend `delivery_id` at once; one whose sent event is not durable yet goes out when it is."""
@@ -285,8 +303,18 @@ class DurableDelivery(AtLeastOnceDelivery):
             self._queue_own(first, sent, self._on_sent)
         if self._confirmed_ids or self._confirmed_up_to:
             event = DeliveriesConfirmed(tuple(self._confirmed_ids), self._confirmed_up_to)
-            self._confirmed_ids, self._confirmed_up_to = [], 0
-            self._queue_own(self.sender, event, _ignore)
+            confirmers = self._confirmed_by  # (one per item of the event, in DeliveriesConfirmed.singles() order)
+            if event.up_to:
+                confirmers.append(self._up_to_by)
+            self._confirmed_ids, self._confirmed_by, self._confirmed_up_to, self._up_to_by = [], [], 0, None
+            # Under the sender of the command that confirmed, not whichever is current at the flush (at the group
+            # commit: the round's last message's), which a failure or a rejection of the write was reported to.
+            first = confirmers[0]
+            self._queue_own(first, event, self._on_confirmed)
+            if confirmers.count(first) != len(confirmers):
+                if self._confirmers_of is None:
+                    self._confirmers_of = {}
+                self._confirmers_of[self._seq_alloc] = tuple(confirmers)  # (the event's sequence nr)
 
     def _queue_own(self, sender: str | None, event: object, handler: Callable[[Any], object]) -> None:
         """Queue one of this mixin's events as written for `sender` (its rejection or failure is reported there)."""
@@ -313,6 +341,11 @@ class DurableDelivery(AtLeastOnceDelivery):
         if sent:
             self._ensure_timer()
 
+    def _on_confirmed(self, _: DeliveriesConfirmed) -> None:
+        # Durable now (its handler runs with last_sequence_nr at its event).
+        if self._confirmers_of:
+            self._confirmers_of.pop(self.last_sequence_nr, None)
+
     def _on_write_results(self, batch: list[_Entry], results: WriteResults) -> None:
         if isinstance(results, list) and any(r is not None for r in results):  # rejections are rare
             batch, results = split_rejected(self, batch, results, self._compact_requeues())
@@ -324,18 +357,36 @@ class DurableDelivery(AtLeastOnceDelivery):
         super()._on_write_results(batch, results)
 
     def _askers_of(self, entry: _Entry) -> Iterable[str | None]:
-        # A DeliveriesSent holds the deliveries of every command of its round (each deferring its reply behind it).
+        # A DeliveriesSent holds the deliveries of every command of its round (each deferring its reply behind it), a
+        # DeliveriesConfirmed the confirms.
         askers = super()._askers_of(entry)
         atomic = entry.atomic
-        if not self._senders_of or atomic is None or type(event := atomic.payload[0].payload) is not DeliveriesSent:
+        if atomic is None or not (self._senders_of or self._confirmers_of):
             return askers
-        return (*askers, *self._senders_of.get(event.delivery_ids[0], ()))
+        first = atomic.payload[0]
+        t = type(event := first.payload)
+        if t is DeliveriesSent and self._senders_of:
+            return (*askers, *self._senders_of.get(event.delivery_ids[0], ()))
+        if t is DeliveriesConfirmed and self._confirmers_of:
+            return (*askers, *self._confirmers_of.get(first.sequence_nr, ()))
+        return askers
 
     def _compact_requeues(self) -> dict[type, Callable[[_Entry], None]]:
         """The requeue of each compact event type of this actor's mixins (see compact.split_rejected)."""
         requeues = inherited_requeues(super())
         requeues[DeliveriesSent] = self._requeue_deliveries
+        requeues[DeliveriesConfirmed] = self._requeue_confirms
         return requeues
+
+    def _requeue_confirms(self, entry: _Entry) -> None:
+        # Each confirmation again as an event of its own, under the sender of the command that confirmed it: only those
+        # the journal cannot store are rejected (each reported to its confirmer); the others are durable (rejected
+        # with them, a restart resent what was confirmed). (Replayed after the round's DeliveriesSent still: an up_to
+        # covers no id above the newest at its call.)
+        first = cast(AtomicWrite, entry.atomic).payload[0]
+        senders = self._confirmers_of.pop(first.sequence_nr, None) if self._confirmers_of else None
+        for k, item in enumerate(cast(DeliveriesConfirmed, first.payload).singles()):
+            self._queue_own(senders[k] if senders else entry.sender, item, self._on_confirmed)
 
     def _requeue_deliveries(self, entry: _Entry) -> None:
         # Only the deliveries that cannot be stored are rejected (and given up: never sent). (A name of its own:
@@ -454,6 +505,3 @@ class DurableDelivery(AtLeastOnceDelivery):
         self.confirm_delivery(delivery_id)
         super()._exhausted(delivery_id, d)
 
-
-def _ignore(_: object) -> None:
-    pass

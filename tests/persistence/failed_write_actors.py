@@ -1,15 +1,18 @@
 """Actors for the tests of a group-commit write that fails: every asker whose command wrote in it hears of it.
 
 `failwrite://name`: a memory journal whose first write of each str event starting with "fault" fails (once per
-process), importable by module path as multiproc requires.
+process); `failconfirm://name`: one whose first write of a DeliveriesConfirmed fails (once per journal name);
+`rejectconfirm:///path.db`: a SQLite journal rejecting every DeliveriesConfirmed that confirms delivery 1. Importable
+by module path as multiproc requires.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from persistence import EntityTable, PersistentActor, TableCommit
-from tests.persistence.failing_journals import register_failing_first_write
+from persistence import DurableDelivery, EntityTable, PersistentActor, TableCommit
+from persistence.durable import DeliveriesConfirmed
+from tests.persistence.failing_journals import register_failing_first_write, register_rejecting_writes
 
 
 def _faulty(payload: object) -> list[str]:
@@ -20,6 +23,9 @@ def _faulty(payload: object) -> list[str]:
 
 
 register_failing_first_write("failwrite", _faulty)
+register_failing_first_write("failconfirm", lambda p: ["confirmed"] if type(p) is DeliveriesConfirmed else [],
+                             per_journal=True)
+register_rejecting_writes("rejectconfirm", lambda p: type(p) is DeliveriesConfirmed and 1 in p.delivery_ids)
 
 
 class RoundWriter(PersistentActor):
@@ -70,3 +76,31 @@ class RoundTable(EntityTable):
 
     def event_handler(self, state: Any, event: Any) -> Any:
         return event
+
+
+class RoundConfirmer(DurableDelivery):
+    """("deliver", destination, n): n deliveries of ("parcel", id) to `destination`, replying ("delivered", ids) once
+    journaled; ("as", ((asker, command), ...)): each command routed to itself from that asker, all handled before the
+    host's next group commit (one round: their confirms journaled as one DeliveriesConfirmed); ("confirm", id):
+    confirm_delivery(id), replying ("confirmed", id, its result) at once; ("ping",): "pong" at once; ("unconfirmed",):
+    the unconfirmed ids."""
+
+    redeliver_interval = 30.0  # (nothing is resent within a test)
+
+    def receive_recover(self, event: Any) -> None:
+        pass
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        kind = message[0]
+        if kind == "as":
+            for asker, command in message[1]:
+                self.context.route(asker, self.path, command)
+        elif kind == "deliver":
+            ids = tuple(self.deliver(message[1], lambda i: ("parcel", i)) for _ in range(message[2]))
+            self.defer_async(ids, lambda e: self.tell(sender, ("delivered", e)))
+        elif kind == "confirm":
+            self.tell(sender, ("confirmed", message[1], self.confirm_delivery(message[1])))
+        elif kind == "ping":
+            self.tell(sender, "pong")
+        else:
+            self.tell(sender, tuple(self.unconfirmed_ids()))

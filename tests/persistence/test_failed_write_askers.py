@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.persistence.failed_write_actors import RoundTable, RoundWriter
+from tests.persistence.failed_write_actors import RoundConfirmer, RoundTable, RoundWriter
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -89,3 +89,56 @@ def test_askers_of_a_failed_write_as_the_actor_restarts_hear_of_it_once(base, ma
     assert "command failed after persisting" in _failure(raiser).error
     for probe in (writer, raiser):
         probe.expect_no_message(0.3)  # once each
+
+
+CONFIRMER = "/user/confirmer"
+
+
+def _delivered(system, n: int) -> None:
+    """A RoundConfirmer at CONFIRMER with deliveries 1..n journaled (to a probe, which never confirms)."""
+    system.spawn(RoundConfirmer, CONFIRMER)
+    destination = system.probe()
+    assert system.ask(CONFIRMER, ("deliver", destination.path, n), timeout=10) == ("delivered", tuple(range(1, n + 1)))
+
+
+def _confirm_then_ping(system, tmp_path, confirmers: int) -> tuple[list, object]:
+    """One round: `confirmers` askers each confirm a delivery (1, 2, ...: replied at once), then one asker pings;
+    returns the confirming probes and the pinger, their replies received."""
+    probes = [system.probe(f"ask-{k}-{tmp_path.name}") for k in range(confirmers + 1)]
+    commands = [("confirm", k) for k in range(1, confirmers + 1)] + [("ping",)]
+    system.tell(CONFIRMER, ("as", tuple((p.path, c) for p, c in zip(probes, commands, strict=True))))
+    *confirming, pinger = probes
+    for k, probe in enumerate(confirming, 1):
+        assert probe.receive(10) == ("confirmed", k, True)
+    assert pinger.receive(10) == "pong"
+    return confirming, pinger
+
+
+@pytest.mark.parametrize("confirmers", [1, 2])
+def test_a_failed_confirm_write_is_reported_to_each_command_that_confirmed_in_it(base, make_system, tmp_path,
+                                                                                confirmers):
+    # The round's DeliveriesConfirmed is queued at the group commit, after a command that only pings: it was written
+    # under whichever sender was current then. Measured before: the pinger's ask failed, no confirmer's did.
+    system = make_system(base, journal=f"failconfirm://{tmp_path.name}", snapshot_store=f"failconfirm://{tmp_path.name}")
+    _delivered(system, 2)
+    confirming, pinger = _confirm_then_ping(system, tmp_path, confirmers)
+    _each_told_once(system, confirming, CONFIRMER)
+    pinger.expect_no_message(0.3)
+
+
+def test_a_rejected_confirm_is_reported_to_the_command_that_confirmed_it_and_the_others_stored(
+        base, make_system, tmp_path):
+    # The journal rejects every DeliveriesConfirmed holding delivery 1: A confirms 1, B confirms 2, C pings, one round.
+    # Measured before: C's ask failed with the rejection, A's did not; B's storable confirm was lost with A's (after a
+    # restart 2 was unconfirmed again).
+    url = f"rejectconfirm:///{tmp_path}/journal.db"
+    system = make_system(base, journal=url, snapshot_store=url)
+    _delivered(system, 2)
+    (a, b), c = _confirm_then_ping(system, tmp_path, 2)
+    failure = _failure(a)
+    assert failure.path == CONFIRMER and "simulated rejection" in failure.error, failure
+    for probe in (a, b, c):
+        probe.expect_no_message(0.3)
+    system.stop(CONFIRMER)
+    system.spawn(RoundConfirmer, CONFIRMER)
+    assert system.ask(CONFIRMER, ("unconfirmed",), timeout=10) == (1,), "only the rejected confirm is not durable"
