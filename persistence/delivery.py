@@ -283,7 +283,12 @@ class AtLeastOnceDelivery(PersistentActor):
             return False
         if d.attempt and not self.should_redeliver(delivery_id, d.destination, d.message):
             return False
+        # Checked before the send, as the tick does: attempts only grow, so a resend here at the warning attempt
+        # that skipped the check left the delivery never warned about.
+        warn = d.attempt == self.warn_after_number_of_unconfirmed_attempts
         self._transmit(d, time.monotonic())
+        if warn:
+            self._tell_self(UnconfirmedWarning((UnconfirmedDelivery(delivery_id, d.destination, d.message),)))
         return True
 
     @property

@@ -95,3 +95,9 @@ class HoldingSender(AtLeastOnceDelivery):
             self.warned.extend(u.delivery_id for u in message.unconfirmed_deliveries)
         elif message == "warned":
             self.tell(sender, tuple(self.warned))
+
+
+class PatientHoldingSender(HoldingSender):
+    """HoldingSender whose tick resends nothing within a test (every resend there is a redeliver_now)."""
+
+    redeliver_interval = 30.0

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from tests.persistence.beyond_actors import Payload
-from tests.persistence.delivery_audit_actors import HoldingSender, ShipAndSnap, SnapshottingShipper
+from tests.persistence.delivery_audit_actors import (
+    HoldingSender,
+    PatientHoldingSender,
+    ShipAndSnap,
+    SnapshottingShipper,
+)
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
@@ -104,3 +109,22 @@ def test_redeliver_now_says_false_when_should_redeliver_held_the_resend_back(psy
     assert system.ask(snd, ("redeliver-now", 2), timeout=10) == ("redelivered", True)
     assert dst.receive(10) == Payload(2, "wanted")
     assert system.ask(snd, ("redeliver-now", 3), timeout=10) == ("redelivered", False)  # (not unconfirmed)
+
+
+def test_a_resend_by_redeliver_now_at_the_warning_attempt_warns(psystem, tmp_path):
+    # The tick warns with the resend made when a delivery's attempts equal warn_after_number_of_unconfirmed_attempts
+    # (1 here: with its first resend), and attempts only grow: a resend by redeliver_now (a nack) at that attempt went
+    # out unchecked, and the delivery never warned, however often it was resent after. Measured before: no
+    # UnconfirmedWarning within 5 s of that resend (and none ever, with ticks resending it every interval).
+    system = psystem
+    system.spawn(PatientHoldingSender, path="/user/snd", entities=True)
+    snd = f"/user/snd/{tmp_path.name}"
+    dst = system.probe()
+    assert system.ask(snd, ("send", dst.path, "m"), timeout=10) == ("sent", 1)
+    assert dst.receive(10) == Payload(1, "m")
+    assert system.ask(snd, ("redeliver-now", 1), timeout=10) == ("redelivered", True)
+    assert dst.receive(10) == Payload(1, "m")
+    wait_for(lambda: system.ask(snd, "warned", timeout=10) == (1,), timeout=5)
+    assert system.ask(snd, ("redeliver-now", 1), timeout=10) == ("redelivered", True)
+    assert dst.receive(10) == Payload(1, "m")
+    assert system.ask(snd, "warned", timeout=10) == (1,), "a delivery warns once (per incarnation)"
