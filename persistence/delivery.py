@@ -113,7 +113,8 @@ class AtLeastOnceDelivery(PersistentActor):
                 setattr(self, name, value)
 
     def _check_redelivery_settings(self) -> None:
-        """ConfigError naming a redelivery period the tick timer cannot run at (it ticks at half of it)."""
+        """ConfigError naming a redelivery period the tick timer cannot run at (it ticks at half of it), or a count
+        below 1."""
         backoff = self.redelivery_backoff
         for name, value in (("redeliver_interval", self.redeliver_interval),
                             ("redelivery_backoff[0]", backoff[0] if backoff else None)):
@@ -123,6 +124,16 @@ class AtLeastOnceDelivery(PersistentActor):
                 raise ConfigError(f"{type(self).__name__}.{name} must be a number of seconds from "
                                   f"{2 * MIN_INTERVAL:g} to {MAX_DELAY:g}, got {value!r}: the RedeliveryTick runs "
                                   "every half of it")
+        # (A system's defaults are checked at start; an actor's own values only here. A burst limit of 0 resent
+        # nothing, ever, not even what recovery restored, and said nothing.)
+        for name, value, want in (
+                ("redelivery_burst_limit", self.redelivery_burst_limit, "the most resends per RedeliveryTick"),
+                ("max_unconfirmed_messages", self.max_unconfirmed_messages, "deliver() beyond it raises"),
+                ("max_delivery_attempts", 1 if self.max_delivery_attempts is None else self.max_delivery_attempts,
+                 "or None: never given up")):
+            if type(value) is not int or value < 1:
+                raise ConfigError(f"{type(self).__name__}.{name} must be an int of at least 1 ({want}), got "
+                                  f"{getattr(self, name)!r}")
 
     # ---- the API --------------------------------------------------------------------------------
     def deliver(self, destination: str, id_to_message: Callable[[int], object]) -> int:

@@ -242,3 +242,22 @@ class TooFast(AtLeastOnceDelivery):
 
     def receive_command(self, message: object, sender: str | None) -> None:
         pass
+
+
+class NoBurst(TooFast):
+    """An at-least-once sender whose bursts may resend nothing (redelivery_burst_limit = 0): "send" delivers to its
+    sender, replying the delivery id."""
+
+    redeliver_interval = 0.2
+    redelivery_burst_limit = 0
+
+    def receive_command(self, message: object, sender: str | None) -> None:
+        if message == "send" and sender is not None:
+            self.tell(sender, self.deliver(sender, lambda i: Payload(i, "x")))
+
+
+class GivesUpAtOnce(NoBurst):
+    """An at-least-once sender giving a delivery up after no transmission (max_delivery_attempts = 0)."""
+
+    redelivery_burst_limit = 10
+    max_delivery_attempts = 0
