@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, cast
 
-from journal import AtomicWrite, register_type
+from journal import MAX_SEQUENCE_NR, AtomicWrite, register_type
 from persistence.compact import expand, inherited_requeues, same_or_each, split_rejected
 from persistence.coordinator import WriteResults
 from persistence.delivery import _GONE, _UNSENT, AtLeastOnceDelivery, _Delivery, check_destination
@@ -22,6 +22,7 @@ from persistence.messages import (
     Confirm,
     ConfirmDeliveries,
     ConfirmUpTo,
+    DeleteMessagesFailure,
     SnapshotOffer,
 )
 from persistence.persistent_actor import IllegalStateError, _Entry
@@ -76,6 +77,16 @@ class DeliverySent:
 class DeliveryConfirmed:
     delivery_id: int
     up_to: bool = False
+
+
+@register_type(manifest="reprise.persistence.DeliveriesKept")
+@dataclass(frozen=True)
+class DeliveriesKept:
+    """The delivery state (unconfirmed deliveries, delivery id counter) journaled before a delete_messages up to
+    `to_sequence_nr`, which deletes the events it was replayed from; replay adds it to what the events left hold."""
+
+    delivery: AtLeastOnceDeliverySnapshot
+    to_sequence_nr: int
 
 
 @register_type(manifest="reprise.persistence.DurableSnapshot")
@@ -399,6 +410,31 @@ class DurableDelivery(AtLeastOnceDelivery):
                 self._queue_own(senders[k] if senders else entry.sender,
                                 DeliveriesSent((delivery_id,), (destination,), (message,)), self._on_sent)
 
+    # ---- deletes: the events deleted are the delivery state ------------------------------------------
+    def delete_messages(self, to_sequence_nr: int) -> None:
+        """Delete events up to `to_sequence_nr` (PersistentActor.delete_messages; MAX_SEQUENCE_NR: up to
+        last_sequence_nr), once the delivery state they hold is journaled after them (DeliveriesKept): a restart
+        then neither loses an unconfirmed delivery nor gives a new one an id used already. The reply arrives as a
+        command; a journal that rejects that state deletes nothing (DeleteMessagesFailure)."""
+        if self._recovery_running or not self._delivery_seq or (
+                to_sequence_nr != MAX_SEQUENCE_NR and to_sequence_nr > self.last_sequence_nr):
+            super().delete_messages(to_sequence_nr)  # (nothing delivered yet, or its error: as PersistentActor's)
+            return
+        # Bounded at the handled events: one durable meanwhile (a delivery whose sent event is in flight: not in the
+        # state kept, which get_delivery_snapshot leaves out) is kept.
+        to = min(to_sequence_nr, self.last_sequence_nr)
+        delete = super().delete_messages
+        # (Deleted only once the state is durable: a crash or a failed write in between deletes nothing.)
+        self._queue_own(self.sender, DeliveriesKept(self.get_delivery_snapshot(), to), lambda _: delete(to))
+
+    def _event_rejected(self, event: object) -> None:
+        if type(event) is DeliveriesKept:
+            self._tell_failure(DeleteMessagesFailure(RuntimeError(
+                f"the journal rejected the delivery state of {type(self).__name__} journaled before deleting events up "
+                f"to {event.to_sequence_nr}: nothing was deleted (the deleted events would have taken its unconfirmed "
+                "deliveries and delivery ids with them)"), event.to_sequence_nr))
+        super()._event_rejected(event)
+
     # ---- deferrals behind a write: deliver() there is refused, as in a persist handler ----------------
     def _queue_write(self, events: tuple[object, ...], handler: Callable[[Any], object], stashing: bool) -> None:
         self._wrote = True  # (every write but this mixin's own events, which call super()'s; persist_applied marks its own)
@@ -477,6 +513,14 @@ class DurableDelivery(AtLeastOnceDelivery):
             pop = self._unconfirmed.pop
             for delivery_id in event.delivery_ids:
                 pop(delivery_id, None)
+        elif t is DeliveriesKept:
+            snap = event.delivery
+            self._delivery_seq = max(self._delivery_seq, snap.current_delivery_id)
+            back = time.monotonic() - self._interval(0)
+            unconfirmed = self._unconfirmed
+            for u in snap.unconfirmed_deliveries:  # (each unconfirmed when it was journaled: a confirm follows it)
+                if u.delivery_id not in unconfirmed:
+                    unconfirmed[u.delivery_id] = _Delivery(u.destination, u.message, back, 0)
         elif t is DeliverySent:
             self._delivery_seq = max(self._delivery_seq, event.delivery_id)
             self._unconfirmed[event.delivery_id] = _Delivery(

@@ -5,16 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from journal import MAX_SEQUENCE_NR
 from persistence import (
     AtLeastOnceDelivery,
     AtLeastOnceDeliverySnapshot,
+    DeleteMessagesFailure,
+    DeleteMessagesSuccess,
     DurableDelivery,
     UnconfirmedDelivery,
     UnconfirmedWarning,
 )
-from persistence.durable import DeliveriesSent
+from persistence.durable import DeliveriesKept, DeliveriesSent
 from tests.persistence.beyond_actors import Payload
-from tests.persistence.failing_journals import register_failing_first_write
+from tests.persistence.failing_journals import register_failing_first_write, register_rejecting_writes
 
 
 def _failing_sent(payload: object) -> list[str]:
@@ -25,6 +28,8 @@ def _failing_sent(payload: object) -> list[str]:
 
 
 register_failing_first_write("auditsent", _failing_sent)
+# `rejectkept:///path.db`: a SQLite journal rejecting every DeliveriesKept (the delivery state a delete writes first).
+register_rejecting_writes("rejectkept", lambda p: type(p) is DeliveriesKept)
 
 
 @dataclass(frozen=True)
@@ -101,3 +106,34 @@ class PatientHoldingSender(HoldingSender):
     """HoldingSender whose tick resends nothing within a test (every resend there is a redeliver_now)."""
 
     redeliver_interval = 30.0
+
+
+class DeletingShipper(DurableDelivery):
+    """A DurableDelivery entity that deletes its events: ("ship", destination, body) delivers a Payload, replying
+    ("shipped", id) once journaled; ("confirm", id) confirms it, replying ("confirmed", result) once journaled;
+    ("delete", to) deletes the events up to `to` ("last": last_sequence_nr, "max": MAX_SEQUENCE_NR), replying
+    ("deleted",) or ("delete failed", why); "unconfirmed": the unconfirmed ids; "boom" restarts it."""
+
+    redeliver_interval = 30.0  # (only the burst after recovery resends within a test)
+
+    def receive_recover(self, event: Any) -> None:
+        pass
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, tuple) and message[0] == "ship":
+            i = self.deliver(message[1], lambda i: Payload(i, message[2]))
+            self.defer(i, lambda e: self.tell(sender, ("shipped", e)))
+        elif isinstance(message, tuple) and message[0] == "confirm":
+            done = self.confirm_delivery(message[1])
+            self.defer(done, lambda e: self.tell(sender, ("confirmed", e)))
+        elif isinstance(message, tuple) and message[0] == "delete":
+            self.asked = sender
+            self.delete_messages(self.last_sequence_nr if message[1] == "last" else MAX_SEQUENCE_NR)
+        elif isinstance(message, DeleteMessagesSuccess):
+            self.tell(self.asked, ("deleted",))
+        elif isinstance(message, DeleteMessagesFailure):
+            self.tell(self.asked, ("delete failed", str(message.cause)))
+        elif message == "unconfirmed":
+            self.tell(sender, tuple(self.unconfirmed_ids()))
+        elif message == "boom":
+            raise RuntimeError("boom")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from journal.serialization import deserialize, serialize
-from persistence.durable import DeliveriesConfirmed, DeliveriesSent, DurableSnapshot
+from persistence.durable import DeliveriesConfirmed, DeliveriesKept, DeliveriesSent, DurableSnapshot
 from persistence.idempotent import AppliedBatch, IdempotentSnapshot, IdempotentSnapshotInBatch
 from persistence.messages import AtLeastOnceDeliverySnapshot, UnconfirmedDelivery
 from persistence.table import TableCommit, TableSnapshot
@@ -16,6 +16,7 @@ VALUES = {
     "DeliveriesSent": DeliveriesSent((7, 8), ("/user/a",), ("m7", ("m", 8))),
     "DeliveriesSent each": DeliveriesSent((9, 11), ("/user/a", "/user/b"), ("x", "y")),
     "DeliveriesConfirmed": DeliveriesConfirmed((3, 5), 2),
+    "DeliveriesKept": DeliveriesKept(AtLeastOnceDeliverySnapshot(12, (UnconfirmedDelivery(11, "/user/a", "m11"),)), 9),
     "DurableSnapshot": DurableSnapshot(AtLeastOnceDeliverySnapshot(12, (UnconfirmedDelivery(11, "/user/a", "m11"),)),
                                        {"n": 1}),
     "AppliedBatch": AppliedBatch(("/o1", "/o2"), (4, 9), ("e4", ("e", 9))),
@@ -33,6 +34,8 @@ STORED = {
         "96c70001d922726570726973652e70657273697374656e63652e44656c6976657269657353656e740193c70002090b93c70002a72f757365722f61a72f757365722f6293c70002a178a179"),
     "DeliveriesConfirmed": (
         "95c70001d927726570726973652e70657273697374656e63652e44656c69766572696573436f6e6669726d65640193c70002030502"),
+    "DeliveriesKept": (
+        "95c70001d922726570726973652e70657273697374656e63652e44656c697665726965734b6570740195c70001d92f726570726973652e70657273697374656e63652e41744c656173744f6e636544656c6976657279536e617073686f74010c92c7000296c70001d927726570726973652e70657273697374656e63652e556e636f6e6669726d656444656c6976657279010ba72f757365722f61a36d313109"),
     "DurableSnapshot": (
         "95c70001d923726570726973652e70657273697374656e63652e44757261626c65536e617073686f740195c70001d92f726570726973652e70657273697374656e63652e41744c656173744f6e636544656c6976657279536e617073686f74010c92c7000296c70001d927726570726973652e70657273697374656e63652e556e636f6e6669726d656444656c6976657279010ba72f757365722f61a36d313181a16e01"),
     "AppliedBatch": (
