@@ -521,6 +521,9 @@ class DurableDelivery(AtLeastOnceDelivery):
             for u in snap.unconfirmed_deliveries:  # (each unconfirmed when it was journaled: a confirm follows it)
                 if u.delivery_id not in unconfirmed:
                     unconfirmed[u.delivery_id] = _Delivery(u.destination, u.message, back, 0)
+            # Ascending ids, as Akka's bursts resend them: a delivery whose sent event was in flight at the delete
+            # (a higher id) is replayed before this state.
+            self._unconfirmed = dict(sorted(unconfirmed.items()))
         elif t is DeliverySent:
             self._delivery_seq = max(self._delivery_seq, event.delivery_id)
             self._unconfirmed[event.delivery_id] = _Delivery(

@@ -112,7 +112,8 @@ class DeletingShipper(DurableDelivery):
     """A DurableDelivery entity that deletes its events: ("ship", destination, body) delivers a Payload, replying
     ("shipped", id) once journaled; ("confirm", id) confirms it, replying ("confirmed", result) once journaled;
     ("delete", to) deletes the events up to `to` ("last": last_sequence_nr, "max": MAX_SEQUENCE_NR), replying
-    ("deleted",) or ("delete failed", why); "unconfirmed": the unconfirmed ids; "boom" restarts it."""
+    ("deleted",) or ("delete failed", why); ("ship-and-delete", destination, body): both in one command;
+    "unconfirmed": the unconfirmed ids; "boom" restarts it."""
 
     redeliver_interval = 30.0  # (only the burst after recovery resends within a test)
 
@@ -129,6 +130,10 @@ class DeletingShipper(DurableDelivery):
         elif isinstance(message, tuple) and message[0] == "delete":
             self.asked = sender
             self.delete_messages(self.last_sequence_nr if message[1] == "last" else MAX_SEQUENCE_NR)
+        elif isinstance(message, tuple) and message[0] == "ship-and-delete":  # (its sent event after the delete's call)
+            self.asked = sender
+            self.deliver(message[1], lambda i: Payload(i, message[2]))
+            self.delete_messages(self.last_sequence_nr)
         elif isinstance(message, DeleteMessagesSuccess):
             self.tell(self.asked, ("deleted",))
         elif isinstance(message, DeleteMessagesFailure):
