@@ -86,6 +86,17 @@ fast senders), Thespian drains it inside the send, in "tx-only mode". That mode 
    end at that deadline: the half-made endpoint is closed (its queries to the admin failed) and AttachTimedOut
    (an InvalidActorAddress, as Thespian's own failure) is raised.
 
+13. An exit held by a retry to a client that is gone. An actor process that exits drains its transmits for up to
+   MAX_SHUTDOWN_DRAIN_PERIOD (7 s) before it ends; a transmit waiting on Thespian's retry timer (35 s x attempt)
+   is never tried again within it, and is dropped at the drain's end anyway. A client killed mid-attach (or its
+   process gone just then) left one behind about 1 shutdown in 4: the node agent's GuardianIs, or the guardian's
+   SystemStatus, to the client's port met "closed connection before ack" and then, on fix 4's immediate retry,
+   [Errno 104] Connection reset by peer (the dying process's listening socket still took the connect); the second
+   retry was due in 70 s, and the shutdown took 7.03 s. At an exit's drain, a transmit whose retry would come after
+   the drain's end is tried once more at once instead: a live target (a client still reading, a peer that reset one
+   connection) gets it, as it would not have before; a target that is gone refuses it (DeadTarget), or resets it
+   again, and then it ends as failed instead of holding the exit.
+
 For 1 and 2, the drain is Thespian's own transmit-only steps; when one sees no send complete for 20 ms, a 1 ms
 regular pass follows that accepts connections and reads and acknowledges what arrived. Every message
 and wakeup met during the drain is kept and, once the drain ends, put back in front of the actor's incoming queue, in order, to
@@ -200,6 +211,7 @@ def apply() -> None:
     _cap_backoff_pauses()
     _exit_requests_name_their_child()
     _read_acks_before_a_child_s_death()
+    _exit_drain_tries_late_retries_at_once()
     wakeupTransportBase._deliver_wakeups = deliver_wakeups
     atb.asyncTransportBase._drain_tx_queue_if_needed = drain_tx_queue_if_needed
     _applied = True
@@ -650,6 +662,56 @@ def _unlimited(target: Callable[..., object]) -> Callable[..., object]:
 def _always_for(transport: object) -> bool:
     """_canSendNow of every transport of the admin's and the logger's processes (an unbound method: `transport`)."""
     return True
+
+
+_exit_drain_ends: float | None = None
+"""(monotonic) When this actor process's exit drain gives up on its transmits; None until that drain starts."""
+
+
+def _exit_drain_tries_late_retries_at_once() -> None:
+    """At an actor's exit drain, a transmit whose retry would come after the drain's end is tried at once, and only
+    once more (fix 13)."""
+    from thespian.system import systemCommon
+    from thespian.system.transport import TransmitIntent
+
+    original_drain = systemCommon.systemCommonBase.drainTransmits
+    original_retry = TransmitIntent.retry
+
+    def drain_transmits(self: Any) -> None:
+        global _exit_drain_ends
+        # (Thespian's drain, of the same length, starts right after this: it ends no earlier than this deadline)
+        _exit_drain_ends = time.monotonic() + systemCommon.MAX_SHUTDOWN_DRAIN_PERIOD.total_seconds()
+        transport = getattr(self, "transport", None)
+        for intent in [*getattr(transport, "_waitingTransmits", ()),
+                       *getattr(transport, "_transmitIntents", {}).values()]:
+            _last_try_if_late(intent)
+        original_drain(self)
+
+    def retry(self: Any, immediately: bool = False) -> bool:
+        if _exit_drain_ends is None:
+            return bool(original_retry(self, immediately=immediately))
+        if getattr(self, "reprise_last_try", False):
+            return False  # its last try failed too: Thespian ends it as failed (the drain would have dropped it)
+        retried = bool(original_retry(self, immediately=immediately))
+        if retried:
+            _last_try_if_late(self)
+        return retried
+
+    systemCommon.systemCommonBase.drainTransmits = drain_transmits
+    TransmitIntent.retry = retry  # (fix 4 wraps this one in actor processes: its first retry at once goes through it)
+
+
+def _last_try_if_late(intent: Any) -> None:
+    """Make `intent`'s pending retry, if due after the exit drain's end, happen now and be its last (fix 13)."""
+    from thespian.system.timing import ExpirationTimer
+
+    retry_at = getattr(intent, "_retryTime", None)
+    if retry_at is None or _exit_drain_ends is None:
+        return
+    remaining = retry_at.view().remaining()  # (None: never, which is as late as can be)
+    if remaining is None or remaining.total_seconds() >= _exit_drain_ends - time.monotonic():
+        intent._retryTime = ExpirationTimer(timedelta(0))
+        intent.reprise_last_try = True
 
 
 HANDSHAKE_RETRY = timedelta(seconds=0.25)
