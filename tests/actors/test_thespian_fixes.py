@@ -114,6 +114,37 @@ def test_a_failed_exit_request_or_handshake_is_retried_within_a_second_other_mes
 
 
 
+def test_at_an_exit_drain_a_retry_due_after_its_end_is_tried_at_once_and_only_once_more(monkeypatch):
+    """Fix 13: Thespian's exit drain (7 s) never reached a retry due in 70 s, and waited for it all the same. At the
+    drain such a retry is made now, once: if that try fails too, the transmit ends (it is not re-armed)."""
+    import time
+
+    from thespian.actors import ActorExitRequest
+    from thespian.system import systemCommon
+    from thespian.system.transport import TransmitIntent
+
+    import actors.thespian_fixes as fixes
+
+    fixes.apply()
+    fixes.retry_reset_connections_at_once()  # (as in an actor process)
+    late = TransmitIntent(("127.0.0.1", 1), "a reply to a client")
+    assert late.retry() and late.retry()  # a reset, its immediate retry reset too: the next is Thespian's 2 x 35 s
+    assert late._retryTime.view().remaining().total_seconds() > 60
+    soon = TransmitIntent(("127.0.0.1", 1), ActorExitRequest(recursive=True))
+    assert soon.retry() and soon.retry()  # (fix 4: 2 x 0.25 s, well inside the drain)
+    monkeypatch.setattr(fixes, "_exit_drain_ends", time.monotonic() + systemCommon.MAX_SHUTDOWN_DRAIN_PERIOD.total_seconds())
+    for intent in (late, soon):
+        fixes._last_try_if_late(intent)  # (what the drain does to every transmit it starts with)
+    assert late._retryTime.view().remaining().total_seconds() < 0.05 and late.reprise_last_try
+    assert not getattr(soon, "reprise_last_try", False)
+    assert 0.3 < soon._retryTime.view().remaining().total_seconds() <= 0.5  # left to the drain: its retry comes in it
+    assert not late.retry(), "a transmit whose last try at the exit failed was re-armed"
+    during = TransmitIntent(("127.0.0.1", 1), "another reply")
+    assert during.retry()  # (the first, immediate: fix 4)
+    assert during.retry() and during.reprise_last_try  # its 70 s retry, armed during the drain, is made now instead
+    assert during._retryTime.view().remaining().total_seconds() < 0.05
+    assert soon.retry() and not getattr(soon, "reprise_last_try", False)  # 3 x 0.25 s: still inside the drain
+
 def _answers(selector: object) -> list[tuple[int, int]]:
     return sorted((key.fd, events) for key, events in selector.select(0))  # type: ignore[attr-defined]
 
