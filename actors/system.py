@@ -1447,6 +1447,9 @@ class System:
         from thespian.system.transport import TransmitIntent
 
         base = self._asys._systemBase
+        if base is None:  # (a shutdown in another thread stopped the transport between this call's check and now)
+            self._check_running()
+            raise SystemNotRunning("this System's transport is stopped")
         key = address_key(address)
         unacked = self._unacked
         failed: list[Any] = []

@@ -104,6 +104,17 @@ def test_a_shutdown_from_another_thread_ends_an_ask_waiting_in_this_one(base, ma
         assert tagged_pids(system.tag) == []
 
 
+def test_a_send_that_a_shutdown_in_another_thread_overtakes_after_its_check_raises_system_not_running(make_system):
+    # Under load the asking thread passed its running check, then the other thread's shutdown stopped the
+    # transport before its transmit: AttributeError ('NoneType' object has no attribute 'transport') instead of
+    # SystemNotRunning (2 of 7 loaded runs of the test above). The transmit is what the two threads race to.
+    system = make_system("multiproc")
+    guardian = system._guardian
+    system.shutdown()
+    with pytest.raises(actors.SystemNotRunning, match="shut down"):
+        system._transmit(guardian, "hello")
+
+
 @pytest.mark.timeout(180)
 def test_a_shutdown_from_another_thread_ends_a_tell_held_by_a_host_that_takes_nothing(make_system):
     # A tell to a host that takes nothing (busy in a long handler; or stopped) waits for the host's acknowledgement,
