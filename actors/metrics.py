@@ -209,9 +209,68 @@ METRICS_PATH = "/metrics"
 MAX_CONNECTIONS = 16
 """Connections the endpoint serves at once: a thread each. Prometheus scrapes one at a time; any local process could
 otherwise start a thread per connection it opened, in the process serving the endpoint (yours, on the in-process
-base), without limit."""
+base), without limit. When all are taken, a new connection closes the oldest one still sending its request."""
 REQUEST_TIMEOUT = 10.0
-"""Seconds a connection may take to send its request (and to read the answer) before it is closed."""
+"""Seconds a connection may take to send its whole request head, and each write of the answer, before it is closed."""
+HEAD_LIMIT = 32 * 1024
+"""Bytes a request head (request line and headers) may take; a scrape's takes a few hundred. A larger one is
+answered 431 and closed before more of it is read."""
+
+
+class _RequestRefused(Exception):
+    """A request head too slow or too large: the connection is closed (`answer`, if any, sent first)."""
+
+    def __init__(self, answer: bytes = b"") -> None:
+        super().__init__(answer.decode(errors="replace"))
+        self.answer = answer
+
+
+class _HeadReader:
+    """The connection's `rfile` while the request head is read: at most HEAD_LIMIT bytes, by one deadline in all.
+
+    The socket timeout alone is per read, so a client sending a byte now and then held its connection (and its
+    slot) for good; and http.server buffers up to 100 header lines of 64 KiB each.
+    """
+
+    def __init__(self, rfile: Any, sock: socket.socket, deadline: float) -> None:
+        self._rfile = rfile
+        self._sock = sock
+        self._deadline = deadline
+        self._left = HEAD_LIMIT
+        self.head_done = False
+
+    def readline(self, limit: int = -1) -> bytes:
+        """One line, as BufferedReader.readline, refused past the deadline or the head's byte budget."""
+        if self.head_done:
+            return bytes(self._rfile.readline(limit))
+        line = bytearray()
+        while limit < 0 or len(line) < limit:
+            wait = self._deadline - time.monotonic()
+            if wait <= 0:
+                raise _RequestRefused()
+            self._sock.settimeout(wait)
+            try:
+                chunk = self._rfile.peek(1)  # (what is buffered, or one read of the socket: never blocks past wait)
+            except OSError:  # (TimeoutError: the deadline; a reset)
+                raise _RequestRefused() from None
+            if not chunk:
+                break
+            end = chunk.find(b"\n")
+            take = len(chunk) if end < 0 else end + 1
+            if limit >= 0:
+                take = min(take, limit - len(line))
+            if take > self._left:
+                raise _RequestRefused(b"HTTP/1.0 431 Request Header Fields Too Large\r\nContent-Type: text/plain\r\n"
+                                      b"Connection: close\r\n\r\nrequest head larger than %d bytes: GET %s takes no "
+                                      b"headers of that size\n" % (HEAD_LIMIT, METRICS_PATH.encode()))
+            self._left -= take
+            line += self._rfile.read(take)  # (buffered already: no read of the socket)
+            if line.endswith(b"\n"):
+                break
+        return bytes(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._rfile, name)  # (read, close...: the WSGI input once the head is read)
 
 
 class _Server(ThreadingMixIn, WSGIServer):
@@ -224,24 +283,52 @@ class _Server(ThreadingMixIn, WSGIServer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._lock = threading.Lock()
+        self._reading: dict[Any, float] = {}  # connection -> when it was accepted, while its request head is read
         super().__init__(*args, **kwargs)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """Serve the connection in a thread of its own, or close it at once when MAX_CONNECTIONS are served."""
-        if not self._slots.acquire(blocking=False):
+        """Serve the connection in a thread of its own; when MAX_CONNECTIONS are served, close the oldest still
+        sending its request to make room (or this one at once, if none is)."""
+        # (Closing the new one instead, connections that sent a byte now and then kept every scrape out. A scrape
+        # sends its request within a millisecond: it is not the oldest for long.)
+        if not self._slots.acquire(blocking=False) and not (self._close_oldest_reading()
+                                                             and self._slots.acquire(timeout=1.0)):
             self.shutdown_request(request)  # (a flood: one more thread each would cost the process without bound)
             return
+        with self._lock:
+            self._reading[request] = time.monotonic()
         try:
             super().process_request(request, client_address)
         except BaseException:
+            self.head_read(request)
             self._slots.release()
             raise
+
+    def _close_oldest_reading(self) -> bool:
+        """Shut the connection down that has been sending its request head the longest; False if none is."""
+        with self._lock:
+            if not self._reading:
+                return False
+            oldest = min(self._reading, key=self._reading.__getitem__)
+            del self._reading[oldest]
+        try:
+            oldest.shutdown(socket.SHUT_RDWR)  # (its thread's read ends at once; the thread closes it and frees its slot)
+        except OSError:
+            pass
+        return True
+
+    def head_read(self, request: Any) -> None:
+        """`request` has sent its request head (or ended): it is no longer closed to make room."""
+        with self._lock:
+            self._reading.pop(request, None)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         """Serve one connection; its slot is free again when it ends."""
         try:
             super().process_request_thread(request, client_address)
         finally:
+            self.head_read(request)
             self._slots.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -255,6 +342,32 @@ class _Server6(_Server):
 
 class _QuietHandler(WSGIRequestHandler):
     timeout = REQUEST_TIMEOUT  # (StreamRequestHandler sets it on the socket: a silent client is closed)
+    server: _Server
+
+    def setup(self) -> None:
+        """Read the request head through a _HeadReader (one deadline, HEAD_LIMIT bytes)."""
+        super().setup()
+        self.rfile = _HeadReader(self.rfile, self.connection, time.monotonic() + REQUEST_TIMEOUT)  # type: ignore[assignment]
+
+    def parse_request(self) -> bool:
+        """Parse the head as http.server does; from then on the connection is served, and not closed to make room."""
+        parsed = super().parse_request()
+        self.server.head_read(self.request)
+        self.rfile.head_done = True  # type: ignore[attr-defined]
+        self.connection.settimeout(REQUEST_TIMEOUT)  # (for the answer's writes)
+        return parsed
+
+    def handle(self) -> None:
+        """Serve the one request; a head too slow or too large ends the connection (answered 431 if too large)."""
+        try:
+            super().handle()
+        except _RequestRefused as refused:
+            if refused.answer:
+                try:
+                    self.connection.settimeout(1.0)
+                    self.wfile.write(refused.answer)
+                except OSError:
+                    pass
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
         """Nothing: a scrape every few seconds would fill stderr."""

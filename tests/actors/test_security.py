@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import select
 import shutil
 import signal
 import socket
@@ -974,3 +975,71 @@ def test_a_squatter_claiming_a_huge_frame_gets_a_probe_verdict_not_an_allocation
 
         threading.Thread(target=squat, daemon=True).start()
         assert signed_probe("127.0.0.1", server.getsockname()[1], b"s" * 32, None, 5.0) is Verdict.FOREIGN
+
+
+def trickle(conns: list[socket.socket], stop: threading.Event) -> None:
+    """Send each of `conns` one more byte of a request head every second until `stop` (a slowloris)."""
+    while not stop.wait(1.0):
+        for conn in conns:
+            try:
+                conn.sendall(b"X")
+            except OSError:
+                pass  # (closed by the endpoint: what the fix does)
+
+
+@pytest.mark.timeout(120)
+def test_clients_trickling_their_request_head_cannot_keep_the_metrics_port_from_scrapes(base, make_system):
+    # The endpoint's 10 s limit was per read: MAX_CONNECTIONS clients sending a byte a second of a request line that
+    # never ends held every slot for good, and each scrape was closed unanswered (RemoteDisconnected, 16 s on).
+    from actors import metrics
+
+    port = actors.free_port()
+    make_system(base, metrics_port=port)
+    assert sample(scrape(port), "reprise_status_ok") == 1
+    slow = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(metrics.MAX_CONNECTIONS)]
+    stop = threading.Event()
+    trickler = threading.Thread(target=trickle, args=(slow, stop), daemon=True)
+    try:
+        for conn in slow:
+            conn.sendall(b"GET /")
+        trickler.start()
+        # A scrape is served while they trickle on, well past the per-read timeout.
+        deadline = time.monotonic() + 2 * metrics.REQUEST_TIMEOUT
+        while time.monotonic() < deadline:
+            assert sample(scrape(port), "reprise_status_ok") == 1
+            time.sleep(1.0)  # (a scrape interval)
+    finally:
+        stop.set()
+        trickler.join(5)
+        for conn in slow:
+            conn.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_huge_request_head_to_the_metrics_port_is_refused_before_it_is_buffered(base, make_system):
+    # The endpoint buffered up to 100 header lines of 64 KiB each per connection, held while the client sent
+    # no end of the head: MAX_CONNECTIONS such clients grew the process serving it by ~100 MiB (the user's own
+    # process on the in-process base), and more with a trickle.
+    from actors import metrics
+
+    port = actors.free_port()
+    make_system(base, metrics_port=port)
+    line = b"X-Padding: " + b"a" * 60_000 + b"\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        sent = 0
+        try:
+            conn.sendall(b"GET /metrics HTTP/1.1\r\n")
+            # (line by line until the endpoint answers: a close with our bytes unread would reset its answer)
+            while sent < 99 * len(line) and not select.select([conn], [], [], 0.05)[0]:
+                conn.sendall(line)
+                sent += len(line)
+        except OSError:
+            pass
+        conn.settimeout(10)
+        try:
+            answer = conn.recv(4096)
+        except OSError as e:
+            answer = repr(e).encode()
+    assert answer.startswith(b"HTTP/1.0 431 "), f"after {sent >> 10} KiB of request head: {answer[:200]!r}"
+    assert str(metrics.HEAD_LIMIT).encode() in answer  # (says what the limit is)
+    assert sample(scrape(port), "reprise_status_ok") == 1  # (a proper scrape still is)
