@@ -42,6 +42,7 @@ import errno
 import logging
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -247,7 +248,9 @@ def create_private_file(path: str) -> None:
     be made in.
     """
     try:
+        refuse_foreign_files(path)
         _create_private_file(path)
+        refuse_foreign_files(path)  # (one planted meanwhile, by another user, was not replaced: it would be used)
     except OSError as e:
         # (it said "[Errno 30] Read-only file system: '/data/.reprise-4242-1398.new'": a name of ours, not the user's)
         where = os.path.dirname(e.filename) if isinstance(e.filename, str) else os.path.dirname(path)
@@ -259,6 +262,33 @@ def create_private_file(path: str) -> None:
                errno.ENOTDIR: f"{e.filename!r} is not a directory: fix the path"}.get(
             e.errno or 0, f"{e.strerror} ({e.filename})")
         raise JournalError(f"cannot create the SQLite file {path}: {fix}") from e
+
+
+def refuse_foreign_files(path: str) -> None:
+    """JournalError if `path`, its -wal or its -shm is another user's (or a link of theirs), or others may write it.
+
+    SQLite opens whatever is there: in a directory others may write in (/tmp), another user could put their own
+    file (or -wal, once a clean close removed ours) where a journal goes, and read and rewrite what it stores.
+    """
+    me = os.geteuid()
+    for name in (path, path + "-wal", path + "-shm"):
+        try:
+            link = os.lstat(name)
+        except OSError:
+            continue  # (missing: SQLite creates it, with the database file's owner and mode)
+        try:
+            target = os.stat(name) if stat.S_ISLNK(link.st_mode) else link
+        except OSError:
+            target = link  # (a dangling link: its owner decides)
+        owner = next((s.st_uid for s in (link, target) if s.st_uid != me), None)
+        if owner is not None:
+            raise JournalError(
+                f"{name} belongs to uid {owner}, not to this user (uid {me}): its owner could read and rewrite what "
+                "is stored in it. Remove it (`rm` it as that user or root), or give a path in a directory only you "
+                "may write (e.g. made with `mkdir -m 700`)")
+        if stat.S_IMODE(target.st_mode) & (stat.S_IWGRP | stat.S_IWOTH):
+            raise JournalError(f"{name} may be written by other users (mode {stat.S_IMODE(target.st_mode):o}): "
+                               f"run `chmod 600 {name}`")
 
 
 def _create_private_file(path: str) -> None:
@@ -337,6 +367,7 @@ class _Connection:
         self.path = path
         self.users = 0
         self.inherited = False  # True in a forked child: its parent's connection, never used or closed there
+        refuse_foreign_files(self.path)  # (before its -wal is read: another user's could be a FIFO, and block)
         if not accept_torn:
             problem = _wal_refusal(self.path)
             if problem is not None:

@@ -51,6 +51,47 @@ def test_files_are_0600_even_with_a_permissive_umask(tmp_path) -> None:
     assert modes == {f: 0o600 for f in files}
 
 
+@pytest.mark.parametrize("planted", ["", "-wal", "-shm", "link"])
+def test_a_file_another_user_planted_where_the_journal_goes_is_refused_naming_its_owner(tmp_path, planted) -> None:
+    # A journal named in a directory others may write in (/tmp: sticky, world-writable) opened whatever another
+    # user had put there first: their file (or -wal/-shm) took this user's events, which they could read and
+    # rewrite, or a symbolic link of theirs pointing at such a file.
+    if os.geteuid() != 0:
+        pytest.skip("NOT RUN: needs root to give a file to user nobody")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)  # (as /tmp)
+    path = shared / "j.db"
+    if planted in ("-wal", "-shm"):
+        with open_journal(f"sqlite://{path}") as j:  # this user's journal, closed cleanly: no -wal, -shm left
+            _write(j, "p", range(1, 3))
+    theirs = shared / ("their.db" if planted == "link" else f"j.db{planted}")
+    theirs.touch()
+    os.chmod(theirs, 0o666)
+    os.chown(theirs, 65534, 65534)
+    if planted == "link":
+        os.symlink(theirs, path)
+        os.lchown(path, 65534, 65534)
+    with pytest.raises(JournalError, match=f"{theirs} belongs to uid 65534.*could read and rewrite"):
+        open_journal(f"sqlite://{path}")
+    assert theirs.stat().st_size == 0  # (nothing of ours went into it)
+    os.unlink(theirs)
+    with open_journal(f"sqlite://{path}") as j:  # (once it is gone, the journal opens)
+        _write(j, "q", range(1, 2))
+
+
+def test_a_journal_file_other_users_may_write_is_refused(tmp_path) -> None:
+    path = tmp_path / "j.db"
+    with open_journal(f"sqlite://{path}") as j:
+        _write(j, "p", range(1, 3))
+    os.chmod(path, 0o666)
+    with pytest.raises(JournalError, match=f"{path} may be written by other users .*chmod 600 {path}"):
+        open_journal(f"sqlite://{path}")
+    os.chmod(path, 0o600)
+    with open_journal(f"sqlite://{path}") as j:
+        assert _seqs(j, "p") == [1, 2]
+
+
 def test_unknown_scheme_and_options_are_refused(tmp_path) -> None:
     with pytest.raises(ValueError, match=r"sqlite://.*memory://.*postgresql://"):
         open_journal("mysql://localhost/db")
