@@ -38,13 +38,14 @@ sends nothing (psycopg's close sends libpq's Terminate, which would end the pare
 from __future__ import annotations
 
 import math
+import re
 import os
 import select
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 import psycopg_pool
@@ -276,9 +277,27 @@ _OURS = ("schema", "pool_min", "pool_max", "statement_timeout")
 _MAX_IDENTIFIER = 63  # bytes: PostgreSQL truncates longer names (NAMEDATALEN - 1)
 
 
+def _check_userinfo(url: str, parts: SplitResult) -> None:
+    """InvalidUrl unless the URL's password (if any) is percent-encoded where it must be.
+
+    Otherwise libpq and psycopg quote it in their errors, whole or in part ("invalid percent-encoded token:
+    \"se%zzcret\"", a "/" in it making the rest host and path), and those errors reach logs and screens.
+    """
+    userinfo, at, host = parts.netloc.rpartition("@")
+    _, colon, port = host.partition(":")
+    # (an "@" after the host: a "/", "?" or "#" in the password ended the host there; a port "pa": the same)
+    swallowed = not at and "@" in url.partition("://")[2] and (
+        "@" in parts.path or (colon and not re.fullmatch(r"[0-9]*(,.*)?", port)))
+    if swallowed or re.search(r"%(?![0-9A-Fa-f]{2})", userinfo):
+        raise InvalidUrl(f"{redact_url(url)!r}: its user or password is not percent-encoded",
+                         "encode the characters / ? # @ % in them as %2F %3F %23 %40 %25 (e.g. "
+                         "urllib.parse.quote(password, safe=''))")
+
+
 def split_url(url: str) -> PostgresUrl:
     """Our parameters of a postgresql:// URL (checked: InvalidUrl names a bad one) and the URL libpq gets."""
     parts = urlsplit(url)
+    _check_userinfo(url, parts)
     ours: dict[str, str] = {}
     libpq: list[tuple[str, str]] = []
     for k, v in parse_qsl(parts.query, keep_blank_values=True):

@@ -85,8 +85,10 @@ def parse_url(url: str) -> ParsedUrl:
     return ParsedUrl(scheme, target, options)
 
 
-# The user-info part of scheme://user:password@host: everything up to the last "@" before the path.
-_USERINFO = re.compile(r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*):(?P<secret>[^/?#]*)@")
+# The user-info part of scheme://user:password@host: everything up to the last "@". (Up to the last "@" before the
+# path, a password with an unencoded "/", "?" or "#" was shown whole, or from there on: over-redacting a URL with
+# an "@" in its query is the lesser harm.)
+_USERINFO = re.compile(r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*):(?P<secret>.*)@", re.DOTALL)
 # password=... in a URL query or a libpq keyword string (host=x password=y).
 _PASSWORD_PARAM = re.compile(r"(?i)(?P<key>\bpassword\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'|[^&\s#]*)")
 REDACTED = "***"

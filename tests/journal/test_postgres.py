@@ -12,11 +12,11 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from journal import AtomicWrite, JournalError, PersistentRepr, open_journal, open_snapshot_store
+from journal import AtomicWrite, InvalidUrl, JournalError, PersistentRepr, open_journal, open_snapshot_store
 from journal.model import MAX_SEQUENCE_NR
 from journal.postgres import drop_schema, split_url
 from journal.testing import QueryCollector as Reader
-from journal.urls import missing_journal
+from journal.urls import missing_journal, redact_url
 from tests.forking import in_forked_child
 from tests.journal.postgres_server import SERVER, postgres_url  # noqa: F401  (fixture)
 from tests.waiting import wait_for
@@ -429,3 +429,17 @@ def test_a_writer_that_may_not_upgrade_an_older_schema_is_refused_naming_it_unti
                 wait_for(lambda: set(ids.got) == {"a", "c", "w"}, 20)
             finally:
                 ids.stop()
+
+
+@pytest.mark.parametrize("password", ["pa/ss-Secret1", "pa?ss-Secret1", "pa#ss-Secret1", "se%zzSecret1"])
+def test_a_password_not_percent_encoded_is_in_no_error_and_no_display(password: str) -> None:
+    # libpq's and Reprise's errors quoted such passwords, whole or in part: "cannot connect to PostgreSQL at
+    # test/ss-Secret1@127.0.0.1/test", "invalid URI query parameter: \"ss-Secret1@...\"", "invalid percent-encoded
+    # token: \"se%zzSecret1\"", and redact_url shows them as they are.
+    url = f"postgresql://test:{password}@127.0.0.1:5432/test"
+    assert "Secret1" not in (redact_url(url) or "")
+    with pytest.raises((JournalError, InvalidUrl)) as caught:
+        open_journal(url).close()
+    text = f"{caught.value} {caught.value.__cause__!r}"
+    assert "Secret1" not in text, text
+    assert "percent-encode" in text, text
