@@ -51,7 +51,8 @@ def test_files_are_0600_even_with_a_permissive_umask(tmp_path) -> None:
     assert modes == {f: 0o600 for f in files}
 
 
-@pytest.mark.parametrize("planted", ["", "-wal", "-shm", "link"])
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("planted", ["", "-wal", "-shm", "link", "fifo"])
 def test_a_file_another_user_planted_where_the_journal_goes_is_refused_naming_its_owner(tmp_path, planted) -> None:
     # A journal named in a directory others may write in (/tmp: sticky, world-writable) opened whatever another
     # user had put there first: their file (or -wal/-shm) took this user's events, which they could read and
@@ -62,11 +63,14 @@ def test_a_file_another_user_planted_where_the_journal_goes_is_refused_naming_it
     shared.mkdir()
     os.chmod(shared, 0o1777)  # (as /tmp)
     path = shared / "j.db"
-    if planted in ("-wal", "-shm"):
+    if planted in ("-wal", "-shm", "fifo"):
         with open_journal(f"sqlite://{path}") as j:  # this user's journal, closed cleanly: no -wal, -shm left
             _write(j, "p", range(1, 3))
-    theirs = shared / ("their.db" if planted == "link" else f"j.db{planted}")
-    theirs.touch()
+    theirs = shared / {"link": "their.db", "fifo": "j.db-wal"}.get(planted, f"j.db{planted}")
+    if planted == "fifo":
+        os.mkfifo(theirs)  # (the open blocked on it for good: no writer ever comes)
+    else:
+        theirs.touch()
     os.chmod(theirs, 0o666)
     os.chown(theirs, 65534, 65534)
     if planted == "link":
