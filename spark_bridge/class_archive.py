@@ -95,7 +95,8 @@ def build_class_archive(path: str, jvm_options: str, timeout: float = BUILD_TIME
     """Build the archive at `path` in a fresh JVM (a child process runs a small local job); returns `path`."""
     path = jvm_path(path)
     directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
+    # 0700, not the umask's (0777 under umask 000): whoever may write there may replace the archive the JVM trusts.
+    os.makedirs(directory, mode=0o700, exist_ok=True)
     # Spark's scratch directories go to a directory removed afterwards: the JVM leaves them behind when it exits
     # to write the archive, and when a timeout kills it. So do the child's own temporary files (TMPDIR): PySpark
     # makes a directory while its JVM starts and removes it only if it is not killed meanwhile.
@@ -189,7 +190,9 @@ def _train(path: str, jvm_options: str) -> None:
     if code != 0 or not os.path.isfile(partial) or os.path.getsize(partial) == 0:
         raise ClassArchiveError(f"the JVM exited with {code} and left no archive at {partial}")
     os.chmod(partial, 0o600)
-    with open(f"{partial}.key", "w", encoding="utf-8") as f:
+    key = os.open(f"{partial}.key", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    os.fchmod(key, 0o600)  # (whatever the umask)
+    with open(key, "w", encoding="utf-8") as f:
         json.dump({"key": archive_key(jvm_options)}, f)
     # The key goes last: an archive without a current key is rebuilt, never half-trusted.
     os.replace(partial, path)

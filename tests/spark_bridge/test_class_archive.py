@@ -45,6 +45,7 @@ def test_a_session_builds_its_class_archive_once_and_then_loads_sparks_classes_f
     archive = str(tmp_path / "spark.jsa")
     _job(archive)
     assert stat.S_IMODE(os.stat(archive).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(f"{archive}.key").st_mode) == 0o600  # (it was the umask's: 0644 here)
     assert archive_is_current(archive, LEAN_JVM)
     assert not [p for p in os.listdir(tmp_path) if "partial" in p], "a partial archive was left behind"
     built = os.stat(archive).st_mtime_ns
@@ -81,6 +82,20 @@ def test_a_failed_build_says_why_and_leaves_no_archive(tmp_path):
         build_class_archive(archive, "-Xmx2m", timeout=100)
     assert "class_archive=None" in str(failed.value)
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.timeout(120)
+def test_the_directory_a_build_makes_is_private_whatever_the_umask(tmp_path):
+    # It was made with the umask's mode: 0777 under umask 000, so any user could replace the archive, which the
+    # next driver JVM maps and trusts.
+    archive = str(tmp_path / "new" / "spark.jsa")
+    old = os.umask(0)
+    try:
+        with pytest.raises(ClassArchiveError, match="JAVA_GATEWAY_EXITED"):
+            build_class_archive(archive, "-Xmx2m", timeout=100)  # (fails fast: the directory is made first)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "new").st_mode) == 0o700
 
 
 def test_a_path_with_spaces_is_refused_before_any_jvm_starts(tmp_path):
