@@ -271,6 +271,19 @@ def refuse_foreign_files(path: str) -> None:
     file (or -wal, once a clean close removed ours) where a journal goes, and read and rewrite what it stores.
     """
     me = os.geteuid()
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        where = os.stat(directory)
+    except OSError:
+        where = None  # (missing: created 0700 as this user's; unreadable: the open says so)
+    if where is not None and where.st_uid not in (me, 0):
+        raise JournalError(f"{path}: its directory {directory} belongs to uid {where.st_uid}, who could replace "
+                           "its files at any time (and read and rewrite what is stored in them): give a path in a "
+                           "directory of your own")
+    if where is not None and where.st_mode & stat.S_IWOTH and not where.st_mode & stat.S_ISVTX:
+        raise JournalError(f"{path}: its directory {directory} may be written by every user (mode "
+                           f"{stat.S_IMODE(where.st_mode):o}, without the sticky bit /tmp has), who could replace its "
+                           "files: give a path in a directory of your own, or run `chmod o-w` on it")
     for name in (path, path + "-wal", path + "-shm"):
         try:
             link = os.lstat(name)

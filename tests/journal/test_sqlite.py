@@ -84,6 +84,25 @@ def test_a_file_another_user_planted_where_the_journal_goes_is_refused_naming_it
         _write(j, "q", range(1, 2))
 
 
+def test_a_journal_in_a_directory_another_user_may_replace_its_files_in_is_refused(tmp_path) -> None:
+    # Its files could be this user's, and still be swapped for another user's between two checks (or opens).
+    shared = tmp_path / "open"
+    shared.mkdir()
+    os.chmod(shared, 0o777)  # (no sticky bit: anyone may rename and remove anyone's files in it)
+    with pytest.raises(JournalError, match=f"its directory {shared} may be written by every user .*chmod o-w"):
+        open_journal(f"sqlite://{shared}/j.db")
+    assert os.listdir(shared) == []
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, 65534, 65534)
+        with pytest.raises(JournalError, match=f"its directory {theirs} belongs to uid 65534"):
+            open_journal(f"sqlite://{theirs}/j.db")
+    os.chmod(shared, 0o1777)  # (as /tmp: its files stay their owners')
+    with open_journal(f"sqlite://{shared}/j.db") as j:
+        _write(j, "p", range(1, 2))
+
+
 def test_a_journal_file_other_users_may_write_is_refused(tmp_path) -> None:
     path = tmp_path / "j.db"
     with open_journal(f"sqlite://{path}") as j:
