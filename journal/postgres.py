@@ -38,8 +38,8 @@ sends nothing (psycopg's close sends libpq's Terminate, which would end the pare
 from __future__ import annotations
 
 import math
-import re
 import os
+import re
 import select
 import time
 import weakref
