@@ -50,7 +50,7 @@ def signed_probe(host: str, admin_port: int, secret: bytes, tls: tls_module.TlsC
         except OSError:
             return Verdict.UNTRIED
         me = ActorAddress(TCPv4ActorAddress(host, listener.getsockname()[1], external=True))
-        body = auth.sign(secret, (me, QueryExists()))
+        body = auth.sign(secret, (me, QueryExists()), admin_port)
         try:
             if tls is not None:
                 conn = tls_module.client_context(tls).wrap_socket(conn)

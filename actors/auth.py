@@ -15,8 +15,12 @@ without it is dropped after at most one read (1 MB, Thespian's largest) and its 
 follows, with its own tag: `size tag + HMAC-SHA256(secret, pickle) + pickle`.
 
 An HMAC on every frame (not a handshake per connection) survives Thespian's connection reuse and costs
-one pass of SHA-256 over bytes that were just pickled. A captured frame can be replayed by someone who
-can read the traffic: use a private network between hosts.
+one pass of SHA-256 over bytes that were just pickled. The HMAC's key is derived from the secret and the port the
+frame is sent to (the receiver's listening port), and a process accepts only frames for its own ports: any local
+user can listen on the port of an actor process that died (a SIGKILLed host, until it restarts elsewhere) and
+collect what was still sent there, and those frames were accepted as they were by every other process of the
+system. A captured frame can still be replayed to the port it was sent to, by someone who can read the traffic
+or who holds that port later: use a private network between hosts.
 
 Actor processes fork from `actors.boot`, which loads the secret before the ActorSystem starts, so they
 inherit it; clients (`actors.connect`, the CLI, Spark executors) load it from the run dir of the local
@@ -50,6 +54,8 @@ _unauthenticated = False  # benchmarks only: sign nothing, accept unsigned frame
 _applied = False
 _control: dict[bytes, str] = {}
 _CONTROL_MAX = 64
+_ports: dict[int, int] = {}  # listening port of each live transport of this process -> transports on it
+_port_keys: dict[tuple[bytes, int], bytes] = {}  # (secret, port) -> the HMAC key of frames sent to that port
 
 
 class AuthenticationFailed(RepriseError, ConnectionError):
@@ -209,10 +215,21 @@ def size_tag(key: bytes, size: int) -> bytes:
     return hashlib.blake2s(b"reprise-frame %d" % size, key=key[:32]).digest()
 
 
-def sign(key: bytes, obj: object) -> bytes:
-    """One authenticated Thespian frame body: the size tag, the pickle's HMAC-SHA256 tag, then the pickle."""
+def port_key(key: bytes, port: int) -> bytes:
+    """The HMAC key of frames sent to `port`: a frame collected on one port is refused on every other."""
+    derived = _port_keys.get((key, port))
+    if derived is None:
+        if len(_port_keys) >= 1024:
+            _port_keys.clear()  # (bounded: a client attached to many systems in turn derives them again)
+        derived = _port_keys[key, port] = hashlib.blake2s(b"reprise-port %d" % port, key=key[:32]).digest()
+    return derived
+
+
+def sign(key: bytes, obj: object, port: int) -> bytes:
+    """One authenticated Thespian frame body for the process listening on `port`: the size tag, the pickle's
+    HMAC-SHA256 tag (keyed for that port), then the pickle."""
     body = pickle.dumps(obj)
-    return size_tag(key, 2 * _TAG + len(body)) + hmac.digest(key, body, "sha256") + body
+    return size_tag(key, 2 * _TAG + len(body)) + hmac.digest(port_key(key, port), body, "sha256") + body
 
 
 def size_is_signed(size: int, head: bytes) -> bool:
@@ -233,8 +250,9 @@ def verify_and_load(data: bytes) -> object:
         view = memoryview(data)
         tag, body = view[_TAG:2 * _TAG], view[2 * _TAG:]  # (the size tag before them was checked on arrival)
         for key in _accepted:
-            if hmac.compare_digest(hmac.digest(key, body, "sha256"), tag):
-                return pickle.loads(body)
+            for port in _ports:
+                if hmac.compare_digest(hmac.digest(port_key(key, port), body, "sha256"), tag):
+                    return pickle.loads(body)
     if _unauthenticated:
         return pickle.loads(data)
     raise AuthenticationFailed("dropped a frame without a valid HMAC of this actor system's secret "
@@ -251,6 +269,20 @@ class _Serializer:
         raise AuthenticationFailed("Reprise signs frames in TCPTransport.serializer; nothing else may send")
 
 
+def target_port(address: object) -> int:
+    """The port a Thespian TCP actor address listens on (what a frame sent there is signed for)."""
+    sockname = getattr(getattr(address, "addressDetails", None), "sockname", None)
+    if not isinstance(sockname, tuple) or len(sockname) < 2 or not isinstance(sockname[1], int):
+        raise AuthenticationFailed(f"cannot sign a frame for {address!r}: not a TCP actor address")
+    return sockname[1]
+
+
+def _forget_inherited_ports() -> None:
+    # A forked process (Thespian forks every actor process) listens on none of its parent's ports: frames for them
+    # are not for it (a child of a host that died would otherwise take what was collected on the host's port).
+    _ports.clear()
+
+
 def apply() -> None:
     """Patch Thespian's TCP transport once per process (idempotent); forked actor processes inherit it."""
     global _applied
@@ -259,6 +291,7 @@ def apply() -> None:
     from thespian.system.transport import TCPTransport as tcp
     from thespian.system.transport import streamBuffer
 
+    os.register_at_fork(after_in_child=_forget_inherited_ports)
     for packet in (streamBuffer.ackPacket, streamBuffer.ackDataErrPacket):
         _control[pickle.dumps(packet)] = packet
     original_init = tcp.TCPTransport.__init__
@@ -269,11 +302,26 @@ def apply() -> None:
                                     "or start a system with actors.start")
         self._reprise_key = _signing  # fixed per transport: a later start() must not re-key live ones
         original_init(self, *args, **kwargs)
+        port = self.socket.getsockname()[1]
+        self._reprise_port = port
+        _ports[port] = _ports.get(port, 0) + 1
+
+    original_close = tcp.TCPTransport.close
+
+    def close(self: Any) -> None:
+        port = getattr(self, "_reprise_port", None)
+        if port is not None:
+            self._reprise_port = None
+            if _ports.get(port, 0) > 1:
+                _ports[port] -= 1
+            else:
+                _ports.pop(port, None)
+        original_close(self)
 
     def serializer(self: Any, intent: Intent) -> bytes:
         key = getattr(self, "_reprise_key", _signing)
         obj = (self.myAddress, intent.message)
-        body = pickle.dumps(obj) if key is None else sign(key, obj)
+        body = pickle.dumps(obj) if key is None else sign(key, obj, target_port(intent.targetAddr))
         return b"%d>" % len(body) + body
 
     original_add_more = streamBuffer.ReceiveBuffer.addMore
@@ -292,6 +340,7 @@ def apply() -> None:
             self._reprise_sized = True
 
     tcp.TCPTransport.__init__ = init
+    tcp.TCPTransport.close = close
     tcp.TCPTransport.serializer = serializer
     tcp.serializer = _Serializer
     streamBuffer.ReceiveBuffer.addMore = add_more

@@ -1043,3 +1043,82 @@ def test_a_huge_request_head_to_the_metrics_port_is_refused_before_it_is_buffere
     assert answer.startswith(b"HTTP/1.0 431 "), f"after {sent >> 10} KiB of request head: {answer[:200]!r}"
     assert str(metrics.HEAD_LIMIT).encode() in answer  # (says what the limit is)
     assert sample(scrape(port), "reprise_status_ok") == 1  # (a proper scrape still is)
+
+
+def collect_one_frame(server: socket.socket, frames: list[bytes]) -> None:
+    """Accept connections on `server` and keep the first whole frame sent on one (a squatter's catch)."""
+    from thespian.system.transport.streamBuffer import ackMsg
+
+    while not frames:
+        try:
+            conn, _ = server.accept()
+        except OSError:
+            return  # (closed by the test)
+        with conn:
+            conn.settimeout(10)
+            data = b""
+            try:
+                while b">" not in data:
+                    data += conn.recv(1) or b"!>"
+                head = data[:-1]
+                if not head.isdigit():
+                    continue
+                while len(data) < len(head) + 1 + int(head):
+                    more = conn.recv(65536)
+                    if not more:
+                        break
+                    data += more
+                else:
+                    frames.append(data)
+                    conn.sendall(ackMsg)  # (as Thespian does: the sender's tell returns)
+            except OSError:
+                continue
+
+
+def answer_to(ip: str, port: int, frame: bytes) -> bytes:
+    """What the process on ip:port answers a frame with: Thespian's ACK, its ACK+DATAERR, or b"" (it hung up)."""
+    with socket.create_connection((ip, port), timeout=10) as conn:
+        conn.sendall(frame)
+        try:
+            return conn.recv(100)
+        except OSError:
+            return b""
+
+
+@pytest.mark.timeout(120)
+def test_a_frame_collected_on_a_dead_hosts_port_is_refused_by_every_process_of_the_system(make_system):
+    # Any local user could listen on the port of a SIGKILLed host, take what was still sent there (signed with the
+    # system's secret), and replay it to any process of the system, which took it (the restarted host ACKed it).
+    from thespian.system.transport.streamBuffer import ackMsg
+
+    system = make_system("multiproc")
+    system.spawn(Echo, "/user/a")
+    assert system.ask("/user/a", Ping(1)) == Pong(1, "/user/a")
+    dead = system.status().hosts["/user/a"].pid
+    ((ip, port), _), = listening_sockets([dead]).values()
+    frames: list[bytes] = []
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (its connections' TIME_WAIT)
+        os.kill(dead, signal.SIGKILL)
+
+        def squat() -> bool:
+            try:
+                squatter.bind((ip, port))
+            except OSError:
+                return False  # (until the dead host's socket is gone)
+            return True
+
+        wait_for(squat, timeout=10, interval=0.001)
+        squatter.listen(8)
+        threading.Thread(target=collect_one_frame, args=(squatter, frames), daemon=True).start()
+
+        def caught() -> bool:
+            system.tell("/user/a", Ping(2))  # (the client still knows the dead host's address: sent there)
+            return bool(frames)
+
+        wait_for(caught, timeout=20, interval=0.2)
+    wait_for(lambda: system.status().hosts["/user/a"].pid not in (None, dead), timeout=30)
+    assert system.ask("/user/a", Ping(3)) == Pong(3, "/user/a")
+    answers = {address: answer_to(*address, frames[0]) for address in listening_addresses(tagged_pids(system.tag))}
+    assert len(answers) >= 4, answers  # admin, logger, guardian, the restarted host
+    assert not [address for address, answer in answers.items() if answer == ackMsg], answers

@@ -266,7 +266,7 @@ def _attached_without_answering(admin_port: int) -> list[socket.socket]:
     listener.listen(1)  # (never accepted, never read)
     conn = socket.create_connection(("127.0.0.1", admin_port), timeout=10)
     me = ActorAddress(TCPv4ActorAddress("127.0.0.1", listener.getsockname()[1], external=True))
-    body = auth.sign(secret, (me, QueryExists()))
+    body = auth.sign(secret, (me, QueryExists()), admin_port)
     conn.sendall(b"%d>" % len(body) + body)
     assert _read_frame(conn, time.monotonic() + 10) is not None  # (the admin's ACK: the QueryAck follows)
     return [listener, conn]
