@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -80,11 +81,32 @@ def jvm_path(path: str) -> str:
 def ensure_class_archive(path: str, jvm_options: str, announce: Callable[[str], None] | None = None) -> str:
     """`path` made absolute, holding a current archive: built first when missing or stale (`announce(path)` then)."""
     archive = jvm_path(path)
+    refuse_shared(archive)
     if not archive_is_current(archive, jvm_options):
         if announce is not None:
             announce(archive)
         build_class_archive(archive, jvm_options)
     return archive
+
+
+def refuse_shared(path: str) -> None:
+    """ClassArchiveError if another user could put an archive at `path` (or a link where its build writes)."""
+    me = os.geteuid()
+    directory = os.path.dirname(path)
+    for name, what in ((directory, "its directory"), (path, "the archive"), (f"{path}.key", "its key")):
+        try:
+            st = os.lstat(name)
+        except OSError:
+            continue  # (missing: made here, private)
+        if st.st_uid not in (me, 0) or (name != directory and st.st_uid != me):
+            raise ClassArchiveError(f"class_archive {path}: {what} {name} belongs to uid {st.st_uid}, not to this "
+                                    "user: the driver JVM maps the archive and trusts it; give a path in a directory "
+                                    "of your own")
+        if stat.S_IMODE(st.st_mode) & (stat.S_IWGRP | stat.S_IWOTH):
+            raise ClassArchiveError(f"class_archive {path}: {what} {name} may be written by other users (mode "
+                                    f"{stat.S_IMODE(st.st_mode):o}), who could put their own archive (or a link "
+                                    "where its build writes) there for the driver JVM to map: give a path in a "
+                                    "directory of your own, e.g. .venv/spark-classes.jsa")
 
 
 _SCRATCH = "REPRISE_CLASS_ARCHIVE_SCRATCH"  # build_class_archive's scratch directory, for the child's JVM

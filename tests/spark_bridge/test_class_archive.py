@@ -98,6 +98,19 @@ def test_the_directory_a_build_makes_is_private_whatever_the_umask(tmp_path):
     assert stat.S_IMODE(os.stat(tmp_path / "new").st_mode) == 0o700
 
 
+def test_an_archive_in_a_directory_others_may_write_is_refused_before_any_jvm_starts(tmp_path):
+    # /tmp, say: another user could put an archive there with a key that reads current (the driver JVM maps it), or
+    # a link at the predictable name the build's JVM writes to. It was used.
+    from spark_bridge.class_archive import ensure_class_archive
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    with pytest.raises(ClassArchiveError, match=f"its directory {shared} may be written by other users"):
+        ensure_class_archive(str(shared / "spark.jsa"), LEAN_JVM)
+    assert os.listdir(shared) == []
+
+
 def test_a_path_with_spaces_is_refused_before_any_jvm_starts(tmp_path):
     with pytest.raises(ClassArchiveError, match="whitespace"):
         jvm_path(str(tmp_path / "my archives" / "spark.jsa"))
