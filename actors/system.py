@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from contextvars import ContextVar
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from thespian.actors import (
     ActorSystem,
@@ -580,11 +580,17 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
         raise
     try:
         with interrupts.guarded():  # (as every client call into Thespian: a Ctrl-C where the transport can take it)
-            agent = asys.createActor("actors.guardian.NodeAgent", globalName="reprise-node")
+            agent = _node_agent(asys, host, admin_port, max(deadline - time.monotonic(), ATTACH_MIN))
             reply = asys.ask(agent, WhereIsGuardian(), timeout)
     except BaseException:
         _close_endpoint(asys)
         raise
+    if reply is None:  # (no answer at all: not an admin without a guardian, which answers GuardianIs(None))
+        _close_endpoint(asys)
+        raise AskTimeout(f"the admin on {host}:{admin_port} answered the attach, but its node agent (which tells "
+                         f"clients where the guardian is) did not answer within {timeout} s: the system is busy, or "
+                         "its processes were stopped meanwhile (SIGSTOP, a debugger); try again once it answers, or "
+                         f"stop it with `reprise down --port {admin_port}`")
     if not isinstance(reply, GuardianIs) or reply.address is None:
         _close_endpoint(asys)
         raise SystemNotRunning(f"the admin on {host}:{admin_port} knows no Reprise guardian: it was not started by "
@@ -598,6 +604,21 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
         system.close()
         raise
     return system
+
+
+def _node_agent(asys: ActorSystem, host: str, admin_port: int, seconds: float) -> Address:
+    """The address of the admin's node agent, asked for by its global name within `seconds`."""
+    try:
+        with thespian_fixes.attach_within(seconds):
+            return cast(Address, asys.createActor("actors.guardian.NodeAgent", globalName="reprise-node"))
+    except (thespian_fixes.CreateTimedOut, ActorSystemFailure) as failed:
+        # It answered the attach just before: it stopped answering since (Thespian waited 50 s for it, then
+        # said only "Could not request new Actor from Admin (-SENDSTS_FAILED)").
+        got = (f"no answer within {seconds:.3g} s" if isinstance(failed, thespian_fixes.CreateTimedOut)
+               else f"a failed send ({failed})")
+        raise AskTimeout(f"the admin on {host}:{admin_port} answered the attach, then stopped answering: its lookup "
+                         f"of the node agent got {got}; it is busy, or was stopped or killed meanwhile (SIGSTOP, a debugger); try again once it "
+                         f"answers, or stop it with `reprise down --port {admin_port}`") from None
 
 
 def _attach(system: System, agent: Address, host: str, admin_port: int, timeout: float, metrics_port: int | None,

@@ -58,7 +58,8 @@ fast senders), Thespian drains it inside the send, in "tx-only mode". That mode 
 10. Close with transmits queued. TCPTransport.close fails the transmits in its tables while iterating over them; the
    failure callback of each hands a queued transmit to the transport, into the table being iterated: "dictionary
    changed size during iteration", which a shutdown took for an interruption (it killed the system). The queue is
-   now failed first, and the tables from copies, until they stay empty.
+   now failed first, and the tables from copies, until they stay empty. Its idle connections (kept for reuse) are
+   closed too: Thespian left them to the garbage collector.
 
 11. A client's sends queued behind those to a stuck host. Thespian hands a process's transmits to its transport 20
    at a time (MAX_PENDING_TRANSMITS) and queues the rest, for every destination, behind them. A client's transmit
@@ -84,7 +85,11 @@ fast senders), Thespian drains it inside the send, in "tx-only mode". That mode 
    for ~11 s, then once more, whatever the caller's timeout: `actors.connect(port, timeout=3)` to an admin that
    went silent after connect's probe (SIGSTOP, busy) took ~17.6 s. Inside `attach_within(seconds)` the queries
    end at that deadline: the half-made endpoint is closed (its queries to the admin failed) and AttachTimedOut
-   (an InvalidActorAddress, as Thespian's own failure) is raised.
+   (an InvalidActorAddress, as Thespian's own failure) is raised. The createActor that follows (connect's lookup
+   of the admin's node agent, by its global name) waited for the admin up to Thespian's 50 s
+   (MAX_CHILD_ACTOR_CREATE_DELAY): `connect(port, timeout=3)` to an admin stopped right after the attach took 50 s
+   and raised "Could not request new Actor from Admin (-SENDSTS_FAILED)". Inside the block it too ends at the
+   deadline, with CreateTimedOut (an ActorSystemRequestTimeout, Thespian's own for no answer).
 
 13. An exit held by a retry to a client that is gone. An actor process that exits drains its transmits for up to
    MAX_SHUTDOWN_DRAIN_PERIOD (7 s) before it ends; a transmit waiting on Thespian's retry timer (35 s x attempt)
@@ -146,7 +151,7 @@ def check_version() -> None:
 
 check_version()  # at import: `import actors` fails at once, naming both versions, instead of misbehaving later
 
-from thespian.actors import InvalidActorAddress  # noqa: E402  (only once check_version has named the one needed)
+from thespian.actors import ActorSystemRequestTimeout, InvalidActorAddress  # noqa: E402  (only once check_version has named the one needed)
 
 
 def apply() -> None:
@@ -203,6 +208,7 @@ def apply() -> None:
 
     _one_poll_per_pass()
     _attach_ends_at_its_deadline()
+    _create_ends_at_the_deadline()
     _close_fails_queued_transmits_first()
     _no_deadline_rounds_to_none()
     _refuse_bad_frame_sizes()
@@ -219,6 +225,10 @@ def apply() -> None:
 
 class AttachTimedOut(InvalidActorAddress):  # type: ignore[misc]
     """The admin did not answer a client's attach by the deadline `attach_within` set (fix 12)."""
+
+
+class CreateTimedOut(ActorSystemRequestTimeout):  # type: ignore[misc]
+    """The admin did not answer a client's createActor by the deadline `attach_within` set (fix 12)."""
 
 
 _attach = threading.local()
@@ -258,6 +268,52 @@ def _attach_ends_at_its_deadline() -> None:
                 and isinstance(response.message, QueryAck) and not response.message.inShutdown)
 
     sb.systemBase._verifyAdminRunning = verify_admin_running
+
+
+def _create_ends_at_the_deadline() -> None:
+    """systemBase.newPrimaryActor waits no longer than `attach_within`'s deadline, then gives up (fix 12)."""
+    from contextlib import closing
+
+    from thespian.actors import ActorSystemFailure, InvalidActorSpecification, NoCompatibleSystemForActor
+    from thespian.system import systemBase as sb
+    from thespian.system.messages.admin import PendingActor, PendingActorResponse
+    from thespian.system.transport import TransmitIntent
+
+    original = sb.systemBase.newPrimaryActor
+
+    def new_primary_actor(self: Any, actorClass: Any, targetActorRequirements: Any, globalName: Any,
+                          sourceHash: Any = None) -> Any:
+        deadline = getattr(_attach, "deadline", None)
+        if deadline is None or globalName is None or sourceHash is not None or not isinstance(actorClass, str):
+            return original(self, actorClass, targetActorRequirements, globalName, sourceHash)
+        # Thespian's own steps (a lookup by global name of a class named by its string), on the deadline's clock.
+        self._numPrimaries = self._numPrimaries + 1
+        with closing(self.transport.external_transport_clone()) as tx_external:
+            response = sb.NewActorResponse(tx_external, self.adminAddr)
+            tx_external.scheduleTransmit(None, TransmitIntent(
+                self.adminAddr, PendingActor(actorClass, None, self._numPrimaries, targetActorRequirements,
+                                             globalName=globalName, sourceHash=sourceHash),
+                onError=response.transmit_failed))
+            while response.pending and (left := deadline - time.monotonic()) > 0:
+                tx_external.run(response, timedelta(seconds=left))
+            unanswered = response.pending  # (closing the clone fails the transmit still under way)
+        if unanswered:
+            raise CreateTimedOut(f"the admin at {self.adminAddr} did not answer the request for actor "
+                                 f"{globalName!r} in time")
+        if response.failed:
+            failure = response.failure
+            if failure == PendingActorResponse.ERROR_Import:
+                raise ImportError(f"{actorClass}: {response.failure_message or ''}")
+            if failure == PendingActorResponse.ERROR_Invalid_ActorClass:
+                raise InvalidActorSpecification(actorClass, response.failure_message)
+            if failure == PendingActorResponse.ERROR_No_Compatible_ActorSystem:
+                raise NoCompatibleSystemForActor(actorClass, "No compatible ActorSystem could be found")
+            raise ActorSystemFailure(f"Could not request new Actor from Admin ({failure})")
+        if not response.actor_address:
+            raise NoCompatibleSystemForActor(actorClass, "No compatible ActorSystem could be found")
+        return response.actor_address
+
+    sb.systemBase.newPrimaryActor = new_primary_actor
 
 
 def lift_pending_limit(transport: Any) -> None:
@@ -362,6 +418,11 @@ def _close_fails_queued_transmits_first() -> None:
                     del intent.socket
                 intent.tx_done(SendStatus.Failed)
         original(self)
+        # Thespian's close leaves the idle connections it keeps for reuse open: a failed connect() whose caller
+        # still held its traceback (and so the transport) kept one to the admin.
+        idle = getattr(self, "_openSockets", None)
+        while idle:
+            tcp._safeSocketShutdown(idle.popitem()[1])
 
     tcp.TCPTransport.close = close
 

@@ -3,6 +3,7 @@ command lines (multi-process systems only), private logs."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pickle
@@ -19,9 +20,10 @@ import time
 import uuid
 
 import pytest
+from thespian.actors import ActorSystem
 
 import actors
-from actors import admin_probe, auth, client_log, netsec
+from actors import admin_probe, auth, client_log, netsec, thespian_fixes
 from actors.system import tagged_pids
 from journal.urls import redact_url
 from tests.actors.refusal import start_refused
@@ -823,6 +825,73 @@ def test_an_attach_to_an_admin_stopped_after_the_probe_ends_by_the_timeout_and_l
     monkeypatch.undo()
     assert took < 3 + 5, f"connect(timeout=3) took {took:.1f} s"
     assert left == set(), f"sockets left open by the failed connect: {left}"
+
+
+@pytest.mark.timeout(90)
+def test_an_admin_stopped_after_the_attach_is_named_stopped_within_the_timeout_not_guardianless(make_system,
+                                                                                                 monkeypatch):
+    """An admin stopped between Thespian's attach and connect's lookup of its node agent: `connect(timeout=3)` took
+    50 s (Thespian's createActor wait) and raised Thespian's "Could not request new Actor from Admin (-SENDSTS_FAILED)".
+    It ends by the timeout now (bounded here by timeout + 5 s), saying the admin stopped answering after the attach,
+    and leaves no socket open."""
+    system = make_system("multiproc")
+    admin = _admin_of(system)
+    before = socket_inodes()
+    real = thespian_fixes.attach_within
+
+    @contextlib.contextmanager
+    def attach_then_stop(seconds: float):  # type: ignore[no-untyped-def]
+        with real(seconds):
+            yield
+        if not stopped:  # (the first block is the attach; the lookup's comes next)
+            stopped.append(os.kill(admin, signal.SIGSTOP))
+
+    stopped: list[None] = []
+    monkeypatch.setattr(thespian_fixes, "attach_within", attach_then_stop)
+    try:
+        started = time.monotonic()
+        with pytest.raises(actors.AskTimeout, match=r"answered the attach, then stopped answering") as silent:
+            actors.connect(system.admin_port, timeout=3)
+        took = time.monotonic() - started
+        left = socket_inodes() - before
+    finally:
+        os.kill(admin, signal.SIGCONT)
+    monkeypatch.undo()
+    assert stopped, "the admin was never stopped: the test missed its window"
+    assert "knows no Reprise guardian" not in str(silent.value)
+    assert took < 3 + 5, f"connect(timeout=3) took {took:.1f} s"
+    assert left == set(), f"sockets left open by the failed connect: {left}"
+    client = actors.connect(system.admin_port, timeout=10)  # thawed, it answers again
+    client.close()
+
+
+@pytest.mark.timeout(90)
+def test_a_node_agent_that_does_not_answer_is_named_silent_not_guardianless(make_system, monkeypatch):
+    """The admin answers the attach and the lookup, and then the system's other processes (the node agent among
+    them) are stopped: connect said "knows no Reprise guardian: it was not started by Reprise", sending the user
+    after the wrong cause. It says the node agent did not answer within the timeout now."""
+    system = make_system("multiproc")
+    admin = _admin_of(system)
+    others = [pid for pid in tagged_pids(system.tag) if pid != admin]
+    real = ActorSystem.createActor
+
+    def look_up_then_stop(*args, **kwargs):  # type: ignore[no-untyped-def]
+        agent = real(*args, **kwargs)  # (connect's lookup of the node agent, by its global name)
+        for pid in others:
+            os.kill(pid, signal.SIGSTOP)
+        return agent
+
+    monkeypatch.setattr(ActorSystem, "createActor", look_up_then_stop)
+    try:
+        with pytest.raises(actors.AskTimeout, match=r"its node agent .* did not answer within 2 s") as silent:
+            actors.connect(system.admin_port, timeout=2)
+    finally:
+        for pid in others:
+            os.kill(pid, signal.SIGCONT)
+    monkeypatch.undo()
+    assert "knows no Reprise guardian" not in str(silent.value)
+    client = actors.connect(system.admin_port, timeout=10)  # thawed, it answers again
+    client.close()
 
 
 @pytest.mark.timeout(90)
