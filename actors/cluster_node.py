@@ -85,6 +85,9 @@ def start_node(topo: Topology, name: str | None = None, *, tag: str | None = Non
         _wait_for_leader(cluster, out)
     # Node liveness is the guardian's (issue 17): only the leader's system takes node_timeout.
     leader_options: dict[str, Any] = {"node_timeout": cluster.node_timeout} if leader else {}
+    from .system_commands import new_journal_note
+
+    new_journal = new_journal_note(cluster.journal)  # (sampled before the start: the hosts create it)
     system = start("multiproc", admin_port=node.admin_port, journal=cluster.journal,
                    snapshot_store=cluster.snapshot_store, bind=node.bind, advertise=node.advertise,
                    peers=cluster.peers_of(node.name), leader=None if leader else cluster.leader_address,
@@ -101,7 +104,7 @@ def start_node(topo: Topology, name: str | None = None, *, tag: str | None = Non
         if not leader:
             return system
         if cluster.journal:
-            out(f"  journal  {redact_url(cluster.journal)}")
+            out(f"  journal  {redact_url(cluster.journal)}{new_journal}")
         missing = wait_for_nodes(system, [n.name for n in cluster.nodes], cluster.join_timeout)
         if missing:
             out(f"  WARNING: node(s) {missing} did not join within {cluster.join_timeout:g} s ([cluster] "

@@ -96,6 +96,8 @@ def _up(args: argparse.Namespace) -> int:
                        "[[entities]] table; see examples/topologies/echo.toml", code=2)
     classes = [resolve_class(e.factory) for e in topo.entries]  # fail before starting anything
     s = topo.system
+    # (sampled before the start: the hosts create them)
+    new = {url: new_journal_note(url) for url in (s.journal, *(e.options.get("journal") for e in topo.entries))}
     system = actors.start("multiproc", admin_port=args.port or s.admin_port, journal=s.journal,
                           snapshot_store=s.snapshot_store, bind=s.bind, advertise=s.advertise, peers=s.peers,
                           leader=s.leader, node=s.node, log_level=s.log_level, tag=args.tag,
@@ -106,7 +108,7 @@ def _up(args: argparse.Namespace) -> int:
         for entry, cls in zip(topo.entries, classes, strict=True):
             system.spawn(cls, entry.path, entities=entry.entities, args=entry.args, kwargs=entry.kwargs,
                          **entry.options)
-        _print_up(system, topo)
+        _print_up(system, topo, new)
     except BaseException:
         system.shutdown()
         raise
@@ -151,19 +153,38 @@ def _node(args: argparse.Namespace) -> int:
     return _detach_or_wait(system, args.detach)
 
 
-def _print_up(system: Any, topo: Any) -> None:
+def new_journal_note(url: str | None) -> str:
+    """What `reprise up` adds to a SQLite journal's line when its file does not exist yet (shard 0's for `{shard}`).
+
+    The hosts create a missing file (in a directory that exists): a misspelt file name starts an empty journal, and
+    the actors recover nothing; this note is where that shows.
+    """
+    from journal.urls import parse_url
+
+    if not isinstance(url, str) or not url.startswith("sqlite://"):
+        return ""
+    try:
+        path = parse_url(url.replace("{shard}", "0")).target
+    except ValueError:  # (start refuses it, naming it)
+        return ""
+    if os.path.exists(path):
+        return ""
+    return "  (new: no file was there, so it starts empty; if you meant an existing journal, fix the path)"
+
+
+def _print_up(system: Any, topo: Any, new: dict[str | None, str]) -> None:
     port = system.admin_port
     print(f"reprise system up on {topo.system.advertise or topo.system.bind}:{port} "
           f"(run dir {system.run_dir})", flush=True)
     if topo.system.journal:
-        print(f"  journal  {redact_url(topo.system.journal)}")
+        print(f"  journal  {redact_url(topo.system.journal)}{new.get(topo.system.journal, '')}")
     if topo.system.metrics_port is not None:
         print(f"  metrics  http://{topo.system.metrics_host}:{topo.system.metrics_port}/metrics")
     for entry in topo.entries:
         kind = "entities" if entry.entities else "actor"
         own = entry.options.get("journal")
         print(f"  {kind:<8} {printable(entry.path)}  {printable(entry.factory)}"
-              + (f"  journal {redact_url(own)}" if own else ""))
+              + (f"  journal {redact_url(own)}{new.get(own, '')}" if own else ""))
     sys.stdout.flush()
 
 

@@ -241,11 +241,11 @@ def check_writable(path: str, what: str) -> None:
 
 
 def create_private_file(path: str) -> None:
-    """Create `path` (and its directory) empty and 0600 if it does not exist, so SQLite's files of it are private.
+    """Create `path` empty and 0600 if it does not exist, so SQLite's files of it are private.
 
     SQLite gives a database's -wal and -shm the database file's mode, and sqlite3.connect would create the
     file with the process umask (0644 under 022). JournalError naming the file and the directory it could not
-    be made in.
+    be made in, also one that does not exist (never made: a misspelt directory would start an empty journal).
     """
     try:
         refuse_foreign_files(path)
@@ -259,7 +259,12 @@ def create_private_file(path: str) -> None:
                errno.EACCES: f"this process (uid {os.getuid()}) may not write in {where or '.'}: give a writable "
                              "path, or change the directory's permissions",
                errno.ENOSPC: f"the file system of {where or '.'} is full: free space, or give a path on another one",
-               errno.ENOTDIR: f"{e.filename!r} is not a directory: fix the path"}.get(
+               errno.ENOTDIR: f"{e.filename!r} is not a directory: fix the path",
+               # (it was made silently: a misspelt directory started an empty journal, and the actors recovered
+               # nothing from it)
+               errno.ENOENT: f"its directory {where or '.'} does not exist: fix the path if it is misspelt, or "
+                             f"create the directory (mkdir -p {where or '.'}); Reprise creates a new SQLite file, "
+                             "never its directory"}.get(
             e.errno or 0, f"{e.strerror} ({e.filename})")
         raise JournalError(f"cannot create the SQLite file {path}: {fix}") from e
 
@@ -311,7 +316,6 @@ def _create_private_file(path: str) -> None:
     # made at `path`, a connection of this process that does not hold the registry lock (a projection's
     # offset store sharing the journal's file; the journal, when the offset store creates the file) could
     # find it and take its locks before that close dropped them.
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     if os.path.lexists(path):
         return
     new = os.path.join(os.path.dirname(path), f".reprise-{os.getpid()}-{threading.get_ident()}.new")
@@ -326,6 +330,7 @@ def _create_private_file(path: str) -> None:
         finally:
             os.close(fd)
         os.link(new, path)  # (never replaces: FileExistsError)
+        _created(path)
     except FileExistsError:  # another process or thread created it meanwhile: it is theirs, and may be live
         pass
     except OSError as e:
@@ -347,6 +352,13 @@ def _create_and_keep(path: str) -> None:
         return
     os.fchmod(fd, 0o600)
     _kept_fds.append(fd)  # (one descriptor per file this process creates there: closing it could drop locks)
+    _created(path)
+
+
+def _created(path: str) -> None:
+    """Log that `path` was created: a misspelt path starts an empty journal, and this line is where that shows."""
+    log.info("created the new SQLite file %s (nothing was at that path; if you meant an existing journal or offset "
+             "store, fix the URL)", path)
 
 
 def retry_busy(fn: Callable[[], R], busy_timeout: float) -> R:

@@ -378,17 +378,33 @@ def test_a_new_journal_in_a_read_only_directory_fails_the_spawn_naming_the_file_
         system, read_only_dir) -> None:
     # It said "OSError: [Errno 30] Read-only file system: '<dir>/.reprise-4242-1398.new'": a name of Reprise's
     # own temporary file, not the journal's.
-    for url, where in ((f"sqlite://{read_only_dir}/journal.db", read_only_dir),
-                       (f"sqlite://{read_only_dir}/sub/journal.db", read_only_dir)):
-        with pytest.raises(SpawnFailed, match=rf"cannot create the SQLite file {url[len('sqlite://'):]}: {where} is "
-                                              r"on a read-only file system: give a path on a writable one") as e:
-            system.spawn(Tally, "/user/tally", journal=url, timeout=60)
-        assert ".reprise-" not in str(e.value), e.value
+    url = f"sqlite://{read_only_dir}/journal.db"
+    with pytest.raises(SpawnFailed, match=rf"cannot create the SQLite file {read_only_dir}/journal.db: {read_only_dir} "
+                                          r"is on a read-only file system: give a path on a writable one") as e:
+        system.spawn(Tally, "/user/tally", journal=url, timeout=60)
+    assert ".reprise-" not in str(e.value), e.value
     from persistence import OffsetStoreError, open_offset_store
 
     with pytest.raises(OffsetStoreError, match=f"cannot create the SQLite file {read_only_dir}/offsets.db: "
                                                f"{read_only_dir} is on a read-only file system"):
         open_offset_store(f"sqlite://{read_only_dir}/offsets.db")
+
+
+@pytest.mark.parametrize("key", ["journal", "snapshot_store"])
+def test_a_store_in_a_directory_that_does_not_exist_fails_the_spawn_naming_it_and_makes_nothing(
+        system, tmp_path, key) -> None:
+    # The directory was made silently (os.makedirs): a misspelt one (sqlite:///srv/dtaa/bank.db for /srv/data) started
+    # an empty journal, and the actors recovered to an empty state as if nothing had ever been persisted.
+    missing = tmp_path / "dtaa" / "sub"
+    stores = {"journal": f"sqlite:///{tmp_path}/ok.db", key: f"sqlite:///{missing}/bank.db"}
+    with pytest.raises(SpawnFailed, match=rf"cannot create the SQLite file {missing}/bank.db: its directory {missing} "
+                                          rf"does not exist: fix the path if it is misspelt, or create the directory "
+                                          rf"\(mkdir -p {missing}\)"):
+        system.spawn(Tally, "/user/tally", timeout=60, **stores)
+    assert not (tmp_path / "dtaa").exists()
+    missing.mkdir(parents=True)  # the fix it names works
+    system.spawn(Tally, "/user/tally", timeout=60, **stores)
+    assert system.ask("/user/tally", 5, timeout=30) == 5
 
 
 @pytest.mark.postgres

@@ -115,6 +115,38 @@ def test_up_fails_with_the_store_error_when_a_journal_cannot_be_opened(tmp_path,
 
 
 @pytest.mark.multiproc
+def test_up_refuses_a_journal_in_a_directory_that_does_not_exist_and_makes_nothing(tmp_path, tag) -> None:
+    # A misspelt directory was made silently (os.makedirs): the system started on a new, empty journal, and its
+    # actors recovered nothing of the real one.
+    missing = tmp_path / "dtaa"
+    lines = _up_refused_in_one_line(tmp_path, f'[system]\njournal = "sqlite://{missing}/bank.db"\n\n[[entities]]\n',
+                                    tag, 1)
+    assert f"cannot create the SQLite file {missing}/bank.db: its directory {missing} does not exist: fix the path " \
+           f"if it is misspelt, or create the directory (mkdir -p {missing})" in lines[0], lines[0]
+    assert not missing.exists()
+
+
+@pytest.mark.multiproc
+def test_up_says_when_its_journal_is_a_new_file_and_not_when_it_exists(tmp_path, tag) -> None:
+    # A misspelt file name in a directory that exists starts an empty journal: `up` printed the same line for it as
+    # for the journal the user meant.
+    port = actors.free_port()
+    topology = tmp_path / "topo.toml"
+    topology.write_text(f'[system]\nadmin_port = {port}\njournal = "sqlite://bnak.db"\n\n[[entities]]\n'
+                        'path = "/user/tally"\nclass = "tests.actors.validation_sample:Tally"\n')
+    outs = []
+    for _ in range(2):
+        done = reprise("up", str(topology), "--detach", "--tag", tag)
+        assert done.returncode == 0, done.stdout + done.stderr
+        outs.append(done.stdout)
+        assert reprise("down", "--port", str(port)).returncode == 0
+    new = f"  journal  sqlite://{tmp_path}/bnak.db  (new: no file was there, so it starts empty; if you meant an " \
+          "existing journal, fix the path)\n"
+    assert new in outs[0], outs[0]
+    assert f"  journal  sqlite://{tmp_path}/bnak.db\n" in outs[1], outs[1]  # (the file the first run made)
+
+
+@pytest.mark.multiproc
 def test_up_of_a_persistent_actor_without_a_journal_says_none_is_configured(tmp_path, tag) -> None:
     # It said "Tally cannot open its journal None: RuntimeError: no journal configured ... (fix the journal URL, or
     # the file's directory, permissions or server it names)" and hinted at --verbose.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sqlite3
@@ -30,6 +31,7 @@ def _seqs(j: journal.Journal, pid: str) -> list[int]:
 
 def test_absolute_and_relative_urls_create_private_files(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "rel").mkdir()
     with open_journal("sqlite://rel/relative.db") as j:
         _write(j, "p", range(1, 3))
     assert stat.S_IMODE(os.stat(tmp_path / "rel" / "relative.db").st_mode) == 0o600
@@ -37,6 +39,26 @@ def test_absolute_and_relative_urls_create_private_files(tmp_path, monkeypatch) 
         assert j.path == f"{tmp_path}/abs.db"
     with open_journal("sqlite://rel/relative.db") as j:
         assert _seqs(j, "p") == [1, 2]
+
+
+def test_a_file_in_a_directory_that_does_not_exist_is_refused_naming_it_and_a_new_one_is_logged(tmp_path,
+                                                                                                     caplog) -> None:
+    # The directory was made silently: a misspelt one started an empty journal. A new file (in a directory that exists)
+    # is made, and says so at INFO naming it: where a misspelt file name shows.
+    missing = tmp_path / "dtaa"
+    for opener in (open_journal, journal.open_snapshot_store):
+        with pytest.raises(JournalError, match=rf"cannot create the SQLite file {missing}/j.db: its directory "
+                                               rf"{missing} does not exist: .* \(mkdir -p {missing}\)"):
+            opener(f"sqlite://{missing}/j.db")
+        assert not missing.exists()
+    with caplog.at_level(logging.INFO, logger="reprise.journal"):
+        with open_journal(f"sqlite://{tmp_path}/bnak.db"):
+            pass
+        with open_journal(f"sqlite://{tmp_path}/bnak.db"):  # (it exists now: nothing to say)
+            pass
+    created = [r.getMessage() for r in caplog.records if "created the new SQLite file" in r.getMessage()]
+    assert created == [f"created the new SQLite file {tmp_path}/bnak.db (nothing was at that path; if you meant an "
+                       "existing journal or offset store, fix the URL)"], caplog.text
 
 
 def test_files_are_0600_even_with_a_permissive_umask(tmp_path) -> None:
@@ -155,6 +177,7 @@ def test_memory_journals_are_shared_by_name() -> None:
 def _torn_copy(tmp_path, cut: int) -> tuple[str, str]:
     """A copy of a journal whose WAL holds three transactions (e 1-3, 4-6, 7-9), cut `cut` bytes short."""
     src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
     with open_journal(f"sqlite://{src}/j.db") as j:
         for start in (1, 4, 7):
             _write(j, "p", range(start, start + 3))
@@ -195,6 +218,7 @@ def test_a_wal_cut_mid_record_is_refused_not_silently_rolled_back(tmp_path) -> N
 def _crash_image_of_single_writes(tmp_path, n: int) -> tuple[str, str]:
     """A copy of a journal taken while it was open after `n` writes of one event each (a crash's files)."""
     src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir(parents=True)
     with open_journal(f"sqlite://{src}/j.db") as j:
         for k in range(1, n + 1):
             _write(j, "p", range(k, k + 1))
@@ -468,6 +492,7 @@ def test_a_file_created_while_the_journal_of_the_process_opens_it_keeps_the_jour
 def test_journal_and_snapshot_store_of_a_process_share_one_connection(tmp_path) -> None:
     url = f"sqlite://{tmp_path}/j.db"
     j, s = open_journal(url), journal.open_snapshot_store(url)
+    (tmp_path / "sub").mkdir()  # (the kernel resolves sub/.. only through a directory that exists)
     other = open_journal(f"sqlite://{tmp_path}/./sub/../j.db?synchronous=NORMAL&busy_timeout=5")
     try:
         assert j._h.c is s._h.c is other._h.c

@@ -36,6 +36,7 @@ def _seqs(j: journal.Journal, pid: str = "p") -> list[int]:
 def _crash_image(tmp_path, *, shm: bool) -> tuple[str, str]:
     """A copy of a live journal holding EVENTS acknowledged events, one transaction each, all in the WAL."""
     src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
     with open_journal(f"sqlite://{src}/j.db") as j:
         for n in range(1, EVENTS + 1):
             assert j.write_messages([AtomicWrite([PersistentRepr(f"e-{n}", n, "p")])]) == [None]
