@@ -21,6 +21,7 @@ from persistence.messages import (
 from persistence.persistent_actor import IllegalStateError, PersistentActor, _url
 from persistence.plugins import journal_for
 from persistence.store_options import ALOD_DEFAULTS as _CONFIG_KEYS  # (registered and checked there)
+from persistence.store_options import check_actor_setting
 
 _TICK = RedeliveryTick()
 
@@ -114,7 +115,7 @@ class AtLeastOnceDelivery(PersistentActor):
 
     def _check_redelivery_settings(self) -> None:
         """ConfigError naming a redelivery period the tick timer cannot run at (it ticks at half of it), or a count
-        below 1."""
+        below 1 (or a warning threshold below 0)."""
         backoff = self.redelivery_backoff
         for name, value in (("redeliver_interval", self.redeliver_interval),
                             ("redelivery_backoff[0]", backoff[0] if backoff else None)):
@@ -134,6 +135,9 @@ class AtLeastOnceDelivery(PersistentActor):
             if type(value) is not int or value < 1:
                 raise ConfigError(f"{type(self).__name__}.{name} must be an int of at least 1 ({want}), got "
                                   f"{getattr(self, name)!r}")
+        # (warn_after_number_of_unconfirmed_attempts = -1 was taken too: a threshold no attempt count ever equals)
+        check_actor_setting(type(self).__name__, "warn_after_number_of_unconfirmed_attempts",
+                            self.warn_after_number_of_unconfirmed_attempts)
 
     # ---- the API --------------------------------------------------------------------------------
     def deliver(self, destination: str, id_to_message: Callable[[int], object]) -> int:

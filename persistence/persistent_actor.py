@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal, cast
 
-from actors import Actor
+from actors import Actor, ConfigError
 from actors.error_log import ask_failure, is_ask, one_line
 from actors.host import FAILED_ON
 from journal import (
@@ -43,6 +43,7 @@ from persistence.messages import (
     SnapshotOffer,
 )
 from persistence.plugins import journal_for, snapshot_store_for
+from persistence.store_options import check_actor_setting
 from persistence.unhandled import warn_if_unhandled
 
 log = logging.getLogger("reprise.persistence")
@@ -433,11 +434,14 @@ class PersistentActor(Actor):
         strategy = self.internal_stash_overflow_strategy or self.config.get("internal_stash_overflow_strategy")
         strategy = strategy or "throw"
         if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 0):
-            raise ValueError(f"stash_capacity of {type(self).__name__} must be a non-negative int or None "
+            raise ConfigError(f"stash_capacity of {type(self).__name__} must be a non-negative int or None "
                              f"(unbounded), got {cap!r}")
         if strategy not in _STRATEGIES and not isinstance(strategy, ReplyToStrategy):
-            raise ValueError(f"internal_stash_overflow_strategy of {type(self).__name__} must be \"throw\", "
+            # (a ConfigError: the spawn's SpawnFailed is its one line, not a ValueError's traceback from the host)
+            raise ConfigError(f"internal_stash_overflow_strategy of {type(self).__name__} must be \"throw\", "
                              f"\"drop\" or ReplyToStrategy(response), got {strategy!r}")
+        if self.recovery_event_timeout is not None:  # (0 or below failed every recovery at once, after the spawn)
+            check_actor_setting(type(self).__name__, "recovery_event_timeout", self.recovery_event_timeout)
         return cap, strategy
 
     def around_pre_start(self) -> None:

@@ -92,6 +92,14 @@ def check_actor_default(name: str, value: Any, *, per_host: bool = True) -> None
         raise ConfigError(f"{name} must be {want}, got {value!r}")
 
 
+def check_actor_setting(owner: str, name: str, value: Any) -> None:
+    """check_actor_default for the value an actor class `owner` sets itself: its ConfigError names `owner.name`."""
+    try:
+        check_actor_default(name, value)
+    except ConfigError as e:
+        raise ConfigError(f"{owner}.{e}") from None
+
+
 ALOD_COUNTS = ("redelivery_burst_limit", "warn_after_number_of_unconfirmed_attempts", "max_unconfirmed_messages")
 ALOD_DEFAULTS = ("redeliver_interval", *ALOD_COUNTS)
 """akka.persistence.at-least-once-delivery.*: the AtLeastOnceDelivery settings a system may give a default for."""

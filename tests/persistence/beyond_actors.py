@@ -261,3 +261,31 @@ class GivesUpAtOnce(NoBurst):
 
     redelivery_burst_limit = 10
     max_delivery_attempts = 0
+
+
+class NoRoom(TooFast):
+    """A sender whose every deliver() would exceed max_unconfirmed_messages = 0."""
+
+    redeliver_interval = 5.0
+    max_unconfirmed_messages = 0
+
+
+class WarnsBelowZero(TooFast):
+    """A sender with a negative warn_after_number_of_unconfirmed_attempts (no attempt count ever equals it)."""
+
+    redeliver_interval = 5.0
+    warn_after_number_of_unconfirmed_attempts = -1
+
+
+class BadStrategy(TooFast):
+    """A persistent actor whose internal_stash_overflow_strategy is none of Akka's."""
+
+    redeliver_interval = 5.0
+    internal_stash_overflow_strategy = "bounce"
+
+
+class NoRecoveryTime(TooFast):
+    """A persistent actor whose recovery_event_timeout (0) failed every recovery at once, after the spawn."""
+
+    redeliver_interval = 5.0
+    recovery_event_timeout = 0

@@ -14,6 +14,7 @@ import pytest
 from actors import SpawnFailed
 from persistence import AtLeastOnceDelivery, ConfirmUpTo, DeadLetteredDelivery
 from tests.persistence.beyond_actors import (
+    BadStrategy,
     DedupReceiver,
     DurableSender,
     FeatureSender,
@@ -21,9 +22,12 @@ from tests.persistence.beyond_actors import (
     Item,
     Nack,
     NoBurst,
+    NoRecoveryTime,
+    NoRoom,
     Payload,
     Send,
     TooFast,
+    WarnsBelowZero,
     endpoint,
     sender,
     unconfirmed,
@@ -62,6 +66,30 @@ def test_a_redelivery_count_the_actor_sets_out_of_range_is_refused_naming_it(fs,
     # restored was never sent at all.
     with pytest.raises(SpawnFailed, match=rf"{cls.__name__}.{name} must be an int of at least 1 \(.*\), got {value}"):
         fs.spawn(cls, f"/user/{cls.__name__.lower()}-{next(_ids)}")
+
+
+@pytest.mark.parametrize(("cls", "expected"), [
+    (NoRoom, r"NoRoom.max_unconfirmed_messages must be an int of at least 1 \(deliver\(\) beyond it raises\), got 0"),
+    (WarnsBelowZero, "WarnsBelowZero.warn_after_number_of_unconfirmed_attempts must be a non-negative int"),
+    (NoRecoveryTime, "NoRecoveryTime.recovery_event_timeout must be a number of seconds above 0, got 0"),
+], ids=["unconfirmed", "warn", "recovery"])
+def test_a_setting_a_class_sets_out_of_range_fails_the_spawn_naming_it(fs, cls, expected):
+    # Only start()'s defaults were checked: max_unconfirmed_messages = 0 failed every deliver(),
+    # warn_after_number_of_unconfirmed_attempts = -1 never warned, recovery_event_timeout = 0 failed every recovery
+    # after the spawn had succeeded.
+    path = f"/user/bad-setting-{next(_ids)}"
+    with pytest.raises(SpawnFailed, match=rf"failed to start: ConfigError: {expected}"):
+        fs.spawn(cls, path)
+
+
+def test_a_bad_stash_overflow_strategy_fails_the_spawn_leading_with_it(fs):
+    # It was a ValueError: the SpawnFailed began "Traceback (most recent call last):", its cause at the very end.
+    path = f"/user/bad-strategy-{next(_ids)}"
+    with pytest.raises(SpawnFailed) as failed:
+        fs.spawn(BadStrategy, path)
+    assert str(failed.value).splitlines()[0] == (
+        f"{path} failed to start: ConfigError: internal_stash_overflow_strategy of BadStrategy must be \"throw\", "
+        "\"drop\" or ReplyToStrategy(response), got 'bounce'"), str(failed.value)
 
 
 def test_redelivery_backoff_spaces_attempts(fs):
