@@ -497,7 +497,8 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
     by its CA: `tls=` / `tls_cert=`, `tls_key=`, `tls_ca=`, or by default the files it was started with.
     """
     _refuse_inside_actor_process("actors.connect()")
-    check_port("admin_port", admin_port)
+    # (it said "or None for a free port": connect attaches to a running system, and None is refused below)
+    check_port("admin_port", admin_port, free=": the port of a running system's admin, e.g. actors.connect(1900)")
     if admin_port is None:
         raise ConfigError("admin_port must be the port of a running system's admin, e.g. actors.connect(1900)")
     check_number("timeout", timeout, hint="seconds to wait for the actor system to answer")

@@ -83,10 +83,10 @@ def check_leader(value: object) -> None:
     check_ip("leader's address", host.strip("[]"))
 
 
-def check_port(name: str, value: object) -> None:
-    """ConfigError unless `value` is None or a TCP port number (1..65535)."""
+def check_port(name: str, value: object, *, free: str = " (or None for a free port)") -> None:
+    """ConfigError unless `value` is None or a TCP port number (1..65535); `free` says what None means, if anything."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536):
-        raise ConfigError(f"{name} must be an integer in 1..65535 (or None for a free port), got {value!r}")
+        raise ConfigError(f"{name} must be an integer in 1..65535{free}, got {value!r}")
 
 
 def check_spawn_target(cls: object, entities: object, args: object, kwargs: object) -> None:

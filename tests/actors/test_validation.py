@@ -661,6 +661,15 @@ def test_importing_a_module_that_starts_a_system_fails_instead_of_forking(tmp_pa
 
 
 @pytest.mark.multiproc
+@pytest.mark.parametrize("port", ["1900", 0, 70000, True])
+def test_connect_refuses_a_port_that_is_no_port_saying_what_to_give(port) -> None:
+    # It said "(or None for a free port)": connect attaches to a running system, and refuses None.
+    with pytest.raises(ConfigError) as refused:
+        actors.connect(port)
+    assert str(refused.value) == (f"admin_port must be an integer in 1..65535: the port of a running system's admin, "
+                                  f"e.g. actors.connect(1900), got {port!r}")
+
+
 def test_connect_inside_an_actor_is_refused(make_system) -> None:
     system = make_system("multiproc")
     system.spawn(Connector, "/user/connector")
