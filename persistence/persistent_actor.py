@@ -517,6 +517,7 @@ class PersistentActor(Actor):
             self._journal = journal_for(self.journal_url or _url(self.config, "journal"))
             self._snapshots = snapshot_store_for(self.snapshot_store_url or _url(self.config, "snapshot_store"))
             rec = self.recovery
+            snapshot_nr = 0
             timeout = self.recovery_event_timeout
             if timeout is None:
                 timeout = float(cast(float, self.config.get("recovery_event_timeout", 30.0)))
@@ -528,7 +529,7 @@ class PersistentActor(Actor):
                 if time.monotonic() - started > timeout:
                     raise RecoveryTimedOut(f"Recovery timed out, didn't get snapshot within {timeout} s")
                 if selected is not None:
-                    self.last_sequence_nr = selected.metadata.sequence_nr
+                    self.last_sequence_nr = snapshot_nr = selected.metadata.sequence_nr
                     # An offer whose handler throws is on_recovery_failure(cause, None), as in Akka: the hook's
                     # event is the replayed event that failed, and an offer is none.
                     self.mixin_recover_snapshot(SnapshotOffer(selected.metadata, selected.snapshot))
@@ -559,6 +560,8 @@ class PersistentActor(Actor):
             if time.monotonic() - idle_since > timeout:
                 raise RecoveryTimedOut(f"Recovery timed out, didn't get event within {timeout} s, highest "
                                        f"sequence number seen {self.last_sequence_nr}")
+            if highest < snapshot_nr:
+                self._warn_journal_behind_snapshot(snapshot_nr, highest)
             self.last_sequence_nr = self._seq_alloc = max(highest, self.last_sequence_nr)
             self._on_replay_success()
         except Exception as exc:
@@ -579,6 +582,20 @@ class PersistentActor(Actor):
         if self._stop_called:  # stop() in the RecoveryCompleted handler
             self._failed_after_recovery = None
             self._stopped_in_recovery()
+
+    def _warn_journal_behind_snapshot(self, snapshot_nr: int, highest: int) -> None:
+        """Warn that the journal holds fewer events than the snapshot it recovered from had seen (a journal keeps its
+        highest sequence nr through deletes): most likely not the journal the snapshots were taken with."""
+        from journal.urls import redact_url
+
+        # (a journal URL changed between runs, the snapshot store's kept: the actor recovered the snapshot's state
+        # without the acknowledged events after it, which are in the other journal, and went on numbering its new
+        # events from the snapshot's, in this one; nothing said so)
+        log.warning("%s recovered from a snapshot at sequence nr %d, but its journal %s holds events only up to %d: "
+                    "that journal is not the one the snapshot store %s was written with (a changed journal URL?), and "
+                    "the events persisted after the snapshot are not in it; point the actor back at its journal",
+                    self.persistence_id, snapshot_nr, redact_url(self.journal_url or _url(self.config, "journal")),
+                    highest, redact_url(self.snapshot_store_url or _url(self.config, "snapshot_store")))
 
     def _stopped_in_recovery(self) -> None:
         """stop() was called during recovery (Akka's context.stop): the actor stops now, writing what it persisted

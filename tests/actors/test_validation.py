@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
 import re
@@ -22,6 +23,7 @@ import actors
 from actors import ConfigError, RepriseError, SpawnCause, SpawnFailed, SystemNotRunning
 from actors.messages import HostReady, Spawned
 from actors.system import kill_tagged, tagged_pids
+from journal import SnapshotMetadata, open_journal, open_snapshot_store
 from tests.actors.refusal import start_refused
 from tests.actors.sample import Echo, Ping, Pong
 from tests.actors.validation_sample import Connector, RefusesToStart, Tally, Ticking
@@ -405,6 +407,44 @@ def test_a_store_in_a_directory_that_does_not_exist_fails_the_spawn_naming_it_an
     missing.mkdir(parents=True)  # the fix it names works
     system.spawn(Tally, "/user/tally", timeout=60, **stores)
     assert system.ask("/user/tally", 5, timeout=30) == 5
+
+
+def test_a_journal_behind_the_snapshot_it_recovers_from_is_warned_about_naming_both_stores(base, make_system, tmp_path,
+                                                                                           caplog) -> None:
+    # The journal URL changed between runs (bank.db -> bnak.db), the snapshot store's did not: the actor recovered the
+    # snapshot's state without the acknowledged events after it (they are in the old journal) and went on numbering
+    # from the snapshot's sequence nr in the new one. Nothing said so.
+    caplog.set_level(logging.WARNING, logger="reprise.persistence")
+    old, new, snapshots = (f"sqlite://{tmp_path}/{name}.db" for name in ("bank", "bnak", "snapshots"))
+    first = make_system(base, journal=old, snapshot_store=snapshots)
+    first.spawn(Tally, "/user/tally")
+    assert [first.ask("/user/tally", n, timeout=30) for n in (1, 2, 3)] == [1, 3, 6]
+    stop_system(first)
+    store = open_snapshot_store(snapshots)
+    try:
+        store.save(SnapshotMetadata("/user/tally", 2), "the state after event 2")  # (as save_snapshot stores it)
+    finally:
+        store.close()
+    second = make_system(base, journal=new, snapshot_store=snapshots)
+    second.spawn(Tally, "/user/tally")
+    assert second.ask("/user/tally", 10, timeout=30) == 10  # (Tally takes no snapshot offer)
+
+    def logged() -> str:
+        if base == "local":
+            return caplog.text
+        with open(os.path.join(second.run_dir, "actors.log")) as f:  # (written by Thespian's logger process)
+            return f.read()
+
+    said = "/user/tally recovered from a snapshot at sequence nr 2, but its journal"
+    text = wait_for(lambda: (t := logged()) and said in t and t, 10)
+    (line,) = [line for line in text.splitlines() if said in line]
+    assert "WARNING" in line and f"its journal sqlite://{tmp_path}/bnak.db holds events only up to 0: that journal " \
+        f"is not the one the snapshot store sqlite://{tmp_path}/snapshots.db was written with" in line, line
+    journal = open_journal(old)  # nothing acknowledged was lost: the old journal holds its three events
+    try:
+        assert journal.highest_sequence_nr("/user/tally") == 3
+    finally:
+        journal.close()
 
 
 @pytest.mark.postgres
