@@ -154,14 +154,24 @@ def _node(args: argparse.Namespace) -> int:
 
 
 def new_journal_note(url: str | None) -> str:
-    """What `reprise up` adds to a SQLite journal's line when its file does not exist yet (shard 0's for `{shard}`).
+    """What `reprise up` adds to a journal's line when there is none at its URL yet: a SQLite file (shard 0's for
+    `{shard}`) or a PostgreSQL schema.
 
-    The hosts create a missing file (in a directory that exists): a misspelt file name starts an empty journal, and
-    the actors recover nothing; this note is where that shows.
+    The hosts create it (a SQLite file only in a directory that exists): a misspelt file name or `?schema=` starts an
+    empty journal, and the actors recover nothing; this note is where that shows.
     """
-    from journal.urls import parse_url
+    from journal.urls import missing_journal, parse_url
 
-    if not isinstance(url, str) or not url.startswith("sqlite://"):
+    if not isinstance(url, str):
+        return ""
+    if url.startswith(("postgresql://", "postgres://")):
+        try:
+            missing = missing_journal(url)
+        except Exception:  # (unreachable, or refused: the spawns say so, with the store's own error)
+            return ""
+        return "" if missing is None else ("  (new: no journal schema was there, so it starts empty; if you meant "
+                                           "an existing journal, fix ?schema=)")
+    if not url.startswith("sqlite://"):
         return ""
     try:
         path = parse_url(url.replace("{shard}", "0")).target

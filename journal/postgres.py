@@ -37,6 +37,7 @@ sends nothing (psycopg's close sends libpq's Terminate, which would end the pare
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -70,6 +71,8 @@ __all__ = ["PostgresJournal", "PostgresSnapshotStore", "PostgresUrl", "drop_sche
            "split_url"]
 
 _DDL_LOCK = 0x7265707269736502
+
+log = logging.getLogger("reprise.journal")
 
 
 def lock_ddl(cur: psycopg.Cursor[Any] | psycopg.Connection[Any]) -> None:
@@ -442,8 +445,14 @@ class _Database:
         lock_ddl(cur)
         if self._complete(cur):  # another session created or upgraded it while this one waited for the lock
             return
+        cur.execute(_ready(_BASE), self._relation_names(_BASE))
+        row = cur.fetchone()
+        new = not (row is not None and row[0])
         for ddl in (*_SCHEMA, *_UPGRADE):
             cur.execute(sql.SQL(ddl).format(s=sql.Identifier(self.schema)))
+        if new:  # (as a new SQLite file is: a misspelt ?schema= starts an empty journal, and this is where it shows)
+            log.info("created the new journal schema %r in PostgreSQL at %s (there was none; if you meant an existing "
+                     "journal, fix the URL's ?schema=)", self.schema, self.where)
 
     def _lacking(self) -> tuple[str, ...]:
         """The relations of _RELATIONS missing from the schema now."""

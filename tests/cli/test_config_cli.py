@@ -16,7 +16,7 @@ from actors import SpawnCause, SpawnFailed
 from actors.cli import _classify, main
 from actors.system import kill_tagged
 from journal import AtomicWrite, PersistentRepr, open_journal
-from tests.conftest import SESSION_TOKEN
+from tests.conftest import SESSION_TOKEN, pg_schema_url
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -127,12 +127,18 @@ def test_up_refuses_a_journal_in_a_directory_that_does_not_exist_and_makes_nothi
 
 
 @pytest.mark.multiproc
-def test_up_says_when_its_journal_is_a_new_file_and_not_when_it_exists(tmp_path, tag) -> None:
-    # A misspelt file name in a directory that exists starts an empty journal: `up` printed the same line for it as
-    # for the journal the user meant.
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_up_says_when_its_journal_is_new_and_not_when_it_exists(tmp_path, tag, request, kind) -> None:
+    # A misspelt file name in a directory that exists, or a misspelt ?schema=, starts an empty journal: `up` printed
+    # the same line for it as for the journal the user meant.
+    if kind == "sqlite":
+        url, shown, new = "sqlite://bnak.db", f"sqlite://{tmp_path}/bnak.db", "no file was there"
+    else:
+        url = shown = pg_schema_url(request, "bnak")
+        new = "no journal schema was there"
     port = actors.free_port()
     topology = tmp_path / "topo.toml"
-    topology.write_text(f'[system]\nadmin_port = {port}\njournal = "sqlite://bnak.db"\n\n[[entities]]\n'
+    topology.write_text(f'[system]\nadmin_port = {port}\njournal = "{url}"\n\n[[entities]]\n'
                         'path = "/user/tally"\nclass = "tests.actors.validation_sample:Tally"\n')
     outs = []
     for _ in range(2):
@@ -140,10 +146,9 @@ def test_up_says_when_its_journal_is_a_new_file_and_not_when_it_exists(tmp_path,
         assert done.returncode == 0, done.stdout + done.stderr
         outs.append(done.stdout)
         assert reprise("down", "--port", str(port)).returncode == 0
-    new = f"  journal  sqlite://{tmp_path}/bnak.db  (new: no file was there, so it starts empty; if you meant an " \
-          "existing journal, fix the path)\n"
-    assert new in outs[0], outs[0]
-    assert f"  journal  sqlite://{tmp_path}/bnak.db\n" in outs[1], outs[1]  # (the file the first run made)
+    assert f"  journal  {shown}  (new: {new}, so it starts empty; if you meant an existing journal, fix " in outs[0], \
+        outs[0]
+    assert f"  journal  {shown}\n" in outs[1], outs[1]  # (the one the first run made)
 
 
 @pytest.mark.multiproc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import threading
@@ -229,6 +230,25 @@ def _drop_inserted_xid(admin: psycopg.Connection, schema: str) -> None:
     """Back to the layout before highest_sequence_nr's column inserted_xid and its index."""
     admin.execute(f"DROP INDEX {schema}.highest_sequence_nr_inserted_xid")
     admin.execute(f"ALTER TABLE {schema}.highest_sequence_nr DROP COLUMN inserted_xid")
+
+
+def test_a_new_journal_schema_is_logged_naming_it_and_an_upgraded_or_existing_one_is_not(pg, caplog) -> None:
+    # A misspelt ?schema= started an empty journal (created silently): as a new SQLite file, the creation says so.
+    url, app = pg
+    said = f"created the new journal schema {app!r} in PostgreSQL at 127.0.0.1/test"
+    with caplog.at_level(logging.INFO, logger="reprise.journal"):
+        with open_journal(url):
+            pass
+        assert [r.getMessage() for r in caplog.records if "created the new journal schema" in r.getMessage()] == [
+            f"{said} (there was none; if you meant an existing journal, fix the URL's ?schema=)"], caplog.text
+        caplog.clear()
+        with psycopg.connect(SERVER, autocommit=True) as admin:
+            admin.execute(f"DROP INDEX IF EXISTS {app}.tags_ordering")  # (an older schema: upgraded, not new)
+        with open_journal(url):
+            pass
+        with open_journal(url):
+            pass
+    assert "created the new journal schema" not in caplog.text, caplog.text
 
 
 def test_a_schema_of_the_delete_race_era_is_upgraded_once_and_its_orphaned_tags_cut_no_query_short(pg) -> None:
