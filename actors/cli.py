@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import os
 import sys
@@ -48,6 +49,22 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(2, f"{PROG}: error: {message} (hint: run '{self.prog} --help')\n")
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        """A command's own parse: what it does not know is refused here, naming the command and the option meant.
+
+        (The top-level parser refused it: `reprise status --port 1 --jsno` said "unrecognized arguments: --jsno
+        (hint: run 'reprise --help')", with the top-level usage, whose help lists no option of `status`.)
+        """
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and not any(isinstance(a, argparse._SubParsersAction) for a in self._actions):
+            options = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+            guesses = [m for e in extras if e.startswith("-")
+                       for m in difflib.get_close_matches(e.split("=", 1)[0], options, n=1, cutoff=0.75)]
+            self.error(f"unrecognized argument{'s' if len(extras) > 1 else ''} {' '.join(map(repr, extras))}"
+                       + (f": did you mean {' / '.join(guesses)}?" if guesses else ""))
+        return parsed, extras
 
 
 def positive_seconds(text: str) -> float:

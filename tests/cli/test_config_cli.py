@@ -162,6 +162,27 @@ def test_up_of_a_persistent_actor_without_a_journal_says_none_is_configured(tmp_
     assert '(hint: add one to the topology, e.g. [system] journal = "sqlite://journal.db"' in lines[0], lines[0]
 
 
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["status", "--port", "1", "--jsno"], "unrecognized argument '--jsno': did you mean --json? (hint: run 'reprise "
+                                          "status --help')"),
+    (["up", "topo.toml", "--detatch"], "unrecognized argument '--detatch': did you mean --detach? (hint: run 'reprise "
+                                       "up --help')"),
+    (["spark", "staged", "--port", "1", "--jsn"], "unrecognized argument '--jsn': did you mean --json? (hint: run "
+                                                  "'reprise spark staged --help')"),
+    (["journal", "ls", "sqlite://j.db", "extra"], "unrecognized argument 'extra' (hint: run 'reprise journal ls "
+                                                  "--help')"),
+])
+def test_an_unknown_option_of_a_command_is_named_with_the_one_meant_and_that_command_s_help(capsys, argv,
+                                                                                           expected) -> None:
+    # It said "unrecognized arguments: --jsno (hint: run 'reprise --help')", under the top-level usage, whose help
+    # lists no option of the command.
+    with pytest.raises(SystemExit) as usage:
+        main(argv)
+    err = capsys.readouterr().err
+    assert usage.value.code == 2 and err.splitlines()[-1] == f"reprise: error: {expected}", err
+    assert err.startswith(f"usage: reprise {argv[0]}"), err
+
+
 def test_down_with_nothing_on_the_port_says_nothing_runs_there(capsys) -> None:
     # It answered "no actor system listens ...; start one first": no advice for a down.
     port = actors.free_port()
