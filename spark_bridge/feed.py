@@ -199,7 +199,9 @@ class _Plan:
 def _address(system: object) -> tuple[str, int]:
     """(host, admin port) from a port, "host:port" or a System."""
     if isinstance(system, actors.System):
-        return "127.0.0.1", int(cast(int, system.admin_port))
+        # (its own address: a system bound elsewhere was looked for at 127.0.0.1, and refused, or another system
+        # listening on that port there was fed instead)
+        return system.admin_host or "127.0.0.1", int(cast(int, system.admin_port))
     if isinstance(system, int) and not isinstance(system, bool):
         return "127.0.0.1", system
     if isinstance(system, str) and ":" in system:

@@ -50,6 +50,25 @@ def expected_sums(df) -> dict[str, int]:
             .withColumnRenamed("sum(amount)", "total").collect()}
 
 
+@pytest.mark.timeout(120)
+def test_a_system_given_to_feed_is_fed_at_its_own_address(spark, make_system, tmp_path):
+    # feed(df, system) attached to 127.0.0.1 at the system's port, whatever address the system listens on: one bound
+    # to 127.0.0.2 was refused ("no actor system listens on 127.0.0.1:<port>"), and another system listening on that
+    # port at 127.0.0.1 would have been fed instead.
+    from spark_bridge import start_bridge
+    from tests.spark_bridge.sample import Account
+
+    system = make_system("multiproc", bind="127.0.0.2", journal=f"sqlite:///{tmp_path}/journal.db")
+    system.spawn(Account, path="/user/accounts", entities=True)
+    start_bridge(system)
+    df = deposits(spark, 200, accounts=10).cache()
+    expected = expected_sums(df)
+    assert feed(df, system=system, to="destination", feed_id="elsewhere", progress=False).rows == 200
+    got = settled(system, expected)
+    assert {p: b.total for p, b in got.items()} == expected
+    df.unpersist()
+
+
 def balances(system: actors.System, paths) -> dict[str, Balance]:
     """Ask every account for its balance."""
     return {p: system.ask(p, GetBalance(), timeout=10) for p in paths}
