@@ -26,6 +26,7 @@ from persistence.messages import (
     ReplyToStrategy,
     SaveSnapshotFailure,
     SaveSnapshotSuccess,
+    Settled,
     SnapshotOffer,
     UnconfirmedDelivery,
     UnconfirmedWarning,
@@ -56,7 +57,7 @@ __all__ = [
     "IllegalStateError", "MaxUnconfirmedMessagesExceeded", "OffsetConflict", "OffsetStore", "OffsetStoreError", "PersistentActor",
     "Projection", "ProjectionError", "ProjectionHandlerError", "ProjectionState", "Recovery", "RecoveryCompleted",
     "RecoveryTimedOut", "RedeliveryTick", "ReplyToStrategy", "SaveSnapshotFailure", "SaveSnapshotSuccess",
-    "SeenIds", "SnapshotOffer", "SnapshotStoreNotConfigured", "StashOverflowError", "TableCommit", "TableSnapshot",
+    "SeenIds", "Settled", "SnapshotOffer", "SnapshotStoreNotConfigured", "StashOverflowError", "TableCommit", "TableSnapshot",
     "UnconfirmedDelivery", "UnconfirmedWarning", "entity_events", "open_offset_store",
     "register_scheme",
 ]

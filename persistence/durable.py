@@ -23,6 +23,7 @@ from persistence.messages import (
     ConfirmDeliveries,
     ConfirmUpTo,
     DeleteMessagesFailure,
+    Settled,
     SnapshotOffer,
 )
 from persistence.persistent_actor import IllegalStateError, _Entry
@@ -488,6 +489,8 @@ class DurableDelivery(AtLeastOnceDelivery):
             self._confirm_many(message.delivery_ids)
         elif t is Confirm:
             self.confirm_delivery(message.delivery_id)
+            if message.settle_for and sender is not None:
+                self._answer_settled(message.settle_for, sender)
         elif t is ConfirmUpTo:
             # A destination's cumulative confirm covers what was delivered to it (RabbitMQ's multiple=true covers
             # its channel's deliveries): the ids of other destinations below it stay unconfirmed.
@@ -498,6 +501,17 @@ class DurableDelivery(AtLeastOnceDelivery):
                 self.confirm_deliveries_up_to(message.delivery_id, sender)
         else:
             super().mixin_command(message, sender)
+
+    def settled_low(self) -> int:
+        """The settled watermark: no id <= it will be delivered again (each is confirmed or was never used: ids
+        are numbered upwards, and the lowest unconfirmed one bounds it)."""
+        return min(self._unconfirmed, default=self._delivery_seq + 1) - 1
+
+    def _answer_settled(self, origin: str, receiver: str) -> None:
+        """Tell `receiver` the settled watermark once the confirms made so far are durable: a confirm that a crash
+        lost would have the id redelivered, to a receiver that took it as seen."""
+        settled = Settled(origin, self.settled_low())
+        self.defer_async(settled, lambda s: self.tell(receiver, s))
 
     def mixin_recover_event(self, event: Any) -> None:
         t = type(event)

@@ -127,9 +127,25 @@ class RedeliveryTick:
 @register_type(manifest="reprise.persistence.Confirm")
 @dataclass(frozen=True)
 class Confirm:
-    """A destination's confirmation of one delivery (handled automatically by DurableDelivery)."""
+    """A destination's confirmation of one delivery (handled automatically by DurableDelivery).
+
+    `settle_for`, when set (by IdempotentReceiver, whose dedup state for this origin holds many gaps), also asks a
+    DurableDelivery for its settled watermark: it answers `Settled(settle_for, low)` once the confirm is durable.
+    Any other receiver of the confirm ignores it."""
 
     delivery_id: int
+    settle_for: str = ""
+
+
+@register_type(manifest="reprise.persistence.Settled")
+@dataclass(frozen=True)
+class Settled:
+    """A DurableDelivery's promise that it will never deliver an id <= `low` again (each is confirmed, durably):
+    the receiver that asked (Confirm.settle_for) takes every id <= low of origin `origin` as seen, and drops the
+    gaps below it from its dedup state (ids of other destinations, which it never sees)."""
+
+    origin: str
+    low: int
 
 
 @register_type(manifest="reprise.persistence.ConfirmUpTo")

@@ -188,3 +188,44 @@ class Relay(DurableDelivery, IdempotentReceiver):
                 else:
                     self.persist_async(arg, lambda e: None)
             self.defer_async("done", lambda e: self.tell(sender, e))
+
+
+class FanOutShipper(Shipper):
+    """Shipper that also takes ("round-robin", destinations, n): n Parcels, the k-th to destinations[k % len]
+    (one sequence of delivery ids over all: each destination sees a share, with gaps), replying ("shipped", n)."""
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, tuple) and message[0] == "round-robin":
+            _, destinations, n = message
+            for k in range(n):
+                self.deliver(destinations[k % len(destinations)], lambda i: Parcel(i, f"p{i}"))
+            self.defer_async(("shipped", n), lambda e: self.tell(sender, e))
+        else:
+            super().receive_command(message, sender)
+
+
+class ConfirmingReceiver(IdempotentReceiver):
+    """apply_and_confirm of each Parcel (from its sender), whose confirm asks the origin for its settled watermark
+    every `settle_after_gaps` gaps; "status": (payloads applied, dedup_size()); closed, it drops every Parcel unseen
+    (a lost message) until "open"."""
+
+    def __init__(self, settle_after_gaps: int | None = 8, closed: bool = False) -> None:
+        self.settle_after_gaps = settle_after_gaps
+        self.closed = closed
+
+    def pre_start(self) -> None:
+        self.applied: list[str] = []
+
+    def receive_recover(self, event: Any) -> None:
+        if isinstance(event, str):
+            self.applied.append(event)
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, Parcel) and sender is not None:
+            if not self.closed:
+                self.apply_and_confirm(sender, message.delivery_id, message.payload, self.applied.append)
+        elif message == "status":
+            self.tell(sender, (tuple(self.applied), self.dedup_size()))
+        elif message == "open":
+            self.closed = False
+            self.tell(sender, "opened")
