@@ -245,6 +245,31 @@ def forget_up_to(seen: dict[str, SeenIds], origin: str, delivery_id: int) -> Non
         s.advance_to(delivery_id)
 
 
+def ask_to_settle(seen: SeenIds, asked: dict[str, int], origin: str, limit: int) -> bool:
+    """Whether a confirm to `origin`, whose ids `seen` holds, asks for its settled watermark: once `limit` gaps were
+    added since the last ask (`asked`: origin -> its gaps then, updated), so an origin that never answers is asked
+    once per `limit` gaps, not at every confirm."""
+    gaps = seen.range_count
+    if gaps < asked.get(origin, 0) + limit:
+        return False
+    asked[origin] = gaps
+    return True
+
+
+def settle(seen: dict[str, SeenIds], asked: dict[str, int] | None, settled: Settled) -> None:
+    """Take every id <= settled.low from settled.origin as seen (its sender never delivers them again), dropping
+    the gaps below it, and count the gaps left as asked about (the next ask comes once as many are new)."""
+    forget_up_to(seen, settled.origin, settled.low)
+    s = seen.get(settled.origin)
+    if asked is not None and s is not None:
+        asked[settled.origin] = s.range_count
+
+
+def malformed_settled(settled: object) -> bool:
+    """True if `settled` (a Settled) does not hold a str origin and an int low, as DurableDelivery sends it."""
+    return type(getattr(settled, "low", None)) is not int or type(getattr(settled, "origin", None)) is not str
+
+
 class IdempotentReceiver(PersistentActor):
     """A destination mixin: `persist_applied(origin, delivery_id, event, handler)` applies each delivery once.
 
@@ -410,14 +435,9 @@ class IdempotentReceiver(PersistentActor):
         seen = self._seen.get(origin)
         if limit is None or seen is None or seen.range_count < limit:  # (the usual case: one comparison)
             return Confirm(delivery_id)
-        asked = self._settle_asked
-        if asked is None:
-            asked = self._settle_asked = {}
-        gaps = seen.range_count
-        if gaps < asked.get(origin, 0) + limit:  # (asked already: an origin that never answers is asked once per limit)
-            return Confirm(delivery_id)
-        asked[origin] = gaps
-        return Confirm(delivery_id, origin)
+        if self._settle_asked is None:
+            self._settle_asked = {}
+        return Confirm(delivery_id, origin if ask_to_settle(seen, self._settle_asked, origin, limit) else "")
 
     def mixin_command(self, message: Any, sender: str | None) -> None:
         if type(message) is Settled:
@@ -427,14 +447,11 @@ class IdempotentReceiver(PersistentActor):
 
     def _on_settled(self, settled: Settled, sender: str | None) -> None:
         """The origin will never deliver an id <= settled.low again: drop the gaps below it (forget_applied_up_to)."""
-        if type(settled.low) is not int or type(settled.origin) is not str:
+        if malformed_settled(settled):
             self.context.dead_letter(sender, self.path, settled, "a Settled needs origin (str) and low (int), as "
                                      "DurableDelivery sends it: nothing was forgotten")
             return
-        forget_up_to(self._seen, settled.origin, settled.low)
-        asked, seen = self._settle_asked, self._seen.get(settled.origin)
-        if asked is not None and seen is not None:
-            asked[settled.origin] = seen.range_count  # (the next ask once as many gaps are new again)
+        settle(self._seen, self._settle_asked, settled)
 
     def apply_and_forward(self, origin: str, delivery_id: int, event: object,
                           destination: str | Sequence[tuple[str, Callable[[int], object]]],

@@ -51,12 +51,22 @@ from journal.serialization import (
     serialize,
     store_values_with,
 )
-from persistence.idempotent import SeenIds, forget_up_to, mark_applied, seen_ids
+from persistence.idempotent import (
+    SeenIds,
+    ask_to_settle,
+    forget_up_to,
+    malformed_settled,
+    mark_applied,
+    seen_ids,
+    settle,
+)
 from persistence.messages import (
+    Confirm,
     DeleteSnapshotsFailure,
     DeleteSnapshotsSuccess,
     SaveSnapshotFailure,
     SaveSnapshotSuccess,
+    Settled,
     SnapshotOffer,
 )
 from persistence.persistent_actor import PersistentActor, _Entry
@@ -172,6 +182,11 @@ class EntityTable(PersistentActor):
 
     snapshot_every: int | None = 1000
     """Save a TableSnapshot after this many commits (when no write is in flight); None: never."""
+    settle_after_gaps: int | None = 64
+    """As IdempotentReceiver's: `confirm` asks the origin for its settled watermark once the table's dedup state
+    of that origin gained this many gaps (ids it never sees: a sender's deliveries to other destinations, or to the
+    other shards); a DurableDelivery answers `Settled` and the gaps below it are dropped. None: never ask."""
+    _settle_asked: dict[str, int] | None = None  # origin -> its gaps when last asked (made on the first ask)
 
     # ---- what the user implements ---------------------------------------------------------------
     def empty_state(self) -> Any:
@@ -247,6 +262,18 @@ class EntityTable(PersistentActor):
         self._delivery_ids.append(delivery_id)
         return True
 
+    def confirm(self, origin: str, delivery_id: int) -> None:
+        """Reply Confirm(delivery_id) to the command's sender once durable (as `reply`), asking `origin` for its
+        settled watermark once settle_after_gaps gaps built up, so that the dedup state stays bounded."""
+        limit = self.settle_after_gaps
+        seen = self._seen.get(origin)
+        settle_for = ""
+        if limit is not None and seen is not None and seen.range_count >= limit:
+            if self._settle_asked is None:
+                self._settle_asked = {}
+            settle_for = origin if ask_to_settle(seen, self._settle_asked, origin, limit) else ""
+        self._after.append((self.sender, Confirm(delivery_id, settle_for)))
+
     def forget_applied_up_to(self, origin: str, delivery_id: int) -> None:
         """Take every delivery id <= `delivery_id` from `origin` as applied, keeping no memory of each (for an
         origin that promised never to deliver them again: the Spark bridge's settled watermark). Not journaled: after
@@ -280,6 +307,10 @@ class EntityTable(PersistentActor):
 
     def stats(self) -> dict[str, int]:
         return {"table_entities": len(self._states)}
+
+    def dedup_size(self) -> int:
+        """How many ranges the dedup state keeps above the low watermarks of its origins (the gaps' count)."""
+        return sum(s.range_count for s in self._seen.values())
 
     def mixin_init(self) -> None:
         super().mixin_init()
@@ -316,6 +347,12 @@ class EntityTable(PersistentActor):
             self.delete_snapshots(SnapshotSelectionCriteria(max_sequence_nr=message.metadata.sequence_nr - 1))
         elif kind in (SaveSnapshotFailure, DeleteSnapshotsSuccess, DeleteSnapshotsFailure):
             pass  # (a failed save was reported by save_snapshot; the next one comes snapshot_every commits later)
+        elif kind is Settled:  # (the answer to a confirm's ask, sent to the table's path: its replies come from there)
+            if malformed_settled(message):
+                self.context.dead_letter(sender, self.path, message, "a Settled needs origin (str) and low (int), as "
+                                         "DurableDelivery sends it: nothing was forgotten")
+            else:
+                settle(self._seen, self._settle_asked, message)
         else:
             super().mixin_command(message, sender)
             if self._after or self._delivery_ids:

@@ -10,6 +10,7 @@ from persistence import (
     ConfirmDeliveries,
     DeleteMessagesSuccess,
     DurableDelivery,
+    EntityTable,
     IdempotentReceiver,
     RecoveryCompleted,
     SaveSnapshotSuccess,
@@ -229,3 +230,30 @@ class ConfirmingReceiver(IdempotentReceiver):
         elif message == "open":
             self.closed = False
             self.tell(sender, "opened")
+
+
+class ParcelTable(EntityTable):
+    """Each entity applies a Parcel once per (sender, delivery id), its payload as the event, and confirms it with
+    `confirm` (which asks the origin to settle every `settle_after_gaps` gaps); its own path answers "status" with
+    (events applied, dedup_size())."""
+
+    settle_after_gaps = 8
+
+    def empty_state(self) -> int:
+        return 0
+
+    def command_handler(self, entity_id: str, state: int, command: Any) -> list[Any]:
+        if isinstance(command, Parcel) and self.sender is not None:
+            fresh = self.apply_once(self.sender, command.delivery_id)
+            self.confirm(self.sender, command.delivery_id)
+            return [command.payload] if fresh else []
+        return []
+
+    def event_handler(self, state: int, event: Any) -> int:
+        return state + 1
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if message == "status":
+            self.tell(sender, (sum(self._states.values()), self.dedup_size()))
+        else:
+            super().receive_command(message, sender)

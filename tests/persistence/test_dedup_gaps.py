@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from persistence import Confirm, Settled
-from tests.persistence.compact_fixtures import ConfirmingReceiver, FanOutShipper, Parcel
+from tests.persistence.compact_fixtures import ConfirmingReceiver, FanOutShipper, Parcel, ParcelTable
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -75,3 +75,16 @@ def test_a_sender_numbering_its_own_deliveries_may_answer_the_ask_with_settled(p
     assert sorted(c.delivery_id for c in probe.receive_many(2, 10)) == [13, 17]
     applied, _ = psystem.ask(A, "status")
     assert "late13" not in applied and "late17" in applied
+
+
+def test_an_entity_table_confirming_with_confirm_keeps_a_bounded_number_of_gaps(psystem):
+    # The table's dedup state is shared by its entities; it sees every other id of the shipper here (the others
+    # go to B): kept, 300 ranges; `confirm` asks for the settled watermark as apply_and_confirm does.
+    psystem.spawn(FanOutShipper, path=SHP)
+    psystem.spawn(ParcelTable, path="/user/t", entities=True)
+    psystem.spawn(ConfirmingReceiver, path=B, kwargs={"settle_after_gaps": 8})
+    for _ in range(15):
+        assert psystem.ask(SHP, ("round-robin", ("/user/t/x", B), 40)) == ("shipped", 40)
+        wait_for(lambda: _all_confirmed(psystem))
+    applied, gaps = psystem.ask("/user/t", "status")
+    assert applied == 300 and gaps <= 64, (applied, gaps)
