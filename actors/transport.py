@@ -80,6 +80,10 @@ def route_keys(route: Route) -> tuple[str, ...]:
     return tuple(k for k, _ in _shard_routes(route)) if route[0] is SHARDED else (route[0],)
 
 
+_UNCACHED = object()
+_TEMP_CACHED = 4096  # clients' reply paths a router remembers before it starts over
+
+
 class Router:
     """Maps paths to Thespian addresses by longest prefix, with a per-path cache."""
 
@@ -87,6 +91,7 @@ class Router:
         self.routes: dict[str, Route] = {}
         self.epoch = -1
         self._cache: dict[str, tuple[str, Address] | None] = {}
+        self._temp: dict[str, tuple[str, Address] | None] = {}  # clients' reply paths (see resolve)
 
     def replace(self, routes: dict[str, Address | ShardSet], epoch: int) -> None:
         """Install the directory's routes (prefix -> address or ShardSet) if newer than what we have."""
@@ -94,7 +99,7 @@ class Router:
             return
         self.epoch = epoch
         self.routes = {prefix: _route(a) for prefix, a in routes.items()}
-        self._cache.clear()
+        self._clear()
 
     def learn(self, prefix: str, address: Address) -> tuple[Route | None, Route] | None:
         """Remember how to reach `prefix` (a sender's origin) without waiting for the directory; the route it
@@ -103,14 +108,19 @@ class Router:
         current = self.routes.get(prefix)
         if current is None or current[0] != key:
             route = self.routes[prefix] = (key, address)
-            self._cache.clear()
+            self._clear()
             return current, route
         return None
 
     def forget(self, prefix: str) -> None:
         """Drop the route for `prefix`."""
         if self.routes.pop(prefix, None) is not None:
-            self._cache.clear()
+            self._clear()
+
+    def _clear(self) -> None:
+        """Forget every cached resolution (the routes changed)."""
+        self._cache.clear()
+        self._temp.clear()
 
     def locate(self, path: str) -> str | None:
         """The name of the host serving `path` by the directory (its prefix, or prefix and shard), or None."""
@@ -129,6 +139,11 @@ class Router:
             return self._cache[path]
         except KeyError:
             pass
+        temp = path.startswith("/temp/")
+        if temp:
+            found = self._temp.get(path, _UNCACHED)
+            if found is not _UNCACHED:
+                return cast("tuple[str, Address] | None", found)
         hit: tuple[str, Address] | None = None
         for prefix in ancestors(path):
             route = self.routes.get(prefix)
@@ -139,6 +154,14 @@ class Router:
                 else:
                     hit = cast("tuple[str, Address]", route)
                 break
+        if temp:
+            # A client's reply paths (/temp/<client>/<name>): one per ask, looked up once. In the cache, every host
+            # answering asks kept ~120 bytes per ask until it was full (500,000 paths), then lost the routes worth
+            # keeping with them. Here a few thousand at most: a probe's path, replied to often, stays cached mostly.
+            if len(self._temp) >= _TEMP_CACHED:
+                self._temp.clear()
+            self._temp[path] = hit
+            return hit
         if len(self._cache) > 500_000:
             self._cache.clear()
         self._cache[path] = hit

@@ -448,3 +448,15 @@ class CountsDirectories(Echo):
             self.tell(sender, list(self.stats_epochs))
         else:
             super().receive(message, sender)
+
+
+class RouteCache(actors.Actor):
+    """Replies Pong(n, path) to Ping(n) (an ask's reply, to a reply path of its own); "cached": how many paths its
+    host's router has cached, (others, clients' reply paths) (host internals: tests/actors/test_memory_bounds.py)."""
+
+    def receive(self, message, sender):
+        if isinstance(message, Ping):
+            self.tell(sender, Pong(message.n, self.path))
+        elif message == "cached":
+            router = self.context.router
+            self.tell(sender, (len(router._cache), len(router._temp)))

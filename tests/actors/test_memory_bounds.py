@@ -64,3 +64,31 @@ def test_subscribing_the_same_path_to_dead_letters_again_keeps_one_subscription(
     letters = [probe.receive(timeout=5), probe.receive(timeout=5)]
     assert all(isinstance(letter, DeadLetter) for letter in letters)
     assert [letter.message for letter in letters] == [Ping(2), Ping(3)]
+
+
+def test_a_host_caches_no_route_per_ask_it_answered(system):
+    """Every ask replies to a path of its own (/temp/<client>/ask-N), looked up once: the host's router cached each
+    one, ~120 bytes a reply kept until 500,000 paths were cached (~60 MB in every host answering asks), then
+    dropped with the routes worth keeping. Clients' reply paths are cached apart now, a few thousand at most."""
+    from actors.transport import _TEMP_CACHED
+    from tests.actors.sample import Ping, Pong, RouteCache
+
+    system.spawn(RouteCache, "/user/rc")
+    before, _ = system.ask("/user/rc", "cached")
+    for n in range(300):
+        assert system.ask("/user/rc", Ping(n)) == Pong(n, "/user/rc")
+    cached, replies = system.ask("/user/rc", "cached")
+    assert cached <= before + 5 and replies <= _TEMP_CACHED
+
+
+def test_a_router_keeps_a_bounded_number_of_reply_paths_and_routes_them_by_their_client():
+    from actors.transport import _TEMP_CACHED, Router
+
+    router = Router()
+    router.replace({"/temp/c1": "addr-c1", "/user/a": "addr-a"}, 1)
+    for n in range(2 * _TEMP_CACHED + 10):
+        assert router.resolve(f"/temp/c1/ask-{n}")[1] == "addr-c1"
+    assert router.resolve("/temp/c2/ask-1") is None and router.resolve("/user/a/7")[1] == "addr-a"
+    assert len(router._temp) <= _TEMP_CACHED and len(router._cache) == 1
+    router.replace({"/temp/c1": "addr-c1b"}, 2)  # (new routes: nothing cached holds the old address)
+    assert router.resolve("/temp/c1/ask-1")[1] == "addr-c1b" and router.resolve("/user/a/7") is None
