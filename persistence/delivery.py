@@ -291,10 +291,19 @@ class AtLeastOnceDelivery(PersistentActor):
         return len(done)
 
     def redeliver_now(self, delivery_id: int) -> bool:
-        """Resend `delivery_id` at once (a negative acknowledgement); False if it is not unconfirmed, or if
-        should_redeliver held the resend back (nothing was sent)."""
+        """Resend `delivery_id` at once (a negative acknowledgement); False if it is not unconfirmed, if
+        should_redeliver held the resend back, or if it used up max_delivery_attempts: then it is given up now (and
+        dead-lettered), as the tick would (nothing was sent)."""
         d = self._unconfirmed.get(delivery_id)
         if d is None or self._recovery_running:
+            return False
+        max_attempts = self.max_delivery_attempts
+        if max_attempts is not None and d.attempt >= max_attempts:
+            # (Checked as the tick does: a nack resent past the limit, as often as the receiver nacked.)
+            del self._unconfirmed[delivery_id]
+            if not self._unconfirmed:
+                self._stop_timer()
+            self._exhausted(delivery_id, d)
             return False
         if d.attempt and not self.should_redeliver(delivery_id, d.destination, d.message):
             return False

@@ -142,3 +142,26 @@ class DeletingShipper(DurableDelivery):
             self.tell(sender, tuple(self.unconfirmed_ids()))
         elif message == "boom":
             raise RuntimeError("boom")
+
+
+class LimitedSender(AtLeastOnceDelivery):
+    """Gives a delivery up after 1 transmission (its tick resends nothing within a test: every resend there is a
+    redeliver_now): ("dlq", path) sets dead_letter_path; ("send", destination, body) delivers, replying ("sent", id);
+    ("redeliver-now", id) replies ("redelivered", redeliver_now(id)); "unconfirmed": the unconfirmed ids."""
+
+    redeliver_interval = 30.0
+    max_delivery_attempts = 1
+
+    def receive_recover(self, event: Any) -> None:
+        pass
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, tuple) and message[0] == "dlq":
+            self.dead_letter_path = message[1]
+            self.tell(sender, "set")
+        elif isinstance(message, tuple) and message[0] == "send":
+            self.tell(sender, ("sent", self.deliver(message[1], lambda i: Payload(i, message[2]))))
+        elif isinstance(message, tuple) and message[0] == "redeliver-now":
+            self.tell(sender, ("redelivered", self.redeliver_now(message[1])))
+        elif message == "unconfirmed":
+            self.tell(sender, tuple(self.unconfirmed_ids()))

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from persistence import DeadLetteredDelivery
 from tests.persistence.beyond_actors import Payload
 from tests.persistence.delivery_audit_actors import (
     DeletingShipper,
     HoldingSender,
+    LimitedSender,
     PatientHoldingSender,
     ShipAndSnap,
     SnapshottingShipper,
@@ -185,3 +187,21 @@ def test_a_delivery_made_with_a_delete_is_kept_and_the_burst_after_recovery_rese
     system.tell(shp, "boom")
     assert system.ask(shp, "unconfirmed", timeout=10) == (1, 2, 3)
     assert [dst.receive(10).delivery_id for _ in range(3)] == [1, 2, 3], "the burst after recovery, lowest id first"
+
+
+def test_redeliver_now_past_max_delivery_attempts_gives_the_delivery_up(psystem, tmp_path):
+    # redeliver_now did not check max_delivery_attempts: a receiver that nacked resent a delivery past the limit, as
+    # often as it nacked. Measured before, both bases: ("redelivered", True) and a second transmission with
+    # max_delivery_attempts = 1, never given up. It is given up (dead-lettered) there now, as the tick would.
+    system = psystem
+    system.spawn(LimitedSender, path="/user/snd", entities=True)
+    snd = f"/user/snd/{tmp_path.name}"
+    dst, dlq = system.probe(), system.probe()
+    assert system.ask(snd, ("dlq", dlq.path), timeout=10) == "set"
+    assert system.ask(snd, ("send", dst.path, "m"), timeout=10) == ("sent", 1)
+    assert dst.receive(10) == Payload(1, "m")
+    assert system.ask(snd, ("redeliver-now", 1), timeout=10) == ("redelivered", False)
+    dead = dlq.receive(10)
+    assert type(dead) is DeadLetteredDelivery and (dead.original_delivery_id, dead.attempts) == (1, 1), dead
+    assert system.ask(snd, "unconfirmed", timeout=10) == (dead.delivery_id,)
+    dst.expect_no_message(0.5)
