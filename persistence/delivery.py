@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import time
 from collections.abc import Callable, KeysView, Mapping, Sequence
 from itertools import repeat
@@ -97,7 +98,10 @@ class AtLeastOnceDelivery(PersistentActor):
         self._apply_config_defaults()
         self._check_redelivery_settings()
         self._delivery_seq = 0
+        # In ascending id order (Akka's SortedMap): the redelivery burst resends the oldest first. Kept so at each
+        # insertion below an existing id (see _inserted); replay marks it and sorts once at its end.
         self._unconfirmed: dict[int, _Delivery] = {}
+        self._unsorted = False
         self._redeliver_timer: Timer | None = None
         self._redelivered = 0  # sends of a delivery sent before, by this incarnation (for status)
         self._delivered = 0  # new deliveries (not replayed ones) by this incarnation (for status and metrics)
@@ -203,9 +207,7 @@ class AtLeastOnceDelivery(PersistentActor):
         if len(unconfirmed) != before + n:
             raise ValueError("deliver_many got delivery ids that were unconfirmed already (or one id twice): "
                              "their earlier deliveries were replaced; allocate fresh ids for every delivery")
-        top = max(delivery_ids)
-        if top > self._delivery_seq:
-            self._delivery_seq = top
+        self._inserted(delivery_ids)
         if not self._recovery_running:
             self._delivered += n
         if send is not None and not self._recovery_running:
@@ -235,11 +237,28 @@ class AtLeastOnceDelivery(PersistentActor):
         back = time.monotonic() - self._interval(0)
         self._unconfirmed.update(zip(delivery_ids, map(_Delivery, destinations, messages, repeat(back), repeat(0)),
                                      strict=True))
-        top = max(delivery_ids)
-        if top > self._delivery_seq:
-            self._delivery_seq = top
+        self._inserted(delivery_ids)
         if not self._recovery_running:
             self._ensure_timer()
+
+    def _inserted(self, delivery_ids: Sequence[int]) -> None:
+        """Keep the unconfirmed deliveries in ascending id order after `delivery_ids` were added (or replaced), and
+        the id counter above them."""
+        seq = self._delivery_seq
+        # (Ids all above the counter, ascending: appended in order, the common case. Any other: the burst walked
+        # insertion order and resent them out of id order; Akka's SortedMap resends the lowest ids first.)
+        if delivery_ids[0] <= seq or any(a >= b for a, b in itertools.pairwise(delivery_ids)):
+            self._sort_unconfirmed()
+        top = max(delivery_ids)
+        if top > seq:
+            self._delivery_seq = top
+
+    def _sort_unconfirmed(self) -> None:
+        """Put the unconfirmed deliveries in ascending id order (during replay: once, at its end)."""
+        if self._recovery_running:
+            self._unsorted = True
+        else:
+            self._unconfirmed = dict(sorted(self._unconfirmed.items()))
 
     def confirm_deliveries(self, delivery_ids: Sequence[int]) -> list[Any]:
         """Confirm many deliveries at once; returns, per id, the message delivered under it (None: not unconfirmed).
@@ -253,12 +272,12 @@ class AtLeastOnceDelivery(PersistentActor):
         return found
 
     def unconfirmed_ids(self) -> KeysView[int]:
-        """The ids of the deliveries not confirmed yet, in the order they were registered (a live view: copy it
-        before confirming while iterating)."""
+        """The ids of the deliveries not confirmed yet, in ascending order (a live view: copy it before confirming
+        while iterating)."""
         return self._unconfirmed.keys()
 
     def unconfirmed_up_to(self, delivery_id: int, destination: str | None = None) -> list[int]:
-        """The unconfirmed ids <= `delivery_id` (only those to `destination`, if given), in registration order."""
+        """The unconfirmed ids <= `delivery_id` (only those to `destination`, if given), in ascending order."""
         # Ids are numbered across destinations: a destination's cumulative confirm, unscoped, would also confirm
         # ids of other destinations that it never saw, which then are never resent.
         if destination is None:
@@ -407,6 +426,9 @@ class AtLeastOnceDelivery(PersistentActor):
 
     def _on_replay_success(self) -> None:
         super()._on_replay_success()
+        if self._unsorted:  # (restored out of id order during replay: sorted once, before the burst)
+            self._unsorted = False
+            self._unconfirmed = dict(sorted(self._unconfirmed.items()))
         if self._unconfirmed:
             self._redeliver_overdue()
 

@@ -518,6 +518,8 @@ class DurableDelivery(AtLeastOnceDelivery):
         if t is DeliveriesSent:
             back = time.monotonic() - self._interval(0)
             unconfirmed = self._unconfirmed
+            if event.delivery_ids[0] <= self._delivery_seq:
+                self._unsorted = True  # (a rejected round requeued behind a later one: sorted at the end of replay)
             for delivery_id, destination, message in event.entries():
                 unconfirmed[delivery_id] = _Delivery(destination, message, back, 0)
             self._delivery_seq = max(self._delivery_seq, event.delivery_ids[-1])
@@ -536,9 +538,11 @@ class DurableDelivery(AtLeastOnceDelivery):
                 if u.delivery_id not in unconfirmed:
                     unconfirmed[u.delivery_id] = _Delivery(u.destination, u.message, back, 0)
             # Ascending ids, as Akka's bursts resend them: a delivery whose sent event was in flight at the delete
-            # (a higher id) is replayed before this state.
-            self._unconfirmed = dict(sorted(unconfirmed.items()))
+            # (a higher id) is replayed before this state. (Sorted once, at the end of replay.)
+            self._unsorted = True
         elif t is DeliverySent:
+            if event.delivery_id <= self._delivery_seq:
+                self._unsorted = True
             self._delivery_seq = max(self._delivery_seq, event.delivery_id)
             self._unconfirmed[event.delivery_id] = _Delivery(
                 event.destination, event.message, time.monotonic() - self._interval(0), 0)

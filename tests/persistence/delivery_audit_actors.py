@@ -144,6 +144,25 @@ class DeletingShipper(DurableDelivery):
             raise RuntimeError("boom")
 
 
+class OrderSender(AtLeastOnceDelivery):
+    """Resends every 0.2 s: ("many", destination, ids) deliver_many's a Payload per id, in that order; ("restore",
+    destination, ids) restore_unconfirmed's them; "unconfirmed": the unconfirmed ids (each replies once done)."""
+
+    redeliver_interval = 0.2
+
+    def receive_recover(self, event: Any) -> None:
+        pass
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, tuple) and message[0] in ("many", "restore"):
+            _, destination, ids = message
+            call = self.deliver_many if message[0] == "many" else self.restore_unconfirmed
+            call(ids, [destination] * len(ids), [Payload(i, "m") for i in ids])
+            self.tell(sender, "done")
+        elif message == "unconfirmed":
+            self.tell(sender, tuple(self.unconfirmed_ids()))
+
+
 class LimitedSender(AtLeastOnceDelivery):
     """Gives a delivery up after 1 transmission (its tick resends nothing within a test: every resend there is a
     redeliver_now): ("dlq", path) sets dead_letter_path; ("send", destination, body) delivers, replying ("sent", id);

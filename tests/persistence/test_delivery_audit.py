@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import pytest
 
+from journal import AtomicWrite, PersistentRepr, open_journal
 from persistence import DeadLetteredDelivery
+from persistence.durable import DeliveriesSent
 from tests.persistence.beyond_actors import Payload
 from tests.persistence.delivery_audit_actors import (
     DeletingShipper,
     HoldingSender,
     LimitedSender,
+    OrderSender,
     PatientHoldingSender,
     ShipAndSnap,
     SnapshottingShipper,
@@ -187,6 +190,42 @@ def test_a_delivery_made_with_a_delete_is_kept_and_the_burst_after_recovery_rese
     system.tell(shp, "boom")
     assert system.ask(shp, "unconfirmed", timeout=10) == (1, 2, 3)
     assert [dst.receive(10).delivery_id for _ in range(3)] == [1, 2, 3], "the burst after recovery, lowest id first"
+
+
+@pytest.mark.parametrize("call", ["many", "restore"])
+def test_the_redelivery_burst_resends_the_lowest_ids_first_whatever_order_they_were_given_in(psystem, tmp_path, call):
+    # The burst walked the unconfirmed deliveries in insertion order: deliver_many or restore_unconfirmed given ids
+    # out of order resent them out of order (measured before, both bases: unconfirmed, the burst's order, (3, 1, 2)),
+    # where Akka's SortedMap resends the lowest ids first.
+    system = psystem
+    system.spawn(OrderSender, path="/user/ord", entities=True)
+    snd = f"/user/ord/{tmp_path.name}"
+    dst = system.probe()
+    assert system.ask(snd, (call, dst.path, (3, 1, 2)), timeout=10) == "done"
+    if call == "many":  # (the first transmissions, in the caller's order)
+        assert [dst.receive(10).delivery_id for _ in range(3)] == [3, 1, 2]
+    assert system.ask(snd, "unconfirmed", timeout=10) == (1, 2, 3)
+    assert [dst.receive(10).delivery_id for _ in range(3)] == [1, 2, 3]
+
+
+def test_deliveries_journaled_out_of_id_order_are_resent_lowest_first_after_recovery(psystem, tmp_path):
+    # A rejected DeliveriesSent of several deliveries is requeued one per event, behind a later round's event: the
+    # journal then holds delivery 3 before delivery 1, and replay restored them in that order. Measured before, both
+    # bases: unconfirmed (3, 1) after recovery, the burst resending 3 first.
+    system = psystem
+    pid = f"/user/shp/{tmp_path.name}"
+    dst = system.probe()
+    journal = open_journal(f"sqlite:///{tmp_path}/journal.db")
+    try:
+        assert journal.write_messages([
+            AtomicWrite([PersistentRepr(DeliveriesSent((3,), (dst.path,), (Payload(3, "c"),)), 1, pid)]),
+            AtomicWrite([PersistentRepr(DeliveriesSent((1,), (dst.path,), (Payload(1, "a"),)), 2, pid)])]) == [None] * 2
+    finally:
+        journal.close()
+    system.spawn(DeletingShipper, path="/user/shp", entities=True)
+    assert system.ask(pid, "unconfirmed", timeout=10) == (1, 3)
+    assert [dst.receive(10).delivery_id for _ in range(2)] == [1, 3], "the burst after recovery, lowest id first"
+    assert system.ask(pid, ("ship", dst.path, "d"), timeout=10) == ("shipped", 4)
 
 
 def test_redeliver_now_past_max_delivery_attempts_gives_the_delivery_up(psystem, tmp_path):
