@@ -229,6 +229,31 @@ class DurableDelivery(AtLeastOnceDelivery):
                         "so deliver_many (caller-numbered, journaled by the caller) does not apply; call deliver() "
                         "for each message (they are journaled together), or subclass AtLeastOnceDelivery")
 
+    def set_delivery_snapshot(self, snapshot: AtLeastOnceDeliverySnapshot) -> None:
+        """Replace the delivery state, during recovery only (from a SnapshotOffer: DurableDelivery's own snapshots do)."""
+        if not self._recovery_running:
+            self._refuse_live_state("set_delivery_snapshot")
+        super().set_delivery_snapshot(snapshot)
+
+    def restore_unconfirmed(self, delivery_ids: Sequence[int], destinations: Sequence[str],
+                            messages: Sequence[object]) -> None:
+        """Take these deliveries as unconfirmed, during recovery only (see AtLeastOnceDelivery.restore_unconfirmed)."""
+        if not self._recovery_running:
+            self._refuse_live_state("restore_unconfirmed")
+        super().restore_unconfirmed(delivery_ids, destinations, messages)
+
+    def _refuse_live_state(self, what: str) -> NoReturn:
+        """Raise IllegalStateError for a delivery state set outside recovery, naming what to use instead."""
+        # Not journaled: gone at the next restart (or back there, if a confirm it implies was), and
+        # set_delivery_snapshot replaced the map, dropping the deliveries whose sent event was being written
+        # (their write then durable: resent after a restart only, and never confirmed live).
+        raise IllegalStateError(
+            f"{what}() outside recovery on {type(self).__name__} (a DurableDelivery): its delivery state is journaled "
+            "by DurableDelivery itself (and held by its snapshots), and a state set here would not be: lost at the "
+            "next restart, and deliveries being journaled now would be dropped. Call deliver() for each message to "
+            "send (journaled, ids numbered for you), and confirm_delivery() / confirm_deliveries() for those to drop; "
+            "or subclass AtLeastOnceDelivery to keep the delivery state in your own events and snapshots")
+
     def confirm_deliveries(self, delivery_ids: Sequence[int]) -> list[Any]:
         """Confirm many deliveries, journaled as one event; per id its message (None: not unconfirmed)."""
         get = self._unconfirmed.get

@@ -12,6 +12,7 @@ from persistence import (
     DeleteMessagesFailure,
     DeleteMessagesSuccess,
     DurableDelivery,
+    IllegalStateError,
     UnconfirmedDelivery,
     UnconfirmedWarning,
 )
@@ -142,6 +143,51 @@ class DeletingShipper(DurableDelivery):
             self.tell(sender, tuple(self.unconfirmed_ids()))
         elif message == "boom":
             raise RuntimeError("boom")
+
+
+class _Shipping(DurableDelivery):
+    """("ship", destination, body) delivers a Payload, replying ("shipped", id) once journaled; ("confirm", id)
+    confirms, replying ("confirmed", result) once journaled; "unconfirmed": the unconfirmed ids; "boom" restarts it."""
+
+    redeliver_interval = 30.0  # (only the burst after recovery resends within a test)
+
+    def receive_recover(self, event: Any) -> None:
+        pass
+
+    def receive_command(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, tuple) and message[0] == "ship":
+            i = self.deliver(message[1], lambda i: Payload(i, message[2]))
+            self.defer(i, lambda e: self.tell(sender, ("shipped", e)))
+        elif isinstance(message, tuple) and message[0] == "confirm":
+            done = self.confirm_delivery(message[1])
+            self.defer(done, lambda e: self.tell(sender, ("confirmed", e)))
+        elif message == "unconfirmed":
+            self.tell(sender, tuple(self.unconfirmed_ids()))
+        elif message == "boom":
+            raise RuntimeError("boom")
+        else:
+            self.other(message, sender)
+
+    def other(self, message: Any, sender: str | None) -> None:
+        """A command of a subclass."""
+
+
+class LiveStateShipper(_Shipping):
+    """A _Shipping entity that sets a delivery state outside recovery: ("set", destination) a delivery snapshot of
+    delivery 7, ("restore", destination) restore_unconfirmed of it; replying "restored", or ("refused", why)."""
+
+    def other(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, tuple) and message[0] in ("set", "restore"):
+            u = UnconfirmedDelivery(7, message[1], Payload(7, "restored"))
+            try:
+                if message[0] == "set":
+                    self.set_delivery_snapshot(AtLeastOnceDeliverySnapshot(7, (u,)))
+                else:
+                    self.restore_unconfirmed([u.delivery_id], [u.destination], [u.message])
+            except IllegalStateError as exc:
+                self.tell(sender, ("refused", str(exc)))
+            else:
+                self.tell(sender, "restored")
 
 
 class OrderSender(AtLeastOnceDelivery):
