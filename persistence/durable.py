@@ -25,6 +25,7 @@ from persistence.messages import (
     DeleteMessagesFailure,
     Settled,
     SnapshotOffer,
+    UnconfirmedDelivery,
 )
 from persistence.persistent_actor import IllegalStateError, _Entry
 
@@ -110,11 +111,16 @@ class DurableDelivery(AtLeastOnceDelivery):
     # The same for a queued DeliveriesConfirmed, by its sequence nr: the sender of each of its items (DeliveriesConfirmed
     # .singles()), when they differ (e.g. askers of one round confirming, or sinks confirming each other's round).
     _confirmers_of: dict[int, tuple[str | None, ...]] | None = None
+    # Deliveries given up (max_delivery_attempts) whose dead-letter forward is being journaled, by the forward's delivery
+    # id: (the given-up delivery's id, the delivery, the sender then). Confirmed (journaled) once the forward is durable;
+    # unconfirmed again if it is rejected. None until the first.
+    _dead_lettering: dict[int, tuple[int, _Delivery, str | None]] | None = None
 
     def mixin_init(self) -> None:
         super().mixin_init()
         self._senders_of = None
         self._confirmers_of = None
+        self._dead_lettering = None
         # delivered, sent event not queued yet: (delivery id, delivery, the sender of the command that delivered it)
         self._unjournaled: list[tuple[int, _Delivery, str | None]] = []
         self._confirmed_ids: list[int] = []  # confirmed, confirmed event not queued yet
@@ -254,6 +260,17 @@ class DurableDelivery(AtLeastOnceDelivery):
             "send (journaled, ids numbered for you), and confirm_delivery() / confirm_deliveries() for those to drop; "
             "or subclass AtLeastOnceDelivery to keep the delivery state in your own events and snapshots")
 
+    def get_delivery_snapshot(self) -> AtLeastOnceDeliverySnapshot:
+        """The delivery state to snapshot, with the deliveries given up whose dead-letter forward is being written."""
+        snap = super().get_delivery_snapshot()
+        if not self._dead_lettering:
+            return snap
+        # (Unconfirmed until their forward is durable: the forward, in flight, is after the snapshot's sequence nr,
+        # and if it is rejected the delivery is unconfirmed again, with no event after the snapshot to restore it.)
+        given_up = [UnconfirmedDelivery(i, d.destination, d.message) for i, d, _ in self._dead_lettering.values()]
+        return AtLeastOnceDeliverySnapshot(snap.current_delivery_id, tuple(
+            sorted((*snap.unconfirmed_deliveries, *given_up), key=lambda u: u.delivery_id)))
+
     def confirm_deliveries(self, delivery_ids: Sequence[int]) -> list[Any]:
         """Confirm many deliveries, journaled as one event; per id its message (None: not unconfirmed)."""
         get = self._unconfirmed.get
@@ -377,6 +394,20 @@ class DurableDelivery(AtLeastOnceDelivery):
                 sent = True
         if sent:
             self._ensure_timer()
+        if self._dead_lettering:
+            for delivery_id in event.delivery_ids:
+                given_up = self._dead_lettering.pop(delivery_id, None)
+                if given_up is not None:  # its dead-letter forward is durable: the given-up delivery is confirmed now
+                    self._confirm_given_up(*given_up)
+
+    def _confirm_given_up(self, delivery_id: int, d: _Delivery, sender: str | None) -> None:
+        """Journal the confirm of `delivery_id`, given up (removed already), as a confirm of `sender`'s command."""
+        current, self.sender = self.sender, sender
+        try:
+            self._unconfirmed[delivery_id] = d  # (confirm_delivery journals the removal of an unconfirmed one, and a
+            self.confirm_delivery(delivery_id)  # subclass hooking it sees it)
+        finally:
+            self.sender = current
 
     def _on_confirmed(self, _: DeliveriesConfirmed) -> None:
         # Durable now (its handler runs with last_sequence_nr at its event).
@@ -391,7 +422,22 @@ class DurableDelivery(AtLeastOnceDelivery):
                 if result is not None and type(event) is DeliveriesSent:
                     for delivery_id in event.delivery_ids:  # (one, or those of a persist_and_deliver)
                         self._unconfirmed.pop(delivery_id, None)
+                        if self._dead_lettering and delivery_id in self._dead_lettering:
+                            self._dead_letter_rejected(delivery_id, result)
         super()._on_write_results(batch, results)
+
+    def _dead_letter_rejected(self, forward_id: int, cause: BaseException) -> None:
+        """The journal rejected the dead-letter forward `forward_id` of a delivery given up: the delivery is unconfirmed
+        again (given up, and forwarded, again once overdue), never confirmed with its forward lost; and it is said."""
+        delivery_id, d, _ = cast("dict[int, tuple[int, _Delivery, str | None]]", self._dead_lettering).pop(forward_id)
+        d.timestamp = time.monotonic()  # (tried again a redeliver interval from now, not at once at every tick)
+        self._unconfirmed[delivery_id] = d
+        self._sort_unconfirmed()
+        self._ensure_timer()
+        self.context.report_error(self.path, (
+            f"the dead-letter forward of delivery {delivery_id} (to {d.destination}, given up after {d.attempt} "
+            f"attempts) to {self.dead_letter_path} was rejected by the journal ({type(cause).__name__}: {cause}): the "
+            "delivery stays unconfirmed and is given up and forwarded again once overdue"))
 
     def _askers_of(self, entry: _Entry) -> Iterable[str | None]:
         # A DeliveriesSent holds the deliveries of every command of its round (each deferring its reply behind it), a
@@ -590,8 +636,17 @@ class DurableDelivery(AtLeastOnceDelivery):
         return DurableSnapshot(self.get_delivery_snapshot(), super().mixin_wrap_snapshot(snapshot))
 
     def _exhausted(self, delivery_id: int, d: _Delivery) -> None:
-        # Journal the removal as a confirmation, or a restart would redeliver (and dead-letter) it again.
-        self._unconfirmed[delivery_id] = d
-        self.confirm_delivery(delivery_id)
-        super()._exhausted(delivery_id, d)
+        # Journal the removal as a confirmation, or a restart would redeliver (and dead-letter) it again; with a
+        # dead-letter forward, only once that is durable: journaled in this round beside it, the confirm was stored
+        # when the journal rejected the forward, and the message was lost.
+        delivery = UnconfirmedDelivery(delivery_id, d.destination, d.message)
+        forward_id = self.deliver_to_dead_letters(delivery, d.attempt)
+        forward = self._unconfirmed.get(forward_id) if forward_id is not None else None
+        if forward is not None and forward.timestamp == _UNSENT:
+            if self._dead_lettering is None:
+                self._dead_lettering = {}
+            self._dead_lettering[cast(int, forward_id)] = (delivery_id, d, self.sender)
+        else:  # (no dead_letter_path: given up for good)
+            self._confirm_given_up(delivery_id, d, self.sender)
+        self.on_delivery_exhausted(delivery, d.attempt)
 

@@ -9,6 +9,7 @@ from journal import MAX_SEQUENCE_NR
 from persistence import (
     AtLeastOnceDelivery,
     AtLeastOnceDeliverySnapshot,
+    DeadLetteredDelivery,
     DeleteMessagesFailure,
     DeleteMessagesSuccess,
     DurableDelivery,
@@ -31,6 +32,9 @@ def _failing_sent(payload: object) -> list[str]:
 register_failing_first_write("auditsent", _failing_sent)
 # `rejectkept:///path.db`: a SQLite journal rejecting every DeliveriesKept (the delivery state a delete writes first).
 register_rejecting_writes("rejectkept", lambda p: type(p) is DeliveriesKept)
+# `rejectdead:///path.db`: a SQLite journal rejecting every DeliveriesSent that forwards a delivery given up.
+register_rejecting_writes("rejectdead", lambda p: type(p) is DeliveriesSent
+                          and any(type(m) is DeadLetteredDelivery for m in p.messages))
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,15 @@ class _Shipping(DurableDelivery):
 
     def other(self, message: Any, sender: str | None) -> None:
         """A command of a subclass."""
+
+
+class GivingUpShipper(_Shipping):
+    """A _Shipping entity giving a delivery up after its first transmission (once overdue: 1 s), forwarding it to
+    /user/given-up."""
+
+    redeliver_interval = 1.0
+    max_delivery_attempts = 1
+    dead_letter_path = "/user/given-up"
 
 
 class LiveStateShipper(_Shipping):

@@ -10,6 +10,7 @@ from persistence.durable import DeliveriesSent
 from tests.persistence.beyond_actors import Payload
 from tests.persistence.delivery_audit_actors import (
     DeletingShipper,
+    GivingUpShipper,
     HoldingSender,
     LimitedSender,
     LiveStateShipper,
@@ -191,6 +192,39 @@ def test_a_delivery_made_with_a_delete_is_kept_and_the_burst_after_recovery_rese
     system.tell(shp, "boom")
     assert system.ask(shp, "unconfirmed", timeout=10) == (1, 2, 3)
     assert [dst.receive(10).delivery_id for _ in range(3)] == [1, 2, 3], "the burst after recovery, lowest id first"
+
+
+def test_a_given_up_delivery_whose_dead_letter_forward_is_rejected_stays_unconfirmed(base, make_system, tmp_path):
+    # A delivery given up (max_delivery_attempts) was confirmed in the same round as its forward to dead_letter_path
+    # was journaled, as two events: when the journal rejected the forward, the confirm was stored anyway. Measured
+    # before, both bases: after a restart nothing was resent, and only system.errors() recorded the rejection: lost.
+    url = f"rejectdead:///{tmp_path}/journal.db"
+    system = make_system(base, journal=url, snapshot_store=url)
+    system.spawn(GivingUpShipper, path="/user/give", entities=True)
+    shp = f"/user/give/{tmp_path.name}"
+    dst = system.probe()
+    assert system.ask(shp, ("ship", dst.path, "a"), timeout=10) == ("shipped", 1)
+    assert dst.receive(10) == Payload(1, "a")
+    wait_for(lambda: any(e.path == shp and "simulated rejection" in e.reason for e in system.errors().recent))
+    system.tell(shp, "boom")  # restarted: recovered from what the journal holds
+    assert dst.receive(10) == Payload(1, "a"), "the given-up delivery's confirm was stored without its forward"
+    assert any(e.path == shp and "dead-letter forward of delivery 1" in e.reason and "stays unconfirmed" in e.reason
+               for e in system.errors().recent)
+
+
+def test_a_given_up_delivery_is_confirmed_once_its_dead_letter_forward_is_durable(psystem, tmp_path):
+    # (The other side of the test above: with a journal that stores the forward, the delivery is gone for good.)
+    system = psystem
+    system.spawn(GivingUpShipper, path="/user/give", entities=True)
+    shp = f"/user/give/{tmp_path.name}"
+    dst = system.probe()
+    assert system.ask(shp, ("ship", dst.path, "a"), timeout=10) == ("shipped", 1)
+    assert dst.receive(10) == Payload(1, "a")
+    # (The forward, to /user/given-up, which nobody serves, is given up in turn: ids go on above 1.)
+    wait_for(lambda: (ids := system.ask(shp, "unconfirmed", timeout=10)) != () and 1 not in ids)
+    system.tell(shp, "boom")
+    assert 1 not in system.ask(shp, "unconfirmed", timeout=10), "the given-up delivery's confirm is durable"
+    dst.expect_no_message(0.5)
 
 
 @pytest.mark.parametrize("call", ["many", "restore"])
