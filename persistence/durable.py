@@ -98,12 +98,19 @@ class DurableSnapshot:
     state: object
 
 
+_DELIVERY_EVENTS = frozenset({DeliveriesSent, DeliveriesConfirmed, DeliveriesKept, DeliverySent, DeliveryConfirmed})
+
+
 class DurableDelivery(AtLeastOnceDelivery):
     """deliver() journals the delivery before sending; Confirm/ConfirmUpTo/ConfirmDeliveries are journaled too.
 
     Deliveries that an event of yours decides go with it in one write: persist_and_deliver (deliver() from a persist
     handler, or from a defer handler that waits for a persist, raises IllegalStateError: the replay restores the
-    event, never a delivery journaled after it)."""
+    event, never a delivery journaled after it).
+
+    The delivery state (unconfirmed deliveries, the delivery id counter) is recovered in full whatever `recovery`
+    says: a partial one (Recovery.none(), to_sequence_nr, replay_max) limits what receive_recover sees, and the
+    delivery events after it are read too, so no journaled delivery is dropped and no delivery id is used twice."""
 
     # The senders of a queued DeliveriesSent's deliveries by its first delivery id, when they differ (rare: commands of
     # several senders delivered in one round); None until the first (no dict per idle actor).
@@ -585,6 +592,24 @@ class DurableDelivery(AtLeastOnceDelivery):
         self.defer_async(settled, lambda s: self.tell(receiver, s))
 
     def mixin_recover_event(self, event: Any) -> None:
+        if type(event) in _DELIVERY_EVENTS:
+            self._recover_delivery_event(event)
+        else:
+            super().mixin_recover_event(event)
+
+    def _on_replay_success(self) -> None:
+        # A partial recovery (Recovery.none(), to_sequence_nr, replay_max) stopped short of the journal's end: the
+        # delivery events after it are the delivery state too. Without them the id counter was too low (a new
+        # delivery took an id used already, which a receiver's dedup drops as a duplicate: lost) and the deliveries
+        # journaled there were never resent.
+        if self._replayed_to < self.last_sequence_nr:
+            for event in self.read_events(self._replayed_to + 1, self.last_sequence_nr):
+                if type(event) in _DELIVERY_EVENTS:
+                    self._recover_delivery_event(event)
+        super()._on_replay_success()
+
+    def _recover_delivery_event(self, event: Any) -> None:
+        """Replay one of DurableDelivery's own events into the delivery state."""
         t = type(event)
         if t is DeliveriesSent:
             back = time.monotonic() - self._interval(0)
@@ -622,8 +647,6 @@ class DurableDelivery(AtLeastOnceDelivery):
                 super().confirm_deliveries_up_to(event.delivery_id)
             else:
                 super().confirm_delivery(event.delivery_id)
-        else:
-            super().mixin_recover_event(event)
 
     def mixin_recover_snapshot(self, offer: SnapshotOffer) -> None:
         snap = offer.snapshot

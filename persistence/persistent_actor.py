@@ -212,6 +212,7 @@ class PersistentActor(Actor):
     snapshot_store_url: str | None = None
     """Overrides the system's `snapshot_store` URL for this class."""
     recovery: Recovery = Recovery()
+    _replayed_to = 0  # the sequence nr recovery replayed up to (its snapshot's, or its last event's)
     recovery_event_timeout: float | None = None
     """Seconds recovery may wait for the snapshot or the next event (None: config key, else Akka's 30 s).
     Journals are called synchronously, so a stall is detected when the call returns: recovery then fails."""
@@ -562,6 +563,7 @@ class PersistentActor(Actor):
                                        f"sequence number seen {self.last_sequence_nr}")
             if highest < snapshot_nr:
                 self._warn_journal_behind_snapshot(snapshot_nr, highest)
+            self._replayed_to = self.last_sequence_nr  # (below highest: a partial recovery, or deleted events)
             self.last_sequence_nr = self._seq_alloc = max(highest, self.last_sequence_nr)
             self._on_replay_success()
         except Exception as exc:

@@ -14,6 +14,7 @@ from persistence import (
     DeleteMessagesSuccess,
     DurableDelivery,
     IllegalStateError,
+    Recovery,
     UnconfirmedDelivery,
     UnconfirmedWarning,
 )
@@ -174,6 +175,24 @@ class _Shipping(DurableDelivery):
 
     def other(self, message: Any, sender: str | None) -> None:
         """A command of a subclass."""
+
+
+class PartialShipper(_Shipping):
+    """A _Shipping entity "<name>.<how>" whose persistence id is "partial-<name>" (entities of one name share their
+    events) and whose recovery is `how`: "full", "none" (Recovery.none()) or "to<n>" (Recovery(to_sequence_nr=n))."""
+
+    @property
+    def persistence_id(self) -> str:  # type: ignore[override]
+        return f"partial-{self.entity_id.partition('.')[0]}"
+
+    @property
+    def recovery(self) -> Recovery:  # type: ignore[override]
+        how = self.entity_id.partition(".")[2]
+        if how == "none":
+            return Recovery.none()
+        if how.startswith("to"):
+            return Recovery(to_sequence_nr=int(how[2:]))
+        return Recovery()
 
 
 class GivingUpShipper(_Shipping):
