@@ -583,7 +583,10 @@ class DurableDelivery(AtLeastOnceDelivery):
     def settled_low(self) -> int:
         """The settled watermark: no id <= it will be delivered again (each is confirmed or was never used: ids
         are numbered upwards, and the lowest unconfirmed one bounds it)."""
-        return min(self._unconfirmed, default=self._delivery_seq + 1) - 1
+        low = min(self._unconfirmed, default=self._delivery_seq + 1)
+        if self._dead_lettering:  # (given up, their confirm not journaled until their forward is: not settled yet)
+            low = min(low, *[delivery_id for delivery_id, _, _ in self._dead_lettering.values()])
+        return low - 1
 
     def _answer_settled(self, origin: str, receiver: str) -> None:
         """Tell `receiver` the settled watermark once the confirms made so far are durable: a confirm that a crash

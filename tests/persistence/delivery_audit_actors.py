@@ -204,6 +204,19 @@ class GivingUpShipper(_Shipping):
     dead_letter_path = "/user/given-up"
 
 
+class NackedShipper(GivingUpShipper):
+    """A GivingUpShipper whose tick gives nothing up within a test: ("nack", id) replies ("nacked", redeliver_now(id),
+    settled_low()) (a nack past max_delivery_attempts gives it up there); "settled" replies settled_low()."""
+
+    redeliver_interval = 30.0
+
+    def other(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, tuple) and message[0] == "nack":
+            self.tell(sender, ("nacked", self.redeliver_now(message[1]), self.settled_low()))
+        elif message == "settled":
+            self.tell(sender, self.settled_low())
+
+
 class LiveStateShipper(_Shipping):
     """A _Shipping entity that sets a delivery state outside recovery: ("set", destination) a delivery snapshot of
     delivery 7, ("restore", destination) restore_unconfirmed of it; replying "restored", or ("refused", why)."""
