@@ -82,6 +82,7 @@ def route_keys(route: Route) -> tuple[str, ...]:
 
 _UNCACHED = object()
 _TEMP_CACHED = 4096  # clients' reply paths a router remembers before it starts over
+_MISSING_CACHED = 4096  # paths no route serves a router remembers before it starts over
 
 
 class Router:
@@ -92,6 +93,7 @@ class Router:
         self.epoch = -1
         self._cache: dict[str, tuple[str, Address] | None] = {}
         self._temp: dict[str, tuple[str, Address] | None] = {}  # clients' reply paths (see resolve)
+        self._missing: list[str] = []  # the paths cached as served by no route (see resolve)
 
     def replace(self, routes: dict[str, Address | ShardSet], epoch: int) -> None:
         """Install the directory's routes (prefix -> address or ShardSet) if newer than what we have."""
@@ -121,6 +123,7 @@ class Router:
         """Forget every cached resolution (the routes changed)."""
         self._cache.clear()
         self._temp.clear()
+        self._missing.clear()
 
     def locate(self, path: str) -> str | None:
         """The name of the host serving `path` by the directory (its prefix, or prefix and shard), or None."""
@@ -162,9 +165,22 @@ class Router:
                 self._temp.clear()
             self._temp[path] = hit
             return hit
-        if len(self._cache) > 500_000:
-            self._cache.clear()
-        self._cache[path] = hit
+        cache = self._cache
+        if len(cache) > 500_000:
+            cache.clear()
+            self._missing.clear()
+        if hit is None:
+            # A path no route serves (a misspelt one, one per request id): every process sent to it (the guardian
+            # and each host) kept ~111 bytes per path until 500,000 paths were cached (~55 MB), then lost the
+            # routes worth keeping with them. A few thousand at most now: they stay in the cache (a known path's
+            # look-up and a cached unknown one's cost what they did), listed apart to be dropped without a scan.
+            missing = self._missing
+            if len(missing) >= _MISSING_CACHED:
+                for p in missing:
+                    del cache[p]
+                missing.clear()
+            missing.append(path)
+        cache[path] = hit
         return hit
 
 

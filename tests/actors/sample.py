@@ -452,7 +452,8 @@ class CountsDirectories(Echo):
 
 class RouteCache(actors.Actor):
     """Replies Pong(n, path) to Ping(n) (an ask's reply, to a reply path of its own); "cached": how many paths its
-    host's router has cached, (others, clients' reply paths) (host internals: tests/actors/test_memory_bounds.py)."""
+    host's router has cached, (others, clients' reply paths); ("send-nowhere", n): tells "x" to n paths no actor
+    serves, then replies how many paths the router has cached (host internals: tests/actors/test_memory_bounds.py)."""
 
     def receive(self, message, sender):
         if isinstance(message, Ping):
@@ -460,3 +461,7 @@ class RouteCache(actors.Actor):
         elif message == "cached":
             router = self.context.router
             self.tell(sender, (len(router._cache), len(router._temp)))
+        elif isinstance(message, tuple) and message[0] == "send-nowhere":
+            for n in range(message[1]):
+                self.tell(f"/user/nowhere/{message[2]}-{n}", "x")
+            self.tell(sender, len(self.context.router._cache))

@@ -92,3 +92,31 @@ def test_a_router_keeps_a_bounded_number_of_reply_paths_and_routes_them_by_their
     assert len(router._temp) <= _TEMP_CACHED and len(router._cache) == 1
     router.replace({"/temp/c1": "addr-c1b"}, 2)  # (new routes: nothing cached holds the old address)
     assert router.resolve("/temp/c1/ask-1")[1] == "addr-c1b" and router.resolve("/user/a/7") is None
+
+
+def test_a_host_caches_a_bounded_number_of_paths_nobody_serves(system):
+    """A message to a path no route serves (misspelt, or one per request id) is looked up by the sending host, which
+    cached the path as unknown: ~111 bytes per path until 500,000 were cached (~55 MB in every host and the
+    guardian, which looks it up again). Paths nobody serves are cached a few thousand at most now."""
+    from actors.transport import _MISSING_CACHED
+    from tests.actors.sample import RouteCache
+
+    system.spawn(RouteCache, "/user/rc")
+    before, _ = system.ask("/user/rc", "cached")
+    for round_ in range(3):  # (twice as many paths as are cached: those cached first are dropped)
+        cached = system.ask("/user/rc", ("send-nowhere", _MISSING_CACHED * 2 // 3, round_))
+        assert cached <= before + 5 + _MISSING_CACHED
+
+
+def test_a_router_keeps_a_bounded_number_of_unknown_paths_and_every_known_one():
+    from actors.transport import _MISSING_CACHED, Router
+
+    router = Router()
+    router.replace({"/user/a": "addr-a"}, 1)
+    for n in range(2 * _MISSING_CACHED + 10):
+        assert router.resolve(f"/user/nowhere/{n}") is None
+        assert router.resolve(f"/user/a/{n % 100}")[1] == "addr-a"
+    assert len(router._cache) <= 100 + _MISSING_CACHED and len(router._missing) <= _MISSING_CACHED
+    assert router.resolve("/user/nowhere/1") is None and router.resolve("/user/a/7")[1] == "addr-a"
+    router.replace({"/user/nowhere": "addr-n"}, 2)  # (new routes: no path stays cached as unknown)
+    assert router.resolve(f"/user/nowhere/{2 * _MISSING_CACHED + 9}")[1] == "addr-n" and not router._missing
