@@ -43,7 +43,7 @@ from persistence.messages import (
     SnapshotOffer,
 )
 from persistence.plugins import journal_for, snapshot_store_for
-from persistence.store_options import check_actor_setting
+from persistence.store_options import check_actor_default, check_actor_setting
 from persistence.unhandled import warn_if_unhandled
 
 log = logging.getLogger("reprise.persistence")
@@ -434,16 +434,17 @@ class PersistentActor(Actor):
         cap = self.stash_capacity if self.stash_capacity is not None else self.config.get("stash_capacity")
         strategy = self.internal_stash_overflow_strategy or self.config.get("internal_stash_overflow_strategy")
         strategy = strategy or "throw"
-        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 0):
-            raise ConfigError(f"stash_capacity of {type(self).__name__} must be a non-negative int or None "
-                             f"(unbounded), got {cap!r}")
+        if self.stash_capacity is not None:  # the class's own: its ConfigError names Class.stash_capacity
+            check_actor_setting(type(self).__name__, "stash_capacity", cap)
+        elif cap is not None:  # the system's default (start checked it too)
+            check_actor_default("stash_capacity", cap)
         if strategy not in _STRATEGIES and not isinstance(strategy, ReplyToStrategy):
             # (a ConfigError: the spawn's SpawnFailed is its one line, not a ValueError's traceback from the host)
             raise ConfigError(f"internal_stash_overflow_strategy of {type(self).__name__} must be \"throw\", "
                              f"\"drop\" or ReplyToStrategy(response), got {strategy!r}")
         if self.recovery_event_timeout is not None:  # (0 or below failed every recovery at once, after the spawn)
             check_actor_setting(type(self).__name__, "recovery_event_timeout", self.recovery_event_timeout)
-        return cap, strategy
+        return cast("int | None", cap), strategy
 
     def around_pre_start(self) -> None:
         self._init_persistence()

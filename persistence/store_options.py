@@ -70,8 +70,11 @@ def check_actor_default(name: str, value: Any, *, per_host: bool = True) -> None
     from persistence.messages import ReplyToStrategy
 
     if name == "stash_capacity":
-        ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
-        want = "a non-negative int, or None (unbounded)"
+        # 0 stashed nothing: every command that came during a recovery or behind a persist overflowed (with "throw"
+        # the actor restarted on each). Akka Typed refuses it ("Negative or 0 values are not allowed"); classic Akka
+        # reads <= 0 as unbounded, which is None here.
+        ok = value is None or (type(value) is int and value >= 1)
+        want = "an int of at least 1 (commands a persisting or recovering actor holds back), or None (unbounded)"
     elif name == "internal_stash_overflow_strategy":
         ok = value in ("throw", "drop") or isinstance(value, ReplyToStrategy)
         want = '"throw", "drop" or persistence.ReplyToStrategy(response)'

@@ -579,7 +579,8 @@ def test_a_misspelt_or_unknown_start_option_is_refused_naming_the_one_meant(base
                              ({"log_levl": "DEBUG"}, "unknown option log_levl='DEBUG': did you mean log_level?"),
                              ({"node_timout": 1.0}, "did you mean node_timeout?"),
                              ({"qwxyz": 1}, "unknown option qwxyz=1: the options are admin_port, "),
-                             ({"stash_capacity": -1}, "stash_capacity must be a non-negative int"),
+                             ({"stash_capacity": -1}, "stash_capacity must be an int of at least 1"),
+                             ({"stash_capacity": 0}, "stash_capacity must be an int of at least 1"),
                              ({"recovery_event_timeout": 0}, "recovery_event_timeout must be a number of seconds"),
                              ({"internal_stash_overflow_strategy": "bounce"},
                               "internal_stash_overflow_strategy must be \"throw\", \"drop\"")):

@@ -284,6 +284,13 @@ class BadStrategy(TooFast):
     internal_stash_overflow_strategy = "bounce"
 
 
+class NoStashRoom(TooFast):
+    """A persistent actor with stash_capacity = 0: every command that came while it recovered or persisted overflowed."""
+
+    redeliver_interval = 5.0
+    stash_capacity = 0
+
+
 class NoRecoveryTime(TooFast):
     """A persistent actor whose recovery_event_timeout (0) failed every recovery at once, after the spawn."""
 

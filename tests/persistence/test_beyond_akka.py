@@ -24,6 +24,7 @@ from tests.persistence.beyond_actors import (
     NoBurst,
     NoRecoveryTime,
     NoRoom,
+    NoStashRoom,
     Payload,
     Send,
     TooFast,
@@ -72,11 +73,14 @@ def test_a_redelivery_count_the_actor_sets_out_of_range_is_refused_naming_it(fs,
     (NoRoom, r"NoRoom.max_unconfirmed_messages must be an int of at least 1 \(deliver\(\) beyond it raises\), got 0"),
     (WarnsBelowZero, "WarnsBelowZero.warn_after_number_of_unconfirmed_attempts must be a non-negative int"),
     (NoRecoveryTime, "NoRecoveryTime.recovery_event_timeout must be a number of seconds above 0, got 0"),
-], ids=["unconfirmed", "warn", "recovery"])
+    (NoStashRoom, r"NoStashRoom.stash_capacity must be an int of at least 1 \(commands a persisting or recovering "
+                  r"actor holds back\), or None \(unbounded\), got 0"),
+], ids=["unconfirmed", "warn", "recovery", "stash"])
 def test_a_setting_a_class_sets_out_of_range_fails_the_spawn_naming_it(fs, cls, expected):
     # Only start()'s defaults were checked: max_unconfirmed_messages = 0 failed every deliver(),
     # warn_after_number_of_unconfirmed_attempts = -1 never warned, recovery_event_timeout = 0 failed every recovery
-    # after the spawn had succeeded.
+    # after the spawn had succeeded; stash_capacity = 0 overflowed with every command that came during a recovery or
+    # behind a persist (Akka Typed refuses it; classic Akka reads <= 0 as unbounded, None here).
     path = f"/user/bad-setting-{next(_ids)}"
     with pytest.raises(SpawnFailed, match=rf"failed to start: ConfigError: {expected}"):
         fs.spawn(cls, path)

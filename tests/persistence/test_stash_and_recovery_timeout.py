@@ -43,7 +43,8 @@ def test_reply_to_strategy_answers_the_sender(ps):
 
 
 @pytest.mark.parametrize("attr,value,text", [
-    ("stash_capacity", -1, "stash_capacity of Bad must be a non-negative int"),
+    ("stash_capacity", -1, "Bad.stash_capacity must be an int of at least 1"),
+    ("stash_capacity", 0, "Bad.stash_capacity must be an int of at least 1"),
     ("internal_stash_overflow_strategy", "bounce", "internal_stash_overflow_strategy of Bad must be"),
 ])
 def test_bad_stash_settings_are_named(attr, value, text):
