@@ -543,8 +543,9 @@ class SparkBridge(AtLeastOnceDelivery):
         `staged_plan_asks` (a node bridge's questions to the coordinator about idle runs since it began),
         `journal_pruned_to` (the sequence nr up to which this incarnation deleted the bridge's events; 0: none),
         `staged_restaged` (staged batches this incarnation wrote again because they held the pruning back),
-        `feed_ids_remembered` (feed ids whose released partitions it keeps, to skip them in a rerun or replay) and
-        `feed_keys_remembered` (the keys of keyed feeds it keeps, to deliver each once)."""
+        `feed_ids_remembered` (feed ids whose released partitions it keeps, to skip them in a rerun or replay),
+        `feed_keys_remembered` (the keys of keyed feeds it keeps, to deliver each once) and
+        `follow_up_origins_remembered` (the receivers whose accepted follow-up ids it keeps, for good: see _forward)."""
         runs = self.staged_runs()
         return {**super().stats(), "feed_rows": self._rows_in, "staged_runs": len(runs),
                 "staged_batches": sum(r.batches for r in runs), "staged_rows": sum(r.rows for r in runs),
@@ -553,7 +554,8 @@ class SparkBridge(AtLeastOnceDelivery):
                 "staged_plan_asks": self._plan_asks, "journal_pruned_to": self._pruned_to,
                 "staged_restaged": self._restaged_count,
                 "feed_ids_remembered": len(self._released.keys() | self._decided.keys()),
-                "feed_keys_remembered": sum(map(len, self._keys.values()))}
+                "feed_keys_remembered": sum(map(len, self._keys.values())),
+                "follow_up_origins_remembered": len(self._forwarded)}
 
     def staged_runs(self) -> list[StagedRun]:
         """The runs with staged batches (neither released nor discarded), the longest idle first."""
@@ -1461,6 +1463,10 @@ class SparkBridge(AtLeastOnceDelivery):
     def _forward(self, origin: str | None, forward_id: int, anchor: int | None, to: str, message: object,
                  sender: str | None) -> None:
         if origin is not None:
+            # Kept for good, not even dropped when the receiver passivates: a receiver resends every follow-up it
+            # has no acceptance of in its journal (it journals none: its next row's event records how far they were
+            # accepted), with any row redelivered to it, however much later it recovers. Forgetting an origin would
+            # deliver such a resend a second time. One entry per receiver (~280 bytes while its ids come in order).
             seen = self._forwarded.get(origin)
             if seen is None:
                 seen = self._forwarded[origin] = SeenIds()

@@ -205,3 +205,24 @@ def test_kept_feed_ids_bounds_the_batch_feed_ids_remembered_the_first_released_f
     assert counters(system)["feed_ids_remembered"] == 3
     assert rerun("daily-3", "run4") == 1 and rerun("daily-0", "run5") == 1  # (daily-2 went when daily-0 came back)
     assert rerun("daily-2", "run6") == 0
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(180)
+def test_the_bridge_remembers_one_follow_up_origin_per_receiver_that_sent_one_not_per_row(spark, make_bridged):
+    """The bridge keeps the follow-up ids it accepted from each receiver for good (a receiver recovering resends
+    those its journal does not know were accepted, however much later: see SparkBridge._forward), which nothing
+    counted: `follow_up_origins_remembered` is one per receiver (README's figure: ~280 bytes each), whatever the
+    rows, feeds and follow-ups."""
+    from spark_bridge import feed
+    from tests.spark_bridge.sample import DurableAccount, GetBalance
+    from tests.spark_bridge.test_feed import deposits
+
+    system = make_bridged(account=DurableAccount, ledger=True)
+    assert counters(system)["follow_up_origins_remembered"] == 0
+    for n, rows in enumerate((120, 360)):  # (a follow-up per row: 4 and 12 per account)
+        result = feed(deposits(spark, rows, accounts=30), system=system.admin_port, feed_id=f"origins-{n}",
+                      ack="processed", batch_size=60, progress=False)
+        assert result.rows == rows
+        assert counters(system)["follow_up_origins_remembered"] == 30
+    assert system.ask("/user/ledger", GetBalance(), timeout=10).applied == 480
