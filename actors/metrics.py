@@ -27,6 +27,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from thespian.actors import Actor as ThespianActor
 from thespian.actors import ActorExitRequest, WakeupMessage
 
+from . import http_host
 from .errors import ConfigError, SpawnFailed
 from .messages import GetStatus, SystemStatus
 from .supervision import PARENT_WAKEUP, ParentWatch
@@ -373,11 +374,18 @@ class _QuietHandler(WSGIRequestHandler):
         """Nothing: a scrape every few seconds would fill stderr."""
 
 
-def _only_metrics(app: Callable[..., Any]) -> Callable[..., Any]:
-    """`app` for GET /metrics (HEAD too), 404 for any other path and 405 for any other method."""
+def _only_metrics(app: Callable[..., Any], bound: str) -> Callable[..., Any]:
+    """`app` for GET /metrics (HEAD too), 404 for any other path, 405 for any other method, and 421 for a Host
+    header that names another host than the endpoint bound to `bound` (see actors.http_host)."""
 
     def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         method, path = environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", "")
+        why = http_host.refusal(environ.get("HTTP_HOST"), bound)
+        if why is not None:  # (before anything else: such a page learns nothing, not even which paths exist)
+            body = f"{why}\n".encode()
+            start_response("421 Misdirected Request", [("Content-Type", "text/plain"),
+                                                       ("Content-Length", str(len(body)))])
+            return [body]
         if path != METRICS_PATH:
             body = f"not found: the metrics are at {METRICS_PATH}\n".encode()
             start_response("404 Not Found", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
@@ -404,7 +412,7 @@ def serve(collector: StatusCollector, port: int, host: str = DEFAULT_HOST) -> En
     # prometheus_client's start_http_server answers every path with the metrics: this one serves only
     # /metrics, so the port shows nothing but what it is for.
     try:
-        server = make_server(host, port, _only_metrics(make_wsgi_app(registry)),
+        server = make_server(host, port, _only_metrics(make_wsgi_app(registry), host),
                              _Server6 if ":" in host else _Server, handler_class=_QuietHandler)
     except OSError as exc:
         raise SpawnFailed(f"metrics_port {port} on metrics_host {host} cannot be served ({exc.strerror or exc}); "

@@ -314,3 +314,59 @@ def test_the_endpoint_exits_with_a_sigkilled_admin(make_system):
     wait_for(lambda: not tagged_pids(system.tag), 20)
     with pytest.raises(OSError):
         scrape(port)
+
+
+def get_with_host(port: int, host_header: str | None, address: str = "127.0.0.1") -> tuple[int, str]:
+    """(status, body) of GET /metrics on address:port sent with `host_header` as Host (None: no Host header)."""
+    conn = http.client.HTTPConnection(address, port, timeout=10)
+    try:
+        conn.putrequest("GET", "/metrics", skip_host=True)
+        if host_header is not None:
+            conn.putheader("Host", host_header)
+        conn.endheaders()
+        response = conn.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        conn.close()
+
+
+def test_a_host_header_naming_another_host_is_refused_against_dns_rebinding(base, make_system):
+    # A page at http://rebound.example:PORT/ whose name its DNS turned to 127.0.0.1 read the metrics as its own
+    # origin's: the browser sends the page's name as Host, which names no name of this endpoint.
+    port = free_port()
+    make_system(base, metrics_port=port)
+    for host in ("rebound.example", f"rebound.example:{port}", "localhost.evil.example", "127.0.0.1.nip.io",
+                 f"{socket.gethostname()}:{port}", "10.1.2.3"):
+        status, body = get_with_host(port, host)
+        assert status == 421, (host, status, body)
+        assert f"Host {host!r} is not a name of this endpoint" in body and "DNS rebinding" in body, body
+        assert "localhost" in body and "127.0.0.1" in body and "reprise_" not in body, body
+    # What a Prometheus scrape sends (Host: its target), and the loopback names, with or without the port.
+    for host in (f"127.0.0.1:{port}", "127.0.0.1", f"localhost:{port}", "LOCALHOST", "localhost.", f"[::1]:{port}",
+                 "[::1]", None):
+        status, body = get_with_host(port, host)
+        assert status == 200 and "reprise_status_ok 1.0" in body, (host, status, body)
+    assert sample(scrape(port), "reprise_status_ok") == 1  # (urllib, as a scraper: Host 127.0.0.1:PORT)
+
+
+def test_an_endpoint_on_another_address_answers_to_that_address(base, make_system):
+    port = free_port()
+    make_system(base, metrics_port=port, metrics_host="127.0.0.2")
+    assert get_with_host(port, f"127.0.0.2:{port}", "127.0.0.2")[0] == 200
+    assert get_with_host(port, f"localhost:{port}", "127.0.0.2")[0] == 200  # (still a loopback address)
+    status, body = get_with_host(port, f"rebound.example:{port}", "127.0.0.2")
+    assert status == 421 and "127.0.0.2" in body, body
+
+
+def test_an_endpoint_on_every_interface_answers_to_ip_addresses_and_this_machines_name_only():
+    from actors.http_host import refusal
+
+    name = socket.gethostname()
+    for bound in ("0.0.0.0", "::"):
+        for host in ("10.0.0.5:9464", "[fe80::1]:9464", "127.0.0.1", f"{name}:9464", name.upper(), "localhost"):
+            assert refusal(host, bound) is None, (bound, host)
+        why = refusal("rebound.example:9464", bound)
+        assert why is not None and "any IP address or " in why and name.lower() in why, why
+    assert refusal("10.0.0.5:9464", "10.0.0.5") is None and refusal(f"{name}:9464", "10.0.0.5") is None
+    assert refusal("10.0.0.6:9464", "10.0.0.5") is not None  # (another address: not this endpoint's)
+    assert refusal("rebound.example", "10.0.0.5") is not None
