@@ -46,7 +46,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
-from urllib.parse import SplitResult, parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, quote, urlencode, urlsplit
 
 import psycopg
 import psycopg_pool
@@ -306,7 +306,12 @@ def split_url(url: str) -> PostgresUrl:
     for k, v in parse_qsl(parts.query, keep_blank_values=True):
         (ours.__setitem__(k, v) if k in _OURS else libpq.append((k, v)))
     # quote, not quote_plus: libpq reads "+" as a plus, so `options=-c%20x%3D1` must stay "%20", not become "+".
-    conninfo = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(libpq, quote_via=quote)))
+    query = urlencode(libpq, quote_via=quote)
+    # Always with "//": urlunsplit drops it when the authority is empty (postgresql:///db?host=/run/postgresql,
+    # the host given as a parameter, as libpq allows), and libpq took the "postgresql:/db?host" left for a
+    # key=value string ("invalid connection option").
+    conninfo = (f"postgresql://{parts.netloc}{parts.path}" + (f"?{query}" if query else "")
+                + (f"#{parts.fragment}" if parts.fragment else ""))
     schema = ours.get("schema", "reprise")
     if not schema or len(schema.encode()) > _MAX_IDENTIFIER:
         raise InvalidUrl(f"schema={schema!r} in {redact_url(url)!r}: a schema name must be 1 to {_MAX_IDENTIFIER} bytes "
@@ -314,6 +319,14 @@ def split_url(url: str) -> PostgresUrl:
     pool_min = _number(url, ours, "pool_min", 1, int, 1)
     pool_max = _number(url, ours, "pool_max", 4, int, pool_min)
     return PostgresUrl(conninfo, schema, pool_min, pool_max, _number(url, ours, "statement_timeout", 60.0, float, 0))
+
+
+def _where(conninfo: str) -> str:
+    """"host/db" of a libpq URL, for messages: its host, else its ?host= (a socket directory, or several hosts)."""
+    parts = urlsplit(conninfo)
+    params = dict(parse_qsl(parts.query))
+    host = parts.hostname or params.get("host") or params.get("hostaddr") or "localhost"
+    return f"{host}/{parts.path.lstrip('/') or params.get('dbname', '')}"
 
 
 def _number(url: str, ours: dict[str, str], key: str, default: float, kind: type, least: float) -> Any:
@@ -395,7 +408,7 @@ class _Database:
         self.inherited = False  # True in a forked child: its parent's connections, never used or closed there
         self.schema = schema
         self.statement_timeout = statement_timeout
-        self.where = f"{urlsplit(conninfo).hostname or 'localhost'}/{urlsplit(conninfo).path.lstrip('/')}"
+        self.where = _where(conninfo)
         try:
             # One plain connection first: the pool would retry a refused server for its whole wait (10 s)
             # before saying so; a server that is down or unreachable is named at once.
@@ -586,7 +599,7 @@ def _run_again() -> bool:
 def missing_schema(url: str) -> str | None:
     """Why `url` names no existing journal schema (readers must not create one), or None if it exists."""
     conninfo, schema, *_ = split_url(url)
-    where = f"{urlsplit(conninfo).hostname or 'localhost'}/{urlsplit(conninfo).path.lstrip('/')}"
+    at = _where(conninfo)
     try:
         with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
             ready = conn.execute(_ready(_BASE), [f"{sql.Identifier(schema).as_string(None)}.{name}" for name in _BASE])
@@ -597,9 +610,9 @@ def missing_schema(url: str) -> str | None:
                 "SELECT table_schema FROM information_schema.tables WHERE table_name = 'highest_sequence_nr' "
                 "ORDER BY 1").fetchall()]
     except psycopg.Error as e:
-        raise _failed(f"cannot connect to PostgreSQL at {where}: {e}", e) from e
+        raise _failed(f"cannot connect to PostgreSQL at {at}: {e}", e) from e
     known = f"journal schemas in that database: {', '.join(found)}" if found else "that database has no journal"
-    return f"there is no journal schema {schema!r} in PostgreSQL at {where} ({known})"
+    return f"there is no journal schema {schema!r} in PostgreSQL at {at} ({known})"
 
 
 def drop_schema(url: str) -> None:

@@ -463,3 +463,38 @@ def test_a_password_not_percent_encoded_is_in_no_error_and_no_display(password: 
     text = f"{caught.value} {caught.value.__cause__!r}"
     assert "Secret1" not in text, text
     assert "percent-encode" in text, text
+
+
+def _socket_directory() -> str:
+    """The test server's first unix socket directory (asked over TCP); skips when it has none."""
+    with psycopg.connect(SERVER, connect_timeout=10) as conn:
+        row = conn.execute("SHOW unix_socket_directories").fetchone()
+    directories = [d.strip() for d in (row[0] if row else "").split(",") if d.strip().startswith("/")]
+    if not directories:
+        pytest.skip("the test PostgreSQL server listens on no unix socket")
+    return directories[0]
+
+
+@pytest.mark.parametrize("where", ["socket", "127.0.0.1"])
+def test_a_url_whose_host_is_a_parameter_opens_its_journal_and_shows_no_password(where: str, postgres_url) -> None:  # noqa: F811
+    # postgresql:///db?host=... (no host in the authority: libpq takes ?host=, a socket directory or an address)
+    # became "postgresql:/test?host=..." for libpq, which refused it: "invalid connection option".
+    host = _socket_directory() if where == "socket" else "127.0.0.1"
+    schema = f"audit_pg_{uuid.uuid4().hex[:10]}"
+    urls = [f"postgresql:///test?host={host}&user=postgres&password=pw-Secret1&schema={schema}",
+            f"postgresql://postgres:pw-Secret1@/test?host={host}&schema={schema}",
+            f"postgres://postgres@/test?schema={schema}&host={host}"]
+    try:
+        for n, url in enumerate(urls, 1):
+            shown = redact_url(url) or ""
+            assert "Secret1" not in shown and host in shown and f"schema={schema}" in shown, shown
+            with open_journal(url) as journal:
+                assert journal.write_messages([_event("p", n, "t")]) == [None]
+                assert [r.sequence_nr for r in journal.replay_messages("p", 1, n, n)] == list(range(1, n + 1))
+            assert missing_journal(url) is None
+        with pytest.raises(JournalError) as caught:  # (an error names the host the URL gives, and no password)
+            open_journal(urls[0].replace("/test?", "/no_such_db?")).close()
+        text = f"{caught.value} {caught.value.__cause__!r}"
+        assert f"at {host}/no_such_db" in text and "Secret1" not in text, text
+    finally:
+        drop_schema(urls[0])
