@@ -532,7 +532,7 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
     verdict = None  # (no probe: start() attaching to the admin it made)
     if _secret is _FIND:
         source = secret_file or _find_secret_file(host, admin_port)
-        secret = auth.read_secret(source)
+        secret = _read_secret(source, host, admin_port, found=secret_file is None)
         # A wrong secret (or a plain client of a TLS admin) is otherwise told only after Thespian's ~12 s of
         # retried queries, whatever `timeout`: one signed frame tells at once, or within `timeout` from a
         # busy admin. Only when it could not be sent does Thespian's own attach decide.
@@ -713,6 +713,41 @@ def _find_secret_file(host: str, admin_port: int, settle: float = 3.0) -> str:
             if time.monotonic() >= deadline:
                 raise
             time.sleep(0.1)
+
+
+def _read_secret(path: str, host: str, admin_port: int, found: bool, settle: float = 3.0) -> bytes:
+    """The secret in `path`, or SystemNotRunning when it is missing because the system went down meanwhile.
+
+    A stopped system's temporary run dir goes, secret and all, once its admin port is closed (or after a bounded
+    wait for it): a client attaching just then (a Spark task starting as the system stopped) found the admin by
+    its command line and then no secret, and reported a secret problem, not a system gone. A secret file that is
+    there but unusable (unreadable, shared, another user's) keeps its own error, and so does a missing one the
+    caller named (`found` False) while the admin listens.
+    """
+    deadline = time.monotonic() + settle
+    while True:
+        try:
+            return auth.read_secret(path)
+        except auth.SecretUnavailable:
+            if not _missing(path):
+                raise
+            if not listening(host, admin_port):
+                raise SystemNotRunning(f"no actor system listens on {host}:{admin_port} any more: it went down as "
+                                       "this client attached (its secret file went with it)", True) from None
+            if not found or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)  # (its port closes in a moment: a process in exit still held it)
+
+
+def _missing(path: str) -> bool:
+    """True if nothing is at `path` (not: there, but not for us to see)."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _local_tls(admin_port: int, host: str) -> tls_module.TlsConfig | None:

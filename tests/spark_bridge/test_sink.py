@@ -746,6 +746,40 @@ def test_a_write_whose_system_goes_down_while_staging_fails_saying_so_and_its_re
     cut.unpersist()
 
 
+def _task_outcome(plan):
+    """What the sink's task (its writer's write) ended with in a Spark task of its own: "Type: message"."""
+    from spark_bridge.sink import _BatchWriter
+
+    def run(it):
+        try:
+            yield f"wrote: {_BatchWriter(plan).write(it)}"
+        except Exception as exc:  # (returned, not raised: a retried attempt would meet another moment)
+            yield f"{type(exc).__name__}: {exc}"
+
+    return run
+
+
+@pytest.mark.timeout(120)
+def test_a_task_attaching_as_the_system_stops_reports_feed_system_down_naming_the_rerun(spark, tmp_path):
+    # Its admin still took connections a moment while the run dir was gone with the secret (shutdown removes it
+    # after a bounded wait for the port): the task's attach raised SecretUnavailable ("secret file .../secret does
+    # not exist"), and so did the check whether the system was gone, so that error failed the write, saying
+    # neither that the system went down nor to rerun it (CI: the "while_staging" test above, now and then).
+    from pyspark.sql import Row
+
+    from spark_bridge.feed import PathTemplate, make_plan
+    from tests.actors.exiting_admin import exiting_admin
+
+    with exiting_admin(str(tmp_path / "run"), hold=1.5) as (port, _):
+        plan = make_plan("127.0.0.1", port, "cut", PathTemplate.parse("/user/accounts/a{account}"), None, None, 500,
+                         4, 30.0, "accepted")
+        rows = [Row(account=1, amount=5)]
+        (outcome,) = spark.sparkContext.parallelize(rows, 1).mapPartitions(_task_outcome(plan)).collect()
+    assert outcome.startswith("FeedSystemDown: feed 'cut': the actor system on "
+                              f"127.0.0.1:{port} went down while the feed was staging its rows"), outcome
+    assert """run the write again with .option("feed_id", 'cut')""" in outcome, outcome
+
+
 @pytest.mark.timeout(300)
 def test_a_write_whose_system_goes_down_after_its_release_says_so_and_its_rerun_delivers_nothing_twice(
         sink, make_bridged):
