@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any, cast
 
-from journal import register_type
+from journal import MAX_SEQUENCE_NR, SelectedSnapshot, SnapshotSelectionCriteria, SnapshotStore, register_type
 from journal.serialization import TUPLE_MARK, marked, pack_values_with
 from persistence.compact import expand, inherited_requeues, same_or_each, split_rejected
 from persistence.coordinator import WriteResults
 from persistence.delivery import AtLeastOnceDelivery
 from persistence.durable import DeliveriesSent, DurableDelivery
-from persistence.messages import Confirm, Settled, SnapshotOffer
+from persistence.messages import Confirm, DeleteMessagesFailure, Settled, SnapshotOffer
 from persistence.persistent_actor import IllegalStateError, PersistentActor, _Entry, _OneWrite
+
+log = logging.getLogger("reprise.persistence")
 
 
 @register_type(manifest="reprise.persistence.Applied")
@@ -75,6 +78,17 @@ class IdempotentSnapshotInBatch:
     dedup: dict[str, tuple[int, tuple[tuple[int, int], ...]]]
     state: object
     handled: int
+
+
+@register_type(manifest="reprise.persistence.DedupKept")
+@dataclass(frozen=True)
+class DedupKept:
+    """The dedup state {origin: SeenIds.state()} journaled before a delete_messages up to `to_sequence_nr`, which
+    deletes the applications it was replayed from; replay adds it to what the events left hold (IdempotentReceiver,
+    EntityTable)."""
+
+    dedup: dict[str, tuple[int, tuple[tuple[int, int], ...]]]
+    to_sequence_nr: int
 
 
 class SeenIds:
@@ -204,6 +218,25 @@ class SeenIds:
             starts.insert(k, start)
             ends.insert(k, i - 1)
 
+    def merge(self, low: int, ranges: Iterable[Sequence[int]]) -> None:
+        """Also mark seen every id that `SeenIds(low, ranges)` holds (a union: nothing seen here is forgotten)."""
+        self.advance_to(low)
+        low = self._low
+        # (once per DedupKept replayed: a sort of both range lists is simpler than a merge walk, and as cheap here)
+        starts: list[int] = []
+        ends: list[int] = []
+        for start, end in sorted(chain(zip(self._starts, self._ends, strict=True), ((r[0], r[1]) for r in ranges))):
+            if end <= low:
+                continue
+            if start <= low + 1 and not starts:  # (joins the watermark)
+                low = end
+            elif starts and start <= ends[-1] + 1:
+                ends[-1] = max(ends[-1], end)
+            else:
+                starts.append(start)
+                ends.append(end)
+        self._low, self._starts, self._ends = low, starts, ends
+
     @property
     def range_count(self) -> int:
         """How many ranges are kept above the watermark (the gaps' count)."""
@@ -270,12 +303,45 @@ def malformed_settled(settled: object) -> bool:
     return type(getattr(settled, "low", None)) is not int or type(getattr(settled, "origin", None)) is not str
 
 
+def merge_dedup(seen: dict[str, SeenIds], dedup: dict[str, tuple[int, tuple[tuple[int, int], ...]]]) -> None:
+    """Add a DedupKept's (or a snapshot's) dedup state {origin: SeenIds.state()} to `seen` (a union)."""
+    for origin, (low, ranges) in dedup.items():
+        s = seen.get(origin)
+        if s is None:  # (the usual case: an origin whose applications were all deleted)
+            seen[origin] = SeenIds(low, ranges)
+        else:
+            s.merge(low, ranges)
+
+
+def newest_snapshot_after(actor: PersistentActor, sequence_nr: int) -> SelectedSnapshot | None:
+    """The newest snapshot of `actor` stored after `sequence_nr`, or None (also when it cannot be loaded: the caller
+    then reads the events instead)."""
+    try:
+        return cast(SnapshotStore, actor._snapshots).load(  # (recovery opened it)
+            actor.persistence_id, SnapshotSelectionCriteria(min_sequence_nr=sequence_nr + 1))
+    except Exception as exc:
+        log.warning("%s: its newest snapshot could not be loaded to recover its dedup state after a partial recovery "
+                    "(the events are read instead): %s", actor.path, exc)
+        return None
+
+
+def _dedup_rejected(actor: str, to_sequence_nr: int) -> DeleteMessagesFailure:
+    """The DeleteMessagesFailure of a delete whose DedupKept the journal rejected (nothing was deleted)."""
+    return DeleteMessagesFailure(RuntimeError(
+        f"the journal rejected the dedup state of {actor} journaled before deleting events up to {to_sequence_nr}: "
+        "nothing was deleted (the deleted applications would have taken the ids they mark applied with them, and "
+        "their redeliveries would have been applied again)"), to_sequence_nr)
+
+
 class IdempotentReceiver(PersistentActor):
     """A destination mixin: `persist_applied(origin, delivery_id, event, handler)` applies each delivery once.
 
     `apply_and_confirm` also confirms it to its origin once durable (and a duplicate after its original's write);
     with `persist_applied`, confirm from the handler, and a duplicate with `confirm_duplicate`. A relay (also a
     DurableDelivery) forwards what it applies with `apply_and_forward`: application and forward in one write.
+
+    The dedup state outlives `delete_messages` (journaled first, DedupKept) and is recovered whole by a partial
+    recovery (Recovery.none(), to_sequence_nr): a delivery applied once is never applied again.
     """
 
     settle_after_gaps: int | None = 64
@@ -550,6 +616,60 @@ class IdempotentReceiver(PersistentActor):
         """How many ranges are kept above the low watermarks (the gaps' count)."""
         return sum(s.range_count for s in self._seen.values())
 
+    # ---- a partial recovery recovers the whole dedup state --------------------------------------------
+    def _on_replay_success(self) -> None:
+        # A partial recovery (Recovery.none(), to_sequence_nr, replay_max) stopped short of the journal's end: the
+        # applications after it are the dedup state too. Without them their redeliveries were applied again, and the
+        # journal held those deliveries twice (a full recovery later applies both).
+        if self._replayed_to < self.last_sequence_nr:
+            start, seen = self._replayed_to + 1, self._seen
+            selected = newest_snapshot_after(self, self._replayed_to)
+            snap = selected.snapshot if selected is not None else None
+            if isinstance(snap, IdempotentSnapshot | IdempotentSnapshotInBatch):
+                merge_dedup(seen, snap.dedup)  # (an InBatch's batch is read whole below: its ids are all applied)
+                start = cast(SelectedSnapshot, selected).metadata.sequence_nr + 1
+            for event in self.read_events(start, self.last_sequence_nr):
+                t = type(event)
+                if t is AppliedBatch:
+                    for origin, delivery_id, _ in event.entries():
+                        seen_ids(seen, origin).add(delivery_id)
+                elif t is Applied:
+                    seen_ids(seen, event.origin).add(event.delivery_id)
+                elif t is DedupKept:
+                    merge_dedup(seen, event.dedup)
+        super()._on_replay_success()
+
+    # ---- deletes: the applications deleted are the dedup state -------------------------------------
+    def delete_messages(self, to_sequence_nr: int) -> None:
+        """Delete events up to `to_sequence_nr` (PersistentActor.delete_messages; MAX_SEQUENCE_NR: up to
+        last_sequence_nr), once the dedup state the deleted applications hold is journaled after them (DedupKept): a
+        restart then takes their redeliveries for duplicates still. What your state makes of the deleted events is
+        yours to keep (a snapshot); the dedup state is kept whatever you do. The reply arrives as a command; a journal
+        that rejects that state deletes nothing (DeleteMessagesFailure)."""
+        if self._recovery_running or not self._seen or (
+                to_sequence_nr != MAX_SEQUENCE_NR and to_sequence_nr > self.last_sequence_nr):
+            super().delete_messages(to_sequence_nr)  # (nothing applied yet, or its error: as PersistentActor's)
+            return
+        # Bounded at the handled events: an application queued meanwhile keeps its own event (and is left out of the
+        # state kept: its write may fail or be rejected, and a redelivery must apply it then).
+        to = min(to_sequence_nr, self.last_sequence_nr)
+        delete = super().delete_messages
+        kept = DedupKept(self._durable_dedup(self._applications_in_flight()), to)
+        wrote = self._wrote
+        # (Deleted only once the state is durable: a crash or a failed write in between deletes nothing.)
+        self._queue_write((kept,), lambda _: delete(to), False)
+        self._wrote = wrote  # (not a write of the user's: a DurableDelivery's deferral behind it may deliver)
+
+    def _durable_dedup(self, in_flight: list[tuple[str, int]]) -> dict[str, tuple[int, tuple[tuple[int, int], ...]]]:
+        """The dedup state {origin: SeenIds.state()} without the applications `in_flight` (marked, not durable)."""
+        seen = {o: s.state() for o, s in self._seen.items()}
+        if not in_flight:
+            return seen
+        copies = {o: SeenIds(*state) for o, state in seen.items()}
+        for origin, delivery_id in in_flight:
+            copies[origin].discard(delivery_id)
+        return {o: c.state() for o, c in copies.items()}
+
     # ---- journaling AppliedBatch ----------------------------------------------------------------
     def _journal_applied(self) -> None:
         """Queue the pending applications as one AppliedBatch; its handler runs theirs in call order."""
@@ -640,6 +760,8 @@ class IdempotentReceiver(PersistentActor):
         elif type(event) is AppliedBatch:
             for origin, delivery_id, _ in event.entries():
                 self._forget(origin, delivery_id)
+        elif type(event) is DedupKept:
+            self._tell_failure(_dedup_rejected(type(self).__name__, event.to_sequence_nr))
         super()._event_rejected(event)
 
     def _forget(self, origin: str, delivery_id: int) -> None:
@@ -689,6 +811,9 @@ class IdempotentReceiver(PersistentActor):
         if type(event) is Applied:
             seen_ids(self._seen, event.origin).add(event.delivery_id)
             event = event.event
+        elif type(event) is DedupKept:
+            merge_dedup(self._seen, event.dedup)
+            return
         super().mixin_recover_event(event)
 
     def mixin_recover_snapshot(self, offer: SnapshotOffer) -> None:
@@ -717,23 +842,18 @@ class IdempotentReceiver(PersistentActor):
         return seq - 1 if handling is not None and self._handling_at < len(handling) - 1 else seq
 
     def mixin_wrap_snapshot(self, snapshot: object) -> object:
-        seen = {o: s.state() for o, s in self._seen.items()}
         in_flight = self._applications_in_flight()
         handling = self._handling
         handled = 0
         if handling is not None and self._handling_at < len(handling) - 1:
             handled = self._handling_at + 1
             in_flight += [(origin, delivery_id) for origin, delivery_id, _, _, _ in handling[handled:]]
-        if in_flight:
-            # The snapshot is stored at last_sequence_nr, now, before the applications queued since are written:
-            # they are marked seen (at the persist_applied call) but not applied. Kept in it, a write of theirs
-            # that failed (the actor stops) or never happened (its host killed) would leave them marked applied
-            # by the recovered instance, and their redelivery confirmed unapplied. Left out, a write that
-            # succeeds marks them again on replay (the events after the snapshot).
-            copies = {o: SeenIds(*state) for o, state in seen.items()}
-            for origin, delivery_id in in_flight:
-                copies[origin].discard(delivery_id)
-            seen = {o: c.state() for o, c in copies.items()}
+        # The snapshot is stored at last_sequence_nr, now, before the applications queued since are written: they
+        # are marked seen (at the persist_applied call) but not applied. Kept in it, a write of theirs that failed
+        # (the actor stops) or never happened (its host killed) would leave them marked applied by the recovered
+        # instance, and their redelivery confirmed unapplied. Left out, a write that succeeds marks them again on
+        # replay (the events after the snapshot).
+        seen = self._durable_dedup(in_flight)
         if handled:
             return IdempotentSnapshotInBatch(seen, super().mixin_wrap_snapshot(snapshot), handled)
         return IdempotentSnapshot(seen, super().mixin_wrap_snapshot(snapshot))

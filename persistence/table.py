@@ -36,7 +36,7 @@ from typing import Any
 
 from actors.error_log import ActorFailure, is_ask
 from actors.errors import UnpicklableMessage
-from journal import Journal, SnapshotSelectionCriteria, register_type, register_upcaster
+from journal import MAX_SEQUENCE_NR, Journal, SnapshotSelectionCriteria, register_type, register_upcaster
 from journal.errors import SerializationError
 from journal.serialization import (
     STORABLE_TYPES,
@@ -52,11 +52,15 @@ from journal.serialization import (
     store_values_with,
 )
 from persistence.idempotent import (
+    DedupKept,
     SeenIds,
+    _dedup_rejected,
     ask_to_settle,
     forget_up_to,
     malformed_settled,
     mark_applied,
+    merge_dedup,
+    newest_snapshot_after,
     seen_ids,
     settle,
 )
@@ -174,7 +178,8 @@ class EntityTable(PersistentActor):
       state never runs ahead of what is stored.
     - Recovery: the newest TableSnapshot (one every `snapshot_every` commits, taken when no write is in
       flight; older ones are deleted), then the TableCommits after it. `entity_events()` reads one entity's
-      history back. States are values: return a new state instead of changing the old one in place.
+      history back. States are values: return a new state instead of changing the old one in place. The dedup
+      state outlives `delete_messages` (journaled first, DedupKept) and is recovered whole by a partial recovery.
     - Per entity there is no instance: no timers, no passivation (every state stays in memory), and
       `system.stop(entity path)` returns at once, changing nothing. Messages to the table's own path go to
       `receive_command`. The shard count is part of what is stored: a table recovers only with the same one.
@@ -534,6 +539,34 @@ class EntityTable(PersistentActor):
                                              {o: s.state() for o, s in self._seen.items()},
                                              self.mixin_snapshot_columns()))
 
+    def delete_messages(self, to_sequence_nr: int) -> None:
+        """Delete commits up to `to_sequence_nr` (PersistentActor.delete_messages), once the dedup state they hold is
+        journaled after them (DedupKept, as IdempotentReceiver's): a restart then takes the redeliveries of the deleted
+        commits' deliveries for duplicates still. The entities' states go with the commits unless a TableSnapshot
+        covers them. A journal that rejects that state deletes nothing (DeleteMessagesFailure)."""
+        if self._recovery_running or not self._seen or (
+                to_sequence_nr != MAX_SEQUENCE_NR and to_sequence_nr > self.last_sequence_nr):
+            super().delete_messages(to_sequence_nr)  # (nothing applied yet, or its error: as PersistentActor's)
+            return
+        # Bounded at the handled commits: one queued or gathered meanwhile keeps its own event, and its marks are left
+        # out of the state kept (its write may fail or be rejected: the redeliveries must apply then).
+        to = min(to_sequence_nr, self.last_sequence_nr)
+        in_flight = list(zip(self._origins, self._delivery_ids, strict=True))
+        for entry in self._batch or ():
+            for repr_ in entry.atomic.payload if entry.atomic is not None else ():
+                commit = repr_.payload
+                if type(commit) is TableCommit:
+                    in_flight += zip(commit.origins, commit.delivery_ids, strict=True)
+        seen = {o: s.state() for o, s in self._seen.items()}
+        if in_flight:
+            copies = {o: SeenIds(*state) for o, state in seen.items()}
+            for origin, delivery_id in in_flight:
+                copies[origin].discard(delivery_id)
+            seen = {o: c.state() for o, c in copies.items()}
+        delete = super().delete_messages
+        # (Deleted only once the state is durable: a crash or a failed write in between deletes nothing.)
+        self.persist_async(DedupKept(seen, to), lambda _: delete(to))
+
     def _askers_of(self, entry: _Entry) -> Iterable[str | None]:
         # A commit's handler holds the replies of every command of its round, to any entity: a failed write fails
         # each of their askers, not only the entry's sender (the round's last command's). (A round without events
@@ -557,6 +590,8 @@ class EntityTable(PersistentActor):
                             "the journal rejected the table's commit holding this command's events (an event it "
                             "cannot serialize? see system.errors()); nothing of it is stored")
             self.stop()
+        elif type(event) is DedupKept:
+            self._tell_failure(_dedup_rejected(type(self).__name__, event.to_sequence_nr))
         super()._event_rejected(event)
 
     # ---- recovery ---------------------------------------------------------------------------------
@@ -584,7 +619,27 @@ class EntityTable(PersistentActor):
             if event.columns is not None:
                 self.mixin_recover_columns(deserialize(event.columns))
             return
+        if type(event) is DedupKept:
+            merge_dedup(self._seen, event.dedup)
+            return
         super().mixin_recover_event(event)
+
+    def _on_replay_success(self) -> None:
+        # A partial recovery (Recovery.none(), to_sequence_nr, replay_max): the commits after it hold the rest of the
+        # dedup state (as for IdempotentReceiver); the states stay what the user's recovery asked for.
+        if self._replayed_to < self.last_sequence_nr:
+            start, seen = self._replayed_to + 1, self._seen
+            selected = newest_snapshot_after(self, self._replayed_to)
+            if selected is not None and type(selected.snapshot) is TableSnapshot:
+                merge_dedup(seen, selected.snapshot.dedup)
+                start = selected.metadata.sequence_nr + 1
+            for event in self.read_events(start, self.last_sequence_nr):
+                if type(event) is TableCommit:
+                    for origin, delivery_id in zip(event.origins, event.delivery_ids, strict=True):
+                        seen_ids(seen, origin).add(delivery_id)
+                elif type(event) is DedupKept:
+                    merge_dedup(seen, event.dedup)
+        super()._on_replay_success()
 
     def _check_shards(self, stored: int) -> None:
         if stored != self.context.shards:

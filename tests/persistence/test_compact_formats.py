@@ -8,7 +8,7 @@ import pytest
 
 from journal.serialization import deserialize, serialize
 from persistence.durable import DeliveriesConfirmed, DeliveriesKept, DeliveriesSent, DurableSnapshot
-from persistence.idempotent import AppliedBatch, IdempotentSnapshot, IdempotentSnapshotInBatch
+from persistence.idempotent import AppliedBatch, DedupKept, IdempotentSnapshot, IdempotentSnapshotInBatch
 from persistence.messages import AtLeastOnceDeliverySnapshot, UnconfirmedDelivery
 from persistence.table import TableCommit, TableSnapshot
 
@@ -22,6 +22,7 @@ VALUES = {
     "AppliedBatch": AppliedBatch(("/o1", "/o2"), (4, 9), ("e4", ("e", 9))),
     "IdempotentSnapshot": IdempotentSnapshot({"/o": (40, ((42, 44), (50, 50)))}, ("s", 1)),
     "IdempotentSnapshotInBatch": IdempotentSnapshotInBatch({"/o": (3, ((5, 6),))}, ["a", "b"], 2),
+    "DedupKept": DedupKept({"/o": (40, ((42, 44), (50, 50))), "/p": (0, ((3, 3),))}, 17),
     "TableCommit": TableCommit(2, ("a", "b", "a"), ("e1", "e2", "e3"), ("/o", "/o"), (7, 8), b"cols"),
     "TableSnapshot": TableSnapshot(1, {"a": 10, "b": 0}, {"/o": (8, ((10, 12),))}, None),
 }
@@ -44,6 +45,8 @@ STORED = {
         "95c70001d926726570726973652e70657273697374656e63652e4964656d706f74656e74536e617073686f740181a22f6f93c700022893c7000293c700022a2c93c70002323293c70002a17301"),
     "IdempotentSnapshotInBatch": (
         "96c70001d92d726570726973652e70657273697374656e63652e4964656d706f74656e74536e617073686f74496e42617463680181a22f6f93c700020392c7000293c70002050692a161a16202"),
+    "DedupKept": (
+        "95c70001bd726570726973652e70657273697374656e63652e44656475704b6570740182a22f6f93c700022893c7000293c700022a2c93c700023232a22f7093c700020092c7000293c70002030311"),
     "TableCommit": (
         "99c70001bf726570726973652e70657273697374656e63652e5461626c65436f6d6d6974020293a161a162a16197c0000301a26531a26532a2653392a22f6f0293000701c404636f6c73"),
     "TableSnapshot": (

@@ -87,3 +87,14 @@ def test_seen_ids_answer_as_a_set_of_ids_does_whatever_the_order(ops, ascending)
         assert all((x in seen) == (x <= low or x in ids) for x in range(-1, 64))
         state_low, ranges = seen.state()
         assert SeenIds(state_low, ranges).state() == seen.state()  # (disjoint, ascending, non-adjacent, above low+1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 10), st.sets(st.integers(1, 60)), st.integers(0, 10), st.sets(st.integers(1, 60)))
+def test_merge_marks_seen_what_either_holds(low_a, ids_a, low_b, ids_b):
+    # (DedupKept's replay: the dedup state a delete journaled, added to what the events left hold)
+    seen, other = SeenIds.of(low_a, ids_a), SeenIds.of(low_b, ids_b)
+    seen.merge(*other.state())
+    assert all((x in seen) == (x in SeenIds.of(low_a, ids_a) or x in other) for x in range(-1, 64))
+    assert SeenIds(*seen.state()).state() == seen.state()  # (disjoint, ascending, non-adjacent, above low+1)
+    assert seen.state() == SeenIds.of(max(low_a, low_b), ids_a | ids_b).state()
