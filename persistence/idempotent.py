@@ -15,7 +15,7 @@ from persistence.compact import expand, inherited_requeues, same_or_each, split_
 from persistence.coordinator import WriteResults
 from persistence.delivery import AtLeastOnceDelivery
 from persistence.durable import DeliveriesSent, DurableDelivery
-from persistence.messages import Confirm, DeleteMessagesFailure, Settled, SnapshotOffer
+from persistence.messages import Confirm, DeleteMessagesFailure, RecoveryCompleted, Settled, SnapshotOffer
 from persistence.persistent_actor import IllegalStateError, PersistentActor, _Entry, _OneWrite
 
 log = logging.getLogger("reprise.persistence")
@@ -355,6 +355,8 @@ class IdempotentReceiver(PersistentActor):
 
     _settle_asked: dict[str, int] | None = None  # origin -> its gaps when last asked (a class default: most never ask)
 
+    _held_deletes: tuple[int, ...] = ()  # delete_messages called from receive_recover, run once the replay ended
+
     _skip_at = 0  # recovery: the sequence number of the batch an IdempotentSnapshotInBatch holds some of (a class
     # default: set on the few instances that recover one, not one more attribute on every entity)
 
@@ -646,8 +648,12 @@ class IdempotentReceiver(PersistentActor):
         restart then takes their redeliveries for duplicates still. What your state makes of the deleted events is
         yours to keep (a snapshot); the dedup state is kept whatever you do. The reply arrives as a command; a journal
         that rejects that state deletes nothing (DeleteMessagesFailure)."""
-        if self._recovery_running or not self._seen or (
-                to_sequence_nr != MAX_SEQUENCE_NR and to_sequence_nr > self.last_sequence_nr):
+        beyond = to_sequence_nr != MAX_SEQUENCE_NR and to_sequence_nr > self.last_sequence_nr
+        if self._recovery_running and self._journal is not None and not beyond:
+            # From receive_recover: the dedup state is whole, and can be journaled, only once the replay has ended.
+            self._held_deletes = (*self._held_deletes, to_sequence_nr)
+            return
+        if self._recovery_running or not self._seen or beyond:
             super().delete_messages(to_sequence_nr)  # (nothing applied yet, or its error: as PersistentActor's)
             return
         # Bounded at the handled events: an application queued meanwhile keeps its own event (and is left out of the
@@ -814,6 +820,10 @@ class IdempotentReceiver(PersistentActor):
         elif type(event) is DedupKept:
             merge_dedup(self._seen, event.dedup)
             return
+        elif self._held_deletes and type(event) is RecoveryCompleted:
+            held, self._held_deletes = self._held_deletes, ()
+            for to_sequence_nr in held:  # (called from receive_recover: see delete_messages)
+                self.delete_messages(to_sequence_nr)
         super().mixin_recover_event(event)
 
     def mixin_recover_snapshot(self, offer: SnapshotOffer) -> None:

@@ -31,12 +31,17 @@ class DeletingReceiver(IdempotentReceiver):
     """An IdempotentReceiver entity that deletes its events: ("apply", origin, id, value) applies `value` once,
     replying ("applied", id) once durable or ("duplicate", id); ("delete", "last" | "max") deletes its events,
     replying ("deleted",) or ("delete failed", why); ("apply-and-delete", origin, id, value): both in one command
-    (the application still in flight at the delete); "values": what its state holds; "boom" restarts it."""
+    (the application still in flight at the delete); "values": what its state holds; "boom" restarts it. Replaying
+    the value "purge", it deletes its events up to it (from receive_recover)."""
 
     def pre_start(self) -> None:
         self.values: list[object] = []
+        self.asked: str | None = None
+        self.deletes = 0
 
     def receive_recover(self, event: Any) -> None:
+        if event == "purge":  # (a delete from receive_recover: up to this event)
+            self.delete_messages(self.last_sequence_nr)
         if isinstance(event, str):
             self.values.append(event)
         elif isinstance(event, SnapshotOffer):
@@ -55,9 +60,14 @@ class DeletingReceiver(IdempotentReceiver):
             self.asked = sender
             self.delete_messages(_to(self, message[1]))
         elif isinstance(message, DeleteMessagesSuccess):
-            self.tell(self.asked, ("deleted",))
+            self.deletes += 1
+            if self.asked is not None:
+                self.tell(self.asked, ("deleted",))
         elif isinstance(message, DeleteMessagesFailure):
-            self.tell(self.asked, ("delete failed", str(message.cause)))
+            if self.asked is not None:
+                self.tell(self.asked, ("delete failed", str(message.cause)))
+        elif message == "deletes":  # how many deletes succeeded in this incarnation
+            self.tell(sender, self.deletes)
         elif message == "snap":  # replies ("saved", its sequence nr)
             self.asked = sender
             self.save_snapshot(tuple(self.values))
