@@ -782,6 +782,8 @@ class IdempotentReceiver(PersistentActor):
             return frozenset().union(*[tag(e) for e in stored.events])
         if type(stored) is Applied:
             return super().mixin_tags(stored.event)
+        if type(stored) is DedupKept:  # (Reprise's bookkeeping, not an event of the user's)
+            return frozenset()
         return super().mixin_tags(stored)
 
     def mixin_recover_event(self, event: Any) -> None:

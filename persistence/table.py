@@ -665,6 +665,8 @@ class EntityTable(PersistentActor):
                     checked = answers[answer] = check(e)
                     tags.update(checked)
             return frozenset(tags)
+        if type(stored) is DedupKept:  # (the table's bookkeeping, not an event of the user's)
+            return frozenset()
         return super().mixin_tags(stored)
 
 

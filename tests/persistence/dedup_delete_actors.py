@@ -143,3 +143,17 @@ class DeletingRelay(_DeletingRelay, DurableDelivery):
 
 class ReversedDeletingRelay(_DeletingRelay, DurableDelivery, IdempotentReceiver):  # type: ignore[misc]
     """_DeletingRelay, DurableDelivery's hooks first."""
+
+
+class TaggingReceiver(DeletingReceiver):
+    """A DeletingReceiver whose tags_for reads its own events (str) only, as a user's does."""
+
+    def tags_for(self, event: Any) -> tuple[str, ...]:
+        return (event.split("-")[0],)
+
+
+class TaggingAccounts(DeletingAccounts):
+    """DeletingAccounts whose tags_for reads its own events (Deposited) only."""
+
+    def tags_for(self, event: Any) -> tuple[str, ...]:
+        return (f"amount-{event.amount}",)
