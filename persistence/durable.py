@@ -594,6 +594,11 @@ class DurableDelivery(AtLeastOnceDelivery):
         settled = Settled(origin, self.settled_low())
         self.defer_async(settled, lambda s: self.tell(receiver, s))
 
+    def mixin_tags(self, stored: object) -> frozenset[str]:
+        if type(stored) in _DELIVERY_EVENTS:  # (Reprise's bookkeeping, not an event of the user's)
+            return frozenset()
+        return super().mixin_tags(stored)
+
     def mixin_recover_event(self, event: Any) -> None:
         if type(event) in _DELIVERY_EVENTS:
             self._recover_delivery_event(event)

@@ -275,3 +275,15 @@ class LimitedSender(AtLeastOnceDelivery):
             self.tell(sender, ("redelivered", self.redeliver_now(message[1])))
         elif message == "unconfirmed":
             self.tell(sender, tuple(self.unconfirmed_ids()))
+
+
+class TaggingShipper(_Shipping):
+    """A _Shipping entity whose tags_for reads its own events only: ("note", "tag:text") persists the string,
+    tagged "tag", replying ("noted", text)."""
+
+    def tags_for(self, event: Any) -> list[str]:
+        return [event.split(":")[0]]
+
+    def other(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, tuple) and message[0] == "note":
+            self.persist(message[1], lambda e: self.tell(sender, ("noted", e)))

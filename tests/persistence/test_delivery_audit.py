@@ -20,6 +20,7 @@ from tests.persistence.delivery_audit_actors import (
     PatientHoldingSender,
     ShipAndSnap,
     SnapshottingShipper,
+    TaggingShipper,
 )
 from tests.waiting import wait_for
 
@@ -335,3 +336,18 @@ def test_redeliver_now_past_max_delivery_attempts_gives_the_delivery_up(psystem,
     assert type(dead) is DeadLetteredDelivery and (dead.original_delivery_id, dead.attempts) == (1, 1), dead
     assert system.ask(snd, "unconfirmed", timeout=10) == (dead.delivery_id,)
     dst.expect_no_message(0.5)
+
+
+def test_the_delivery_state_journaled_is_not_handed_to_tags_for(psystem, tmp_path):
+    # tags_for is asked of the user's events; DeliveriesSent / DeliveriesConfirmed / DeliveriesKept are Reprise's.
+    # Measured before: the ship's command failed on tags_for's AttributeError ('DeliveriesSent' has no 'split').
+    system = psystem
+    system.spawn(TaggingShipper, path="/user/shp", entities=True)
+    shp = f"/user/shp/{tmp_path.name}"
+    dst = system.probe()
+    assert system.ask(shp, ("ship", dst.path, "a"), timeout=10) == ("shipped", 1)
+    assert system.ask(shp, ("confirm", 1), timeout=10) == ("confirmed", True)
+    assert system.ask(shp, ("note", "red:x"), timeout=10) == ("noted", "red:x")
+    with open_journal(f"sqlite:///{tmp_path}/journal.db") as journal, journal.all_events() as query:
+        tags = [(type(e.event).__name__, e.tags) for e in query if e.persistence_id == shp]
+    assert tags == [("DeliveriesSent", frozenset()), ("DeliveriesConfirmed", frozenset()), ("str", {"red"})]
