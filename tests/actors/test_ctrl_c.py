@@ -113,8 +113,10 @@ def _landing(error: BaseException) -> str | None:
         if frame.f_code.co_name == "__init__" and frame.f_code.co_filename == thespian_dir + "actors.py":
             return "inside ActorSystem(): " + " < ".join(f.f_code.co_name for f in reversed(frames[-4:]))
     inner = frames[-1].f_code
-    if any(f.f_code.co_filename.startswith(thespian_dir) for f in frames) and not (
-            inner.co_name == "select" and inner.co_filename.endswith("thespian_fixes.py")):
+    in_thespian = [f for f in frames if f.f_code.co_filename.startswith(thespian_dir)]
+    if in_thespian == frames[-1:] and inner.co_name in ("__getstate__", "__setstate__"):
+        return None  # (pickling one of Thespian's value objects, an address, in Reprise's code: no transport state)
+    if in_thespian and not (inner.co_name == "select" and inner.co_filename.endswith("thespian_fixes.py")):
         return "inside Thespian: " + " < ".join(f"{f.f_code.co_name}" for f in reversed(frames[-4:]))
     return None
 
