@@ -90,6 +90,9 @@ RESETTLE = "reprise-resettle"
 
 RECENT_DEAD_LETTERS = 100
 CHILD_CHECK_DELAY = 1.0  # seconds after a host's exit to look for others that died unreported
+_CLIENT_REQUESTS = frozenset({WhereIsGuardian, GetDirectory, RegisterRoute, UnregisterRoute, GetDeadLetters, GetErrors,
+                              GetStatus, GetNodes})
+"""What only clients ask the guardian (and the metrics server GetStatus: it takes nothing else from the guardian)."""
 CLIENT_SWEEP = 5.0  # seconds between looks for clients on this machine whose process ended attached (_sweep_clients)
 STATUS_WAIT = 2.0  # seconds a status request waits for busy hosts before answering without them
 NODE_TIMEOUT = 5.0  # seconds without an answer to heartbeats after which a node is down (start(node_timeout=))
@@ -234,6 +237,8 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
 
     # ---- dispatch -------------------------------------------------------------------------------
     def receiveMessage(self, message: object, sender: Address) -> None:
+        if type(message) in _CLIENT_REQUESTS:
+            thespian_fixes.note_client(sender)  # (its exit does not wait for a stopped client's ACK: fix 14)
         handler = self._handlers.get(type(message))
         if handler is not None:
             handler(self, message, sender)
@@ -318,7 +323,9 @@ class Guardian(ThespianActor):  # type: ignore[misc]  # (Thespian has no type in
 
     def _drop_temp_route(self, prefix: str, publish: bool = True) -> None:
         """A client's route is gone (closed, or its process died): so are its subscriptions."""
-        del self.temp_routes[prefix]
+        gone = address_key(self.temp_routes.pop(prefix))
+        if all(address_key(other) != gone for other in self.temp_routes.values()):
+            thespian_fixes.forget_client(gone)  # (that client is gone: its port may be an actor's next, fix 14)
         self.temp_owners.pop(prefix, None)
         # Kept, each dead letter and error looked up every subscriber of every client that ever subscribed.
         forget_under(self.dead_subscribers, prefix)
@@ -1440,6 +1447,7 @@ class NodeAgent(ThespianActor):  # type: ignore[misc]  # (Thespian has no type i
                           "actor system down (its admin and every actor process)", message.node)
                 self.actorSystemShutdown()
         elif isinstance(message, WhereIsGuardian):
+            thespian_fixes.note_client(sender)  # (only clients ask: the exit does not wait for a stopped one's ACK)
             self.send(sender, GuardianIs(self.guardian))
         elif isinstance(message, DeadEnvelope) and self.guardian is not None:
             self.send(self.guardian, message)

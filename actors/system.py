@@ -1775,6 +1775,13 @@ class System:
         if failure is SendStatus.BadPacket or (isinstance(failure, ActorSystemFailure)
                                                and "BadPacketError" in str(failure)):
             raise self._unreadable(message)
+        if failure is not None and self.admin_port is not None and not listening(self.admin_host, self.admin_port):
+            # The whole system is gone (shut down while this client was stopped or busy, e.g. mid-attach: the reply it
+            # then read was the last its processes sent): "processes may be gone" would leave the user guessing.
+            raise SystemNotRunning(f"{type(message).__name__} to {who} was not sent: the actor system on "
+                                   f"{self.admin_host}:{self.admin_port} is not running any more (nothing listens on "
+                                   "its admin port: it was shut down, or its processes were killed)",
+                                   nothing_listens=True)
         if failure is SendStatus.DeadTarget and who == "the guardian" and self._guardian_moved(address):
             return self._ask(self._guardian, message, max(timeout - (time.monotonic() - started), 0.0))
         if failure is not None:

@@ -102,6 +102,18 @@ fast senders), Thespian drains it inside the send, in "tx-only mode". That mode 
    connection) gets it, as it would not have before; a target that is gone refuses it (DeadTarget), or resets it
    again, and then it ends as failed instead of holding the exit.
 
+14. An exit held by a stopped client. A client stopped mid-attach (SIGSTOP: a user's Ctrl-Z'd script, a paused
+   container) takes the node agent's GuardianIs, or the guardian's SystemStatus, into its socket's buffer whole, and
+   sends no ACK while stopped; that transmit is on no retry timer (fix 13 keeps it), and the exiting actor's drain
+   held the shutdown for all of its 7 s. At an exit's drain, when every transmit left goes to a client and those under
+   way were written whole and wait for their ACK only, they are ended (failed; sent if the ACK is in already): the
+   system is going away, and the client reads what was written when it reads again, then finds the system gone
+   (System._ask: SystemNotRunning). Only clients: an actor peer's ACK is what lets actors/inflight.py send it the next
+   batch, so waiting for it is kept. Thespian cannot tell a client's address from an actor's (both are
+   TCPv4ActorAddress); Reprise notes a client's (`note_client`) where it knows one: the senders of what only clients
+   ask the node agent and the guardian (WhereIsGuardian, GetStatus, GetDirectory, RegisterRoute, ...), and the
+   addresses of clients' /temp/ reply paths a process routes to.
+
 For 1 and 2, the drain is Thespian's own transmit-only steps; when one sees no send complete for 20 ms, a 1 ms
 regular pass follows that accepts connections and reads and acknowledges what arrived. Every message
 and wakeup met during the drain is kept and, once the drain ends, put back in front of the actor's incoming queue, in order, to
@@ -217,7 +229,8 @@ def apply() -> None:
     _cap_backoff_pauses()
     _exit_requests_name_their_child()
     _read_acks_before_a_child_s_death()
-    _exit_drain_tries_late_retries_at_once()
+    _exit_drain_gives_up_on_clients_acks()
+    _exit_drain_tries_late_retries_at_once()  # (after: it wraps fix 14's drain)
     wakeupTransportBase._deliver_wakeups = deliver_wakeups
     atb.asyncTransportBase._drain_tx_queue_if_needed = drain_tx_queue_if_needed
     _applied = True
@@ -541,8 +554,7 @@ def acknowledged(intent: Any) -> bool:
     blocking; a child that acknowledged before it died wrote it there before its exit was noticed)."""
     from thespian.system.transport import TCPTransport as tcp
 
-    written = (tcp.TCPTransport._XMITStepShutdownWrite, tcp.TCPTransport._XMITStepWaitForAck)  # (sent whole)
-    if getattr(intent, "stage", None) not in written or getattr(intent, "socket", None) is None:
+    if not _awaits_its_ack(intent):
         return False
     buffer = getattr(intent, "ackbuf", None) or tcp.ReceiveBuffer(tcp.serializer.loads)
     try:
@@ -697,6 +709,7 @@ def _release_inherited_sockets_in_children() -> None:
     def releasing(target: Callable[..., object]) -> Callable[..., object]:
         def start(*args: object, **kwargs: object) -> object:
             release_inherited_sockets()
+            _clients.clear()  # (the parent's clients: this process learns its own, fix 14)
             return target(*args, **kwargs)
         start.__wrapped__ = target  # type: ignore[attr-defined]
         return start
@@ -773,6 +786,93 @@ def _last_try_if_late(intent: Any) -> None:
     if remaining is None or remaining.total_seconds() >= _exit_drain_ends - time.monotonic():
         intent._retryTime = ExpirationTimer(timedelta(0))
         intent.reprise_last_try = True
+
+
+CLIENTS_KEPT = 4096
+"""How many client addresses a process remembers (`note_client`), the most recently noted."""
+
+_CLIENT_LOOK = timedelta(milliseconds=50)
+"""How often an exit drain looks whether only transmits waiting on clients' ACKs are left (fix 14)."""
+
+_clients: dict[str, None] = {}
+"""The addresses (str) `note_client` was told of, oldest first."""
+
+
+def note_client(address: Address | None) -> None:
+    """Record that `address` is a client's endpoint (a process that is no actor of the system: a requester whose
+    replies nothing of the system waits on): at this process's exit drain, a transmit to it that waits only for its
+    ACK is given up once nothing else is left to drain (fix 14)."""
+    if address is None:
+        return
+    key = str(address)  # (ActorAddress is not hashable; its str is its identity)
+    _clients.pop(key, None)
+    _clients[key] = None
+    if len(_clients) > CLIENTS_KEPT:
+        del _clients[next(iter(_clients))]
+
+
+def forget_client(address: Address | str) -> None:
+    """`address` (or its str) is no client's any more (its route was dropped): its port may go to an actor next."""
+    _clients.pop(str(address), None)
+
+
+def is_client(address: Address) -> bool:
+    """Whether `note_client` was told of `address` (and still remembers it)."""
+    return str(address) in _clients
+
+
+def _exit_drain_gives_up_on_clients_acks() -> None:
+    """At an actor's exit drain, transmits to clients that were written whole and wait only for their ACK are given
+    up once nothing else is left to drain (fix 14)."""
+    from thespian.system import systemCommon
+    from thespian.system.timing import ExpirationTimer, unexpired
+    from thespian.system.transport import Thespian__Run_Expired, TransmitOnly
+
+    def drain_transmits(self: Any) -> None:
+        # Thespian's drain (run transmit-only until nothing is left, for MAX_SHUTDOWN_DRAIN_PERIOD at most), in
+        # slices: between two, it looks whether only clients' ACKs are left to wait for.
+        transport = self.transport
+        limit = ExpirationTimer(systemCommon.MAX_SHUTDOWN_DRAIN_PERIOD)
+        for view in unexpired(limit):
+            left = view.remaining()
+            ran = transport.run(TransmitOnly, _CLIENT_LOOK if left is None else min(left, _CLIENT_LOOK))
+            if not ran and not isinstance(ran, Thespian__Run_Expired):
+                break  # no transmits left (0), or the run was aborted: as Thespian's drain
+            give_up_on_clients_acks(transport)
+
+    systemCommon.systemCommonBase.drainTransmits = drain_transmits
+
+
+def give_up_on_clients_acks(transport: Any) -> int:
+    """If every transmit `transport` has left goes to a client (`is_client`), and those under way were written whole
+    and wait for their ACK only, end those (sent if their ACK is in already, else failed); how many (fix 14)."""
+    under_way = getattr(transport, "_transmitIntents", None)
+    if not under_way or getattr(transport, "_aTB_queuedPendingTransmits", None):
+        return 0
+    if not all(_awaits_its_ack(intent) and is_client(intent.targetAddr) for intent in under_way.values()):
+        return 0
+    if not all(is_client(intent.targetAddr) for intent in getattr(transport, "_waitingTransmits", ())):
+        return 0  # (those to clients wait behind these: failing these starts them, and they end the same way)
+    from thespian.system.transport import SendStatus
+
+    ended = list(under_way.items())
+    for fd, intent in ended:
+        status = SendStatus.Sent if acknowledged(intent) else SendStatus.Failed
+        del under_way[fd]
+        transport._finishIntent(intent, status)  # (closes its socket: what was written stays readable to the client)
+    # Their callbacks now: the transport's next pass returns at once when nothing is left, before it would run them.
+    done, transport._finished_intents = transport._finished_intents, []
+    for intent, status in done:
+        intent.tx_done(status)
+    return len(ended)
+
+
+def _awaits_its_ack(intent: Any) -> bool:
+    """Whether `intent` was written whole and waits for its ACK only."""
+    from thespian.system.transport import TCPTransport as tcp
+
+    written = (tcp.TCPTransport._XMITStepShutdownWrite, tcp.TCPTransport._XMITStepWaitForAck)
+    return getattr(intent, "stage", None) in written and getattr(intent, "socket", None) is not None
 
 
 HANDSHAKE_RETRY = timedelta(seconds=0.25)

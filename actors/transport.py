@@ -15,6 +15,7 @@ from .main_module import adopt_main_classes
 from .messages import Batch, Scatter, ShardSet
 from .paths import ancestors, shard_key, shard_of
 from .pickling import dumps
+from .thespian_fixes import note_client
 from .thespian_types import Address
 
 log = logging.getLogger("reprise.transport")
@@ -164,6 +165,8 @@ class Router:
             if len(self._temp) >= _TEMP_CACHED:
                 self._temp.clear()
             self._temp[path] = hit
+            if hit is not None:
+                note_client(hit[1])  # (a client's endpoint: this process's exit does not wait for its ACK, fix 14)
             return hit
         cache = self._cache
         if len(cache) > 500_000:

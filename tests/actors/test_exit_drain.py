@@ -129,3 +129,95 @@ def test_an_exiting_actor_s_reply_to_a_live_client_that_waits_on_a_retry_is_deli
         client.wait()
     assert out.strip() == repr(marker), out + err
     assert took < QUICK, f"shutdown took {took:.2f} s"
+
+
+# A client stopped mid-attach (SIGSTOP: a user's Ctrl-Z'd script, a paused container) right after it sent `argv[2]`
+# (the node agent's WhereIsGuardian, or the guardian's GetStatus): the reply is written whole into its socket's
+# buffer, and its ACK never comes while it is stopped. It prints "stopping" first, so the test knows it is stopped.
+STOPPED_CLIENT = """
+import os, signal, sys
+import actors
+from actors import system as reprise_system
+from thespian.actors import ActorSystem
+wanted = sys.argv[2]
+transmit = reprise_system.System._transmit
+stops = [1]
+def stop_after(message):
+    if type(message).__name__ == wanted and stops:
+        stops.pop()  # (once: a resumed client may send it again)
+        print("stopping", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+ask = ActorSystem.ask
+def ask_then_stop(self, actor, message, timeout=None):
+    if type(message).__name__ != wanted or not stops:
+        return ask(self, actor, message, timeout)
+    self.tell(actor, message)
+    stop_after(message)
+    return self.listen(timeout)
+def transmit_then_stop(self, address, message, *args, **kwargs):
+    failure = transmit(self, address, message, *args, **kwargs)
+    stop_after(message)
+    return failure
+ActorSystem.ask = ask_then_stop
+reprise_system.System._transmit = transmit_then_stop
+try:
+    system = actors.connect(int(sys.argv[1]), timeout=20)
+    print("attached", flush=True)
+    system.status(timeout=20)
+    print("status", flush=True)
+except Exception as e:
+    print(type(e).__name__, e, flush=True)
+"""
+
+
+def _stopped(pid: int) -> bool:
+    """Whether the process `pid` is stopped (state T in /proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
+def _unread_bytes(pid: int) -> int:
+    """How many bytes wait, unread, in the receive queues of the TCP sockets of the process `pid`."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[len("socket:["):-1])
+    unread = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[9] in inodes:
+                    unread += int(fields[4].split(":")[1], 16)
+    return unread
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("request_name", ["WhereIsGuardian", "GetStatus"])
+def test_a_shutdown_after_a_client_stopped_mid_attach_is_quick_and_the_client_then_sees_it(make_system, caplog,
+                                                                                          request_name):
+    # 7 s (Thespian's MAX_SHUTDOWN_DRAIN_PERIOD): the node agent's GuardianIs (or the guardian's SystemStatus) was
+    # written whole into the stopped client's socket and waited for its ACK, which no stopped process sends; it is on
+    # no retry timer (fix 13 keeps it), and the exiting actor's drain held the shutdown for all of it (fix 14).
+    system = make_system("multiproc")
+    client = subprocess.Popen([sys.executable, "-c", STOPPED_CLIENT, str(system.admin_port), request_name], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert client.stdout.readline().strip() == "stopping", client.stderr.read()
+        assert wait_for(lambda: _stopped(client.pid) or None, timeout=10)
+        assert wait_for(lambda: _unread_bytes(client.pid) or None, timeout=10)  # the reply, in the stopped client's socket
+        took = _timed_shutdown(system, caplog)
+        # Guard: the client, resumed (SIGCONT), reads that reply, and the next thing it asks of the system says clearly
+        # that the system is gone (it said "MessageNotSent ... the actor system's processes may be gone").
+        os.kill(client.pid, signal.SIGCONT)
+        out, err = client.communicate(timeout=30)
+    finally:
+        client.kill()
+        client.wait()
+    assert took < QUICK, f"shutdown took {took:.2f} s"
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("SystemNotRunning") and "is not running any more" in last, out + err

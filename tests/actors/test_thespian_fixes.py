@@ -267,3 +267,78 @@ def test_a_transport_closed_with_transmits_queued_fails_every_one_and_raises_not
     finally:
         for each in silent:
             each.close()
+
+
+def test_at_an_exit_drain_transmits_waiting_for_a_client_s_ack_are_given_up_when_only_they_are_left(monkeypatch):
+    # Fix 14: a reply written whole to a stopped client (SIGSTOP, Ctrl-Z) waits for an ACK no stopped process sends,
+    # and held an exiting actor for Thespian's whole 7 s drain. Only clients' are given up (an actor peer's ACK is what
+    # lets InFlight send it the next batch), and only when nothing else is left to drain.
+    import socket
+    from datetime import timedelta
+
+    from thespian.actors import ActorAddress
+    from thespian.system.transport import (
+        ExternalInterfaceTransportInit,
+        SendStatus,
+        TransmitIntent,
+        TransmitOnly,
+    )
+    from thespian.system.transport.TCPTransport import TCPTransport, TCPv4ActorAddress
+
+    from actors import thespian_fixes as fixes
+    from tests.waiting import wait_for
+
+    fixes.apply()
+    monkeypatch.setattr(fixes, "_clients", {})
+    # Listeners that take nothing (as a stopped process): the kernel completes the connection and buffers the frame.
+    stopped = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
+    client, peer = (ActorAddress(TCPv4ActorAddress("127.0.0.1", s.getsockname()[1])) for s in stopped)
+    fixes.note_client(client)
+    ended: dict[str, object] = {}
+
+    def transport_sending_to(*targets: object) -> TCPTransport:
+        transport = TCPTransport(ExternalInterfaceTransportInit(), {"Admin Port": 1}, None, None)
+        for target in targets:
+            transport.scheduleTransmit(None, TransmitIntent(
+                target, ("a reply", str(target)), onSuccess=lambda r, i: ended.setdefault(str(i.targetAddr), r),
+                onError=lambda r, i: ended.setdefault(str(i.targetAddr), r)))
+
+        def written() -> bool:
+            transport.run(TransmitOnly, timedelta(milliseconds=20))
+            under_way = list(transport._transmitIntents.values())
+            return len(under_way) == len(targets) and all(map(fixes._awaits_its_ack, under_way))
+        assert wait_for(written, timeout=10)
+        return transport
+
+    both = transport_sending_to(client, peer)
+    try:
+        assert fixes.give_up_on_clients_acks(both) == 0 and not ended  # an actor peer's ACK is still awaited
+    finally:
+        both.close()
+    ended.clear()
+    fixes.forget_client(client)
+    only_peer = transport_sending_to(peer)
+    try:
+        assert fixes.give_up_on_clients_acks(only_peer) == 0 and not ended  # an actor's only: waited for
+    finally:
+        only_peer.close()
+    ended.clear()
+    stopped.append(socket.create_server(("127.0.0.1", 0)))  # (a new client: nothing else connected to it)
+    client = ActorAddress(TCPv4ActorAddress("127.0.0.1", stopped[-1].getsockname()[1]))
+    fixes.note_client(client)
+    only_client = transport_sending_to(client)
+    try:
+        frame = only_client._transmitIntents and next(iter(only_client._transmitIntents.values())).serMsg
+        assert fixes.give_up_on_clients_acks(only_client) == 1
+        assert ended == {str(client): SendStatus.Failed} and not only_client._transmitIntents
+        # What was written stays readable to the client when it reads again (resumed), up to the close.
+        connection, _ = stopped[-1].accept()
+        received = b""
+        while chunk := connection.recv(65536):
+            received += chunk
+        connection.close()
+        assert received.endswith(frame), "the reply written whole did not reach the client whole"
+    finally:
+        only_client.close()
+        for each in stopped:
+            each.close()
