@@ -588,6 +588,7 @@ def connect(admin_port: int, host: str = "127.0.0.1", *, timeout: float = 30.0, 
         raise
     if reply is None:  # (no answer at all: not an admin without a guardian, which answers GuardianIs(None))
         _close_endpoint(asys)
+        _raise_if_gone(host, admin_port, "its node agent did not answer where the guardian is")
         raise AskTimeout(f"the admin on {host}:{admin_port} answered the attach, but its node agent (which tells "
                          f"clients where the guardian is) did not answer within {timeout} s: the system is busy, or "
                          "its processes were stopped meanwhile (SIGSTOP, a debugger); try again once it answers, or "
@@ -617,9 +618,19 @@ def _node_agent(asys: ActorSystem, host: str, admin_port: int, seconds: float) -
         # said only "Could not request new Actor from Admin (-SENDSTS_FAILED)").
         got = (f"no answer within {seconds:.3g} s" if isinstance(failed, thespian_fixes.CreateTimedOut)
                else f"a failed send ({failed})")
+        _raise_if_gone(host, admin_port, f"its lookup of the node agent got {got}")
         raise AskTimeout(f"the admin on {host}:{admin_port} answered the attach, then stopped answering: its lookup "
                          f"of the node agent got {got}; it is busy, or was stopped or killed meanwhile (SIGSTOP, a debugger); try again once it "
                          f"answers, or stop it with `reprise down --port {admin_port}`") from None
+
+
+def _raise_if_gone(host: str, admin_port: int, what: str) -> None:
+    """SystemNotRunning (saying `what` happened) if nothing listens on the admin port any more: the system was shut
+    down while this client attached (stopped or busy meanwhile, it read the last replies its processes sent)."""
+    if not listening(host, admin_port):
+        raise SystemNotRunning(f"the actor system on {host}:{admin_port} is not running any more (nothing listens on "
+                               f"its admin port: it was shut down while this client attached; {what})",
+                               nothing_listens=True) from None
 
 
 def _attach(system: System, agent: Address, host: str, admin_port: int, timeout: float, metrics_port: int | None,

@@ -131,40 +131,31 @@ def test_an_exiting_actor_s_reply_to_a_live_client_that_waits_on_a_retry_is_deli
     assert took < QUICK, f"shutdown took {took:.2f} s"
 
 
-# A client stopped mid-attach (SIGSTOP: a user's Ctrl-Z'd script, a paused container) right after it sent `argv[2]`
-# (the node agent's WhereIsGuardian, or the guardian's GetStatus): the reply is written whole into its socket's
-# buffer, and its ACK never comes while it is stopped. It prints "stopping" first, so the test knows it is stopped.
+# A client stopped mid-attach (SIGSTOP: a user's Ctrl-Z'd script, a paused container) as soon as its `argv[2]` (the
+# admin's QueryExists or PendingActor, the node agent's WhereIsGuardian, the guardian's GetStatus) was acknowledged:
+# the answer then comes into its socket's buffer whole, and no ACK goes back while it is stopped. Resumed, it prints
+# what connect() and a status() after it raised (or "attached").
 STOPPED_CLIENT = """
 import os, signal, sys
 import actors
-from actors import system as reprise_system
-from thespian.actors import ActorSystem
+from thespian.system.transport import ResultCallback
+from thespian.system.transport.TCPTransport import TCPTransport
 wanted = sys.argv[2]
-transmit = reprise_system.System._transmit
+schedule = TCPTransport.scheduleTransmit
 stops = [1]
-def stop_after(message):
-    if type(message).__name__ == wanted and stops:
-        stops.pop()  # (once: a resumed client may send it again)
-        print("stopping", flush=True)
-        os.kill(os.getpid(), signal.SIGSTOP)
-ask = ActorSystem.ask
-def ask_then_stop(self, actor, message, timeout=None):
-    if type(message).__name__ != wanted or not stops:
-        return ask(self, actor, message, timeout)
-    self.tell(actor, message)
-    stop_after(message)
-    return self.listen(timeout)
-def transmit_then_stop(self, address, message, *args, **kwargs):
-    failure = transmit(self, address, message, *args, **kwargs)
-    stop_after(message)
-    return failure
-ActorSystem.ask = ask_then_stop
-reprise_system.System._transmit = transmit_then_stop
+def stop(result, intent):
+    print("stopping", flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)
+def scheduling(self, manager, intent, *args, **kwargs):
+    if type(intent.message).__name__ == wanted and stops:
+        stops.pop()  # (once: resumed, it may ask again)
+        intent._callbackTo = ResultCallback(stop, None, intent._callbackTo)
+    return schedule(self, manager, intent, *args, **kwargs)
+TCPTransport.scheduleTransmit = scheduling
 try:
     system = actors.connect(int(sys.argv[1]), timeout=20)
     print("attached", flush=True)
     system.status(timeout=20)
-    print("status", flush=True)
 except Exception as e:
     print(type(e).__name__, e, flush=True)
 """
@@ -197,12 +188,13 @@ def _unread_bytes(pid: int) -> int:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("request_name", ["WhereIsGuardian", "GetStatus"])
+@pytest.mark.parametrize("request_name", ["QueryExists", "PendingActor", "WhereIsGuardian", "GetStatus"])
 def test_a_shutdown_after_a_client_stopped_mid_attach_is_quick_and_the_client_then_sees_it(make_system, caplog,
                                                                                           request_name):
-    # 7 s (Thespian's MAX_SHUTDOWN_DRAIN_PERIOD): the node agent's GuardianIs (or the guardian's SystemStatus) was
-    # written whole into the stopped client's socket and waited for its ACK, which no stopped process sends; it is on
-    # no retry timer (fix 13 keeps it), and the exiting actor's drain held the shutdown for all of it (fix 14).
+    # 7 s (Thespian's MAX_SHUTDOWN_DRAIN_PERIOD) after WhereIsGuardian and GetStatus: the node agent's GuardianIs (or
+    # the guardian's SystemStatus) was written whole into the stopped client's socket and waited for its ACK, which no
+    # stopped process sends; it is on no retry timer (fix 13 keeps it), and the exiting actor's drain held the
+    # shutdown for all of it (fix 14). (The admin's answers never held it: its exit does not drain so.)
     system = make_system("multiproc")
     client = subprocess.Popen([sys.executable, "-c", STOPPED_CLIENT, str(system.admin_port), request_name], cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -211,8 +203,10 @@ def test_a_shutdown_after_a_client_stopped_mid_attach_is_quick_and_the_client_th
         assert wait_for(lambda: _stopped(client.pid) or None, timeout=10)
         assert wait_for(lambda: _unread_bytes(client.pid) or None, timeout=10)  # the reply, in the stopped client's socket
         took = _timed_shutdown(system, caplog)
-        # Guard: the client, resumed (SIGCONT), reads that reply, and the next thing it asks of the system says clearly
-        # that the system is gone (it said "MessageNotSent ... the actor system's processes may be gone").
+        # Guard: the client, resumed (SIGCONT), reads that answer, and the next thing it asks of the system says clearly
+        # that the system is gone. It said MessageNotSent "... the actor system's processes may be gone" (after
+        # WhereIsGuardian, GetStatus), or AskTimeout "... did not answer within 20 s: ... stopped meanwhile" (after
+        # QueryExists, PendingActor; at once, not in 20 s).
         os.kill(client.pid, signal.SIGCONT)
         out, err = client.communicate(timeout=30)
     finally:
