@@ -135,6 +135,7 @@ DIRECTORY_TTL = 1.0
 # A client waits in slices this long, so that a connection it refused meanwhile (a node that joined after its
 # last directory fetch, replying) makes it fetch the directory again while the node still retries that send.
 REFUSAL_CHECK = 0.25
+LAST_LOOK = 0.25  # seconds a waiting call reads what arrived before it says the system it waited on is gone
 CLOSE_CHECK = 0.25  # seconds between a waiting call's looks at whether another thread shut the system down
 SEND_LIMIT = 60.0  # seconds a tell may wait for the transport (Thespian's own MAX_TELL_PERIOD)
 # Thespian retries a send whose connection closed before the ACK after 35 s x attempt: the first tell after
@@ -1676,7 +1677,15 @@ class System:
                 self._settle_late()
             if netsec.refused_pending():
                 self._recheck_refused(deadline)
-            self._check_admin_alive()
+            try:
+                self._check_admin_alive()
+            except SystemNotRunning:
+                # What the system sent before it went is this client's still: a slice that ran out while this client was
+                # stopped (SIGSTOP) or busy made no pass at its sockets, where a reply may wait, written whole.
+                message = self._listen(LAST_LOOK)
+                if message is not None:
+                    return message
+                raise
             timeout = deadline - time.monotonic()
             if timeout <= 0:
                 return None

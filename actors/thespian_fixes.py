@@ -826,21 +826,33 @@ def _exit_drain_gives_up_on_clients_acks() -> None:
     up once nothing else is left to drain (fix 14)."""
     from thespian.system import systemCommon
     from thespian.system.timing import ExpirationTimer, unexpired
-    from thespian.system.transport import Thespian__Run_Expired, TransmitOnly
+    from thespian.system.transport import Thespian__Run_Terminated, TransmitOnly
+
+    original_drain = systemCommon.systemCommonBase.drainTransmits
 
     def drain_transmits(self: Any) -> None:
-        # Thespian's drain (run transmit-only until nothing is left, for MAX_SHUTDOWN_DRAIN_PERIOD at most), in
-        # slices: between two, it looks whether only clients' ACKs are left to wait for.
         transport = self.transport
+        if not hasattr(transport, "_transmitIntents"):  # not the TCP transport: leave it to Thespian
+            original_drain(self)
+            return
+        # Thespian's drain (run transmit-only until nothing is left, for MAX_SHUTDOWN_DRAIN_PERIOD at most), in
+        # slices: between two, it looks whether only clients' ACKs are left to wait for. (A slice that ends with
+        # nothing sent returns None, as Thespian's one run did at the drain's end: only an empty transport ends it.)
         limit = ExpirationTimer(systemCommon.MAX_SHUTDOWN_DRAIN_PERIOD)
         for view in unexpired(limit):
             left = view.remaining()
             ran = transport.run(TransmitOnly, _CLIENT_LOOK if left is None else min(left, _CLIENT_LOOK))
-            if not ran and not isinstance(ran, Thespian__Run_Expired):
-                break  # no transmits left (0), or the run was aborted: as Thespian's drain
+            if not _transmits_left(transport) or isinstance(ran, Thespian__Run_Terminated):
+                break  # nothing left, or the run was aborted: as Thespian's drain
             give_up_on_clients_acks(transport)
 
     systemCommon.systemCommonBase.drainTransmits = drain_transmits
+
+
+def _transmits_left(transport: Any) -> bool:
+    """Whether the TCP `transport` has transmits under way, waiting, or queued."""
+    return bool(transport._transmitIntents or transport._waitingTransmits
+                or getattr(transport, "_aTB_queuedPendingTransmits", None))
 
 
 def give_up_on_clients_acks(transport: Any) -> int:

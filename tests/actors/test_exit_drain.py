@@ -215,3 +215,32 @@ def test_a_shutdown_after_a_client_stopped_mid_attach_is_quick_and_the_client_th
     assert took < QUICK, f"shutdown took {took:.2f} s"
     last = out.strip().splitlines()[-1]
     assert last.startswith("SystemNotRunning") and "is not running any more" in last, out + err
+
+
+@pytest.mark.timeout(120)
+def test_a_shutdown_after_an_attached_client_stopped_waiting_for_a_reply_is_quick_and_the_reply_still_reaches_it(
+        make_system, caplog):
+    # A host's reply to a client's probe, written whole into the socket of the client stopped meanwhile, waited for its
+    # ACK through the host's whole exit drain (7 s). Given up on at the exit (fix 14), it stays readable: the client,
+    # resumed, receives it.
+    from tests.actors.sample import Ping, Pong
+
+    system = make_system("multiproc")
+    system.spawn(Echo, "/user/echo")
+    client = subprocess.Popen([sys.executable, "-c", LISTENING_CLIENT, str(system.admin_port)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        path = client.stdout.readline().strip()
+        assert path.startswith("/temp/"), path + client.stderr.read()
+        os.kill(client.pid, signal.SIGSTOP)
+        assert wait_for(lambda: _stopped(client.pid) or None, timeout=10)
+        system.tell("/user/echo", Ping(7), sender=path)
+        assert wait_for(lambda: _unread_bytes(client.pid) or None, timeout=10)  # the Pong, in the stopped client's socket
+        took = _timed_shutdown(system, caplog)
+        os.kill(client.pid, signal.SIGCONT)
+        out, err = client.communicate(timeout=60)
+    finally:
+        client.kill()
+        client.wait()
+    assert took < QUICK, f"shutdown took {took:.2f} s"
+    assert out.strip() == repr(Pong(7, "/user/echo")), out + err

@@ -342,3 +342,63 @@ def test_at_an_exit_drain_transmits_waiting_for_a_client_s_ack_are_given_up_when
         only_client.close()
         for each in stopped:
             each.close()
+
+
+def test_an_exit_drain_waits_for_an_actor_peer_s_ack_then_gives_up_on_a_stopped_client_s(monkeypatch):
+    # Fix 14's drain runs Thespian's in 50 ms slices: a slice in which nothing was sent must not end it (an actor peer
+    # busy for a moment still gets its ACK waited for, and InFlight's next batch to it goes after), and a stopped
+    # client's transmit is given up only once nothing but clients' ACKs is left.
+    import socket
+    import threading
+    import time
+    import types
+
+    from thespian.actors import ActorAddress
+    from thespian.system import systemCommon
+    from thespian.system.transport import ExternalInterfaceTransportInit, SendStatus, TransmitIntent
+    from thespian.system.transport.streamBuffer import ackMsg
+    from thespian.system.transport.TCPTransport import TCPTransport, TCPv4ActorAddress
+
+    from actors import thespian_fixes as fixes
+
+    fixes.apply()
+    monkeypatch.setattr(fixes, "_clients", {})
+    monkeypatch.setattr(fixes, "_exit_drain_ends", None)  # (fix 13's drain sets it: not for the rest of this process)
+    busy_peer, stopped_client = socket.create_server(("127.0.0.1", 0)), socket.create_server(("127.0.0.1", 0))
+    peer, client = (ActorAddress(TCPv4ActorAddress("127.0.0.1", s.getsockname()[1])) for s in (busy_peer, stopped_client))
+    fixes.note_client(client)
+    late = 0.5  # s the peer takes to acknowledge: 10 of the drain's slices
+
+    def acknowledge_late() -> None:
+        connection, _ = busy_peer.accept()
+        with connection:
+            frame = b""
+            while b">" not in frame or len(frame) < frame.index(b">") + 1 + int(frame[:frame.index(b">")]):
+                frame += connection.recv(65536)
+            time.sleep(late)  # (busy)
+            connection.sendall(ackMsg)
+            connection.recv(1)  # (until the sender closes)
+
+    acknowledging = threading.Thread(target=acknowledge_late, daemon=True)
+    acknowledging.start()
+    transport = TCPTransport(ExternalInterfaceTransportInit(), {"Admin Port": 1}, None, None)
+    ended: dict[str, tuple[object, float]] = {}
+    started = time.monotonic()
+
+    def end(result: object, intent: TransmitIntent) -> None:
+        ended[str(intent.targetAddr)] = (result, time.monotonic() - started)
+
+    try:
+        for target in (peer, client):
+            transport.scheduleTransmit(None, TransmitIntent(target, ("a message", str(target)), onSuccess=end, onError=end))
+        systemCommon.systemCommonBase.drainTransmits(types.SimpleNamespace(transport=transport))
+        took = time.monotonic() - started
+    finally:
+        transport.close()
+        acknowledging.join(timeout=10)
+        busy_peer.close()
+        stopped_client.close()
+    assert ended.get(str(peer), (None,))[0] is SendStatus.Sent, f"the drain ended before the peer's ACK: {ended}"
+    assert ended.get(str(client), (None,))[0] is SendStatus.Failed, ended
+    assert ended[str(client)][1] >= ended[str(peer)][1], "a client's transmit was given up while a peer's was left"
+    assert late <= took < 3.0, f"the drain took {took:.2f} s (Thespian's: 7 s, waiting for the stopped client's ACK)"
