@@ -16,6 +16,7 @@ import pytest
 from actors.system import tagged_pids
 from tests.actors.exit_drain_actors import HoldsItsReply
 from tests.actors.sample import Echo
+from tests.sockets import unread_bytes
 from tests.waiting import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -167,26 +168,6 @@ def _stopped(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
 
 
-def _unread_bytes(pid: int) -> int:
-    """How many bytes wait, unread, in the receive queues of the TCP sockets of the process `pid`."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            inodes.add(link[len("socket:["):-1])
-    unread = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            for line in f.readlines()[1:]:
-                fields = line.split()
-                if fields[9] in inodes:
-                    unread += int(fields[4].split(":")[1], 16)
-    return unread
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("request_name", ["QueryExists", "PendingActor", "WhereIsGuardian", "GetStatus"])
 def test_a_shutdown_after_a_client_stopped_mid_attach_is_quick_and_the_client_then_sees_it(make_system, caplog,
@@ -201,7 +182,7 @@ def test_a_shutdown_after_a_client_stopped_mid_attach_is_quick_and_the_client_th
     try:
         assert client.stdout.readline().strip() == "stopping", client.stderr.read()
         assert wait_for(lambda: _stopped(client.pid) or None, timeout=10)
-        assert wait_for(lambda: _unread_bytes(client.pid) or None, timeout=10)  # the reply, in the stopped client's socket
+        assert wait_for(lambda: unread_bytes(client.pid) or None, timeout=10)  # the reply, in the stopped client's socket
         took = _timed_shutdown(system, caplog)
         # Guard: the client, resumed (SIGCONT), reads that answer, and the next thing it asks of the system says clearly
         # that the system is gone. It said MessageNotSent "... the actor system's processes may be gone" (after
@@ -235,7 +216,7 @@ def test_a_shutdown_after_an_attached_client_stopped_waiting_for_a_reply_is_quic
         os.kill(client.pid, signal.SIGSTOP)
         assert wait_for(lambda: _stopped(client.pid) or None, timeout=10)
         system.tell("/user/echo", Ping(7), sender=path)
-        assert wait_for(lambda: _unread_bytes(client.pid) or None, timeout=10)  # the Pong, in the stopped client's socket
+        assert wait_for(lambda: unread_bytes(client.pid) or None, timeout=10)  # the Pong, in the stopped client's socket
         took = _timed_shutdown(system, caplog)
         os.kill(client.pid, signal.SIGCONT)
         out, err = client.communicate(timeout=60)
