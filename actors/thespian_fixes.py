@@ -112,7 +112,8 @@ fast senders), Thespian drains it inside the send, in "tx-only mode". That mode 
    batch, so waiting for it is kept. Thespian cannot tell a client's address from an actor's (both are
    TCPv4ActorAddress); Reprise notes a client's (`note_client`) where it knows one: the senders of what only clients
    ask the node agent and the guardian (WhereIsGuardian, GetStatus, GetDirectory, RegisterRoute, ...), and the
-   addresses of clients' /temp/ reply paths a process routes to.
+   addresses of clients' /temp/ reply paths a process routes to. (The drain is Thespian's, in 50 ms slices, between
+   which it looks; the admin's own exit never held a shutdown so.)
 
 For 1 and 2, the drain is Thespian's own transmit-only steps; when one sees no send complete for 20 ms, a 1 ms
 regular pass follows that accepts connections and reads and acknowledges what arrived. Every message
