@@ -114,42 +114,6 @@ class PatientHoldingSender(HoldingSender):
     redeliver_interval = 30.0
 
 
-class DeletingShipper(DurableDelivery):
-    """A DurableDelivery entity that deletes its events: ("ship", destination, body) delivers a Payload, replying
-    ("shipped", id) once journaled; ("confirm", id) confirms it, replying ("confirmed", result) once journaled;
-    ("delete", to) deletes the events up to `to` ("last": last_sequence_nr, "max": MAX_SEQUENCE_NR), replying
-    ("deleted",) or ("delete failed", why); ("ship-and-delete", destination, body): both in one command;
-    "unconfirmed": the unconfirmed ids; "boom" restarts it."""
-
-    redeliver_interval = 30.0  # (only the burst after recovery resends within a test)
-
-    def receive_recover(self, event: Any) -> None:
-        pass
-
-    def receive_command(self, message: Any, sender: str | None) -> None:
-        if isinstance(message, tuple) and message[0] == "ship":
-            i = self.deliver(message[1], lambda i: Payload(i, message[2]))
-            self.defer(i, lambda e: self.tell(sender, ("shipped", e)))
-        elif isinstance(message, tuple) and message[0] == "confirm":
-            done = self.confirm_delivery(message[1])
-            self.defer(done, lambda e: self.tell(sender, ("confirmed", e)))
-        elif isinstance(message, tuple) and message[0] == "delete":
-            self.asked = sender
-            self.delete_messages(self.last_sequence_nr if message[1] == "last" else MAX_SEQUENCE_NR)
-        elif isinstance(message, tuple) and message[0] == "ship-and-delete":  # (its sent event after the delete's call)
-            self.asked = sender
-            self.deliver(message[1], lambda i: Payload(i, message[2]))
-            self.delete_messages(self.last_sequence_nr)
-        elif isinstance(message, DeleteMessagesSuccess):
-            self.tell(self.asked, ("deleted",))
-        elif isinstance(message, DeleteMessagesFailure):
-            self.tell(self.asked, ("delete failed", str(message.cause)))
-        elif message == "unconfirmed":
-            self.tell(sender, tuple(self.unconfirmed_ids()))
-        elif message == "boom":
-            raise RuntimeError("boom")
-
-
 class _Shipping(DurableDelivery):
     """("ship", destination, body) delivers a Payload, replying ("shipped", id) once journaled; ("confirm", id)
     confirms, replying ("confirmed", result) once journaled; "unconfirmed": the unconfirmed ids; "boom" restarts it."""
@@ -175,6 +139,25 @@ class _Shipping(DurableDelivery):
 
     def other(self, message: Any, sender: str | None) -> None:
         """A command of a subclass."""
+
+
+class DeletingShipper(_Shipping):
+    """A _Shipping entity that deletes its events: ("delete", to) deletes the events up to `to` ("last":
+    last_sequence_nr, "max": MAX_SEQUENCE_NR), replying ("deleted",) or ("delete failed", why);
+    ("ship-and-delete", destination, body): both in one command."""
+
+    def other(self, message: Any, sender: str | None) -> None:
+        if isinstance(message, tuple) and message[0] == "delete":
+            self.asked = sender
+            self.delete_messages(self.last_sequence_nr if message[1] == "last" else MAX_SEQUENCE_NR)
+        elif isinstance(message, tuple) and message[0] == "ship-and-delete":  # (its sent event after the delete's call)
+            self.asked = sender
+            self.deliver(message[1], lambda i: Payload(i, message[2]))
+            self.delete_messages(self.last_sequence_nr)
+        elif isinstance(message, DeleteMessagesSuccess):
+            self.tell(self.asked, ("deleted",))
+        elif isinstance(message, DeleteMessagesFailure):
+            self.tell(self.asked, ("delete failed", str(message.cause)))
 
 
 class PartialShipper(_Shipping):

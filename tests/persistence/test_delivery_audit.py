@@ -27,6 +27,18 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.timeout(60)
 
 
+def _entity_and_probe(system, actor_class, root: str, tmp_path) -> tuple[str, object]:
+    """Spawn `actor_class` as entities under `root`; the path of this test's entity and a probe for its deliveries."""
+    system.spawn(actor_class, path=root, entities=True)
+    return f"{root}/{tmp_path.name}", system.probe()
+
+
+def _rejecting_system(make_system, base: str, scheme: str, tmp_path):
+    """A system whose journal and snapshot store are the SQLite file of a rejecting `scheme` (failing_journals)."""
+    url = f"{scheme}:///{tmp_path}/journal.db"
+    return make_system(base, journal=url, snapshot_store=url)
+
+
 def test_a_snapshot_saved_while_a_delivery_is_journaled_does_not_hold_it_when_that_write_fails(
         base, make_system, tmp_path):
     # DurableDelivery registers a delivery at deliver() and journals it asynchronously (commands keep flowing). A
@@ -63,9 +75,7 @@ def test_deliveries_held_back_by_should_redeliver_do_not_use_up_the_redelivery_b
     # every tick, and the deliveries after them were never resent: one whose first copy was lost, lost for good.
     # They were also warned about at every tick (their attempts never grow).
     system = psystem
-    system.spawn(HoldingSender, path="/user/snd", entities=True)
-    snd = f"/user/snd/{tmp_path.name}"
-    dst = system.probe()
+    snd, dst = _entity_and_probe(system, HoldingSender, "/user/snd", tmp_path)
     for k in (1, 2):  # nobody serves it: held back (never resent)
         assert system.ask(snd, ("send", f"/user/held-{k}", "held"), timeout=10) == ("sent", k)
     assert system.ask(snd, ("send", dst.path, "wanted"), timeout=10) == ("sent", 3)
@@ -79,9 +89,7 @@ def test_a_delivery_snapshot_set_outside_recovery_is_sent(psystem, tmp_path):
     # (restore_unconfirmed does start it there) on an actor with nothing unconfirmed, its deliveries were never sent
     # until some later deliver() happened to start the timer.
     system = psystem
-    system.spawn(HoldingSender, path="/user/snd", entities=True)
-    snd = f"/user/snd/{tmp_path.name}"
-    dst = system.probe()
+    snd, dst = _entity_and_probe(system, HoldingSender, "/user/snd", tmp_path)
     assert system.ask(snd, ("restore", 7, dst.path, "restored"), timeout=10) == "restored"
     assert dst.receive(10) == Payload(7, "restored")
     assert system.ask(snd, ("send", dst.path, "next"), timeout=10) == ("sent", 8), "ids go on above the snapshot's"
@@ -93,9 +101,7 @@ def test_a_delivery_snapshot_set_live_never_lowers_the_delivery_id_counter(psyst
     # already used, so a receiver that dedups by id dropped the new message as a duplicate (or an unconfirmed one
     # was replaced). The counter now never goes below what it is nor below the snapshot's deliveries.
     system = psystem
-    system.spawn(HoldingSender, path="/user/snd", entities=True)
-    snd = f"/user/snd/{tmp_path.name}"
-    dst = system.probe()
+    snd, dst = _entity_and_probe(system, HoldingSender, "/user/snd", tmp_path)
     for k in (1, 2, 3):
         assert system.ask(snd, ("send", dst.path, f"m{k}"), timeout=10) == ("sent", k)
     # An older snapshot: current id 2, delivery 2 unconfirmed.
@@ -110,9 +116,7 @@ def test_redeliver_now_says_false_when_should_redeliver_held_the_resend_back(psy
     # redeliver_now returned True ("resent") for a delivery should_redeliver held back, so a caller that nacks and
     # counts on the resend (or reports it) was told a message went out that did not.
     system = psystem
-    system.spawn(HoldingSender, path="/user/snd", entities=True)
-    snd = f"/user/snd/{tmp_path.name}"
-    dst = system.probe()
+    snd, dst = _entity_and_probe(system, HoldingSender, "/user/snd", tmp_path)
     assert system.ask(snd, ("send", "/user/held-1", "held"), timeout=10) == ("sent", 1)
     assert system.ask(snd, ("send", dst.path, "wanted"), timeout=10) == ("sent", 2)
     assert dst.receive(10) == Payload(2, "wanted")
@@ -128,9 +132,7 @@ def test_a_resend_by_redeliver_now_at_the_warning_attempt_warns(psystem, tmp_pat
     # out unchecked, and the delivery never warned, however often it was resent after. Measured before: no
     # UnconfirmedWarning within 5 s of that resend (and none ever, with ticks resending it every interval).
     system = psystem
-    system.spawn(PatientHoldingSender, path="/user/snd", entities=True)
-    snd = f"/user/snd/{tmp_path.name}"
-    dst = system.probe()
+    snd, dst = _entity_and_probe(system, PatientHoldingSender, "/user/snd", tmp_path)
     assert system.ask(snd, ("send", dst.path, "m"), timeout=10) == ("sent", 1)
     assert dst.receive(10) == Payload(1, "m")
     assert system.ask(snd, ("redeliver-now", 1), timeout=10) == ("redelivered", True)
@@ -149,9 +151,7 @@ def test_deleting_a_durable_delivery_s_events_keeps_its_unconfirmed_deliveries_a
     # delivery was gone (never resent), and the next deliver() took id 1 again, which a receiver's dedup takes for a
     # duplicate of the first: both lost.
     system = psystem
-    system.spawn(DeletingShipper, path="/user/shp", entities=True)
-    shp = f"/user/shp/{tmp_path.name}"
-    dst = system.probe()
+    shp, dst = _entity_and_probe(system, DeletingShipper, "/user/shp", tmp_path)
     assert system.ask(shp, ("ship", dst.path, "a"), timeout=10) == ("shipped", 1)
     assert system.ask(shp, ("ship", dst.path, "b"), timeout=10) == ("shipped", 2)
     assert [dst.receive(10), dst.receive(10)] == [Payload(1, "a"), Payload(2, "b")]
@@ -167,11 +167,8 @@ def test_deleting_a_durable_delivery_s_events_keeps_its_unconfirmed_deliveries_a
 def test_a_delete_whose_delivery_state_the_journal_rejects_deletes_nothing_and_says_so(base, make_system, tmp_path):
     # The delivery state goes to the journal before the delete: rejected, the delete would take the unconfirmed
     # delivery with it. Measured before (no such state): "deleted", and after a restart the delivery was gone.
-    url = f"rejectkept:///{tmp_path}/journal.db"
-    system = make_system(base, journal=url, snapshot_store=url)
-    system.spawn(DeletingShipper, path="/user/shp", entities=True)
-    shp = f"/user/shp/{tmp_path.name}"
-    dst = system.probe()
+    system = _rejecting_system(make_system, base, "rejectkept", tmp_path)
+    shp, dst = _entity_and_probe(system, DeletingShipper, "/user/shp", tmp_path)
     assert system.ask(shp, ("ship", dst.path, "a"), timeout=10) == ("shipped", 1)
     probe = system.probe()  # (told, not asked: an asking client's ask fails with the rejection itself, at once)
     probe.tell(shp, ("delete", "last"))
@@ -185,9 +182,7 @@ def test_a_delivery_made_with_a_delete_is_kept_and_the_burst_after_recovery_rese
     # The delivery made in the delete's command is journaled before the state kept (which leaves it out, its event
     # still in flight) and not deleted; replay restored it before the older ones: the burst resent id 3 first.
     system = psystem
-    system.spawn(DeletingShipper, path="/user/shp", entities=True)
-    shp = f"/user/shp/{tmp_path.name}"
-    dst = system.probe()
+    shp, dst = _entity_and_probe(system, DeletingShipper, "/user/shp", tmp_path)
     assert system.ask(shp, ("ship", dst.path, "a"), timeout=10) == ("shipped", 1)
     assert system.ask(shp, ("ship", dst.path, "b"), timeout=10) == ("shipped", 2)
     assert system.ask(shp, ("ship-and-delete", dst.path, "c"), timeout=10) == ("deleted",)
@@ -224,11 +219,8 @@ def test_a_given_up_delivery_whose_dead_letter_forward_is_rejected_stays_unconfi
     # A delivery given up (max_delivery_attempts) was confirmed in the same round as its forward to dead_letter_path
     # was journaled, as two events: when the journal rejected the forward, the confirm was stored anyway. Measured
     # before, both bases: after a restart nothing was resent, and only system.errors() recorded the rejection: lost.
-    url = f"rejectdead:///{tmp_path}/journal.db"
-    system = make_system(base, journal=url, snapshot_store=url)
-    system.spawn(GivingUpShipper, path="/user/give", entities=True)
-    shp = f"/user/give/{tmp_path.name}"
-    dst = system.probe()
+    system = _rejecting_system(make_system, base, "rejectdead", tmp_path)
+    shp, dst = _entity_and_probe(system, GivingUpShipper, "/user/give", tmp_path)
     assert system.ask(shp, ("ship", dst.path, "a"), timeout=10) == ("shipped", 1)
     assert dst.receive(10) == Payload(1, "a")
     wait_for(lambda: any(e.path == shp and "simulated rejection" in e.reason for e in system.errors().recent))
@@ -241,9 +233,7 @@ def test_a_given_up_delivery_whose_dead_letter_forward_is_rejected_stays_unconfi
 def test_a_given_up_delivery_is_confirmed_once_its_dead_letter_forward_is_durable(psystem, tmp_path):
     # (The other side of the test above: with a journal that stores the forward, the delivery is gone for good.)
     system = psystem
-    system.spawn(GivingUpShipper, path="/user/give", entities=True)
-    shp = f"/user/give/{tmp_path.name}"
-    dst = system.probe()
+    shp, dst = _entity_and_probe(system, GivingUpShipper, "/user/give", tmp_path)
     assert system.ask(shp, ("ship", dst.path, "a"), timeout=10) == ("shipped", 1)
     assert dst.receive(10) == Payload(1, "a")
     # (The forward, to /user/given-up, which nobody serves, is given up in turn: ids go on above 1.)
@@ -259,9 +249,7 @@ def test_a_given_up_delivery_is_not_settled_until_its_confirm_is_journaled(psyst
     # the forward then been rejected (or the host died first), the delivery, unconfirmed again, was resent to a
     # receiver told it was settled. Measured on the previous commit, both bases: 1 right after giving 1 up.
     system = psystem
-    system.spawn(NackedShipper, path="/user/give", entities=True)
-    shp = f"/user/give/{tmp_path.name}"
-    dst = system.probe()
+    shp, dst = _entity_and_probe(system, NackedShipper, "/user/give", tmp_path)
     assert system.ask(shp, ("ship", dst.path, "a"), timeout=10) == ("shipped", 1)
     assert dst.receive(10) == Payload(1, "a")
     assert system.ask(shp, ("nack", 1), timeout=10) == ("nacked", False, 0)  # (given up, its forward in flight)
@@ -274,9 +262,7 @@ def test_the_redelivery_burst_resends_the_lowest_ids_first_whatever_order_they_w
     # out of order resent them out of order (measured before, both bases: unconfirmed, the burst's order, (3, 1, 2)),
     # where Akka's SortedMap resends the lowest ids first.
     system = psystem
-    system.spawn(OrderSender, path="/user/ord", entities=True)
-    snd = f"/user/ord/{tmp_path.name}"
-    dst = system.probe()
+    snd, dst = _entity_and_probe(system, OrderSender, "/user/ord", tmp_path)
     assert system.ask(snd, (call, dst.path, (3, 1, 2)), timeout=10) == "done"
     if call == "many":  # (the first transmissions, in the caller's order)
         assert [dst.receive(10).delivery_id for _ in range(3)] == [3, 1, 2]
@@ -310,9 +296,7 @@ def test_a_delivery_state_set_outside_recovery_of_a_durable_delivery_is_refused(
     # set_delivery_snapshot replaced the map, dropping a delivery whose sent event was being written. Measured
     # before, both bases: accepted ("restored"). Refused now, naming deliver() instead.
     system = psystem
-    system.spawn(LiveStateShipper, path="/user/shp", entities=True)
-    shp = f"/user/shp/{tmp_path.name}"
-    dst = system.probe()
+    shp, dst = _entity_and_probe(system, LiveStateShipper, "/user/shp", tmp_path)
     reply = system.ask(shp, (call, dst.path), timeout=10)
     assert reply[0] == "refused", reply
     assert "deliver()" in reply[1] and "DurableDelivery" in reply[1], reply
@@ -342,9 +326,7 @@ def test_the_delivery_state_journaled_is_not_handed_to_tags_for(psystem, tmp_pat
     # tags_for is asked of the user's events; DeliveriesSent / DeliveriesConfirmed / DeliveriesKept are Reprise's.
     # Measured before: the ship's command failed on tags_for's AttributeError ('DeliveriesSent' has no 'split').
     system = psystem
-    system.spawn(TaggingShipper, path="/user/shp", entities=True)
-    shp = f"/user/shp/{tmp_path.name}"
-    dst = system.probe()
+    shp, dst = _entity_and_probe(system, TaggingShipper, "/user/shp", tmp_path)
     assert system.ask(shp, ("ship", dst.path, "a"), timeout=10) == ("shipped", 1)
     assert system.ask(shp, ("confirm", 1), timeout=10) == ("confirmed", True)
     assert system.ask(shp, ("note", "red:x"), timeout=10) == ("noted", "red:x")
