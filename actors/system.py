@@ -40,7 +40,7 @@ from thespian.actors import (
 )
 from thespian.system.transport import SendStatus
 
-from . import admin_probe, auth, client_log, interrupts, netsec, thespian_fixes
+from . import admin_probe, auth, client_log, interrupts, local_resources, netsec, thespian_fixes
 from . import metrics as metrics_module
 from . import tls as tls_module
 from .error_log import ActorFailure, AskUndelivered, Errors, GetErrors, SubscribeErrors
@@ -234,6 +234,7 @@ def start(base: str = "local", *, admin_port: int | None = None, journal: str | 
             asys.shutdown()
             raise SpawnFailed(f"the guardian did not start: {reply!r}")
         system = System(asys, base=base, guardian=guardian, owner=True, config=config)
+        local_resources.started()
         if metrics_port is not None:
             try:
                 system.metrics = metrics_module.serve(metrics_module.StatusCollector(
@@ -1398,7 +1399,10 @@ class System:
         self._close_metrics()
         with self._lock:
             if self.base == "local":
-                self._asys.shutdown()
+                try:
+                    self._asys.shutdown()
+                finally:
+                    local_resources.stopped()
             else:
                 _stop_admin(self._asys, timeout)
         if self.tag:

@@ -13,6 +13,7 @@ import os
 import threading
 from typing import Any
 
+from actors import local_resources
 from actors.errors import RepriseError
 from journal import SnapshotMetadata, SnapshotSelectionCriteria, open_journal, open_snapshot_store
 from journal.api import Journal, SnapshotStore
@@ -32,7 +33,7 @@ _closed_at_exit_by: int | None = None  # the pid that registered close_all to ru
 
 
 def _close_at_exit() -> None:
-    """Run close_all when this process exits (the caller holds _lock).
+    """Run close_all when this process exits, and when its last local system has shut down (the caller holds _lock).
 
     An actor process ends through multiprocessing's exit path, which runs its finalizers but not atexit: a
     Finalize serves both it and a client's interpreter exit. Closing is what lets the last process using a
@@ -43,6 +44,7 @@ def _close_at_exit() -> None:
     if _closed_at_exit_by != os.getpid():  # (a forked child starts with an empty finalizer registry)
         _closed_at_exit_by = os.getpid()
         multiprocessing.util.Finalize(None, close_all, exitpriority=0)
+        local_resources.on_last_shutdown(close_all)  # (a local system's actors opened them in this process)
 
 
 def journal_for(url: str | None) -> Journal:

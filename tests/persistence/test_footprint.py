@@ -5,6 +5,7 @@ an empty set 216, an empty list 56; bench/PROFILE.md §27)."""
 from __future__ import annotations
 
 import gc
+import os
 import tracemalloc
 
 import pytest
@@ -38,16 +39,51 @@ def test_an_idle_persistent_entity_takes_under_1200_bytes(tmp_path):
         system.tell_many([(f"/user/lean/w{i}", "w") for i in range(100)])  # warm: the journal, caches
         assert system.ask("/user/lean/w99", "storage")[3] == 1
         n = 1000
-        gc.collect()
-        tracemalloc.start()
-        try:
-            before = tracemalloc.take_snapshot()
-            system.tell_many([(f"/user/lean/e{i}", "e") for i in range(n)])
-            assert system.ask(f"/user/lean/e{n - 1}", "storage")[3] == 1
+        per_entity = []
+        # Two batches, the smaller counts: a process-wide table that happens to grow (double) within one batch's
+        # window is not the entities' (a loaded CI worker measured 1,205 once; 818-826 alone).
+        for batch in ("e", "f"):
             gc.collect()
-            grown = sum(d.size_diff for d in tracemalloc.take_snapshot().compare_to(before, "filename"))
-        finally:
-            tracemalloc.stop()
-        assert grown / n < 1200, f"an idle entity takes {grown / n:,.0f} bytes"
+            tracemalloc.start()
+            try:
+                before = tracemalloc.take_snapshot()
+                system.tell_many([(f"/user/lean/{batch}{i}", "e") for i in range(n)])
+                assert system.ask(f"/user/lean/{batch}{n - 1}", "storage")[3] == 1
+                gc.collect()
+                grown = sum(d.size_diff for d in tracemalloc.take_snapshot().compare_to(before, "filename"))
+            finally:
+                tracemalloc.stop()
+            per_entity.append(grown / n)
+        assert min(per_entity) < 1200, f"an idle entity takes {min(per_entity):,.0f} bytes ({per_entity})"
     finally:
         stop_system(system)
+
+
+def _open_files_under(directory) -> list[str]:
+    """The files below `directory` this process holds open."""
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # (closed meanwhile: listdir's own descriptor)
+            continue
+        if target.startswith(f"{directory}/"):
+            held.append(target)
+    return held
+
+
+@pytest.mark.timeout(120)
+def test_a_shut_down_system_leaves_no_journal_file_open_in_this_process(base, tmp_path):
+    # A local system's actors open the journal and snapshot store in this process, where they stayed open until
+    # the process exited: 8 descriptors per system started and shut down (a CI worker of the suite reached
+    # select()'s 1024 and failed "filedescriptor out of range in select()").
+    for i in range(3):
+        system = start_system(base, tmp_path, journal=f"sqlite:///{tmp_path}/j{i}.db",
+                              snapshot_store=f"sqlite:///{tmp_path}/s{i}.db")
+        try:
+            system.spawn(Lean, "/user/lean", entities=True)
+            system.tell("/user/lean/a", "w")
+            assert system.ask("/user/lean/a", "storage")[3] == 1
+        finally:
+            stop_system(system)
+        assert _open_files_under(tmp_path) == [], i
