@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import socket
 import time
+from typing import cast
 
 from thespian.actors import ActorAddress
 
@@ -72,11 +73,19 @@ def signed_probe(host: str, admin_port: int, secret: bytes, tls: tls_module.TlsC
 
 def _answer_query_ack(conn: socket.socket, listener: socket.socket, ack: bytes, deadline: float) -> None:
     """ACK the admin's QueryAck to the probe (best effort), so the admin logs no failed send."""
-    import select
+    import selectors
     import ssl
 
     pending = isinstance(conn, ssl.SSLSocket) and conn.pending() > 0  # (already decrypted: select cannot see it)
-    ready = [conn] if pending else select.select([conn, listener], [], [], max(0.0, deadline - time.monotonic()))[0]
+    if pending:
+        ready = [conn]
+    else:
+        # (a selector, not select.select: that refuses descriptors past 1024, which a client process holding many
+        # files or sockets has: connect() failed "filedescriptor out of range in select()")
+        with selectors.DefaultSelector() as selector:
+            selector.register(conn, selectors.EVENT_READ)
+            selector.register(listener, selectors.EVENT_READ)
+            ready = [cast(socket.socket, key.fileobj) for key, _ in selector.select(max(0.0, deadline - time.monotonic()))]
     if listener in ready:
         back, _ = listener.accept()
         with back:

@@ -1191,3 +1191,28 @@ def test_a_frame_collected_on_a_dead_hosts_port_is_refused_by_every_process_of_t
     answers = {address: answer_to(*address, frames[0]) for address in listening_addresses(tagged_pids(system.tag))}
     assert len(answers) >= 4, answers  # admin, logger, guardian, the restarted host
     assert not [address for address, answer in answers.items() if answer == ackMsg], answers
+
+
+@pytest.mark.timeout(120)
+def test_a_client_holding_descriptors_past_1024_connects(make_system):
+    # connect()'s signed probe waited on select.select, which refuses descriptors past 1024: a client process
+    # holding many files or sockets (a server; a test worker that had leaked some) failed "filedescriptor out of
+    # range in select()" (a CI worker, once). Multiproc only: the local base has no admin to probe.
+    import resource
+
+    system = make_system("multiproc")
+    system.spawn(Echo, "/user/echo")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 2048:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(2048, hard), hard))
+    held: list[int] = []
+    try:
+        with open(os.devnull) as null:
+            while len(held) < 1100:
+                held.append(os.dup(null.fileno()))  # (the probe's sockets come after them: past 1024)
+        with actors.connect(system.admin_port, timeout=10) as client:
+            assert client.ask("/user/echo", Ping(7), timeout=10) == Pong(7, "/user/echo")
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
